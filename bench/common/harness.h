@@ -1,0 +1,62 @@
+// Benchmark harness shared by every bench/ program.
+//
+// - time_median_ms(): CUDA events around each rep after warm-up, median over
+//   reps; optionally a cold L2 (a memset over 2x the L2 size between reps,
+//   outside the timed region) so weights are read from HBM as in a real step.
+// - measure_ceilings(): the roofline ceilings of this run's GPU, measured in the
+//   same process as the kernels they judge: device-to-device copy bandwidth
+//   (bytes read + written), cuBLASLt BF16 and FP8 8192^3 on random data.
+// - Report: rows of a roofline table, printed as markdown and written as JSON.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace futr::bench {
+
+struct TimeOptions {
+  int warmup = 10;
+  int reps = 50;
+  bool cold_l2 = true;
+};
+
+// Median milliseconds of fn(stream) over opt.reps launches.
+double time_median_ms(const std::function<void(cudaStream_t)>& fn, cudaStream_t s,
+                      const TimeOptions& opt = {});
+
+struct Ceilings {
+  double copy_gbs = 0;     // device-to-device copy, (read + write) bytes / s / 1e9
+  double bf16_tflops = 0;  // cuBLASLt BF16 8192^3
+  double fp8_tflops = 0;   // cuBLASLt E4M3 8192^3, per-tensor scales, BF16 out
+};
+
+// Measures the ceilings (about 1 s). `gemms` = false skips the two GEMMs.
+Ceilings measure_ceilings(cudaStream_t s, bool gemms = true);
+
+// A markdown + JSON table. Columns are given once; rows are JSON objects whose
+// keys are the column names (missing keys print as "-").
+class Report {
+ public:
+  Report(std::string title, std::vector<std::string> columns);
+  void add(nlohmann::json row);
+  void set_meta(const std::string& key, nlohmann::json value) { meta_[key] = std::move(value); }
+  std::string markdown() const;
+  nlohmann::json json() const;
+  // Writes json() to `path` if non-empty; prints markdown() to stdout.
+  void emit(const std::string& json_path) const;
+
+ private:
+  std::string title_;
+  std::vector<std::string> cols_;
+  std::vector<nlohmann::json> rows_;
+  nlohmann::json meta_ = nlohmann::json::object();
+};
+
+// "NVIDIA H200, 132 SMs, driver 13.0" plus the git commit baked in at build time.
+nlohmann::json environment_json();
+
+}  // namespace futr::bench

@@ -1,0 +1,28 @@
+// TokenizerSpec: everything a file says about its tokenizer, before any
+// tables are built. GGUF metadata (tokenizer.ggml.*) and tokenizer.json both
+// reduce to this; futr::Tokenizer (tokenizer/tokenizer.h) is built from it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace futr {
+
+struct TokenizerSpec {
+  std::string model = "gpt2";          // "gpt2" = byte-level BPE (the only kind supported)
+  std::string pre = "gpt2";            // pre-tokenizer: "gpt2" | "smollm" | "llama3"
+  std::vector<std::string> tokens;     // [vocab] id -> token text (byte-level alphabet)
+  std::vector<int32_t> token_types;    // [vocab] GGUF types: 1 normal, 2 unknown, 3 control,
+                                       //         4 user-defined, 5 unused, 6 byte (empty: all 1)
+  std::vector<std::string> merges;     // ["a b", ...] in priority order
+  int32_t bos = -1;                    // -1: none
+  int32_t eos = -1;
+  int32_t unk = -1;
+  int32_t pad = -1;
+  std::vector<int32_t> extra_eos;      // further end-of-generation ids (e.g. <|eot_id|>)
+  bool add_bos = false;                // prepend bos when encoding a prompt
+  std::string chat_template;           // Jinja source as found in the file ("" if none)
+};
+
+}  // namespace futr

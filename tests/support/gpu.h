@@ -1,0 +1,13 @@
+// GPU test support: FUTR_REQUIRE_GPU() skips the current test, with the reason,
+// when no usable Hopper GPU is present (no driver on CI, another architecture).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include "cuda/device.h"
+
+#define FUTR_REQUIRE_GPU()                                                         \
+  do {                                                                             \
+    if (!::futr::cuda::probe_device())                                             \
+      GTEST_SKIP() << "GPU test skipped: " << ::futr::cuda::gpu_unavailable_reason(); \
+  } while (0)
