@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,9 @@ struct TokenizerSpec {
   std::vector<int32_t> extra_eos;      // further end-of-generation ids (e.g. <|eot_id|>)
   bool add_bos = false;                // prepend bos when encoding a prompt
   std::string chat_template;           // Jinja source as found in the file ("" if none)
+  std::optional<bool> ignore_merges;   // BPE: a word that is itself a token is not merged
+                                       // (tokenizer.json model.ignore_merges); unset: the
+                                       // default of `pre` (true for "llama3", as llama.cpp)
 };
 
 }  // namespace futr

@@ -1,0 +1,296 @@
+// Hugging Face tokenizer.json / tokenizer_config.json -> TokenizerSpec.
+// See hf_json.h for what is accepted; every rejection names the file and what
+// it found there, so a user knows which part of the tokenizer is unsupported.
+#include "tokenizer/hf_json.h"
+
+#include <algorithm>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <unordered_map>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "tokenizer/patterns.h"
+
+namespace futr {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+constexpr int64_t kMaxVocab = int64_t{1} << 24;  // sanity bound on token ids (16 M)
+constexpr size_t kMaxDescribe = 160;             // characters of a JSON value in messages
+
+json read_json(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  FUTR_CHECK(f.good(), "{}: cannot open", p.string());
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  try {
+    return json::parse(ss.str());
+  } catch (const json::exception& e) {
+    fail("{}: not valid JSON: {}", p.string(), e.what());
+  }
+}
+
+std::string clip(std::string s) {
+  if (s.size() > kMaxDescribe) s = s.substr(0, kMaxDescribe) + "...";
+  return s;
+}
+
+// A compact rendering of a normalizer / pre-tokenizer / decoder tree for error
+// messages: "Sequence[Digits(individual_digits=false), ByteLevel(...)]".
+std::string describe(const json& j) {
+  if (j.is_null()) return "none";
+  if (!j.is_object()) return clip(j.dump());
+  std::string type = j.contains("type") && j["type"].is_string() ? j["type"].get<std::string>() : "?";
+  for (const char* list_key : {"pretokenizers", "normalizers", "decoders", "processors"}) {
+    if (j.contains(list_key) && j[list_key].is_array()) {
+      std::string s = type + "[";
+      for (size_t i = 0; i < j[list_key].size(); ++i) s += (i ? ", " : "") + describe(j[list_key][i]);
+      return s + "]";
+    }
+  }
+  std::string s = type + "(";
+  bool first = true;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (it.key() == "type") continue;
+    s += (first ? "" : ", ") + it.key() + "=" + clip(it.value().dump());
+    first = false;
+  }
+  return s + ")";
+}
+
+bool is_type(const json& j, const char* type) {
+  return j.is_object() && j.contains("type") && j["type"] == type;
+}
+
+// j[key] as a bool; `def` when absent or null.
+bool flag(const json& j, const char* key, bool def) {
+  if (!j.contains(key) || j[key].is_null()) return def;
+  return j[key].is_boolean() ? j[key].get<bool>() : def;
+}
+
+// ByteLevel(add_prefix_space=false, use_regex=want_regex)?
+bool is_byte_level(const json& j, bool want_regex) {
+  return is_type(j, "ByteLevel") && !flag(j, "add_prefix_space", true) &&
+         flag(j, "use_regex", true) == want_regex;
+}
+
+// The pre_tokenizer structure -> spec.pre, or an error naming what was found.
+std::string recognise_pre(const json& pre, const fs::path& file) {
+  if (is_byte_level(pre, true)) return "gpt2";
+  if (is_type(pre, "Sequence") && pre.contains("pretokenizers") && pre["pretokenizers"].is_array() &&
+      pre["pretokenizers"].size() == 2) {
+    const json& a = pre["pretokenizers"][0];
+    const json& b = pre["pretokenizers"][1];
+    if (is_type(a, "Digits") && flag(a, "individual_digits", false) && is_byte_level(b, true)) return "smollm";
+    if (is_type(a, "Split") && a.contains("pattern") && a["pattern"].is_object() &&
+        a["pattern"].contains("Regex") && a["pattern"]["Regex"] == pretok::kLlama3Pattern &&
+        a.value("behavior", std::string()) == "Isolated" && !flag(a, "invert", false) &&
+        is_byte_level(b, false))
+      return "llama3";
+  }
+  fail("{}: unsupported pre_tokenizer {}; supported: ByteLevel(add_prefix_space=false) (gpt2), "
+       "Sequence[Digits(individual_digits=true), ByteLevel] (smollm), "
+       "Sequence[Split(Llama-3 regex, Isolated), ByteLevel(use_regex=false)] (llama3)",
+       file.string(), describe(pre));
+}
+
+// tokenizer_config.json token fields: "text", {"content": "text", ...} or null.
+std::string token_field(const json& cfg, const char* key) {
+  if (!cfg.contains(key) || cfg[key].is_null()) return {};
+  const json& v = cfg[key];
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_object() && v.contains("content") && v["content"].is_string()) return v["content"].get<std::string>();
+  return {};
+}
+
+int32_t json_id(const json& v, const fs::path& file, const std::string& what) {
+  FUTR_CHECK(v.is_number_integer(), "{}: {} is not an integer id: {}", file.string(), what, clip(v.dump()));
+  const int64_t id = v.get<int64_t>();
+  FUTR_CHECK(id >= 0 && id < kMaxVocab, "{}: {} id {} is out of range [0, {})", file.string(), what, id,
+             kMaxVocab);
+  return int32_t(id);
+}
+
+// The TemplateProcessing of a post_processor (directly or inside a Sequence), or null.
+const json* template_processing(const json& pp) {
+  if (is_type(pp, "TemplateProcessing")) return &pp;
+  if (is_type(pp, "Sequence") && pp.contains("processors") && pp["processors"].is_array())
+    for (const json& p : pp["processors"])
+      if (is_type(p, "TemplateProcessing")) return &p;
+  return nullptr;
+}
+
+}  // namespace
+
+TokenizerSpec tokenizer_spec_from_hf_json(const fs::path& dir) {
+  const fs::path file = dir / "tokenizer.json";
+  FUTR_CHECK(fs::is_regular_file(file), "{}: no tokenizer.json there", dir.string());
+  const json root = read_json(file);
+  FUTR_CHECK(root.is_object() && root.contains("model") && root["model"].is_object(),
+             "{}: no \"model\" object (not a tokenizers file?)", file.string());
+  const json& model = root["model"];
+
+  // --- model: byte-level BPE only ---
+  const std::string mtype = model.contains("type") && model["type"].is_string() ? model["type"].get<std::string>()
+                                                                                 : std::string("?");
+  FUTR_CHECK(mtype == "BPE", "{}: model type {} is not supported (only byte-level BPE)", file.string(), mtype);
+  FUTR_CHECK(!flag(model, "byte_fallback", false), "{}: BPE with byte_fallback (SentencePiece style) is not "
+             "supported, only byte-level BPE", file.string());
+  for (const char* k : {"continuing_subword_prefix", "end_of_word_suffix"})
+    FUTR_CHECK(!model.contains(k) || model[k].is_null() || model[k] == "", "{}: BPE {}={} is not supported",
+               file.string(), k, clip(model[k].dump()));
+  FUTR_CHECK(!model.contains("dropout") || model["dropout"].is_null() || model["dropout"] == 0,
+             "{}: BPE dropout is not supported", file.string());
+  FUTR_CHECK(!root.contains("normalizer") || root["normalizer"].is_null(),
+             "{}: normalizer {} is not supported (byte-level BPE tokenizers have none)", file.string(),
+             describe(root["normalizer"]));
+  const json& dec = root.contains("decoder") ? root["decoder"] : json();
+  FUTR_CHECK(dec.is_null() || is_type(dec, "ByteLevel"), "{}: decoder {} is not supported (expected ByteLevel)",
+             file.string(), describe(dec));
+
+  TokenizerSpec spec;
+  spec.model = "gpt2";
+  spec.pre = recognise_pre(root.contains("pre_tokenizer") ? root["pre_tokenizer"] : json(), file);
+  spec.ignore_merges = flag(model, "ignore_merges", false);
+
+  // --- vocab and added tokens -> tokens[id], token_types[id] ---
+  FUTR_CHECK(model.contains("vocab") && model["vocab"].is_object(), "{}: model.vocab is not an object",
+             file.string());
+  const json& vocab = model["vocab"];
+  const json added = root.contains("added_tokens") && root["added_tokens"].is_array() ? root["added_tokens"]
+                                                                                      : json::array();
+  int64_t n = 0;
+  for (auto it = vocab.begin(); it != vocab.end(); ++it)
+    n = std::max<int64_t>(n, json_id(it.value(), file, "vocab entry '" + clip(it.key()) + "'") + 1);
+  for (const json& a : added) {
+    FUTR_CHECK(a.is_object() && a.contains("id") && a.contains("content") && a["content"].is_string(),
+               "{}: malformed added_tokens entry {}", file.string(), clip(a.dump()));
+    n = std::max<int64_t>(n, json_id(a["id"], file, "added token") + 1);
+  }
+  FUTR_CHECK(n > 0, "{}: empty vocabulary", file.string());
+  std::vector<bool> have(size_t(n), false);
+  spec.tokens.assign(size_t(n), std::string());
+  spec.token_types.assign(size_t(n), 5);  // ids no entry names stay "unused"
+  for (auto it = vocab.begin(); it != vocab.end(); ++it) {
+    const size_t id = size_t(it.value().get<int64_t>());
+    FUTR_CHECK(!have[id], "{}: id {} appears twice in model.vocab ('{}' and '{}')", file.string(), id,
+               clip(spec.tokens[id]), clip(it.key()));
+    have[id] = true;
+    spec.tokens[id] = it.key();
+    spec.token_types[id] = 1;
+  }
+  for (const json& a : added) {
+    const size_t id = size_t(a["id"].get<int64_t>());
+    const std::string content = a["content"].get<std::string>();
+    FUTR_CHECK(!content.empty(), "{}: added token {} has empty content", file.string(), id);
+    FUTR_CHECK(!have[id] || spec.tokens[id] == content, "{}: added token '{}' has id {}, which the vocab "
+               "gives to '{}'", file.string(), clip(content), id, clip(spec.tokens[id]));
+    for (const char* k : {"lstrip", "rstrip", "single_word"})
+      FUTR_CHECK(!flag(a, k, false), "{}: added token '{}' has {}=true, which is not supported", file.string(),
+                 clip(content), k);
+    have[id] = true;
+    spec.tokens[id] = content;
+    spec.token_types[id] = flag(a, "special", false) ? 3 : 4;
+  }
+  std::unordered_map<std::string, int32_t> id_of;
+  id_of.reserve(size_t(n));
+  for (size_t i = 0; i < size_t(n); ++i)
+    if (have[i]) id_of.emplace(spec.tokens[i], int32_t(i));
+  auto lookup = [&](const std::string& text, const fs::path& where, const char* what) {
+    auto it = id_of.find(text);
+    FUTR_CHECK(it != id_of.end(), "{}: {} '{}' is not in the vocabulary", where.string(), what, clip(text));
+    return it->second;
+  };
+
+  // --- merges: "a b" strings or [a, b] pairs ---
+  FUTR_CHECK(model.contains("merges") && model["merges"].is_array(), "{}: model.merges is not an array",
+             file.string());
+  spec.merges.reserve(model["merges"].size());
+  for (const json& m : model["merges"]) {
+    if (m.is_string()) {
+      const std::string s = m.get<std::string>();
+      const size_t sp = s.find(' ');
+      FUTR_CHECK(sp != std::string::npos && sp > 0 && sp + 1 < s.size() && s.find(' ', sp + 1) == std::string::npos,
+                 "{}: merge '{}' is not two tokens separated by one space", file.string(), clip(s));
+      spec.merges.push_back(s);
+    } else {
+      FUTR_CHECK(m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string(),
+                 "{}: merge {} is neither \"a b\" nor [a, b]", file.string(), clip(m.dump()));
+      const std::string a = m[0].get<std::string>(), b = m[1].get<std::string>();
+      // NOTE: TokenizerSpec keeps merges as "a b"; a byte-level token never has a
+      // literal space (the alphabet maps it to U+0120), so this is no restriction.
+      FUTR_CHECK(!a.empty() && !b.empty() && a.find(' ') == std::string::npos && b.find(' ') == std::string::npos,
+                 "{}: merge {} has an empty token or one with a space", file.string(), clip(m.dump()));
+      spec.merges.push_back(a + " " + b);
+    }
+  }
+  if (model.contains("unk_token") && model["unk_token"].is_string())
+    spec.unk = lookup(model["unk_token"].get<std::string>(), file, "model.unk_token");
+
+  // --- tokenizer_config.json: special token strings, add_bos, chat template ---
+  std::optional<bool> add_bos;
+  const fs::path cfg_file = dir / "tokenizer_config.json";
+  if (fs::is_regular_file(cfg_file)) {
+    const json cfg = read_json(cfg_file);
+    FUTR_CHECK(cfg.is_object(), "{}: not a JSON object", cfg_file.string());
+    if (auto s = token_field(cfg, "bos_token"); !s.empty()) spec.bos = lookup(s, cfg_file, "bos_token");
+    if (auto s = token_field(cfg, "eos_token"); !s.empty()) spec.eos = lookup(s, cfg_file, "eos_token");
+    if (auto s = token_field(cfg, "unk_token"); !s.empty()) spec.unk = lookup(s, cfg_file, "unk_token");
+    if (auto s = token_field(cfg, "pad_token"); !s.empty()) spec.pad = lookup(s, cfg_file, "pad_token");
+    if (cfg.contains("add_bos_token") && cfg["add_bos_token"].is_boolean()) add_bos = cfg["add_bos_token"].get<bool>();
+    if (cfg.contains("chat_template")) {
+      const json& t = cfg["chat_template"];
+      if (t.is_string()) {
+        spec.chat_template = t.get<std::string>();
+      } else if (t.is_array()) {  // [{"name": "default", "template": "..."}, {"name": "tool_use", ...}]
+        for (const json& e : t)
+          if (e.is_object() && e.value("name", std::string()) == "default" && e.contains("template") &&
+              e["template"].is_string())
+            spec.chat_template = e["template"].get<std::string>();
+      }
+    }
+  }
+
+  // --- post_processor: a template that starts with a special token adds BOS ---
+  if (root.contains("post_processor")) {
+    if (const json* tp = template_processing(root["post_processor"])) {
+      const json& single = tp->contains("single") ? (*tp)["single"] : json();
+      if (single.is_array() && !single.empty() && single[0].contains("SpecialToken")) {
+        const std::string first = single[0]["SpecialToken"].value("id", std::string());
+        auto it = id_of.find(first);
+        if (spec.bos < 0 && it != id_of.end()) spec.bos = it->second;
+        if (!add_bos && it != id_of.end() && it->second == spec.bos) add_bos = true;
+      }
+    }
+  }
+  spec.add_bos = add_bos.value_or(false) && spec.bos >= 0;
+
+  // --- generation_config.json: further end-of-generation ids ---
+  const fs::path gen_file = dir / "generation_config.json";
+  if (fs::is_regular_file(gen_file)) {
+    const json gen = read_json(gen_file);
+    std::vector<int32_t> eos_ids;
+    if (gen.is_object() && gen.contains("eos_token_id")) {
+      const json& e = gen["eos_token_id"];
+      if (e.is_array()) {
+        for (const json& v : e) eos_ids.push_back(json_id(v, gen_file, "eos_token_id"));
+      } else if (!e.is_null()) {
+        eos_ids.push_back(json_id(e, gen_file, "eos_token_id"));
+      }
+    }
+    for (int32_t id : eos_ids) {
+      FUTR_CHECK(id < n, "{}: eos_token_id {} is outside the vocabulary ({} tokens)", gen_file.string(), id, n);
+      if (spec.eos < 0) spec.eos = id;
+      if (id != spec.eos && std::find(spec.extra_eos.begin(), spec.extra_eos.end(), id) == spec.extra_eos.end())
+        spec.extra_eos.push_back(id);
+    }
+  }
+  return spec;
+}
+
+}  // namespace futr
