@@ -1,0 +1,167 @@
+// The forward pass's building blocks (formulas in ops.h).
+#include "cpu/ops.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numbers>
+
+#include "core/error.h"
+
+namespace futr::cpu {
+
+void embed(const float* table, int64_t vocab, int hidden, std::span<const int32_t> tokens,
+           float* x) {
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const int32_t t = tokens[i];
+    FUTR_CHECK(t >= 0 && t < vocab, "token id {} at position {} is outside the vocabulary (0..{})",
+               t, i, vocab - 1);
+    std::memcpy(x + i * size_t(hidden), table + size_t(t) * size_t(hidden),
+                sizeof(float) * size_t(hidden));
+  }
+}
+
+void rmsnorm(const float* x, const float* g, float* y, int64_t n, int d, float eps) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const float* xi = x + i * d;
+    float* yi = y + i * d;
+    double ss = 0.0;
+    for (int j = 0; j < d; ++j) ss += double(xi[j]) * double(xi[j]);
+    const float r = float(1.0 / std::sqrt(ss / d + double(eps)));
+    for (int j = 0; j < d; ++j) yi[j] = xi[j] * r * g[j];
+  }
+}
+
+std::vector<double> rope_inv_freq(int head_dim, float theta, const RopeScaling& scaling) {
+  FUTR_CHECK(head_dim > 0 && head_dim % 2 == 0, "RoPE: head_dim {} must be even", head_dim);
+  const int half = head_dim / 2;
+  std::vector<double> f(static_cast<size_t>(half));
+  for (int i = 0; i < half; ++i) f[size_t(i)] = std::pow(double(theta), -2.0 * i / head_dim);
+  if (scaling.type == "none") return f;
+  FUTR_CHECK(scaling.type == "llama3", "RoPE: unsupported scaling '{}'", scaling.type);
+  FUTR_CHECK(scaling.factor > 0 && scaling.high_freq_factor > scaling.low_freq_factor &&
+                 scaling.low_freq_factor > 0 && scaling.original_max_position > 0,
+             "RoPE llama3 scaling: invalid parameters (factor {}, low {}, high {}, original "
+             "context {})",
+             scaling.factor, scaling.low_freq_factor, scaling.high_freq_factor,
+             scaling.original_max_position);
+  const double L0 = scaling.original_max_position;
+  const double lo = scaling.low_freq_factor, hi = scaling.high_freq_factor;
+  const double factor = scaling.factor;
+  const double wl_high = L0 / hi;  // wavelengths shorter than this: unchanged
+  const double wl_low = L0 / lo;   // wavelengths longer than this: divided by factor
+  for (auto& fi : f) {
+    const double wl = 2.0 * std::numbers::pi / fi;
+    if (wl < wl_high) continue;
+    if (wl > wl_low) {
+      fi /= factor;
+      continue;
+    }
+    const double s = (L0 / wl - lo) / (hi - lo);  // 0 at wl_low .. 1 at wl_high
+    fi = (1.0 - s) * fi / factor + s * fi;
+  }
+  return f;
+}
+
+RopeTable make_rope_table(int head_dim, float theta, const RopeScaling& scaling, int max_pos) {
+  FUTR_CHECK(max_pos >= 1, "RoPE: table needs at least one position (got {})", max_pos);
+  const std::vector<double> f = rope_inv_freq(head_dim, theta, scaling);
+  RopeTable t;
+  t.head_dim = head_dim;
+  t.max_pos = max_pos;
+  const size_t half = size_t(head_dim / 2);
+  t.cos.resize(size_t(max_pos) * half);
+  t.sin.resize(size_t(max_pos) * half);
+#pragma omp parallel for schedule(static)
+  for (int p = 0; p < max_pos; ++p) {
+    for (size_t i = 0; i < half; ++i) {
+      const double a = double(p) * f[i];
+      t.cos[size_t(p) * half + i] = float(std::cos(a));
+      t.sin[size_t(p) * half + i] = float(std::sin(a));
+    }
+  }
+  return t;
+}
+
+void apply_rope(float* x, int64_t n, int heads, int64_t ld, int pos0, const RopeTable& table) {
+  const int D = table.head_dim, half = D / 2;
+  FUTR_CHECK(pos0 >= 0 && pos0 + n <= table.max_pos,
+             "RoPE: positions {}..{} exceed the table ({} positions)", pos0, pos0 + n - 1,
+             table.max_pos);
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const float* c = table.cos.data() + size_t(pos0 + i) * size_t(half);
+    const float* s = table.sin.data() + size_t(pos0 + i) * size_t(half);
+    for (int h = 0; h < heads; ++h) {
+      float* v = x + i * ld + int64_t(h) * D;
+      for (int j = 0; j < half; ++j) {
+        const float a = v[j], b = v[j + half];
+        v[j] = a * c[j] - b * s[j];
+        v[j + half] = b * c[j] + a * s[j];
+      }
+    }
+  }
+}
+
+void causal_attention(const float* q, int64_t ldq, int n, int pos0, int n_heads, int head_dim,
+                      const KvLayerView& kv, float* out, int64_t ldo, AttentionScratch& scratch) {
+  const int n_kv = int(kv.heads.size());
+  FUTR_ASSERT(n_kv > 0 && n_heads % n_kv == 0);
+  FUTR_ASSERT(kv.len == pos0 + n);
+  const int group = n_heads / n_kv;  // query heads per KV head
+  const float scale = float(1.0 / std::sqrt(double(head_dim)));
+  constexpr int kBlock = 128;  // query rows per GEMM block
+  scratch.scores.resize(size_t(std::min(n, kBlock)) * size_t(kv.len));
+
+  for (int h = 0; h < n_heads; ++h) {
+    const KvHeadView& g = kv.heads[size_t(h / group)];
+    for (int i0 = 0; i0 < n; i0 += kBlock) {
+      const int rows = std::min(kBlock, n - i0);
+      const int keys = pos0 + i0 + rows;  // keys visible to the block's last row
+      float* S = scratch.scores.data();   // [rows, keys]
+      // S = scale * Q_h[i0:i0+rows] K_g[0:keys]^T
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, head_dim, scale,
+                  q + int64_t(i0) * ldq + int64_t(h) * head_dim, blasint(ldq), g.k,
+                  blasint(g.ld), 0.0f, S, keys);
+      // Causal softmax per row: row r (position pos0 + i0 + r) sees keys 0..pos0+i0+r.
+#pragma omp parallel for schedule(static)
+      for (int r = 0; r < rows; ++r) {
+        float* s = S + size_t(r) * size_t(keys);
+        const int visible = pos0 + i0 + r + 1;
+        float mx = -std::numeric_limits<float>::infinity();
+        for (int t = 0; t < visible; ++t) mx = std::max(mx, s[t]);
+        double sum = 0.0;
+        for (int t = 0; t < visible; ++t) {
+          s[t] = std::exp(s[t] - mx);
+          sum += s[t];
+        }
+        const float inv = float(1.0 / sum);
+        for (int t = 0; t < visible; ++t) s[t] *= inv;
+        for (int t = visible; t < keys; ++t) s[t] = 0.0f;  // masked (future) keys
+      }
+      // O_h[i0:i0+rows] = A V_g[0:keys]
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, head_dim, keys, 1.0f, S, keys,
+                  g.v, blasint(g.ld), 0.0f, out + int64_t(i0) * ldo + int64_t(h) * head_dim,
+                  blasint(ldo));
+    }
+  }
+}
+
+void swiglu(const float* gate, const float* up, float* out, int64_t count) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < count; ++i) {
+    const float g = gate[i];
+    out[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+void add_inplace(float* x, const float* y, int64_t count) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < count; ++i) x[i] += y[i];
+}
+
+}  // namespace futr::cpu

@@ -1,0 +1,93 @@
+// The building blocks of the Llama forward pass in FP32, each a plain
+// function with its formula. cpu/forward.cpp composes them; GPU kernels and
+// their epilogues are specified by them (docs/CPU_BACKEND.md).
+//
+// Conventions: activations are row-major [n_tokens, width]; a row of q holds
+// n_heads consecutive head vectors of head_dim values (so head h of token i is
+// q[i * ld + h * head_dim + d]); same for k, v with n_kv_heads.
+//
+// Tests: tests/cpu/ops_test.cpp compares each function with a naive
+// double-precision transcription of its formula.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "cpu/kv_cache.h"
+#include "model/config.h"
+
+namespace futr::cpu {
+
+// --- Embedding --------------------------------------------------------------
+// x[i, :] = E[token_i, :]                      E: [vocab, hidden]
+// Throws futr::Error for a token id outside [0, vocab).
+void embed(const float* table, int64_t vocab, int hidden, std::span<const int32_t> tokens,
+           float* x);
+
+// --- RMSNorm ----------------------------------------------------------------
+// For each of the n rows of width d (computed in FP32, sum in double):
+//   r    = 1 / sqrt(mean_j(x_j^2) + eps)
+//   y_j  = x_j * r * g_j
+// x and y may be the same array.
+void rmsnorm(const float* x, const float* g, float* y, int64_t n, int d, float eps);
+
+// --- RoPE ---------------------------------------------------------------------
+// Rotary position embedding in the Hugging Face "rotate_half" pairing: within
+// a head of dimension D, dimension i (i < D/2) pairs with i + D/2 and the pair
+// is rotated by the angle  pos * f_i:
+//   f_i       = theta^(-2i/D)                       (inverse frequency)
+//   x'_i      = x_i cos(pos f_i) - x_{i+D/2} sin(pos f_i)
+//   x'_{i+D/2}= x_{i+D/2} cos(pos f_i) + x_i sin(pos f_i)
+//
+// Llama-3 frequency scaling ("llama3", RopeScaling in model/config.h) slows
+// the low frequencies to extend the context by `factor`, using the wavelength
+// lambda_i = 2 pi / f_i of each frequency and the original context L0:
+//   lambda_high = L0 / high_freq_factor,   lambda_low = L0 / low_freq_factor
+//   lambda_i < lambda_high  (high frequency):  f_i unchanged
+//   lambda_i > lambda_low   (low frequency):   f_i / factor
+//   otherwise (in between), with s = (L0 / lambda_i - low_freq_factor)
+//                                    / (high_freq_factor - low_freq_factor):
+//                                     (1 - s) * f_i / factor + s * f_i
+//
+// The inverse frequencies are computed in double, the angles pos * f_i and
+// their cos/sin in double, then rounded to FP32 once (a table per position).
+std::vector<double> rope_inv_freq(int head_dim, float theta, const RopeScaling& scaling);
+
+struct RopeTable {
+  int head_dim = 0;        // D
+  int max_pos = 0;         // positions [0, max_pos) are tabulated
+  std::vector<float> cos;  // [max_pos, D/2] cos(pos * f_i)
+  std::vector<float> sin;  // [max_pos, D/2] sin(pos * f_i)
+};
+RopeTable make_rope_table(int head_dim, float theta, const RopeScaling& scaling, int max_pos);
+
+// Rotate the first `heads` head vectors of each of n rows (row stride ld) in
+// place; row i is at position pos0 + i (< table.max_pos).
+void apply_rope(float* x, int64_t n, int heads, int64_t ld, int pos0, const RopeTable& table);
+
+// --- Causal grouped-query attention ------------------------------------------
+// Query head h reads KV head g = h / (n_heads / n_kv_heads). For the query row
+// at position p = pos0 + i and visible keys t = 0..p:
+//   s_t   = (q . k_t) / sqrt(head_dim)
+//   a_t   = exp(s_t - max_t s_t) / sum_t exp(s_t - max_t s_t)     (causal: t <= p)
+//   out   = sum_t a_t v_t
+// q: [n, n_heads * head_dim] with row stride ldq; out likewise with ldo.
+// kv.len must be pos0 + n (the new rows are already in the cache).
+// S = Q K^T and O = A V run as cblas_sgemm per head and block of 128 query
+// rows (only keys up to the block's last position), the softmax in OpenMP.
+struct AttentionScratch {
+  std::vector<float> scores;  // [rows of a block, visible keys]
+};
+void causal_attention(const float* q, int64_t ldq, int n, int pos0, int n_heads, int head_dim,
+                      const KvLayerView& kv, float* out, int64_t ldo, AttentionScratch& scratch);
+
+// --- SwiGLU -------------------------------------------------------------------
+//   h = silu(g) * u,   silu(g) = g / (1 + exp(-g))       (elementwise, count values)
+void swiglu(const float* gate, const float* up, float* out, int64_t count);
+
+// --- Residual -----------------------------------------------------------------
+//   x += y   (count values)
+void add_inplace(float* x, const float* y, int64_t count);
+
+}  // namespace futr::cpu
