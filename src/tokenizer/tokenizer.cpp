@@ -1,0 +1,588 @@
+// Byte-level BPE: tables, PCRE2 pre-tokenizers, merge loop, decoding.
+// The algorithm and its conventions are described in tokenizer.h.
+#include "tokenizer/tokenizer.h"
+
+#include <pcre2.h>
+
+#include <algorithm>
+#include <array>
+#include <functional>
+#include <mutex>
+#include <queue>
+#include <unordered_map>
+
+#include "core/error.h"
+#include "tokenizer/patterns.h"
+
+namespace futr {
+namespace {
+
+// GGUF token types (TokenizerSpec::token_types).
+constexpr int32_t kNormal = 1, kControl = 3, kUserDefined = 4;
+
+constexpr size_t kCacheMaxWord = 64;        // longer pieces are not cached (bytes)
+constexpr size_t kCacheMaxEntries = 1 << 17;  // the cache is cleared when it grows past this
+constexpr size_t kJitStackMax = 8 << 20;    // PCRE2 JIT stack limit (bytes)
+
+struct StrHash {  // heterogeneous lookup: find(string_view) without a copy
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
+};
+template <class V>
+using StrMap = std::unordered_map<std::string, V, StrHash, std::equal_to<>>;
+
+// ---------------------------------------------------------------------------
+// UTF-8
+// ---------------------------------------------------------------------------
+
+// Classifies the sequence at s[0..n): > 0 its length (valid); 0 incomplete (a
+// valid prefix of a longer sequence); < 0 invalid, -k = skip k bytes (the
+// maximal ill-formed subpart, as the Unicode standard recommends for U+FFFD).
+int utf8_check(const unsigned char* s, size_t n) {
+  const unsigned char b = s[0];
+  if (b < 0x80) return 1;
+  int len;
+  unsigned char lo = 0x80, hi = 0xbf;  // allowed range of the second byte
+  if (b >= 0xc2 && b <= 0xdf) {
+    len = 2;
+  } else if (b >= 0xe0 && b <= 0xef) {
+    len = 3;
+    if (b == 0xe0) lo = 0xa0;  // no overlongs
+    if (b == 0xed) hi = 0x9f;  // no surrogates
+  } else if (b >= 0xf0 && b <= 0xf4) {
+    len = 4;
+    if (b == 0xf0) lo = 0x90;
+    if (b == 0xf4) hi = 0x8f;  // <= U+10FFFF
+  } else {
+    return -1;
+  }
+  for (int i = 1; i < len; ++i) {
+    if (size_t(i) >= n) return 0;
+    const unsigned char c = s[i];
+    const bool ok = i == 1 ? (c >= lo && c <= hi) : (c >= 0x80 && c <= 0xbf);
+    if (!ok) return -i;
+  }
+  return len;
+}
+
+uint32_t utf8_value(const unsigned char* s, int len) {
+  if (len == 1) return s[0];
+  uint32_t cp = s[0] & (0x7f >> len);
+  for (int i = 1; i < len; ++i) cp = (cp << 6) | (s[i] & 0x3f);
+  return cp;
+}
+
+void utf8_append(std::string& out, uint32_t cp) {
+  if (cp < 0x80) {
+    out += char(cp);
+  } else if (cp < 0x800) {
+    out += char(0xc0 | (cp >> 6));
+    out += char(0x80 | (cp & 0x3f));
+  } else if (cp < 0x10000) {
+    out += char(0xe0 | (cp >> 12));
+    out += char(0x80 | ((cp >> 6) & 0x3f));
+    out += char(0x80 | (cp & 0x3f));
+  } else {
+    out += char(0xf0 | (cp >> 18));
+    out += char(0x80 | ((cp >> 12) & 0x3f));
+    out += char(0x80 | ((cp >> 6) & 0x3f));
+    out += char(0x80 | (cp & 0x3f));
+  }
+}
+
+// ---------------------------------------------------------------------------
+// The GPT-2 byte-level alphabet: byte b <-> code point byte_cp()[b].
+// Printable bytes ('!'..'~', U+00A1..U+00AC, U+00AE..U+00FF) stand for
+// themselves; the other 68 bytes take U+0100.. in increasing byte order.
+// ---------------------------------------------------------------------------
+
+constexpr uint32_t kAlphabetEnd = 0x100 + 68;  // code points used: [0, kAlphabetEnd)
+
+const std::array<uint32_t, 256>& byte_cp() {
+  static const std::array<uint32_t, 256> table = [] {
+    std::array<uint32_t, 256> t{};
+    uint32_t next = 0x100;
+    for (int b = 0; b < 256; ++b) {
+      const bool printable = (b >= 0x21 && b <= 0x7e) || (b >= 0xa1 && b <= 0xac) || (b >= 0xae);
+      t[size_t(b)] = printable ? uint32_t(b) : next++;
+    }
+    return t;
+  }();
+  return table;
+}
+
+const std::array<int16_t, kAlphabetEnd>& cp_byte() {
+  static const std::array<int16_t, kAlphabetEnd> table = [] {
+    std::array<int16_t, kAlphabetEnd> t;
+    t.fill(-1);
+    for (int b = 0; b < 256; ++b) t[byte_cp()[size_t(b)]] = int16_t(b);
+    return t;
+  }();
+  return table;
+}
+
+// The bytes a byte-level token text stands for; nullopt if a character is
+// outside the alphabet (then the text is not byte-level encoded).
+std::optional<std::string> alphabet_to_bytes(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  const auto* s = reinterpret_cast<const unsigned char*>(text.data());
+  for (size_t i = 0; i < text.size();) {
+    const int len = utf8_check(s + i, text.size() - i);
+    if (len <= 0) return std::nullopt;
+    const uint32_t cp = utf8_value(s + i, len);
+    if (cp >= kAlphabetEnd || cp_byte()[cp] < 0) return std::nullopt;
+    out += char(cp_byte()[cp]);
+    i += size_t(len);
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------
+// PCRE2
+// ---------------------------------------------------------------------------
+
+// Unicode White_Space, which is what \s means in the Oniguruma patterns of
+// HF tokenizers. NOTE: PCRE2's \s under UCP lacks U+0085 (NEL), so the
+// patterns are rewritten with this explicit class instead.
+constexpr const char* kWhiteSpace =
+    R"(\t\n\x0B\f\r\x{20}\x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000})";
+
+// Rewrites \s and \S of a patterns.h pattern into explicit White_Space classes.
+std::string pcre2_pattern(std::string_view src) {
+  std::string out;
+  bool in_class = false;
+  for (size_t i = 0; i < src.size(); ++i) {
+    const char c = src[i];
+    if (c == '\\' && i + 1 < src.size()) {
+      const char e = src[++i];
+      if (e == 's') {
+        out += in_class ? std::string(kWhiteSpace) : "[" + std::string(kWhiteSpace) + "]";
+      } else if (e == 'S') {
+        FUTR_ASSERT(!in_class);  // not used inside classes by any supported pattern
+        out += "[^" + std::string(kWhiteSpace) + "]";
+      } else {
+        out += c;
+        out += e;
+      }
+      continue;
+    }
+    if (c == '[' && !in_class) in_class = true;
+    else if (c == ']' && in_class) in_class = false;
+    out += c;
+  }
+  return out;
+}
+
+// One compiled pattern (UTF + UCP; invalid UTF-8 subjects allowed, their bad
+// bytes simply never match). Shared read-only by all threads.
+class Regex {
+ public:
+  explicit Regex(std::string_view pattern) {
+    int err = 0;
+    PCRE2_SIZE off = 0;
+    code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
+                          PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &err, &off, nullptr);
+    if (!code_) {
+      PCRE2_UCHAR msg[256];
+      pcre2_get_error_message(err, msg, sizeof msg);
+      fail("tokenizer: PCRE2 cannot compile pre-tokenizer pattern at offset {}: {}", size_t(off),
+           reinterpret_cast<const char*>(msg));
+    }
+    jit_ = pcre2_jit_compile(code_, PCRE2_JIT_COMPLETE) == 0;  // the interpreter if JIT is unavailable
+  }
+  ~Regex() { pcre2_code_free(code_); }
+  Regex(const Regex&) = delete;
+  Regex& operator=(const Regex&) = delete;
+  pcre2_code* code() const { return code_; }
+  bool jit() const { return jit_; }
+
+ private:
+  pcre2_code* code_ = nullptr;
+  bool jit_ = false;
+};
+
+// Per-call matching state: match data and a JIT stack big enough for long pieces.
+class Matcher {
+ public:
+  explicit Matcher(const Regex& re) : re_(re) {
+    md_ = pcre2_match_data_create_from_pattern(re.code(), nullptr);
+    ctx_ = pcre2_match_context_create(nullptr);
+    if (re.jit()) {
+      stack_ = pcre2_jit_stack_create(32 << 10, kJitStackMax, nullptr);
+      pcre2_jit_stack_assign(ctx_, nullptr, stack_);
+    }
+    FUTR_CHECK(md_ && ctx_ && (!re.jit() || stack_), "tokenizer: out of memory creating PCRE2 match data");
+  }
+  ~Matcher() {
+    pcre2_match_data_free(md_);
+    pcre2_match_context_free(ctx_);
+    if (stack_) pcre2_jit_stack_free(stack_);
+  }
+  Matcher(const Matcher&) = delete;
+  Matcher& operator=(const Matcher&) = delete;
+
+  // Calls emit(begin, end, true) for each match of the pattern in s[0..n) and
+  // emit(begin, end, false) for each stretch between matches, in order.
+  template <class F>
+  void split(const char* s, size_t n, F&& emit) {
+    size_t off = 0;
+    while (off < n) {
+      const int rc = pcre2_match(re_.code(), reinterpret_cast<PCRE2_SPTR>(s), n, off, 0, md_, ctx_);
+      if (rc == PCRE2_ERROR_NOMATCH) break;
+      if (rc < 0) {
+        PCRE2_UCHAR msg[256];
+        pcre2_get_error_message(rc, msg, sizeof msg);
+        fail("tokenizer: PCRE2 match failed at byte {}: {}", off, reinterpret_cast<const char*>(msg));
+      }
+      const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md_);
+      const size_t b = ov[0], e = ov[1];
+      FUTR_ASSERT(e > b && b >= off);  // every alternative of every pattern consumes a character
+      if (b > off) emit(off, b, false);
+      emit(b, e, true);
+      off = e;
+    }
+    if (off < n) emit(off, n, false);
+  }
+
+ private:
+  const Regex& re_;
+  pcre2_match_data* md_ = nullptr;
+  pcre2_match_context* ctx_ = nullptr;
+  pcre2_jit_stack* stack_ = nullptr;
+};
+
+enum class Pre { Gpt2, SmolLM, Llama3 };
+
+struct Merge {
+  int32_t rank;    // position in spec.merges: lower merges first
+  int32_t result;  // id of the merged token
+};
+
+uint64_t pair_key(int32_t a, int32_t b) { return (uint64_t(uint32_t(a)) << 32) | uint32_t(b); }
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Tables
+// ---------------------------------------------------------------------------
+
+struct Tokenizer::Impl {
+  std::vector<std::string> text;                // [vocab] vocabulary text of each id
+  std::vector<int32_t> type;                    // [vocab] GGUF token type
+  std::vector<std::string> bytes;               // [vocab] what decode emits for each id
+  std::vector<uint8_t> eog;                     // [vocab] 1: end of generation
+  StrMap<int32_t> id_of_text;                   // vocabulary text -> id (first occurrence)
+  StrMap<int32_t> id_of_bytes;                  // bytes -> normal token id (ignore_merges)
+  std::array<int32_t, 256> byte_token{};        // byte -> id of its one-character token (-1: none)
+  std::unordered_map<uint64_t, Merge> merges;   // (left id, right id) -> rank, result
+  std::array<std::vector<int32_t>, 256> special_by_first;  // first byte -> control/user-defined
+                                                           // ids, longest text first
+  Pre pre = Pre::Gpt2;
+  std::string pre_name;
+  bool ignore_merges = false;
+  int32_t bos = -1, eos = -1;
+  bool add_bos = false;
+  std::unique_ptr<Regex> split_re;  // the word pattern of `pre`
+  std::unique_ptr<Regex> digit_re;  // \p{N} (smollm only)
+
+  mutable std::mutex cache_mu;                        // guards cache
+  mutable StrMap<std::vector<int32_t>> cache;         // piece bytes -> ids
+
+  void bpe(std::string_view piece, std::vector<int32_t>& out) const;
+  void merge_loop(std::string_view piece, std::vector<int32_t>& out) const;
+  void encode_text(std::string_view text, Matcher& split, Matcher* digits, std::vector<int32_t>& out) const;
+};
+
+Tokenizer::Tokenizer(const TokenizerSpec& spec) : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  FUTR_CHECK(spec.model == "gpt2", "tokenizer: model '{}' is not supported (only byte-level BPE, 'gpt2')",
+             spec.model);
+  if (spec.pre == "gpt2") m.pre = Pre::Gpt2;
+  else if (spec.pre == "smollm") m.pre = Pre::SmolLM;
+  else if (spec.pre == "llama3") m.pre = Pre::Llama3;
+  else fail("tokenizer: pre-tokenizer '{}' is not supported (supported: gpt2, smollm, llama3)", spec.pre);
+  m.pre_name = spec.pre;
+  m.ignore_merges = spec.ignore_merges.value_or(m.pre == Pre::Llama3);
+
+  const size_t n = spec.tokens.size();
+  FUTR_CHECK(n > 0 && n < (size_t(1) << 31), "tokenizer: vocabulary size {} is invalid", n);
+  FUTR_CHECK(spec.token_types.empty() || spec.token_types.size() == n,
+             "tokenizer: {} token types for {} tokens", spec.token_types.size(), n);
+  auto check_id = [&](int32_t id, const char* what) {
+    FUTR_CHECK(id >= -1 && id < int64_t(n), "tokenizer: {} id {} is outside the vocabulary ({} tokens)", what, id,
+               n);
+  };
+  check_id(spec.bos, "bos");
+  check_id(spec.eos, "eos");
+  check_id(spec.unk, "unk");
+  check_id(spec.pad, "pad");
+  for (int32_t id : spec.extra_eos) check_id(id, "extra eos");
+  m.bos = spec.bos;
+  m.eos = spec.eos;
+  m.add_bos = spec.add_bos && spec.bos >= 0;
+
+  m.text = spec.tokens;
+  m.type = spec.token_types.empty() ? std::vector<int32_t>(n, kNormal) : spec.token_types;
+  m.bytes.resize(n);
+  m.eog.assign(n, 0);
+  if (m.eos >= 0) m.eog[size_t(m.eos)] = 1;
+  for (int32_t id : spec.extra_eos)
+    if (id >= 0) m.eog[size_t(id)] = 1;
+  m.id_of_text.reserve(n);
+  m.byte_token.fill(-1);
+
+  for (size_t i = 0; i < n; ++i) {
+    const std::string& t = m.text[i];
+    m.id_of_text.emplace(t, int32_t(i));
+    const int32_t ty = m.type[i];
+    if (ty == kControl || ty == kUserDefined) {
+      m.bytes[i] = t;  // special tokens are their text
+      if (!t.empty()) m.special_by_first[uint8_t(t[0])].push_back(int32_t(i));
+      continue;
+    }
+    // Normal (and unknown/unused/byte) tokens: through the alphabet when the
+    // text is byte-level encoded, else their text as is (HF's ByteLevel decoder).
+    std::optional<std::string> b = alphabet_to_bytes(t);
+    m.bytes[i] = b ? *b : t;
+    if (!b || b->empty() || ty != kNormal) continue;
+    m.id_of_bytes.emplace(*b, int32_t(i));
+    if (b->size() == 1 && m.byte_token[uint8_t((*b)[0])] < 0) m.byte_token[uint8_t((*b)[0])] = int32_t(i);
+  }
+  for (auto& v : m.special_by_first)
+    std::stable_sort(v.begin(), v.end(), [&](int32_t a, int32_t b) { return m.text[size_t(a)].size() > m.text[size_t(b)].size(); });
+
+  m.merges.reserve(spec.merges.size() * 2);
+  for (size_t r = 0; r < spec.merges.size(); ++r) {
+    const std::string& s = spec.merges[r];
+    const size_t sp = s.find(' ', 1);
+    FUTR_CHECK(sp != std::string::npos && sp + 1 < s.size(), "tokenizer: merge #{} '{}' is not 'a b'", r, s);
+    const std::string_view a(s.data(), sp), b(s.data() + sp + 1, s.size() - sp - 1);
+    auto ia = m.id_of_text.find(a), ib = m.id_of_text.find(b);
+    auto ir = m.id_of_text.find(std::string(a) + std::string(b));
+    FUTR_CHECK(ia != m.id_of_text.end() && ib != m.id_of_text.end(),
+               "tokenizer: merge #{} '{}' names a token that is not in the vocabulary", r, s);
+    FUTR_CHECK(ir != m.id_of_text.end(), "tokenizer: merge #{} '{}' makes '{}{}', which is not in the vocabulary",
+               r, s, a, b);
+    m.merges.emplace(pair_key(ia->second, ib->second), Merge{int32_t(r), ir->second});  // first rank wins
+  }
+
+  m.split_re = std::make_unique<Regex>(pcre2_pattern(m.pre == Pre::Llama3 ? pretok::kLlama3Pattern
+                                                                          : pretok::kGpt2Pattern));
+  if (m.pre == Pre::SmolLM) m.digit_re = std::make_unique<Regex>(R"(\p{N})");
+}
+
+Tokenizer::~Tokenizer() = default;
+Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
+Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
+
+// ---------------------------------------------------------------------------
+// BPE
+// ---------------------------------------------------------------------------
+
+// The merge loop over one piece: a doubly linked list of symbols and a heap of
+// candidate pairs ordered by (rank, position). A popped candidate is stale if
+// either symbol has changed since it was pushed (symbols only grow, so a
+// symbol that changed has a different id).
+void Tokenizer::Impl::merge_loop(std::string_view piece, std::vector<int32_t>& out) const {
+  struct Sym {
+    int32_t id;
+    int32_t prev, next;  // neighbours in the list, -1 at the ends
+  };
+  std::vector<Sym> sym;
+  sym.reserve(piece.size());
+  for (char c : piece) {
+    const int32_t id = byte_token[uint8_t(c)];
+    if (id < 0) continue;  // byte without a token: dropped (see tokenizer.h)
+    const int32_t i = int32_t(sym.size());
+    sym.push_back({id, i - 1, -1});
+    if (i > 0) sym[size_t(i - 1)].next = i;
+  }
+  struct Cand {
+    int32_t rank, left, left_id, right_id;
+    bool operator>(const Cand& o) const { return rank != o.rank ? rank > o.rank : left > o.left; }
+  };
+  std::priority_queue<Cand, std::vector<Cand>, std::greater<>> heap;
+  auto push = [&](int32_t left) {
+    if (left < 0) return;
+    const int32_t right = sym[size_t(left)].next;
+    if (right < 0) return;
+    auto it = merges.find(pair_key(sym[size_t(left)].id, sym[size_t(right)].id));
+    if (it != merges.end()) heap.push({it->second.rank, left, sym[size_t(left)].id, sym[size_t(right)].id});
+  };
+  for (int32_t i = 0; i + 1 < int32_t(sym.size()); ++i) push(i);
+  while (!heap.empty()) {
+    const Cand c = heap.top();
+    heap.pop();
+    Sym& l = sym[size_t(c.left)];
+    if (l.id != c.left_id || l.next < 0 || sym[size_t(l.next)].id != c.right_id) continue;  // stale
+    const int32_t r = l.next;
+    l.id = merges.at(pair_key(c.left_id, c.right_id)).result;
+    l.next = sym[size_t(r)].next;
+    if (l.next >= 0) sym[size_t(l.next)].prev = c.left;
+    sym[size_t(r)].id = -1;  // removed
+    push(l.prev);
+    push(c.left);
+  }
+  for (int32_t i = sym.empty() ? -1 : 0; i >= 0; i = sym[size_t(i)].next) out.push_back(sym[size_t(i)].id);
+}
+
+void Tokenizer::Impl::bpe(std::string_view piece, std::vector<int32_t>& out) const {
+  if (ignore_merges) {
+    if (auto it = id_of_bytes.find(piece); it != id_of_bytes.end()) {
+      out.push_back(it->second);
+      return;
+    }
+  }
+  if (piece.size() == 1) {
+    if (byte_token[uint8_t(piece[0])] >= 0) out.push_back(byte_token[uint8_t(piece[0])]);
+    return;
+  }
+  const bool cacheable = piece.size() <= kCacheMaxWord;
+  if (cacheable) {
+    std::lock_guard<std::mutex> lock(cache_mu);
+    if (auto it = cache.find(piece); it != cache.end()) {
+      out.insert(out.end(), it->second.begin(), it->second.end());
+      return;
+    }
+  }
+  const size_t start = out.size();
+  merge_loop(piece, out);
+  if (cacheable) {
+    std::lock_guard<std::mutex> lock(cache_mu);
+    if (cache.size() >= kCacheMaxEntries) cache.clear();
+    cache.emplace(std::string(piece), std::vector<int32_t>(out.begin() + std::ptrdiff_t(start), out.end()));
+  }
+}
+
+// Pre-tokenizes a stretch of text without special tokens and BPE-encodes each piece.
+void Tokenizer::Impl::encode_text(std::string_view text, Matcher& split, Matcher* digits,
+                                  std::vector<int32_t>& out) const {
+  auto words = [&](const char* s, size_t n) {
+    split.split(s, n, [&](size_t b, size_t e, bool) { bpe(std::string_view(s + b, e - b), out); });
+  };
+  if (!digits) {
+    words(text.data(), text.size());
+    return;
+  }
+  // smollm: every \p{N} character is a piece; the GPT-2 regex runs on each
+  // stretch between them as a subject of its own (so (?!\S) sees its end).
+  digits->split(text.data(), text.size(), [&](size_t b, size_t e, bool is_digit) {
+    if (is_digit) bpe(text.substr(b, e - b), out);
+    else words(text.data() + b, e - b);
+  });
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos, bool parse_special) const {
+  const Impl& m = *impl_;
+  std::vector<int32_t> out;
+  out.reserve(text.size() / 3 + 2);
+  if (add_bos) {
+    FUTR_CHECK(m.bos >= 0, "tokenizer: add_bos requested but the tokenizer has no BOS token");
+    out.push_back(m.bos);
+  }
+  Matcher split(*m.split_re);
+  std::optional<Matcher> digits;
+  if (m.digit_re) digits.emplace(*m.digit_re);
+
+  // Special tokens split the text; the stretches between them are encoded.
+  size_t start = 0;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const auto& cands = m.special_by_first[uint8_t(text[i])];
+    if (cands.empty()) continue;
+    for (int32_t id : cands) {  // longest first
+      if (m.type[size_t(id)] == kControl && !parse_special) continue;
+      const std::string& t = m.text[size_t(id)];
+      if (text.compare(i, t.size(), t) != 0) continue;
+      m.encode_text(text.substr(start, i - start), split, digits ? &*digits : nullptr, out);
+      out.push_back(id);
+      i += t.size() - 1;
+      start = i + 1;
+      break;
+    }
+  }
+  m.encode_text(text.substr(start), split, digits ? &*digits : nullptr, out);
+  return out;
+}
+
+// ---------------------------------------------------------------------------
+// Decoding and accessors
+// ---------------------------------------------------------------------------
+
+const std::string& Tokenizer::piece(int32_t id) const {
+  FUTR_CHECK(id >= 0 && size_t(id) < impl_->bytes.size(), "tokenizer: token id {} is outside the vocabulary ({} tokens)",
+             id, impl_->bytes.size());
+  return impl_->bytes[size_t(id)];
+}
+
+std::string Tokenizer::decode(std::span<const int32_t> ids) const {
+  std::string out;
+  for (int32_t id : ids) out += piece(id);
+  return out;
+}
+
+bool Tokenizer::is_eog(int32_t id) const {
+  return id >= 0 && size_t(id) < impl_->eog.size() && impl_->eog[size_t(id)];
+}
+bool Tokenizer::is_control(int32_t id) const {
+  return id >= 0 && size_t(id) < impl_->type.size() && impl_->type[size_t(id)] == kControl;
+}
+int32_t Tokenizer::vocab_size() const { return int32_t(impl_->text.size()); }
+int32_t Tokenizer::bos() const { return impl_->bos; }
+int32_t Tokenizer::eos() const { return impl_->eos; }
+bool Tokenizer::add_bos() const { return impl_->add_bos; }
+const std::string& Tokenizer::pre() const { return impl_->pre_name; }
+
+const std::string& Tokenizer::token_text(int32_t id) const {
+  FUTR_CHECK(id >= 0 && size_t(id) < impl_->text.size(), "tokenizer: token id {} is outside the vocabulary ({} tokens)",
+             id, impl_->text.size());
+  return impl_->text[size_t(id)];
+}
+
+std::optional<int32_t> Tokenizer::find_token(std::string_view text) const {
+  auto it = impl_->id_of_text.find(text);
+  if (it == impl_->id_of_text.end()) return std::nullopt;
+  return it->second;
+}
+
+// ---------------------------------------------------------------------------
+// Streaming
+// ---------------------------------------------------------------------------
+
+size_t utf8_sanitize(std::string_view in, bool final, std::string& out) {
+  const auto* s = reinterpret_cast<const unsigned char*>(in.data());
+  size_t i = 0;
+  while (i < in.size()) {
+    const int r = utf8_check(s + i, in.size() - i);
+    if (r > 0) {
+      out.append(in.data() + i, size_t(r));
+      i += size_t(r);
+    } else if (r < 0) {
+      utf8_append(out, 0xFFFD);
+      i += size_t(-r);
+    } else if (final) {  // incomplete at the very end, and nothing more will come
+      utf8_append(out, 0xFFFD);
+      i = in.size();
+    } else {
+      break;  // hold back
+    }
+  }
+  return i;
+}
+
+std::string StreamDecoder::push(int32_t id) {
+  pending_ += tok_->piece(id);
+  std::string out;
+  const size_t used = utf8_sanitize(pending_, false, out);
+  pending_.erase(0, used);
+  return out;
+}
+
+std::string StreamDecoder::flush() {
+  std::string out;
+  utf8_sanitize(pending_, true, out);
+  pending_.clear();
+  return out;
+}
+
+}  // namespace futr

@@ -1,0 +1,101 @@
+// futr::Tokenizer: byte-level BPE (GPT-2 family) built from a TokenizerSpec.
+//
+// encode(text):
+//   1. special tokens: control tokens (type 3, only when parse_special) and
+//      user-defined tokens (type 4, always) are found as whole strings,
+//      leftmost-longest, and emitted as their ids; the text between them goes on;
+//   2. pre-tokenizer (spec.pre), compiled once with PCRE2 (UTF + UCP, JIT):
+//        "gpt2"   the GPT-2 regex (patterns.h)
+//        "smollm" every \p{N} character is its own piece, then the GPT-2 regex
+//                 on each stretch between them (HF Sequence[Digits(individual),
+//                 ByteLevel(use_regex)])
+//        "llama3" the Llama-3 regex ((?i:'s|...), \p{N}{1,3}, ...)
+//      \s is Unicode White_Space as in the Oniguruma patterns of HF tokenizers.
+//      Bytes the regex cannot match (invalid UTF-8) become pieces of their own,
+//      so no input byte is lost and nothing crashes;
+//   3. BPE per piece: the piece's bytes start as the byte-level alphabet's
+//      single-character tokens (GPT-2 bytes_to_unicode: printable Latin-1 bytes
+//      map to themselves, the other 68 to U+0100..U+0143), then the adjacent
+//      pair of lowest merge rank is merged (leftmost first) until none is left.
+//      With ignore_merges a piece that is itself a token is emitted directly.
+//      Results are cached per piece. A byte whose single-character token is not
+//      in the vocabulary is dropped (what HF tokenizers does when unk_token is
+//      null, and llama.cpp always does); SmolLM2 lacks 21 such bytes, none of
+//      which occur in valid UTF-8 text except six C0 controls.
+//
+// decode(ids): normal tokens map back through the alphabet to bytes; control
+// and user-defined tokens are their text; invalid ids are a futr::Error.
+// StreamDecoder turns ids into printable text one at a time, holding back an
+// incomplete UTF-8 sequence until the token that completes it arrives.
+//
+// Tests: tests/tokenizer/tokenizer_test.cpp (units), tokenizer_reference_test.cpp
+// (the whole wiki.test.raw against HF tokenizers). docs/TOKENIZER.md.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tokenizer/spec.h"
+
+namespace futr {
+
+class Tokenizer {
+ public:
+  // Builds the tables and compiles the pre-tokenizer; futr::Error on an
+  // unsupported model/pre-tokenizer, ids out of range or merges naming unknown tokens.
+  explicit Tokenizer(const TokenizerSpec& spec);
+  ~Tokenizer();
+  Tokenizer(Tokenizer&&) noexcept;
+  Tokenizer& operator=(Tokenizer&&) noexcept;
+
+  // Token ids of `text` (any bytes). add_bos prepends bos() (error if there is none).
+  std::vector<int32_t> encode(std::string_view text, bool add_bos, bool parse_special) const;
+  // The bytes of the tokens, concatenated (may be invalid UTF-8 mid-stream).
+  std::string decode(std::span<const int32_t> ids) const;
+  // The bytes of one token; futr::Error for an invalid id.
+  const std::string& piece(int32_t id) const;
+
+  bool is_eog(int32_t id) const;      // eos or one of extra_eos
+  bool is_control(int32_t id) const;  // a control (special) token such as <|im_end|>
+  int32_t vocab_size() const;
+  int32_t bos() const;  // -1: none
+  int32_t eos() const;  // -1: none
+  bool add_bos() const;  // whether prompts should get bos (spec.add_bos)
+  const std::string& pre() const;  // the pre-tokenizer name
+  // The vocabulary's text of a token (byte-level alphabet for normal tokens).
+  const std::string& token_text(int32_t id) const;
+  // The id whose vocabulary text is exactly `text`, if any.
+  std::optional<int32_t> find_token(std::string_view text) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Streaming detokenizer: push() returns the text that is safe to print now,
+// always valid UTF-8. An incomplete sequence at the end is held back until the
+// next token completes it; invalid bytes become U+FFFD. flush() returns what is
+// held (as U+FFFD if it never completed) and resets.
+class StreamDecoder {
+ public:
+  explicit StreamDecoder(const Tokenizer& tok) : tok_(&tok) {}
+  std::string push(int32_t id);
+  std::string flush();
+
+ private:
+  const Tokenizer* tok_;
+  std::string pending_;  // bytes of an incomplete UTF-8 sequence (at most 3)
+};
+
+// Appends to `out` the longest prefix of `in` that can be printed now: valid
+// sequences as they are, invalid bytes as U+FFFD; returns how many bytes of
+// `in` were consumed (the rest is an incomplete but so far valid sequence).
+// With final = true everything is consumed.
+size_t utf8_sanitize(std::string_view in, bool final, std::string& out);
+
+}  // namespace futr
