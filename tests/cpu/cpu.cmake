@@ -1,0 +1,4 @@
+# CPU reference backend tests (src/cpu/).
+futr_add_test(cpu_ops_test SOURCES cpu/ops_test.cpp LIBS futr_cpu)
+futr_add_test(cpu_kv_cache_test SOURCES cpu/kv_cache_test.cpp LIBS futr_cpu)
+futr_add_test(cpu_forward_test SOURCES cpu/forward_test.cpp LIBS futr_cpu)
