@@ -1,0 +1,65 @@
+// load_model() dispatch: see loader.h.
+#include "formats/loader.h"
+
+#include <cstring>
+#include <fstream>
+
+#include "core/error.h"
+#include "formats/gguf.h"
+
+namespace futr {
+
+ModelFormat detect_model_format(const std::filesystem::path& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  FUTR_CHECK(!ec && fs::exists(st), "{}: no such file or directory", path.string());
+  if (fs::is_directory(st)) {
+    FUTR_CHECK(fs::is_regular_file(path / "config.json", ec),
+               "{}: a directory without config.json is not a Hugging Face model directory",
+               path.string());
+    return ModelFormat::kHfDirectory;
+  }
+  FUTR_CHECK(fs::is_regular_file(st), "{}: not a regular file or directory", path.string());
+  char magic[4] = {};
+  std::ifstream in(path, std::ios::binary);
+  FUTR_CHECK(in.good(), "{}: cannot open", path.string());
+  in.read(magic, 4);
+  if (in.gcount() == 4 && std::memcmp(magic, "GGUF", 4) == 0) return ModelFormat::kGguf;
+  // NOTE: the .futr quantized format (a later issue) is detected here by its magic.
+  if (path.extension() == ".safetensors")
+    fail("{}: a bare safetensors file has no model config; pass the directory that holds it and "
+         "its config.json",
+         path.string());
+  if (path.filename() == "config.json")
+    fail("{}: pass the model directory, not its config.json", path.string());
+  fail("{}: unrecognized model format (expected a GGUF file or a Hugging Face directory with "
+       "config.json)",
+       path.string());
+}
+
+Model load_model(const std::filesystem::path& path) {
+  switch (detect_model_format(path)) {
+    case ModelFormat::kGguf: return load_gguf_model(path, true);
+    case ModelFormat::kHfDirectory: break;
+  }
+  fail("{}: Hugging Face directories are not readable yet", path.string());
+}
+
+Model inspect_model(const std::filesystem::path& path) {
+  switch (detect_model_format(path)) {
+    case ModelFormat::kGguf: return load_gguf_model(path, false);
+    case ModelFormat::kHfDirectory: break;
+  }
+  fail("{}: Hugging Face directories are not readable yet", path.string());
+}
+
+TokenizerSpec load_tokenizer_spec(const std::filesystem::path& path) {
+  switch (detect_model_format(path)) {
+    case ModelFormat::kGguf: return gguf_tokenizer_spec(GgufFile(path));
+    case ModelFormat::kHfDirectory: break;
+  }
+  fail("{}: Hugging Face directories are not readable yet", path.string());
+}
+
+}  // namespace futr
