@@ -280,6 +280,7 @@ struct Tokenizer::Impl {
                                                            // ids, longest text first
   Pre pre = Pre::Gpt2;
   std::string pre_name;
+  std::string chat_template;
   bool ignore_merges = false;
   int32_t bos = -1, eos = -1;
   bool add_bos = false;
@@ -291,7 +292,8 @@ struct Tokenizer::Impl {
 
   void bpe(std::string_view piece, std::vector<int32_t>& out) const;
   void merge_loop(std::string_view piece, std::vector<int32_t>& out) const;
-  void encode_text(std::string_view text, Matcher& split, Matcher* digits, std::vector<int32_t>& out) const;
+  template <class F>
+  void pieces(std::string_view text, Matcher& split, Matcher* digits, F&& on_piece) const;
 };
 
 Tokenizer::Tokenizer(const TokenizerSpec& spec) : impl_(std::make_unique<Impl>()) {
@@ -303,6 +305,7 @@ Tokenizer::Tokenizer(const TokenizerSpec& spec) : impl_(std::make_unique<Impl>()
   else if (spec.pre == "llama3") m.pre = Pre::Llama3;
   else fail("tokenizer: pre-tokenizer '{}' is not supported (supported: gpt2, smollm, llama3)", spec.pre);
   m.pre_name = spec.pre;
+  m.chat_template = spec.chat_template;
   m.ignore_merges = spec.ignore_merges.value_or(m.pre == Pre::Llama3);
 
   const size_t n = spec.tokens.size();
@@ -455,21 +458,22 @@ void Tokenizer::Impl::bpe(std::string_view piece, std::vector<int32_t>& out) con
   }
 }
 
-// Pre-tokenizes a stretch of text without special tokens and BPE-encodes each piece.
-void Tokenizer::Impl::encode_text(std::string_view text, Matcher& split, Matcher* digits,
-                                  std::vector<int32_t>& out) const {
-  auto words = [&](const char* s, size_t n) {
-    split.split(s, n, [&](size_t b, size_t e, bool) { bpe(std::string_view(s + b, e - b), out); });
+// Pre-tokenizes a stretch of text without special tokens: on_piece(string_view)
+// for each piece, in order. The pieces cover the text exactly.
+template <class F>
+void Tokenizer::Impl::pieces(std::string_view text, Matcher& split, Matcher* digits, F&& on_piece) const {
+  auto words = [&](std::string_view s) {
+    split.split(s.data(), s.size(), [&](size_t b, size_t e, bool) { on_piece(s.substr(b, e - b)); });
   };
   if (!digits) {
-    words(text.data(), text.size());
+    words(text);
     return;
   }
   // smollm: every \p{N} character is a piece; the GPT-2 regex runs on each
   // stretch between them as a subject of its own (so (?!\S) sees its end).
   digits->split(text.data(), text.size(), [&](size_t b, size_t e, bool is_digit) {
-    if (is_digit) bpe(text.substr(b, e - b), out);
-    else words(text.data() + b, e - b);
+    if (is_digit) on_piece(text.substr(b, e - b));
+    else words(text.substr(b, e - b));
   });
 }
 
@@ -484,6 +488,8 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos, bool
   Matcher split(*m.split_re);
   std::optional<Matcher> digits;
   if (m.digit_re) digits.emplace(*m.digit_re);
+  Matcher* dm = digits ? &*digits : nullptr;
+  auto bpe_out = [&](std::string_view p) { m.bpe(p, out); };
 
   // Special tokens split the text; the stretches between them are encoded.
   size_t start = 0;
@@ -494,14 +500,23 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos, bool
       if (m.type[size_t(id)] == kControl && !parse_special) continue;
       const std::string& t = m.text[size_t(id)];
       if (text.compare(i, t.size(), t) != 0) continue;
-      m.encode_text(text.substr(start, i - start), split, digits ? &*digits : nullptr, out);
+      m.pieces(text.substr(start, i - start), split, dm, bpe_out);
       out.push_back(id);
       i += t.size() - 1;
       start = i + 1;
       break;
     }
   }
-  m.encode_text(text.substr(start), split, digits ? &*digits : nullptr, out);
+  m.pieces(text.substr(start), split, dm, bpe_out);
+  return out;
+}
+
+std::vector<std::string_view> Tokenizer::split_words(std::string_view text) const {
+  Matcher split(*impl_->split_re);
+  std::optional<Matcher> digits;
+  if (impl_->digit_re) digits.emplace(*impl_->digit_re);
+  std::vector<std::string_view> out;
+  impl_->pieces(text, split, digits ? &*digits : nullptr, [&](std::string_view p) { out.push_back(p); });
   return out;
 }
 
@@ -532,6 +547,7 @@ int32_t Tokenizer::bos() const { return impl_->bos; }
 int32_t Tokenizer::eos() const { return impl_->eos; }
 bool Tokenizer::add_bos() const { return impl_->add_bos; }
 const std::string& Tokenizer::pre() const { return impl_->pre_name; }
+const std::string& Tokenizer::chat_template() const { return impl_->chat_template; }
 
 const std::string& Tokenizer::token_text(int32_t id) const {
   FUTR_CHECK(id >= 0 && size_t(id) < impl_->text.size(), "tokenizer: token id {} is outside the vocabulary ({} tokens)",

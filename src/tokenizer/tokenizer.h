@@ -55,6 +55,8 @@ class Tokenizer {
 
   // Token ids of `text` (any bytes). add_bos prepends bos() (error if there is none).
   std::vector<int32_t> encode(std::string_view text, bool add_bos, bool parse_special) const;
+  // The pre-tokenizer's pieces of `text` (no special-token matching), views into text.
+  std::vector<std::string_view> split_words(std::string_view text) const;
   // The bytes of the tokens, concatenated (may be invalid UTF-8 mid-stream).
   std::string decode(std::span<const int32_t> ids) const;
   // The bytes of one token; futr::Error for an invalid id.
@@ -67,6 +69,7 @@ class Tokenizer {
   int32_t eos() const;  // -1: none
   bool add_bos() const;  // whether prompts should get bos (spec.add_bos)
   const std::string& pre() const;  // the pre-tokenizer name
+  const std::string& chat_template() const;  // spec.chat_template ("" if none); see chat.h
   // The vocabulary's text of a token (byte-level alphabet for normal tokens).
   const std::string& token_text(int32_t id) const;
   // The id whose vocabulary text is exactly `text`, if any.

@@ -1,0 +1,138 @@
+// Chat template recognition and rendering; the formats are described in chat.h.
+#include "tokenizer/chat.h"
+
+#include "core/error.h"
+#include "tokenizer/tokenizer.h"
+
+namespace futr {
+namespace {
+
+constexpr std::string_view kImStart = "<|im_start|>";
+constexpr std::string_view kImEnd = "<|im_end|>";
+constexpr std::string_view kStartHeader = "<|start_header_id|>";
+constexpr std::string_view kEndHeader = "<|end_header_id|>";
+constexpr std::string_view kEotId = "<|eot_id|>";
+
+// A Jinja string literal's body with its escapes resolved (\n, \t, \\, \', \").
+std::string unescape(std::string_view s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '\\' && i + 1 < s.size()) {
+      const char e = s[++i];
+      out += e == 'n' ? '\n' : e == 't' ? '\t' : e;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
+// Skips a newline at s[p] (a real one or the escape \n); npos if there is none.
+size_t skip_newline(std::string_view s, size_t p) {
+  if (s.substr(p, 1) == "\n") return p + 1;
+  if (s.substr(p, 2) == "\\n") return p + 2;
+  return std::string_view::npos;
+}
+
+// ChatML: the literal system prompt a template inserts, if any: the text
+// between "<|im_start|>system\n" and "<|im_end|>" in the source, provided it is
+// plain text (no quotes, braces or concatenation, i.e. not an expression).
+std::string chatml_default_system(std::string_view src) {
+  const std::string marker = std::string(kImStart) + "system";
+  for (size_t pos = src.find(marker); pos != std::string_view::npos; pos = src.find(marker, pos + 1)) {
+    const size_t b = skip_newline(src, pos + marker.size());
+    if (b == std::string_view::npos) continue;
+    const size_t e = src.find(kImEnd, b);
+    if (e == std::string_view::npos) continue;
+    const std::string_view body = src.substr(b, e - b);
+    if (body.empty() || body.find_first_of("'\"{}+") != std::string_view::npos) continue;
+    return unescape(body);
+  }
+  return {};
+}
+
+// The text of a literal that starts right after `prefix` and ends at a quote
+// or a newline (real or escaped); `def` if the prefix is absent.
+std::string literal_after(std::string_view src, std::string_view prefix, std::string def) {
+  const size_t p = src.find(prefix);
+  if (p == std::string_view::npos) return def;
+  size_t e = p + prefix.size();
+  while (e < src.size() && src[e] != '"' && src[e] != '\'' && src[e] != '\n' && src[e] != '\\') ++e;
+  return std::string(src.substr(p + prefix.size(), e - p - prefix.size()));
+}
+
+// Python's str.strip() over ASCII whitespace (Jinja's `trim` filter).
+std::string trim(std::string_view s) {
+  const char* ws = " \t\n\r\f\v";
+  const size_t b = s.find_first_not_of(ws);
+  if (b == std::string_view::npos) return {};
+  return std::string(s.substr(b, s.find_last_not_of(ws) - b + 1));
+}
+
+}  // namespace
+
+ChatTemplate ChatTemplate::from_source(std::string_view src, std::string bos_text) {
+  FUTR_CHECK(!src.empty(), "chat: the model has no chat template; run without --chat (the prompt is then "
+             "used as is)");
+  ChatTemplate t;
+  t.bos_text_ = std::move(bos_text);
+  t.trim_ = src.find("| trim") != std::string_view::npos || src.find("|trim") != std::string_view::npos;
+  if (src.find(kStartHeader) != std::string_view::npos && src.find(kEotId) != std::string_view::npos) {
+    t.family_ = ChatFamily::Llama3;
+    t.emits_bos_ = src.find("bos_token") != std::string_view::npos;
+    t.dated_system_ = src.find("Cutting Knowledge Date") != std::string_view::npos;
+    t.knowledge_date_ = literal_after(src, "Cutting Knowledge Date: ", "December 2023");
+    t.today_date_ = literal_after(src, "date_string = \"", "26 Jul 2024");
+    return t;
+  }
+  if (src.find(kImStart) != std::string_view::npos && src.find(kImEnd) != std::string_view::npos) {
+    t.family_ = ChatFamily::ChatML;
+    t.emits_bos_ = false;  // NOTE: ChatML templates do not start with BOS
+    t.default_system_ = chatml_default_system(src);
+    return t;
+  }
+  std::string head(src.substr(0, 120));
+  for (char& c : head)
+    if (c == '\n') c = ' ';
+  fail("chat: the model's chat template is not recognised (supported: ChatML with <|im_start|>, Llama-3 with "
+       "<|start_header_id|>); template begins: \"{}{}\". Run without --chat to use the prompt as is",
+       head, src.size() > head.size() ? "..." : "");
+}
+
+ChatTemplate ChatTemplate::for_tokenizer(const Tokenizer& tok) {
+  return from_source(tok.chat_template(), tok.bos() >= 0 ? tok.token_text(tok.bos()) : std::string());
+}
+
+const char* ChatTemplate::family_name() const { return family_ == ChatFamily::ChatML ? "chatml" : "llama3"; }
+
+std::string ChatTemplate::apply(std::span<const ChatMessage> messages, bool add_generation_prompt) const {
+  auto content = [&](const ChatMessage& m) { return trim_ ? trim(m.content) : m.content; };
+  std::string out;
+  if (family_ == ChatFamily::ChatML) {
+    const bool has_system = !messages.empty() && messages[0].role == "system";
+    if (!has_system && !default_system_.empty())
+      out += std::string(kImStart) + "system\n" + default_system_ + std::string(kImEnd) + "\n";
+    for (const ChatMessage& m : messages)
+      out += std::string(kImStart) + m.role + "\n" + content(m) + std::string(kImEnd) + "\n";
+    if (add_generation_prompt) out += std::string(kImStart) + "assistant\n";
+    return out;
+  }
+  // Llama-3
+  auto header = [](const std::string& role) {
+    return std::string(kStartHeader) + role + std::string(kEndHeader) + "\n\n";
+  };
+  if (emits_bos_) out += bos_text_;
+  size_t first = 0;
+  if (dated_system_) {
+    const bool has_system = !messages.empty() && messages[0].role == "system";
+    out += header("system") + "Cutting Knowledge Date: " + knowledge_date_ + "\nToday Date: " + today_date_ +
+           "\n\n" + (has_system ? trim(messages[0].content) : std::string()) + std::string(kEotId);
+    first = has_system ? 1 : 0;
+  }
+  for (size_t i = first; i < messages.size(); ++i)
+    out += header(messages[i].role) + content(messages[i]) + std::string(kEotId);
+  if (add_generation_prompt) out += header("assistant");
+  return out;
+}
+
+}  // namespace futr

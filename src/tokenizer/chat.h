@@ -1,0 +1,76 @@
+// Chat prompts for instruct models (`futr generate --chat`).
+//
+// A model's chat template is Jinja source; futr does not interpret Jinja.
+// It recognises the template's family from marker strings and renders that
+// family's format itself:
+//
+//   ChatML (SmolLM2-Instruct, Qwen, ...), marker <|im_start|>:
+//     [<|im_start|>system\n{default system}<|im_end|>\n]   if the template inserts a
+//                                                          literal default system prompt and
+//                                                          the first message is not "system"
+//     <|im_start|>{role}\n{content}<|im_end|>\n            per message
+//     <|im_start|>assistant\n                              generation prompt
+//
+//   Llama-3 (3.0 .. 3.3), marker <|start_header_id|>:
+//     {bos}                                                if the template uses bos_token
+//     <|start_header_id|>system<|end_header_id|>\n\n       Llama-3.1+ (the template mentions
+//       Cutting Knowledge Date: December 2023\n            "Cutting Knowledge Date"): always,
+//       Today Date: 26 Jul 2024\n\n{system}<|eot_id|>      with the template's fixed dates
+//     <|start_header_id|>{role}<|end_header_id|>\n\n{content}<|eot_id|>   per message
+//     <|start_header_id|>assistant<|end_header_id|>\n\n   generation prompt
+//   Contents are trimmed when the template applies `| trim` (all Llama-3 templates do).
+//
+// Anything else (or no template) is a futr::Error that suggests running
+// without --chat. Tools, images and multi-part contents are not supported.
+//
+// Encode the result with parse_special = true, and add_bos = !emits_bos() &&
+// tokenizer.add_bos(), so that BOS is not doubled.
+// Tests: tests/tokenizer/chat_test.cpp.
+#pragma once
+
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace futr {
+
+class Tokenizer;
+
+struct ChatMessage {
+  std::string role;     // "system" | "user" | "assistant" (passed through as written)
+  std::string content;  // plain text
+};
+
+enum class ChatFamily { ChatML, Llama3 };
+
+class ChatTemplate {
+ public:
+  // Recognises `source` (Jinja). bos_text: the BOS token's text, used where the
+  // template emits bos_token. futr::Error if empty or not recognised.
+  static ChatTemplate from_source(std::string_view source, std::string bos_text);
+  // The template of a tokenizer (spec.chat_template) with its BOS text.
+  static ChatTemplate for_tokenizer(const Tokenizer& tok);
+
+  ChatFamily family() const { return family_; }
+  const char* family_name() const;
+  // The system prompt inserted when the conversation has none ("" = none).
+  const std::string& default_system() const { return default_system_; }
+  // Whether apply() puts the BOS text at the start of the prompt.
+  bool emits_bos() const { return emits_bos_; }
+
+  // The prompt for `messages`, ending with the assistant's header when
+  // add_generation_prompt is true.
+  std::string apply(std::span<const ChatMessage> messages, bool add_generation_prompt = true) const;
+
+ private:
+  ChatFamily family_ = ChatFamily::ChatML;
+  std::string default_system_;  // ChatML: inserted before a conversation without a system message
+  std::string bos_text_;        // text of the BOS token
+  bool emits_bos_ = false;      // template writes bos_token
+  bool trim_ = false;           // template trims contents (`| trim`)
+  bool dated_system_ = false;   // Llama-3.1+: system block with knowledge/today dates, always
+  std::string knowledge_date_;  // "December 2023"
+  std::string today_date_;      // "26 Jul 2024"
+};
+
+}  // namespace futr
