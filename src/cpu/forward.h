@@ -68,6 +68,7 @@ class Forward {
   const ModelConfig& config() const { return config_; }
   const CpuWeights& weights() const { return weights_; }
   KvCache& cache() { return cache_; }
+  const KvCache& cache() const { return cache_; }
 
  private:
   // One chunk of at most max_batch_ tokens; logits rows [first_logit, n)

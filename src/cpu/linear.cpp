@@ -2,10 +2,14 @@
 #include "cpu/linear.h"
 
 #include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
 
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "cpu/threads.h"
 
 namespace futr::cpu {
 
@@ -41,15 +45,33 @@ std::string DenseLinear::describe() const { return fmt::format("fp32 [{}, {}]", 
 
 void DenseLinear::forward(const float* x, int64_t m, float* y) {
   FUTR_ASSERT(m >= 1);
-  if (m == 1) {
-    // One row: y[N] = W[N, K] x[K], a matrix-vector product (memory bound).
-    cblas_sgemv(CblasRowMajor, CblasNoTrans, blasint(out_), blasint(in_), 1.0f, w_, blasint(in_),
-                x, 1, 0.0f, y, 1);
-    return;
+  gemm_xwt(x, m, w_, out_, in_, y);
+}
+
+void gemm_xwt(const float* x, int64_t m, const float* w, int64_t n, int64_t k, float* y) {
+  // NOTE: one thread pool (OpenMP) for everything: OpenBLAS runs single-threaded
+  // inside each OpenMP thread (cpu/threads.h says why). The output columns are
+  // split into one contiguous slice per thread, rounded to 16 columns.
+  ensure_single_threaded_blas();
+#pragma omp parallel
+  {
+    const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
+    const int64_t per = (n + threads - 1) / threads;
+    const int64_t slice = (per + 15) / 16 * 16;
+    const int64_t n0 = std::min(n, t * slice), n1 = std::min(n, n0 + slice);
+    if (n1 > n0) {
+      if (m == 1) {
+        // One row: y[n0:n1] = W[n0:n1, :] x, a matrix-vector product (memory bound).
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, blasint(n1 - n0), blasint(k), 1.0f, w + n0 * k,
+                    blasint(k), x, 1, 0.0f, y + n0, 1);
+      } else {
+        // y[:, n0:n1] = x[m, K] * W[n0:n1, K]^T
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, blasint(m), blasint(n1 - n0),
+                    blasint(k), 1.0f, x, blasint(k), w + n0 * k, blasint(k), 0.0f, y + n0,
+                    blasint(n));
+      }
+    }
   }
-  // y[m, N] = x[m, K] * W[N, K]^T
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, blasint(m), blasint(out_), blasint(in_),
-              1.0f, x, blasint(in_), w_, blasint(in_), 0.0f, y, blasint(out_));
 }
 
 }  // namespace futr::cpu

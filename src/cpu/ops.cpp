@@ -2,6 +2,7 @@
 #include "cpu/ops.h"
 
 #include <cblas.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -10,8 +11,13 @@
 #include <numbers>
 
 #include "core/error.h"
+#include "cpu/threads.h"
 
 namespace futr::cpu {
+
+// Elementwise steps smaller than this run on the calling thread (a parallel
+// region costs a few microseconds; a decode step's vectors are ~1000 values).
+constexpr int64_t kParallelMin = 1 << 14;
 
 void embed(const float* table, int64_t vocab, int hidden, std::span<const int32_t> tokens,
            float* x) {
@@ -25,7 +31,7 @@ void embed(const float* table, int64_t vocab, int hidden, std::span<const int32_
 }
 
 void rmsnorm(const float* x, const float* g, float* y, int64_t n, int d, float eps) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n * d >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     const float* xi = x + i * d;
     float* yi = y + i * d;
@@ -92,7 +98,7 @@ void apply_rope(float* x, int64_t n, int heads, int64_t ld, int pos0, const Rope
   FUTR_CHECK(pos0 >= 0 && pos0 + n <= table.max_pos,
              "RoPE: positions {}..{} exceed the table ({} positions)", pos0, pos0 + n - 1,
              table.max_pos);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n * heads * D >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     const float* c = table.cos.data() + size_t(pos0 + i) * size_t(half);
     const float* s = table.sin.data() + size_t(pos0 + i) * size_t(half);
@@ -115,20 +121,29 @@ void causal_attention(const float* q, int64_t ldq, int n, int pos0, int n_heads,
   const int group = n_heads / n_kv;  // query heads per KV head
   const float scale = float(1.0 / std::sqrt(double(head_dim)));
   constexpr int kBlock = 128;  // query rows per GEMM block
-  scratch.scores.resize(size_t(std::min(n, kBlock)) * size_t(kv.len));
+  const int blocks = (n + kBlock - 1) / kBlock;
+  const int tasks = n_heads * blocks;  // one task: one head, one block of query rows
+  scratch.scores.resize(size_t(omp_get_max_threads()));
+  ensure_single_threaded_blas();
 
-  for (int h = 0; h < n_heads; ++h) {
-    const KvHeadView& g = kv.heads[size_t(h / group)];
-    for (int i0 = 0; i0 < n; i0 += kBlock) {
+#pragma omp parallel
+  {
+    std::vector<float>& S_buf = scratch.scores[size_t(omp_get_thread_num())];
+    S_buf.resize(size_t(std::min(n, kBlock)) * size_t(kv.len));
+    // Largest blocks (the last rows see the most keys) first.
+#pragma omp for schedule(dynamic, 1)
+    for (int task = 0; task < tasks; ++task) {
+      const int h = task % n_heads, b = blocks - 1 - task / n_heads;
+      const KvHeadView& g = kv.heads[size_t(h / group)];
+      const int i0 = b * kBlock;
       const int rows = std::min(kBlock, n - i0);
       const int keys = pos0 + i0 + rows;  // keys visible to the block's last row
-      float* S = scratch.scores.data();   // [rows, keys]
+      float* S = S_buf.data();            // [rows, keys]
       // S = scale * Q_h[i0:i0+rows] K_g[0:keys]^T
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, head_dim, scale,
                   q + int64_t(i0) * ldq + int64_t(h) * head_dim, blasint(ldq), g.k,
                   blasint(g.ld), 0.0f, S, keys);
       // Causal softmax per row: row r (position pos0 + i0 + r) sees keys 0..pos0+i0+r.
-#pragma omp parallel for schedule(static)
       for (int r = 0; r < rows; ++r) {
         float* s = S + size_t(r) * size_t(keys);
         const int visible = pos0 + i0 + r + 1;
@@ -152,7 +167,7 @@ void causal_attention(const float* q, int64_t ldq, int n, int pos0, int n_heads,
 }
 
 void swiglu(const float* gate, const float* up, float* out, int64_t count) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (count >= kParallelMin)
   for (int64_t i = 0; i < count; ++i) {
     const float g = gate[i];
     out[i] = g / (1.0f + std::exp(-g)) * up[i];
@@ -160,7 +175,7 @@ void swiglu(const float* gate, const float* up, float* out, int64_t count) {
 }
 
 void add_inplace(float* x, const float* y, int64_t count) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (count >= kParallelMin)
   for (int64_t i = 0; i < count; ++i) x[i] += y[i];
 }
 

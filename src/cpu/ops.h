@@ -74,10 +74,11 @@ void apply_rope(float* x, int64_t n, int heads, int64_t ld, int pos0, const Rope
 //   out   = sum_t a_t v_t
 // q: [n, n_heads * head_dim] with row stride ldq; out likewise with ldo.
 // kv.len must be pos0 + n (the new rows are already in the cache).
-// S = Q K^T and O = A V run as cblas_sgemm per head and block of 128 query
-// rows (only keys up to the block's last position), the softmax in OpenMP.
+// S = Q K^T and O = A V run as single-threaded cblas_sgemm per task (one
+// head, one block of 128 query rows, only keys up to the block's last
+// position), the tasks spread over the OpenMP threads.
 struct AttentionScratch {
-  std::vector<float> scores;  // [rows of a block, visible keys]
+  std::vector<std::vector<float>> scores;  // per thread: [rows of a block, visible keys]
 };
 void causal_attention(const float* q, int64_t ldq, int n, int pos0, int n_heads, int head_dim,
                       const KvLayerView& kv, float* out, int64_t ldo, AttentionScratch& scratch);

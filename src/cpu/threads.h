@@ -1,19 +1,29 @@
-// Thread control of the CPU reference backend: OpenBLAS runs the GEMMs with
-// its own thread pool, OpenMP runs attention's softmax and the elementwise
-// steps. Both are set to the same count (they run one after the other, never
-// nested).
+// Thread control of the CPU reference backend.
+//
+// One thread pool: OpenMP. Every parallel step (GEMM column slices in
+// cpu/linear.cpp, attention tasks and elementwise loops in cpu/ops.cpp) is an
+// OpenMP region, and OpenBLAS is called single-threaded from inside it.
+//
+// NOTE: the first version let OpenBLAS (pthreads build) run its own threads
+// for GEMMs beside OpenMP for the rest. On the 2-core machine the two pools
+// spin-wait against each other after every region: decode ran at 9 tokens/s
+// with 2 threads against 25 with 1 (and 44 with GOMP_SPINCOUNT=0). With one
+// pool there is nothing to compete with (docs/CPU_BACKEND.md).
 #pragma once
 
 #include <string>
 
 namespace futr::cpu {
 
-// Sets both pools to n threads (n <= 0: all hardware threads). Returns the
-// count in use.
+// Uses n OpenMP threads (n <= 0: all hardware threads) and sets OpenBLAS to
+// one thread. Returns the count in use.
 int set_num_threads(int n);
-// Threads currently used by OpenMP regions.
+// Sets OpenBLAS to one thread once per process (called by every BLAS user in
+// futr_cpu, so a program that never calls set_num_threads() is still right).
+void ensure_single_threaded_blas();
+// Threads OpenMP regions use.
 int num_threads();
-// "OpenBLAS <config>, OpenMP <n> threads" for reports.
+// A line for reports: OpenMP threads and the OpenBLAS build.
 std::string threading_info();
 
 }  // namespace futr::cpu

@@ -1,0 +1,52 @@
+// Helpers shared by the `futr` subcommands: the model/backend options every
+// command takes, the default model, reading files, timing.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <string>
+
+#include "cli/backend.h"
+#include "model/model.h"
+
+namespace futr::cli {
+
+// --model, --ctx, --threads, --backend.
+struct RunOptions {
+  std::string model;       // "" -> default_model_path()
+  int ctx = 0;             // command-specific default when 0
+  int threads = 0;         // 0: all hardware threads
+  std::string backend = "auto";
+};
+
+// Adds --model, --threads and --backend (not --ctx: its default differs per
+// command) to `app`.
+void add_run_options(CLI::App* app, RunOptions& o);
+
+// FUTR_DEFAULT_MODEL (compile definition set in the top-level CMakeLists).
+std::string default_model_path();
+
+// Loads o.model (or the default model, with a hint to run
+// scripts/fetch-model.sh when it is missing). futr::Error on failure.
+Model load_model_for_cli(const RunOptions& o);
+
+// The whole file as bytes; futr::Error naming it when it cannot be read.
+std::string read_file_bytes(const std::string& path);
+
+// Everything on stdin as bytes.
+std::string read_stdin_bytes();
+
+// Seconds since construction.
+class Stopwatch {
+ public:
+  Stopwatch() : t0_(std::chrono::steady_clock::now()) {}
+  double seconds() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+  }
+
+ private:
+  std::chrono::steady_clock::time_point t0_;
+};
+
+}  // namespace futr::cli

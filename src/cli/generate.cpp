@@ -1,0 +1,160 @@
+// `futr generate [PROMPT]`: continue a prompt (argument or stdin), streaming
+// the text to stdout token by token.
+//
+//   1. tokenize the prompt (with --chat: first format it as one user turn
+//      with the model's chat template, then special tokens in it are parsed);
+//   2. prefill: one eval() of the whole prompt, logits of the last position;
+//   3. repeat: sample a token (cli/sampler.h), stop if it ends generation
+//      (EOS/EOT) or --max-tokens were produced; print its text through a
+//      StreamDecoder (UTF-8 sequences split across tokens are held back until
+//      complete) and flush; eval() the token alone (decode step).
+//   4. stderr: prompt and generation token counts, times and tokens/s.
+//
+// A prompt longer than the context is an error; reaching the context during
+// generation stops it with a note.
+#include "cli/commands.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <memory>
+#include <random>
+
+#include <fmt/format.h>
+
+#include "cli/common.h"
+#include "cli/sampler.h"
+#include "core/error.h"
+#include "tokenizer/chat.h"
+#include "tokenizer/tokenizer.h"
+
+namespace futr::cli {
+
+namespace {
+
+struct GenerateOptions {
+  RunOptions run;
+  std::string prompt;
+  bool prompt_given = false;
+  bool chat = false;
+  std::string system;        // --system (chat only)
+  int max_tokens = 256;
+  SamplerConfig sampler;
+  bool seed_given = false;
+  bool quiet = false;        // no statistics on stderr
+};
+
+void write_out(const std::string& s) {
+  if (s.empty()) return;
+  std::fwrite(s.data(), 1, s.size(), stdout);
+  std::fflush(stdout);
+}
+
+void run_generate(GenerateOptions o) {
+  if (!o.prompt_given) o.prompt = read_stdin_bytes();
+  FUTR_CHECK(o.max_tokens >= 0, "--max-tokens must be >= 0 (got {})", o.max_tokens);
+  if (!o.seed_given) o.sampler.seed = std::random_device{}();
+  Sampler sampler(o.sampler);  // validates temperature / top-p before the model loads
+
+  const Model model = load_model_for_cli(o.run);
+  FUTR_CHECK(!model.tokenizer.tokens.empty(), "{}: the model has no tokenizer", model.path);
+  const Tokenizer tok(model.tokenizer);
+
+  std::vector<int32_t> prompt;
+  if (o.chat) {
+    std::vector<ChatMessage> messages;
+    if (!o.system.empty()) messages.push_back({"system", o.system});
+    messages.push_back({"user", o.prompt});
+    const ChatTemplate tmpl = ChatTemplate::for_tokenizer(tok);
+    const std::string text = tmpl.apply(messages, /*add_generation_prompt=*/true);
+    // The template may write BOS itself; do not add a second one.
+    prompt = tok.encode(text, !tmpl.emits_bos() && tok.add_bos(), /*parse_special=*/true);
+  } else {
+    FUTR_CHECK(o.system.empty(), "--system needs --chat");
+    prompt = tok.encode(o.prompt, tok.add_bos(), /*parse_special=*/false);
+  }
+  FUTR_CHECK(!prompt.empty(), "the prompt is empty (give it as an argument or on stdin)");
+
+  BackendOptions bo;
+  bo.kind = o.run.backend;
+  bo.ctx = o.run.ctx > 0 ? o.run.ctx : std::min(model.config.max_context, 4096);
+  bo.threads = o.run.threads;
+  FUTR_CHECK(int64_t(prompt.size()) <= bo.ctx,
+             "the prompt has {} tokens, more than the context of {} (use a larger --ctx)",
+             prompt.size(), bo.ctx);
+  std::unique_ptr<Backend> backend = make_backend(model, bo);
+
+  // --- prefill ---
+  Stopwatch t_prompt;
+  Tensor logits = backend->eval(prompt, int(prompt.size()) - 1);
+  const double prompt_s = t_prompt.seconds();
+
+  // --- decode ---
+  StreamDecoder out(tok);
+  int generated = 0, steps = 0;
+  bool context_full = false;
+  Stopwatch t_gen;
+  while (generated < o.max_tokens) {
+    const int32_t next = sampler.sample({logits.row(0), size_t(logits.dim(1))});
+    if (tok.is_eog(next)) break;
+    ++generated;
+    write_out(out.push(next));
+    if (generated == o.max_tokens) break;
+    if (backend->position() >= backend->capacity()) {
+      context_full = true;
+      break;
+    }
+    const int32_t one[1] = {next};
+    logits = backend->eval(one, 0);
+    ++steps;
+  }
+  const double gen_s = t_gen.seconds();
+  write_out(out.flush());
+  write_out("\n");
+
+  if (context_full)
+    fmt::print(stderr, "futr: stopped: the context of {} tokens is full (use a larger --ctx)\n",
+               backend->capacity());
+  if (!o.quiet) {
+    fmt::print(stderr, "futr: {} | {}\n", model.path, backend->describe());
+    fmt::print(stderr, "futr: prompt     {:5} tokens in {:7.3f} s ({:8.1f} tokens/s)\n",
+               prompt.size(), prompt_s, double(prompt.size()) / std::max(prompt_s, 1e-9));
+    fmt::print(stderr,
+               "futr: generation {:5} tokens in {:7.3f} s ({:8.1f} tokens/s, {} decode steps)\n",
+               generated, gen_s, steps > 0 ? double(steps) / std::max(gen_s, 1e-9) : 0.0, steps);
+    if (o.sampler.temperature > 0)
+      fmt::print(stderr, "futr: sampling temperature {} top-k {} top-p {} seed {}\n",
+                 o.sampler.temperature, o.sampler.top_k, o.sampler.top_p, o.sampler.seed);
+  }
+}
+
+}  // namespace
+
+void add_generate_command(CLI::App& app) {
+  auto o = std::make_shared<GenerateOptions>();
+  CLI::App* sub = app.add_subcommand("generate", "Continue a prompt, streaming tokens to stdout");
+  CLI::Option* prompt = sub->add_option("prompt", o->prompt, "Prompt text (default: read stdin)");
+  add_run_options(sub, o->run);
+  sub->add_option("-c,--ctx", o->run.ctx,
+                  "Context length in tokens (default: the model's, at most 4096)");
+  sub->add_flag("--chat", o->chat, "Format the prompt as a user message with the chat template");
+  sub->add_option("--system", o->system, "System message (with --chat)");
+  sub->add_option("-n,--max-tokens", o->max_tokens, "Tokens to generate at most")
+      ->capture_default_str();
+  sub->add_option("--temperature", o->sampler.temperature, "Sampling temperature; 0 = greedy")
+      ->capture_default_str();
+  sub->add_option("--top-k", o->sampler.top_k, "Keep the k most likely tokens (0: all)")
+      ->capture_default_str();
+  sub->add_option("--top-p", o->sampler.top_p, "Nucleus: keep the most likely tokens up to this "
+                  "probability mass")->capture_default_str();
+  CLI::Option* seed = sub->add_option("--seed", o->sampler.seed, "Random seed (default: random)");
+  sub->add_flag("-q,--quiet", o->quiet, "No statistics on stderr");
+  sub->callback([o, prompt, seed] {
+    GenerateOptions copy = *o;
+    copy.prompt_given = prompt->count() > 0;
+    copy.seed_given = seed->count() > 0;
+    run_generate(copy);
+  });
+}
+
+}  // namespace futr::cli

@@ -1,0 +1,52 @@
+// futr: the FuTransformer command-line tool.
+//
+//   futr generate [PROMPT]      continue a prompt (cli/generate.cpp)
+//   futr perplexity [FILE]      perplexity on a text (cli/perplexity.cpp)
+//   futr info [MODEL]           model config and tensors (cli/info_command.h, if built)
+//
+// Every failure (bad flags, missing files, a prompt longer than the context,
+// a broken model) prints one message on stderr and exits with status 1.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <exception>
+#include <new>
+
+#include <fmt/format.h>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#if FUTR_HAVE_INFO_COMMAND
+#include "cli/info_command.h"
+#endif
+
+int main(int argc, char** argv) {
+  CLI::App app{"futr: FuTransformer, Llama-style inference (CPU reference backend; Hopper GPU "
+               "kernels in progress)"};
+  app.set_version_flag("--version", std::string("futr ") + FUTR_GIT_COMMIT);
+  app.require_subcommand(1);
+  futr::cli::add_generate_command(app);
+  futr::cli::add_perplexity_command(app);
+#if FUTR_HAVE_INFO_COMMAND
+  add_info_command(app);
+#endif
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help and --version exit 0; every usage error exits 1.
+    return app.exit(e) == 0 ? 0 : 1;
+  } catch (const futr::Error& e) {
+    std::fflush(stdout);
+    fmt::print(stderr, "futr: error: {}\n", e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::fflush(stdout);
+    fmt::print(stderr, "futr: error: out of memory\n");
+    return 1;
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    fmt::print(stderr, "futr: error: {}\n", e.what());
+    return 1;
+  }
+  return 0;
+}

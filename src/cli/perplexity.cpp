@@ -1,0 +1,165 @@
+// `futr perplexity [FILE]`: perplexity of a model on a text file, evaluated in
+// context windows (cli/perplexity_eval.h has the window rule and the
+// statistics). The text is read as bytes and tokenized whole (with BOS first
+// if the model's tokenizer adds one), then cut to --max-tokens.
+//
+// Output: a progress bar on stderr (scored/total targets, tokens/s, ETA,
+// running perplexity) and `perplexity = X +- SE` on stdout, or with --json one
+// JSON object: ppl, stderr, nll_mean, nll_stderr, tokens (scored), tokens_evaluated,
+// text_tokens, windows, ctx, stride, seconds, tokens_per_second, model,
+// text_file, backend.
+#include "cli/commands.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <memory>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/common.h"
+#include "cli/perplexity_eval.h"
+#include "core/error.h"
+#include "tokenizer/tokenizer.h"
+
+#ifndef FUTR_DEFAULT_TEXT
+#define FUTR_DEFAULT_TEXT "../shared/data/wikitext-2-raw/wiki.test.raw"
+#endif
+
+namespace futr::cli {
+
+namespace {
+
+struct PerplexityOptions {
+  RunOptions run;
+  std::string file = FUTR_DEFAULT_TEXT;
+  int stride = 0;            // 0: ctx
+  int64_t max_tokens = 0;    // 0: all
+  int batch = 512;           // tokens per eval() call
+  bool json = false;
+  bool quiet = false;        // no progress bar
+};
+
+std::string hms(double s) {
+  if (!std::isfinite(s) || s < 0) return "--:--";
+  const int64_t t = int64_t(s + 0.5);
+  if (t >= 3600) return fmt::format("{}:{:02}:{:02}", t / 3600, t / 60 % 60, t % 60);
+  return fmt::format("{:02}:{:02}", t / 60, t % 60);
+}
+
+// Progress bar on stderr: redrawn in place on a terminal (at most 5 times a
+// second), one line every 10 s otherwise (logs).
+class ProgressBar {
+ public:
+  explicit ProgressBar(bool enabled) : enabled_(enabled), tty_(isatty(STDERR_FILENO) != 0) {}
+  void update(const PplProgress& p) {
+    if (!enabled_) return;
+    const bool done = p.scored == p.total;
+    if (!done && p.seconds - last_ < (tty_ ? 0.2 : 10.0)) return;
+    last_ = p.seconds;
+    const double frac = p.total ? double(p.scored) / double(p.total) : 1.0;
+    const int width = 30, fill = int(frac * width);
+    const double rate = p.seconds > 0 ? double(p.evaluated) / p.seconds : 0.0;
+    const double eta = frac > 0 ? p.seconds * (1.0 - frac) / frac : NAN;
+    std::string line = fmt::format(
+        "[{}{}] {}/{} tokens {:5.1f}% | {:.1f} tok/s | elapsed {} | ETA {} | ppl {:.4f}",
+        std::string(size_t(fill), '#'), std::string(size_t(width - fill), '.'), p.scored, p.total,
+        100.0 * frac, rate, hms(p.seconds), hms(eta), p.stats ? p.stats->ppl() : NAN);
+    if (tty_) {
+      std::fprintf(stderr, "\r%s\033[K", line.c_str());
+      if (done) std::fputc('\n', stderr);
+    } else {
+      std::fprintf(stderr, "%s\n", line.c_str());
+    }
+    std::fflush(stderr);
+  }
+
+ private:
+  bool enabled_;
+  bool tty_;
+  double last_ = -1e9;
+};
+
+void run_perplexity(const PerplexityOptions& o) {
+  if (o.run.ctx <= 0) fail("--ctx must be at least 2 (got {})", o.run.ctx);
+  const int ctx = o.run.ctx;
+  const int stride = o.stride > 0 ? o.stride : ctx;
+  FUTR_CHECK(stride <= ctx, "--stride {} must not exceed --ctx {}", stride, ctx);
+  FUTR_CHECK(o.max_tokens >= 0, "--max-tokens must be >= 0 (got {})", o.max_tokens);
+  const std::string text = read_file_bytes(o.file);
+  FUTR_CHECK(!text.empty(), "{}: the file is empty", o.file);
+
+  const Model model = load_model_for_cli(o.run);
+  FUTR_CHECK(!model.tokenizer.tokens.empty(), "{}: the model has no tokenizer", model.path);
+  const Tokenizer tok(model.tokenizer);
+  if (!o.quiet) fmt::print(stderr, "futr: tokenizing {} ({} bytes)\n", o.file, text.size());
+  std::vector<int32_t> tokens = tok.encode(text, tok.add_bos(), /*parse_special=*/false);
+  const int64_t text_tokens = int64_t(tokens.size());
+  if (o.max_tokens > 0 && int64_t(tokens.size()) > o.max_tokens) tokens.resize(size_t(o.max_tokens));
+
+  BackendOptions bo;
+  bo.kind = o.run.backend;
+  bo.ctx = ctx;
+  bo.threads = o.run.threads;
+  std::unique_ptr<Backend> backend = make_backend(model, bo);
+  if (!o.quiet)
+    fmt::print(stderr, "futr: {} | {} tokens of {} | ctx {} stride {} | {}\n", model.path,
+               tokens.size(), text_tokens, ctx, stride, backend->describe());
+
+  ProgressBar bar(!o.quiet);
+  const PplResult r = evaluate_perplexity(*backend, tokens, ctx, stride, o.batch,
+                                          [&](const PplProgress& p) { bar.update(p); });
+  const NllStats& s = r.stats;
+  const double tps = r.seconds > 0 ? double(r.evaluated) / r.seconds : 0.0;
+  if (o.json) {
+    nlohmann::ordered_json j;
+    j["ppl"] = s.ppl();
+    j["stderr"] = s.ppl_stderr();
+    j["nll_mean"] = s.mean();
+    j["nll_stderr"] = s.stderr_mean();
+    j["tokens"] = s.count();
+    j["tokens_evaluated"] = r.evaluated;
+    j["text_tokens"] = text_tokens;
+    j["windows"] = r.windows;
+    j["ctx"] = ctx;
+    j["stride"] = stride;
+    j["seconds"] = r.seconds;
+    j["tokens_per_second"] = tps;
+    j["model"] = model.path;
+    j["text_file"] = o.file;
+    j["backend"] = backend->name();
+    fmt::print("{}\n", j.dump(2));
+  } else {
+    fmt::print("perplexity = {:.4f} +- {:.4f}\n", s.ppl(), s.ppl_stderr());
+    fmt::print(stderr,
+               "futr: {} tokens scored in {} windows ({} evaluated) in {:.1f} s, {:.1f} tokens/s; "
+               "mean NLL {:.5f} +- {:.5f}\n",
+               s.count(), r.windows, r.evaluated, r.seconds, tps, s.mean(), s.stderr_mean());
+  }
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+void add_perplexity_command(CLI::App& app) {
+  auto o = std::make_shared<PerplexityOptions>();
+  o->run.ctx = 1024;
+  CLI::App* sub = app.add_subcommand("perplexity", "Perplexity of the model on a text file");
+  sub->add_option("file", o->file, "Text file, read as bytes")->capture_default_str();
+  add_run_options(sub, o->run);
+  sub->add_option("-c,--ctx", o->run.ctx, "Context window in tokens")->capture_default_str();
+  sub->add_option("--stride", o->stride,
+                  "Window stride (default: ctx); with stride < ctx each window after the first "
+                  "scores only its last `stride` tokens");
+  sub->add_option("-n,--max-tokens", o->max_tokens,
+                  "Evaluate only the first N tokens of the text (0: all)");
+  sub->add_option("--batch", o->batch, "Tokens per forward call")->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
+  sub->add_flag("--json", o->json, "Print the result as a JSON object");
+  sub->add_flag("-q,--quiet", o->quiet, "No progress bar or log lines on stderr");
+  sub->callback([o] { run_perplexity(*o); });
+}
+
+}  // namespace futr::cli
