@@ -17,12 +17,17 @@ For each variant, OUT/<variant>/ receives:
   ids.i32                the ids of the whole text (read as bytes, decoded as UTF-8,
                          line endings kept), int32 little-endian, no special tokens added
   info.json              token count, seconds spent encoding, decode round trip ok
+  cases.json             with --cases FILE (a JSON list of strings): each one's ids
+and OUT/chat.json: the GGUF chat template rendered by jinja2 (as transformers'
+apply_chat_template does) for a few conversations, if jinja2 is installed
+(else {"skipped": reason}), which the test compares with futr's ChatTemplate.
 
 The C++ test tests/tokenizer/tokenizer_reference_test.cpp runs this script and
 compares futr's ids with ids.i32, token for token. Exit status 3 means a
 required package is missing (the test skips with the message).
 
-usage: tokenizer_reference.py --gguf MODEL.gguf --text FILE --out DIR [--variants smollm,llama3]
+usage: tokenizer_reference.py --gguf MODEL.gguf --text FILE --out DIR [--cases FILE.json]
+                              [--variants smollm,llama3]
 """
 import argparse
 import json
@@ -42,6 +47,14 @@ except ImportError as e:  # the C++ test turns this into GTEST_SKIP
 # futr::pretok::kLlama3Pattern (src/tokenizer/patterns.h) for hf_json to accept it.
 LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
                   r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+# Conversations rendered into OUT/chat.json.
+CONVERSATIONS = [
+    [{"role": "user", "content": "Hi"}],
+    [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2+2?"}],
+    [{"role": "user", "content": "Hello"}, {"role": "assistant", "content": "Hi there!"},
+     {"role": "user", "content": "  How are you?\n"}],
+]
 
 CONTROL = 3  # GGUF token type of special (control) tokens
 USER_DEFINED = 4
@@ -100,17 +113,38 @@ def build(tok, variant):
     return t
 
 
+def render_chats(tok):
+    try:
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+    except ImportError as e:
+        return {"skipped": f"jinja2 is not installed ({e})"}
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    tmpl = env.from_string(tok["chat_template"])
+    name = lambda i: tok["tokens"][i] if 0 <= i < len(tok["tokens"]) else ""
+    return {"chats": [{"messages": m, "prompt": tmpl.render(messages=m, add_generation_prompt=True,
+                                                             bos_token=name(tok["bos"]), eos_token=name(tok["eos"]))}
+                      for m in CONVERSATIONS]}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--gguf", required=True)
     ap.add_argument("--text", required=True)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--cases", help="JSON list of strings to tokenize one by one")
     ap.add_argument("--variants", default="smollm,llama3")
     args = ap.parse_args()
 
     tok = read_gguf_tokenizer(args.gguf)
     with open(args.text, "rb") as f:
         text = f.read().decode("utf-8")  # strict: the reference text is valid UTF-8
+    cases = None
+    if args.cases:
+        with open(args.cases, encoding="utf-8") as f:
+            cases = json.load(f)
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "chat.json"), "w", encoding="utf-8") as f:
+        json.dump(render_chats(tok), f, ensure_ascii=False, indent=1)
 
     name = lambda i: tok["tokens"][i] if 0 <= i < len(tok["tokens"]) else None
     for variant in args.variants.split(","):
@@ -134,6 +168,9 @@ def main():
         round_trip = t.decode(ids, skip_special_tokens=False) == text
         info = {"variant": variant, "tokens": len(ids), "bytes": len(text.encode("utf-8")),
                 "encode_seconds": round(seconds, 3), "decode_round_trip": round_trip}
+        if cases is not None:
+            with open(os.path.join(out, "cases.json"), "w") as f:
+                json.dump([t.encode(c, add_special_tokens=False).ids for c in cases], f)
         with open(os.path.join(out, "info.json"), "w") as f:
             json.dump(info, f)
         print(json.dumps(info))

@@ -1,0 +1,130 @@
+// ChatTemplate: family recognition and the rendered prompts of ChatML
+// (SmolLM2-Instruct's template, with its default system prompt) and Llama-3
+// (3.0 style and 3.1+ style with the dated system block); unrecognised and
+// missing templates are errors that point to running without --chat.
+// The SmolLM2 template is also rendered by jinja2 and compared in
+// tokenizer_reference_test.cpp.
+#include "tokenizer/chat.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "tokenizer/test_util.h"
+#include "tokenizer/tokenizer.h"
+
+namespace futr {
+namespace {
+
+using test::error_of;
+
+// SmolLM2-135M-Instruct's template, as stored in its GGUF file.
+const char* kSmolLM2Template =
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ "
+    "'<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}"
+    "{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+
+// A ChatML template without a default system prompt; newlines as Jinja escapes.
+const char* kPlainChatML =
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+    "'<|im_end|>\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
+// Llama-3.0 style: BOS, then headers; contents trimmed.
+const char* kLlama3Template =
+    "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = "
+    "'<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + message['content'] | trim + "
+    "'<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}{{ content }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}"
+    "{% endif %}";
+
+// Llama-3.1+ style: an always-present system block with dates (abridged).
+const char* kLlama31Template =
+    "{{- bos_token }}{%- if not date_string is defined %}{%- set date_string = \"26 Jul 2024\" %}{%- endif %}"
+    "{%- if messages[0]['role'] == 'system' %}{%- set system_message = messages[0]['content']|trim %}"
+    "{%- set messages = messages[1:] %}{%- else %}{%- set system_message = \"\" %}{%- endif %}"
+    "{{- \"<|start_header_id|>system<|end_header_id|>\\n\\n\" }}{{- \"Cutting Knowledge Date: December 2023\\n\" }}"
+    "{{- \"Today Date: \" + date_string + \"\\n\\n\" }}{{- system_message }}{{- \"<|eot_id|>\" }}"
+    "{%- for message in messages %}{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'+ "
+    "message['content'] | trim + '<|eot_id|>' }}{%- endfor %}{%- if add_generation_prompt %}"
+    "{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{%- endif %}";
+
+TEST(Chat, SmolLM2InsertsItsDefaultSystemPrompt) {
+  const ChatTemplate t = ChatTemplate::from_source(kSmolLM2Template, "<|im_start|>");
+  EXPECT_EQ(t.family(), ChatFamily::ChatML);
+  EXPECT_STREQ(t.family_name(), "chatml");
+  EXPECT_EQ(t.default_system(), "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
+  EXPECT_FALSE(t.emits_bos());
+  const std::vector<ChatMessage> m = {{"user", "Hi"}};
+  EXPECT_EQ(t.apply(m),
+            "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+            "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  const std::vector<ChatMessage> with_system = {{"system", "Be brief."}, {"user", "2+2?"}};
+  EXPECT_EQ(t.apply(with_system),
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n");
+  const std::vector<ChatMessage> turns = {{"user", "Hello"}, {"assistant", "Hi!"}, {"user", " x \n"}};
+  EXPECT_EQ(t.apply(turns, false),
+            "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+            "<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\nHi!<|im_end|>\n"
+            "<|im_start|>user\n x \n<|im_end|>\n");  // ChatML keeps contents as they are
+}
+
+TEST(Chat, ChatMLWithoutDefaultSystem) {
+  const ChatTemplate t = ChatTemplate::from_source(kPlainChatML, "");
+  EXPECT_EQ(t.default_system(), "");
+  const std::vector<ChatMessage> m = {{"user", "Hi"}};
+  EXPECT_EQ(t.apply(m), "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+}
+
+TEST(Chat, Llama3) {
+  const ChatTemplate t = ChatTemplate::from_source(kLlama3Template, "<|begin_of_text|>");
+  EXPECT_EQ(t.family(), ChatFamily::Llama3);
+  EXPECT_TRUE(t.emits_bos());
+  const std::vector<ChatMessage> m = {{"system", "Be brief. "}, {"user", "  Hi\n"}};
+  EXPECT_EQ(t.apply(m),
+            "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\n");
+}
+
+TEST(Chat, Llama31DatedSystemBlock) {
+  const ChatTemplate t = ChatTemplate::from_source(kLlama31Template, "<|begin_of_text|>");
+  const std::vector<ChatMessage> user_only = {{"user", "Hi"}};
+  EXPECT_EQ(t.apply(user_only),
+            "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n"
+            "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\n");
+  const std::vector<ChatMessage> with_system = {{"system", " Be brief."}, {"user", "Hi"}};
+  EXPECT_EQ(t.apply(with_system, false),
+            "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n"
+            "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\nBe brief.<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>");
+}
+
+TEST(Chat, UnrecognisedOrMissingTemplatesAreErrors) {
+  const std::string e = error_of([] { ChatTemplate::from_source("{{ '[INST] ' + messages[0]['content'] }}", ""); });
+  EXPECT_NE(e.find("not recognised"), std::string::npos) << e;
+  EXPECT_NE(e.find("without --chat"), std::string::npos) << e;
+  EXPECT_NE(e.find("[INST]"), std::string::npos) << e;  // shows the template's beginning
+  const std::string none = error_of([] { ChatTemplate::from_source("", ""); });
+  EXPECT_NE(none.find("no chat template"), std::string::npos) << none;
+  EXPECT_NE(none.find("without --chat"), std::string::npos) << none;
+}
+
+TEST(Chat, FromTokenizerAndEncode) {
+  TokenizerSpec spec = test::alphabet_spec({}, "smollm", {{"<|im_start|>", 3}, {"<|im_end|>", 3}});
+  spec.chat_template = kSmolLM2Template;
+  spec.bos = 256;
+  const Tokenizer tok(spec);
+  const ChatTemplate t = ChatTemplate::for_tokenizer(tok);
+  const std::vector<ChatMessage> m = {{"user", "Hi"}};
+  const std::string prompt = t.apply(m);
+  const auto ids = tok.encode(prompt, !t.emits_bos() && tok.add_bos(), true);
+  EXPECT_EQ(ids.front(), 256);  // <|im_start|> as one token
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), 257), 2);  // two <|im_end|>
+  EXPECT_EQ(tok.decode(ids), prompt);
+}
+
+}  // namespace
+}  // namespace futr
