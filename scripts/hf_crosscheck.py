@@ -69,7 +69,14 @@ def main():
         if shard:
             kw["max_shard_size"] = shard
         model.to(dtype).save_pretrained(d, **kw)
-        model = model.to(torch.float32)
+        # Run the saved checkpoint in FP32 as a user would: reload it. (Casting
+        # the model back with .to(torch.float32) is not enough: .to(dtype) also
+        # casts the RoPE inverse-frequency buffer, leaving it rounded to BF16 /
+        # F16, which moved the golden logits by 4e-3 / 8e-4 relative L2.)
+        rng = torch.get_rng_state()
+        model = LlamaForCausalLM.from_pretrained(d, dtype=torch.float32).eval()
+        torch.set_rng_state(rng)
+        assert model.model.rotary_emb.inv_freq.dtype == torch.float32
         g = torch.Generator().manual_seed(99)
         tokens = torch.randint(0, cfg.vocab_size, (1, args.seq), generator=g)
         with torch.no_grad():
