@@ -300,11 +300,14 @@ Tokenizer::Tokenizer(const TokenizerSpec& spec) : impl_(std::make_unique<Impl>()
   Impl& m = *impl_;
   FUTR_CHECK(spec.model == "gpt2", "tokenizer: model '{}' is not supported (only byte-level BPE, 'gpt2')",
              spec.model);
-  if (spec.pre == "gpt2") m.pre = Pre::Gpt2;
+  // NOTE: GGUF files written by llama.cpp's converter name Llama-3's pre-tokenizer
+  // "llama-bpe" (older ones "llama-v3") and GPT-2's "gpt-2"; they are aliases.
+  if (spec.pre == "gpt2" || spec.pre == "gpt-2") m.pre = Pre::Gpt2;
   else if (spec.pre == "smollm") m.pre = Pre::SmolLM;
-  else if (spec.pre == "llama3") m.pre = Pre::Llama3;
-  else fail("tokenizer: pre-tokenizer '{}' is not supported (supported: gpt2, smollm, llama3)", spec.pre);
-  m.pre_name = spec.pre;
+  else if (spec.pre == "llama3" || spec.pre == "llama-bpe" || spec.pre == "llama-v3") m.pre = Pre::Llama3;
+  else fail("tokenizer: pre-tokenizer '{}' is not supported (supported: gpt2, smollm, llama3; GGUF aliases "
+            "gpt-2, llama-bpe, llama-v3)", spec.pre);
+  m.pre_name = m.pre == Pre::Gpt2 ? "gpt2" : m.pre == Pre::SmolLM ? "smollm" : "llama3";
   m.chat_template = spec.chat_template;
   m.ignore_merges = spec.ignore_merges.value_or(m.pre == Pre::Llama3);
 
@@ -587,7 +590,9 @@ size_t utf8_sanitize(std::string_view in, bool final, std::string& out) {
 }
 
 std::string StreamDecoder::push(int32_t id) {
-  pending_ += tok_->piece(id);
+  const std::string& p = tok_->piece(id);  // validates id
+  if (!print_control_ && tok_->is_control(id)) return {};
+  pending_ += p;
   std::string out;
   const size_t used = utf8_sanitize(pending_, false, out);
   pending_.erase(0, used);

@@ -4,7 +4,8 @@
 //   1. special tokens: control tokens (type 3, only when parse_special) and
 //      user-defined tokens (type 4, always) are found as whole strings,
 //      leftmost-longest, and emitted as their ids; the text between them goes on;
-//   2. pre-tokenizer (spec.pre), compiled once with PCRE2 (UTF + UCP, JIT):
+//   2. pre-tokenizer (spec.pre; the GGUF names gpt-2, llama-bpe and llama-v3 are
+//      accepted as aliases), compiled once with PCRE2 (UTF + UCP, JIT):
 //        "gpt2"   the GPT-2 regex (patterns.h)
 //        "smollm" every \p{N} character is its own piece, then the GPT-2 regex
 //                 on each stretch between them (HF Sequence[Digits(individual),
@@ -68,7 +69,7 @@ class Tokenizer {
   int32_t bos() const;  // -1: none
   int32_t eos() const;  // -1: none
   bool add_bos() const;  // whether prompts should get bos (spec.add_bos)
-  const std::string& pre() const;  // the pre-tokenizer name
+  const std::string& pre() const;  // the pre-tokenizer: "gpt2" | "smollm" | "llama3"
   const std::string& chat_template() const;  // spec.chat_template ("" if none); see chat.h
   // The vocabulary's text of a token (byte-level alphabet for normal tokens).
   const std::string& token_text(int32_t id) const;
@@ -83,15 +84,19 @@ class Tokenizer {
 // Streaming detokenizer: push() returns the text that is safe to print now,
 // always valid UTF-8. An incomplete sequence at the end is held back until the
 // next token completes it; invalid bytes become U+FFFD. flush() returns what is
-// held (as U+FFFD if it never completed) and resets.
+// held (as U+FFFD if it never completed) and resets. Control tokens (such as
+// <|im_start|>) print nothing unless print_control is set, as in llama.cpp's
+// default output; decode() always includes them.
 class StreamDecoder {
  public:
-  explicit StreamDecoder(const Tokenizer& tok) : tok_(&tok) {}
+  explicit StreamDecoder(const Tokenizer& tok, bool print_control = false)
+      : tok_(&tok), print_control_(print_control) {}
   std::string push(int32_t id);
   std::string flush();
 
  private:
   const Tokenizer* tok_;
+  bool print_control_;   // print the text of control tokens
   std::string pending_;  // bytes of an incomplete UTF-8 sequence (at most 3)
 };
 

@@ -282,6 +282,28 @@ TEST(StreamDecoder, HoldsBackIncompleteSequences) {
   EXPECT_EQ(sd.flush(), "");
 }
 
+TEST(StreamDecoder, ControlTokensPrintOnlyWhenAsked) {
+  const Tokenizer tok(alphabet_spec({}, "gpt2", {{"<|im_end|>", 3}, {"<tool>", 4}}));
+  StreamDecoder quiet(tok), loud(tok, true);
+  std::string q, l;
+  for (int32_t id : tok.encode("a<|im_end|>b<tool>", false, true)) {
+    q += quiet.push(id);
+    l += loud.push(id);
+  }
+  EXPECT_EQ(q, "ab<tool>");  // user-defined tokens are text
+  EXPECT_EQ(l, "a<|im_end|>b<tool>");
+  EXPECT_THROW(quiet.push(-1), Error);
+}
+
+TEST(Tokenizer, GgufPreTokenizerAliases) {
+  TokenizerSpec s = alphabet_spec();
+  for (auto [alias, name] : {std::pair{"gpt-2", "gpt2"}, std::pair{"llama-bpe", "llama3"},
+                             std::pair{"llama-v3", "llama3"}, std::pair{"smollm", "smollm"}}) {
+    s.pre = alias;
+    EXPECT_EQ(Tokenizer(s).pre(), name);
+  }
+}
+
 TEST(StreamDecoder, ConcatenationEqualsDecodeForValidText) {
   const Tokenizer tok(alphabet_spec({{"\xE6", "\x97"}, {"\xF0", "\x9F"}}, "smollm"));
   const std::string text =
