@@ -6,6 +6,8 @@
 
 #include "core/error.h"
 #include "formats/gguf.h"
+#include "formats/hf_checkpoint.h"
+#include "tokenizer/hf_json.h"
 
 namespace futr {
 
@@ -41,25 +43,30 @@ ModelFormat detect_model_format(const std::filesystem::path& path) {
 Model load_model(const std::filesystem::path& path) {
   switch (detect_model_format(path)) {
     case ModelFormat::kGguf: return load_gguf_model(path, true);
-    case ModelFormat::kHfDirectory: break;
+    case ModelFormat::kHfDirectory: return load_hf_model(path, true);
   }
-  fail("{}: Hugging Face directories are not readable yet", path.string());
+  FUTR_ASSERT(false);
 }
 
 Model inspect_model(const std::filesystem::path& path) {
   switch (detect_model_format(path)) {
     case ModelFormat::kGguf: return load_gguf_model(path, false);
-    case ModelFormat::kHfDirectory: break;
+    case ModelFormat::kHfDirectory: return load_hf_model(path, false);
   }
-  fail("{}: Hugging Face directories are not readable yet", path.string());
+  FUTR_ASSERT(false);
 }
 
 TokenizerSpec load_tokenizer_spec(const std::filesystem::path& path) {
   switch (detect_model_format(path)) {
     case ModelFormat::kGguf: return gguf_tokenizer_spec(GgufFile(path));
-    case ModelFormat::kHfDirectory: break;
+    case ModelFormat::kHfDirectory: {
+      std::error_code ec;
+      if (std::filesystem::is_regular_file(path / "tokenizer.json", ec))
+        return tokenizer_spec_from_hf_json(path);
+      return TokenizerSpec{};
+    }
   }
-  fail("{}: Hugging Face directories are not readable yet", path.string());
+  FUTR_ASSERT(false);
 }
 
 }  // namespace futr
