@@ -21,8 +21,9 @@
 //      With ignore_merges a piece that is itself a token is emitted directly.
 //      Results are cached per piece. A byte whose single-character token is not
 //      in the vocabulary is dropped (what HF tokenizers does when unk_token is
-//      null, and llama.cpp always does); SmolLM2 lacks 21 such bytes, none of
-//      which occur in valid UTF-8 text except six C0 controls.
+//      null, and llama.cpp always does); SmolLM2 lacks 21 such bytes: six C0
+//      controls, and lead bytes that valid UTF-8 never uses or uses only for
+//      unassigned planes (C0 C1 F1 F2 F5..FF).
 //
 // decode(ids): normal tokens map back through the alphabet to bytes; control
 // and user-defined tokens are their text; invalid ids are a futr::Error.
