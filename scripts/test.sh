@@ -8,7 +8,7 @@ scripts/install-deps.sh
 scripts/fetch-model.sh
 if [ ! -x build/venv/bin/python ]; then
   python3 -m venv build/venv
-  build/venv/bin/pip install --quiet --disable-pip-version-check tokenizers==0.23.3 gguf==0.19.0 numpy
+  build/venv/bin/pip install --quiet --disable-pip-version-check tokenizers==0.23.3 gguf==0.19.0 jinja2 numpy
 fi
 export FUTR_PYTHON="$PWD/build/venv/bin/python"
 scripts/build.sh
