@@ -1,0 +1,256 @@
+// Launchers, the explicit variant list and the heuristic of the decode GEMMs
+// (see w4a16.h). The kernels: src/device/kernels/sm90_w4a16_{gemv,skinny}.cuh.
+#include "cuda/w4a16.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <sstream>
+
+#include "core/error.h"
+#include "cuda/check.h"
+#include "device/kernels/sm90_w4a16_gemv.cuh"
+#include "device/kernels/sm90_w4a16_skinny.cuh"
+
+namespace futr::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;  // both kernels: 8 warps
+
+using GemvFn = void (*)(device::W4GemvParams);
+using SkinnyFn = void (*)(device::SkinnyParams);
+
+// ---- the compiled variants ---------------------------------------------------
+// a, b = (ksplit, loads) for gemv, (mt, tn) for skinny.
+struct Variant {
+  WeightFormat format;
+  int group;  // 64 / 128 for INT4, 0 for E4M3
+  DecodeKernel kernel;
+  int a, b;
+  const void* fn;
+};
+
+#define FUTR_GEMV(G, KS, U) \
+  Variant{WeightFormat::kInt4, G, DecodeKernel::kGemv, KS, U, (const void*)&device::sm90_w4a16_gemv_kernel<G, KS, U>}
+#define FUTR_SKINNY4(G, MT, TN)                                    \
+  Variant{WeightFormat::kInt4, G, DecodeKernel::kSkinny, MT, TN, \
+          (const void*)&device::sm90_w4a16_skinny_kernel<device::Int4Format<G>, MT, TN>}
+#define FUTR_SKINNY8(MT, TN)                                       \
+  Variant{WeightFormat::kE4M3, 0, DecodeKernel::kSkinny, MT, TN, \
+          (const void*)&device::sm90_w4a16_skinny_kernel<device::E4M3Format, MT, TN>}
+
+const Variant kVariants[] = {
+    // M = 1: INT4 register-streaming GEMV.
+    FUTR_GEMV(128, 8, 4), FUTR_GEMV(128, 8, 8), FUTR_GEMV(128, 4, 4), FUTR_GEMV(128, 4, 8),
+    FUTR_GEMV(128, 2, 4), FUTR_GEMV(64, 8, 4), FUTR_GEMV(64, 4, 4), FUTR_GEMV(64, 2, 4),
+    // M = 2..32: INT4 skinny split-K.
+    FUTR_SKINNY4(128, 1, 2), FUTR_SKINNY4(128, 1, 4), FUTR_SKINNY4(128, 2, 2),
+    FUTR_SKINNY4(64, 1, 2), FUTR_SKINNY4(64, 2, 2),
+    // M = 1..32: the E4M3-weight comparison path.
+    FUTR_SKINNY8(1, 2), FUTR_SKINNY8(2, 2),
+};
+#undef FUTR_GEMV
+#undef FUTR_SKINNY4
+#undef FUTR_SKINNY8
+
+const char* kind_name(DecodeKernel k) { return k == DecodeKernel::kGemv ? "gemv" : "skinny"; }
+
+std::string variant_name(const Variant& v) {
+  std::ostringstream os;
+  os << (v.format == WeightFormat::kInt4 ? "int4 g" + std::to_string(v.group) : std::string("e4m3")) << " "
+     << kind_name(v.kernel);
+  if (v.kernel == DecodeKernel::kGemv) os << " ksplit=" << v.a << " loads=" << v.b;
+  else os << " mt=" << v.a << " tn=" << v.b;
+  return os.str();
+}
+
+const Variant& find_variant(WeightFormat f, int group, const DecodeConfig& c) {
+  const int g = f == WeightFormat::kInt4 ? group : 0;
+  const int a = c.kernel == DecodeKernel::kGemv ? c.ksplit : c.mt;
+  const int b = c.kernel == DecodeKernel::kGemv ? c.loads : c.tn;
+  const Variant* best = nullptr;
+  double best_d = 1e30;
+  for (const Variant& v : kVariants) {
+    if (v.format != f || v.group != g || v.kernel != c.kernel) continue;
+    if (v.a == a && v.b == b) return v;
+    const double d = std::fabs(std::log2(double(v.a) / std::max(a, 1))) +
+                     std::fabs(std::log2(double(v.b) / std::max(b, 1)));
+    if (d < best_d) best_d = d, best = &v;
+  }
+  if (!best)
+    fail("decode GEMM: no compiled {} variant for {} (group {}); compiled variants: int4 g64/g128 gemv and "
+         "skinny, e4m3 skinny",
+         kind_name(c.kernel), f == WeightFormat::kInt4 ? "INT4" : "E4M3", group);
+  fail("decode GEMM: no compiled variant '{}' (group {}); nearest supported: '{}'", describe(c), g,
+       variant_name(*best));
+}
+
+int num_blocks(int k) { return (k + 127) / 128; }
+
+struct SplitPlan {
+  int kb_per_split, splits;
+};
+SplitPlan split_plan(int k, int splits) {
+  const int nblk = num_blocks(k);
+  const int s = std::clamp(splits, 1, nblk);
+  const int kbps = (nblk + s - 1) / s;
+  return {kbps, (nblk + kbps - 1) / kbps};
+}
+
+int col_ctas(const DecodeConfig& c, int n) { return (n / 8 + 8 * c.tn - 1) / (8 * c.tn); }
+
+void check_shape(WeightFormat f, const DecodeArgs& a) {
+  const char* fmt_name = f == WeightFormat::kInt4 ? "W4A16" : "W8A16";
+  FUTR_CHECK(a.m >= 1 && a.m <= 32, "{} decode GEMM: M = {} outside the supported 1..32", fmt_name, a.m);
+  FUTR_CHECK(a.n >= 8 && a.n % 8 == 0, "{} decode GEMM: N = {} must be a positive multiple of 8", fmt_name, a.n);
+  FUTR_CHECK(a.k >= 64 && a.k % 64 == 0, "{} decode GEMM: K = {} must be a positive multiple of 64", fmt_name,
+             a.k);
+  if (f == WeightFormat::kInt4) {
+    FUTR_CHECK(a.group == 64 || a.group == 128,
+               "W4A16 decode GEMM: group size {} not supported (compiled: 64, 128)", a.group);
+    FUTR_CHECK(a.k % a.group == 0, "W4A16 decode GEMM: K = {} is not a multiple of the group size {}; "
+               "nearest supported: group 64", a.k, a.group);
+  }
+  auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
+  FUTR_CHECK(a.w && a.scales && a.x && a.y, "{} decode GEMM: null operand pointer", fmt_name);
+  FUTR_CHECK(aligned(a.w) && aligned(a.x) && aligned(a.y) && (reinterpret_cast<uintptr_t>(a.scales) & 7) == 0,
+             "{} decode GEMM: operands must be 16-byte aligned (scales 8-byte)", fmt_name);
+}
+
+}  // namespace
+
+std::string describe(const DecodeConfig& c) {
+  std::ostringstream os;
+  os << kind_name(c.kernel);
+  if (c.kernel == DecodeKernel::kGemv) os << " ksplit=" << c.ksplit << " loads=" << c.loads;
+  else os << " mt=" << c.mt << " tn=" << c.tn << " splits=" << c.splits;
+  return os.str();
+}
+
+std::vector<std::string> decode_variants() {
+  std::vector<std::string> v;
+  for (const Variant& x : kVariants) v.push_back(variant_name(x));
+  return v;
+}
+
+// ---- the heuristic -------------------------------------------------------------
+// M = 1 (INT4): gemv; KSPLIT so that each warp still streams >= 2 blocks while
+// the CTA count (N/8 / (8/KSPLIT)) stays high; 8 loads in flight only for long K.
+// M >= 2: skinny; MT from M; TN = 2 (TN = 4 spills under the 128-register cap
+// that 2 CTAs per SM need: ptxas report in docs/PERF.md); then the split count
+// that minimises a wave model: waves(s) * blocks_per_cta(s), plus a penalty for
+// the partial sums' L2 traffic (grows with M and s). Slots assume 2 resident
+// CTAs per SM (ptxas: <= 128 registers for the listed variants).
+DecodeConfig decode_heuristic(WeightFormat f, int m, int n, int k, int sm_count) {
+  DecodeConfig c;
+  const int nblk = num_blocks(k);
+  if (f == WeightFormat::kInt4 && m == 1) {
+    c.kernel = DecodeKernel::kGemv;
+    c.ksplit = nblk >= 16 ? 8 : (nblk >= 6 ? 4 : 2);
+    c.loads = nblk / c.ksplit >= 24 ? 8 : 4;
+    if (c.ksplit != 8 && c.loads == 8) c.loads = 4;
+    return c;
+  }
+  c.kernel = DecodeKernel::kSkinny;
+  c.mt = m <= 16 ? 1 : 2;
+  c.tn = 2;
+  const int slots = 2 * std::max(sm_count, 1);
+  const int cc = col_ctas(c, n);
+  double best = 1e30;
+  int best_s = 1;
+  for (int s = 1; s <= std::min(16, nblk); ++s) {
+    const SplitPlan sp = split_plan(k, s);
+    if (sp.splits != s) continue;  // equivalent to a smaller count
+    const int waves = (cc * s + slots - 1) / slots;
+    const double cost = double(waves) * sp.kb_per_split + (s > 1 ? 0.05 * m * (1.0 + 0.25 * s) : 0.0);
+    if (cost < best - 1e-9) best = cost, best_s = s;
+  }
+  c.splits = best_s;
+  return c;
+}
+
+DecodeConfig apply_overrides(DecodeConfig c, const std::string& spec) {
+  std::istringstream is(spec);
+  std::string item;
+  while (std::getline(is, item, ',')) {
+    if (item.empty()) continue;
+    const auto eq = item.find('=');
+    FUTR_CHECK(eq != std::string::npos, "config override '{}': expected key=value", item);
+    const std::string key = item.substr(0, eq), val = item.substr(eq + 1);
+    if (key == "kernel") {
+      FUTR_CHECK(val == "gemv" || val == "skinny", "config override kernel={}: expected gemv or skinny", val);
+      c.kernel = val == "gemv" ? DecodeKernel::kGemv : DecodeKernel::kSkinny;
+      continue;
+    }
+    char* end = nullptr;
+    const long v = std::strtol(val.c_str(), &end, 10);
+    FUTR_CHECK(end && *end == 0 && v > 0 && v <= 1024, "config override {}={}: expected a positive integer", key,
+               val);
+    if (key == "ksplit") c.ksplit = int(v);
+    else if (key == "loads") c.loads = int(v);
+    else if (key == "mt") c.mt = int(v);
+    else if (key == "tn") c.tn = int(v);
+    else if (key == "splits") c.splits = int(v);
+    else fail("config override: unknown key '{}' (kernel, ksplit, loads, mt, tn, splits)", key);
+  }
+  return c;
+}
+
+size_t decode_workspace_floats(const DecodeConfig& c, int m, int n, int k) {
+  if (c.kernel != DecodeKernel::kSkinny) return 0;
+  const SplitPlan sp = split_plan(k, c.splits);
+  return sp.splits > 1 ? size_t(sp.splits) * size_t(m) * size_t(n) : 0;
+}
+
+size_t decode_counters(const DecodeConfig& c, int n) {
+  return c.kernel == DecodeKernel::kSkinny ? size_t(col_ctas(c, n)) : 0;
+}
+
+int decode_occupancy(WeightFormat f, int group, const DecodeConfig& c) {
+  const Variant& v = find_variant(f, group, c);
+  int blocks = 0;
+  FUTR_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, v.fn, kThreads, 0));
+  return blocks;
+}
+
+void decode_gemm(WeightFormat f, const DecodeArgs& a, const DecodeConfig& c, cudaStream_t s) {
+  check_shape(f, a);
+  const Variant& v = find_variant(f, a.group, c);
+  if (c.kernel == DecodeKernel::kGemv) {
+    FUTR_CHECK(a.m == 1, "decode GEMM: the gemv kernel takes M = 1, got M = {}; use kernel=skinny", a.m);
+    device::W4GemvParams p{static_cast<const uint8_t*>(a.w), static_cast<const uint16_t*>(a.scales),
+                           static_cast<const __nv_bfloat16*>(a.x), static_cast<__nv_bfloat16*>(a.y), a.n, a.k};
+    const int tiles_per_cta = 8 / c.ksplit;
+    const int grid = (a.n / 8 + tiles_per_cta - 1) / tiles_per_cta;
+    reinterpret_cast<GemvFn>(const_cast<void*>(v.fn))<<<grid, kThreads, 0, s>>>(p);
+    FUTR_CUDA_CHECK_LAUNCH();
+    return;
+  }
+  FUTR_CHECK(a.m <= 16 * c.mt, "decode GEMM: M = {} needs mt = {} (got mt = {})", a.m, (a.m + 15) / 16, c.mt);
+  const SplitPlan sp = split_plan(a.k, c.splits);
+  const size_t need_ws = decode_workspace_floats(c, a.m, a.n, a.k);
+  const size_t need_ctr = decode_counters(c, a.n);
+  if (sp.splits > 1) {
+    FUTR_CHECK(a.ws && a.ws_floats >= need_ws, "decode GEMM ({}): split-K workspace of {} floats needed, {} given",
+               describe(c), need_ws, a.ws_floats);
+    FUTR_CHECK(a.counters && a.n_counters >= need_ctr,
+               "decode GEMM ({}): {} split-K counters needed, {} given", describe(c), need_ctr, a.n_counters);
+  }
+  device::SkinnyParams p{static_cast<const uint8_t*>(a.w),
+                         a.scales,
+                         static_cast<const __nv_bfloat16*>(a.x),
+                         static_cast<__nv_bfloat16*>(a.y),
+                         a.ws,
+                         a.counters,
+                         a.m,
+                         a.n,
+                         a.k,
+                         sp.kb_per_split,
+                         sp.splits};
+  const dim3 grid(unsigned(col_ctas(c, a.n)), unsigned(sp.splits));
+  reinterpret_cast<SkinnyFn>(const_cast<void*>(v.fn))<<<grid, kThreads, 0, s>>>(p);
+  FUTR_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace futr::cuda

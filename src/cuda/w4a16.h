@@ -1,0 +1,82 @@
+// Launchers of the decode GEMMs with weight-only quantization (W4A16 and the
+// W8A16 comparison path): y[M,N] (BF16) = x[M,K] (BF16) * W[N,K]^T, 1 <= M <= 32.
+//
+//   W4A16: W = q * s, q symmetric INT4 in [-8, 7], s FP16 per output channel per
+//          group of G = 128 or 64 inputs, both in fragment order
+//          (src/device/layout/int4_fragment.cuh, docs/LAYOUTS.md).
+//   W8A16: W = e4m3 * s, s FP32 per output channel, fragment order.
+//
+// Kernels: M = 1 -> sm90_w4a16_gemv (register streaming, split-K inside the
+// CTA); M = 2..32 -> sm90_w4a16_skinny (split-K across CTAs, last-CTA reduction).
+// The configuration comes from a heuristic (w4a16_heuristic) or the caller; only
+// the variants listed in w4a16_variants() are compiled, and any other request
+// fails with a futr::Error naming the nearest compiled one.
+//
+// Everything here is graph-capturable: no allocation, no synchronization; the
+// split-K workspace and counters are the caller's (W4Linear owns them).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace futr::cuda {
+
+enum class DecodeKernel { kGemv, kSkinny };
+
+// One launch configuration; every field can be overridden from the benchmark's
+// command line (apply_overrides).
+struct DecodeConfig {
+  DecodeKernel kernel = DecodeKernel::kGemv;
+  int ksplit = 8;   // gemv: warps of a CTA splitting one tile's K (2, 4, 8)
+  int loads = 4;    // gemv: 16-byte weight loads in flight per lane (4, 8)
+  int mt = 1;       // skinny: m16 tiles of rows (1: M <= 16, 2: M <= 32)
+  int tn = 2;       // skinny: n8 tiles per warp (1, 2, 4)
+  int splits = 1;   // skinny: K slices over gridDim.y (1 = no workspace)
+};
+
+enum class WeightFormat { kInt4, kE4M3 };
+
+// "gemv ksplit=8 loads=4" / "skinny mt=1 tn=4 splits=4".
+std::string describe(const DecodeConfig& c);
+
+// The configuration the engine uses for (M, N, K) on a GPU with `sm_count`
+// multiprocessors. INT4 picks gemv for M = 1; E4M3 always uses the skinny kernel.
+DecodeConfig decode_heuristic(WeightFormat f, int m, int n, int k, int sm_count);
+
+// Applies "key=value[,key=value...]" (kernel=gemv|skinny, ksplit, loads, mt, tn,
+// splits) on top of `base`. Throws futr::Error on an unknown key or bad value.
+DecodeConfig apply_overrides(DecodeConfig base, const std::string& spec);
+
+// The compiled variants, one line each ("int4 g128 gemv ksplit=8 loads=4", ...).
+std::vector<std::string> decode_variants();
+
+// Device operands of one launch.
+struct DecodeArgs {
+  const void* w = nullptr;        // packed weights (fragment order)
+  const void* scales = nullptr;   // INT4: FP16 [N/8][K/G][8] fragment order; E4M3: FP32 [N]
+  const void* x = nullptr;        // [M, K] BF16
+  void* y = nullptr;              // [M, N] BF16
+  float* ws = nullptr;            // split-K partials, >= decode_workspace_floats()
+  size_t ws_floats = 0;
+  uint32_t* counters = nullptr;   // split-K arrival counters, zeroed once, >= decode_counters()
+  size_t n_counters = 0;
+  int m = 0, n = 0, k = 0;
+  int group = 128;                // INT4 group size (64 or 128); ignored for E4M3
+};
+
+// Workspace the configuration needs for M rows (0 unless it splits K).
+size_t decode_workspace_floats(const DecodeConfig& c, int m, int n, int k);
+// Split-K counters the configuration needs (one per column CTA).
+size_t decode_counters(const DecodeConfig& c, int n);
+
+// Validates shapes, pointers, configuration and workspace, then launches on `s`.
+void decode_gemm(WeightFormat f, const DecodeArgs& a, const DecodeConfig& c, cudaStream_t s);
+
+// Resident CTAs per SM of the variant `c` selects (cudaOccupancy...), for reports.
+int decode_occupancy(WeightFormat f, int group, const DecodeConfig& c);
+
+}  // namespace futr::cuda

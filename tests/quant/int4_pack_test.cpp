@@ -1,0 +1,298 @@
+// INT4 / E4M3 fragment-order packing (src/quant/int4_pack.h) on the CPU:
+// round trips, bijectivity of the layout, and an emulation of the decode
+// kernels' fragment math (bit-level dequantizers + mma.sync.m16n8k16 fragment
+// semantics) against the float64 reference, so a layout bug shows up here and
+// not on the GPU.
+#include "quant/int4_pack.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "core/error.h"
+#include "core/numeric.h"
+#include "cpu/ref/w4a16_ref.h"
+#include "device/layout/int4_fragment.cuh"
+
+using namespace futr;
+
+namespace {
+
+std::mt19937& rng() {
+  static std::mt19937 r(std::random_device{}());
+  return r;
+}
+
+quant::Int4Weights random_int4(int n, int k, int group) {
+  quant::Int4Weights w{n, k, group, std::vector<int8_t>(size_t(n) * k), std::vector<uint16_t>(size_t(n) * (k / group))};
+  std::uniform_int_distribution<int> q(-8, 7);
+  std::uniform_real_distribution<float> s(0.001f, 0.05f);
+  for (auto& v : w.q) v = int8_t(q(rng()));
+  for (auto& v : w.scale) v = float_to_fp16(s(rng()));
+  return w;
+}
+
+// ---- host emulation of the device bit tricks (layout/int4_fragment.cuh) ------
+uint32_t prmt_host(uint32_t a, uint32_t b, uint32_t sel) {
+  const uint64_t bytes = (uint64_t(b) << 32) | a;
+  uint32_t d = 0;
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t s = (sel >> (4 * i)) & 0xf;
+    uint32_t byte = uint32_t(bytes >> (8 * (s & 7))) & 0xff;
+    if (s & 8) byte = (byte & 0x80) ? 0xff : 0x00;
+    d |= byte << (8 * i);
+  }
+  return d;
+}
+// bf16x2 lanes of a register as floats.
+float lo_f(uint32_t r) { return bf16_to_float(uint16_t(r & 0xffff)); }
+float hi_f(uint32_t r) { return bf16_to_float(uint16_t(r >> 16)); }
+uint32_t pack2(float a, float b) { return uint32_t(float_to_bf16(a)) | (uint32_t(float_to_bf16(b)) << 16); }
+
+// int4x8_to_bf16: ((w >> 4j) & 0x000f000f) | 0x43004300, then * 1 - 136 in BF16.
+void int4x8_host(uint32_t w, uint32_t (&b)[4]) {
+  for (int j = 0; j < 4; ++j) {
+    const uint32_t v = ((w >> (4 * j)) & 0x000f000fu) | 0x43004300u;
+    b[j] = pack2(round_bf16(lo_f(v) * 1.0f - 136.0f), round_bf16(hi_f(v) * 1.0f - 136.0f));
+  }
+}
+// e4m3x4_to_bf16: prmt sign-extension, (x << 4) & 0x87f087f0, * 2^120 in BF16.
+void e4m3x4_host(uint32_t w, uint32_t (&b)[2]) {
+  const uint32_t lo = prmt_host(w, 0, 0x9180u), hi = prmt_host(w, 0, 0xB3A2u);
+  const float e120 = std::ldexp(1.0f, 120);
+  const uint32_t l = (lo << 4) & 0x87f087f0u, h = (hi << 4) & 0x87f087f0u;
+  // BF16 subnormals are exact in float: the product is exact.
+  b[0] = pack2(lo_f(l) * e120, hi_f(l) * e120);
+  b[1] = pack2(lo_f(h) * e120, hi_f(h) * e120);
+}
+
+// One m16n8k16 MMA by the PTX fragment definition (mma.cuh): rows g, g+8 of A
+// from a[0..3] of lane 4g + c, B column g from b[0..1], D += A B in double.
+void mma_host(double (&d)[32][4], const uint32_t (&a)[32][4], const uint32_t (&b)[32][2]) {
+  float A[16][16], B[16][8];
+  for (int lane = 0; lane < 32; ++lane) {
+    const int g = lane / 4, c = lane % 4;
+    A[g][2 * c] = lo_f(a[lane][0]), A[g][2 * c + 1] = hi_f(a[lane][0]);
+    A[g + 8][2 * c] = lo_f(a[lane][1]), A[g + 8][2 * c + 1] = hi_f(a[lane][1]);
+    A[g][2 * c + 8] = lo_f(a[lane][2]), A[g][2 * c + 9] = hi_f(a[lane][2]);
+    A[g + 8][2 * c + 8] = lo_f(a[lane][3]), A[g + 8][2 * c + 9] = hi_f(a[lane][3]);
+    B[2 * c][g] = lo_f(b[lane][0]), B[2 * c + 1][g] = hi_f(b[lane][0]);
+    B[2 * c + 8][g] = lo_f(b[lane][1]), B[2 * c + 9][g] = hi_f(b[lane][1]);
+  }
+  for (int lane = 0; lane < 32; ++lane) {
+    const int g = lane / 4, c = lane % 4;
+    for (int i = 0; i < 4; ++i) {
+      const int row = g + 8 * (i / 2), col = 2 * c + (i % 2);
+      double s = 0;
+      for (int kk = 0; kk < 16; ++kk) s += double(A[row][kk]) * B[kk][col];
+      d[lane][i] += s;
+    }
+  }
+}
+
+// Emulates the kernels on one n8 tile with M <= 16 rows: lanes read their
+// 16-byte INT4 chunks (or 32-byte E4M3 chunks), dequantize with the bit tricks,
+// take A from x by block_k, run the 8 steps of each block, scale per group.
+std::vector<double> emulate_tile(bool int4, int k, int group, int m, int tile, const std::vector<uint8_t>& packed,
+                                 const std::vector<uint16_t>& scales16, const std::vector<float>& scales32,
+                                 const std::vector<uint16_t>& x) {
+  double acc[32][4] = {};
+  const int nblk = (k + 127) / 128;
+  for (int kb = 0; kb < nblk; ++kb) {
+    const bool tail = (k % 128) && kb == k / 128;
+    const int halves = tail ? 1 : 2;
+    for (int h = 0; h < halves; ++h) {
+      double blk[32][4] = {};
+      for (int s4 = 0; s4 < 4; ++s4) {
+        const int s = 4 * h + s4;
+        uint32_t a[32][4], b[32][2];
+        for (int lane = 0; lane < 32; ++lane) {
+          const int g = lane / 4, c = lane % 4;
+          auto xv = [&](int row, int e) -> uint16_t {
+            const int col = kb * 128 + layout::block_k(c, s, e);
+            return row < m ? x[size_t(row) * k + col] : uint16_t(0);
+          };
+          a[lane][0] = xv(g, 0) | uint32_t(xv(g, 1)) << 16;
+          a[lane][1] = xv(g + 8, 0) | uint32_t(xv(g + 8, 1)) << 16;
+          a[lane][2] = xv(g, 2) | uint32_t(xv(g, 3)) << 16;
+          a[lane][3] = xv(g + 8, 2) | uint32_t(xv(g + 8, 3)) << 16;
+          if (int4) {
+            const size_t base = size_t(tile) * (k / 2) * 8 + size_t(kb) * 512 + lane * (tail ? 8 : 16);
+            uint32_t w;
+            std::memcpy(&w, &packed[base + 4 * (s / 2)], 4);  // word s/2 holds steps s & ~1, s | 1
+            uint32_t bb[4];
+            int4x8_host(w, bb);
+            b[lane][0] = bb[2 * (s % 2)], b[lane][1] = bb[2 * (s % 2) + 1];
+          } else {
+            const size_t base = size_t(tile) * k * 8 + size_t(kb) * 1024 + size_t(h) * 512 + lane * 16;
+            uint32_t w;
+            std::memcpy(&w, &packed[base + 4 * s4], 4);  // word i = step 4h + i
+            e4m3x4_host(w, b[lane]);
+          }
+        }
+        mma_host(blk, a, b);
+      }
+      for (int lane = 0; lane < 32; ++lane) {
+        const int c = lane % 4;
+        for (int i = 0; i < 4; ++i) {
+          const int ch = 2 * c + (i % 2);
+          double sc = 1;
+          if (int4) {
+            const int gi = (kb * 128 + 64 * h) / group;
+            sc = fp16_to_float(scales16[layout::int4_scale_index(k, group, tile * 8 + ch, gi)]);
+          }
+          acc[lane][i] += blk[lane][i] * sc;
+        }
+      }
+    }
+  }
+  std::vector<double> y(size_t(m) * 8);
+  for (int lane = 0; lane < 32; ++lane) {
+    const int g = lane / 4, c = lane % 4;
+    for (int i = 0; i < 4; ++i) {
+      const int row = g + 8 * (i / 2), ch = 2 * c + (i % 2);
+      const double sc = int4 ? 1.0 : scales32[size_t(tile) * 8 + ch];
+      if (row < m) y[size_t(row) * 8 + ch] = acc[lane][i] * sc;
+    }
+  }
+  return y;
+}
+
+std::vector<uint16_t> random_x(int m, int k) {
+  std::uniform_real_distribution<float> u(-1, 1);
+  std::vector<uint16_t> x(size_t(m) * k);
+  for (auto& v : x) v = float_to_bf16(u(rng()));
+  return x;
+}
+
+}  // namespace
+
+TEST(Int4Pack, RoundTrip) {
+  for (auto [n, k, g] : {std::tuple{8, 64, 64}, {16, 128, 128}, {24, 576, 64}, {64, 384, 128}, {8, 1536, 64}}) {
+    const auto w = random_int4(n, k, g);
+    const auto p = quant::pack_int4(w);
+    ASSERT_EQ(p.weights.size(), size_t(n) * k / 2);
+    ASSERT_EQ(p.scales.size(), size_t(n) * (k / g));
+    const auto u = quant::unpack_int4(p);
+    EXPECT_EQ(u.q, w.q) << n << "x" << k << " g" << g;
+    EXPECT_EQ(u.scale, w.scale) << n << "x" << k << " g" << g;
+  }
+}
+
+TEST(Int4Pack, LayoutIsABijection) {
+  for (auto [k, g] : {std::pair{576, 64}, {512, 128}, {256, 64}}) {
+    const int n = 16;
+    std::vector<int> hits(size_t(n) * k, 0);  // one per nibble slot
+    for (int r = 0; r < n; ++r)
+      for (int c = 0; c < k; ++c) {
+        const auto pos = layout::int4_position(k, r, c);
+        ASSERT_LT(pos.byte, size_t(n) * k / 2);
+        ++hits[pos.byte * 2 + pos.shift / 4];
+      }
+    for (int h : hits) ASSERT_EQ(h, 1);
+    std::vector<int> shits(size_t(n) * (k / g), 0);
+    for (int r = 0; r < n; ++r)
+      for (int gi = 0; gi < k / g; ++gi) ++shits[layout::int4_scale_index(k, g, r, gi)];
+    for (int h : shits) ASSERT_EQ(h, 1);
+    std::vector<int> ehits(size_t(n) * k, 0);
+    for (int r = 0; r < n; ++r)
+      for (int c = 0; c < k; ++c) ++ehits[layout::e4m3_position(k, r, c)];
+    for (int h : ehits) ASSERT_EQ(h, 1);
+  }
+}
+
+TEST(Int4Pack, A16ByteLaneLoadIsOneWeightRowRun) {
+  // Lane (g, c) of block kb reads 32 nibbles of row g: inputs 16c..16c+15 and
+  // 64+16c..64+16c+15 of the block (docs/LAYOUTS.md).
+  const int k = 256;
+  for (int lane = 0; lane < 32; ++lane) {
+    const int g = lane / 4, c = lane % 4;
+    for (int h = 0; h < 2; ++h)
+      for (int t = 0; t < 16; ++t) {
+        const auto pos = layout::int4_position(k, g, 128 + 64 * h + 16 * c + t);
+        EXPECT_EQ(pos.byte / 16, size_t(512 / 16 + lane));
+      }
+  }
+}
+
+TEST(Int4Pack, RejectsInvalidShapes) {
+  EXPECT_THROW(quant::check_int4_shape(12, 128, 128), Error);
+  EXPECT_THROW(quant::check_int4_shape(16, 96, 64), Error);
+  EXPECT_THROW(quant::check_int4_shape(16, 576, 128), Error);
+  EXPECT_THROW(quant::check_int4_shape(16, 128, 32), Error);
+  auto w = random_int4(8, 64, 64);
+  w.q[3] = 9;
+  EXPECT_THROW(quant::pack_int4(w), Error);
+  EXPECT_THROW(quant::pack_e4m3(8, 96, std::vector<uint8_t>(8 * 96)), Error);
+}
+
+TEST(Int4Pack, DequantizerBitTricksAreExact) {
+  // Every nibble value through the INT4 trick.
+  for (uint32_t n = 0; n < 16; ++n) {
+    uint32_t b[4];
+    int4x8_host(n * 0x11111111u, b);
+    for (int j = 0; j < 4; ++j) {
+      EXPECT_EQ(lo_f(b[j]), float(int(n) - 8));
+      EXPECT_EQ(hi_f(b[j]), float(int(n) - 8));
+    }
+  }
+  // Every finite E4M3 byte through the E4M3 trick, in each byte position.
+  for (int v = 0; v < 256; ++v) {
+    if ((v & 0x7f) == 0x7f) continue;  // NaN
+    const float want = e4m3_to_float(uint8_t(v));
+    for (int pos = 0; pos < 4; ++pos) {
+      const uint32_t w = uint32_t(v) << (8 * pos) | (0x38u << (8 * ((pos + 1) % 4)));
+      uint32_t b[2];
+      e4m3x4_host(w, b);
+      const float got = pos == 0 ? lo_f(b[0]) : pos == 1 ? hi_f(b[0]) : pos == 2 ? lo_f(b[1]) : hi_f(b[1]);
+      EXPECT_EQ(got, want) << "byte 0x" << std::hex << v << " position " << pos;
+    }
+  }
+}
+
+TEST(Int4Pack, KernelFragmentEmulationMatchesReference) {
+  for (auto [n, k, g, m] : {std::tuple{16, 256, 128, 1}, {16, 256, 64, 5}, {24, 576, 64, 16}, {8, 384, 128, 9}}) {
+    const auto w = random_int4(n, k, g);
+    const auto p = quant::pack_int4(w);
+    const auto x = random_x(m, k);
+    std::vector<float> ref(size_t(m) * n);
+    ref::w4a16(w, x, m, ref);
+    for (int tile = 0; tile < n / 8; ++tile) {
+      const auto y = emulate_tile(true, k, g, m, tile, p.weights, p.scales, {}, x);
+      for (int r = 0; r < m; ++r)
+        for (int ch = 0; ch < 8; ++ch) {
+          const double want = ref[size_t(r) * n + tile * 8 + ch];
+          EXPECT_NEAR(y[size_t(r) * 8 + ch], want, 1e-6 * (1 + std::fabs(want)))  // ref is float
+              << "int4 " << n << "x" << k << " g" << g << " m=" << m << " row " << r << " ch " << tile * 8 + ch;
+        }
+    }
+  }
+}
+
+TEST(Int4Pack, E4M3FragmentEmulationMatchesReference) {
+  for (auto [n, k, m] : {std::tuple{16, 256, 3}, {8, 576, 16}}) {
+    std::vector<uint8_t> e(size_t(n) * k);
+    std::uniform_int_distribution<int> b(0, 255);
+    for (auto& v : e) {
+      do v = uint8_t(b(rng()));
+      while ((v & 0x7f) == 0x7f);
+    }
+    std::vector<float> sc(n);
+    for (auto& v : sc) v = std::uniform_real_distribution<float>(0.5f, 2.0f)(rng());
+    const auto packed = quant::pack_e4m3(n, k, e);
+    EXPECT_EQ(quant::unpack_e4m3(n, k, packed), e);
+    const auto x = random_x(m, k);
+    std::vector<float> ref(size_t(m) * n);
+    ref::w8a16(n, k, e, sc, x, m, ref);
+    for (int tile = 0; tile < n / 8; ++tile) {
+      const auto y = emulate_tile(false, k, 0, m, tile, packed, {}, sc, x);
+      for (int r = 0; r < m; ++r)
+        for (int ch = 0; ch < 8; ++ch) {
+          const double want = ref[size_t(r) * n + tile * 8 + ch];
+          EXPECT_NEAR(y[size_t(r) * 8 + ch], want, 1e-6 * (1 + std::fabs(want)));
+        }
+    }
+  }
+}
