@@ -1,0 +1,173 @@
+#include "cpu/ref/fp8_gemm_ref.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+
+#include "core/error.h"
+#include "core/numeric.h"
+
+namespace futr::ref {
+
+std::vector<float> decode_e4m3(std::span<const uint8_t> v) {
+  float lut[256];
+  for (int i = 0; i < 256; ++i) lut[i] = e4m3_to_float(uint8_t(i));
+  std::vector<float> out(v.size());
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < int64_t(v.size()); ++i) out[size_t(i)] = lut[v[size_t(i)]];
+  return out;
+}
+
+std::vector<float> decode_bf16(std::span<const uint16_t> v) {
+  std::vector<float> out(v.size());
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < int64_t(v.size()); ++i) out[size_t(i)] = bf16_to_float(v[size_t(i)]);
+  return out;
+}
+
+void gemm_rows(const float* A, const float* B, int N, int K, std::span<const int> rows, float* out) {
+  const int64_t R = int64_t(rows.size());
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t i = 0; i < R; ++i)
+    for (int64_t n = 0; n < N; ++n) {
+      const float* a = A + size_t(rows[size_t(i)]) * K;
+      const float* b = B + size_t(n) * K;
+      // Four double partial sums: vectorizes, and each float product is exact.
+      double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+      int k = 0;
+      for (; k + 4 <= K; k += 4) {
+        s0 += double(a[k] * b[k]);
+        s1 += double(a[k + 1] * b[k + 1]);
+        s2 += double(a[k + 2] * b[k + 2]);
+        s3 += double(a[k + 3] * b[k + 3]);
+      }
+      for (; k < K; ++k) s0 += double(a[k] * b[k]);
+      out[size_t(i) * N + size_t(n)] = float((s0 + s1) + (s2 + s3));
+    }
+}
+
+void col_scale(std::span<float> row, float a_scale, const float* b_scale) {
+  for (size_t n = 0; n < row.size(); ++n) row[n] *= a_scale * (b_scale ? b_scale[n] : 1.0f);
+}
+
+void row_rms_factor(std::span<float> row, float sumsq, int hidden, float eps) {
+  const double r = 1.0 / std::sqrt(double(sumsq) / hidden + eps);
+  for (float& v : row) v = float(v * r);
+}
+
+void add_residual(std::span<float> row, const uint16_t* residual) {
+  for (size_t n = 0; n < row.size(); ++n) row[n] += bf16_to_float(residual[n]);
+}
+
+void round_bf16(std::span<float> row) {
+  for (float& v : row) v = futr::round_bf16(v);
+}
+
+double sum_squares(std::span<const float> row) {
+  double s = 0;
+  for (float v : row) s += double(v) * v;
+  return s;
+}
+
+void swiglu_fp8(std::span<const float> row, float scale, uint8_t* out, Fp8Stats& stats) {
+  FUTR_CHECK(row.size() % 2 == 0, "swiglu_fp8: odd row length {}", row.size());
+  for (size_t i = 0; i < row.size() / 2; ++i) {
+    const double g = row[2 * i], u = row[2 * i + 1];
+    const float y = float(g / (1.0 + std::exp(-g)) * u);
+    stats.amax = std::max(stats.amax, std::fabs(y));
+    const float q = y / scale;
+    stats.saturated += std::fabs(q) > kE4M3Max;
+    out[i] = float_to_e4m3(q);
+  }
+}
+
+void rope_rotate(std::span<float> head, int pos, const float* inv_freq) {
+  const size_t half = head.size() / 2;
+  for (size_t i = 0; i < half; ++i) {
+    const float angle = float(pos) * inv_freq[i];  // FP32 product, as on the GPU and in HF
+    const double c = std::cos(double(angle)), s = std::sin(double(angle));
+    const double a = head[i], b = head[i + half];
+    head[i] = float(a * c - b * s);
+    head[i + half] = float(b * c + a * s);
+  }
+}
+
+std::vector<float> rope_inv_freq(int head_dim, float theta, const Llama3Scaling* llama3) {
+  FUTR_CHECK(head_dim > 0 && head_dim % 2 == 0, "rope_inv_freq: head_dim {}", head_dim);
+  std::vector<float> f(size_t(head_dim / 2));
+  for (int i = 0; i < head_dim / 2; ++i)
+    f[size_t(i)] = 1.0f / std::pow(theta, float(2 * i) / float(head_dim));
+  if (llama3) {
+    const float low_wavelen = float(llama3->original_max_position) / llama3->low_freq_factor;
+    const float high_wavelen = float(llama3->original_max_position) / llama3->high_freq_factor;
+    for (float& x : f) {
+      const float wavelen = 2.0f * std::numbers::pi_v<float> / x;
+      if (wavelen > low_wavelen) {
+        x = x / llama3->factor;
+      } else if (wavelen >= high_wavelen) {  // medium band: interpolate
+        const float smooth = (float(llama3->original_max_position) / wavelen - llama3->low_freq_factor) /
+                             (llama3->high_freq_factor - llama3->low_freq_factor);
+        x = (1.0f - smooth) * x / llama3->factor + smooth * x;
+      }
+    }
+  }
+  return f;
+}
+
+RowInfo packed_row(std::span<const int> cu_rows, std::span<const int> start_pos,
+                   std::span<const int> slot_base, int row) {
+  const auto it = std::upper_bound(cu_rows.begin(), cu_rows.end(), row);
+  const int b = int(it - cu_rows.begin()) - 1;
+  FUTR_CHECK(b >= 0 && size_t(b) + 1 < cu_rows.size(), "packed_row: row {} outside the map", row);
+  const int pos = start_pos[size_t(b)] + row - cu_rows[size_t(b)];
+  return {b, pos, slot_base[size_t(b)] + pos};
+}
+
+RowInfo padded_row(std::span<const int> lengths, std::span<const int> start_pos,
+                   std::span<const int> slot_base, int max_len, int row) {
+  const int b = row / max_len, i = row % max_len;
+  const int pos = start_pos[size_t(b)] + i;
+  return {b, pos, i < lengths[size_t(b)] ? slot_base[size_t(b)] + pos : -1};
+}
+
+std::vector<float> scaled_out_row(std::span<const float> acc, float a_scale, const float* b_scale) {
+  std::vector<float> r(acc.begin(), acc.end());
+  col_scale(r, a_scale, b_scale);
+  return r;
+}
+
+std::vector<float> residual_sumsq_row(std::span<const float> acc, float a_scale, const float* b_scale,
+                                      const uint16_t* residual, double& sumsq) {
+  std::vector<float> r(acc.begin(), acc.end());
+  col_scale(r, a_scale, b_scale);
+  add_residual(r, residual);
+  round_bf16(r);
+  sumsq = sum_squares(r);
+  return r;
+}
+
+std::vector<float> rms_scaled_out_row(std::span<const float> acc, float a_scale, const float* b_scale,
+                                      float sumsq, int hidden, float eps) {
+  std::vector<float> r(acc.begin(), acc.end());
+  col_scale(r, a_scale, b_scale);
+  row_rms_factor(r, sumsq, hidden, eps);
+  return r;
+}
+
+void swiglu_fp8_row(std::span<const float> acc, float a_scale, const float* b_scale, float scale,
+                    uint8_t* out, Fp8Stats& stats) {
+  std::vector<float> r(acc.begin(), acc.end());
+  col_scale(r, a_scale, b_scale);
+  swiglu_fp8(r, scale, out, stats);
+}
+
+std::vector<float> qkv_rope_row(std::span<const float> acc, float a_scale, const float* b_scale, int pos,
+                                const float* inv_freq, int heads, int kv_heads, int head_dim) {
+  std::vector<float> r(acc.begin(), acc.end());
+  col_scale(r, a_scale, b_scale);
+  for (int h = 0; h < heads + kv_heads; ++h)
+    rope_rotate(std::span<float>(r).subspan(size_t(h) * head_dim, size_t(head_dim)), pos, inv_freq);
+  return r;
+}
+
+}  // namespace futr::ref

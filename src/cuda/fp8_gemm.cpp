@@ -1,0 +1,248 @@
+// Host launcher of the FP8 prefill GEMM: the explicit variant list, the tile
+// heuristic, argument validation and tensor maps (see fp8_gemm.h).
+#include "cuda/fp8_gemm.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "cuda/check.h"
+#include "cuda/device.h"
+#include "cuda/fp8_gemm_launch.h"
+#include "cuda/tensor_map.h"
+
+namespace futr::cuda {
+
+namespace {
+using E = GemmEpilogue;
+using I = GemmInput;
+
+// The compiled kernel instances. Each line must match an instantiation in
+// fp8_gemm_<policy>.cu (and nothing else is compiled): keep this list short,
+// CI compiles every entry on two cores.
+constexpr GemmVariant kVariants[] = {
+    {E::kScaledOut, I::kE4M3, 128, 256, 4},      // the paper's configuration
+    {E::kScaledOut, I::kE4M3, 128, 128, 6},      // small M x N: twice the CTAs
+    {E::kScaledOut, I::kBF16, 128, 256, 4},      // BF16 comparison path
+    {E::kResidualSumSq, I::kE4M3, 128, 256, 4},  // O / down
+    {E::kResidualSumSq, I::kE4M3, 128, 128, 6},
+    {E::kRmsScaledOut, I::kE4M3, 128, 256, 4},
+    {E::kSwiGluFp8, I::kE4M3, 128, 256, 4},      // gate/up
+    {E::kSwiGluFp8, I::kE4M3, 128, 128, 6},
+    {E::kQkvRopePacked, I::kE4M3, 128, 256, 4},  // QKV, packed rows
+    {E::kQkvRopePadded, I::kE4M3, 128, 256, 4},  // QKV, padded rows (separately compiled)
+};
+
+std::string list_variants(E e, I in) {
+  std::string s;
+  for (const auto& v : kVariants)
+    if (v.epilogue == e && v.input == in)
+      s += fmt::format("{}{}x{} stages {}", s.empty() ? "" : ", ", v.bm, v.bn, v.stages);
+  return s.empty() ? "none" : s;
+}
+
+int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+// Everything that can be checked without a GPU, so invalid calls fail the same
+// way on CI as on the device.
+void check_operands(const GemmOperands& op, E e) {
+  const char* name = "FP8 GEMM";
+  FUTR_CHECK(op.a && op.b, "{} ({}): A and B must be non-null", name, to_string(e));
+  FUTR_CHECK(op.M >= 1 && op.N >= 8 && op.K >= 16, "{} ({}): M={} N={} K={}: need M >= 1, N >= 8, K >= 16",
+             name, to_string(e), op.M, op.N, op.K);
+  FUTR_CHECK(op.N % 8 == 0, "{} ({}): N={} must be a multiple of 8", name, to_string(e), op.N);
+  const int kalign = op.input == I::kE4M3 ? 16 : 8;
+  FUTR_CHECK(op.K % kalign == 0,
+             "{} ({}): K={} must be a multiple of {} for {} inputs (TMA rows are multiples of 16 bytes)",
+             name, to_string(e), op.K, kalign, to_string(op.input));
+  FUTR_CHECK(reinterpret_cast<uintptr_t>(op.a) % 16 == 0 && reinterpret_cast<uintptr_t>(op.b) % 16 == 0,
+             "{} ({}): A and B must be 16-byte aligned", name, to_string(e));
+}
+
+void check_bf16_out(const void* out, int& ld, int N, const char* what) {
+  FUTR_CHECK(out != nullptr, "FP8 GEMM: {} must be non-null", what);
+  if (ld == 0) ld = N;
+  FUTR_CHECK(ld >= N && ld % 4 == 0, "FP8 GEMM: {} row stride {} must be >= N={} and a multiple of 4",
+             what, ld, N);
+  FUTR_CHECK(reinterpret_cast<uintptr_t>(out) % 8 == 0, "FP8 GEMM: {} must be 8-byte aligned", what);
+}
+
+const GemmVariant& resolve(E e, const GemmOperands& op, const GemmConfig* config, GemmConfig& cfg,
+                           int sm_count) {
+  cfg = config ? *config : choose_gemm_config(e, op.input, op.M, op.N, op.K, sm_count);
+  for (const auto& v : kVariants)
+    if (v.epilogue == e && v.input == op.input && v.bm == cfg.bm && v.bn == cfg.bn &&
+        v.stages == cfg.stages)
+      return v;
+  fail("FP8 GEMM: no compiled variant {} {} tile {}x{} stages {}; compiled for this epilogue and input: {}",
+       to_string(e), to_string(op.input), cfg.bm, cfg.bn, cfg.stages, list_variants(e, op.input));
+}
+
+// Validates the config against the compiled list, then builds the launch.
+detail::GemmLaunch prepare(E e, const GemmOperands& op, const GemmConfig* config, cudaStream_t s,
+                           const GemmVariant*& variant) {
+  GemmConfig cfg;
+  // The variant check needs no device: do it before require_device().
+  if (config) variant = &resolve(e, op, config, cfg, 132);
+  const auto& dev = require_device();
+  variant = &resolve(e, op, config, cfg, dev.sm_count);
+  FUTR_CHECK(cfg.group_m >= 1, "FP8 GEMM: group_m={} must be >= 1", cfg.group_m);
+  FUTR_CHECK(cfg.grid >= 0, "FP8 GEMM: grid={} must be >= 0", cfg.grid);
+  const int tiles = ceil_div(op.M, cfg.bm) * ceil_div(op.N, cfg.bn);
+  detail::GemmLaunch l{};
+  const TmaElem el = op.input == I::kE4M3 ? TmaElem::kU8 : TmaElem::kBF16;
+  const int esize = op.input == I::kE4M3 ? 1 : 2;
+  l.ta = make_tensor_map_2d(op.a, el, uint64_t(op.M), uint64_t(op.K), uint64_t(op.K) * esize,
+                            uint32_t(cfg.bm), uint32_t(128 / esize));
+  l.tb = make_tensor_map_2d(op.b, el, uint64_t(op.N), uint64_t(op.K), uint64_t(op.K) * esize,
+                            uint32_t(cfg.bn), uint32_t(128 / esize));
+  l.M = op.M;
+  l.N = op.N;
+  l.K = op.K;
+  l.group_m = cfg.group_m;
+  l.grid = std::min(tiles, cfg.grid > 0 ? cfg.grid : dev.sm_count);
+  l.stream = s;
+  return l;
+}
+}  // namespace
+
+std::span<const GemmVariant> gemm_variants() { return kVariants; }
+
+std::string to_string(GemmEpilogue e) {
+  switch (e) {
+    case E::kScaledOut: return "scaled_out";
+    case E::kResidualSumSq: return "residual_sumsq";
+    case E::kRmsScaledOut: return "rms_scaled_out";
+    case E::kSwiGluFp8: return "swiglu_fp8";
+    case E::kQkvRopePacked: return "qkv_rope_packed";
+    case E::kQkvRopePadded: return "qkv_rope_padded";
+  }
+  return "?";
+}
+std::string to_string(GemmInput i) { return i == I::kE4M3 ? "e4m3" : "bf16"; }
+std::string to_string(const GemmConfig& c) {
+  return fmt::format("{}x{}x128B s{} g{}{}", c.bm, c.bn, c.stages, c.group_m,
+                     c.grid ? fmt::format(" grid{}", c.grid) : std::string());
+}
+
+GemmConfig choose_gemm_config(GemmEpilogue e, GemmInput in, int M, int N, int K, int sm_count) {
+  FUTR_CHECK(sm_count >= 1, "choose_gemm_config: sm_count={}", sm_count);
+  const GemmVariant* best = nullptr;
+  double best_cost = 0;
+  for (const auto& v : kVariants) {
+    if (v.epilogue != e || v.input != in) continue;
+    // Time ~ waves x per-tile time; a 128-wide tile does half the work of a
+    // 256-wide one at somewhat lower efficiency (B is re-read per FLOP twice
+    // as often, more epilogue per FLOP).
+    const int tiles = ceil_div(M, v.bm) * ceil_div(N, v.bn);
+    const int waves = ceil_div(tiles, sm_count);
+    const double eff = v.bn >= 256 ? 1.0 : 0.92;
+    const double cost = double(waves) * v.bm * v.bn / eff;
+    if (!best || cost < best_cost * 0.99 || (cost <= best_cost * 1.01 && v.bn > best->bn)) {
+      best = &v;
+      best_cost = cost;
+    }
+  }
+  FUTR_CHECK(best != nullptr, "FP8 GEMM: no compiled variant for {} with {} inputs", to_string(e),
+             to_string(in));
+  GemmConfig c;
+  c.bm = best->bm;
+  c.bn = best->bn;
+  c.stages = best->stages;
+  c.group_m = 16;
+  (void)K;
+  return c;
+}
+
+void gemm_scaled_out(const GemmOperands& op, const ScaledOutArgs& args, cudaStream_t stream,
+                     const GemmConfig* config) {
+  check_operands(op, E::kScaledOut);
+  ScaledOutArgs a = args;
+  check_bf16_out(a.out, a.ld_out, op.N, "out");
+  const GemmVariant* v = nullptr;
+  const auto l = prepare(E::kScaledOut, op, config, stream, v);
+  detail::launch_scaled_out(*v, l, a);
+}
+
+void gemm_residual_sumsq(const GemmOperands& op, const ResidualSumSqArgs& args, cudaStream_t stream,
+                         const GemmConfig* config) {
+  check_operands(op, E::kResidualSumSq);
+  ResidualSumSqArgs a = args;
+  check_bf16_out(a.out, a.ld_out, op.N, "out");
+  check_bf16_out(a.residual, a.ld_res, op.N, "residual");
+  FUTR_CHECK(a.row_sumsq != nullptr, "FP8 GEMM residual_sumsq: row_sumsq must be non-null");
+  const GemmVariant* v = nullptr;
+  const auto l = prepare(E::kResidualSumSq, op, config, stream, v);
+  FUTR_CUDA_CHECK(cudaMemsetAsync(a.row_sumsq, 0, size_t(op.M) * sizeof(float), stream));
+  detail::launch_residual_sumsq(*v, l, a);
+}
+
+void gemm_rms_scaled_out(const GemmOperands& op, const RmsScaledOutArgs& args, cudaStream_t stream,
+                         const GemmConfig* config) {
+  check_operands(op, E::kRmsScaledOut);
+  RmsScaledOutArgs a = args;
+  check_bf16_out(a.out, a.ld_out, op.N, "out");
+  FUTR_CHECK(a.row_sumsq != nullptr && a.hidden >= 1 && a.eps >= 0 && std::isfinite(a.eps),
+             "FP8 GEMM rms_scaled_out: need row_sumsq, hidden >= 1 (got {}), finite eps >= 0 (got {})",
+             a.hidden, a.eps);
+  const GemmVariant* v = nullptr;
+  const auto l = prepare(E::kRmsScaledOut, op, config, stream, v);
+  detail::launch_rms_scaled_out(*v, l, a);
+}
+
+void gemm_swiglu_fp8(const GemmOperands& op, const SwiGluFp8Args& args, cudaStream_t stream,
+                     const GemmConfig* config) {
+  check_operands(op, E::kSwiGluFp8);
+  SwiGluFp8Args a = args;
+  FUTR_CHECK(a.out != nullptr, "FP8 GEMM swiglu_fp8: out must be non-null");
+  if (a.ld_out == 0) a.ld_out = op.N / 2;
+  FUTR_CHECK(a.ld_out >= op.N / 2 && a.ld_out % 2 == 0,
+             "FP8 GEMM swiglu_fp8: out row stride {} must be >= N/2={} and even", a.ld_out, op.N / 2);
+  FUTR_CHECK(a.scale_in && a.amax_out && a.saturation_out,
+             "FP8 GEMM swiglu_fp8: scale_in, amax_out and saturation_out must be non-null device pointers");
+  const GemmVariant* v = nullptr;
+  const auto l = prepare(E::kSwiGluFp8, op, config, stream, v);
+  detail::launch_swiglu_fp8(*v, l, a);
+}
+
+namespace {
+void check_qkv(const GemmOperands& op, QkvRopeArgs& a) {
+  FUTR_CHECK(a.head_dim == 64 || a.head_dim == 128, "FP8 GEMM qkv_rope: head_dim {} (supported: 64, 128)",
+             a.head_dim);
+  FUTR_CHECK(a.heads >= 1 && a.kv_heads >= 1 && op.N == (a.heads + 2 * a.kv_heads) * a.head_dim,
+             "FP8 GEMM qkv_rope: N={} must equal (heads {} + 2 x kv_heads {}) x head_dim {}", op.N, a.heads,
+             a.kv_heads, a.head_dim);
+  check_bf16_out(a.q_out, a.ld_q, a.heads * a.head_dim, "q_out");
+  FUTR_CHECK(a.k_cache && a.v_cache && a.num_slots >= 1 && a.inv_freq,
+             "FP8 GEMM qkv_rope: k_cache, v_cache, inv_freq and num_slots >= 1 are required");
+}
+}  // namespace
+
+void gemm_qkv_rope(const GemmOperands& op, const QkvRopeArgs& args, const PackedRowMap& rows,
+                   cudaStream_t stream, const GemmConfig* config) {
+  check_operands(op, E::kQkvRopePacked);
+  QkvRopeArgs a = args;
+  check_qkv(op, a);
+  FUTR_CHECK(rows.cu_rows && rows.start_pos && rows.slot_base && rows.num_requests >= 1,
+             "FP8 GEMM qkv_rope (packed): the row map needs cu_rows, start_pos, slot_base, num_requests >= 1");
+  const GemmVariant* v = nullptr;
+  const auto l = prepare(E::kQkvRopePacked, op, config, stream, v);
+  detail::launch_qkv_rope_packed(*v, l, a, rows);
+}
+
+void gemm_qkv_rope(const GemmOperands& op, const QkvRopeArgs& args, const PaddedRowMap& rows,
+                   cudaStream_t stream, const GemmConfig* config) {
+  check_operands(op, E::kQkvRopePadded);
+  QkvRopeArgs a = args;
+  check_qkv(op, a);
+  FUTR_CHECK(rows.lengths && rows.start_pos && rows.slot_base && rows.num_requests >= 1 &&
+                 rows.max_len >= 1 && int64_t(rows.num_requests) * rows.max_len == op.M,
+             "FP8 GEMM qkv_rope (padded): need lengths, start_pos, slot_base and M={} == num_requests {} x "
+             "max_len {}",
+             op.M, rows.num_requests, rows.max_len);
+  const GemmVariant* v = nullptr;
+  const auto l = prepare(E::kQkvRopePadded, op, config, stream, v);
+  detail::launch_qkv_rope_padded(*v, l, a, rows);
+}
+
+}  // namespace futr::cuda

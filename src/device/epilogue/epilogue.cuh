@@ -1,0 +1,117 @@
+// Epilogue framework of the sm90 GEMM: compile-time policies applied to the
+// output tile while it is still on chip, composed as a flat list of ops:
+//
+//   using ScaledOut = Chain<ColScale, StoreBf16>;          // policies.cuh has the list
+//
+// Two passes run per output tile, in the order the ops are listed:
+//
+// 1. Fragment pass (registers). Each consumer thread holds its part of the
+//    warpgroup's 64 x BN FP32 accumulator in the WGMMA fragment layout
+//    (device/ptx/wgmma.cuh): acc[4j + 2h + e] is row frow[h] = m0 + 64*wg +
+//    16*warp + lane/4 + 8h, column n0 + 8j + 2*(lane%4) + e. Ops that need
+//    column pairs far apart (RoPE pairs d with d + D/2) or cheap per-row /
+//    per-column scaling work here. Hook: fragment(p, tile, frag, acc, st).
+//
+// 2. Piece pass (after staging through shared memory). The warpgroup writes
+//    the accumulators chunk by chunk (64 rows x 32 columns, FP32) to a
+//    per-warpgroup shared buffer and reads them back row-wise: a thread gets
+//    4 consecutive columns of one row ("piece"), 8 threads cover a 32-column
+//    row segment, so global loads/stores of residuals and outputs are
+//    coalesced. Iteration it = 0..3 of a chunk handles row prow[it] = m0 +
+//    64*wg + 16*it + tid/8 (the same rows in every chunk, so per-row state
+//    lives in registers). Hook: piece(p, tile, it, row, col, v[4], st), called
+//    only for row < M and col < N (N % 8 == 0, so a piece is all in or all out).
+//    Sinks (Store*) write the piece; ops after a sink see the values as stored.
+//
+// Other hooks: tile_begin (per-row lookups before the fragment pass), tile_end
+// (per-row reductions, e.g. row sums of squares), finish (once per thread
+// after its last tile: grid-wide reductions such as amax). Every hook has a
+// no-op default in OpBase.
+//
+// Params: each op declares `struct Params` (its device pointers and scalars,
+// a shape comment per field); Chain<Ops...>::Params derives from all of them,
+// so the launcher fills one flat struct and each op sees its own base.
+#pragma once
+
+#include <cstdint>
+
+namespace futr::device::epi {
+
+// Where the current output tile is.
+struct TileCtx {
+  int m0, n0;  // tile origin (rows, columns) in C
+  int M, N;    // problem size
+};
+
+// Fragment coordinates of this thread (see the layout above).
+struct FragCoord {
+  int col0;  // 2 * (lane % 4): column of acc[4j] within 8-column block j
+};
+
+// Per-thread epilogue state: a fixed vocabulary shared by all ops (unused
+// fields cost nothing: the compiler drops them).
+struct EpiState {
+  int frow[2];       // fragment-pass rows (global; may be >= M)
+  int prow[4];       // piece-pass rows (global; may be >= M), by iteration it
+  int frag_pos[2];   // RoPE position of frow[h]
+  int slot[4];       // KV-cache slot of prow[it] (-1: write no K/V)
+  float row_acc[4];  // per-row partial sums of prow[it] (sum of squares)
+  float qscale;      // 1 / dequantization scale of an FP8 output
+  float amax;        // running max |y| over this thread's tiles
+  uint32_t sat;      // running count of saturated FP8 outputs
+};
+
+// Default (no-op) hooks; ops derive from this and shadow what they use.
+struct OpBase {
+  template <class P>
+  __device__ __forceinline__ static void tile_begin(const P&, const TileCtx&, EpiState&) {}
+  template <class P, int NREG>
+  __device__ __forceinline__ static void fragment(const P&, const TileCtx&, const FragCoord&,
+                                                  float (&)[NREG], EpiState&) {}
+  template <class P>
+  __device__ __forceinline__ static void piece(const P&, const TileCtx&, int, int, int, float (&)[4],
+                                               EpiState&) {}
+  template <class P>
+  __device__ __forceinline__ static void tile_end(const P&, const TileCtx&, EpiState&) {}
+  template <class P>
+  __device__ __forceinline__ static void finish(const P&, EpiState&) {}
+};
+
+// A policy: ops applied in list order in each pass.
+template <class... Ops>
+struct Chain {
+  struct Params : Ops::Params... {};
+
+  __device__ __forceinline__ static void tile_begin(const Params& p, const TileCtx& t, EpiState& st) {
+    (Ops::tile_begin(p, t, st), ...);
+  }
+  template <int NREG>
+  __device__ __forceinline__ static void fragment(const Params& p, const TileCtx& t,
+                                                  const FragCoord& f, float (&acc)[NREG],
+                                                  EpiState& st) {
+    (Ops::fragment(p, t, f, acc, st), ...);
+  }
+  __device__ __forceinline__ static void piece(const Params& p, const TileCtx& t, int it, int row,
+                                               int col, float (&v)[4], EpiState& st) {
+    (Ops::piece(p, t, it, row, col, v, st), ...);
+  }
+  __device__ __forceinline__ static void tile_end(const Params& p, const TileCtx& t, EpiState& st) {
+    (Ops::tile_end(p, t, st), ...);
+  }
+  __device__ __forceinline__ static void finish(const Params& p, EpiState& st) {
+    (Ops::finish(p, st), ...);
+  }
+};
+
+// ---- small helpers shared by the ops ---------------------------------------
+
+// Two floats -> packed bf16x2 (round to nearest even), low half = a.
+__device__ __forceinline__ uint32_t pack_bf16x2(float a, float b) {
+  uint32_t r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(b), "f"(a));
+  return r;
+}
+__device__ __forceinline__ float bf16_lo(uint32_t x) { return __uint_as_float(x << 16); }
+__device__ __forceinline__ float bf16_hi(uint32_t x) { return __uint_as_float(x & 0xffff0000u); }
+
+}  // namespace futr::device::epi
