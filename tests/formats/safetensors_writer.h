@@ -43,11 +43,11 @@ inline StTensor st_from_floats(const std::string& name, const std::string& dtype
 
 // The file for `header` (raw JSON text) followed by `data`.
 inline std::vector<uint8_t> st_raw(const std::string& header, const std::vector<uint8_t>& data) {
-  std::vector<uint8_t> b(8);
   const uint64_t n = header.size();
+  std::vector<uint8_t> b(8 + header.size() + data.size());
   std::memcpy(b.data(), &n, 8);
-  b.insert(b.end(), header.begin(), header.end());
-  b.insert(b.end(), data.begin(), data.end());
+  if (!header.empty()) std::memcpy(b.data() + 8, header.data(), header.size());
+  if (!data.empty()) std::memcpy(b.data() + 8 + header.size(), data.data(), data.size());
   return b;
 }
 
