@@ -6,12 +6,23 @@
 // same operand layout as our own kernels. BF16 x BF16 and E4M3 x E4M3 (per-tensor
 // device scales) with FP32 accumulation. cuBLASLt sees this as the column-major
 // "TN" product C^T = B A^T, which is also the layout its FP8 kernels require.
+//
+// Plans (descriptors + the heuristic's candidate algorithms) are cached per
+// (input type, M, N, K, operand alignment): repeated calls cost no heuristic
+// query, so timing a small decode GEMM measures the GPU, not the host. A call
+// tries the candidates in order until cuBLASLt accepts one (an algorithm the
+// heuristic returns can still answer CUBLAS_STATUS_NOT_SUPPORTED, e.g. for
+// operand alignment) and remembers the one that worked. Graph-capturable once
+// the plan exists (the workspace is ours).
 #pragma once
 
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <map>
+#include <tuple>
+#include <vector>
 
 #include "cuda/buffer.h"
 
@@ -33,8 +44,18 @@ class CublasLt {
               const float* a_scale, const float* b_scale, cudaStream_t s);
 
  private:
+  struct Plan {
+    cublasLtMatmulDesc_t op = nullptr;
+    cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
+    std::vector<cublasLtMatmulAlgo_t> algos;  // heuristic order
+    size_t good = 0;                          // index of the last algorithm that ran
+  };
+  using Key = std::tuple<int, int, int, int, int>;  // input, M, N, K, alignment bytes
+  Plan& plan(LtInput in, int M, int N, int K, int align);
+
   cublasLtHandle_t h_ = nullptr;
   DeviceBuffer<uint8_t> ws_;
+  std::map<Key, Plan> plans_;
 };
 
 }  // namespace futr::cuda

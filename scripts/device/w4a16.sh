@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Issue 4 on the GPU machine: the INT4 decode GEMM's tests (plain, then
+# compute-sanitizer memcheck and racecheck on the small set), the cuBLASLt
+# wrapper's test and the ceilings, the PyTorch peer, and the benchmark.
+# Binaries come prebuilt from build-w4/bin (docs/DEVICE.md); results go to $OUT:
+#   logs.txt            every step's output
+#   w4a16_h200.json     the benchmark (bench/results/w4a16_h200.json when committed)
+#   torch_peers.json    the PyTorch peer's numbers
+#   ceilings.json       ceilings_bench
+# and a short summary is printed last.
+#   usage: scripts/device/w4a16.sh [all|tests|bench] [extra w4a16_bench args...]
+set -u
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}
+export PYTHONUNBUFFERED=1
+B=${B:-build-w4/bin}
+OUT=${OUT:-/tmp/w4a16_out}
+mkdir -p "$OUT"
+MODE=${1:-all}
+shift || true
+LOG=$OUT/logs.txt
+SUM=$OUT/summary.txt
+: > "$LOG"
+: > "$SUM"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader | tee -a "$SUM"
+
+# step NAME TIMEOUT CMD...: runs CMD with a time limit, appends its output to
+# logs.txt and one line (rc, seconds, last line) to the summary.
+step() {
+  local name=$1 limit=$2
+  shift 2
+  local t0=$SECONDS
+  echo "===== $name: $*" >> "$LOG"
+  timeout "$limit" "$@" > "$OUT/$name.tmp" 2>&1
+  local rc=$?
+  cat "$OUT/$name.tmp" >> "$LOG"
+  echo "$name rc=$rc $((SECONDS - t0))s | $(grep -E 'PASSED|FAILED|ERROR SUMMARY|torch peer|TARGET' "$OUT/$name.tmp" | tail -3 | tr '\n' ' ')" >> "$SUM"
+  rm -f "$OUT/$name.tmp"
+  return $rc
+}
+
+if [[ $MODE == all || $MODE == tests ]]; then
+  if ! step cublaslt_test 90 "$B/cublaslt_test"; then
+    step cublaslt_test_log 60 env CUBLASLT_LOG_LEVEL=2 "$B/cublaslt_test"
+  fi
+  step ceilings 90 "$B/ceilings_bench" --json "$OUT/ceilings.json"
+  step int4_pack_test 60 "$B/int4_pack_test"
+  step w4a16_test 240 "$B/w4a16_test"
+fi
+if [[ $MODE == all || $MODE == bench ]]; then
+  step torch_peer 240 python3 bench/peers/torch_decode_peer.py --out "$OUT/torch_peers.json"
+  step w4a16_bench 300 "$B/w4a16_bench" --peers "$OUT/torch_peers.json" --json "$OUT/w4a16_h200.json" "$@"
+fi
+if [[ $MODE == all || $MODE == tests ]]; then
+  step memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 3 "$B/w4a16_test" --gtest_filter='W4A16Small.*'
+  step racecheck 150 compute-sanitizer --tool racecheck --error-exitcode 3 "$B/w4a16_test" --gtest_filter='W4A16Small.*'
+fi
+
+echo "----- key benchmark rows"
+grep -E "layer \(4 proj|largest relative|TARGET|copy bandwidth" "$LOG" | grep -E "Llama-3.1-8B|Llama-3.1-70B|largest|TARGET|copy" | head -40
+echo "----- summary"
+cat "$SUM"

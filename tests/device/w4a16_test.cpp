@@ -1,0 +1,348 @@
+// Decode GEMMs with quantized weights (src/cuda/w4a16.h, src/cuda/linear.h:
+// sm90_w4a16_gemv, sm90_w4a16_skinny with INT4 and E4M3 weights) against the
+// CPU reference (src/cpu/ref/w4a16_ref.h) on every shape of kDecodeShapes.
+//
+// Weights and scales are drawn on the device (fresh seeds every run, so the
+// 405B matrices cost no host packing); the reference unpacks a sample of n8
+// tiles (first, last and random ones) and checks those columns; every output
+// element is poisoned (0xff = NaN) before each launch and must come back finite.
+// Errors: relative L2 per launch, bounds in tests/support/tolerances.h; the
+// largest observed error per kernel family is printed at the end.
+//
+// Run under compute-sanitizer with --gtest_filter='W4A16Small.*' (small shapes).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+
+#include "core/error.h"
+#include "core/numeric.h"
+#include "cpu/ref/w4a16_ref.h"
+#include "cuda/buffer.h"
+#include "cuda/check.h"
+#include "cuda/device.h"
+#include "cuda/fill.h"
+#include "cuda/linear.h"
+#include "cuda/stream.h"
+#include "cuda/w4a16.h"
+#include "cuda/w4a16_shapes.h"
+#include "quant/int4_pack.h"
+#include "support/compare.h"
+#include "support/gpu.h"
+#include "support/tolerances.h"
+
+using namespace futr;
+using cuda::DecodeConfig;
+using cuda::DecodeKernel;
+using cuda::DecodeShape;
+
+namespace {
+
+std::mt19937_64& rng() {
+  static std::mt19937_64 r(std::random_device{}());
+  return r;
+}
+
+// Largest relative error seen per family (printed by the environment below).
+std::map<std::string, double>& worst() {
+  static std::map<std::string, double> w;
+  return w;
+}
+
+std::vector<int> sample_tiles(int ntiles, int count) {
+  std::set<int> t{0, ntiles - 1};
+  std::uniform_int_distribution<int> u(0, ntiles - 1);
+  while (int(t.size()) < std::min(count, ntiles)) t.insert(u(rng()));
+  return {t.begin(), t.end()};
+}
+
+std::vector<uint16_t> random_x(int m, int k) {
+  std::uniform_real_distribution<float> u(-1, 1);
+  std::vector<uint16_t> x(size_t(m) * k);
+  for (auto& v : x) v = float_to_bf16(u(rng()));
+  return x;
+}
+
+// A quantized layer with device-drawn weights and the logical weights of a
+// sample of its tiles on the host.
+struct Layer {
+  std::unique_ptr<cuda::QuantLinear> lin;
+  std::vector<int> tiles;     // sampled n8 tiles
+  quant::Int4Weights sub4;    // INT4: logical weights of the sampled tiles' rows
+  std::vector<uint8_t> sub8;  // E4M3: [rows, K] logical bytes of the sampled rows
+  std::vector<float> sc8;     // E4M3: their scales
+};
+
+Layer make_layer(bool int4, int n, int k, int group, int sample = 12) {
+  Layer L;
+  const uint64_t seed = rng()();
+  if (int4) {
+    auto lin = std::make_unique<cuda::W4Linear>(n, k, group);
+    cuda::fill_random(lin->weights(), cuda::FillType::kU8, size_t(n) * k / 2, seed, 0, 0, nullptr);
+    cuda::fill_random(lin->scales(), cuda::FillType::kF16, size_t(n) * (k / group), seed + 1, 0.002f, 0.02f,
+                      nullptr);
+    L.lin = std::move(lin);
+  } else {
+    auto lin = std::make_unique<cuda::W8Linear>(n, k);
+    cuda::fill_random(lin->weights(), cuda::FillType::kE4M3, size_t(n) * k, seed, -2.0f, 2.0f, nullptr);
+    cuda::fill_random(lin->scales(), cuda::FillType::kF32, size_t(n), seed + 1, 0.005f, 0.02f, nullptr);
+    L.lin = std::move(lin);
+  }
+  FUTR_CUDA_CHECK(cudaDeviceSynchronize());
+  L.tiles = sample_tiles(n / 8, sample);
+  const size_t rows = L.tiles.size() * 8;
+  if (int4) {
+    const size_t tile_bytes = size_t(k) / 2 * 8, tile_scales = size_t(k / group) * 8;
+    quant::Int4Packed p{int(rows), k, group, std::vector<uint8_t>(rows * k / 2), std::vector<uint16_t>(rows * (k / group))};
+    const auto* sc = static_cast<const uint16_t*>(L.lin->scales());
+    for (size_t i = 0; i < L.tiles.size(); ++i) {
+      FUTR_CUDA_CHECK(cudaMemcpy(p.weights.data() + i * tile_bytes, L.lin->weights() + L.tiles[i] * tile_bytes,
+                                 tile_bytes, cudaMemcpyDeviceToHost));
+      FUTR_CUDA_CHECK(cudaMemcpy(p.scales.data() + i * tile_scales, sc + L.tiles[i] * tile_scales, tile_scales * 2,
+                                 cudaMemcpyDeviceToHost));
+    }
+    L.sub4 = quant::unpack_int4(p);  // tiles are contiguous: the sample is itself a packed matrix
+  } else {
+    const size_t tile_bytes = size_t(k) * 8;
+    std::vector<uint8_t> packed(rows * k);
+    L.sc8.resize(rows);
+    const auto* sc = static_cast<const float*>(L.lin->scales());
+    for (size_t i = 0; i < L.tiles.size(); ++i) {
+      FUTR_CUDA_CHECK(cudaMemcpy(packed.data() + i * tile_bytes, L.lin->weights() + L.tiles[i] * tile_bytes,
+                                 tile_bytes, cudaMemcpyDeviceToHost));
+      FUTR_CUDA_CHECK(cudaMemcpy(L.sc8.data() + i * 8, sc + L.tiles[i] * 8, 32, cudaMemcpyDeviceToHost));
+    }
+    L.sub8 = quant::unpack_e4m3(int(rows), k, packed);
+  }
+  return L;
+}
+
+// One launch on fresh x, poisoned y; returns the relative error on the sample.
+double check(Layer& L, int m, const DecodeConfig* cfg, const std::string& what, double tol) {
+  const int n = L.lin->n(), k = L.lin->k();
+  const auto x = random_x(m, k);
+  cuda::DeviceBuffer<uint16_t> dx(x), dy(size_t(m) * n);
+  dy.fill_bytes(0xff);
+  if (cfg) {
+    L.lin->reserve(*cfg, m);
+    L.lin->forward(dx.get(), dy.get(), m, *cfg, nullptr);
+  } else {
+    L.lin->forward(dx.get(), dy.get(), m, nullptr);
+  }
+  FUTR_CUDA_CHECK(cudaDeviceSynchronize());
+  const auto y = dy.download();
+  const size_t rows = L.tiles.size() * 8;
+  std::vector<float> ref(size_t(m) * rows);
+  if (L.lin->format() == cuda::WeightFormat::kInt4) ref::w4a16(L.sub4, x, m, ref);
+  else ref::w8a16(int(rows), k, L.sub8, L.sc8, x, m, ref);
+  std::vector<float> out(ref.size());
+  size_t non_finite = 0;
+  for (uint16_t h : y) non_finite += !std::isfinite(bf16_to_float(h));
+  for (int i = 0; i < m; ++i)
+    for (size_t t = 0; t < L.tiles.size(); ++t)
+      for (int ch = 0; ch < 8; ++ch)
+        out[size_t(i) * rows + t * 8 + ch] = bf16_to_float(y[size_t(i) * n + size_t(L.tiles[t]) * 8 + ch]);
+  const auto st = test::compare(out, ref);
+  const std::string conf = cuda::describe(cfg ? *cfg : L.lin->config(m));
+  EXPECT_EQ(non_finite, 0u) << what << " M=" << m << " " << conf << ": unwritten or non-finite outputs";
+  EXPECT_LT(st.rel_l2, tol) << what << " M=" << m << " " << conf;
+  double& w = worst()[(L.lin->format() == cuda::WeightFormat::kInt4 ? "int4 " : "e4m3 ") +
+                      std::string(conf.substr(0, conf.find(' ')))];
+  w = std::max(w, st.rel_l2);
+  return st.rel_l2;
+}
+
+std::string name(const DecodeShape& s) { return std::string(s.model) + " " + s.proj; }
+
+class PrintWorst : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    for (const auto& [k, v] : worst()) std::printf("largest relative L2 error, %s: %.3g\n", k.c_str(), v);
+  }
+};
+const auto* const kPrintWorst = ::testing::AddGlobalTestEnvironment(new PrintWorst);
+
+}  // namespace
+
+// ---- full shape list -----------------------------------------------------------
+
+TEST(W4A16, AllShapesGemvAndSkinny) {
+  FUTR_REQUIRE_GPU();
+  int i = 0;
+  for (const DecodeShape& s : cuda::kDecodeShapes) {
+    Layer L = make_layer(true, s.n, s.k, s.group);
+    const int odd = 3 + 2 * (i++ % 14);  // 3, 5, ..., 29: one odd M per shape, rotating
+    for (int m : {1, 2, 8, 16, 17, 32, odd}) check(L, m, nullptr, name(s), test::tol::kW4A16);
+  }
+}
+
+TEST(W4A16, EveryMOnLlama8B) {
+  FUTR_REQUIRE_GPU();
+  for (const DecodeShape& s : cuda::kDecodeShapes) {
+    if (std::string(s.model) != "Llama-3.1-8B") continue;
+    Layer L = make_layer(true, s.n, s.k, s.group, 6);
+    for (int m = 1; m <= 32; ++m) check(L, m, nullptr, name(s), test::tol::kW4A16);
+  }
+}
+
+TEST(W8A16, AllShapes) {
+  FUTR_REQUIRE_GPU();
+  for (const DecodeShape& s : cuda::kDecodeShapes) {
+    Layer L = make_layer(false, s.n, s.k, s.group, 8);
+    for (int m : {1, 4, 16, 32}) check(L, m, nullptr, name(s), test::tol::kW8A16);
+  }
+}
+
+// Every compiled variant, with and without split-K, on a shape with a K tail
+// (group 64) and one without.
+TEST(W4A16, EveryCompiledVariant) {
+  FUTR_REQUIRE_GPU();
+  struct V {
+    bool int4;
+    int group;
+    DecodeConfig c;
+  };
+  std::vector<V> vs;
+  for (int g : {128, 64})
+    for (int ks : {8, 4, 2})
+      for (int u : {4, 8}) {
+        if (u == 8 && g == 64) continue;
+        if (u == 8 && ks == 2) continue;
+        DecodeConfig c;
+        c.kernel = DecodeKernel::kGemv, c.ksplit = ks, c.loads = u;
+        vs.push_back({true, g, c});
+      }
+  for (auto [int4, g, mt, tn] : {std::tuple{true, 128, 1, 2}, {true, 128, 1, 4}, {true, 128, 2, 2},
+                                 {true, 64, 1, 2}, {true, 64, 2, 2}, {false, 0, 1, 2}, {false, 0, 2, 2}})
+    for (int sp : {1, 3, 8}) {
+      DecodeConfig c;
+      c.kernel = DecodeKernel::kSkinny, c.mt = mt, c.tn = tn, c.splits = sp;
+      vs.push_back({int4, g, c});
+    }
+  for (int g : {128, 64}) {
+    const int n = 1024 + 8 * 5, k = g == 64 ? 1472 : 1536;  // N not a multiple of the CTA's columns
+    Layer L4 = make_layer(true, n, k, g, 10);
+    Layer L8 = make_layer(false, n, k, 0, 10);
+    for (const V& v : vs) {
+      if (v.int4 && v.group != g) continue;
+      if (!v.int4 && g == 64) continue;
+      Layer& L = v.int4 ? L4 : L8;
+      const std::string what = std::string(v.int4 ? "int4" : "e4m3") + " " + std::to_string(n) + "x" +
+                               std::to_string(k) + " g" + std::to_string(g);
+      if (v.c.kernel == DecodeKernel::kGemv) {
+        check(L, 1, &v.c, what, test::tol::kW4A16);
+      } else {
+        for (int m : v.c.mt == 1 ? std::vector<int>{1, 7, 16} : std::vector<int>{17, 32})
+          check(L, m, &v.c, what, v.int4 ? test::tol::kW4A16 : test::tol::kW8A16);
+      }
+    }
+  }
+}
+
+// The split-K reduction re-arms its counters: graph replays give the same bits.
+TEST(W4A16, GraphReplayIsDeterministic) {
+  FUTR_REQUIRE_GPU();
+  Layer L = make_layer(true, 4096, 4096, 128, 4);
+  for (int m : {1, 8, 32}) {
+    const auto x = random_x(m, 4096);
+    cuda::DeviceBuffer<uint16_t> dx(x), eager(size_t(m) * 4096), replay(size_t(m) * 4096);
+    cuda::Stream s;
+    L.lin->forward(dx.get(), eager.get(), m, s);
+    cuda::Graph g = cuda::Graph::capture(s, [&](cudaStream_t st) { L.lin->forward(dx.get(), replay.get(), m, st); });
+    for (int r = 0; r < 3; ++r) {
+      replay.fill_bytes(0xff, s);
+      g.launch(s);
+      s.sync();
+      EXPECT_EQ(replay.download(), eager.download()) << "replay " << r << " M=" << m;
+    }
+  }
+}
+
+// ---- small set for compute-sanitizer (memcheck, racecheck) ----------------------
+
+TEST(W4A16Small, GemvSkinnySplitK) {
+  FUTR_REQUIRE_GPU();
+  for (const DecodeShape& s : cuda::kDecodeShapes) {
+    if (std::string(s.model) != "SmolLM2-135M") continue;
+    Layer L = make_layer(true, s.n, s.k, s.group, 4);
+    for (int m : {1, 5, 16, 32}) check(L, m, nullptr, name(s), test::tol::kW4A16);
+    DecodeConfig c;
+    c.kernel = DecodeKernel::kSkinny, c.mt = 1, c.tn = 2, c.splits = 3;
+    check(L, 9, &c, name(s) + " forced split", test::tol::kW4A16);
+  }
+  Layer L = make_layer(true, 2048, 2048, 128, 4);
+  for (int m : {1, 3, 32}) check(L, m, nullptr, "Llama-3.2-1B o", test::tol::kW4A16);
+  Layer L8 = make_layer(false, 960, 576, 0, 4);
+  for (int m : {1, 3, 20}) check(L8, m, nullptr, "SmolLM2-135M qkv e4m3", test::tol::kW8A16);
+}
+
+// ---- invalid requests fail loudly (host-side checks: no GPU needed) -------------
+
+TEST(W4A16Invalid, ShapesAndConfigsAreRejected) {
+  alignas(256) static uint8_t fake[256];  // never dereferenced: every case throws before launch
+  auto args = [&](int m, int n, int k, int group) {
+    cuda::DecodeArgs a;
+    a.w = a.scales = a.x = fake;
+    a.y = fake;
+    a.m = m, a.n = n, a.k = k, a.group = group;
+    return a;
+  };
+  DecodeConfig gemv;  // default: gemv ksplit=8 loads=4
+  DecodeConfig sk;
+  sk.kernel = DecodeKernel::kSkinny, sk.mt = 1, sk.tn = 2, sk.splits = 1;
+  auto rejects = [](auto&& f, const char* needle) {
+    try {
+      f();
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+      return;
+    }
+    ADD_FAILURE() << "no error for a request that should fail (" << needle << ")";
+  };
+  using cuda::WeightFormat;
+  rejects([&] { cuda::decode_gemm(WeightFormat::kInt4, args(0, 64, 128, 128), gemv, nullptr); }, "M = 0");
+  rejects([&] { cuda::decode_gemm(WeightFormat::kInt4, args(33, 64, 128, 128), sk, nullptr); }, "M = 33");
+  rejects([&] { cuda::decode_gemm(WeightFormat::kInt4, args(1, 12, 128, 128), gemv, nullptr); }, "N = 12");
+  rejects([&] { cuda::decode_gemm(WeightFormat::kInt4, args(1, 64, 96, 64), gemv, nullptr); }, "K = 96");
+  rejects([&] { cuda::decode_gemm(WeightFormat::kInt4, args(1, 64, 128, 32), gemv, nullptr); }, "group size 32");
+  rejects([&] { cuda::decode_gemm(WeightFormat::kInt4, args(1, 64, 576, 128), gemv, nullptr); }, "group 64");
+  rejects([&] { cuda::decode_gemm(WeightFormat::kInt4, args(2, 64, 128, 128), gemv, nullptr); }, "M = 1");
+  rejects([&] { cuda::decode_gemm(WeightFormat::kInt4, args(17, 64, 128, 128), sk, nullptr); }, "mt = 2");
+  DecodeConfig bad = sk;
+  bad.tn = 3;
+  rejects([&] { cuda::decode_gemm(WeightFormat::kInt4, args(4, 64, 128, 128), bad, nullptr); }, "nearest supported");
+  DecodeConfig bad2 = gemv;
+  bad2.ksplit = 3;
+  rejects([&] { cuda::decode_gemm(WeightFormat::kInt4, args(1, 64, 128, 128), bad2, nullptr); },
+          "nearest supported: 'int4 g128 gemv ksplit=");
+  DecodeConfig bad3 = sk;
+  bad3.tn = 4;
+  rejects([&] { cuda::decode_gemm(WeightFormat::kInt4, args(4, 64, 576, 64), bad3, nullptr); }, "nearest supported");
+  DecodeConfig split = sk;
+  split.splits = 4;
+  rejects([&] { cuda::decode_gemm(WeightFormat::kInt4, args(4, 64, 1024, 128), split, nullptr); }, "workspace");
+  auto misaligned = args(1, 64, 128, 128);
+  misaligned.x = fake + 2;
+  rejects([&] { cuda::decode_gemm(WeightFormat::kInt4, misaligned, gemv, nullptr); }, "aligned");
+  rejects([&] { cuda::apply_overrides(gemv, "tiles=3"); }, "unknown key");
+  rejects([&] { cuda::apply_overrides(gemv, "kernel=fast"); }, "gemv or skinny");
+}
+
+TEST(W4A16Invalid, HeuristicStaysInsideTheCompiledList) {
+  // Every heuristic choice for every listed shape and M names a compiled variant.
+  const auto variants = cuda::decode_variants();
+  for (const DecodeShape& s : cuda::kDecodeShapes)
+    for (int m = 1; m <= 32; ++m)
+      for (auto f : {cuda::WeightFormat::kInt4, cuda::WeightFormat::kE4M3}) {
+        const DecodeConfig c = cuda::decode_heuristic(f, m, s.n, s.k, 132);
+        std::string want = f == cuda::WeightFormat::kInt4 ? "int4 g" + std::to_string(s.group) : "e4m3";
+        const std::string d = cuda::describe(c);
+        want += " " + d.substr(0, d.find(" splits"));
+        EXPECT_NE(std::find(variants.begin(), variants.end(), want), variants.end())
+            << name(s) << " M=" << m << ": heuristic picked '" << want << "', not compiled";
+      }
+}
