@@ -8,3 +8,4 @@ futr_add_test(gguf_broken_test SOURCES formats/gguf_broken_test.cpp LIBS futr_fo
 futr_add_test(safetensors_test SOURCES formats/safetensors_test.cpp LIBS futr_formats)
 futr_add_test(hf_checkpoint_test SOURCES formats/hf_checkpoint_test.cpp LIBS futr_formats)
 futr_add_test(formats_loader_test SOURCES formats/loader_test.cpp LIBS futr_formats)
+futr_add_test(info_command_test SOURCES formats/info_command_test.cpp LIBS futr_cli_info)
