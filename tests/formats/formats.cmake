@@ -9,3 +9,7 @@ futr_add_test(safetensors_test SOURCES formats/safetensors_test.cpp LIBS futr_fo
 futr_add_test(hf_checkpoint_test SOURCES formats/hf_checkpoint_test.cpp LIBS futr_formats)
 futr_add_test(formats_loader_test SOURCES formats/loader_test.cpp LIBS futr_formats)
 futr_add_test(info_command_test SOURCES formats/info_command_test.cpp LIBS futr_cli_info)
+
+# Not a test: the dump tool of the one-off Python cross-check (gguf_crosscheck.py).
+add_executable(gguf_dump_tool formats/gguf_dump_tool.cpp)
+target_link_libraries(gguf_dump_tool PRIVATE futr_formats futr_warnings)
