@@ -414,10 +414,25 @@ Tensor GgufFile::read_tensor(const GgufTensorInfo& t) const {
   FUTR_CHECK(ti.supported, "{}: tensor '{}' has type {}, which futr cannot dequantize (supported: {})",
              path_, t.name, ti.name, ggml_supported_types());
   Tensor out(t.shape());
-  dequantize_ggml(ti, tensor_bytes(t), out.data);
-  for (size_t i = 0; i < out.data.size(); ++i)
-    FUTR_CHECK(std::isfinite(out.data[i]), "{}: tensor '{}' has a non-finite value at element {}",
-               path_, t.name, i);
+  // Chunks of whole blocks, decoded in parallel; the first non-finite value is an error.
+  const std::span<const uint8_t> in = tensor_bytes(t);
+  const int64_t chunk_blocks = std::max<int64_t>(1, 65536 / ti.block);
+  const int64_t n_blocks = int64_t(t.numel / ti.block);
+  const int64_t n_chunks = (n_blocks + chunk_blocks - 1) / chunk_blocks;
+  int64_t first_bad = INT64_MAX;
+#pragma omp parallel for schedule(static) reduction(min : first_bad)
+  for (int64_t c = 0; c < n_chunks; ++c) {
+    const int64_t b0 = c * chunk_blocks, b1 = std::min(n_blocks, b0 + chunk_blocks);
+    std::span<float> y(out.data.data() + b0 * ti.block, size_t((b1 - b0) * ti.block));
+    dequantize_ggml(ti, in.subspan(size_t(b0 * ti.block_bytes), size_t((b1 - b0) * ti.block_bytes)), y);
+    for (size_t i = 0; i < y.size(); ++i)
+      if (!std::isfinite(y[i])) {
+        first_bad = std::min(first_bad, b0 * int64_t(ti.block) + int64_t(i));
+        break;
+      }
+  }
+  FUTR_CHECK(first_bad == INT64_MAX, "{}: tensor '{}' has a non-finite value at element {}", path_,
+             t.name, first_bad);
   return out;
 }
 
