@@ -77,9 +77,11 @@ void Forward::eval_chunk(std::span<const int32_t> tokens, int first_logit, float
     rmsnorm(x_.data(), L.attn_norm.data(), xn_.data(), n, H, c.rms_eps);
 
     // --- 3. Projections: q = xn Wq^T [n, Nh*D], k = xn Wk^T, v = xn Wv^T [n, Nkv*D]
-    L.wq->forward(xn_.data(), n, q_.data());
-    L.wk->forward(xn_.data(), n, k_.data());
-    L.wv->forward(xn_.data(), n, v_.data());
+    // (a projection with the RMSNorm folded in reads x itself: Linear::folds_rmsnorm)
+    auto normed = [&](const Linear& lin) { return lin.folds_rmsnorm() ? x_.data() : xn_.data(); };
+    L.wq->forward(normed(*L.wq), n, q_.data());
+    L.wk->forward(normed(*L.wk), n, k_.data());
+    L.wv->forward(normed(*L.wv), n, v_.data());
 
     // --- 4. RoPE on q and k at positions pos0 .. pos0+n-1 (v is not rotated) -------
     apply_rope(q_.data(), n, c.n_heads, Q, pos0, rope_);
@@ -104,8 +106,8 @@ void Forward::eval_chunk(std::span<const int32_t> tokens, int first_logit, float
     rmsnorm(x_.data(), L.ffn_norm.data(), xn_.data(), n, H, c.rms_eps);
 
     // --- 9. SwiGLU: u = silu(xn Wgate^T) * (xn Wup^T)   [n, I] ---------------------
-    L.w_gate->forward(xn_.data(), n, gate_.data());
-    L.w_up->forward(xn_.data(), n, up_.data());
+    L.w_gate->forward(normed(*L.w_gate), n, gate_.data());
+    L.w_up->forward(normed(*L.w_up), n, up_.data());
     swiglu(gate_.data(), up_.data(), gate_.data(), int64_t(nn * I));
 
     // --- 10. Down projection and residual: x += u Wdown^T -------------------------

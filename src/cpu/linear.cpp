@@ -53,7 +53,10 @@ void gemm_xwt(const float* x, int64_t m, const float* w, int64_t n, int64_t k, f
   // inside each OpenMP thread (cpu/threads.h says why). The output columns are
   // split into one contiguous slice per thread, rounded to 16 columns.
   ensure_single_threaded_blas();
-#pragma omp parallel
+  // Below ~256K multiply-adds (~0.1 ms on one core) a parallel region costs
+  // more than it saves, above all on a loaded machine.
+  constexpr int64_t kParallelMin = 1 << 18;
+#pragma omp parallel if (m * n * k >= kParallelMin)
   {
     const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
     const int64_t per = (n + threads - 1) / threads;

@@ -38,6 +38,12 @@ class Linear {
   virtual std::string describe() const = 0;
   // y[m, out] = x[m, in] W^T. x and y must not overlap. m >= 1.
   virtual void forward(const float* x, int64_t m, float* y) = 0;
+  // Folded RMSNorm (issue 3, the FP8 prefill path, cpu/quant_linear.h): a
+  // projection that follows an RMSNorm may carry the gain in its weights
+  // (W' = W diag(g)) and apply the row factor 1/sqrt(mean(x^2) + eps) after its
+  // GEMM. When this returns true the forward pass gives forward() the
+  // un-normalized rows x instead of RMSNorm(x) * g.
+  virtual bool folds_rmsnorm() const { return false; }
 };
 
 // y[m, n] = x[m, k] W[n, k]^T in FP32 (row-major, contiguous), on all OpenMP

@@ -126,7 +126,10 @@ void causal_attention(const float* q, int64_t ldq, int n, int pos0, int n_heads,
   scratch.scores.resize(size_t(omp_get_max_threads()));
   ensure_single_threaded_blas();
 
-#pragma omp parallel
+  // Multiply-adds of Q K^T and A V over all heads (causal half ignored);
+  // small problems (tiny models, short decode steps) stay on one thread.
+  const int64_t work = int64_t(n_heads) * n * kv.len * head_dim * 2;
+#pragma omp parallel if (work >= (int64_t(1) << 18))
   {
     std::vector<float>& S_buf = scratch.scores[size_t(omp_get_thread_num())];
     S_buf.resize(size_t(std::min(n, kBlock)) * size_t(kv.len));

@@ -9,6 +9,10 @@
 // spin-wait against each other after every region: decode ran at 9 tokens/s
 // with 2 threads against 25 with 1 (and 44 with GOMP_SPINCOUNT=0). With one
 // pool there is nothing to compete with (docs/CPU_BACKEND.md).
+//
+// Every program linking futr_cpu starts with OMP_WAIT_POLICY=passive unless
+// the user set OMP_WAIT_POLICY or GOMP_SPINCOUNT (threads.cpp says why and
+// how); on a dedicated machine OMP_WAIT_POLICY=active may be a little faster.
 #pragma once
 
 #include <string>

@@ -1,0 +1,165 @@
+// End to end: the `futr` binary on the default model (SmolLM2-135M-Instruct
+// Q4_1, fetched by scripts/fetch-model.sh; the tests that need it skip with
+// that reason when it is absent), and its error handling (exit status 1 with
+// a message, never a crash).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int rc = -1;
+  std::string out, err;
+};
+
+std::string quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) {
+    if (c == '\'') {
+      q.append("'\\''");
+    } else {
+      q.push_back(c);
+    }
+  }
+  q.push_back('\'');
+  return q;
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// Runs futr with `args` (and `input` on stdin), capturing both streams.
+Result futr(const std::vector<std::string>& args, const std::string& input = "") {
+  static int n = 0;
+  const fs::path dir = fs::temp_directory_path() / fmt::format("futr_e2e_{}_{}", ::getpid(), n++);
+  fs::create_directories(dir);
+  { std::ofstream(dir / "in") << input; }
+  std::string cmd = quote(FUTR_BINARY);
+  for (const auto& a : args) cmd += fmt::format(" {}", quote(a));
+  cmd += fmt::format(" < {} > {} 2> {}", quote((dir / "in").string()),
+                     quote((dir / "out").string()), quote((dir / "err").string()));
+  const int status = std::system(cmd.c_str());
+  Result r;
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = slurp(dir / "out");
+  r.err = slurp(dir / "err");
+  fs::remove_all(dir);
+  return r;
+}
+
+bool have_model() { return fs::exists(FUTR_DEFAULT_MODEL); }
+#define REQUIRE_MODEL()                                                                    \
+  if (!have_model())                                                                       \
+  GTEST_SKIP() << "default model " << FUTR_DEFAULT_MODEL                                   \
+               << " is absent: run scripts/fetch-model.sh"
+
+TEST(FutrE2E, GenerateGreedyKnowsParis) {
+  REQUIRE_MODEL();
+  const Result r = futr({"generate", "The capital of France is", "--temperature", "0",
+                         "--max-tokens", "16"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("Paris"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("prompt"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("tokens/s"), std::string::npos) << r.err;
+  std::printf("generate: %s\n%s", r.out.c_str(), r.err.c_str());
+}
+
+TEST(FutrE2E, GeneratePromptFromStdinAndChat) {
+  REQUIRE_MODEL();
+  const Result a = futr({"generate", "--temperature", "0", "--max-tokens", "8"},
+                        "The capital of France is");
+  ASSERT_EQ(a.rc, 0) << a.err;
+  EXPECT_NE(a.out.find("Paris"), std::string::npos) << a.out;
+  const Result c = futr({"generate", "--chat", "What is the capital of France?", "--temperature",
+                         "0", "--max-tokens", "24"});
+  ASSERT_EQ(c.rc, 0) << c.err;
+  EXPECT_NE(c.out.find("Paris"), std::string::npos) << c.out;
+  std::printf("chat: %s", c.out.c_str());
+}
+
+TEST(FutrE2E, SampledGenerationIsSeedReproducible) {
+  REQUIRE_MODEL();
+  const std::vector<std::string> args = {"generate", "Once upon a time", "--temperature", "0.9",
+                                         "--top-k", "50", "--top-p", "0.9", "--seed", "5",
+                                         "--max-tokens", "12", "--quiet"};
+  const Result a = futr(args), b = futr(args);
+  ASSERT_EQ(a.rc, 0) << a.err;
+  EXPECT_EQ(a.out, b.out);
+  EXPECT_GT(a.out.size(), 10u);
+}
+
+TEST(FutrE2E, PerplexityOnShortText) {
+  REQUIRE_MODEL();
+  ASSERT_TRUE(fs::exists(FUTR_DEFAULT_TEXT)) << FUTR_DEFAULT_TEXT;
+  const Result r = futr({"perplexity", FUTR_DEFAULT_TEXT, "--ctx", "512", "--max-tokens", "1200",
+                         "--json"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  const double ppl = j.at("ppl");
+  std::printf("perplexity (first 1200 tokens, ctx 512): %.4f +- %.4f\n", ppl,
+              j.at("stderr").get<double>());
+  EXPECT_TRUE(std::isfinite(ppl));
+  EXPECT_GT(ppl, 3.0);
+  EXPECT_LT(ppl, 200.0);
+  EXPECT_EQ(j.at("tokens").get<int>(), 1200 - 3);  // 3 windows, each scores all but its first token
+  EXPECT_EQ(j.at("ctx").get<int>(), 512);
+  EXPECT_EQ(j.at("stride").get<int>(), 512);
+  EXPECT_GT(j.at("stderr").get<double>(), 0.0);
+  EXPECT_NE(r.err.find("tokens"), std::string::npos);  // progress bar / summary
+
+  const Result t = futr({"perplexity", FUTR_DEFAULT_TEXT, "--ctx", "256", "--stride", "128",
+                         "--max-tokens", "400", "--quiet"});
+  ASSERT_EQ(t.rc, 0) << t.err;
+  EXPECT_TRUE(std::regex_search(t.out, std::regex(R"(perplexity = [0-9.]+ \+- [0-9.]+)"))) << t.out;
+}
+
+void expect_error(const Result& r, const std::string& what) {
+  EXPECT_EQ(r.rc, 1) << r.out << r.err;
+  EXPECT_NE(r.err.find(what), std::string::npos) << "stderr: " << r.err;
+}
+
+TEST(FutrE2E, ErrorsExitOneWithAMessage) {
+  expect_error(futr({}), "subcommand");
+  expect_error(futr({"generate", "--bogus-flag"}), "bogus");
+  expect_error(futr({"perplexity", "--ctx", "abc"}), "ctx");
+  expect_error(futr({"generate", "hi", "--model", "/nonexistent/model.gguf"}), "does not exist");
+  expect_error(futr({"generate", "hi", "--temperature", "-1"}), "temperature");
+  expect_error(futr({"generate", "hi", "--backend", "tpu"}), "backend");
+  const fs::path junk = fs::temp_directory_path() / "futr_e2e_junk.gguf";
+  { std::ofstream(junk) << "not a model"; }
+  const Result j = futr({"generate", "hi", "--model", junk.string()});
+  EXPECT_EQ(j.rc, 1) << j.err;
+  EXPECT_NE(j.err.find("error"), std::string::npos) << j.err;
+  fs::remove(junk);
+  EXPECT_EQ(futr({"--help"}).rc, 0);
+}
+
+TEST(FutrE2E, ErrorsThatNeedTheModel) {
+  REQUIRE_MODEL();
+  expect_error(futr({"perplexity", "/nonexistent/text.txt"}), "no such file");
+  expect_error(futr({"generate", "one two three four five six seven eight nine ten", "--ctx", "4"}),
+               "context");
+  expect_error(futr({"perplexity", FUTR_DEFAULT_TEXT, "--ctx", "64", "--stride", "65"}), "stride");
+}
+
+}  // namespace

@@ -1,0 +1,127 @@
+// Perplexity evaluation (cli/perplexity_eval.h): the window plan, the NLL
+// statistics, and the whole evaluation on a tiny random model against a
+// direct computation from per-window logits.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "cli/backend.h"
+#include "cli/perplexity_eval.h"
+#include "core/error.h"
+#include "cpu/forward.h"
+#include "../cpu/tiny_model.h"
+
+namespace futr {
+namespace {
+
+TEST(Perplexity, WindowsWithoutOverlap) {
+  const auto w = plan_perplexity_windows(10, 4, 4);
+  ASSERT_EQ(w.size(), 3u);
+  EXPECT_EQ(w[0].begin, 0);
+  EXPECT_EQ(w[0].end, 4);
+  EXPECT_EQ(w[0].score_from, 1);  // 3 targets
+  EXPECT_EQ(w[1].begin, 4);
+  EXPECT_EQ(w[1].end, 8);
+  EXPECT_EQ(w[1].score_from, 5);  // 3 targets; token 4 has no context in its window
+  EXPECT_EQ(w[2].begin, 8);
+  EXPECT_EQ(w[2].end, 10);
+  EXPECT_EQ(w[2].score_from, 9);
+  // Exactly a multiple of ctx, plus one token: the last window scores nothing and is dropped.
+  EXPECT_EQ(plan_perplexity_windows(9, 4, 4).size(), 2u);
+}
+
+TEST(Perplexity, SlidingWindowsScoreEachTargetOnce) {
+  const int64_t N = 23;
+  const auto w = plan_perplexity_windows(N, 8, 3);
+  EXPECT_EQ(w[0].begin, 0);
+  EXPECT_EQ(w[0].score_from, 1);
+  EXPECT_EQ(w[0].end, 8);
+  EXPECT_EQ(w[1].begin, 3);
+  EXPECT_EQ(w[1].end, 11);
+  EXPECT_EQ(w[1].score_from, 8);  // the last stride = 3 tokens
+  std::vector<int> scored(size_t(N), 0);
+  for (const auto& x : w) {
+    EXPECT_LE(x.end - x.begin, 8);
+    for (int64_t t = x.score_from; t < x.end; ++t) ++scored[size_t(t)];
+    if (&x != &w[0]) {
+      EXPECT_GE(x.score_from - x.begin, 8 - 3);  // context >= ctx - stride
+    }
+  }
+  EXPECT_EQ(scored[0], 0);
+  for (int64_t t = 1; t < N; ++t) EXPECT_EQ(scored[size_t(t)], 1) << t;
+  EXPECT_EQ(w.back().end, N);
+}
+
+TEST(Perplexity, BadPlans) {
+  EXPECT_THROW(plan_perplexity_windows(100, 1, 1), Error);
+  EXPECT_THROW(plan_perplexity_windows(100, 8, 9), Error);
+  EXPECT_THROW(plan_perplexity_windows(100, 8, 0), Error);
+  EXPECT_THROW(plan_perplexity_windows(1, 8, 8), Error);
+}
+
+TEST(Perplexity, StatsAndStandardError) {
+  NllStats s;
+  const std::vector<double> v = {1.0, 2.0, 4.0, 3.0};
+  for (double x : v) s.add(x);
+  EXPECT_EQ(s.count(), 4);
+  EXPECT_DOUBLE_EQ(s.mean(), 2.5);
+  const double sd = std::sqrt((2.25 + 0.25 + 2.25 + 0.25) / 3.0);
+  EXPECT_NEAR(s.stderr_mean(), sd / 2.0, 1e-12);
+  EXPECT_NEAR(s.ppl(), std::exp(2.5), 1e-9);
+  EXPECT_NEAR(s.ppl_stderr(), std::exp(2.5) * sd / 2.0, 1e-9);
+}
+
+TEST(Perplexity, TokenNll) {
+  const std::vector<float> z = {1.0f, 2.0f, 3.0f};
+  const double lse = std::log(std::exp(1.0) + std::exp(2.0) + std::exp(3.0));
+  EXPECT_NEAR(token_nll(z, 0), lse - 1.0, 1e-12);
+  EXPECT_NEAR(token_nll(z, 2), lse - 3.0, 1e-12);
+  EXPECT_THROW(token_nll(z, 3), Error);
+  const std::vector<float> big = {1000.0f, 0.0f};  // no overflow
+  EXPECT_NEAR(token_nll(big, 1), 1000.0, 1e-9);
+}
+
+// The evaluation equals NLLs computed from eval_all() logits of each window.
+TEST(Perplexity, EvaluationMatchesDirectComputation) {
+  const ModelConfig cfg = test::tiny_config();
+  const Model m = test::random_model(cfg, 11);
+  std::mt19937 rng(12);
+  std::vector<int32_t> tokens(101);
+  for (auto& t : tokens) t = int32_t(rng() % uint32_t(cfg.vocab));
+  const int ctx = 32, stride = 12;
+
+  NllStats direct;
+  cpu::Forward f(m, ctx);
+  for (const auto& w : plan_perplexity_windows(int64_t(tokens.size()), ctx, stride)) {
+    f.reset();
+    const Tensor l = f.eval_all(std::span<const int32_t>(tokens).subspan(size_t(w.begin), size_t(w.end - w.begin)));
+    for (int64_t t = w.score_from; t < w.end; ++t)
+      direct.add(token_nll({l.row(t - 1 - w.begin), size_t(cfg.vocab)}, tokens[size_t(t)]));
+  }
+
+  auto backend = make_backend(m, {.kind = "cpu", .ctx = ctx, .threads = 2});
+  int calls = 0;
+  const PplResult r = evaluate_perplexity(*backend, tokens, ctx, stride, /*batch=*/5,
+                                          [&](const PplProgress& p) {
+                                            ++calls;
+                                            EXPECT_LE(p.scored, p.total);
+                                          });
+  EXPECT_EQ(r.stats.count(), direct.count());
+  EXPECT_EQ(r.stats.count(), 100);
+  EXPECT_NEAR(r.stats.mean(), direct.mean(), 1e-5);
+  EXPECT_NEAR(r.stats.stderr_mean(), direct.stderr_mean(), 1e-5);
+  EXPECT_GT(calls, 10);
+  // A context larger than the backend's is refused.
+  EXPECT_THROW(evaluate_perplexity(*backend, tokens, ctx * 2, stride, 5), Error);
+}
+
+TEST(Backend, UnknownKindIsAnError) {
+  const Model m = test::random_model(test::tiny_config(), 1);
+  EXPECT_THROW(make_backend(m, {.kind = "tpu"}), Error);
+  EXPECT_EQ(make_backend(m, {.kind = "auto", .ctx = 16})->name(), "cpu");
+}
+
+}  // namespace
+}  // namespace futr
