@@ -213,25 +213,37 @@ std::vector<GgufValue> GgufValue::array_items(std::string_view what) const {
   return items;
 }
 
+// Element i of a validated array of fixed-size scalars, as a view.
+static GgufValue scalar_at(const GgufValue& a, uint64_t i) {
+  GgufValue v;
+  v.type = a.elem_type;
+  v.size = uint64_t(scalar_size(uint32_t(a.elem_type)));
+  v.data = a.data + i * v.size;
+  return v;
+}
+
 std::vector<int64_t> GgufValue::int_array(std::string_view what) const {
   FUTR_CHECK(type == GgufType::kArray, "{}: expected an array, found {}", what,
              gguf_type_name(type));
+  const GgufValue probe{elem_type};
+  FUTR_CHECK(probe.is_integer(), "{}: expected an array of integers, found an array of {}", what,
+             gguf_type_name(elem_type));
   std::vector<int64_t> out;
-  out.reserve(size_t(count));
-  for (const GgufValue& v : array_items(what)) {
-    FUTR_CHECK(v.is_integer(), "{}: expected an array of integers, found an array of {}", what,
-               gguf_type_name(elem_type));
-    out.push_back(v.as_int(what));
-  }
+  out.reserve(size_t(count));  // count * elem size bytes are in the file
+  for (uint64_t i = 0; i < count; ++i) out.push_back(scalar_at(*this, i).as_int(what));
   return out;
 }
 
 std::vector<double> GgufValue::float_array(std::string_view what) const {
   FUTR_CHECK(type == GgufType::kArray, "{}: expected an array, found {}", what,
              gguf_type_name(type));
+  const GgufValue probe{elem_type};
+  FUTR_CHECK(probe.is_integer() || probe.is_float(),
+             "{}: expected an array of numbers, found an array of {}", what,
+             gguf_type_name(elem_type));
   std::vector<double> out;
   out.reserve(size_t(count));
-  for (const GgufValue& v : array_items(what)) out.push_back(v.as_float(what));
+  for (uint64_t i = 0; i < count; ++i) out.push_back(scalar_at(*this, i).as_float(what));
   return out;
 }
 
@@ -315,7 +327,7 @@ void GgufFile::parse() {
              "{}: tensor count {} is impossible: only {} bytes follow the header", path_,
              n_tensors, c.remaining());
 
-  kvs_.reserve(size_t(n_kv));
+  kvs_.reserve(size_t(std::min<uint64_t>(n_kv, 4096)));  // grows with entries actually read
   for (uint64_t i = 0; i < n_kv; ++i) {
     const std::string what = fmt::format("metadata entry {}", i);
     const std::string_view key = c.str(what + " key");
@@ -335,7 +347,7 @@ void GgufFile::parse() {
     alignment_ = uint64_t(al);
   }
 
-  tensors_.reserve(size_t(n_tensors));
+  tensors_.reserve(size_t(std::min<uint64_t>(n_tensors, 4096)));
   for (uint64_t i = 0; i < n_tensors; ++i) {
     const std::string what = fmt::format("tensor info {}", i);
     GgufTensorInfo t;

@@ -67,7 +67,9 @@ struct GgufValue {
   std::vector<int64_t> int_array(std::string_view what) const;
   std::vector<double> float_array(std::string_view what) const;
   std::vector<std::string> string_array(std::string_view what) const;
-  std::vector<GgufValue> array_items(std::string_view what) const;  // any element type
+  // Any element type, as views (48 bytes each: meant for nested arrays; prefer the
+  // typed readers above for large scalar arrays).
+  std::vector<GgufValue> array_items(std::string_view what) const;
   // Human-readable short form ("u32 30", "string 'llama'", "array[49152] of string").
   std::string summary(size_t max_chars = 60) const;
 };

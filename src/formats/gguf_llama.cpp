@@ -38,6 +38,8 @@ std::optional<int> opt_uniform_int(const GgufFile& f, const std::string& key) {
   if (!v) return std::nullopt;
   int64_t x;
   if (v->type == GgufType::kArray) {
+    FUTR_CHECK(v->count <= 4096, "{}: {} is an array of {} entries (one per layer expected)",
+               f.path(), key, v->count);
     const std::vector<int64_t> xs = v->int_array(key_what(f, key));
     FUTR_CHECK(!xs.empty(), "{}: {} is an empty array", f.path(), key);
     for (int64_t y : xs)
@@ -284,10 +286,10 @@ TokenizerSpec gguf_tokenizer_spec(const GgufFile& f) {
   if (const GgufValue* v = f.find("tokenizer.ggml.tokens"))
     s.tokens = v->string_array(key_what(f, "tokenizer.ggml.tokens"));
   if (const GgufValue* v = f.find("tokenizer.ggml.token_type")) {
-    const std::vector<int64_t> t = v->int_array(key_what(f, "tokenizer.ggml.token_type"));
-    FUTR_CHECK(t.size() == s.tokens.size(),
+    FUTR_CHECK(v->type != GgufType::kArray || v->count == s.tokens.size(),
                "{}: tokenizer.ggml.token_type has {} entries but there are {} tokens", f.path(),
-               t.size(), s.tokens.size());
+               v->count, s.tokens.size());
+    const std::vector<int64_t> t = v->int_array(key_what(f, "tokenizer.ggml.token_type"));
     s.token_types.reserve(t.size());
     for (int64_t x : t) {
       FUTR_CHECK(x >= 0 && x <= 6, "{}: tokenizer.ggml.token_type has an unknown type {}",
