@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "formats/gguf.h"
 #include "formats/hf_checkpoint.h"
 #include "formats/loader.h"
 
@@ -99,7 +100,21 @@ std::string rope_text(const ModelConfig& c) {
                      r.original_max_position);
 }
 
-void run_info(const std::string& model_arg, bool list_tensors, bool json) {
+// Every GGUF metadata key with a short form of its value.
+std::string gguf_metadata_text(const std::string& path) {
+  const GgufFile f(path);
+  std::string s = fmt::format("GGUF v{} metadata ({} keys, alignment {}):\n", f.version(),
+                              f.metadata().size(), f.alignment());
+  for (const GgufKV& kv : f.metadata()) {
+    std::string key(kv.key.substr(0, 200));
+    for (char& ch : key)  // keys come from the file: no terminal escapes
+      if (uint8_t(ch) < 0x20 || ch == 0x7f) ch = '?';
+    s += fmt::format("  {:<44} {}\n", key, kv.value.summary(80));
+  }
+  return s;
+}
+
+void run_info(const std::string& model_arg, bool list_tensors, bool json, bool metadata) {
   std::string path = model_arg;
   if (path.empty()) {
     path = FUTR_DEFAULT_MODEL;
@@ -108,7 +123,11 @@ void run_info(const std::string& model_arg, bool list_tensors, bool json) {
                path);
   }
   const Model m = inspect_model(path);
-  const std::string out = json ? info_json(m) + "\n" : info_text(m, list_tensors);
+  std::string out = json ? info_json(m) + "\n" : info_text(m, list_tensors);
+  if (metadata && !json) {
+    FUTR_CHECK(m.format == "gguf", "--metadata is for GGUF files ({} is {})", path, m.format);
+    out += gguf_metadata_text(path);
+  }
   std::fwrite(out.data(), 1, out.size(), stdout);
 }
 
@@ -257,6 +276,7 @@ void add_info_command(CLI::App& app) {
     std::string model;
     bool tensors = false;
     bool json = false;
+    bool metadata = false;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand(
@@ -267,7 +287,8 @@ void add_info_command(CLI::App& app) {
   cmd->add_option("-m,--model", o->model, "Same as the positional MODEL");
   cmd->add_flag("--tensors", o->tensors, "List every tensor (name, type, shape, bytes)");
   cmd->add_flag("--json", o->json, "Print one JSON object instead of text");
-  cmd->callback([o] { run_info(o->model, o->tensors, o->json); });
+  cmd->add_flag("--metadata", o->metadata, "GGUF: also list every metadata key and value");
+  cmd->callback([o] { run_info(o->model, o->tensors, o->json, o->metadata); });
 }
 
 }  // namespace futr::cli

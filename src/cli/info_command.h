@@ -6,7 +6,8 @@
 // parameter count split into embedding / layers / LM head; memory: the files'
 // size, FP32 as loaded by futr, and estimates for BF16, FP8 and INT4 g128
 // (see model_memory() for the exact assumptions); the tokenizer summary.
-// --tensors lists every tensor; --json prints the same as one JSON object.
+// --tensors lists every tensor; --metadata (GGUF) every metadata key; --json
+// prints the report as one JSON object.
 //
 // Tests: tests/formats/info_command_test.cpp.
 #pragma once

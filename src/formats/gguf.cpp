@@ -274,8 +274,8 @@ std::string GgufValue::summary(size_t max_chars) const {
   switch (type) {
     case GgufType::kString: {
       std::string s(as_string(""));
-      for (char& ch : s)
-        if (ch == '\n' || ch == '\r' || ch == '\t') ch = ' ';
+      for (char& ch : s)  // control characters (terminal escapes, newlines) shown as blanks
+        if (uint8_t(ch) < 0x20 || ch == 0x7f) ch = ' ';
       return "string '" + clip(s) + "'";
     }
     case GgufType::kArray:
