@@ -94,6 +94,10 @@ TEST(Gguf, EveryValueType) {
   EXPECT_FUTR_ERROR(f.find("str")->as_int("str"), "str: expected an integer, found string");
   EXPECT_FUTR_ERROR(f.find("ints")->string_array("ints"), "expected an array of strings");
   EXPECT_FUTR_ERROR(f.find("u32")->as_bool("u32"), "expected a bool");
+  EXPECT_FUTR_ERROR(f.find("f64s")->int_array("f64s"), "expected an array of integers, found an array of f64");
+  EXPECT_FUTR_ERROR(f.find("strs")->float_array("strs"), "expected an array of numbers");
+  EXPECT_EQ(f.find("ints")->float_array("ints"), (std::vector<double>{1, -2, 3}));
+  EXPECT_FUTR_ERROR(f.find("u64")->int_array("u64"), "expected an array, found u64");
 }
 
 TEST(Gguf, Version2AndCustomAlignment) {

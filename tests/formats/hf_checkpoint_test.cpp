@@ -341,6 +341,8 @@ TEST(HfCheckpoint, BrokenTensorSets) {
     Copy c("mqa_hd64_wide_heads_f32");
     write_text(c.dir / "config.json", "{\"hidden_size\": ");
     EXPECT_FUTR_ERROR(load_model(c.dir), "config.json: invalid JSON");
+    write_text(c.dir / "config.json", "{\"x\": \"" + std::string(5 << 20, 'a') + "\"}");
+    EXPECT_FUTR_ERROR(load_model(c.dir), "more than the 4194304 byte limit");
   }
 }
 
