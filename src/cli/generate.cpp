@@ -132,6 +132,11 @@ void run_generate(GenerateOptions o) {
 
 void add_generate_command(CLI::App& app) {
   auto o = std::make_shared<GenerateOptions>();
+  // Defaults: sampled at temperature 0.7 (greedy decoding of small models
+  // tends to loop); the seed is printed on stderr so a run can be repeated.
+  o->sampler.temperature = 0.7f;
+  o->sampler.top_k = 40;
+  o->sampler.top_p = 0.95f;
   CLI::App* sub = app.add_subcommand("generate", "Continue a prompt, streaming tokens to stdout");
   CLI::Option* prompt = sub->add_option("prompt", o->prompt, "Prompt text (default: read stdin)");
   add_run_options(sub, o->run);

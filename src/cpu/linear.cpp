@@ -51,28 +51,29 @@ void DenseLinear::forward(const float* x, int64_t m, float* y) {
 void gemm_xwt(const float* x, int64_t m, const float* w, int64_t n, int64_t k, float* y) {
   // NOTE: one thread pool (OpenMP) for everything: OpenBLAS runs single-threaded
   // inside each OpenMP thread (cpu/threads.h says why). The output columns are
-  // split into one contiguous slice per thread, rounded to 16 columns.
+  // cut into about 4 slices per thread (multiples of 16 columns, at least 64)
+  // handed out dynamically, so a thread that the OS deschedules on a shared
+  // machine does not hold the others up.
   ensure_single_threaded_blas();
   // Below ~256K multiply-adds (~0.1 ms on one core) a parallel region costs
   // more than it saves, above all on a loaded machine.
   constexpr int64_t kParallelMin = 1 << 18;
-#pragma omp parallel if (m * n * k >= kParallelMin)
-  {
-    const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
-    const int64_t per = (n + threads - 1) / threads;
-    const int64_t slice = (per + 15) / 16 * 16;
-    const int64_t n0 = std::min(n, t * slice), n1 = std::min(n, n0 + slice);
-    if (n1 > n0) {
-      if (m == 1) {
-        // One row: y[n0:n1] = W[n0:n1, :] x, a matrix-vector product (memory bound).
-        cblas_sgemv(CblasRowMajor, CblasNoTrans, blasint(n1 - n0), blasint(k), 1.0f, w + n0 * k,
-                    blasint(k), x, 1, 0.0f, y + n0, 1);
-      } else {
-        // y[:, n0:n1] = x[m, K] * W[n0:n1, K]^T
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, blasint(m), blasint(n1 - n0),
-                    blasint(k), 1.0f, x, blasint(k), w + n0 * k, blasint(k), 0.0f, y + n0,
-                    blasint(n));
-      }
+  const bool parallel = m * n * k >= kParallelMin;
+  const int64_t threads = parallel ? omp_get_max_threads() : 1;
+  const int64_t slice = std::max<int64_t>(64, (n + 4 * threads - 1) / (4 * threads) + 15) / 16 * 16;
+  const int64_t slices = (n + slice - 1) / slice;
+#pragma omp parallel for schedule(dynamic, 1) if (parallel && slices > 1)
+  for (int64_t s = 0; s < slices; ++s) {
+    const int64_t n0 = s * slice, n1 = std::min(n, n0 + slice);
+    if (m == 1) {
+      // One row: y[n0:n1] = W[n0:n1, :] x, a matrix-vector product (memory bound).
+      cblas_sgemv(CblasRowMajor, CblasNoTrans, blasint(n1 - n0), blasint(k), 1.0f, w + n0 * k,
+                  blasint(k), x, 1, 0.0f, y + n0, 1);
+    } else {
+      // y[:, n0:n1] = x[m, K] * W[n0:n1, K]^T
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, blasint(m), blasint(n1 - n0),
+                  blasint(k), 1.0f, x, blasint(k), w + n0 * k, blasint(k), 0.0f, y + n0,
+                  blasint(n));
     }
   }
 }

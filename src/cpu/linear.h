@@ -9,7 +9,7 @@
 // up, down, LM head) only through the `Linear` interface, so a weight format
 // is a new subclass, not a new forward pass. This file defines the FP32 one,
 // `DenseLinear`, which runs cblas_sgemm (or cblas_sgemv for a single row) on
-// slices of the output columns, one per OpenMP thread (gemm_xwt).
+// slices of the output columns spread over the OpenMP threads (gemm_xwt).
 //
 // Seam for the quantized reference (issue 3): an INT4-g128 or FP8-per-channel
 // Linear implements forward() by computing exactly what the GPU kernel
@@ -47,8 +47,8 @@ class Linear {
 };
 
 // y[m, n] = x[m, k] W[n, k]^T in FP32 (row-major, contiguous), on all OpenMP
-// threads: each thread runs single-threaded OpenBLAS (sgemm, or sgemv when
-// m == 1) on its slice of the n output columns.
+// threads: single-threaded OpenBLAS (sgemm, or sgemv when m == 1) on slices
+// of the n output columns, handed out dynamically (about 4 per thread).
 void gemm_xwt(const float* x, int64_t m, const float* w, int64_t n, int64_t k, float* y);
 
 // FP32 weights, W [out, in] row-major. Either borrows the model's tensor (no
