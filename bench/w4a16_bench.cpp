@@ -13,7 +13,9 @@
 //
 //   usage: w4a16_bench [--json PATH] [--peers PATH] [--models a,b] [--m 1,2,4]
 //                      [--config key=value,...] [--sweep MODEL] [--reps N]
-//                      [--flush read|memset]
+//                      [--flush read|memset] [--only MODEL:PROJ:M]
+// --only runs one INT4 forward of one projection, plain (no graph, no timing):
+// the target for ncu (scripts/device/w4a16.sh).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -50,7 +52,7 @@ using nlohmann::json;
 namespace {
 
 struct Options {
-  std::string json_path, peers_path, config, sweep_model, flush = "read";
+  std::string json_path, peers_path, config, sweep_model, flush = "read", only;
   std::vector<std::string> models;
   std::vector<int> ms{1, 2, 4, 8, 16, 32};
   int reps = 30;
@@ -82,6 +84,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--sweep") o.sweep_model = next();
     else if (a == "--reps") o.reps = std::stoi(next());
     else if (a == "--flush") o.flush = next();
+    else if (a == "--only") o.only = next();
     else fail("w4a16_bench: unknown argument '{}'", a);
   }
   FUTR_CHECK(o.flush == "read" || o.flush == "memset", "--flush must be read or memset");
@@ -202,6 +205,30 @@ int main(int argc, char** argv) {
     }
     const auto& dev = cuda::require_device();
     cuda::Stream s;
+    if (!o.only.empty()) {
+
+      const std::string model = o.only.substr(0, o.only.find(':'));
+      const std::string rest = o.only.substr(o.only.find(':') + 1);
+      const std::string proj = rest.substr(0, rest.find(':'));
+      const int m = std::stoi(rest.substr(rest.find(':') + 1));
+      for (const auto& sh : cuda::kDecodeShapes)
+        if (model == sh.model && proj == sh.proj) {
+          cuda::W4Linear lin(sh.n, sh.k, sh.group);
+          cuda::fill_random(lin.weights(), cuda::FillType::kU8, size_t(sh.n) * sh.k / 2, 1, 0, 0, s);
+          cuda::fill_random(lin.scales(), cuda::FillType::kF16, size_t(sh.n) * (sh.k / sh.group), 2, 0.002f,
+                            0.02f, s);
+          cuda::DeviceBuffer<uint16_t> x(size_t(m) * sh.k), y(size_t(m) * sh.n);
+          cuda::fill_random(x.get(), cuda::FillType::kBF16, x.size(), 3, -1, 1, s);
+          cuda::DecodeConfig c = lin.config(m);
+          if (!o.config.empty()) c = cuda::apply_overrides(c, o.config);
+          lin.reserve(c, m);
+          lin.forward(x.get(), y.get(), m, c, s);
+          s.sync();
+          std::printf("ran %s %s M=%d: %s\n", sh.model, sh.proj, m, cuda::describe(c).c_str());
+          return 0;
+        }
+      fail("--only {}: unknown model:proj", o.only);
+    }
     json meta = json::object();
     bench::Ceilings ceil;
     try {
@@ -328,14 +355,14 @@ int main(int argc, char** argv) {
           for (int m : o.ms) {
             std::vector<cuda::DecodeConfig> cands;
             if (m == 1)
-              for (auto [ks, u] : {std::pair{8, 4}, {8, 8}, {4, 4}, {4, 8}, {2, 4}}) {
-                cuda::DecodeConfig c;
-                c.kernel = cuda::DecodeKernel::kGemv, c.ksplit = ks, c.loads = u;
-                if (sh.group == 64 && u == 8) continue;
-                cands.push_back(c);
-              }
+              for (auto [tn, u] : {std::pair{2, 4}, {2, 8}})
+                for (int sp : {1, 2, 4, 8}) {
+                  cuda::DecodeConfig c;
+                  c.kernel = cuda::DecodeKernel::kGemv, c.tn = tn, c.loads = u, c.splits = sp;
+                  cands.push_back(c);
+                }
             for (int tn : {2, 4})
-              for (int sp : {1, 2, 3, 4, 6, 8, 12, 16}) {
+              for (int sp : {1, 2, 4, 6, 8, 12}) {
                 cuda::DecodeConfig c;
                 c.kernel = cuda::DecodeKernel::kSkinny, c.mt = m <= 16 ? 1 : 2, c.tn = tn, c.splits = sp;
                 if (tn == 4 && (c.mt == 2 || sh.group == 64)) continue;
@@ -363,10 +390,10 @@ int main(int argc, char** argv) {
     json occ = json::object();
     for (auto [f, g, c] : {std::tuple{cuda::WeightFormat::kInt4, 128, cuda::DecodeConfig{}}}) {
       (void)c;
-      for (int ks : {8, 4}) {
+      for (auto [tn, u] : {std::pair{2, 4}, {2, 8}}) {
         cuda::DecodeConfig cc;
-        cc.ksplit = ks;
-        occ[cuda::describe(cc)] = cuda::decode_occupancy(f, g, cc);
+        cc.tn = tn, cc.loads = u;
+        occ["gemv tn=" + std::to_string(tn) + " loads=" + std::to_string(u)] = cuda::decode_occupancy(f, g, cc);
       }
       for (auto [mt, tn] : {std::pair{1, 2}, {1, 4}, {2, 2}}) {
         cuda::DecodeConfig cc;

@@ -40,7 +40,7 @@ step() {
 
 if [[ $MODE == all || $MODE == tests ]]; then
   if ! step cublaslt_test 90 "$B/cublaslt_test"; then
-    step cublaslt_test_log 60 env CUBLASLT_LOG_LEVEL=2 "$B/cublaslt_test"
+    step cublaslt_test_log 60 env CUBLASLT_LOG_MASK=5 "$B/cublaslt_test"
   fi
   step ceilings 90 "$B/ceilings_bench" --json "$OUT/ceilings.json"
   step int4_pack_test 60 "$B/int4_pack_test"
@@ -49,6 +49,14 @@ fi
 if [[ $MODE == all || $MODE == bench ]]; then
   step torch_peer 240 python3 bench/peers/torch_decode_peer.py --out "$OUT/torch_peers.json"
   step w4a16_bench 300 "$B/w4a16_bench" --peers "$OUT/torch_peers.json" --json "$OUT/w4a16_h200.json" "$@"
+fi
+if [[ $MODE == all || $MODE == bench || $MODE == ncu ]]; then
+  # Hardware counters of two representative launches (clocks left alone).
+  for target in Llama-3.1-8B:gate_up:1 Llama-3.1-8B:gate_up:8; do
+    step "ncu_${target//:/_}" 120 ncu --clock-control none --target-processes all -k regex:sm90_w4a16 --launch-count 1 \
+      --section SpeedOfLight --section WarpStateStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+      --section Occupancy --section LaunchStats "$B/w4a16_bench" --only "$target"
+  done
 fi
 if [[ $MODE == all || $MODE == tests ]]; then
   step memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 3 "$B/w4a16_test" --gtest_filter='W4A16Small.*'

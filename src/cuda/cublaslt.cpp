@@ -18,7 +18,7 @@ int alignment(const void* p) {
 }
 }  // namespace
 
-CublasLt::CublasLt(size_t workspace_bytes) : ws_(workspace_bytes) {
+CublasLt::CublasLt(size_t workspace_bytes) : ws_(workspace_bytes), scale_slots_(128) {
   FUTR_CUBLAS_CHECK(cublasLtCreate(&h_));
 }
 
@@ -88,6 +88,14 @@ void CublasLt::matmul(LtInput in, const void* a, const void* b, void* c, int M, 
   const int align = std::min({alignment(a), alignment(b), alignment(c)});
   Plan& p = plan(in, M, N, K, align);
   if (in == LtInput::kE4M3) {
+    auto aligned_scale = [&](const float* p, int slot) -> const float* {
+      if (!p || (reinterpret_cast<uintptr_t>(p) & 15) == 0) return p;
+      float* dst = scale_slots_.get() + 64 * slot;
+      FUTR_CUDA_CHECK(cudaMemcpyAsync(dst, p, sizeof(float), cudaMemcpyDeviceToDevice, s));
+      return dst;
+    };
+    a_scale = aligned_scale(a_scale, 0);
+    b_scale = aligned_scale(b_scale, 1);
     // Our A (activations) is cuBLASLt's B and vice versa; nullptr means 1.
     FUTR_CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &b_scale, sizeof(b_scale)));

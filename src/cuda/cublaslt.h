@@ -14,6 +14,12 @@
 // heuristic returns can still answer CUBLAS_STATUS_NOT_SUPPORTED, e.g. for
 // operand alignment) and remembers the one that worked. Graph-capturable once
 // the plan exists (the workspace is ours).
+//
+// NOTE: cuBLASLt's FP8 kernels answered CUBLAS_STATUS_NOT_SUPPORTED on the H200
+// for every candidate algorithm when a scale pointer was only 4-byte aligned
+// (both failing calls passed `scales + 1`). Scale pointers that are not 16-byte
+// aligned are therefore first copied (4 bytes, on the stream, graph-capturable)
+// into 256-byte-aligned slots of our own.
 #pragma once
 
 #include <cublasLt.h>
@@ -55,6 +61,7 @@ class CublasLt {
 
   cublasLtHandle_t h_ = nullptr;
   DeviceBuffer<uint8_t> ws_;
+  DeviceBuffer<float> scale_slots_;  // [128]: A scale at [0], B scale at [64] (256-byte aligned)
   std::map<Key, Plan> plans_;
 };
 

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <map>
+#include <mutex>
 #include <sstream>
 
 #include "core/error.h"
@@ -18,32 +20,34 @@ namespace {
 
 constexpr int kThreads = 256;  // both kernels: 8 warps
 
-using GemvFn = void (*)(device::W4GemvParams);
-using SkinnyFn = void (*)(device::SkinnyParams);
+using KernelFn = void (*)(device::DecodeParams);
 
 // ---- the compiled variants ---------------------------------------------------
-// a, b = (ksplit, loads) for gemv, (mt, tn) for skinny.
+// a, b = (tn, loads) for gemv, (mt, tn) for skinny.
 struct Variant {
   WeightFormat format;
   int group;  // 64 / 128 for INT4, 0 for E4M3
   DecodeKernel kernel;
   int a, b;
   const void* fn;
+  size_t smem;  // skinny: dynamic shared memory (the cp.async rings); gemv: set per launch
 };
 
-#define FUTR_GEMV(G, KS, U) \
-  Variant{WeightFormat::kInt4, G, DecodeKernel::kGemv, KS, U, (const void*)&device::sm90_w4a16_gemv_kernel<G, KS, U>}
-#define FUTR_SKINNY4(G, MT, TN)                                    \
-  Variant{WeightFormat::kInt4, G, DecodeKernel::kSkinny, MT, TN, \
-          (const void*)&device::sm90_w4a16_skinny_kernel<device::Int4Format<G>, MT, TN>}
-#define FUTR_SKINNY8(MT, TN)                                       \
-  Variant{WeightFormat::kE4M3, 0, DecodeKernel::kSkinny, MT, TN, \
-          (const void*)&device::sm90_w4a16_skinny_kernel<device::E4M3Format, MT, TN>}
+#define FUTR_GEMV(G, TN, U)                                      \
+  Variant{WeightFormat::kInt4, G, DecodeKernel::kGemv, TN, U, \
+          (const void*)&device::sm90_w4a16_gemv_kernel<G, TN, U>, 0}
+#define FUTR_SKINNY4(G, MT, TN)                                                   \
+  Variant{WeightFormat::kInt4, G, DecodeKernel::kSkinny, MT, TN,                \
+          (const void*)&device::sm90_w4a16_skinny_kernel<device::Int4Format<G>, MT, TN>, \
+          device::skinny_smem_bytes<device::Int4Format<G>, TN>()}
+#define FUTR_SKINNY8(MT, TN)                                                 \
+  Variant{WeightFormat::kE4M3, 0, DecodeKernel::kSkinny, MT, TN,           \
+          (const void*)&device::sm90_w4a16_skinny_kernel<device::E4M3Format, MT, TN>, \
+          device::skinny_smem_bytes<device::E4M3Format, TN>()}
 
 const Variant kVariants[] = {
-    // M = 1: INT4 register-streaming GEMV.
-    FUTR_GEMV(128, 8, 4), FUTR_GEMV(128, 8, 8), FUTR_GEMV(128, 4, 4), FUTR_GEMV(128, 4, 8),
-    FUTR_GEMV(128, 2, 4), FUTR_GEMV(64, 8, 4), FUTR_GEMV(64, 4, 4), FUTR_GEMV(64, 2, 4),
+    // M = 1: INT4 register-ring GEMV.
+    FUTR_GEMV(128, 2, 4), FUTR_GEMV(128, 2, 8), FUTR_GEMV(64, 2, 4),
     // M = 2..32: INT4 skinny split-K.
     FUTR_SKINNY4(128, 1, 2), FUTR_SKINNY4(128, 1, 4), FUTR_SKINNY4(128, 2, 2),
     FUTR_SKINNY4(64, 1, 2), FUTR_SKINNY4(64, 2, 2),
@@ -60,14 +64,14 @@ std::string variant_name(const Variant& v) {
   std::ostringstream os;
   os << (v.format == WeightFormat::kInt4 ? "int4 g" + std::to_string(v.group) : std::string("e4m3")) << " "
      << kind_name(v.kernel);
-  if (v.kernel == DecodeKernel::kGemv) os << " ksplit=" << v.a << " loads=" << v.b;
+  if (v.kernel == DecodeKernel::kGemv) os << " tn=" << v.a << " loads=" << v.b;
   else os << " mt=" << v.a << " tn=" << v.b;
   return os.str();
 }
 
 const Variant& find_variant(WeightFormat f, int group, const DecodeConfig& c) {
   const int g = f == WeightFormat::kInt4 ? group : 0;
-  const int a = c.kernel == DecodeKernel::kGemv ? c.ksplit : c.mt;
+  const int a = c.kernel == DecodeKernel::kGemv ? c.tn : c.mt;
   const int b = c.kernel == DecodeKernel::kGemv ? c.loads : c.tn;
   const Variant* best = nullptr;
   double best_d = 1e30;
@@ -87,6 +91,23 @@ const Variant& find_variant(WeightFormat f, int group, const DecodeConfig& c) {
 }
 
 int num_blocks(int k) { return (k + 127) / 128; }
+
+// Raises the variant's dynamic shared-memory limit once and returns how many
+// of its CTAs fit on one SM (cached: occupancy queries cost host time).
+int prepare(const Variant& v) {
+  static std::mutex mu;
+  static std::map<const void*, int> occ;
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = occ.find(v.fn); it != occ.end()) return it->second;
+  if (v.smem > 48 * 1024)
+    FUTR_CUDA_CHECK(cudaFuncSetAttribute(v.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, int(v.smem)));
+  int blocks = 0;
+  FUTR_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, v.fn, kThreads, v.smem));
+  FUTR_CHECK(blocks > 0, "decode GEMM: variant needs more resources than one SM has ({} bytes of shared memory)",
+             v.smem);
+  occ[v.fn] = blocks;
+  return blocks;
+}
 
 struct SplitPlan {
   int kb_per_split, splits;
@@ -123,8 +144,9 @@ void check_shape(WeightFormat f, const DecodeArgs& a) {
 std::string describe(const DecodeConfig& c) {
   std::ostringstream os;
   os << kind_name(c.kernel);
-  if (c.kernel == DecodeKernel::kGemv) os << " ksplit=" << c.ksplit << " loads=" << c.loads;
-  else os << " mt=" << c.mt << " tn=" << c.tn << " splits=" << c.splits;
+  if (c.kernel == DecodeKernel::kGemv) os << " tn=" << c.tn << " loads=" << c.loads;
+  else os << " mt=" << c.mt << " tn=" << c.tn;
+  os << " splits=" << c.splits;
   return os.str();
 }
 
@@ -135,26 +157,24 @@ std::vector<std::string> decode_variants() {
 }
 
 // ---- the heuristic -------------------------------------------------------------
-// M = 1 (INT4): gemv; KSPLIT so that each warp still streams >= 2 blocks while
-// the CTA count (N/8 / (8/KSPLIT)) stays high; 8 loads in flight only for long K.
-// M >= 2: skinny; MT from M; TN = 2 (TN = 4 spills under the 128-register cap
-// that 2 CTAs per SM need: ptxas report in docs/PERF.md); then the split count
-// that minimises a wave model: waves(s) * blocks_per_cta(s), plus a penalty for
-// the partial sums' L2 traffic (grows with M and s). Slots assume 2 resident
-// CTAs per SM (ptxas: <= 128 registers for the listed variants).
+// M = 1 (INT4): gemv with TN = 2 and a 4-block ring (8 loads in flight per lane);
+// M >= 2: skinny, MT from M, TN = 2 (TN = 4 needs 196 KB of ring: 1 CTA per SM).
+// Then, for both, the split count that minimises a wave model:
+// waves(s) * blocks_per_cta(s) plus a penalty for the partial sums' L2 traffic
+// (grows with M and s). Slots assume 2 resident CTAs per SM (<= 128 registers;
+// the skinny ring is 98 KB per CTA).
 DecodeConfig decode_heuristic(WeightFormat f, int m, int n, int k, int sm_count) {
   DecodeConfig c;
   const int nblk = num_blocks(k);
   if (f == WeightFormat::kInt4 && m == 1) {
     c.kernel = DecodeKernel::kGemv;
-    c.ksplit = nblk >= 16 ? 8 : (nblk >= 6 ? 4 : 2);
-    c.loads = nblk / c.ksplit >= 24 ? 8 : 4;
-    if (c.ksplit != 8 && c.loads == 8) c.loads = 4;
-    return c;
+    c.tn = 2;
+    c.loads = 4;
+  } else {
+    c.kernel = DecodeKernel::kSkinny;
+    c.mt = m <= 16 ? 1 : 2;
+    c.tn = 2;
   }
-  c.kernel = DecodeKernel::kSkinny;
-  c.mt = m <= 16 ? 1 : 2;
-  c.tn = 2;
   const int slots = 2 * std::max(sm_count, 1);
   const int cc = col_ctas(c, n);
   double best = 1e30;
@@ -187,47 +207,31 @@ DecodeConfig apply_overrides(DecodeConfig c, const std::string& spec) {
     const long v = std::strtol(val.c_str(), &end, 10);
     FUTR_CHECK(end && *end == 0 && v > 0 && v <= 1024, "config override {}={}: expected a positive integer", key,
                val);
-    if (key == "ksplit") c.ksplit = int(v);
-    else if (key == "loads") c.loads = int(v);
+    if (key == "loads") c.loads = int(v);
     else if (key == "mt") c.mt = int(v);
     else if (key == "tn") c.tn = int(v);
     else if (key == "splits") c.splits = int(v);
-    else fail("config override: unknown key '{}' (kernel, ksplit, loads, mt, tn, splits)", key);
+    else fail("config override: unknown key '{}' (kernel, tn, loads, mt, splits)", key);
   }
   return c;
 }
 
 size_t decode_workspace_floats(const DecodeConfig& c, int m, int n, int k) {
-  if (c.kernel != DecodeKernel::kSkinny) return 0;
   const SplitPlan sp = split_plan(k, c.splits);
   return sp.splits > 1 ? size_t(sp.splits) * size_t(m) * size_t(n) : 0;
 }
 
-size_t decode_counters(const DecodeConfig& c, int n) {
-  return c.kernel == DecodeKernel::kSkinny ? size_t(col_ctas(c, n)) : 0;
-}
+size_t decode_counters(const DecodeConfig& c, int n) { return size_t(col_ctas(c, n)); }
 
-int decode_occupancy(WeightFormat f, int group, const DecodeConfig& c) {
-  const Variant& v = find_variant(f, group, c);
-  int blocks = 0;
-  FUTR_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, v.fn, kThreads, 0));
-  return blocks;
-}
+int decode_occupancy(WeightFormat f, int group, const DecodeConfig& c) { return prepare(find_variant(f, group, c)); }
 
 void decode_gemm(WeightFormat f, const DecodeArgs& a, const DecodeConfig& c, cudaStream_t s) {
   check_shape(f, a);
   const Variant& v = find_variant(f, a.group, c);
-  if (c.kernel == DecodeKernel::kGemv) {
+  if (c.kernel == DecodeKernel::kGemv)
     FUTR_CHECK(a.m == 1, "decode GEMM: the gemv kernel takes M = 1, got M = {}; use kernel=skinny", a.m);
-    device::W4GemvParams p{static_cast<const uint8_t*>(a.w), static_cast<const uint16_t*>(a.scales),
-                           static_cast<const __nv_bfloat16*>(a.x), static_cast<__nv_bfloat16*>(a.y), a.n, a.k};
-    const int tiles_per_cta = 8 / c.ksplit;
-    const int grid = (a.n / 8 + tiles_per_cta - 1) / tiles_per_cta;
-    reinterpret_cast<GemvFn>(const_cast<void*>(v.fn))<<<grid, kThreads, 0, s>>>(p);
-    FUTR_CUDA_CHECK_LAUNCH();
-    return;
-  }
-  FUTR_CHECK(a.m <= 16 * c.mt, "decode GEMM: M = {} needs mt = {} (got mt = {})", a.m, (a.m + 15) / 16, c.mt);
+  else
+    FUTR_CHECK(a.m <= 16 * c.mt, "decode GEMM: M = {} needs mt = {} (got mt = {})", a.m, (a.m + 15) / 16, c.mt);
   const SplitPlan sp = split_plan(a.k, c.splits);
   const size_t need_ws = decode_workspace_floats(c, a.m, a.n, a.k);
   const size_t need_ctr = decode_counters(c, a.n);
@@ -237,7 +241,7 @@ void decode_gemm(WeightFormat f, const DecodeArgs& a, const DecodeConfig& c, cud
     FUTR_CHECK(a.counters && a.n_counters >= need_ctr,
                "decode GEMM ({}): {} split-K counters needed, {} given", describe(c), need_ctr, a.n_counters);
   }
-  device::SkinnyParams p{static_cast<const uint8_t*>(a.w),
+  device::DecodeParams p{static_cast<const uint8_t*>(a.w),
                          a.scales,
                          static_cast<const __nv_bfloat16*>(a.x),
                          static_cast<__nv_bfloat16*>(a.y),
@@ -249,7 +253,8 @@ void decode_gemm(WeightFormat f, const DecodeArgs& a, const DecodeConfig& c, cud
                          sp.kb_per_split,
                          sp.splits};
   const dim3 grid(unsigned(col_ctas(c, a.n)), unsigned(sp.splits));
-  reinterpret_cast<SkinnyFn>(const_cast<void*>(v.fn))<<<grid, kThreads, 0, s>>>(p);
+  prepare(v);
+  reinterpret_cast<KernelFn>(const_cast<void*>(v.fn))<<<grid, kThreads, v.smem, s>>>(p);
   FUTR_CUDA_CHECK_LAUNCH();
 }
 

@@ -6,8 +6,9 @@
 //          (src/device/layout/int4_fragment.cuh, docs/LAYOUTS.md).
 //   W8A16: W = e4m3 * s, s FP32 per output channel, fragment order.
 //
-// Kernels: M = 1 -> sm90_w4a16_gemv (register streaming, split-K inside the
-// CTA); M = 2..32 -> sm90_w4a16_skinny (split-K across CTAs, last-CTA reduction).
+// Kernels: M = 1 -> sm90_w4a16_gemv (register ring); M = 2..32 ->
+// sm90_w4a16_skinny (lane-private cp.async ring). Both split K across CTAs with
+// a last-CTA reduction (no second pass) when the columns alone cannot fill the GPU.
 // The configuration comes from a heuristic (w4a16_heuristic) or the caller; only
 // the variants listed in w4a16_variants() are compiled, and any other request
 // fails with a futr::Error naming the nearest compiled one.
@@ -31,27 +32,26 @@ enum class DecodeKernel { kGemv, kSkinny };
 // command line (apply_overrides).
 struct DecodeConfig {
   DecodeKernel kernel = DecodeKernel::kGemv;
-  int ksplit = 8;   // gemv: warps of a CTA splitting one tile's K (2, 4, 8)
-  int loads = 4;    // gemv: 16-byte weight loads in flight per lane (4, 8)
+  int tn = 2;       // n8 tiles per warp (a CTA: 8 warps, 64 * tn output channels)
+  int loads = 4;    // gemv: register-ring depth in blocks (tn * loads 16-byte loads in flight)
   int mt = 1;       // skinny: m16 tiles of rows (1: M <= 16, 2: M <= 32)
-  int tn = 2;       // skinny: n8 tiles per warp (1, 2, 4)
-  int splits = 1;   // skinny: K slices over gridDim.y (1 = no workspace)
+  int splits = 1;   // K slices over gridDim.y (1 = no workspace)
 };
 
 enum class WeightFormat { kInt4, kE4M3 };
 
-// "gemv ksplit=8 loads=4" / "skinny mt=1 tn=4 splits=4".
+// "gemv tn=2 loads=4 splits=1" / "skinny mt=1 tn=2 splits=4".
 std::string describe(const DecodeConfig& c);
 
 // The configuration the engine uses for (M, N, K) on a GPU with `sm_count`
 // multiprocessors. INT4 picks gemv for M = 1; E4M3 always uses the skinny kernel.
 DecodeConfig decode_heuristic(WeightFormat f, int m, int n, int k, int sm_count);
 
-// Applies "key=value[,key=value...]" (kernel=gemv|skinny, ksplit, loads, mt, tn,
-// splits) on top of `base`. Throws futr::Error on an unknown key or bad value.
+// Applies "key=value[,key=value...]" (kernel=gemv|skinny, tn, loads, mt, splits)
+// on top of `base`. Throws futr::Error on an unknown key or bad value.
 DecodeConfig apply_overrides(DecodeConfig base, const std::string& spec);
 
-// The compiled variants, one line each ("int4 g128 gemv ksplit=8 loads=4", ...).
+// The compiled variants, one line each ("int4 g128 gemv tn=2 loads=4", ...).
 std::vector<std::string> decode_variants();
 
 // Device operands of one launch.

@@ -207,15 +207,12 @@ TEST(W4A16, EveryCompiledVariant) {
     DecodeConfig c;
   };
   std::vector<V> vs;
-  for (int g : {128, 64})
-    for (int ks : {8, 4, 2})
-      for (int u : {4, 8}) {
-        if (u == 8 && g == 64) continue;
-        if (u == 8 && ks == 2) continue;
-        DecodeConfig c;
-        c.kernel = DecodeKernel::kGemv, c.ksplit = ks, c.loads = u;
-        vs.push_back({true, g, c});
-      }
+  for (auto [g, tn, u] : {std::tuple{128, 2, 4}, {128, 2, 8}, {64, 2, 4}})
+    for (int sp : {1, 5}) {
+      DecodeConfig c;
+      c.kernel = DecodeKernel::kGemv, c.tn = tn, c.loads = u, c.splits = sp;
+      vs.push_back({true, g, c});
+    }
   for (auto [int4, g, mt, tn] : {std::tuple{true, 128, 1, 2}, {true, 128, 1, 4}, {true, 128, 2, 2},
                                  {true, 64, 1, 2}, {true, 64, 2, 2}, {false, 0, 1, 2}, {false, 0, 2, 2}})
     for (int sp : {1, 3, 8}) {
@@ -291,7 +288,7 @@ TEST(W4A16Invalid, ShapesAndConfigsAreRejected) {
     a.m = m, a.n = n, a.k = k, a.group = group;
     return a;
   };
-  DecodeConfig gemv;  // default: gemv ksplit=8 loads=4
+  DecodeConfig gemv;  // default: gemv tn=2 loads=4 splits=1
   DecodeConfig sk;
   sk.kernel = DecodeKernel::kSkinny, sk.mt = 1, sk.tn = 2, sk.splits = 1;
   auto rejects = [](auto&& f, const char* needle) {
@@ -316,9 +313,9 @@ TEST(W4A16Invalid, ShapesAndConfigsAreRejected) {
   bad.tn = 3;
   rejects([&] { cuda::decode_gemm(WeightFormat::kInt4, args(4, 64, 128, 128), bad, nullptr); }, "nearest supported");
   DecodeConfig bad2 = gemv;
-  bad2.ksplit = 3;
+  bad2.loads = 3;
   rejects([&] { cuda::decode_gemm(WeightFormat::kInt4, args(1, 64, 128, 128), bad2, nullptr); },
-          "nearest supported: 'int4 g128 gemv ksplit=");
+          "nearest supported: 'int4 g128 gemv tn=2 loads=");
   DecodeConfig bad3 = sk;
   bad3.tn = 4;
   rejects([&] { cuda::decode_gemm(WeightFormat::kInt4, args(4, 64, 576, 64), bad3, nullptr); }, "nearest supported");
@@ -341,7 +338,7 @@ TEST(W4A16Invalid, HeuristicStaysInsideTheCompiledList) {
         const DecodeConfig c = cuda::decode_heuristic(f, m, s.n, s.k, 132);
         std::string want = f == cuda::WeightFormat::kInt4 ? "int4 g" + std::to_string(s.group) : "e4m3";
         const std::string d = cuda::describe(c);
-        want += " " + d.substr(0, d.find(" splits"));
+        want += " " + d.substr(0, d.find(" splits"));  // describe() minus the split count
         EXPECT_NE(std::find(variants.begin(), variants.end(), want), variants.end())
             << name(s) << " M=" << m << ": heuristic picked '" << want << "', not compiled";
       }
