@@ -97,6 +97,15 @@ TEST(FutrE2E, GeneratePromptFromStdinAndChat) {
   std::printf("chat: %s", c.out.c_str());
 }
 
+TEST(FutrE2E, GenerationStopsWhenTheContextIsFull) {
+  REQUIRE_MODEL();
+  const Result r = futr({"generate", "The capital of France is", "--temperature", "0", "--ctx",
+                         "9", "--max-tokens", "50"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find("context of 9 tokens is full"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("generation     5 tokens"), std::string::npos) << r.err;  // 5 prompt + 4 steps
+}
+
 TEST(FutrE2E, SampledGenerationIsSeedReproducible) {
   REQUIRE_MODEL();
   const std::vector<std::string> args = {"generate", "Once upon a time", "--temperature", "0.9",
