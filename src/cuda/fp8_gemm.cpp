@@ -20,24 +20,29 @@ using I = GemmInput;
 // The compiled kernel instances. Each line must match an instantiation in
 // fp8_gemm_<policy>.cu (and nothing else is compiled): keep this list short,
 // CI compiles every entry on two cores.
+constexpr bool kCoop = false, kPingPong = true;
 constexpr GemmVariant kVariants[] = {
-    {E::kScaledOut, I::kE4M3, 128, 256, 4},      // the paper's configuration
-    {E::kScaledOut, I::kE4M3, 128, 128, 6},      // small M x N: twice the CTAs
-    {E::kScaledOut, I::kBF16, 128, 256, 4},      // BF16 comparison path
-    {E::kResidualSumSq, I::kE4M3, 128, 256, 4},  // O / down
-    {E::kResidualSumSq, I::kE4M3, 128, 128, 6},
-    {E::kRmsScaledOut, I::kE4M3, 128, 256, 4},
-    {E::kSwiGluFp8, I::kE4M3, 128, 256, 4},      // gate/up
-    {E::kSwiGluFp8, I::kE4M3, 128, 128, 6},
-    {E::kQkvRopePacked, I::kE4M3, 128, 256, 4},  // QKV, packed rows
-    {E::kQkvRopePadded, I::kE4M3, 128, 256, 4},  // QKV, padded rows (separately compiled)
+    {E::kScaledOut, I::kE4M3, 128, 256, 4, kCoop},          // the paper's configuration
+    {E::kScaledOut, I::kE4M3, 128, 128, 6, kCoop},          // small M x N: twice the CTAs
+    {E::kScaledOut, I::kE4M3, 128, 128, 6, kPingPong},      // epilogue overlapped with MMAs
+    {E::kScaledOut, I::kBF16, 128, 256, 4, kCoop},          // BF16 comparison path
+    {E::kResidualSumSq, I::kE4M3, 128, 256, 4, kCoop},      // O / down
+    {E::kResidualSumSq, I::kE4M3, 128, 128, 6, kCoop},
+    {E::kResidualSumSq, I::kE4M3, 128, 128, 6, kPingPong},
+    {E::kRmsScaledOut, I::kE4M3, 128, 256, 4, kCoop},
+    {E::kSwiGluFp8, I::kE4M3, 128, 256, 4, kCoop},          // gate/up
+    {E::kSwiGluFp8, I::kE4M3, 128, 128, 6, kCoop},
+    {E::kSwiGluFp8, I::kE4M3, 128, 128, 6, kPingPong},
+    {E::kQkvRopePacked, I::kE4M3, 128, 256, 4, kCoop},      // QKV, packed rows
+    {E::kQkvRopePadded, I::kE4M3, 128, 256, 4, kCoop},      // QKV, padded rows (separately compiled)
 };
 
 std::string list_variants(E e, I in) {
   std::string s;
   for (const auto& v : kVariants)
     if (v.epilogue == e && v.input == in)
-      s += fmt::format("{}{}x{} stages {}", s.empty() ? "" : ", ", v.bm, v.bn, v.stages);
+      s += fmt::format("{}{}x{} stages {}{}", s.empty() ? "" : ", ", v.bm, v.bn, v.stages,
+                       v.pingpong ? " ping-pong" : "");
   return s.empty() ? "none" : s;
 }
 
@@ -72,10 +77,11 @@ const GemmVariant& resolve(E e, const GemmOperands& op, const GemmConfig* config
   cfg = config ? *config : choose_gemm_config(e, op.input, op.M, op.N, op.K, sm_count);
   for (const auto& v : kVariants)
     if (v.epilogue == e && v.input == op.input && v.bm == cfg.bm && v.bn == cfg.bn &&
-        v.stages == cfg.stages)
+        v.stages == cfg.stages && v.pingpong == cfg.pingpong)
       return v;
-  fail("FP8 GEMM: no compiled variant {} {} tile {}x{} stages {}; compiled for this epilogue and input: {}",
-       to_string(e), to_string(op.input), cfg.bm, cfg.bn, cfg.stages, list_variants(e, op.input));
+  fail("FP8 GEMM: no compiled variant {} {} tile {}x{} stages {}{}; compiled for this epilogue and input: {}",
+       to_string(e), to_string(op.input), cfg.bm, cfg.bn, cfg.stages, cfg.pingpong ? " ping-pong" : "",
+       list_variants(e, op.input));
 }
 
 // Validates the config against the compiled list, then builds the launch.
@@ -121,7 +127,7 @@ std::string to_string(GemmEpilogue e) {
 }
 std::string to_string(GemmInput i) { return i == I::kE4M3 ? "e4m3" : "bf16"; }
 std::string to_string(const GemmConfig& c) {
-  return fmt::format("{}x{}x128B s{} g{}{}", c.bm, c.bn, c.stages, c.group_m,
+  return fmt::format("{}x{}x128B s{} g{}{}{}", c.bm, c.bn, c.stages, c.group_m, c.pingpong ? " pp" : "",
                      c.grid ? fmt::format(" grid{}", c.grid) : std::string());
 }
 
@@ -131,12 +137,18 @@ GemmConfig choose_gemm_config(GemmEpilogue e, GemmInput in, int M, int N, int K,
   double best_cost = 0;
   for (const auto& v : kVariants) {
     if (v.epilogue != e || v.input != in) continue;
-    // Time ~ waves x per-tile time; a 128-wide tile does half the work of a
-    // 256-wide one at somewhat lower efficiency (B is re-read per FLOP twice
-    // as often, more epilogue per FLOP).
+    // Time ~ waves x per-tile time, per-tile time ~ tile area / efficiency.
+    // Efficiencies relative to cooperative 128x256, fitted to the H200 runs in
+    // docs/PERF.md: a 128-wide cooperative tile re-reads B twice as often and
+    // still pays its epilogue (0.92); ping-pong hides the epilogue behind the
+    // other warpgroup's main loop, which wins while K is short enough for the
+    // epilogue to matter (1.08 at K <= 8192, 0.98 beyond) and always for the
+    // residual epilogue (its loads are the slowest part of any epilogue).
     const int tiles = ceil_div(M, v.bm) * ceil_div(N, v.bn);
     const int waves = ceil_div(tiles, sm_count);
-    const double eff = v.bn >= 256 ? 1.0 : 0.92;
+    double eff = 1.0;
+    if (v.pingpong) eff = (e == E::kResidualSumSq || K <= 8192) ? 1.08 : 0.98;
+    else if (v.bn < 256) eff = 0.92;
     const double cost = double(waves) * v.bm * v.bn / eff;
     if (!best || cost < best_cost * 0.99 || (cost <= best_cost * 1.01 && v.bn > best->bn)) {
       best = &v;
@@ -149,8 +161,8 @@ GemmConfig choose_gemm_config(GemmEpilogue e, GemmInput in, int M, int N, int K,
   c.bm = best->bm;
   c.bn = best->bn;
   c.stages = best->stages;
-  c.group_m = 16;
-  (void)K;
+  c.pingpong = best->pingpong;
+  c.group_m = 8;  // measured best of 8, 16, 32 on the 8B shapes (docs/PERF.md)
   return c;
 }
 

@@ -37,8 +37,10 @@ struct GemmConfig {
   int bm = 128;      // CTA tile rows (two consumer warpgroups x 64); only 128 is compiled
   int bn = 256;      // CTA tile columns: 256 or 128
   int stages = 4;    // TMA pipeline depth
-  int group_m = 16;  // rasterization: M-tiles per group (L2 reuse); >= 1
+  int group_m = 8;   // rasterization: M-tiles per group (L2 reuse); >= 1
   int grid = 0;      // persistent CTAs; 0 = min(tiles, SM count)
+  bool pingpong = false;  // consumer schedule: false = cooperative (both warpgroups on one tile),
+                          // true = ping-pong (alternate tiles; epilogue overlaps MMAs; bn = 128)
 };
 
 // One compiled kernel instance.
@@ -46,6 +48,7 @@ struct GemmVariant {
   GemmEpilogue epilogue;
   GemmInput input;
   int bm, bn, stages;
+  bool pingpong;
 };
 
 // The explicit list of compiled (epilogue, input, tile) variants.

@@ -28,12 +28,13 @@ void set_scales(P& p, const GemmScales& s) {
   p.b_scale = s.b_scale;
 }
 
-inline bool is_variant(const GemmVariant& v, GemmInput in, int bn, int stages) {
-  return v.input == in && v.bm == 128 && v.bn == bn && v.stages == stages;
+inline bool is_variant(const GemmVariant& v, GemmInput in, int bn, int stages, bool pingpong = false) {
+  return v.input == in && v.bm == 128 && v.bn == bn && v.stages == stages && v.pingpong == pingpong;
 }
 
 using E4M3_256x4 = device::GemmTile<128, 256, 4, device::E4M3In>;
 using E4M3_128x6 = device::GemmTile<128, 128, 6, device::E4M3In>;
 using BF16_256x4 = device::GemmTile<128, 256, 4, device::BF16In>;
+using E4M3_128x6_pp = device::GemmTile<128, 128, 6, device::E4M3In, device::Schedule::kPingPong>;
 
 }  // namespace futr::cuda::detail

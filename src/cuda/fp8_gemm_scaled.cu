@@ -12,6 +12,7 @@ void launch_scaled_out(const GemmVariant& v, const GemmLaunch& l, const ScaledOu
   p.ld_out = a.ld_out;
   if (is_variant(v, GemmInput::kE4M3, 256, 4)) launch_kernel<E4M3_256x4, Epi>(l, p);
   else if (is_variant(v, GemmInput::kE4M3, 128, 6)) launch_kernel<E4M3_128x6, Epi>(l, p);
+  else if (is_variant(v, GemmInput::kE4M3, 128, 6, true)) launch_kernel<E4M3_128x6_pp, Epi>(l, p);
   else if (is_variant(v, GemmInput::kBF16, 256, 4)) launch_kernel<BF16_256x4, Epi>(l, p);
   else FUTR_ASSERT(!"ScaledOut variant listed but not instantiated");
 }

@@ -15,6 +15,7 @@ void launch_swiglu_fp8(const GemmVariant& v, const GemmLaunch& l, const SwiGluFp
   p.saturation_out = a.saturation_out;
   if (is_variant(v, GemmInput::kE4M3, 256, 4)) launch_kernel<E4M3_256x4, Epi>(l, p);
   else if (is_variant(v, GemmInput::kE4M3, 128, 6)) launch_kernel<E4M3_128x6, Epi>(l, p);
+  else if (is_variant(v, GemmInput::kE4M3, 128, 6, true)) launch_kernel<E4M3_128x6_pp, Epi>(l, p);
   else FUTR_ASSERT(!"SwiGluFp8 variant listed but not instantiated");
 }
 

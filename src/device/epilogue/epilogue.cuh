@@ -19,14 +19,29 @@
 //    row segment, so global loads/stores of residuals and outputs are
 //    coalesced. Iteration it = 0..3 of a chunk handles row prow[it] = m0 +
 //    64*wg + 16*it + tid/8 (the same rows in every chunk, so per-row state
-//    lives in registers). Hook: piece(p, tile, it, row, col, v[4], st), called
-//    only for row < M and col < N (N % 8 == 0, so a piece is all in or all out).
+//    lives in registers). Hook: piece(p, tile, c, it, row, col, v[4], st), called
+//    only for row < M and col < N (N % 8 == 0, so a piece is all in or all out);
+//    c is the chunk index (compile-time after unrolling, like it).
 //    Sinks (Store*) write the piece; ops after a sink see the values as stored.
 //
-// Other hooks: tile_begin (per-row lookups before the fragment pass), tile_end
-// (per-row reductions, e.g. row sums of squares), finish (once per thread
-// after its last tile: grid-wide reductions such as amax). Every hook has a
-// no-op default in OpBase.
+// Other hooks, all optional (no-op defaults in OpBase), in call order:
+//   begin(p, t, st)           once per thread before its first tile (per-kernel
+//                             constants, e.g. the request table of a row map)
+//   prefetch(p, t, st)        per tile BEFORE the main loop: issue loads whose
+//                             results are used only in the epilogue (column
+//                             scales, row factors, L2 prefetch of residuals), so
+//                             their latency hides behind the tile's MMAs
+//   tile_begin(p, t, st)      after the main loop (per-row lookups)
+//   fragment(...)             pass 1, see above
+//   chunk_begin(p, t, c, st)  before staging chunk c (register prefetch of the
+//                             global data chunk c+2 needs)
+//   piece(...)                pass 2, see above
+//   tile_end(p, t, st)        per-row reductions (row sums of squares)
+//   finish(p, st)             once per thread after its last tile (grid-wide
+//                             reductions such as amax)
+// NOTE: the epilogue is not overlapped with MMAs (both consumer warpgroups run
+// it), so every global-memory latency it waits on is lost tensor-core time:
+// loads are issued in prefetch/chunk_begin, never where their value is used.
 //
 // Params: each op declares `struct Params` (its device pointers and scalars,
 // a shape comment per field); Chain<Ops...>::Params derives from all of them,
@@ -37,10 +52,15 @@
 
 namespace futr::device::epi {
 
-// Where the current output tile is.
+// Where the current output tile is, and the consumer warpgroup's resources.
 struct TileCtx {
-  int m0, n0;  // tile origin (rows, columns) in C
-  int M, N;    // problem size
+  int m0, n0;     // tile origin (rows, columns) in C
+  int M, N;       // problem size
+  int bn;         // tile width (columns)
+  int tid;        // thread index in the consumer warpgroup, 0..127
+  int wg_row0;    // first row of this warpgroup's 64-row half: m0 + 64 * wg
+  int bar_id;     // named barrier of this warpgroup (bar.sync bar_id, 128)
+  float* colvec;  // [bn] shared-memory column vector of this warpgroup (ColScale)
 };
 
 // Fragment coordinates of this thread (see the layout above).
@@ -51,25 +71,36 @@ struct FragCoord {
 // Per-thread epilogue state: a fixed vocabulary shared by all ops (unused
 // fields cost nothing: the compiler drops them).
 struct EpiState {
-  int frow[2];       // fragment-pass rows (global; may be >= M)
-  int prow[4];       // piece-pass rows (global; may be >= M), by iteration it
-  int frag_pos[2];   // RoPE position of frow[h]
-  int slot[4];       // KV-cache slot of prow[it] (-1: write no K/V)
-  float row_acc[4];  // per-row partial sums of prow[it] (sum of squares)
-  float qscale;      // 1 / dequantization scale of an FP8 output
-  float amax;        // running max |y| over this thread's tiles
-  uint32_t sat;      // running count of saturated FP8 outputs
+  int frow[2];        // fragment-pass rows (global; may be >= M)
+  int prow[4];        // piece-pass rows (global; may be >= M), by iteration it
+  int frag_pos[2];    // RoPE position of frow[h]
+  int slot[4];        // KV-cache slot of prow[it] (-1: write no K/V)
+  int req[3];         // warp-cached row-map entries of request `lane` (row maps, R <= 32)
+  float a_scale;      // prefetched per-tensor scale
+  float col_pre[2];   // prefetched column scales of columns n0 + 2 tid, +1
+  float row_pre[2];   // prefetched per-row values of frow[h] (RMS sums of squares)
+  float row_acc[4];   // per-row partial sums of prow[it] (sum of squares)
+  uint2 res[3][4];    // residual pieces of chunks c, c+1, c+2 (ring by c % 3), by it
+  float qscale;       // 1 / dequantization scale of an FP8 output (raw scale until tile_begin)
+  float amax;         // running max |y| over this thread's tiles
+  uint32_t sat;       // running count of saturated FP8 outputs
 };
 
 // Default (no-op) hooks; ops derive from this and shadow what they use.
 struct OpBase {
   template <class P>
+  __device__ __forceinline__ static void begin(const P&, const TileCtx&, EpiState&) {}
+  template <class P>
+  __device__ __forceinline__ static void prefetch(const P&, const TileCtx&, EpiState&) {}
+  template <class P>
   __device__ __forceinline__ static void tile_begin(const P&, const TileCtx&, EpiState&) {}
+  template <class P>
+  __device__ __forceinline__ static void chunk_begin(const P&, const TileCtx&, int, EpiState&) {}
   template <class P, int NREG>
   __device__ __forceinline__ static void fragment(const P&, const TileCtx&, const FragCoord&,
                                                   float (&)[NREG], EpiState&) {}
   template <class P>
-  __device__ __forceinline__ static void piece(const P&, const TileCtx&, int, int, int, float (&)[4],
+  __device__ __forceinline__ static void piece(const P&, const TileCtx&, int, int, int, int, float (&)[4],
                                                EpiState&) {}
   template <class P>
   __device__ __forceinline__ static void tile_end(const P&, const TileCtx&, EpiState&) {}
@@ -82,8 +113,17 @@ template <class... Ops>
 struct Chain {
   struct Params : Ops::Params... {};
 
+  __device__ __forceinline__ static void begin(const Params& p, const TileCtx& t, EpiState& st) {
+    (Ops::begin(p, t, st), ...);
+  }
+  __device__ __forceinline__ static void prefetch(const Params& p, const TileCtx& t, EpiState& st) {
+    (Ops::prefetch(p, t, st), ...);
+  }
   __device__ __forceinline__ static void tile_begin(const Params& p, const TileCtx& t, EpiState& st) {
     (Ops::tile_begin(p, t, st), ...);
+  }
+  __device__ __forceinline__ static void chunk_begin(const Params& p, const TileCtx& t, int c, EpiState& st) {
+    (Ops::chunk_begin(p, t, c, st), ...);
   }
   template <int NREG>
   __device__ __forceinline__ static void fragment(const Params& p, const TileCtx& t,
@@ -91,9 +131,9 @@ struct Chain {
                                                   EpiState& st) {
     (Ops::fragment(p, t, f, acc, st), ...);
   }
-  __device__ __forceinline__ static void piece(const Params& p, const TileCtx& t, int it, int row,
+  __device__ __forceinline__ static void piece(const Params& p, const TileCtx& t, int c, int it, int row,
                                                int col, float (&v)[4], EpiState& st) {
-    (Ops::piece(p, t, it, row, col, v, st), ...);
+    (Ops::piece(p, t, c, it, row, col, v, st), ...);
   }
   __device__ __forceinline__ static void tile_end(const Params& p, const TileCtx& t, EpiState& st) {
     (Ops::tile_end(p, t, st), ...);

@@ -36,6 +36,13 @@ struct RowInfo {
   int slot;  // KV-cache slot (-1: padding row, write no K/V)
 };
 
+// Row maps. lookup() reads the request table from global memory (any R);
+// for R <= 32 the table is cached once per kernel in registers, lane b holding
+// request b (load_lane), and lookup_warp() resolves rows with shuffles only.
+// NOTE: the global binary search (3-6 dependent loads per row) on the
+// epilogue's critical path cost several microseconds per tile.
+inline constexpr int kWarpCachedRequests = 32;
+
 struct PackedRows {
   struct Args {
     const int* cu_rows;    // [R+1] request b owns rows [cu_rows[b], cu_rows[b+1]); cu_rows[0] = 0
@@ -53,6 +60,33 @@ struct PackedRows {
     const int pos = __ldg(a.start_pos + lo) + row - __ldg(a.cu_rows + lo);
     return {pos, __ldg(a.slot_base + lo) + pos};
   }
+  // lane b: (cu_rows[b], start_pos[b], slot_base[b]); lanes >= R: cu = INT_MAX.
+  __device__ __forceinline__ static void load_lane(const Args& a, int lane, int (&q)[3]) {
+    const bool in = lane < a.num_requests;
+    q[0] = in ? __ldg(a.cu_rows + lane) : 0x7fffffff;
+    q[1] = in ? __ldg(a.start_pos + lane) : 0;
+    q[2] = in ? __ldg(a.slot_base + lane) : 0;
+  }
+  // All 32 lanes call this (each with its own rows). Request of a row = number
+  // of requests starting at or before it, minus one.
+  template <int NR>
+  __device__ __forceinline__ static void lookup_warp(const Args&, const int (&q)[3], const int (&rows)[NR],
+                                                     RowInfo (&out)[NR]) {
+    int cnt[NR] = {};
+#pragma unroll 4
+    for (int b = 0; b < kWarpCachedRequests; ++b) {
+      const int cu = __shfl_sync(0xffffffffu, q[0], b);
+#pragma unroll
+      for (int i = 0; i < NR; ++i) cnt[i] += cu <= rows[i];
+    }
+#pragma unroll
+    for (int i = 0; i < NR; ++i) {
+      const int b = max(cnt[i] - 1, 0);
+      const int cu = __shfl_sync(0xffffffffu, q[0], b);
+      const int pos = __shfl_sync(0xffffffffu, q[1], b) + rows[i] - cu;
+      out[i] = {pos, __shfl_sync(0xffffffffu, q[2], b) + pos};
+    }
+  }
 };
 
 struct PaddedRows {
@@ -67,6 +101,24 @@ struct PaddedRows {
     const int b = row / a.max_len, i = row - b * a.max_len;
     const int pos = __ldg(a.start_pos + b) + i;
     return {pos, i < __ldg(a.lengths + b) ? __ldg(a.slot_base + b) + pos : -1};
+  }
+  __device__ __forceinline__ static void load_lane(const Args& a, int lane, int (&q)[3]) {
+    const bool in = lane < a.num_requests;
+    q[0] = in ? __ldg(a.lengths + lane) : 0;
+    q[1] = in ? __ldg(a.start_pos + lane) : 0;
+    q[2] = in ? __ldg(a.slot_base + lane) : 0;
+  }
+  template <int NR>
+  __device__ __forceinline__ static void lookup_warp(const Args& a, const int (&q)[3], const int (&rows)[NR],
+                                                     RowInfo (&out)[NR]) {
+#pragma unroll
+    for (int i = 0; i < NR; ++i) {
+      const int b = min(rows[i] / a.max_len, kWarpCachedRequests - 1), r = rows[i] - b * a.max_len;
+      const int len = __shfl_sync(0xffffffffu, q[0], b);
+      const int pos = __shfl_sync(0xffffffffu, q[1], b) + r;
+      const int sb = __shfl_sync(0xffffffffu, q[2], b);
+      out[i] = {pos, r < len ? sb + pos : -1};
+    }
   }
 };
 
@@ -97,15 +149,33 @@ struct QkvRopeKvCache : OpBase {
   };
 
   template <class P>
+  __device__ __forceinline__ static void begin(const P& pp, const TileCtx&, EpiState& st) {
+    const Params& p = pp;
+    if (p.rows.num_requests <= kWarpCachedRequests) RowMap::load_lane(p.rows, threadIdx.x % 32, st.req);
+  }
+
+  // Positions of the two fragment rows and slots of the four piece rows.
+  template <class P>
   __device__ __forceinline__ static void tile_begin(const P& pp, const TileCtx& t, EpiState& st) {
     const Params& p = pp;
+    int rows[6];
 #pragma unroll
-    for (int h = 0; h < 2; ++h)
-      st.frag_pos[h] = st.frow[h] < t.M ? RowMap::lookup(p.rows, st.frow[h]).pos : 0;
+    for (int i = 0; i < 6; ++i) {
+      const int r = i < 2 ? st.frow[i] : st.prow[i - 2];
+      rows[i] = r < t.M ? r : 0;  // rows past M: any valid row (results unused)
+    }
+    RowInfo info[6];
+    if (p.rows.num_requests <= kWarpCachedRequests) {
+      RowMap::lookup_warp(p.rows, st.req, rows, info);
+    } else {
+#pragma unroll
+      for (int i = 0; i < 6; ++i) info[i] = RowMap::lookup(p.rows, rows[i]);
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) st.frag_pos[h] = info[h].pos;
 #pragma unroll
     for (int it = 0; it < 4; ++it) {
-      int slot = -1;
-      if (st.prow[it] < t.M) slot = RowMap::lookup(p.rows, st.prow[it]).slot;
+      const int slot = st.prow[it] < t.M ? info[2 + it].slot : -1;
       st.slot[it] = (slot >= 0 && slot < p.num_slots) ? slot : -1;
     }
   }
@@ -118,7 +188,7 @@ struct QkvRopeKvCache : OpBase {
     else rope<64>(p, t, f, acc, st);
   }
 
-  __device__ __forceinline__ static void piece(const Params& p, const TileCtx&, int it, int row,
+  __device__ __forceinline__ static void piece(const Params& p, const TileCtx&, int, int it, int row,
                                                int col, float (&v)[4], EpiState& st) {
     uint2 o;
     o.x = pack_bf16x2(v[0], v[1]);

@@ -33,4 +33,22 @@ __device__ __forceinline__ void cp_async_bulk_tensor_2d_g2s(void* dst, const CUt
       : "memory");
 }
 
+// cp.async.bulk.prefetch.L2: asks the copy engine to pull `bytes` (multiple of
+// 16, 16-byte aligned source) into L2 without a destination or completion, so
+// that later ordinary loads of that range hit L2 (epilogue residual reads).
+__device__ __forceinline__ void cp_async_bulk_prefetch_l2(const void* src, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(reinterpret_cast<uint64_t>(src)), "r"(bytes)
+               : "memory");
+}
+
+// prefetch.global.L2: one thread's hint to pull a 128-byte line into L2 (the
+// per-thread form, issued by the load/store unit). NOTE: not TMA, but it lives
+// here beside the bulk form: the epilogue uses it instead of
+// cp.async.bulk.prefetch.L2, whose 64 small requests per warpgroup and tile
+// queued in the TMA unit behind the main loop's tile loads and slowed them
+// (docs/PERF.md, FP8 GEMM v2).
+__device__ __forceinline__ void prefetch_global_l2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(reinterpret_cast<uint64_t>(p)) : "memory");
+}
+
 }  // namespace futr::device::ptx
