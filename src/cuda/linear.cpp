@@ -11,8 +11,8 @@ QuantLinear::QuantLinear(WeightFormat f, int n, int k, int group, size_t weight_
                          int max_m)
     : format_(f), n_(n), k_(k), group_(group), max_m_(max_m), sm_count_(require_device().sm_count) {
   FUTR_CHECK(max_m >= 1 && max_m <= 32, "QuantLinear: max_m = {} outside 1..32", max_m);
-  FUTR_CHECK(n >= 8 && n % 8 == 0 && k >= 64 && k % 64 == 0,
-             "QuantLinear: shape N = {}, K = {} unsupported (N % 8 == 0, K % 64 == 0 required)", n, k);
+  FUTR_CHECK(n >= 16 && n % 16 == 0 && k >= 64 && k % 64 == 0,
+             "QuantLinear: shape N = {}, K = {} unsupported (N % 16 == 0, K % 64 == 0 required)", n, k);
   if (f == WeightFormat::kInt4)
     FUTR_CHECK((group == 64 || group == 128) && k % group == 0,
                "W4Linear: group {} with K = {} unsupported (group 64 or 128 dividing K)", group, k);
@@ -24,8 +24,8 @@ QuantLinear::QuantLinear(WeightFormat f, int n, int k, int group, size_t weight_
     ws = std::max(ws, decode_workspace_floats(c, m, n, k));
     ctr = std::max(ctr, decode_counters(c, n));
   }
-  // Counters: enough for any configuration (one per n8 tile bounds every grid).
-  ctr = std::max(ctr, size_t(n / 8));
+  // Counters: enough for any configuration (one per 16-channel tile bounds every grid).
+  ctr = std::max(ctr, size_t(n / 16));
   if (ws) ws_ = DeviceBuffer<float>(ws);
   counters_ = DeviceBuffer<uint32_t>(ctr);
   counters_.fill_bytes(0);

@@ -33,9 +33,9 @@ struct Variant {
   size_t smem;  // skinny: dynamic shared memory (the cp.async rings); gemv: set per launch
 };
 
-#define FUTR_GEMV(G, TN, U)                                      \
-  Variant{WeightFormat::kInt4, G, DecodeKernel::kGemv, TN, U, \
-          (const void*)&device::sm90_w4a16_gemv_kernel<G, TN, U>, 0}
+#define FUTR_GEMV(G, TM, U)                                      \
+  Variant{WeightFormat::kInt4, G, DecodeKernel::kGemv, TM, U, \
+          (const void*)&device::sm90_w4a16_gemv_kernel<G, TM, U>, 0}
 #define FUTR_SKINNY4(G, MT, TN)                                                   \
   Variant{WeightFormat::kInt4, G, DecodeKernel::kSkinny, MT, TN,                \
           (const void*)&device::sm90_w4a16_skinny_kernel<device::Int4Format<G>, MT, TN>, \
@@ -46,13 +46,13 @@ struct Variant {
           device::skinny_smem_bytes<device::E4M3Format, TN>()}
 
 const Variant kVariants[] = {
-    // M = 1: INT4 register-ring GEMV.
-    FUTR_GEMV(128, 2, 4), FUTR_GEMV(128, 2, 8), FUTR_GEMV(64, 2, 4),
-    // M = 2..32: INT4 skinny split-K.
-    FUTR_SKINNY4(128, 1, 2), FUTR_SKINNY4(128, 1, 4), FUTR_SKINNY4(128, 2, 2),
-    FUTR_SKINNY4(64, 1, 2), FUTR_SKINNY4(64, 2, 2),
+    // M = 1: INT4 register-ring GEMV (TM weight tiles per warp, U-chunk ring).
+    FUTR_GEMV(128, 2, 4), FUTR_GEMV(128, 2, 8), FUTR_GEMV(128, 1, 8), FUTR_GEMV(64, 2, 4),
+    // M = 2..32: INT4 skinny (MT row tiles of 8, TM weight tiles per warp).
+    FUTR_SKINNY4(128, 1, 2), FUTR_SKINNY4(128, 2, 2), FUTR_SKINNY4(128, 4, 1), FUTR_SKINNY4(128, 4, 2),
+    FUTR_SKINNY4(64, 1, 2), FUTR_SKINNY4(64, 2, 2), FUTR_SKINNY4(64, 4, 1),
     // M = 1..32: the E4M3-weight comparison path.
-    FUTR_SKINNY8(1, 2), FUTR_SKINNY8(2, 2),
+    FUTR_SKINNY8(1, 2), FUTR_SKINNY8(2, 2), FUTR_SKINNY8(4, 1),
 };
 #undef FUTR_GEMV
 #undef FUTR_SKINNY4
@@ -119,12 +119,14 @@ SplitPlan split_plan(int k, int splits) {
   return {kbps, (nblk + kbps - 1) / kbps};
 }
 
-int col_ctas(const DecodeConfig& c, int n) { return (n / 8 + 8 * c.tn - 1) / (8 * c.tn); }
+// CTAs along N: 8 warps x tn tiles of 16 channels each.
+int col_ctas(const DecodeConfig& c, int n) { return (n / 16 + 8 * c.tn - 1) / (8 * c.tn); }
 
 void check_shape(WeightFormat f, const DecodeArgs& a) {
   const char* fmt_name = f == WeightFormat::kInt4 ? "W4A16" : "W8A16";
   FUTR_CHECK(a.m >= 1 && a.m <= 32, "{} decode GEMM: M = {} outside the supported 1..32", fmt_name, a.m);
-  FUTR_CHECK(a.n >= 8 && a.n % 8 == 0, "{} decode GEMM: N = {} must be a positive multiple of 8", fmt_name, a.n);
+  FUTR_CHECK(a.n >= 16 && a.n % 16 == 0, "{} decode GEMM: N = {} must be a positive multiple of 16", fmt_name,
+             a.n);
   FUTR_CHECK(a.k >= 64 && a.k % 64 == 0, "{} decode GEMM: K = {} must be a positive multiple of 64", fmt_name,
              a.k);
   if (f == WeightFormat::kInt4) {
@@ -157,12 +159,12 @@ std::vector<std::string> decode_variants() {
 }
 
 // ---- the heuristic -------------------------------------------------------------
-// M = 1 (INT4): gemv with TN = 2 and a 4-block ring (8 loads in flight per lane);
-// M >= 2: skinny, MT from M, TN = 2 (TN = 4 needs 196 KB of ring: 1 CTA per SM).
-// Then, for both, the split count that minimises a wave model:
-// waves(s) * blocks_per_cta(s) plus a penalty for the partial sums' L2 traffic
-// (grows with M and s). Slots assume 2 resident CTAs per SM (<= 128 registers;
-// the skinny ring is 98 KB per CTA).
+// M = 1 (INT4): gemv, 2 weight tiles per warp, a 4-chunk register ring.
+// M >= 2: skinny, MT = ceil(M/8) rounded to 1, 2, 4; TM = 2 (1 for MT = 4:
+// registers). Then, for both, the split count that minimises a wave model:
+// waves(s) * (blocks_per_cta(s) + 4), the 4 standing for a CTA's fixed cost
+// (ring fill latency, epilogue), plus a penalty for the partial sums' L2
+// traffic (grows with M and s). Slots assume 2 resident CTAs per SM.
 DecodeConfig decode_heuristic(WeightFormat f, int m, int n, int k, int sm_count) {
   DecodeConfig c;
   const int nblk = num_blocks(k);
@@ -172,8 +174,8 @@ DecodeConfig decode_heuristic(WeightFormat f, int m, int n, int k, int sm_count)
     c.loads = 4;
   } else {
     c.kernel = DecodeKernel::kSkinny;
-    c.mt = m <= 16 ? 1 : 2;
-    c.tn = 2;
+    c.mt = m <= 8 ? 1 : (m <= 16 ? 2 : 4);
+    c.tn = c.mt == 4 ? 1 : 2;
   }
   const int slots = 2 * std::max(sm_count, 1);
   const int cc = col_ctas(c, n);
@@ -183,7 +185,7 @@ DecodeConfig decode_heuristic(WeightFormat f, int m, int n, int k, int sm_count)
     const SplitPlan sp = split_plan(k, s);
     if (sp.splits != s) continue;  // equivalent to a smaller count
     const int waves = (cc * s + slots - 1) / slots;
-    const double cost = double(waves) * sp.kb_per_split + (s > 1 ? 0.05 * m * (1.0 + 0.25 * s) : 0.0);
+    const double cost = double(waves) * (sp.kb_per_split + 4) + (s > 1 ? 0.05 * m * (1.0 + 0.25 * s) : 0.0);
     if (cost < best - 1e-9) best = cost, best_s = s;
   }
   c.splits = best_s;
@@ -231,7 +233,7 @@ void decode_gemm(WeightFormat f, const DecodeArgs& a, const DecodeConfig& c, cud
   if (c.kernel == DecodeKernel::kGemv)
     FUTR_CHECK(a.m == 1, "decode GEMM: the gemv kernel takes M = 1, got M = {}; use kernel=skinny", a.m);
   else
-    FUTR_CHECK(a.m <= 16 * c.mt, "decode GEMM: M = {} needs mt = {} (got mt = {})", a.m, (a.m + 15) / 16, c.mt);
+    FUTR_CHECK(a.m <= 8 * c.mt, "decode GEMM: M = {} needs mt >= {} (got mt = {})", a.m, (a.m + 7) / 8, c.mt);
   const SplitPlan sp = split_plan(a.k, c.splits);
   const size_t need_ws = decode_workspace_floats(c, a.m, a.n, a.k);
   const size_t need_ctr = decode_counters(c, a.n);

@@ -32,9 +32,9 @@ enum class DecodeKernel { kGemv, kSkinny };
 // command line (apply_overrides).
 struct DecodeConfig {
   DecodeKernel kernel = DecodeKernel::kGemv;
-  int tn = 2;       // n8 tiles per warp (a CTA: 8 warps, 64 * tn output channels)
-  int loads = 4;    // gemv: register-ring depth in blocks (tn * loads 16-byte loads in flight)
-  int mt = 1;       // skinny: m16 tiles of rows (1: M <= 16, 2: M <= 32)
+  int tn = 2;       // weight tiles of 16 channels per warp (a CTA: 8 warps, 128 * tn channels)
+  int loads = 4;    // gemv: register-ring depth in k64 chunks (tn * loads 16-byte loads in flight)
+  int mt = 1;       // skinny: tiles of 8 rows of x (1: M <= 8, 2: M <= 16, 4: M <= 32)
   int splits = 1;   // K slices over gridDim.y (1 = no workspace)
 };
 

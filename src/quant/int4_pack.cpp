@@ -12,8 +12,8 @@ float Int4Weights::dequant(int row, int col) const {
 
 void check_int4_shape(int n, int k, int group) {
   FUTR_CHECK(group == 64 || group == 128, "INT4 packing: group size {} not supported (64 or 128)", group);
-  FUTR_CHECK(n > 0 && n % layout::kTileN == 0, "INT4 packing: N = {} must be a positive multiple of 8", n);
-  FUTR_CHECK(k > 0 && k % layout::kHalfK == 0, "INT4 packing: K = {} must be a positive multiple of 64", k);
+  FUTR_CHECK(n > 0 && n % layout::kTileN == 0, "INT4 packing: N = {} must be a positive multiple of 16", n);
+  FUTR_CHECK(k > 0 && k % layout::kChunkK == 0, "INT4 packing: K = {} must be a positive multiple of 64", k);
   FUTR_CHECK(k % group == 0, "INT4 packing: K = {} is not a multiple of the group size {} (use group 64)", k,
              group);
 }
@@ -56,8 +56,8 @@ Int4Weights unpack_int4(const Int4Packed& p) {
 }
 
 std::vector<uint8_t> pack_e4m3(int n, int k, std::span<const uint8_t> rowmajor) {
-  FUTR_CHECK(n > 0 && n % 8 == 0 && k > 0 && k % 64 == 0,
-             "E4M3 packing: N = {}, K = {} unsupported (N % 8 == 0, K % 64 == 0)", n, k);
+  FUTR_CHECK(n > 0 && n % 16 == 0 && k > 0 && k % 64 == 0,
+             "E4M3 packing: N = {}, K = {} unsupported (N % 16 == 0, K % 64 == 0)", n, k);
   FUTR_CHECK(rowmajor.size() == size_t(n) * k, "pack_e4m3: {} bytes given, {} expected", rowmajor.size(),
              size_t(n) * k);
   std::vector<uint8_t> out(rowmajor.size());
@@ -67,8 +67,8 @@ std::vector<uint8_t> pack_e4m3(int n, int k, std::span<const uint8_t> rowmajor) 
 }
 
 std::vector<uint8_t> unpack_e4m3(int n, int k, std::span<const uint8_t> packed) {
-  FUTR_CHECK(n > 0 && n % 8 == 0 && k > 0 && k % 64 == 0,
-             "E4M3 unpacking: N = {}, K = {} unsupported (N % 8 == 0, K % 64 == 0)", n, k);
+  FUTR_CHECK(n > 0 && n % 16 == 0 && k > 0 && k % 64 == 0,
+             "E4M3 unpacking: N = {}, K = {} unsupported (N % 16 == 0, K % 64 == 0)", n, k);
   FUTR_CHECK(packed.size() == size_t(n) * k, "unpack_e4m3: {} bytes given, {} expected", packed.size(),
              size_t(n) * k);
   std::vector<uint8_t> out(packed.size());

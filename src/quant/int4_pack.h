@@ -1,6 +1,7 @@
 // INT4 (and E4M3) weight packing for the decode GEMMs: the logical quantized
 // form <-> the fragment-order form the kernels load (one 16-byte load per lane
-// is its mma.sync.m16n8k16 B operands). The byte-level contract is
+// is its mma.sync.m16n8k16 operands: the weights are the A operand, 16 output
+// channels x 16 inputs per step). The byte-level contract is
 // src/device/layout/int4_fragment.cuh; docs/LAYOUTS.md draws it.
 //
 // Format: symmetric INT4 per output channel n and group of G inputs
@@ -8,7 +9,7 @@
 // s stored as FP16 (11 significant bits, range 6e-5..65504: the relative error
 // a BF16 scale would add, 2^-9, is a fifth of an INT4 step at |q| = 7; FP32 would
 // double the scale bytes for no measurable accuracy). Stored nibble = q + 8.
-// Shapes: N % 8 == 0, K % 64 == 0, K % G == 0.
+// Shapes: N % 16 == 0, K % 64 == 0, K % G == 0.
 //
 // Test: tests/quant/int4_pack_test.cpp (round trips and a CPU emulation of the
 // kernel's fragment math).
@@ -46,7 +47,7 @@ Int4Packed pack_int4(const Int4Weights& w);
 Int4Weights unpack_int4(const Int4Packed& p);
 
 // E4M3 weights for the W8A16 comparison path: [N, K] row-major bytes <->
-// fragment order (same permutation, one byte per weight). N % 8 == 0, K % 64 == 0.
+// fragment order (same permutation, one byte per weight). N % 16 == 0, K % 64 == 0.
 std::vector<uint8_t> pack_e4m3(int n, int k, std::span<const uint8_t> rowmajor);
 std::vector<uint8_t> unpack_e4m3(int n, int k, std::span<const uint8_t> packed);
 

@@ -71,7 +71,7 @@ std::vector<uint16_t> random_x(int m, int k) {
 // sample of its tiles on the host.
 struct Layer {
   std::unique_ptr<cuda::QuantLinear> lin;
-  std::vector<int> tiles;     // sampled n8 tiles
+  std::vector<int> tiles;     // sampled 16-channel tiles
   quant::Int4Weights sub4;    // INT4: logical weights of the sampled tiles' rows
   std::vector<uint8_t> sub8;  // E4M3: [rows, K] logical bytes of the sampled rows
   std::vector<float> sc8;     // E4M3: their scales
@@ -93,10 +93,10 @@ Layer make_layer(bool int4, int n, int k, int group, int sample = 12) {
     L.lin = std::move(lin);
   }
   FUTR_CUDA_CHECK(cudaDeviceSynchronize());
-  L.tiles = sample_tiles(n / 8, sample);
-  const size_t rows = L.tiles.size() * 8;
+  L.tiles = sample_tiles(n / 16, sample);
+  const size_t rows = L.tiles.size() * 16;
   if (int4) {
-    const size_t tile_bytes = size_t(k) / 2 * 8, tile_scales = size_t(k / group) * 8;
+    const size_t tile_bytes = size_t(k) / 2 * 16, tile_scales = size_t(k / group) * 16;
     quant::Int4Packed p{int(rows), k, group, std::vector<uint8_t>(rows * k / 2), std::vector<uint16_t>(rows * (k / group))};
     const auto* sc = static_cast<const uint16_t*>(L.lin->scales());
     for (size_t i = 0; i < L.tiles.size(); ++i) {
@@ -107,14 +107,14 @@ Layer make_layer(bool int4, int n, int k, int group, int sample = 12) {
     }
     L.sub4 = quant::unpack_int4(p);  // tiles are contiguous: the sample is itself a packed matrix
   } else {
-    const size_t tile_bytes = size_t(k) * 8;
+    const size_t tile_bytes = size_t(k) * 16;
     std::vector<uint8_t> packed(rows * k);
     L.sc8.resize(rows);
     const auto* sc = static_cast<const float*>(L.lin->scales());
     for (size_t i = 0; i < L.tiles.size(); ++i) {
       FUTR_CUDA_CHECK(cudaMemcpy(packed.data() + i * tile_bytes, L.lin->weights() + L.tiles[i] * tile_bytes,
                                  tile_bytes, cudaMemcpyDeviceToHost));
-      FUTR_CUDA_CHECK(cudaMemcpy(L.sc8.data() + i * 8, sc + L.tiles[i] * 8, 32, cudaMemcpyDeviceToHost));
+      FUTR_CUDA_CHECK(cudaMemcpy(L.sc8.data() + i * 16, sc + L.tiles[i] * 16, 64, cudaMemcpyDeviceToHost));
     }
     L.sub8 = quant::unpack_e4m3(int(rows), k, packed);
   }
@@ -135,7 +135,7 @@ double check(Layer& L, int m, const DecodeConfig* cfg, const std::string& what, 
   }
   FUTR_CUDA_CHECK(cudaDeviceSynchronize());
   const auto y = dy.download();
-  const size_t rows = L.tiles.size() * 8;
+  const size_t rows = L.tiles.size() * 16;
   std::vector<float> ref(size_t(m) * rows);
   if (L.lin->format() == cuda::WeightFormat::kInt4) ref::w4a16(L.sub4, x, m, ref);
   else ref::w8a16(int(rows), k, L.sub8, L.sc8, x, m, ref);
@@ -144,8 +144,8 @@ double check(Layer& L, int m, const DecodeConfig* cfg, const std::string& what, 
   for (uint16_t h : y) non_finite += !std::isfinite(bf16_to_float(h));
   for (int i = 0; i < m; ++i)
     for (size_t t = 0; t < L.tiles.size(); ++t)
-      for (int ch = 0; ch < 8; ++ch)
-        out[size_t(i) * rows + t * 8 + ch] = bf16_to_float(y[size_t(i) * n + size_t(L.tiles[t]) * 8 + ch]);
+      for (int ch = 0; ch < 16; ++ch)
+        out[size_t(i) * rows + t * 16 + ch] = bf16_to_float(y[size_t(i) * n + size_t(L.tiles[t]) * 16 + ch]);
   const auto st = test::compare(out, ref);
   const std::string conf = cuda::describe(cfg ? *cfg : L.lin->config(m));
   EXPECT_EQ(non_finite, 0u) << what << " M=" << m << " " << conf << ": unwritten or non-finite outputs";
@@ -207,21 +207,22 @@ TEST(W4A16, EveryCompiledVariant) {
     DecodeConfig c;
   };
   std::vector<V> vs;
-  for (auto [g, tn, u] : {std::tuple{128, 2, 4}, {128, 2, 8}, {64, 2, 4}})
+  for (auto [g, tn, u] : {std::tuple{128, 2, 4}, {128, 2, 8}, {128, 1, 8}, {64, 2, 4}})
     for (int sp : {1, 5}) {
       DecodeConfig c;
       c.kernel = DecodeKernel::kGemv, c.tn = tn, c.loads = u, c.splits = sp;
       vs.push_back({true, g, c});
     }
-  for (auto [int4, g, mt, tn] : {std::tuple{true, 128, 1, 2}, {true, 128, 1, 4}, {true, 128, 2, 2},
-                                 {true, 64, 1, 2}, {true, 64, 2, 2}, {false, 0, 1, 2}, {false, 0, 2, 2}})
+  for (auto [int4, g, mt, tn] : {std::tuple{true, 128, 1, 2}, {true, 128, 2, 2}, {true, 128, 4, 1},
+                                 {true, 128, 4, 2}, {true, 64, 1, 2}, {true, 64, 2, 2}, {true, 64, 4, 1},
+                                 {false, 0, 1, 2}, {false, 0, 2, 2}, {false, 0, 4, 1}})
     for (int sp : {1, 3, 8}) {
       DecodeConfig c;
       c.kernel = DecodeKernel::kSkinny, c.mt = mt, c.tn = tn, c.splits = sp;
       vs.push_back({int4, g, c});
     }
   for (int g : {128, 64}) {
-    const int n = 1024 + 8 * 5, k = g == 64 ? 1472 : 1536;  // N not a multiple of the CTA's columns
+    const int n = 1024 + 16 * 5, k = g == 64 ? 1472 : 1536;  // N not a multiple of the CTA's columns
     Layer L4 = make_layer(true, n, k, g, 10);
     Layer L8 = make_layer(false, n, k, 0, 10);
     for (const V& v : vs) {
@@ -233,7 +234,8 @@ TEST(W4A16, EveryCompiledVariant) {
       if (v.c.kernel == DecodeKernel::kGemv) {
         check(L, 1, &v.c, what, test::tol::kW4A16);
       } else {
-        for (int m : v.c.mt == 1 ? std::vector<int>{1, 7, 16} : std::vector<int>{17, 32})
+        for (int m : v.c.mt == 1 ? std::vector<int>{1, 2, 8} : v.c.mt == 2 ? std::vector<int>{9, 16}
+                                                                        : std::vector<int>{17, 32})
           check(L, m, &v.c, what, v.int4 ? test::tol::kW4A16 : test::tol::kW8A16);
       }
     }
@@ -268,7 +270,7 @@ TEST(W4A16Small, GemvSkinnySplitK) {
     Layer L = make_layer(true, s.n, s.k, s.group, 4);
     for (int m : {1, 5, 16, 32}) check(L, m, nullptr, name(s), test::tol::kW4A16);
     DecodeConfig c;
-    c.kernel = DecodeKernel::kSkinny, c.mt = 1, c.tn = 2, c.splits = 3;
+    c.kernel = DecodeKernel::kSkinny, c.mt = 2, c.tn = 2, c.splits = 3;
     check(L, 9, &c, name(s) + " forced split", test::tol::kW4A16);
   }
   Layer L = make_layer(true, 2048, 2048, 128, 4);
@@ -308,7 +310,7 @@ TEST(W4A16Invalid, ShapesAndConfigsAreRejected) {
   rejects([&] { cuda::decode_gemm(WeightFormat::kInt4, args(1, 64, 128, 32), gemv, nullptr); }, "group size 32");
   rejects([&] { cuda::decode_gemm(WeightFormat::kInt4, args(1, 64, 576, 128), gemv, nullptr); }, "group 64");
   rejects([&] { cuda::decode_gemm(WeightFormat::kInt4, args(2, 64, 128, 128), gemv, nullptr); }, "M = 1");
-  rejects([&] { cuda::decode_gemm(WeightFormat::kInt4, args(17, 64, 128, 128), sk, nullptr); }, "mt = 2");
+  rejects([&] { cuda::decode_gemm(WeightFormat::kInt4, args(9, 64, 128, 128), sk, nullptr); }, "needs mt >= 2");
   DecodeConfig bad = sk;
   bad.tn = 3;
   rejects([&] { cuda::decode_gemm(WeightFormat::kInt4, args(4, 64, 128, 128), bad, nullptr); }, "nearest supported");

@@ -1,8 +1,8 @@
 // INT4 / E4M3 fragment-order packing (src/quant/int4_pack.h) on the CPU:
 // round trips, bijectivity of the layout, and an emulation of the decode
 // kernels' fragment math (bit-level dequantizers + mma.sync.m16n8k16 fragment
-// semantics) against the float64 reference, so a layout bug shows up here and
-// not on the GPU.
+// semantics, weights as A and activations as B) against the float64 reference,
+// so a layout bug shows up here and not on the GPU.
 #include "quant/int4_pack.h"
 
 #include <gtest/gtest.h>
@@ -68,8 +68,8 @@ void e4m3x4_host(uint32_t w, uint32_t (&b)[2]) {
   b[1] = pack2(lo_f(h) * e120, hi_f(h) * e120);
 }
 
-// One m16n8k16 MMA by the PTX fragment definition (mma.cuh): rows g, g+8 of A
-// from a[0..3] of lane 4g + c, B column g from b[0..1], D += A B in double.
+// One m16n8k16 MMA by the PTX fragment definition (mma.cuh): A rows g, g+8 from
+// a[0..3] of lane 4g + c, B column g from b[0..1], D += A B in double.
 void mma_host(double (&d)[32][4], const uint32_t (&a)[32][4], const uint32_t (&b)[32][2]) {
   float A[16][16], B[16][8];
   for (int lane = 0; lane < 32; ++lane) {
@@ -92,69 +92,65 @@ void mma_host(double (&d)[32][4], const uint32_t (&a)[32][4], const uint32_t (&b
   }
 }
 
-// Emulates the kernels on one n8 tile with M <= 16 rows: lanes read their
-// 16-byte INT4 chunks (or 32-byte E4M3 chunks), dequantize with the bit tricks,
-// take A from x by block_k, run the 8 steps of each block, scale per group.
+// Emulates the kernels on one m16 tile (weights = A) and up to 8 rows of x
+// (B): lanes read their 16-byte INT4 (or 32-byte E4M3) chunks, dequantize with
+// the bit tricks, take B from x by chunk_k, run the 4 steps of each chunk, and
+// scale each group's sums. Returns y[m][16] for the tile's 16 channels.
 std::vector<double> emulate_tile(bool int4, int k, int group, int m, int tile, const std::vector<uint8_t>& packed,
                                  const std::vector<uint16_t>& scales16, const std::vector<float>& scales32,
                                  const std::vector<uint16_t>& x) {
   double acc[32][4] = {};
-  const int nblk = (k + 127) / 128;
-  for (int kb = 0; kb < nblk; ++kb) {
-    const bool tail = (k % 128) && kb == k / 128;
-    const int halves = tail ? 1 : 2;
-    for (int h = 0; h < halves; ++h) {
-      double blk[32][4] = {};
-      for (int s4 = 0; s4 < 4; ++s4) {
-        const int s = 4 * h + s4;
-        uint32_t a[32][4], b[32][2];
-        for (int lane = 0; lane < 32; ++lane) {
-          const int g = lane / 4, c = lane % 4;
-          auto xv = [&](int row, int e) -> uint16_t {
-            const int col = kb * 128 + layout::block_k(c, s, e);
-            return row < m ? x[size_t(row) * k + col] : uint16_t(0);
-          };
-          a[lane][0] = xv(g, 0) | uint32_t(xv(g, 1)) << 16;
-          a[lane][1] = xv(g + 8, 0) | uint32_t(xv(g + 8, 1)) << 16;
-          a[lane][2] = xv(g, 2) | uint32_t(xv(g, 3)) << 16;
-          a[lane][3] = xv(g + 8, 2) | uint32_t(xv(g + 8, 3)) << 16;
-          if (int4) {
-            const size_t base = size_t(tile) * (k / 2) * 8 + size_t(kb) * 512 + lane * (tail ? 8 : 16);
-            uint32_t w;
-            std::memcpy(&w, &packed[base + 4 * (s / 2)], 4);  // word s/2 holds steps s & ~1, s | 1
-            uint32_t bb[4];
-            int4x8_host(w, bb);
-            b[lane][0] = bb[2 * (s % 2)], b[lane][1] = bb[2 * (s % 2) + 1];
-          } else {
-            const size_t base = size_t(tile) * k * 8 + size_t(kb) * 1024 + size_t(h) * 512 + lane * 16;
-            uint32_t w;
-            std::memcpy(&w, &packed[base + 4 * s4], 4);  // word i = step 4h + i
-            e4m3x4_host(w, b[lane]);
-          }
-        }
-        mma_host(blk, a, b);
-      }
+  double blk[32][4] = {};
+  const int nchunks = k / 64;
+  for (int ch = 0; ch < nchunks; ++ch) {
+    for (int i = 0; i < 4; ++i) {
+      uint32_t a[32][4], b[32][2];
       for (int lane = 0; lane < 32; ++lane) {
-        const int c = lane % 4;
-        for (int i = 0; i < 4; ++i) {
-          const int ch = 2 * c + (i % 2);
-          double sc = 1;
-          if (int4) {
-            const int gi = (kb * 128 + 64 * h) / group;
-            sc = fp16_to_float(scales16[layout::int4_scale_index(k, group, tile * 8 + ch, gi)]);
-          }
-          acc[lane][i] += blk[lane][i] * sc;
+        const int g = lane / 4, c = lane % 4;
+        auto xv = [&](int e) -> uint16_t {
+          const int col = ch * 64 + layout::chunk_k(c, i, e);
+          return g < m ? x[size_t(g) * k + col] : uint16_t(0);
+        };
+        b[lane][0] = xv(0) | uint32_t(xv(1)) << 16;
+        b[lane][1] = xv(2) | uint32_t(xv(3)) << 16;
+        if (int4) {
+          uint32_t w;
+          std::memcpy(&w, &packed[size_t(tile) * (k / 2) * 16 + size_t(ch) * 512 + lane * 16 + 4 * i], 4);
+          int4x8_host(w, a[lane]);  // word i = step i; pair j = a[j]
+        } else {
+          const size_t base = size_t(tile) * k * 16 + size_t(ch) * 1024 + size_t(i / 2) * 512 + lane * 16 + 8 * (i % 2);
+          uint32_t w0, w1;
+          std::memcpy(&w0, &packed[base], 4);
+          std::memcpy(&w1, &packed[base + 4], 4);
+          uint32_t r0[2], r1[2];
+          e4m3x4_host(w0, r0);
+          e4m3x4_host(w1, r1);
+          a[lane][0] = r0[0], a[lane][1] = r0[1], a[lane][2] = r1[0], a[lane][3] = r1[1];
         }
+      }
+      mma_host(blk, a, b);
+    }
+    // End of a group: scale this chunk's (or chunk pair's) sums per channel.
+    const bool group_end = !int4 || group == 64 || ch % 2 == 1;
+    if (!group_end) continue;
+    for (int lane = 0; lane < 32; ++lane) {
+      const int g = lane / 4;
+      for (int i = 0; i < 4; ++i) {
+        const int r = g + 8 * (i / 2);
+        double sc = 1;
+        if (int4) sc = fp16_to_float(scales16[layout::int4_scale_index(k, group, tile * 16 + r, ch * 64 / group)]);
+        acc[lane][i] += blk[lane][i] * sc;
+        blk[lane][i] = 0;
       }
     }
   }
-  std::vector<double> y(size_t(m) * 8);
+  std::vector<double> y(size_t(m) * 16);
   for (int lane = 0; lane < 32; ++lane) {
     const int g = lane / 4, c = lane % 4;
     for (int i = 0; i < 4; ++i) {
-      const int row = g + 8 * (i / 2), ch = 2 * c + (i % 2);
-      const double sc = int4 ? 1.0 : scales32[size_t(tile) * 8 + ch];
-      if (row < m) y[size_t(row) * 8 + ch] = acc[lane][i] * sc;
+      const int r = g + 8 * (i / 2), row = 2 * c + (i % 2);  // D rows = channels, columns = rows of x
+      const double sc = int4 ? 1.0 : scales32[size_t(tile) * 16 + r];
+      if (row < m) y[size_t(row) * 16 + r] = acc[lane][i] * sc;
     }
   }
   return y;
@@ -170,7 +166,7 @@ std::vector<uint16_t> random_x(int m, int k) {
 }  // namespace
 
 TEST(Int4Pack, RoundTrip) {
-  for (auto [n, k, g] : {std::tuple{8, 64, 64}, {16, 128, 128}, {24, 576, 64}, {64, 384, 128}, {8, 1536, 64}}) {
+  for (auto [n, k, g] : {std::tuple{16, 64, 64}, {16, 128, 128}, {48, 576, 64}, {64, 384, 128}, {16, 1536, 64}}) {
     const auto w = random_int4(n, k, g);
     const auto p = quant::pack_int4(w);
     ASSERT_EQ(p.weights.size(), size_t(n) * k / 2);
@@ -203,33 +199,34 @@ TEST(Int4Pack, LayoutIsABijection) {
   }
 }
 
-TEST(Int4Pack, A16ByteLaneLoadIsOneWeightRowRun) {
-  // Lane (g, c) of block kb reads 32 nibbles of row g: inputs 16c..16c+15 and
-  // 64+16c..64+16c+15 of the block (docs/LAYOUTS.md).
+TEST(Int4Pack, A16ByteLaneLoadIsTwoWeightRowRuns) {
+  // Lane (g, c) of chunk 1 reads 32 nibbles: inputs 16c..16c+15 of the chunk for
+  // channels g and g + 8 of the tile (docs/LAYOUTS.md).
   const int k = 256;
   for (int lane = 0; lane < 32; ++lane) {
     const int g = lane / 4, c = lane % 4;
-    for (int h = 0; h < 2; ++h)
+    for (int hi = 0; hi < 2; ++hi)
       for (int t = 0; t < 16; ++t) {
-        const auto pos = layout::int4_position(k, g, 128 + 64 * h + 16 * c + t);
+        const auto pos = layout::int4_position(k, g + 8 * hi, 64 + 16 * c + t);
         EXPECT_EQ(pos.byte / 16, size_t(512 / 16 + lane));
       }
   }
 }
 
 TEST(Int4Pack, RejectsInvalidShapes) {
-  EXPECT_THROW(quant::check_int4_shape(12, 128, 128), Error);
+  EXPECT_THROW(quant::check_int4_shape(8, 128, 128), Error);
   EXPECT_THROW(quant::check_int4_shape(16, 96, 64), Error);
   EXPECT_THROW(quant::check_int4_shape(16, 576, 128), Error);
   EXPECT_THROW(quant::check_int4_shape(16, 128, 32), Error);
-  auto w = random_int4(8, 64, 64);
+  auto w = random_int4(16, 64, 64);
   w.q[3] = 9;
   EXPECT_THROW(quant::pack_int4(w), Error);
-  EXPECT_THROW(quant::pack_e4m3(8, 96, std::vector<uint8_t>(8 * 96)), Error);
+  EXPECT_THROW(quant::pack_e4m3(16, 96, std::vector<uint8_t>(16 * 96)), Error);
+  EXPECT_THROW(quant::pack_e4m3(8, 128, std::vector<uint8_t>(8 * 128)), Error);
 }
 
 TEST(Int4Pack, DequantizerBitTricksAreExact) {
-  // Every nibble value through the INT4 trick.
+  // Every nibble value through the INT4 trick (all pairs of a word alike).
   for (uint32_t n = 0; n < 16; ++n) {
     uint32_t b[4];
     int4x8_host(n * 0x11111111u, b);
@@ -253,26 +250,26 @@ TEST(Int4Pack, DequantizerBitTricksAreExact) {
 }
 
 TEST(Int4Pack, KernelFragmentEmulationMatchesReference) {
-  for (auto [n, k, g, m] : {std::tuple{16, 256, 128, 1}, {16, 256, 64, 5}, {24, 576, 64, 16}, {8, 384, 128, 9}}) {
+  for (auto [n, k, g, m] : {std::tuple{16, 256, 128, 1}, {32, 256, 64, 5}, {48, 576, 64, 8}, {16, 384, 128, 7}}) {
     const auto w = random_int4(n, k, g);
     const auto p = quant::pack_int4(w);
     const auto x = random_x(m, k);
     std::vector<float> ref(size_t(m) * n);
     ref::w4a16(w, x, m, ref);
-    for (int tile = 0; tile < n / 8; ++tile) {
+    for (int tile = 0; tile < n / 16; ++tile) {
       const auto y = emulate_tile(true, k, g, m, tile, p.weights, p.scales, {}, x);
       for (int r = 0; r < m; ++r)
-        for (int ch = 0; ch < 8; ++ch) {
-          const double want = ref[size_t(r) * n + tile * 8 + ch];
-          EXPECT_NEAR(y[size_t(r) * 8 + ch], want, 1e-6 * (1 + std::fabs(want)))  // ref is float
-              << "int4 " << n << "x" << k << " g" << g << " m=" << m << " row " << r << " ch " << tile * 8 + ch;
+        for (int ch = 0; ch < 16; ++ch) {
+          const double want = ref[size_t(r) * n + tile * 16 + ch];
+          EXPECT_NEAR(y[size_t(r) * 16 + ch], want, 1e-6 * (1 + std::fabs(want)))  // ref is float
+              << "int4 " << n << "x" << k << " g" << g << " m=" << m << " row " << r << " ch " << tile * 16 + ch;
         }
     }
   }
 }
 
 TEST(Int4Pack, E4M3FragmentEmulationMatchesReference) {
-  for (auto [n, k, m] : {std::tuple{16, 256, 3}, {8, 576, 16}}) {
+  for (auto [n, k, m] : {std::tuple{16, 256, 3}, {32, 576, 8}}) {
     std::vector<uint8_t> e(size_t(n) * k);
     std::uniform_int_distribution<int> b(0, 255);
     for (auto& v : e) {
@@ -286,12 +283,12 @@ TEST(Int4Pack, E4M3FragmentEmulationMatchesReference) {
     const auto x = random_x(m, k);
     std::vector<float> ref(size_t(m) * n);
     ref::w8a16(n, k, e, sc, x, m, ref);
-    for (int tile = 0; tile < n / 8; ++tile) {
+    for (int tile = 0; tile < n / 16; ++tile) {
       const auto y = emulate_tile(false, k, 0, m, tile, packed, {}, sc, x);
       for (int r = 0; r < m; ++r)
-        for (int ch = 0; ch < 8; ++ch) {
-          const double want = ref[size_t(r) * n + tile * 8 + ch];
-          EXPECT_NEAR(y[size_t(r) * 8 + ch], want, 1e-6 * (1 + std::fabs(want)));
+        for (int ch = 0; ch < 16; ++ch) {
+          const double want = ref[size_t(r) * n + tile * 16 + ch];
+          EXPECT_NEAR(y[size_t(r) * 16 + ch], want, 1e-6 * (1 + std::fabs(want)));
         }
     }
   }

@@ -4,6 +4,8 @@
 //   - the weight-format policies Int4Format<G> (INT4 + FP16 group scales) and
 //     E4M3Format (the W8A16 comparison path): loads and dequantization of one
 //     lane's fragments (layout/int4_fragment.cuh is the byte contract);
+//   - chunk_mma() / apply_scales(): the MMAs of one k64 chunk (weights = A,
+//     activations = B) and the FP32 group scaling;
 //   - store_output(): the epilogue of both, which either writes BF16 y directly
 //     (splits == 1) or runs the split-K reduction without a second pass: every
 //     CTA publishes its FP32 partial tile to ws[split][M][N] and bumps
@@ -21,6 +23,7 @@
 #include "device/layout/int4_fragment.cuh"
 #include "device/ptx/cp_async.cuh"
 #include "device/ptx/ld.cuh"
+#include "device/ptx/mma.cuh"
 
 namespace futr::device {
 
@@ -37,156 +40,168 @@ struct DecodeParams {
 };
 
 // ---- weight formats (the dequantizing policies) -----------------------------
+// The loop unit of both kernels is a k64 chunk of a 16-channel tile: kWords
+// 32-bit words per lane (layout/int4_fragment.cuh). lane_ptr/scale_ptr give a
+// lane's first chunk; the kernels advance them by kChunkBytes / kScaleStride.
 
 template <int G>
 struct Int4Format {
   static_assert(G == 64 || G == 128, "INT4 group size must be 64 or 128");
   static constexpr bool kGroupScales = true;
   static constexpr int kGroup = G;
-  static constexpr int kWords = 4;     // 32-bit words per lane per full block (16 B)
-  static constexpr int kBlockBytes = layout::kInt4BlockBytes;
-  static constexpr int kStages = 8;    // skinny ring depth: 8 x 16 B in flight per lane and tile
-  static constexpr int kScaleBlockElems = (layout::kBlockK / G) * layout::kTileN;
-  using Scale = std::conditional_t<G == 128, uint32_t, uint2>;  // one lane's scales of one block
+  static constexpr int kWords = 4;     // 16 bytes per lane per chunk
+  static constexpr int kChunkBytes = layout::kInt4ChunkBytes;
+  static constexpr int kStages = 8;    // skinny ring depth: 8 chunks (x 16 B) in flight per lane and tile
+  using Scale = uint32_t;              // FP16 {s[lo], s[hi]} of the lane's two channels
 
   __device__ static size_t tile_bytes(int k) { return size_t(k) / 2 * layout::kTileN; }
-  // This lane's first byte of block kb of a tile (full blocks; 16 B per lane).
-  __device__ static const uint8_t* lane_ptr(const uint8_t* tile, int kb, int lane) {
-    return tile + size_t(kb) * kBlockBytes + lane * 16;
+  __device__ static const uint8_t* lane_ptr(const uint8_t* tile, int chunk, int lane) {
+    return tile + size_t(chunk) * kChunkBytes + lane * 16;
   }
-  // This lane's scales of block kb of tile `tile` (channels 2c, 2c+1).
-  __device__ static const uint16_t* scale_ptr(const void* scales, int k, int tile, int kb, int c) {
+  // This lane's scales (channels g and g + 8) of the group holding chunk `chunk`.
+  __device__ static const uint16_t* scale_ptr(const void* scales, int k, int tile, int chunk, int g) {
     return static_cast<const uint16_t*>(scales) + size_t(tile) * (size_t(k) / G) * layout::kTileN +
-           size_t(kb) * kScaleBlockElems + (G == 128 ? 2 : 4) * c;
+           size_t(chunk * layout::kChunkK / G) * layout::kTileN + 2 * g;
   }
-  static constexpr int kScaleStride = kScaleBlockElems;  // elements from one block to the next
+  // Scale pointer advance after chunk u of a 128-aligned pair (u even/odd).
+  __device__ static constexpr int scale_step(int u) { return (G == 64 || u % 2 == 1) ? layout::kTileN : 0; }
+  // True when chunk u (parity within a 128-aligned pair) ends a group.
+  __device__ static constexpr bool group_end(int u) { return G == 64 || u % 2 == 1; }
+  __device__ static constexpr bool group_start(int u) { return G == 64 || u % 2 == 0; }
 
-  // Register loads of a full block.
   __device__ static void load(const uint8_t* lp, uint32_t (&w)[kWords]) {
     const uint4 v = ptx::ld_stream_v4(lp);
     w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
   }
-  __device__ static Scale load_scale(const uint16_t* sp) {
-    if constexpr (G == 128) return ptx::ld_cached_b32(sp);
-    else return ptx::ld_cached_v2(sp);
-  }
-  // The 64-wide K tail (a half block: 8 bytes per lane at lane*8; scales [c][2]).
-  __device__ static void load_tail(const uint8_t* tile, int kb, int lane, uint32_t (&w)[kWords]) {
-    const uint2 v = ptx::ld_stream_v2(tile + size_t(kb) * kBlockBytes + lane * 8);
-    w[0] = v.x, w[1] = v.y, w[2] = w[3] = 0u;
-  }
-  __device__ static Scale load_tail_scale(const void* scales, int k, int tile, int kb, int c) {
-    const uint16_t* s = static_cast<const uint16_t*>(scales) + size_t(tile) * (size_t(k) / G) * layout::kTileN +
-                        size_t(kb) * kScaleBlockElems + 2 * c;
-    if constexpr (G == 128) return ptx::ld_cached_b32(s);  // unreachable: G = 128 has no tail
-    else return make_uint2(ptx::ld_cached_b32(s), 0u);
-  }
-  // cp.async of a full block's fragment (16 B) and scales (4 or 8 B) into a ring slot.
+  __device__ static Scale load_scale(const uint16_t* sp) { return ptx::ld_cached_b32(sp); }
+  // cp.async of one chunk's fragment (16 B) and scale word (4 B) into ring slots.
   __device__ static void issue(const uint8_t* lp, uint4* dst) { ptx::cp_async_16_cg(dst, lp); }
-  __device__ static void issue_scale(const uint16_t* sp, uint2* dst) {
-    if constexpr (G == 128) ptx::cp_async_4_ca(dst, sp);
-    else ptx::cp_async_8_ca(dst, sp);
-  }
-  __device__ static Scale scale_from(const uint2& v) {
-    if constexpr (G == 128) return v.x;
-    else return v;
-  }
-  // The FP16 scale pair of half h (channels 2c, 2c+1) as a 32-bit word.
-  __device__ static uint32_t half_scale(const Scale& s, int h) {
-    if constexpr (G == 128) return s;
-    else return h == 0 ? s.x : s.y;
-  }
-  // B fragments of steps 2i and 2i+1 (i = 0..3, a compile-time constant).
-  __device__ static void steps(const uint32_t (&w)[kWords], int i, uint32_t (&b)[4]) {
-    layout::int4x8_to_bf16(w[i], b);
-  }
+  __device__ static void issue_scale(const uint16_t* sp, uint32_t* dst) { ptx::cp_async_4_ca(dst, sp); }
+  // A fragment of step i (0..3, a compile-time constant).
+  __device__ static void step(const uint32_t (&w)[kWords], int i, uint32_t (&a)[4]) { layout::int4x8_to_bf16(w[i], a); }
 };
 
 struct E4M3Format {
   static constexpr bool kGroupScales = false;
-  static constexpr int kGroup = layout::kBlockK;  // unused: one scale per channel
-  static constexpr int kWords = 8;                // 32 bytes per lane per full block
-  static constexpr int kBlockBytes = layout::kE4M3BlockBytes;
-  static constexpr int kStages = 4;               // 4 x 32 B in flight per lane and tile
-  static constexpr int kScaleStride = 0;
+  static constexpr int kGroup = layout::kChunkK;  // unused: one scale per channel
+  static constexpr int kWords = 8;                // 32 bytes per lane per chunk
+  static constexpr int kChunkBytes = layout::kE4M3ChunkBytes;
+  static constexpr int kStages = 4;               // 4 chunks (x 32 B) in flight per lane and tile
   using Scale = uint32_t;                         // unused
 
   __device__ static size_t tile_bytes(int k) { return size_t(k) * layout::kTileN; }
-  __device__ static const uint8_t* lane_ptr(const uint8_t* tile, int kb, int lane) {
-    return tile + size_t(kb) * kBlockBytes + lane * 16;
+  __device__ static const uint8_t* lane_ptr(const uint8_t* tile, int chunk, int lane) {
+    return tile + size_t(chunk) * kChunkBytes + lane * 16;
   }
   __device__ static const uint16_t* scale_ptr(const void*, int, int, int, int) { return nullptr; }
+  __device__ static constexpr int scale_step(int) { return 0; }
+  __device__ static constexpr bool group_end(int) { return false; }
+  __device__ static constexpr bool group_start(int) { return false; }
   __device__ static void load(const uint8_t* lp, uint32_t (&w)[kWords]) {
-    const uint4 v0 = ptx::ld_stream_v4(lp), v1 = ptx::ld_stream_v4(lp + layout::kE4M3HalfBytes);
+    const uint4 v0 = ptx::ld_stream_v4(lp), v1 = ptx::ld_stream_v4(lp + layout::kE4M3PartBytes);
     w[0] = v0.x, w[1] = v0.y, w[2] = v0.z, w[3] = v0.w, w[4] = v1.x, w[5] = v1.y, w[6] = v1.z, w[7] = v1.w;
   }
   __device__ static Scale load_scale(const uint16_t*) { return 0u; }
-  __device__ static void load_tail(const uint8_t* tile, int kb, int lane, uint32_t (&w)[kWords]) {
-    const uint4 v = ptx::ld_stream_v4(tile + size_t(kb) * kBlockBytes + lane * 16);
-    w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w, w[4] = w[5] = w[6] = w[7] = 0u;
-  }
-  __device__ static Scale load_tail_scale(const void*, int, int, int, int) { return 0u; }
   __device__ static void issue(const uint8_t* lp, uint4* dst) {
     ptx::cp_async_16_cg(dst, lp);
-    ptx::cp_async_16_cg(dst + 256, lp + layout::kE4M3HalfBytes);  // next chunk row of the ring
+    ptx::cp_async_16_cg(dst + 256, lp + layout::kE4M3PartBytes);  // next chunk row of the ring
   }
-  __device__ static void issue_scale(const uint16_t*, uint2*) {}
-  __device__ static Scale scale_from(const uint2&) { return 0u; }
-  __device__ static uint32_t half_scale(const Scale&, int) { return 0u; }
-  __device__ static void steps(const uint32_t (&w)[kWords], int i, uint32_t (&b)[4]) {
-    uint32_t lo[2], hi[2];
-    layout::e4m3x4_to_bf16(w[2 * i], lo);
-    layout::e4m3x4_to_bf16(w[2 * i + 1], hi);
-    b[0] = lo[0], b[1] = lo[1], b[2] = hi[0], b[3] = hi[1];
+  __device__ static void issue_scale(const uint16_t*, uint32_t*) {}
+  // Step i: words 2i (a[0], a[1]) and 2i + 1 (a[2], a[3]).
+  __device__ static void step(const uint32_t (&w)[kWords], int i, uint32_t (&a)[4]) {
+    uint32_t r0[2], r1[2];
+    layout::e4m3x4_to_bf16(w[2 * i], r0);
+    layout::e4m3x4_to_bf16(w[2 * i + 1], r1);
+    a[0] = r0[0], a[1] = r0[1], a[2] = r1[0], a[3] = r1[1];
   }
 };
 
-// ---- the epilogue -------------------------------------------------------------
-// acc[t][mt][i]: the C fragment of tile t, m-tile mt (rows 16mt + g (+8), channels
-// 2c, 2c+1). rows_used: 1 when only row 0 is meaningful (the gemv kernel).
-template <class WF, int MT, int TN>
-__device__ __forceinline__ void store_output(const DecodeParams& p, const float (&acc)[TN][MT][4], const int (&tile)[TN],
-                                             const bool (&tok)[TN], int g, int c) {
-  // Per-channel scale of the E4M3 path.
-  float2 cs[TN];
+// One chunk of one warp: TM weight tiles (A) x MT row tiles of x (B).
+// blk accumulates the current group; acc the scaled sums (both [TM][MT][4]:
+// D rows = channels g (d[0], d[1]) and g + 8 (d[2], d[3]), columns = rows
+// 8mt + 2c, 2c + 1 of x). xq[mt][0..1]: the lane's 16 activations of row 8mt + g.
+template <class WF, int MT, int TM>
+__device__ __forceinline__ void chunk_mma(float (&blk)[TM][MT][4], float (&acc)[TM][MT][4],
+                                          const uint32_t (&w)[TM][WF::kWords], const uint4 (&xq)[MT][2],
+                                          bool start) {
 #pragma unroll
-  for (int t = 0; t < TN; ++t) {
-    cs[t] = make_float2(1.f, 1.f);
-    if constexpr (!WF::kGroupScales)
-      if (tok[t]) cs[t] = *reinterpret_cast<const float2*>(static_cast<const float*>(p.scales) +
-                                                            size_t(tile[t]) * layout::kTileN + 2 * c);
+  for (int i = 0; i < layout::kStepsPerChunk; ++i) {
+#pragma unroll
+    for (int tm = 0; tm < TM; ++tm) {
+      uint32_t a[4];
+      WF::step(w[tm], i, a);
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        const uint4& q = xq[mt][i / 2];
+        const uint32_t b[2] = {i % 2 == 0 ? q.x : q.z, i % 2 == 0 ? q.y : q.w};
+        if constexpr (WF::kGroupScales) {
+          if (i == 0 && start) ptx::mma_m16n8k16_bf16_zc(blk[tm][mt], a, b);
+          else ptx::mma_m16n8k16_bf16(blk[tm][mt], a, b);
+        } else {
+          ptx::mma_m16n8k16_bf16(acc[tm][mt], a, b);
+        }
+      }
+    }
   }
-  auto store_y = [&](int t, int row, float v0, float v1) {
-    const size_t col = size_t(tile[t]) * layout::kTileN + 2 * c;
-    *reinterpret_cast<__nv_bfloat162*>(p.y + size_t(row) * p.n + col) =
-        __floats2bfloat162_rn(v0 * cs[t].x, v1 * cs[t].y);
-  };
+}
+
+// FP32 group scaling after accumulation: acc += s * blk (s[lo] rows d[0..1], s[hi] d[2..3]).
+template <int MT, int TM>
+__device__ __forceinline__ void apply_scales(float (&acc)[TM][MT][4], const float (&blk)[TM][MT][4],
+                                             const uint32_t (&sv)[TM]) {
+#pragma unroll
+  for (int tm = 0; tm < TM; ++tm) {
+    const float2 s = __half22float2(*reinterpret_cast<const __half2*>(&sv[tm]));
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      acc[tm][mt][0] = fmaf(s.x, blk[tm][mt][0], acc[tm][mt][0]);
+      acc[tm][mt][1] = fmaf(s.x, blk[tm][mt][1], acc[tm][mt][1]);
+      acc[tm][mt][2] = fmaf(s.y, blk[tm][mt][2], acc[tm][mt][2]);
+      acc[tm][mt][3] = fmaf(s.y, blk[tm][mt][3], acc[tm][mt][3]);
+    }
+  }
+}
+
+// ---- the epilogue -------------------------------------------------------------
+// acc[tm][mt][i]: channel tile[tm]*16 + g + 8*(i/2), row of x 8mt + 2c + i%2.
+template <class WF, int MT, int TM>
+__device__ __forceinline__ void store_output(const DecodeParams& p, const float (&acc)[TM][MT][4],
+                                             const int (&tile)[TM], const bool (&tok)[TM], int g, int c) {
+  // Per-channel scales of the E4M3 path (channels g, g + 8).
+  float cs[TM][2];
+#pragma unroll
+  for (int tm = 0; tm < TM; ++tm) {
+    cs[tm][0] = cs[tm][1] = 1.f;
+    if constexpr (!WF::kGroupScales)
+      if (tok[tm]) {
+        const float* sp = static_cast<const float*>(p.scales) + size_t(tile[tm]) * layout::kTileN + g;
+        cs[tm][0] = sp[0], cs[tm][1] = sp[8];
+      }
+  }
+  auto channel = [&](int tm, int i) { return size_t(tile[tm]) * layout::kTileN + g + 8 * (i / 2); };
+  auto row_of = [&](int mt, int i) { return 8 * mt + 2 * c + (i % 2); };
   if (p.splits == 1) {
 #pragma unroll
-    for (int t = 0; t < TN; ++t)
+    for (int tm = 0; tm < TM; ++tm)
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int row = 16 * mt + 8 * r + g;
-          if (tok[t] && row < p.m) store_y(t, row, acc[t][mt][2 * r], acc[t][mt][2 * r + 1]);
-        }
+        for (int i = 0; i < 4; ++i)
+          if (tok[tm] && row_of(mt, i) < p.m)
+            p.y[size_t(row_of(mt, i)) * p.n + channel(tm, i)] = __float2bfloat16_rn(acc[tm][mt][i] * cs[tm][i / 2]);
     return;
   }
   // Split-K: publish this split's partials, then the last CTA to arrive reduces.
-  auto part = [&](int split, int t, int row) -> float* {
-    return p.ws + (size_t(split) * p.m + row) * p.n + size_t(tile[t]) * layout::kTileN + 2 * c;
+  auto part = [&](int split, int tm, int mt, int i) -> float* {
+    return p.ws + (size_t(split) * p.m + row_of(mt, i)) * p.n + channel(tm, i);
   };
 #pragma unroll
-  for (int t = 0; t < TN; ++t)
+  for (int tm = 0; tm < TM; ++tm)
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int row = 16 * mt + 8 * r + g;
-        if (tok[t] && row < p.m)
-          *reinterpret_cast<float2*>(part(blockIdx.y, t, row)) = make_float2(acc[t][mt][2 * r], acc[t][mt][2 * r + 1]);
-      }
+      for (int i = 0; i < 4; ++i)
+        if (tok[tm] && row_of(mt, i) < p.m) *part(blockIdx.y, tm, mt, i) = acc[tm][mt][i];
   // NOTE: release: every thread's partials must be visible device-wide before
   // the counter moves; the last CTA's fence orders its reads after the atomic.
   __threadfence();
@@ -197,22 +212,16 @@ __device__ __forceinline__ void store_output(const DecodeParams& p, const float 
   if (!s_last) return;
   __threadfence();
 #pragma unroll
-  for (int t = 0; t < TN; ++t)
+  for (int tm = 0; tm < TM; ++tm)
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int row = 16 * mt + 8 * r + g;
-        if (tok[t] && row < p.m) {
-          float2 sum = make_float2(0.f, 0.f);
-          for (int sp = 0; sp < p.splits; ++sp) {  // split order: deterministic
-            const float2 v = ptx::ld_l2_f2(part(sp, t, row));
-            sum.x += v.x;
-            sum.y += v.y;
-          }
-          store_y(t, row, sum.x, sum.y);
+      for (int i = 0; i < 4; ++i)
+        if (tok[tm] && row_of(mt, i) < p.m) {
+          float sum = 0.f;
+          for (int sp = 0; sp < p.splits; ++sp) sum += ptx::ld_l2_f32(part(sp, tm, mt, i));  // split order
+          p.y[size_t(row_of(mt, i)) * p.n + channel(tm, i)] = __float2bfloat16_rn(sum * cs[tm][i / 2]);
         }
-      }
   if (threadIdx.x == 0) p.counters[blockIdx.x] = 0u;  // re-arm for the next launch
 }
 

@@ -55,4 +55,11 @@ __device__ __forceinline__ float2 ld_l2_f2(const float* p) {
   return v;
 }
 
+// ld.global.cg.f32: one split-K partial (see ld_l2_f2).
+__device__ __forceinline__ float ld_l2_f32(const float* p) {
+  float v;
+  asm volatile("ld.global.cg.f32 %0, [%1];\n" : "=f"(v) : "l"(p) : "memory");
+  return v;
+}
+
 }  // namespace futr::device::ptx
