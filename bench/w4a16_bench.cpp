@@ -362,10 +362,10 @@ int main(int argc, char** argv) {
                   cands.push_back(c);
                 }
             for (int tn : {1, 2})
-              for (int sp : {1, 2, 4, 6, 8, 12}) {
+              for (int sp : {1, 2, 3, 4, 6, 8, 12, 16}) {
                 cuda::DecodeConfig c;
                 c.kernel = cuda::DecodeKernel::kSkinny, c.mt = m <= 8 ? 1 : (m <= 16 ? 2 : 4), c.tn = tn, c.splits = sp;
-                if (tn == 1 && c.mt != 4) continue;
+                if (tn == 2 && c.mt == 4) continue;
                 cands.push_back(c);
               }
             const cuda::DecodeConfig h = L.w4[i]->config(m);
@@ -395,7 +395,7 @@ int main(int argc, char** argv) {
         cc.tn = tn, cc.loads = u;
         occ["gemv tn=" + std::to_string(tn) + " loads=" + std::to_string(u)] = cuda::decode_occupancy(f, g, cc);
       }
-      for (auto [mt, tn] : {std::pair{1, 2}, {2, 2}, {4, 1}, {4, 2}}) {
+      for (auto [mt, tn] : {std::pair{1, 1}, {1, 2}, {2, 1}, {2, 2}, {4, 1}}) {
         cuda::DecodeConfig cc;
         cc.kernel = cuda::DecodeKernel::kSkinny, cc.mt = mt, cc.tn = tn;
         occ["skinny mt=" + std::to_string(mt) + " tn=" + std::to_string(tn)] = cuda::decode_occupancy(f, g, cc);

@@ -52,10 +52,12 @@ if [[ $MODE == all || $MODE == bench ]]; then
 fi
 if [[ $MODE == all || $MODE == bench || $MODE == ncu ]]; then
   # Hardware counters of two representative launches (clocks left alone).
-  for target in Llama-3.1-8B:gate_up:1 Llama-3.1-8B:gate_up:8; do
+  for target in Llama-3.1-8B:gate_up:1 Llama-3.1-8B:gate_up:8 Llama-3.1-8B:gate_up:32; do
     step "ncu_${target//:/_}" 120 ncu --clock-control none --target-processes all -k regex:sm90_w4a16 --launch-count 1 \
       --section SpeedOfLight --section WarpStateStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
-      --section Occupancy --section LaunchStats "$B/w4a16_bench" --only "$target"
+      --section Occupancy --section LaunchStats \
+      --metrics smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_wait_per_issue_active.ratio,smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_lg_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_not_selected_per_issue_active.ratio,smsp__average_warps_issue_stalled_no_instruction_per_issue_active.ratio,smsp__average_warps_issue_stalled_dispatch_stall_per_issue_active.ratio,smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio \
+      "$B/w4a16_bench" --only "$target"
   done
 fi
 if [[ $MODE == all || $MODE == tests ]]; then

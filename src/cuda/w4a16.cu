@@ -49,7 +49,8 @@ const Variant kVariants[] = {
     // M = 1: INT4 register-ring GEMV (TM weight tiles per warp, U-chunk ring).
     FUTR_GEMV(128, 2, 4), FUTR_GEMV(128, 2, 8), FUTR_GEMV(128, 1, 8), FUTR_GEMV(64, 2, 4),
     // M = 2..32: INT4 skinny (MT row tiles of 8, TM weight tiles per warp).
-    FUTR_SKINNY4(128, 1, 2), FUTR_SKINNY4(128, 2, 2), FUTR_SKINNY4(128, 4, 1), FUTR_SKINNY4(128, 4, 2),
+    FUTR_SKINNY4(128, 1, 1), FUTR_SKINNY4(128, 1, 2), FUTR_SKINNY4(128, 2, 1), FUTR_SKINNY4(128, 2, 2),
+    FUTR_SKINNY4(128, 4, 1),
     FUTR_SKINNY4(64, 1, 2), FUTR_SKINNY4(64, 2, 2), FUTR_SKINNY4(64, 4, 1),
     // M = 1..32: the E4M3-weight comparison path.
     FUTR_SKINNY8(1, 2), FUTR_SKINNY8(2, 2), FUTR_SKINNY8(4, 1),

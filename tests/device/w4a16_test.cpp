@@ -213,8 +213,8 @@ TEST(W4A16, EveryCompiledVariant) {
       c.kernel = DecodeKernel::kGemv, c.tn = tn, c.loads = u, c.splits = sp;
       vs.push_back({true, g, c});
     }
-  for (auto [int4, g, mt, tn] : {std::tuple{true, 128, 1, 2}, {true, 128, 2, 2}, {true, 128, 4, 1},
-                                 {true, 128, 4, 2}, {true, 64, 1, 2}, {true, 64, 2, 2}, {true, 64, 4, 1},
+  for (auto [int4, g, mt, tn] : {std::tuple{true, 128, 1, 1}, {true, 128, 1, 2}, {true, 128, 2, 1},
+                                 {true, 128, 2, 2}, {true, 128, 4, 1}, {true, 64, 1, 2}, {true, 64, 2, 2}, {true, 64, 4, 1},
                                  {false, 0, 1, 2}, {false, 0, 2, 2}, {false, 0, 4, 1}})
     for (int sp : {1, 3, 8}) {
       DecodeConfig c;

@@ -79,17 +79,21 @@ __global__ void __launch_bounds__(256, 2) sm90_w4a16_gemv_kernel(const DecodePar
 #pragma unroll
   for (int u = 0; u < U; ++u)
     if (u < nj) fill(u);
+  // x is loaded one chunk ahead so its latency overlaps the MMAs of the chunk before.
+  uint4 xn0 = ptx::ld_cached_v4(xrow), xn1 = ptx::ld_cached_v4(xrow + 1);
   int xoff = 0;
   for (int j0 = 0; j0 < nj; j0 += U) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       if (j0 + u < nj) {
-        uint4 xq[1][2];
-        xq[0][0] = ptx::ld_cached_v4(xrow + xoff);
-        xq[0][1] = ptx::ld_cached_v4(xrow + xoff + 1);
+        uint4 xq[1][2] = {{xn0, xn1}};
+        xoff += layout::kChunkK / 8;
+        if (j0 + u + 1 < nj) {
+          xn0 = ptx::ld_cached_v4(xrow + xoff);
+          xn1 = ptx::ld_cached_v4(xrow + xoff + 1);
+        }
         chunk_mma<WF, 1, TM>(blk, acc, wr[u], xq, WF::group_start(u));
         if (WF::group_end(u) || j0 + u + 1 == nj) apply_scales<1, TM>(acc, blk, sr[u]);
-        xoff += layout::kChunkK / 8;
         // Refill after use: the slot's registers are free; U-1 chunks stay in flight.
         if (j0 + u + U < nj) fill(u);
       }

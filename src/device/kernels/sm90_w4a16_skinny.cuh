@@ -111,6 +111,15 @@ __global__ void __launch_bounds__(256, 2) sm90_w4a16_skinny_kernel(const DecodeP
     if (st < nj) fill(st);
     else ptx::cp_async_commit();  // empty group: keeps the group count uniform
   }
+  // x is loaded one chunk ahead: its latency (L2 for the first warp of a CTA
+  // to touch a chunk) overlaps the MMAs of the chunk before (docs/PERF.md: with
+  // the load right before use, warps stalled ~10 cycles per instruction).
+  uint4 xn[MT][2];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    xn[mt][0] = ptx::ld_cached_v4(xrow[mt]);
+    xn[mt][1] = ptx::ld_cached_v4(xrow[mt] + 1);
+  }
   int xoff = 0;  // uint4 offset of the current chunk in the activation rows
   for (int j0 = 0; j0 < nj; j0 += kS) {
 #pragma unroll
@@ -129,15 +138,18 @@ __global__ void __launch_bounds__(256, 2) sm90_w4a16_skinny_kernel(const DecodeP
           sv[tm] = WF::kGroupScales ? sring[(st * TM + tm) * 256] : 0u;
         }
         uint4 xq[MT][2];
+        xoff += layout::kChunkK / 8;
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
-          xq[mt][0] = ptx::ld_cached_v4(xrow[mt] + xoff);
-          xq[mt][1] = ptx::ld_cached_v4(xrow[mt] + xoff + 1);
+          xq[mt][0] = xn[mt][0], xq[mt][1] = xn[mt][1];
+          if (j0 + st + 1 < nj) {
+            xn[mt][0] = ptx::ld_cached_v4(xrow[mt] + xoff);
+            xn[mt][1] = ptx::ld_cached_v4(xrow[mt] + xoff + 1);
+          }
         }
         chunk_mma<WF, MT, TM>(blk, acc, w, xq, WF::group_start(st));
         if constexpr (WF::kGroupScales)
           if (WF::group_end(st) || j0 + st + 1 == nj) apply_scales<MT, TM>(acc, blk, sv);
-        xoff += layout::kChunkK / 8;
         // NOTE: the slot is refilled only after its registers were consumed above:
         // in-order issue then guarantees the shared-memory reads completed.
         if (j0 + st + kS < nj) fill(st);
