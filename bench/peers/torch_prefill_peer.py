@@ -187,7 +187,11 @@ def merge(ours, peer, peak_torch):
         flops = 2.0 * r["M"] * r["N"] * r["K"]
         bp = best(r, "plain_ms", "alt_plain_ms")
         m["best_plain_ms"] = bp
-        m["best_plain_config"] = r["config"] if bp == r.get("plain_ms") else r.get("alt_config")
+        # The plain GEMM's alternative is the other schedule of its own config
+        # (alt_config belongs to the policy, whose heuristic choice may differ).
+        plain_alt = "128x256x128B s4 g8" if " pp" in r["config"] else "128x128x128B s6 g8 pp"
+        m["plain_alt_config"] = plain_alt
+        m["best_plain_config"] = r["config"] if bp == r.get("plain_ms") else plain_alt
         m["best_tflops"] = flops / (bp * 1e-3) / 1e12
         if peak:
             m["pct_peak"] = 100.0 * m["best_tflops"] / peak
@@ -259,10 +263,23 @@ def main():
     ap.add_argument("--peer-json", default="")
     ap.add_argument("--rep-ms", type=int, default=60)
     ap.add_argument("--bf16", default="", help="our BF16-input rows (fp8_gemm_bench --bf16 JSON) to append")
+    ap.add_argument("--merge-only", default="",
+                    help="skip the measurements: re-merge with a saved peer JSON (--peer-json of an earlier run)")
     a = ap.parse_args()
     torch.manual_seed(0)
     ours = json.load(open(a.ours))
     t0 = time.time()
+    if a.merge_only:
+        saved = json.load(open(a.merge_only))
+        peak_torch, peer = saved["peak_torch_tflops"], saved["rows"]
+        torch_version = saved.get("torch", "?")
+    else:
+        peak_torch, peer = measure_all(ours, a)
+        torch_version = torch.__version__
+    finish(ours, peer, peak_torch, a, t0, torch_version)
+
+
+def measure_all(ours, a):
     n = 8192
     xa = (torch.rand(n, n, device=DEV) * 8 - 4).to(FP8)
     xb = (torch.rand(n, n, device=DEV) * 8 - 4).to(FP8)
@@ -290,7 +307,12 @@ def main():
               file=sys.stderr, flush=True)
         torch.cuda.empty_cache()
     if a.peer_json:
-        json.dump({"peak_torch_tflops": peak_torch, "rows": peer}, open(a.peer_json, "w"), indent=1)
+        json.dump({"peak_torch_tflops": peak_torch, "torch": torch.__version__, "rows": peer}, open(a.peer_json, "w"),
+                  indent=1)
+    return peak_torch, peer
+
+
+def finish(ours, peer, peak_torch, a, t0, torch_version):
     rows, peak, peak_src = merge(ours, peer, peak_torch)
     if a.bf16 and os.path.exists(a.bf16):
         bf = json.load(open(a.bf16))
@@ -305,11 +327,11 @@ def main():
     tg = targets(rows)
     env = ours.get("environment", {})
     md = markdown(rows, peak, peak_src, env, tg)
-    md += f"\ntorch._scaled_mm 8192^3 in the peer: {peak_torch:.1f} TFLOP/s; torch {torch.__version__}; " \
-          f"peer time {time.time() - t0:.0f} s\n"
+    md += f"\ntorch._scaled_mm 8192^3 in the peer: {peak_torch:.1f} TFLOP/s; torch {torch_version}" + \
+          ("" if a.merge_only else f"; peer time {time.time() - t0:.0f} s") + "\n"
     out = {"title": "FP8 prefill GEMM vs cuBLASLt and compiled PyTorch (issue 5)", "environment": env,
            "meta": dict(ours.get("meta", {}), fp8_peak_used=peak, fp8_peak_source=peak_src,
-                        torch_scaled_mm_8192_tflops=peak_torch, torch=torch.__version__),
+                        torch_scaled_mm_8192_tflops=peak_torch, torch=torch_version),
            "targets": [{"target": n_, "met": ok, "detail": d} for n_, ok, d in tg], "rows": rows}
     json.dump(out, open(a.out, "w"), indent=1)
     open(a.md, "w").write(md)

@@ -2,7 +2,7 @@
 # FP8 prefill GEMM on the GPU machine (issue 5), from the repo root, with the
 # binaries built here and carried in build-fp8/bin (docs/DEVICE.md):
 #
-#   scripts/device/fp8_gemm.sh [all|tests|sanitizer|bench] [gtest filter]
+#   scripts/device/fp8_gemm.sh [all|tests|sanitizer|bench|profile] [gtest filter]
 #
 # Steps (each under `timeout`, all inside one overall deadline so a hang
 # cannot eat the call): SASS check (QGMMA/HGMMA in the kernels, no local
@@ -75,6 +75,39 @@ if [[ $MODE == all || $MODE == bench ]]; then
       --bf16 /tmp/bf16.json --out "$OUT/fp8_gemm_h200.json" --md "$OUT/fp8_gemm_h200.md" --peer-json "$OUT/peer.json"
   fi
 fi
+if [[ $MODE == profile ]]; then
+  # Nsight Compute on one launch of chosen kernels (ping-pong plain, residual,
+  # SwiGLU): stall reasons per SASS instruction, to see where epilogues wait.
+  for spec in "plain:o:8192:ScheduleE1EEENS0_3epi5ChainIJNS6_8ColScaleENS6_9StoreBf16" \
+              "residual:o:8192:ScheduleE1EEENS0_3epi5ChainIJNS6_8ColScaleENS6_11AddResidual" \
+              "swiglu:gateup:2048:ScheduleE1EEENS0_3epi5ChainIJNS6_8ColScaleENS6_9SwiGluFp8"; do
+    IFS=: read -r name proj m rx <<< "$spec"
+    step "ncu $name" 150 "$OUT/profile.log" ncu --clock-control none --kernel-name-base mangled --kernel-name "regex:$rx" --launch-skip 3 \
+      --launch-count 1 --set full --import-source no --export "/tmp/$name" --force-overwrite \
+      "$BIN/fp8_gemm_bench" --models 8b --proj "$proj" --m "$m" --no-lt --reps 10
+    ncu --import "/tmp/$name.ncu-rep" --page details > "$OUT/${name}_details.txt" 2>&1
+    ncu --import "/tmp/$name.ncu-rep" --page source --csv --print-source sass > "/tmp/${name}_src.csv" 2>&1
+    python3 - "/tmp/${name}_src.csv" >> "$OUT/${name}_details.txt" 2>&1 <<'PY'
+import csv, sys
+rows = list(csv.reader(open(sys.argv[1], errors="replace")))
+hdr_i = next(i for i, r in enumerate(rows) if any("Source" == c.strip() for c in r))
+hdr, body = rows[hdr_i], rows[hdr_i + 1:]
+def col(name):
+    return next((i for i, h in enumerate(hdr) if name in h), None)
+samp = col("Warp Stall Sampling (All")
+src = col("Source")
+stall_cols = [i for i, h in enumerate(hdr) if h.startswith("stall_") or "Stall" in h]
+def num(x):
+    try: return float(x.replace(",", ""))
+    except Exception: return 0.0
+total = sum(num(r[samp]) for r in body if len(r) > samp) or 1.0
+print("\n=== top SASS instructions by warp stall samples (of %d)" % total)
+for r in sorted(body, key=lambda r: -num(r[samp]) if len(r) > samp else 0)[:30]:
+    det = sorted(((num(r[i]), hdr[i]) for i in stall_cols if i != samp and len(r) > i and num(r[i]) > 0), reverse=True)[:3]
+    print("%5.1f%%  %-60s %s" % (100 * num(r[samp]) / total, r[src][:60], ", ".join("%s=%g" % (h, v) for v, h in det)))
+PY
+  done
+fi
 
 echo
 echo "================ summary ($(( $(date +%s) - T0 ))s)"
@@ -87,4 +120,10 @@ fi
 [[ -f $OUT/bench.log ]] && sed -n '/=== tune/,/=== peer/p' "$OUT/bench.log" | grep -E "^=== tune|^\| 8b" | cut -d'|' -f1-11,16-17 | head -30
 [[ -f $OUT/fp8_gemm_h200.md ]] && cat "$OUT/fp8_gemm_h200.md"
 [[ ! -f $OUT/fp8_gemm_h200.md && -f $OUT/bench.log ]] && tail -40 "$OUT/bench.log"
+for f in "$OUT"/*_details.txt; do
+  [[ -f $f ]] || continue
+  echo "--- $f"
+  grep -E "Duration|Warp Cycles Per Issued|Issue Slots Busy|Compute \(SM\) Throughput|Memory Throughput|stalled|Stall" "$f" | head -14
+  sed -n '/=== top SASS/,$p' "$f" | head -22
+done
 exit 0
