@@ -355,8 +355,8 @@ int main(int argc, char** argv) {
           for (int m : o.ms) {
             std::vector<cuda::DecodeConfig> cands;
             if (m == 1)
-              for (auto [tn, u] : {std::pair{2, 4}, {2, 8}, {1, 8}})
-                for (int sp : {1, 2, 4, 8}) {
+              for (auto [tn, u] : {std::pair{2, 4}, {1, 4}, {1, 8}})
+                for (int sp : {1, 2, 4, 8, 16}) {
                   cuda::DecodeConfig c;
                   c.kernel = cuda::DecodeKernel::kGemv, c.tn = tn, c.loads = u, c.splits = sp;
                   cands.push_back(c);
@@ -365,7 +365,7 @@ int main(int argc, char** argv) {
               for (int sp : {1, 2, 3, 4, 6, 8, 12, 16}) {
                 cuda::DecodeConfig c;
                 c.kernel = cuda::DecodeKernel::kSkinny, c.mt = m <= 8 ? 1 : (m <= 16 ? 2 : 4), c.tn = tn, c.splits = sp;
-                if (tn == 2 && c.mt == 4) continue;
+                if (tn == 2 && (c.mt == 4 || sh.group == 64)) continue;
                 cands.push_back(c);
               }
             const cuda::DecodeConfig h = L.w4[i]->config(m);
@@ -390,7 +390,7 @@ int main(int argc, char** argv) {
     json occ = json::object();
     for (auto [f, g, c] : {std::tuple{cuda::WeightFormat::kInt4, 128, cuda::DecodeConfig{}}}) {
       (void)c;
-      for (auto [tn, u] : {std::pair{2, 4}, {2, 8}, {1, 8}}) {
+      for (auto [tn, u] : {std::pair{2, 4}, {1, 4}, {1, 8}}) {
         cuda::DecodeConfig cc;
         cc.tn = tn, cc.loads = u;
         occ["gemv tn=" + std::to_string(tn) + " loads=" + std::to_string(u)] = cuda::decode_occupancy(f, g, cc);

@@ -47,11 +47,11 @@ struct Variant {
 
 const Variant kVariants[] = {
     // M = 1: INT4 register-ring GEMV (TM weight tiles per warp, U-chunk ring).
-    FUTR_GEMV(128, 2, 4), FUTR_GEMV(128, 2, 8), FUTR_GEMV(128, 1, 8), FUTR_GEMV(64, 2, 4),
+    FUTR_GEMV(128, 2, 4), FUTR_GEMV(128, 1, 4), FUTR_GEMV(128, 1, 8), FUTR_GEMV(64, 1, 4), FUTR_GEMV(64, 2, 4),
     // M = 2..32: INT4 skinny (MT row tiles of 8, TM weight tiles per warp).
     FUTR_SKINNY4(128, 1, 1), FUTR_SKINNY4(128, 1, 2), FUTR_SKINNY4(128, 2, 1), FUTR_SKINNY4(128, 2, 2),
     FUTR_SKINNY4(128, 4, 1),
-    FUTR_SKINNY4(64, 1, 2), FUTR_SKINNY4(64, 2, 2), FUTR_SKINNY4(64, 4, 1),
+    FUTR_SKINNY4(64, 1, 1), FUTR_SKINNY4(64, 2, 1), FUTR_SKINNY4(64, 4, 1),
     // M = 1..32: the E4M3-weight comparison path.
     FUTR_SKINNY8(1, 2), FUTR_SKINNY8(2, 2), FUTR_SKINNY8(4, 1),
 };
@@ -160,25 +160,30 @@ std::vector<std::string> decode_variants() {
 }
 
 // ---- the heuristic -------------------------------------------------------------
-// M = 1 (INT4): gemv, 2 weight tiles per warp, a 4-chunk register ring.
-// M >= 2: skinny, MT = ceil(M/8) rounded to 1, 2, 4; TM = 2 (1 for MT = 4:
-// registers). Then, for both, the split count that minimises a wave model:
+// Measured on the H200 (docs/PERF.md): the kernels are latency-bound, so the
+// configuration that fits the most warps per SM wins: one weight tile per warp.
+// M = 1 (INT4): gemv, TM = 1, a 4-chunk register ring (63 registers: 4 CTAs/SM).
+// M >= 2: skinny, MT = ceil(M/8) rounded to 1, 2, 4, TM = 1 (4, 3, 2 CTAs/SM).
+// Then, for both, the split count that minimises a wave model:
 // waves(s) * (blocks_per_cta(s) + 4), the 4 standing for a CTA's fixed cost
 // (ring fill latency, epilogue), plus a penalty for the partial sums' L2
-// traffic (grows with M and s). Slots assume 2 resident CTAs per SM.
+// traffic (grows with M and s).
 DecodeConfig decode_heuristic(WeightFormat f, int m, int n, int k, int sm_count) {
   DecodeConfig c;
   const int nblk = num_blocks(k);
+  int ctas_per_sm = 2;
   if (f == WeightFormat::kInt4 && m == 1) {
     c.kernel = DecodeKernel::kGemv;
-    c.tn = 2;
+    c.tn = 1;
     c.loads = 4;
+    ctas_per_sm = 4;
   } else {
     c.kernel = DecodeKernel::kSkinny;
     c.mt = m <= 8 ? 1 : (m <= 16 ? 2 : 4);
-    c.tn = c.mt == 4 ? 1 : 2;
+    c.tn = f == WeightFormat::kInt4 ? 1 : (c.mt == 4 ? 1 : 2);
+    ctas_per_sm = f == WeightFormat::kInt4 ? (c.mt == 1 ? 4 : (c.mt == 2 ? 3 : 2)) : 2;
   }
-  const int slots = 2 * std::max(sm_count, 1);
+  const int slots = ctas_per_sm * std::max(sm_count, 1);
   const int cc = col_ctas(c, n);
   double best = 1e30;
   int best_s = 1;

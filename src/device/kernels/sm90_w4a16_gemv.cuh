@@ -27,7 +27,7 @@
 namespace futr::device {
 
 template <int G, int TM, int U>
-__global__ void __launch_bounds__(256, 2) sm90_w4a16_gemv_kernel(const DecodeParams p) {
+__global__ void __launch_bounds__(256, TM == 1 ? 4 : 2) sm90_w4a16_gemv_kernel(const DecodeParams p) {
   static_assert(TM == 1 || TM == 2 || TM == 4, "TM weight tiles of 16 channels per warp: 1, 2 or 4");
   static_assert(U >= 2 && U <= 8 && U % 2 == 0, "ring depth: 2..8 chunks, even (whole 128-blocks)");
   using WF = Int4Format<G>;

@@ -43,7 +43,7 @@ constexpr size_t skinny_smem_bytes() {
 }
 
 template <class WF, int MT, int TM>
-__global__ void __launch_bounds__(256, 2) sm90_w4a16_skinny_kernel(const DecodeParams p) {
+__global__ void __launch_bounds__(256, TM == 1 && MT == 1 ? 4 : (TM == 1 && MT == 2 ? 3 : 2)) sm90_w4a16_skinny_kernel(const DecodeParams p) {
   static_assert(MT == 1 || MT == 2 || MT == 4, "MT row tiles of 8: 1, 2 or 4");
   static_assert(TM == 1 || TM == 2, "TM weight tiles of 16 channels per warp: 1 or 2");
   static_assert(WF::kStages % 2 == 0, "the ring must hold whole 128-blocks (G = 128 groups)");
