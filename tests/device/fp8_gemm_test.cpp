@@ -402,12 +402,15 @@ void check_swiglu_fp8(const Proj& p, const Weights& w, const Acts& a, const cuda
   EXPECT_EQ(far, 0u) << l << ": E4M3 outputs off by more than one step and the GEMM error:" << far_examples;
   // ~3.6% observed on the 8B gate/up shape (y error ~2.6e-3 RMS against a 1/8..1/16 step).
   EXPECT_LE(double(flips), 0.06 * double(got8.size()) + 2) << l << ": too many one-step flips";
-  // (3) amax and saturation count (exact up to borderline elements when all rows are checked).
+  // (3) amax and saturation count (exact up to borderline elements when all
+  // rows are checked). The amax is one extreme element, so it carries the FP8
+  // accumulation's error tail: 0.31% low on 70B gate/up (K = 8192, H200,
+  // 2026-11-29), hence 1%.
   if (all_rows(a.rows, a.M)) {
-    EXPECT_NEAR(amax2, stats.amax, 2e-3 * stats.amax) << l << ": amax";
+    EXPECT_NEAR(amax2, stats.amax, 1e-2 * stats.amax) << l << ": amax";
     EXPECT_NEAR(double(sat2), double(stats.saturated), 2 + 0.01 * stats.saturated) << l << ": saturation";
   } else {
-    EXPECT_GE(amax2, stats.amax * (1 - 2e-3)) << l << ": amax below the sampled rows' amax";
+    EXPECT_GE(amax2, stats.amax * (1 - 1e-2)) << l << ": amax below the sampled rows' amax";
   }
   EXPECT_GT(sat2, 0u) << l << ": the scale 0.8 amax/448 must saturate something";
   EXPECT_NEAR(amax2, amax1, 1e-6 * amax1) << l << ": amax depends on the output scale";

@@ -82,7 +82,7 @@ struct EpiState {
   float col_pre[2];   // prefetched column scales of columns n0 + 2 tid, +1
   float row_pre[2];   // prefetched per-row values of frow[h] (RMS sums of squares)
   float row_acc[4];   // per-row partial sums of prow[it] (sum of squares)
-  uint2 res[4][4];    // residual pieces of chunks c .. c+3 (ring by c % 4), by it
+  uint2 res[3][4];    // residual pieces of chunks c, c+1, c+2 (ring by c % 3), by it
   float qscale;       // 1 / dequantization scale of an FP8 output (raw scale until tile_begin)
   float amax;         // running max |y| over this thread's tiles
   uint32_t sat;       // running count of saturated FP8 outputs

@@ -34,12 +34,8 @@ struct AddResidual : OpBase {
       if (row < t.M && col < t.N) ptx::prefetch_global_l2(p.residual + size_t(row) * p.ld_res + col);
     }
   }
-  // Register prefetch three chunks ahead (ring st.res[c % 4]; a 128-wide
-  // half tile has 4 chunks, so its whole residual slice is requested at once):
-  // NOTE: ncu showed the epilogue warps stalled on these loads (long
-  // scoreboard) even with the L2 prefetch; with two chunks ahead a 128x128
-  // residual epilogue took ~20 us, longer than the other warpgroup's main loop.
-  static constexpr int kAhead = 3;
+  // Register prefetch two chunks ahead (ring st.res[c % 3]): each chunk's
+  // loads are in flight while the two chunks before it are processed.
   __device__ __forceinline__ static void load_chunk(const Params& p, const TileCtx& t, int c, uint2 (&dst)[4],
                                                     const EpiState& st) {
     const int col = t.n0 + c * 32 + (t.tid % 8) * 4;
@@ -51,21 +47,18 @@ struct AddResidual : OpBase {
                     : make_uint2(0, 0);
     }
   }
-  // The first kAhead chunks are requested before the fragment pass...
-  template <class P>
-  __device__ __forceinline__ static void tile_begin(const P& pp, const TileCtx& t, EpiState& st) {
-    const Params& p = pp;
-#pragma unroll
-    for (int c = 0; c < kAhead; ++c) load_chunk(p, t, c, st.res[c], st);
-  }
-  // ...and chunk c + kAhead when chunk c starts.
   template <class P>
   __device__ __forceinline__ static void chunk_begin(const P& pp, const TileCtx& t, int c, EpiState& st) {
-    load_chunk(pp, t, c + kAhead, st.res[(c + kAhead) % 4], st);
+    const Params& p = pp;
+    if (c == 0) {
+      load_chunk(p, t, 0, st.res[0], st);
+      load_chunk(p, t, 1, st.res[1], st);
+    }
+    load_chunk(p, t, c + 2, st.res[(c + 2) % 3], st);
   }
   __device__ __forceinline__ static void piece(const Params&, const TileCtx&, int c, int it, int, int,
                                                float (&v)[4], EpiState& st) {
-    const uint2 r = st.res[c % 4][it];
+    const uint2 r = st.res[c % 3][it];
     v[0] += bf16_lo(r.x);
     v[1] += bf16_hi(r.x);
     v[2] += bf16_lo(r.y);
