@@ -19,7 +19,7 @@
 //
 // Configuration: choose_gemm_config() is the heuristic (tile shape from the
 // problem and the SM count); pass a GemmConfig to override it (bench flags
-// --bn --stages --group-m --grid). Compiled variants: gemm_variants().
+// --bn --stages --pingpong --group-m --grid). Compiled variants: gemm_variants().
 #pragma once
 
 #include <cuda_runtime.h>
