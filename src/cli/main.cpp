@@ -3,6 +3,7 @@
 //   futr generate [PROMPT]      continue a prompt (cli/generate.cpp)
 //   futr perplexity [FILE]      perplexity on a text (cli/perplexity.cpp)
 //   futr info [MODEL]           model config and tensors (cli/info_command.h, if built)
+//   futr quantize -o OUT.futr   quantize a model into a .futr file (cli/quantize.cpp)
 //
 // Every failure (bad flags, missing files, a prompt longer than the context,
 // a broken model) prints one message on stderr and exits with status 1.
@@ -15,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "cli/quantize.h"
 #include "core/error.h"
 #if FUTR_HAVE_INFO_COMMAND
 #include "cli/info_command.h"
@@ -27,6 +29,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   futr::cli::add_generate_command(app);
   futr::cli::add_perplexity_command(app);
+  futr::cli::add_quantize_command(app);
 #if FUTR_HAVE_INFO_COMMAND
   add_info_command(app);
 #endif

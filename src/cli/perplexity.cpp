@@ -8,6 +8,15 @@
 // JSON object: ppl, stderr, nll_mean, nll_stderr, tokens (scored), tokens_evaluated,
 // text_tokens, windows, ctx, stride, seconds, tokens_per_second, model,
 // text_file, backend.
+//
+// Quantized reference (cli/quantize_run.h): --weights, --quant, --kv, ... run
+// the CPU reference of a quantized configuration. KL against a base run
+// (quant/kl.h): --save-kl-base FILE stores the run's coarsened per-token
+// distributions (top --kl-topk log-probabilities + the remaining mass);
+// --kl-base FILE compares this run with them: mean KL (a lower bound of the
+// full-vocabulary KL), top-1 agreement, and the perplexity delta (paired over
+// the same targets). JSON adds kl_mean, kl_stderr, top1_agreement, ppl_base,
+// ppl_delta, nll_delta, nll_delta_stderr, kl_topk, weights/kv (describe), fp8.
 #include "cli/commands.h"
 
 #include <unistd.h>
@@ -21,7 +30,9 @@
 
 #include "cli/common.h"
 #include "cli/perplexity_eval.h"
+#include "cli/quantize_run.h"
 #include "core/error.h"
+#include "quant/kl.h"
 #include "tokenizer/tokenizer.h"
 
 #ifndef FUTR_DEFAULT_TEXT
@@ -40,6 +51,10 @@ struct PerplexityOptions {
   int batch = 512;           // tokens per eval() call
   bool json = false;
   bool quiet = false;        // no progress bar
+  QuantCliOptions quant;     // --weights, --kv, ... (quantized reference)
+  std::string save_kl_base;  // write the coarsened distributions here
+  std::string kl_base;       // compare with this base file
+  int kl_topk = 32;          // tokens kept per row by --save-kl-base
 };
 
 std::string hms(double s) {
@@ -103,14 +118,63 @@ void run_perplexity(const PerplexityOptions& o) {
   bo.kind = o.run.backend;
   bo.ctx = ctx;
   bo.threads = o.run.threads;
-  std::unique_ptr<Backend> backend = make_backend(model, bo);
+  FUTR_CHECK(o.save_kl_base.empty() || o.kl_base.empty(),
+             "--save-kl-base and --kl-base are exclusive (save the base run first)");
+  std::unique_ptr<quant::KlBase> kl_save, kl_base;
+  std::unique_ptr<quant::KlCompare> kl;
+  if (!o.kl_base.empty()) {
+    kl_base = std::make_unique<quant::KlBase>(quant::KlBase::read(o.kl_base));
+    const nlohmann::json& m = kl_base->meta();
+    FUTR_CHECK(m.value("ctx", -1) == ctx && m.value("stride", -1) == stride &&
+                   m.value("tokens", int64_t(-1)) == int64_t(tokens.size()),
+               "{}: the base run used ctx {} stride {} on {} tokens; this run uses ctx {} stride {} on "
+               "{} tokens",
+               o.kl_base, m.value("ctx", -1), m.value("stride", -1), m.value("tokens", int64_t(-1)), ctx,
+               stride, tokens.size());
+    kl = std::make_unique<quant::KlCompare>(*kl_base);
+  }
+  if (!o.save_kl_base.empty()) {
+    FUTR_CHECK(o.kl_topk >= 1 && o.kl_topk <= model.config.vocab, "--kl-topk {} out of range (1..{})",
+               o.kl_topk, model.config.vocab);
+    kl_save = std::make_unique<quant::KlBase>(o.kl_topk, model.config.vocab);
+  }
+  std::unique_ptr<Backend> backend = make_quant_backend(model, bo, o.quant, [&](const std::string& s) {
+    if (!o.quiet) fmt::print(stderr, "futr: {}\n", s);
+  });
   if (!o.quiet)
     fmt::print(stderr, "futr: {} | {} tokens of {} | ctx {} stride {} | {}\n", model.path,
                tokens.size(), text_tokens, ctx, stride, backend->describe());
 
   ProgressBar bar(!o.quiet);
+  PplLogitsHook hook;
+  if (kl_save || kl)
+    hook = [&](const Tensor& logits, int rows, const int32_t* targets) {
+      const int V = int(logits.dim(1));
+      if (kl_save) kl_save->add_rows(logits.ptr(), rows, V, targets);
+      if (kl) kl->add_rows(logits.ptr(), rows, V, targets);
+    };
   const PplResult r = evaluate_perplexity(*backend, tokens, ctx, stride, o.batch,
-                                          [&](const PplProgress& p) { bar.update(p); });
+                                          [&](const PplProgress& p) { bar.update(p); }, hook);
+  if (kl_save) {
+    nlohmann::json meta;
+    meta["model"] = model.path;
+    meta["backend"] = backend->describe();
+    meta["text_file"] = o.file;
+    meta["ctx"] = ctx;
+    meta["stride"] = stride;
+    meta["tokens"] = int64_t(tokens.size());
+    meta["scored"] = r.stats.count();
+    meta["ppl"] = r.stats.ppl();
+    meta["nll_mean"] = r.stats.mean();
+    kl_save->write(o.save_kl_base, meta);
+    if (!o.quiet)
+      fmt::print(stderr, "futr: saved the KL base ({} rows, top {}) to {}\n", kl_save->size(),
+                 kl_save->k(), o.save_kl_base);
+  }
+  if (kl)
+    FUTR_CHECK(kl->count() == kl_base->size(), "{}: the base file holds {} rows, this run scored {}",
+               o.kl_base, kl_base->size(), kl->count());
+  const nlohmann::json fp8 = fp8_scaling_report(*backend);
   const NllStats& s = r.stats;
   const double tps = r.seconds > 0 ? double(r.evaluated) / r.seconds : 0.0;
   if (o.json) {
@@ -130,9 +194,34 @@ void run_perplexity(const PerplexityOptions& o) {
     j["model"] = model.path;
     j["text_file"] = o.file;
     j["backend"] = backend->name();
+    j["backend_detail"] = backend->describe();
+    if (kl) {
+      j["kl_mean"] = kl->mean_kl();
+      j["kl_stderr"] = kl->kl_stderr();
+      j["top1_agreement"] = kl->top1();
+      j["ppl_base"] = std::exp(kl->base_mean_nll());
+      j["ppl_delta"] = s.ppl() - std::exp(kl->base_mean_nll());
+      j["nll_delta"] = kl->mean_nll_delta();
+      j["nll_delta_stderr"] = kl->nll_delta_stderr();
+      j["kl_topk"] = kl_base->k();
+      j["kl_base"] = o.kl_base;
+    }
+    if (!fp8.is_null()) j["fp8"] = fp8;
     fmt::print("{}\n", j.dump(2));
   } else {
     fmt::print("perplexity = {:.4f} +- {:.4f}\n", s.ppl(), s.ppl_stderr());
+    if (kl) {
+      const double base = std::exp(kl->base_mean_nll());
+      fmt::print("vs base {:.4f}: delta ppl = {:+.4f} (mean NLL delta {:+.5f} +- {:.5f})\n", base,
+                 s.ppl() - base, kl->mean_nll_delta(), kl->nll_delta_stderr());
+      fmt::print("KL(base || this) = {:.5f} +- {:.5f} (top-{} + rest lower bound), top-1 agreement "
+                 "= {:.2f}%\n",
+                 kl->mean_kl(), kl->kl_stderr(), kl_base->k(), 100.0 * kl->top1());
+    }
+    if (!fp8.is_null())
+      fmt::print(stderr, "futr: FP8 delayed scaling: {} calls, {} saturated ({} values), max amax {}\n",
+                 fp8["calls"].get<uint64_t>(), fp8["saturated_calls"].get<uint64_t>(),
+                 fp8["saturated_values"].get<uint64_t>(), fp8["max_amax"].get<float>());
     fmt::print(stderr,
                "futr: {} tokens scored in {} windows ({} evaluated) in {:.1f} s, {:.1f} tokens/s; "
                "mean NLL {:.5f} +- {:.5f}\n",
@@ -159,6 +248,14 @@ void add_perplexity_command(CLI::App& app) {
       ->check(CLI::Range(1, 1 << 20));
   sub->add_flag("--json", o->json, "Print the result as a JSON object");
   sub->add_flag("-q,--quiet", o->quiet, "No progress bar or log lines on stderr");
+  add_quant_options(sub, o->quant);
+  add_calibration_options(sub, o->quant);
+  sub->add_option("--save-kl-base", o->save_kl_base,
+                  "Save this run's per-token top-k distributions as a KL base file");
+  sub->add_option("--kl-base", o->kl_base,
+                  "Compare with a KL base file: mean KL, top-1 agreement, perplexity delta");
+  sub->add_option("--kl-topk", o->kl_topk, "Tokens kept per row by --save-kl-base")
+      ->capture_default_str();
   sub->callback([o] { run_perplexity(*o); });
 }
 

@@ -54,7 +54,8 @@ double token_nll(std::span<const float> logits, int32_t target) {
 
 PplResult evaluate_perplexity(Backend& backend, std::span<const int32_t> tokens, int ctx,
                               int stride, int batch,
-                              const std::function<void(const PplProgress&)>& progress) {
+                              const std::function<void(const PplProgress&)>& progress,
+                              const PplLogitsHook& on_logits) {
   FUTR_CHECK(batch >= 1, "perplexity: batch size must be positive (got {})", batch);
   FUTR_CHECK(ctx <= backend.capacity(), "perplexity: ctx {} exceeds the backend's context {}",
              ctx, backend.capacity());
@@ -85,6 +86,7 @@ PplResult evaluate_perplexity(Backend& backend, std::span<const int32_t> tokens,
         nll[size_t(i)] = token_nll({logits.row(i), V}, tokens[size_t(target)]);
       }
       for (double v : nll) r.stats.add(v);
+      if (on_logits && rows > 0) on_logits(logits, rows, tokens.data() + w.begin + a + first + 1);
       r.evaluated += b - a;
       if (progress) {
         p.scored = r.stats.count();

@@ -71,11 +71,18 @@ struct PplResult {
   double seconds = 0.0;
 };
 
+// Sees the logits of the scored rows of every eval() call, in scoring order:
+// rows [0, rows) of `logits` ([rows, vocab]) predict targets[0 .. rows).
+// (--kl-base / --save-kl-base, quant/kl.h.)
+using PplLogitsHook =
+    std::function<void(const Tensor& logits, int rows, const int32_t* targets)>;
+
 // Runs every window through `backend` (whose capacity must be >= ctx),
 // feeding at most `batch` tokens per eval() call, and calls `progress` after
-// each call.
+// each call (and `on_logits`, if given, with the call's scored rows).
 PplResult evaluate_perplexity(Backend& backend, std::span<const int32_t> tokens, int ctx,
                               int stride, int batch,
-                              const std::function<void(const PplProgress&)>& progress = {});
+                              const std::function<void(const PplProgress&)>& progress = {},
+                              const PplLogitsHook& on_logits = {});
 
 }  // namespace futr

@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "formats/futr_file.h"
 #include "formats/gguf.h"
 #include "formats/hf_checkpoint.h"
 #include "tokenizer/hf_json.h"
@@ -28,15 +29,15 @@ ModelFormat detect_model_format(const std::filesystem::path& path) {
   FUTR_CHECK(in.good(), "{}: cannot open", path.string());
   in.read(magic, 4);
   if (in.gcount() == 4 && std::memcmp(magic, "GGUF", 4) == 0) return ModelFormat::kGguf;
-  // NOTE: the .futr quantized format (a later issue) is detected here by its magic.
+  if (is_futr_file(path)) return ModelFormat::kFutr;
   if (path.extension() == ".safetensors")
     fail("{}: a bare safetensors file has no model config; pass the directory that holds it and "
          "its config.json",
          path.string());
   if (path.filename() == "config.json")
     fail("{}: pass the model directory, not its config.json", path.string());
-  fail("{}: unrecognized model format (expected a GGUF file or a Hugging Face directory with "
-       "config.json)",
+  fail("{}: unrecognized model format (expected a GGUF file, a .futr file or a Hugging Face "
+       "directory with config.json)",
        path.string());
 }
 
@@ -44,6 +45,7 @@ Model load_model(const std::filesystem::path& path) {
   switch (detect_model_format(path)) {
     case ModelFormat::kGguf: return load_gguf_model(path, true);
     case ModelFormat::kHfDirectory: return load_hf_model(path, true);
+    case ModelFormat::kFutr: return load_futr_model(path, true);
   }
   FUTR_ASSERT(false);
 }
@@ -52,6 +54,7 @@ Model inspect_model(const std::filesystem::path& path) {
   switch (detect_model_format(path)) {
     case ModelFormat::kGguf: return load_gguf_model(path, false);
     case ModelFormat::kHfDirectory: return load_hf_model(path, false);
+    case ModelFormat::kFutr: return load_futr_model(path, false);
   }
   FUTR_ASSERT(false);
 }
@@ -65,6 +68,7 @@ TokenizerSpec load_tokenizer_spec(const std::filesystem::path& path) {
         return tokenizer_spec_from_hf_json(path);
       return TokenizerSpec{};
     }
+    case ModelFormat::kFutr: return load_futr_model(path, false).tokenizer;
   }
   FUTR_ASSERT(false);
 }

@@ -3,8 +3,8 @@
 // Dispatch is on content, not on the file name:
 //   - a regular file starting with "GGUF"             -> formats/gguf.h
 //   - a directory holding config.json                -> formats/hf_checkpoint.h
-//   - (reserved) a .futr quantized file               -> added by the .futr issue: see
-//     the marked place in loader.cpp
+//   - a regular file starting with the .futr magic    -> formats/futr_file.h (projections
+//     dequantized to FP32 from the file's preferred stored format)
 // Anything else is a futr::Error naming the path and what was found.
 //
 // Every loader fills Model::sources, checks each tensor's shape against the
@@ -21,7 +21,7 @@
 
 namespace futr {
 
-enum class ModelFormat { kGguf, kHfDirectory };
+enum class ModelFormat { kGguf, kHfDirectory, kFutr };
 
 // Which reader handles `path`; throws futr::Error if none does.
 ModelFormat detect_model_format(const std::filesystem::path& path);

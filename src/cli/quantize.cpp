@@ -1,0 +1,192 @@
+// `futr quantize -o OUT.futr`: reads any supported model (GGUF, Hugging Face
+// directory, another .futr file's FP32 view), quantizes its projections into
+// one or more formats and writes a .futr file (formats/futr_file.h) with the
+// tensors already in the kernels' layouts.
+//
+//   futr quantize -o smollm2-int4.futr --weights int4 --quant gptq-clip
+//   futr quantize -o smollm2.futr --weights int4,fp8 --quant gptq
+//
+// --weights takes a comma-separated list of bf16, fp8, int4 (one weight set
+// per format in the file). INT4 uses --quant rtn|clip|gptq|gptq-clip (default
+// rtn), --act-order, --group; gptq calibrates on the held-out last 10% of
+// --calib-file (cli/quantize_run.h), FP8 records each activation site's
+// initial amax on the same tokens. A progress bar on stderr shows each stage.
+#include "cli/quantize.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <memory>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "cli/common.h"
+#include "cli/quantize_run.h"
+#include "core/error.h"
+#include "cpu/threads.h"
+#include "formats/futr_file.h"
+
+namespace futr::cli {
+
+namespace {
+
+struct QuantizeCmdOptions {
+  RunOptions run;
+  std::string out;
+  std::string weights = "int4";
+  QuantCliOptions quant;
+  bool quiet = false;
+};
+
+// One progress line per stage on stderr: redrawn in place on a terminal.
+class StageBar {
+ public:
+  explicit StageBar(bool enabled) : enabled_(enabled), tty_(isatty(STDERR_FILENO) != 0) {}
+  void update(const std::string& stage, int64_t done, int64_t total) {
+    if (!enabled_) return;
+    const double now = clock_.seconds();
+    const bool finished = done >= total;
+    if (stage == stage_ && !finished && now - last_ < (tty_ ? 0.2 : 5.0)) return;
+    if (stage != stage_ && !stage_.empty() && tty_ && !line_done_) std::fputc('\n', stderr);
+    if (stage != stage_) t0_ = now;
+    stage_ = stage;
+    last_ = now;
+    const double frac = total > 0 ? double(done) / double(total) : 1.0;
+    const int width = 30, fill = int(frac * width);
+    const double el = now - t0_;
+    const double eta = frac > 0 ? el * (1 - frac) / frac : NAN;
+    const std::string line =
+        fmt::format("{:<16} [{}{}] {:5.1f}% | {:.0f} s elapsed | ETA {}", stage,
+                    std::string(size_t(fill), '#'), std::string(size_t(width - fill), '.'), 100 * frac,
+                    el, std::isfinite(eta) ? fmt::format("{:.0f} s", eta) : std::string("--"));
+    if (tty_) {
+      std::fprintf(stderr, "\r%s\033[K", line.c_str());
+      line_done_ = finished;
+      if (finished) std::fputc('\n', stderr);
+    } else {
+      std::fprintf(stderr, "%s\n", line.c_str());
+    }
+    std::fflush(stderr);
+  }
+
+ private:
+  bool enabled_, tty_;
+  Stopwatch clock_;
+  std::string stage_;
+  double last_ = -1e9, t0_ = 0;
+  bool line_done_ = true;
+};
+
+std::vector<quant::WeightFormat> parse_formats(const std::string& list) {
+  std::vector<quant::WeightFormat> out;
+  std::stringstream ss(list);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    const quant::WeightFormat f = quant::parse_weight_format(item);
+    FUTR_CHECK(f != quant::WeightFormat::kFp32, "--weights: fp32 is not a quantized format");
+    for (auto g : out) FUTR_CHECK(g != f, "--weights lists {} twice", item);
+    out.push_back(f);
+  }
+  FUTR_CHECK(!out.empty(), "--weights is empty (give int4, fp8, bf16 or a list)");
+  return out;
+}
+
+void run_quantize(const QuantizeCmdOptions& o) {
+  FUTR_CHECK(!o.out.empty(), "give the output file with -o OUT.futr");
+  const std::vector<quant::WeightFormat> formats = parse_formats(o.weights);
+  const bool has_int4 = std::find(formats.begin(), formats.end(), quant::WeightFormat::kInt4) != formats.end();
+  FUTR_CHECK(has_int4 || (o.quant.quant.empty() && !o.quant.act_order && o.quant.group == 0),
+             "--quant/--act-order/--group apply to int4 weights");
+  Stopwatch total;
+  const Model model = load_model_for_cli(o.run);
+  const int threads = cpu::set_num_threads(o.run.threads);
+  if (!o.quiet)
+    fmt::print(stderr, "futr: quantizing {} ({}, {} layers) with {} threads\n", model.path, model.format,
+               model.config.n_layers, threads);
+
+  // Calibration tokens: GPTQ and the FP8 initial amax.
+  std::vector<int32_t> calib;
+  bool need_calib = false;
+  for (auto f : formats) {
+    const cpu::QuantizeOptions qo = quantize_options(f, o.quant);
+    need_calib = need_calib || cpu::method_needs_calibration(qo) || f == quant::WeightFormat::kFp8;
+  }
+  if (need_calib) {
+    calib = calibration_tokens(model, o.quant);
+    if (!o.quiet)
+      fmt::print(stderr, "futr: calibration: {} tokens from the last 10% of {} (windows of {})\n",
+                 calib.size(), o.quant.calib_file.empty() ? "the default text" : o.quant.calib_file,
+                 o.quant.calib_ctx);
+  }
+
+  StageBar bar(!o.quiet);
+  std::vector<std::unique_ptr<quant::QuantizedWeights>> sets;
+  nlohmann::json prov;
+  prov["source"] = model.path;
+  prov["source_format"] = model.format;
+  prov["time"] = std::time(nullptr);
+  nlohmann::json steps = nlohmann::json::array();
+  for (auto f : formats) {
+    const cpu::QuantizeOptions qo = quantize_options(f, o.quant);
+    Stopwatch t;
+    sets.push_back(std::make_unique<quant::QuantizedWeights>(
+        cpu::quantize_model(model, qo, calib, [&](const std::string& stage, int64_t d, int64_t n) {
+          bar.update(stage, d, n);
+        })));
+    nlohmann::json s;
+    s["format"] = to_string(f);
+    s["method"] = sets.back()->method;
+    s["seconds"] = t.seconds();
+    if (f == quant::WeightFormat::kInt4) {
+      s["damp"] = qo.damp;
+      s["act_order"] = qo.act_order;
+      s["clip_steps"] = qo.clip.steps;
+      s["clip_min"] = qo.clip.c_min;
+    }
+    if (!calib.empty() && (cpu::method_needs_calibration(qo) || f == quant::WeightFormat::kFp8)) {
+      s["calibration"] = {{"file", o.quant.calib_file.empty() ? std::string("default text") : o.quant.calib_file},
+                          {"slice", "last 10% of the tokens"},
+                          {"tokens", calib.size()},
+                          {"ctx", o.quant.calib_ctx}};
+    }
+    steps.push_back(s);
+  }
+  prov["steps"] = steps;
+
+  FutrWriteOptions wo;
+  wo.provenance = prov;
+  wo.progress = [&](int64_t d, int64_t n) { bar.update("writing", d, n); };
+  std::vector<const quant::QuantizedWeights*> ptrs;
+  for (auto& s : sets) ptrs.push_back(s.get());
+  write_futr(o.out, model, ptrs, wo);
+  if (!o.quiet) {
+    std::error_code ec;
+    const auto size = std::filesystem::file_size(o.out, ec);
+    fmt::print(stderr, "futr: wrote {} ({:.1f} MiB, format version {}) in {:.1f} s\n", o.out,
+               double(size) / (1 << 20), kFutrFormatVersion, total.seconds());
+  }
+}
+
+}  // namespace
+
+void add_quantize_command(CLI::App& app) {
+  auto o = std::make_shared<QuantizeCmdOptions>();
+  CLI::App* sub = app.add_subcommand("quantize", "Quantize a model into a .futr file");
+  add_run_options(sub, o->run);
+  sub->add_option("-o,--output", o->out, "Output .futr file")->required();
+  sub->add_option("--weights", o->weights, "Formats to store: a comma-separated list of int4, fp8, bf16")
+      ->capture_default_str();
+  sub->add_option("--quant", o->quant.quant, "INT4 quantizer: rtn|clip|gptq|gptq-clip (default rtn)")
+      ->check(CLI::IsMember({"rtn", "clip", "gptq", "gptq-clip"}));
+  sub->add_flag("--act-order", o->quant.act_order, "GPTQ: quantize inputs by decreasing activity");
+  sub->add_option("--group", o->quant.group, "INT4 group size 64|128 (default: 128, 64 where K % 128 != 0)")
+      ->check(CLI::IsMember({0, 64, 128}));
+  add_calibration_options(sub, o->quant);
+  sub->add_flag("-q,--quiet", o->quiet, "No progress or log lines on stderr");
+  sub->callback([o] { run_quantize(*o); });
+}
+
+}  // namespace futr::cli

@@ -1,0 +1,440 @@
+// Whole-model quantization (RTN, clipping, GPTQ with layer-by-layer
+// calibration, FP8) and the quantized reference model (see model_quant.h).
+#include "cpu/model_quant.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "core/numeric.h"
+#include "cpu/quant_linear.h"
+#include "cpu/threads.h"
+#include "quant/fp8_weights.h"
+#include "quant/int4_quant.h"
+
+namespace futr::cpu {
+
+namespace {
+
+// "blk.<l>.<proj>" -> (l, proj); l = -1 for other names.
+std::pair<int, std::string> split_name(const std::string& name) {
+  if (name.rfind("blk.", 0) != 0) return {-1, name};
+  const size_t dot = name.find('.', 4);
+  FUTR_CHECK(dot != std::string::npos, "bad projection name '{}'", name);
+  return {std::stoi(name.substr(4, dot - 4)), name.substr(dot + 1)};
+}
+
+const Tensor& projection_weight(const Model& m, int l, const std::string& proj) {
+  const LayerWeights& L = m.weights.layers.at(size_t(l));
+  if (proj == "attn_q") return L.wq;
+  if (proj == "attn_k") return L.wk;
+  if (proj == "attn_v") return L.wv;
+  if (proj == "attn_output") return L.wo;
+  if (proj == "ffn_gate") return L.w_gate;
+  if (proj == "ffn_up") return L.w_up;
+  if (proj == "ffn_down") return L.w_down;
+  fail("unknown projection '{}'", proj);
+}
+
+// The RMSNorm gain in front of a projection (nullptr for o and down).
+const Tensor* folded_gain(const Model& m, int l, const std::string& proj) {
+  const LayerWeights& L = m.weights.layers.at(size_t(l));
+  if (proj == "attn_q" || proj == "attn_k" || proj == "attn_v") return &L.attn_norm;
+  if (proj == "ffn_gate" || proj == "ffn_up") return &L.ffn_norm;
+  return nullptr;
+}
+
+std::vector<float> bf16_copy(const std::vector<float>& v) {
+  std::vector<float> out(v.size());
+  round_bf16_into(v.data(), int64_t(v.size()), out.data());
+  return out;
+}
+
+// A Linear that must never run (the LM head of the calibration passes).
+class NullLinear final : public Linear {
+ public:
+  NullLinear(int64_t n, int64_t k) : n_(n), k_(k) {}
+  int64_t in_features() const override { return k_; }
+  int64_t out_features() const override { return n_; }
+  std::string describe() const override { return "none"; }
+  void forward(const float*, int64_t, float*) override { FUTR_ASSERT(false); }
+
+ private:
+  int64_t n_, k_;
+};
+
+// H += X^T X of every input batch (double accumulator).
+struct HessianAcc {
+  int k = 0;
+  int64_t rows = 0;
+  std::vector<double> h;  // [k, k]
+  std::vector<float> xt, part;
+  void add(const float* x, int64_t m) {
+    xt.resize(size_t(k) * size_t(m));
+    part.resize(size_t(k) * size_t(k));
+    for (int64_t r = 0; r < m; ++r)
+      for (int j = 0; j < k; ++j) xt[size_t(j) * size_t(m) + size_t(r)] = x[size_t(r) * size_t(k) + size_t(j)];
+    gemm_xwt(xt.data(), k, xt.data(), k, m, part.data());  // part = X^T X
+    for (size_t i = 0; i < h.size(); ++i) h[i] += double(part[i]);
+    rows += m;
+  }
+};
+
+// Runs `inner`; records its inputs into a Hessian (pass 1) or its outputs (pass 2).
+class CaptureLinear final : public Linear {
+ public:
+  CaptureLinear(std::unique_ptr<Linear> inner, HessianAcc* hess, std::vector<float>* outputs)
+      : inner_(std::move(inner)), hess_(hess), out_(outputs) {}
+  int64_t in_features() const override { return inner_->in_features(); }
+  int64_t out_features() const override { return inner_->out_features(); }
+  std::string describe() const override { return "capture " + inner_->describe(); }
+  void forward(const float* x, int64_t m, float* y) override {
+    inner_->forward(x, m, y);
+    if (hess_) hess_->add(x, m);
+    if (out_) out_->insert(out_->end(), y, y + m * out_features());
+  }
+
+ private:
+  std::unique_ptr<Linear> inner_;
+  HessianAcc* hess_;
+  std::vector<float>* out_;
+};
+
+// Index of the Hessian (input site) of a projection: 0 attn in, 1 o in, 2 ffn in, 3 down in;
+// `first` is true for the projection that records it (q, o, gate, down).
+int input_site(const std::string& proj, bool& first) {
+  first = proj == "attn_q" || proj == "attn_output" || proj == "ffn_gate" || proj == "ffn_down";
+  if (proj == "attn_q" || proj == "attn_k" || proj == "attn_v") return 0;
+  if (proj == "attn_output") return 1;
+  if (proj == "ffn_gate" || proj == "ffn_up") return 2;
+  return 3;
+}
+
+std::string int4_method_name(const QuantizeOptions& o) {
+  std::string m = o.method == "clip" ? "rtn+clip" : o.method == "gptq-clip" ? "gptq+clip" : o.method;
+  if (o.act_order && o.method.rfind("gptq", 0) == 0) m += ",act-order";
+  return m;
+}
+
+quant::QuantizedTensor int4_tensor(const std::string& name, quant::Int4Weights w, const std::string& method) {
+  quant::QuantizedTensor t;
+  t.name = name;
+  t.format = quant::WeightFormat::kInt4;
+  t.n = w.n;
+  t.k = w.k;
+  t.method = method;
+  t.int4 = std::move(w);
+  return t;
+}
+
+// GPTQ over the whole model, layer by layer through the quantized prefix.
+void gptq_model(const Model& model, const QuantizeOptions& o, std::span<const int32_t> calib,
+                quant::QuantizedWeights& out, const QuantProgress& progress) {
+  const ModelConfig& c = model.config;
+  const int ctx = o.calib_ctx;
+  FUTR_CHECK(ctx >= 2, "calibration context {} is too short", ctx);
+  const int windows = int(calib.size() / size_t(ctx));
+  FUTR_CHECK(windows >= 1, "GPTQ needs at least one calibration window of {} tokens ({} given)", ctx,
+             calib.size());
+  const int64_t ntok = int64_t(windows) * ctx;
+  const int H = c.hidden;
+  for (int64_t i = 0; i < ntok; ++i)
+    FUTR_CHECK(calib[size_t(i)] >= 0 && calib[size_t(i)] < c.vocab, "calibration token {} out of range",
+               calib[size_t(i)]);
+
+  // h_0: embedding rows (FP32).
+  Tensor hidden({ntok, int64_t(H)});
+  for (int64_t i = 0; i < ntok; ++i)
+    std::copy_n(model.weights.tok_embd.row(calib[size_t(i)]), H, hidden.row(i));
+
+  quant::GptqOptions go;
+  go.group = o.group;
+  go.damp = o.damp;
+  go.act_order = o.act_order;
+  go.clip = o.clip;
+  go.clip.enabled = o.method == "gptq-clip";
+  const std::string method = int4_method_name(o);
+
+  for (int l = 0; l < c.n_layers; ++l) {
+    if (progress) progress("gptq", l, c.n_layers);
+    // One-layer model whose embedding table is h_l; tokens are row indices.
+    Model m1;
+    m1.config = c;
+    m1.config.n_layers = 1;
+    m1.config.vocab = int(ntok);
+    m1.config.tied_embeddings = true;
+    m1.config.max_context = std::max(c.max_context, ctx);
+    m1.path = "calibration";
+    m1.weights.tok_embd = std::move(hidden);
+    m1.weights.layers.push_back(model.weights.layers[size_t(l)]);
+    m1.weights.out_norm = model.weights.out_norm;
+
+    auto run = [&](const LinearFactory& factory) {
+      Forward f(m1, make_weights(m1, factory), make_fp32_kv_storage(m1.config, ctx));
+      std::vector<int32_t> ids(static_cast<size_t>(ctx));
+      for (int w = 0; w < windows; ++w) {
+        for (int i = 0; i < ctx; ++i) ids[size_t(i)] = w * ctx + i;
+        f.reset();
+        f.eval(ids, ctx);  // no logits
+      }
+    };
+
+    // Pass 1: Hessians of the four inputs, FP32 weights of layer l.
+    std::vector<HessianAcc> hess(4);
+    for (int s = 0; s < 4; ++s) {
+      hess[size_t(s)].k = s == 3 ? c.intermediate : (s == 1 ? c.q_dim() : H);
+      hess[size_t(s)].h.assign(size_t(hess[size_t(s)].k) * size_t(hess[size_t(s)].k), 0.0);
+    }
+    run([&](const std::string& name, const Tensor& w) -> std::unique_ptr<Linear> {
+      if (name == "output") return std::make_unique<NullLinear>(w.dim(0), w.dim(1));
+      bool first = false;
+      const int s = input_site(split_name(name).second, first);
+      return std::make_unique<CaptureLinear>(DenseLinear::borrow(w, name), first ? &hess[size_t(s)] : nullptr,
+                                             nullptr);
+    });
+
+    // GPTQ of the seven projections.
+    std::map<std::string, std::vector<float>> deq;
+    for (const std::string& name : quant::layer_projection_names(l)) {
+      const std::string proj = split_name(name).second;
+      const Tensor& w = projection_weight(model, l, proj);
+      bool first = false;
+      const HessianAcc& h = hess[size_t(input_site(proj, first))];
+      FUTR_ASSERT(h.k == int(w.dim(1)) && h.rows > 0);
+      std::vector<double> hn(h.h.size());
+      for (size_t i = 0; i < hn.size(); ++i) hn[i] = h.h[i] / double(h.rows);
+      quant::Int4Weights q = quant::gptq_quantize(w.data, int(w.dim(0)), int(w.dim(1)), hn, go, name);
+      deq[proj] = quant::dequantize_int4(q);  // by projection: m1 names its one layer blk.0
+      out.tensors[name] = int4_tensor(name, std::move(q), method);
+    }
+
+    // Pass 2: layer l quantized; h_{l+1} = (h_l + o) + d, as the forward pass adds.
+    std::vector<float> o_out, d_out;
+    o_out.reserve(size_t(ntok) * size_t(H));
+    d_out.reserve(size_t(ntok) * size_t(H));
+    run([&](const std::string& name, const Tensor& w) -> std::unique_ptr<Linear> {
+      if (name == "output") return std::make_unique<NullLinear>(w.dim(0), w.dim(1));
+      const std::string proj = split_name(name).second;
+      Tensor t({w.dim(0), w.dim(1)});
+      t.data = deq.at(proj);
+      std::vector<float>* rec = proj == "attn_output" ? &o_out : proj == "ffn_down" ? &d_out : nullptr;
+      return std::make_unique<CaptureLinear>(DenseLinear::own(std::move(t), name), nullptr, rec);
+    });
+    FUTR_ASSERT(o_out.size() == size_t(ntok) * size_t(H) && d_out.size() == o_out.size());
+    hidden = std::move(m1.weights.tok_embd);
+    for (size_t i = 0; i < o_out.size(); ++i) {
+      float x = hidden.data[i];
+      x += o_out[i];
+      x += d_out[i];
+      hidden.data[i] = x;
+    }
+  }
+  if (progress) progress("gptq", c.n_layers, c.n_layers);
+}
+
+}  // namespace
+
+std::vector<std::string> fp8_site_names(int layer) {
+  std::vector<std::string> names;
+  for (const char* s : {"attn_in", "o_in", "ffn_in", "down_in"})
+    names.push_back(fmt::format("blk.{}.{}", layer, s));
+  return names;
+}
+
+bool method_needs_calibration(const QuantizeOptions& o) {
+  return o.format == quant::WeightFormat::kInt4 && o.method.rfind("gptq", 0) == 0;
+}
+
+quant::QuantizedWeights quantize_model(const Model& model, const QuantizeOptions& o,
+                                       std::span<const int32_t> calib, const QuantProgress& progress) {
+  using quant::WeightFormat;
+  const ModelConfig& c = model.config;
+  ensure_single_threaded_blas();
+  quant::QuantizedWeights out;
+  out.format = o.format;
+  FUTR_CHECK(o.format != WeightFormat::kFp32, "quantize: fp32 is not a quantized format");
+  if (o.format == WeightFormat::kInt4) {
+    FUTR_CHECK(o.method == "rtn" || o.method == "clip" || o.method == "gptq" || o.method == "gptq-clip",
+               "unknown INT4 quantizer '{}' (choose rtn, clip, gptq, gptq-clip)", o.method);
+    FUTR_CHECK(!o.act_order || o.method.rfind("gptq", 0) == 0, "--act-order applies to gptq only");
+    FUTR_CHECK(o.group == 0 || o.group == 64 || o.group == 128, "INT4 group {} (choose 64 or 128)",
+               o.group);
+  }
+  const int layers = c.n_layers;
+  const int64_t steps = int64_t(layers) * 7;
+
+  if (o.format == WeightFormat::kInt4 && method_needs_calibration(o)) {
+    gptq_model(model, o, calib, out, progress);
+  } else {
+    int64_t done = 0;
+    for (int l = 0; l < layers; ++l) {
+      for (const std::string& name : quant::layer_projection_names(l)) {
+        if (progress) progress(to_string(o.format), done, steps);
+        const std::string proj = split_name(name).second;
+        const Tensor& w = projection_weight(model, l, proj);
+        const int n = int(w.dim(0)), k = int(w.dim(1));
+        quant::QuantizedTensor t;
+        t.name = name;
+        t.format = o.format;
+        t.n = n;
+        t.k = k;
+        if (o.format == WeightFormat::kBf16) {
+          t.method = "bf16";
+          t.bf16.resize(w.data.size());
+          for (size_t i = 0; i < w.data.size(); ++i) t.bf16[i] = float_to_bf16(w.data[i]);
+        } else if (o.format == WeightFormat::kFp8) {
+          t.method = "fp8-channel";
+          const Tensor* g = folded_gain(model, l, proj);
+          if (g) {
+            const std::vector<float> gain = bf16_copy(g->data);  // gains are BF16 in every quantized mode
+            t.fp8 = quant::quantize_fp8(quant::fold_gain(w.data, n, k, gain), n, k, true, name);
+          } else {
+            t.fp8 = quant::quantize_fp8(w.data, n, k, false, name);
+          }
+        } else {
+          quant::ClipSearch clip = o.clip;
+          clip.enabled = o.method == "clip";
+          t = int4_tensor(name, quant::quantize_int4(w.data, n, k, o.group, clip, {}, name),
+                          int4_method_name(o));
+        }
+        out.tensors[name] = std::move(t);
+        ++done;
+      }
+    }
+    if (progress) progress(to_string(o.format), steps, steps);
+  }
+
+  // Method summary.
+  if (o.format == WeightFormat::kInt4) {
+    const int g_h = o.group ? o.group : quant::int4_group_for(c.hidden, "hidden");
+    const int g_i = o.group ? o.group : quant::int4_group_for(c.intermediate, "intermediate");
+    out.method = fmt::format("{} g{}/{}", int4_method_name(o), g_h, g_i);
+  } else {
+    out.method = o.format == WeightFormat::kFp8 ? "fp8-channel (rmsnorm folded)" : "bf16";
+  }
+
+  // FP8: the initial delayed-scaling amax per site from the calibration text.
+  if (o.format == WeightFormat::kFp8 && !calib.empty()) {
+    auto q = std::make_shared<quant::QuantizedWeights>(out);
+    QuantRunOptions ro;
+    ro.weights = WeightFormat::kFp8;
+    const int ctx = std::min<int>(o.calib_ctx, int(calib.size()));
+    QuantForward qf(model, q, ro, ctx);
+    const size_t use = std::min(calib.size(), size_t(ctx) * 4);  // up to 4 windows
+    for (size_t b = 0; b + size_t(ctx) <= use; b += size_t(ctx)) {
+      if (progress) progress("fp8 calibration", int64_t(b), int64_t(use));
+      qf.forward().reset();
+      qf.forward().eval(calib.subspan(b, size_t(ctx)), ctx);
+    }
+    const quant::ScaleBank& bank = *qf.fp8_bank();
+    for (int s = 0; s < bank.sites(); ++s) {
+      const quant::DelayedScale* st = bank.find(0, s);
+      // 2x headroom over the calibration maximum: a first call must not saturate.
+      if (st && st->stats().max_amax > 0.0f)
+        out.fp8_initial_amax[bank.site_name(s)] = 2.0f * st->stats().max_amax;
+    }
+  }
+  return out;
+}
+
+// ---- the quantized reference model ----------------------------------------------------
+
+LinearFactory quant_linear_factory(const Model& model, quant::WeightFormat format,
+                                   std::shared_ptr<const quant::QuantizedWeights> q,
+                                   std::shared_ptr<quant::ScaleBank> bank) {
+  using quant::WeightFormat;
+  FUTR_CHECK(format == WeightFormat::kBf16 || q, "the {} reference needs quantized weights",
+             to_string(format));
+  FUTR_CHECK(!q || format == WeightFormat::kBf16 || q->format == format,
+             "quantized weights are {}, not {}", to_string(q ? q->format : format), to_string(format));
+  auto sites = std::make_shared<std::map<int, std::shared_ptr<Fp8Site>>>();
+  const float eps = model.config.rms_eps;
+  return [format, q, bank, sites, eps](const std::string& name,
+                                       const Tensor& w) -> std::unique_ptr<Linear> {
+    const int64_t n = w.dim(0), k = w.dim(1);
+    if (name == "output") return std::make_unique<Bf16Linear>(w.ptr(), n, k, false, name);
+    if (format == WeightFormat::kBf16) {
+      if (!q) return std::make_unique<Bf16Linear>(w.ptr(), n, k, true, name);
+      const quant::QuantizedTensor& t = q->at(name);  // stored BF16 (a .futr file)
+      FUTR_CHECK(t.n == n && t.k == k && t.bf16.size() == size_t(n * k),
+                 "BF16 tensor '{}' does not match the model's [{}, {}]", name, n, k);
+      std::vector<float> f(t.bf16.size());
+      for (size_t i = 0; i < f.size(); ++i) f[i] = bf16_to_float(t.bf16[i]);
+      return std::make_unique<Bf16Linear>(f.data(), n, k, true, name);
+    }
+    const quant::QuantizedTensor& t = q->at(name);
+    FUTR_CHECK(t.n == n && t.k == k && t.format == format,
+               "quantized tensor '{}' is {} [{}, {}], the model needs {} [{}, {}]", name,
+               to_string(t.format), t.n, t.k, to_string(format), n, k);
+    if (format == WeightFormat::kInt4) return std::make_unique<Int4Linear>(t.int4, name);
+    FUTR_CHECK(bank != nullptr, "FP8 reference without a scale bank");
+    const auto [l, proj] = split_name(name);
+    bool owner = false;
+    const int site = 4 * l + input_site(proj, owner);
+    auto& s = (*sites)[site];
+    if (!s) {
+      s = std::make_shared<Fp8Site>();
+      s->bank = bank;
+      s->id = site;
+    }
+    const bool want_folded = proj != "attn_output" && proj != "ffn_down";
+    FUTR_CHECK(t.fp8.folded_gain == want_folded, "FP8 tensor '{}': the RMSNorm gain is {}folded",
+               name, t.fp8.folded_gain ? "" : "not ");
+    return std::make_unique<Fp8Linear>(t.fp8, s, owner, eps, name);
+  };
+}
+
+QuantForward::QuantForward(const Model& model, std::shared_ptr<const quant::QuantizedWeights> q,
+                           const QuantRunOptions& o, int ctx)
+    : opt_(o), q_(std::move(q)) {
+  using quant::WeightFormat;
+  const ModelConfig& c = model.config;
+  if (ctx <= 0) ctx = c.max_context;
+  std::unique_ptr<KvStorage> kv = make_kv_storage(c, ctx, o.kv, o.kv_block);
+  if (o.weights == WeightFormat::kFp32) {
+    fwd_ = std::make_unique<Forward>(model, make_weights(model), std::move(kv), o.max_batch);
+    return;
+  }
+  if (o.weights == WeightFormat::kFp8) {
+    bank_ = std::make_shared<quant::ScaleBank>(o.fp8);
+    for (int l = 0; l < c.n_layers; ++l)
+      for (const std::string& s : fp8_site_names(l)) {
+        const int id = bank_->add_site(s);
+        if (q_) {
+          auto it = q_->fp8_initial_amax.find(s);
+          if (it != q_->fp8_initial_amax.end()) bank_->set_initial_amax(id, it->second);
+        }
+      }
+  }
+  CpuWeights w = make_weights(model, quant_linear_factory(model, o.weights, q_, bank_));
+  // Embedding, norm gains: BF16 in every quantized mode.
+  embd_.resize(model.weights.tok_embd.data.size());
+  round_bf16_into(model.weights.tok_embd.ptr(), int64_t(embd_.size()), embd_.data());
+  w.tok_embd = embd_.data();
+  for (CpuLayer& L : w.layers) {
+    L.attn_norm = bf16_copy(L.attn_norm);
+    L.ffn_norm = bf16_copy(L.ffn_norm);
+  }
+  w.out_norm = bf16_copy(w.out_norm);
+  fwd_ = std::make_unique<Forward>(model, std::move(w), std::move(kv), o.max_batch);
+}
+
+std::string QuantForward::describe() const {
+  std::string s = fmt::format("weights {}", to_string(opt_.weights));
+  if (q_ && opt_.weights != quant::WeightFormat::kBf16 && opt_.weights != quant::WeightFormat::kFp32)
+    s += fmt::format(" ({})", q_->method);
+  s += fmt::format(", KV {}", fwd_->cache().storage().name());
+  if (bank_) {
+    const quant::ScaleBank& b = *bank_;
+    const quant::ScaleStats t = b.total();
+    s += fmt::format(", FP8 delayed scaling: history {}, margin {}, {} calls, {} saturated ({} values)",
+                     b.config().history, b.config().margin, t.calls, t.saturated_calls,
+                     t.saturated_values);
+  }
+  return s;
+}
+
+}  // namespace futr::cpu

@@ -1,0 +1,603 @@
+// The .futr model file: writer and reader (see futr_file.h).
+#include "formats/futr_file.h"
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "core/numeric.h"
+#include "quant/fp8_weights.h"
+#include "quant/int4_pack.h"
+#include "quant/int4_quant.h"
+
+namespace futr {
+
+namespace {
+
+using nlohmann::json;
+using quant::WeightFormat;
+
+constexpr uint64_t kAlign = 64;
+constexpr uint64_t kFixedHeader = 24;
+constexpr uint64_t kMaxHeaderBytes = 256ull << 20;
+
+uint64_t align_up(uint64_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
+
+// ---- writer -------------------------------------------------------------------------------
+
+// One blob of the data section.
+struct Blob {
+  std::vector<uint8_t> bytes;
+};
+
+class Layout {
+ public:
+  // Adds a blob, returns its offset in the data section.
+  uint64_t add(std::vector<uint8_t> bytes) {
+    const uint64_t off = size_;
+    size_ = align_up(size_ + bytes.size());
+    blobs_.push_back({std::move(bytes)});
+    offsets_.push_back(off);
+    return off;
+  }
+  uint64_t size() const { return size_; }
+  const std::vector<Blob>& blobs() const { return blobs_; }
+  const std::vector<uint64_t>& offsets() const { return offsets_; }
+
+ private:
+  uint64_t size_ = 0;
+  std::vector<Blob> blobs_;
+  std::vector<uint64_t> offsets_;
+};
+
+template <class T>
+std::vector<uint8_t> as_bytes(const std::vector<T>& v) {
+  std::vector<uint8_t> b(v.size() * sizeof(T));
+  if (!b.empty()) std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+
+std::vector<uint8_t> bf16_bytes(const Tensor& t) {
+  std::vector<uint16_t> h(t.data.size());
+  for (size_t i = 0; i < h.size(); ++i) h[i] = float_to_bf16(t.data[i]);
+  return as_bytes(h);
+}
+
+// Strings as a blob: for each, u32 length then the bytes.
+std::vector<uint8_t> strings_blob(const std::vector<std::string>& v) {
+  std::vector<uint8_t> b;
+  for (const std::string& s : v) {
+    const uint32_t n = uint32_t(s.size());
+    b.insert(b.end(), reinterpret_cast<const uint8_t*>(&n), reinterpret_cast<const uint8_t*>(&n) + 4);
+    b.insert(b.end(), s.begin(), s.end());
+  }
+  return b;
+}
+
+json config_json(const ModelConfig& c) {
+  json j;
+  j["arch"] = c.arch;
+  j["name"] = c.name;
+  j["hidden"] = c.hidden;
+  j["n_layers"] = c.n_layers;
+  j["n_heads"] = c.n_heads;
+  j["n_kv_heads"] = c.n_kv_heads;
+  j["head_dim"] = c.head_dim;
+  j["intermediate"] = c.intermediate;
+  j["vocab"] = c.vocab;
+  j["max_context"] = c.max_context;
+  j["rope_theta"] = c.rope_theta;
+  j["rms_eps"] = c.rms_eps;
+  j["tied_embeddings"] = c.tied_embeddings;
+  j["rope_scaling"] = {{"type", c.rope_scaling.type},
+                       {"factor", c.rope_scaling.factor},
+                       {"low_freq_factor", c.rope_scaling.low_freq_factor},
+                       {"high_freq_factor", c.rope_scaling.high_freq_factor},
+                       {"original_max_position", c.rope_scaling.original_max_position}};
+  return j;
+}
+
+json tensor_entry(const std::string& name, const char* kind, std::vector<int64_t> shape, uint64_t off,
+                  uint64_t bytes) {
+  return json{{"name", name}, {"kind", kind}, {"shape", shape}, {"offset", off}, {"bytes", bytes}};
+}
+
+// Header and blobs of a whole file.
+std::pair<json, Layout> build(const Model& model, const std::vector<const quant::QuantizedWeights*>& sets,
+                              const FutrWriteOptions& o) {
+  FUTR_CHECK(!sets.empty(), ".futr writer: no quantized weights given");
+  const ModelConfig& c = model.config;
+  c.validate(model.path.empty() ? std::string("model") : model.path);
+  Layout data;
+  json tensors = json::array();
+  auto add_bf16 = [&](const std::string& name, const Tensor& t) {
+    const uint64_t off = data.add(bf16_bytes(t));
+    tensors.push_back(tensor_entry(name, "bf16", t.shape, off, uint64_t(t.data.size()) * 2));
+  };
+  add_bf16("token_embd", model.weights.tok_embd);
+  add_bf16("output_norm", model.weights.out_norm);
+  if (!c.tied_embeddings) add_bf16("output", model.weights.lm_head);
+  for (int l = 0; l < c.n_layers; ++l) {
+    add_bf16(fmt::format("blk.{}.attn_norm", l), model.weights.layers.at(size_t(l)).attn_norm);
+    add_bf16(fmt::format("blk.{}.ffn_norm", l), model.weights.layers.at(size_t(l)).ffn_norm);
+  }
+  json formats = json::array();
+  for (const quant::QuantizedWeights* set : sets) {
+    FUTR_CHECK(set != nullptr && set->format != WeightFormat::kFp32, ".futr writer: bad weight set");
+    json f{{"format", to_string(set->format)}, {"method", set->method}};
+    if (!set->fp8_initial_amax.empty()) f["fp8_initial_amax"] = set->fp8_initial_amax;
+    formats.push_back(f);
+    for (int l = 0; l < c.n_layers; ++l)
+      for (const std::string& name : quant::layer_projection_names(l)) {
+        const quant::QuantizedTensor& t = set->at(name);
+        FUTR_CHECK(t.format == set->format, ".futr writer: '{}' is {} in a {} set", name,
+                   to_string(t.format), to_string(set->format));
+        json e;
+        if (t.format == WeightFormat::kInt4) {
+          const quant::Int4Packed p = quant::pack_int4(t.int4);
+          const uint64_t wb = p.weights.size(), sb = p.scales.size() * 2;
+          const uint64_t w_off = data.add(p.weights);
+          const uint64_t s_off = data.add(as_bytes(p.scales));
+          e = tensor_entry(name, "int4", {t.n, t.k}, w_off, wb);
+          e["group"] = t.int4.group;
+          e["scale_offset"] = s_off;
+          e["scale_bytes"] = sb;
+        } else if (t.format == WeightFormat::kFp8) {
+          const uint64_t w_off = data.add(t.fp8.w);
+          const uint64_t s_off = data.add(as_bytes(t.fp8.scale));
+          e = tensor_entry(name, "e4m3", {t.n, t.k}, w_off, t.fp8.w.size());
+          e["folded_gain"] = t.fp8.folded_gain;
+          e["scale_offset"] = s_off;
+          e["scale_bytes"] = uint64_t(t.fp8.scale.size()) * 4;
+        } else {
+          const uint64_t off = data.add(as_bytes(t.bf16));
+          e = tensor_entry(name, "bf16", {t.n, t.k}, off, uint64_t(t.bf16.size()) * 2);
+        }
+        e["format"] = to_string(t.format);
+        e["method"] = t.method;
+        tensors.push_back(e);
+      }
+  }
+  const TokenizerSpec& tk = model.tokenizer;
+  json tok;
+  tok["model"] = tk.model;
+  tok["pre"] = tk.pre;
+  const uint64_t t_off = data.add(strings_blob(tk.tokens));
+  tok["tokens"] = {{"count", tk.tokens.size()}, {"offset", t_off}, {"bytes", data.blobs().back().bytes.size()}};
+  const uint64_t m_off = data.add(strings_blob(tk.merges));
+  tok["merges"] = {{"count", tk.merges.size()}, {"offset", m_off}, {"bytes", data.blobs().back().bytes.size()}};
+  const uint64_t c_off = data.add(strings_blob({tk.chat_template}));
+  tok["chat_template"] = {{"count", 1}, {"offset", c_off}, {"bytes", data.blobs().back().bytes.size()}};
+  tok["token_types"] = tk.token_types;
+  tok["bos"] = tk.bos;
+  tok["eos"] = tk.eos;
+  tok["unk"] = tk.unk;
+  tok["pad"] = tk.pad;
+  tok["extra_eos"] = tk.extra_eos;
+  tok["add_bos"] = tk.add_bos;
+  tok["ignore_merges"] = tk.ignore_merges ? json(*tk.ignore_merges) : json(nullptr);
+
+  json h;
+  h["format"] = "futr";
+  h["version"] = o.version;
+  h["config"] = config_json(c);
+  h["tokenizer"] = tok;
+  h["weight_sets"] = formats;
+  h["tensors"] = tensors;
+  h["provenance"] = o.provenance;
+  return {h, std::move(data)};
+}
+
+void put_u32(std::vector<uint8_t>& b, uint32_t v) {
+  for (int i = 0; i < 4; ++i) b.push_back(uint8_t(v >> (8 * i)));
+}
+void put_u64(std::vector<uint8_t>& b, uint64_t v) {
+  for (int i = 0; i < 8; ++i) b.push_back(uint8_t(v >> (8 * i)));
+}
+
+std::vector<uint8_t> prefix_bytes(const json& header, const FutrWriteOptions& o) {
+  const std::string js = header.dump(-1, ' ', false, json::error_handler_t::strict);
+  std::vector<uint8_t> b(kFutrMagic, kFutrMagic + 8);
+  put_u32(b, o.version);
+  put_u32(b, o.min_reader_version);
+  put_u64(b, js.size());
+  b.insert(b.end(), js.begin(), js.end());
+  b.resize(size_t(align_up(b.size())), 0);
+  return b;
+}
+
+// ---- reader helpers -------------------------------------------------------------------------
+
+uint32_t get_u32(const uint8_t* p) {
+  uint32_t v = 0;
+  for (int i = 0; i < 4; ++i) v |= uint32_t(p[i]) << (8 * i);
+  return v;
+}
+uint64_t get_u64(const uint8_t* p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= uint64_t(p[i]) << (8 * i);
+  return v;
+}
+
+template <class T>
+std::vector<T> from_bytes(std::span<const uint8_t> b) {
+  std::vector<T> v(b.size() / sizeof(T));
+  if (!v.empty()) std::memcpy(v.data(), b.data(), v.size() * sizeof(T));
+  return v;
+}
+
+}  // namespace
+
+// ---- public writer ------------------------------------------------------------------------
+
+std::vector<uint8_t> futr_bytes(const Model& model, const std::vector<const quant::QuantizedWeights*>& sets,
+                                const FutrWriteOptions& o) {
+  auto [header, data] = build(model, sets, o);
+  std::vector<uint8_t> out = prefix_bytes(header, o);
+  const size_t base = out.size();
+  out.resize(base + size_t(data.size()), 0);
+  for (size_t i = 0; i < data.blobs().size(); ++i) {
+    const auto& b = data.blobs()[i].bytes;
+    if (!b.empty()) std::memcpy(out.data() + base + data.offsets()[i], b.data(), b.size());
+  }
+  return out;
+}
+
+void write_futr(const std::filesystem::path& path, const Model& model,
+                const std::vector<const quant::QuantizedWeights*>& sets, const FutrWriteOptions& o) {
+  auto [header, data] = build(model, sets, o);
+  const std::vector<uint8_t> prefix = prefix_bytes(header, o);
+  const std::filesystem::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    FUTR_CHECK(f.good(), "{}: cannot open for writing", tmp.string());
+    f.write(reinterpret_cast<const char*>(prefix.data()), std::streamsize(prefix.size()));
+    const int64_t total = int64_t(data.size());
+    uint64_t pos = 0;
+    static const std::vector<char> zeros(kAlign, 0);
+    for (size_t i = 0; i < data.blobs().size(); ++i) {
+      FUTR_ASSERT(data.offsets()[i] >= pos && data.offsets()[i] - pos < kAlign);
+      f.write(zeros.data(), std::streamsize(data.offsets()[i] - pos));
+      const auto& b = data.blobs()[i].bytes;
+      f.write(reinterpret_cast<const char*>(b.data()), std::streamsize(b.size()));
+      pos = data.offsets()[i] + b.size();
+      if (o.progress) o.progress(int64_t(pos), total);
+    }
+    f.write(zeros.data(), std::streamsize(data.size() - pos));
+    f.flush();
+    FUTR_CHECK(f.good(), "{}: write error (disk full?)", tmp.string());
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  FUTR_CHECK(!ec, "{}: cannot rename {} into place: {}", path.string(), tmp.string(), ec.message());
+}
+
+bool is_futr_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  char magic[8] = {};
+  in.read(magic, 8);
+  return in.gcount() == 8 && std::memcmp(magic, kFutrMagic, 8) == 0;
+}
+
+// ---- reader ---------------------------------------------------------------------------------
+
+FutrFile::FutrFile(const std::filesystem::path& path)
+    : name_(path.string()), file_(std::make_shared<MappedFile>(path)), bytes_(file_->bytes()) {
+  parse();
+}
+
+FutrFile::FutrFile(std::span<const uint8_t> bytes, std::string name) : name_(std::move(name)), bytes_(bytes) {
+  parse();
+}
+
+void FutrFile::parse() {
+  const uint64_t size = bytes_.size();
+  FUTR_CHECK(size >= 8 && std::memcmp(bytes_.data(), kFutrMagic, 8) == 0,
+             "{}: not a .futr file (bad magic)", name_);
+  FUTR_CHECK(size >= kFixedHeader, "{}: truncated .futr header ({} bytes)", name_, size);
+  version_ = get_u32(bytes_.data() + 8);
+  const uint32_t min_reader = get_u32(bytes_.data() + 12);
+  const uint64_t hbytes = get_u64(bytes_.data() + 16);
+  FUTR_CHECK(version_ >= 1, "{}: .futr format version {} is invalid", name_, version_);
+  FUTR_CHECK(min_reader <= kFutrFormatVersion,
+             "{}: .futr format version {} needs a reader of version >= {}; this futr reads versions "
+             "1..{}: update futr (or re-run futr quantize with this version)",
+             name_, version_, min_reader, kFutrFormatVersion);
+  FUTR_CHECK(hbytes <= kMaxHeaderBytes, "{}: .futr header of {} bytes is impossible", name_, hbytes);
+  FUTR_CHECK(hbytes <= size - kFixedHeader, "{}: truncated .futr file: header of {} bytes, file of {}",
+             name_, hbytes, size);
+  data_ = align_up(kFixedHeader + hbytes);
+  FUTR_CHECK(data_ <= size, "{}: truncated .futr file (data section past the end)", name_);
+  try {
+    header_ = json::parse(bytes_.begin() + long(kFixedHeader), bytes_.begin() + long(kFixedHeader + hbytes));
+  } catch (const json::exception& e) {
+    fail("{}: the .futr header is not valid JSON: {}", name_, e.what());
+  }
+  FUTR_CHECK(header_.is_object() && header_.value("format", "") == "futr",
+             "{}: the .futr header does not say format \"futr\"", name_);
+  FUTR_CHECK(header_.contains("tensors") && header_["tensors"].is_array(), "{}: .futr header has no tensor list",
+             name_);
+}
+
+std::span<const uint8_t> FutrFile::blob(const json& t, const char* off_key, const char* size_key,
+                                        uint64_t expect) const {
+  const uint64_t off = t.at(off_key).get<uint64_t>();
+  const uint64_t bytes = t.at(size_key).get<uint64_t>();
+  const std::string name = t.value("name", std::string("?"));
+  FUTR_CHECK(bytes == expect, "{}: tensor '{}' has {} bytes, its shape needs {}", name_, name, bytes, expect);
+  const uint64_t avail = bytes_.size() - data_;
+  FUTR_CHECK(off <= avail && bytes <= avail - off,
+             "{}: tensor '{}' (offset {}, {} bytes) lies past the end of the file", name_, name, off, bytes);
+  return bytes_.subspan(size_t(data_ + off), size_t(bytes));
+}
+
+std::vector<WeightFormat> FutrFile::formats() const {
+  std::vector<WeightFormat> out;
+  try {
+    for (const json& s : header_.value("weight_sets", json::array())) {
+      const WeightFormat f = quant::parse_weight_format(s.at("format").get<std::string>());
+      out.push_back(f);
+    }
+  } catch (const json::exception& e) {
+    fail("{}: bad weight_sets in the .futr header: {}", name_, e.what());
+  }
+  auto rank = [](WeightFormat f) { return f == WeightFormat::kInt4 ? 0 : f == WeightFormat::kFp8 ? 1 : 2; };
+  std::sort(out.begin(), out.end(), [&](WeightFormat a, WeightFormat b) { return rank(a) < rank(b); });
+  return out;
+}
+
+namespace {
+
+// Dimension check: positive and small enough that products cannot overflow.
+int64_t dim_of(const json& shape, size_t i, const std::string& file, const std::string& name) {
+  const int64_t v = shape.at(i).get<int64_t>();
+  FUTR_CHECK(v > 0 && v <= (int64_t(1) << 31), "{}: tensor '{}' has dimension {} = {}", file, name, i, v);
+  return v;
+}
+
+}  // namespace
+
+quant::QuantizedWeights FutrFile::read_weights(WeightFormat f) const {
+  quant::QuantizedWeights out;
+  out.format = f;
+  try {
+    for (const json& s : header_.value("weight_sets", json::array()))
+      if (s.at("format").get<std::string>() == to_string(f)) {
+        out.method = s.value("method", "");
+        if (s.contains("fp8_initial_amax"))
+          out.fp8_initial_amax = s["fp8_initial_amax"].get<std::map<std::string, float>>();
+      }
+    const ModelConfig cfg = to_model(false).config;
+    for (const json& t : header_["tensors"]) {
+      if (!t.contains("format") || t["format"].get<std::string>() != to_string(f)) continue;
+      quant::QuantizedTensor q;
+      q.name = t.at("name").get<std::string>();
+      q.format = f;
+      q.method = t.value("method", "");
+      const json& shape = t.at("shape");
+      FUTR_CHECK(shape.is_array() && shape.size() == 2, "{}: tensor '{}' is not 2-D", name_, q.name);
+      const int64_t n = dim_of(shape, 0, name_, q.name), k = dim_of(shape, 1, name_, q.name);
+      q.n = int(n);
+      q.k = int(k);
+      const std::string kind = t.at("kind").get<std::string>();
+      if (f == WeightFormat::kInt4) {
+        FUTR_CHECK(kind == "int4", "{}: int4 tensor '{}' has kind '{}'", name_, q.name, kind);
+        const int group = t.at("group").get<int>();
+        quant::check_int4_shape(q.n, q.k, group);
+        quant::Int4Packed p;
+        p.n = q.n;
+        p.k = q.k;
+        p.group = group;
+        const auto wb = blob(t, "offset", "bytes", uint64_t(n) * uint64_t(k) / 2);
+        const auto sb = blob(t, "scale_offset", "scale_bytes", uint64_t(n) * uint64_t(k / group) * 2);
+        p.weights.assign(wb.begin(), wb.end());
+        p.scales = from_bytes<uint16_t>(sb);
+        q.int4 = quant::unpack_int4(p);
+      } else if (f == WeightFormat::kFp8) {
+        FUTR_CHECK(kind == "e4m3", "{}: fp8 tensor '{}' has kind '{}'", name_, q.name, kind);
+        const auto wb = blob(t, "offset", "bytes", uint64_t(n) * uint64_t(k));
+        const auto sb = blob(t, "scale_offset", "scale_bytes", uint64_t(n) * 4);
+        q.fp8.n = q.n;
+        q.fp8.k = q.k;
+        q.fp8.w.assign(wb.begin(), wb.end());
+        q.fp8.scale = from_bytes<float>(sb);
+        q.fp8.folded_gain = t.at("folded_gain").get<bool>();
+        for (float s : q.fp8.scale)
+          FUTR_CHECK(std::isfinite(s) && s > 0.0f, "{}: tensor '{}' has a bad FP8 scale {}", name_, q.name, s);
+      } else if (f == WeightFormat::kBf16) {
+        FUTR_CHECK(kind == "bf16", "{}: bf16 tensor '{}' has kind '{}'", name_, q.name, kind);
+        q.bf16 = from_bytes<uint16_t>(blob(t, "offset", "bytes", uint64_t(n) * uint64_t(k) * 2));
+      }
+      out.tensors[q.name] = std::move(q);
+    }
+    // Every projection present with the config's shape.
+    for (int l = 0; l < cfg.n_layers; ++l) {
+      const std::vector<std::string> names = quant::layer_projection_names(l);
+      const int64_t H = cfg.hidden, Q = cfg.q_dim(), KV = cfg.kv_dim(), I = cfg.intermediate;
+      const int64_t shapes[7][2] = {{Q, H}, {KV, H}, {KV, H}, {H, Q}, {I, H}, {I, H}, {H, I}};
+      for (size_t i = 0; i < names.size(); ++i) {
+        auto it = out.tensors.find(names[i]);
+        FUTR_CHECK(it != out.tensors.end(), "{}: the {} weights lack tensor '{}'", name_, to_string(f),
+                   names[i]);
+        FUTR_CHECK(it->second.n == shapes[i][0] && it->second.k == shapes[i][1],
+                   "{}: tensor '{}' is [{}, {}], the config needs [{}, {}]", name_, names[i], it->second.n,
+                   it->second.k, shapes[i][0], shapes[i][1]);
+      }
+    }
+  } catch (const json::exception& e) {
+    fail("{}: bad tensor entry in the .futr header: {}", name_, e.what());
+  }
+  FUTR_CHECK(!out.tensors.empty(), "{}: holds no {} weights", name_, to_string(f));
+  return out;
+}
+
+Model FutrFile::to_model(bool with_weights) const {
+  Model m;
+  m.path = name_;
+  m.format = "futr";
+  try {
+    const json& c = header_.at("config");
+    ModelConfig& cfg = m.config;
+    cfg.arch = c.at("arch").get<std::string>();
+    cfg.name = c.value("name", "");
+    cfg.hidden = c.at("hidden").get<int>();
+    cfg.n_layers = c.at("n_layers").get<int>();
+    cfg.n_heads = c.at("n_heads").get<int>();
+    cfg.n_kv_heads = c.at("n_kv_heads").get<int>();
+    cfg.head_dim = c.at("head_dim").get<int>();
+    cfg.intermediate = c.at("intermediate").get<int>();
+    cfg.vocab = c.at("vocab").get<int>();
+    cfg.max_context = c.at("max_context").get<int>();
+    cfg.rope_theta = c.at("rope_theta").get<float>();
+    cfg.rms_eps = c.at("rms_eps").get<float>();
+    cfg.tied_embeddings = c.at("tied_embeddings").get<bool>();
+    const json& rs = c.at("rope_scaling");
+    cfg.rope_scaling.type = rs.at("type").get<std::string>();
+    cfg.rope_scaling.factor = rs.at("factor").get<float>();
+    cfg.rope_scaling.low_freq_factor = rs.at("low_freq_factor").get<float>();
+    cfg.rope_scaling.high_freq_factor = rs.at("high_freq_factor").get<float>();
+    cfg.rope_scaling.original_max_position = rs.at("original_max_position").get<int>();
+    cfg.validate(name_);
+
+    // Tokenizer.
+    const json& t = header_.at("tokenizer");
+    TokenizerSpec& tk = m.tokenizer;
+    tk.model = t.at("model").get<std::string>();
+    tk.pre = t.at("pre").get<std::string>();
+    auto strings = [&](const char* key) {
+      const json& e = t.at(key);
+      const uint64_t count = e.at("count").get<uint64_t>();
+      const uint64_t off = e.at("offset").get<uint64_t>(), bytes = e.at("bytes").get<uint64_t>();
+      const uint64_t avail = bytes_.size() - data_;
+      FUTR_CHECK(off <= avail && bytes <= avail - off, "{}: tokenizer {} lie past the end of the file",
+                 name_, key);
+      FUTR_CHECK(count <= bytes / 4, "{}: tokenizer {}: {} strings cannot fit in {} bytes", name_, key,
+                 count, bytes);
+      std::vector<std::string> v;
+      v.reserve(size_t(count));
+      const uint8_t* p = bytes_.data() + data_ + off;
+      uint64_t pos = 0;
+      for (uint64_t i = 0; i < count; ++i) {
+        FUTR_CHECK(bytes - pos >= 4, "{}: tokenizer {} truncated", name_, key);
+        const uint32_t len = get_u32(p + pos);
+        pos += 4;
+        FUTR_CHECK(len <= bytes - pos, "{}: tokenizer {} string {} of {} bytes runs past its blob", name_,
+                   key, i, len);
+        v.emplace_back(reinterpret_cast<const char*>(p + pos), len);
+        pos += len;
+      }
+      return v;
+    };
+    tk.tokens = strings("tokens");
+    tk.merges = strings("merges");
+    const std::vector<std::string> tmpl = strings("chat_template");
+    tk.chat_template = tmpl.empty() ? std::string() : tmpl[0];
+    tk.token_types = t.at("token_types").get<std::vector<int32_t>>();
+    tk.bos = t.at("bos").get<int32_t>();
+    tk.eos = t.at("eos").get<int32_t>();
+    tk.unk = t.at("unk").get<int32_t>();
+    tk.pad = t.at("pad").get<int32_t>();
+    tk.extra_eos = t.at("extra_eos").get<std::vector<int32_t>>();
+    tk.add_bos = t.at("add_bos").get<bool>();
+    if (!t.at("ignore_merges").is_null()) tk.ignore_merges = t["ignore_merges"].get<bool>();
+    FUTR_CHECK(tk.tokens.empty() || int64_t(tk.tokens.size()) == cfg.vocab || int64_t(tk.tokens.size()) <= cfg.vocab,
+               "{}: the tokenizer has {} tokens, more than the vocabulary {}", name_, tk.tokens.size(),
+               cfg.vocab);
+    for (int32_t id : {tk.bos, tk.eos, tk.unk, tk.pad})
+      FUTR_CHECK(id >= -1 && id < int32_t(tk.tokens.size()), "{}: special token id {} out of range", name_, id);
+
+    // Sources and the non-projection tensors.
+    std::map<std::string, const json*> dense;
+    for (const json& e : header_["tensors"]) {
+      const std::string name = e.at("name").get<std::string>();
+      const std::string kind = e.at("kind").get<std::string>();
+      const json& shape = e.at("shape");
+      FUTR_CHECK(shape.is_array() && !shape.empty() && shape.size() <= 2, "{}: tensor '{}' has a bad shape",
+                 name_, name);
+      SourceTensor s;
+      s.name = e.contains("format") ? name + "." + e["format"].get<std::string>() : name;
+      for (size_t i = 0; i < shape.size(); ++i) s.shape.push_back(dim_of(shape, i, name_, name));
+      s.bytes = e.at("bytes").get<uint64_t>() + e.value("scale_bytes", uint64_t(0));
+      if (kind == "int4") s.type = fmt::format("INT4_G{}", e.at("group").get<int>());
+      else if (kind == "e4m3") s.type = e.value("folded_gain", false) ? "E4M3 (norm folded)" : "E4M3";
+      else if (kind == "bf16") s.type = "BF16";
+      else if (kind == "f32") s.type = "F32";
+      else fail("{}: tensor '{}' has unknown kind '{}'", name_, name, kind);
+      m.sources.push_back(s);
+      if (!e.contains("format")) dense[name] = &e;
+    }
+    if (!with_weights) return m;
+
+    auto load_dense = [&](const std::string& name, std::vector<int64_t> shape) {
+      auto it = dense.find(name);
+      FUTR_CHECK(it != dense.end(), "{}: tensor '{}' is missing", name_, name);
+      const json& e = *it->second;
+      std::vector<int64_t> got;
+      for (size_t i = 0; i < e["shape"].size(); ++i) got.push_back(e["shape"][i].get<int64_t>());
+      Tensor want(shape);
+      FUTR_CHECK(got == shape, "{}: tensor '{}' has the wrong shape (expected {})", name_, name,
+                 want.shape_str());
+      const std::string kind = e["kind"].get<std::string>();
+      const uint64_t numel = uint64_t(want.numel());
+      if (kind == "f32") {
+        want.data = from_bytes<float>(blob(e, "offset", "bytes", numel * 4));
+      } else {
+        FUTR_CHECK(kind == "bf16", "{}: tensor '{}' must be bf16 or f32", name_, name);
+        const std::vector<uint16_t> h = from_bytes<uint16_t>(blob(e, "offset", "bytes", numel * 2));
+        for (size_t i = 0; i < h.size(); ++i) want.data[i] = bf16_to_float(h[i]);
+      }
+      for (float v : want.data) FUTR_CHECK(std::isfinite(v), "{}: tensor '{}' holds a non-finite value", name_, name);
+      return want;
+    };
+    const int64_t H = cfg.hidden, Q = cfg.q_dim(), KV = cfg.kv_dim(), I = cfg.intermediate, V = cfg.vocab;
+    m.weights.tok_embd = load_dense("token_embd", {V, H});
+    m.weights.out_norm = load_dense("output_norm", {H});
+    if (!cfg.tied_embeddings) m.weights.lm_head = load_dense("output", {V, H});
+    const std::vector<WeightFormat> fs = formats();
+    FUTR_CHECK(!fs.empty(), "{}: holds no projection weights", name_);
+    const quant::QuantizedWeights qw = read_weights(fs.front());
+    for (int l = 0; l < cfg.n_layers; ++l) {
+      LayerWeights L;
+      L.attn_norm = load_dense(fmt::format("blk.{}.attn_norm", l), {H});
+      L.ffn_norm = load_dense(fmt::format("blk.{}.ffn_norm", l), {H});
+      const std::vector<std::string> names = quant::layer_projection_names(l);
+      Tensor* dst[7] = {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down};
+      const int64_t shapes[7][2] = {{Q, H}, {KV, H}, {KV, H}, {H, Q}, {I, H}, {I, H}, {H, I}};
+      for (size_t i = 0; i < 7; ++i) {
+        const quant::QuantizedTensor& q = qw.at(names[i]);
+        Tensor t({shapes[i][0], shapes[i][1]});
+        if (q.format == WeightFormat::kInt4) {
+          t.data = quant::dequantize_int4(q.int4);
+        } else if (q.format == WeightFormat::kFp8) {
+          t.data = quant::dequantize_fp8(q.fp8);
+          if (q.fp8.folded_gain) {  // W = W' / g
+            const Tensor& g = i < 3 ? L.attn_norm : L.ffn_norm;
+            for (int64_t r = 0; r < t.dim(0); ++r)
+              for (int64_t c2 = 0; c2 < t.dim(1); ++c2) {
+                const float gv = g.data[size_t(c2)];
+                float& v = t.data[size_t(r * t.dim(1) + c2)];
+                v = gv != 0.0f ? v / gv : 0.0f;
+              }
+          }
+        } else {
+          for (size_t j = 0; j < t.data.size(); ++j) t.data[j] = bf16_to_float(q.bf16[j]);
+        }
+        *dst[i] = std::move(t);
+      }
+      m.weights.layers.push_back(std::move(L));
+    }
+  } catch (const json::exception& e) {
+    fail("{}: bad .futr header: {}", name_, e.what());
+  }
+  return m;
+}
+
+Model load_futr_model(const std::filesystem::path& path, bool with_weights) {
+  return FutrFile(path).to_model(with_weights);
+}
+
+}  // namespace futr
