@@ -28,7 +28,7 @@ Int4Packed pack_int4(const Int4Weights& w) {
     for (int c = 0; c < w.k; ++c) {
       const int q = w.q[size_t(r) * w.k + c];
       FUTR_CHECK(q >= -8 && q <= 7, "pack_int4: q[{}, {}] = {} outside [-8, 7]", r, c, q);
-      const layout::Int4Pos pos = layout::int4_position(w.k, r, c);
+      const layout::Int4Pos pos = layout::int4_position(w.n, w.k, r, c);
       p.weights[pos.byte] |= uint8_t((q + 8) << pos.shift);
     }
   for (int r = 0; r < w.n; ++r)
@@ -46,7 +46,7 @@ Int4Weights unpack_int4(const Int4Packed& p) {
   Int4Weights w{p.n, p.k, p.group, std::vector<int8_t>(nk), std::vector<uint16_t>(ng)};
   for (int r = 0; r < p.n; ++r)
     for (int c = 0; c < p.k; ++c) {
-      const layout::Int4Pos pos = layout::int4_position(p.k, r, c);
+      const layout::Int4Pos pos = layout::int4_position(p.n, p.k, r, c);
       w.q[size_t(r) * p.k + c] = int8_t(((p.weights[pos.byte] >> pos.shift) & 0xf) - 8);
     }
   for (int r = 0; r < p.n; ++r)
@@ -62,7 +62,7 @@ std::vector<uint8_t> pack_e4m3(int n, int k, std::span<const uint8_t> rowmajor) 
              size_t(n) * k);
   std::vector<uint8_t> out(rowmajor.size());
   for (int r = 0; r < n; ++r)
-    for (int c = 0; c < k; ++c) out[layout::e4m3_position(k, r, c)] = rowmajor[size_t(r) * k + c];
+    for (int c = 0; c < k; ++c) out[layout::e4m3_position(n, k, r, c)] = rowmajor[size_t(r) * k + c];
   return out;
 }
 
@@ -73,7 +73,7 @@ std::vector<uint8_t> unpack_e4m3(int n, int k, std::span<const uint8_t> packed) 
              size_t(n) * k);
   std::vector<uint8_t> out(packed.size());
   for (int r = 0; r < n; ++r)
-    for (int c = 0; c < k; ++c) out[size_t(r) * k + c] = packed[layout::e4m3_position(k, r, c)];
+    for (int c = 0; c < k; ++c) out[size_t(r) * k + c] = packed[layout::e4m3_position(n, k, r, c)];
   return out;
 }
 

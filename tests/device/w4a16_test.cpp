@@ -3,8 +3,9 @@
 // CPU reference (src/cpu/ref/w4a16_ref.h) on every shape of kDecodeShapes.
 //
 // Weights and scales are drawn on the device (fresh seeds every run, so the
-// 405B matrices cost no host packing); the reference unpacks a sample of n8
-// tiles (first, last and random ones) and checks those columns; every output
+// 405B matrices cost no host packing); the reference unpacks a sample of tile
+// groups (first, last and random ones: 128 channels each) and checks those
+// columns; every output
 // element is poisoned (0xff = NaN) before each launch and must come back finite.
 // Errors: relative L2 per launch, bounds in tests/support/tolerances.h; the
 // largest observed error per kernel family is printed at the end.
@@ -71,13 +72,13 @@ std::vector<uint16_t> random_x(int m, int k) {
 // sample of its tiles on the host.
 struct Layer {
   std::unique_ptr<cuda::QuantLinear> lin;
-  std::vector<int> tiles;     // sampled 16-channel tiles
+  std::vector<int> tiles;     // sampled 16-channel tiles (whole groups of 8)
   quant::Int4Weights sub4;    // INT4: logical weights of the sampled tiles' rows
   std::vector<uint8_t> sub8;  // E4M3: [rows, K] logical bytes of the sampled rows
   std::vector<float> sc8;     // E4M3: their scales
 };
 
-Layer make_layer(bool int4, int n, int k, int group, int sample = 12) {
+Layer make_layer(bool int4, int n, int k, int group, int sample = 3) {
   Layer L;
   const uint64_t seed = rng()();
   if (int4) {
@@ -93,28 +94,40 @@ Layer make_layer(bool int4, int n, int k, int group, int sample = 12) {
     L.lin = std::move(lin);
   }
   FUTR_CUDA_CHECK(cudaDeviceSynchronize());
-  L.tiles = sample_tiles(n / 16, sample);
+  // Sample whole tile groups (8 tiles, interleaved chunk by chunk; the last may
+  // be partial): a group is a contiguous run, and groups in order (a partial one
+  // last) form a valid packed matrix of their own.
+  const int ntiles = n / 16, ngroups = (ntiles + 7) / 8;
+  const std::vector<int> groups = sample_tiles(ngroups, sample);  // sorted, first and last included
+  for (int gi : groups)
+    for (int t = 8 * gi; t < std::min(ntiles, 8 * gi + 8); ++t) L.tiles.push_back(t);
   const size_t rows = L.tiles.size() * 16;
   if (int4) {
     const size_t tile_bytes = size_t(k) / 2 * 16, tile_scales = size_t(k / group) * 16;
     quant::Int4Packed p{int(rows), k, group, std::vector<uint8_t>(rows * k / 2), std::vector<uint16_t>(rows * (k / group))};
     const auto* sc = static_cast<const uint16_t*>(L.lin->scales());
-    for (size_t i = 0; i < L.tiles.size(); ++i) {
-      FUTR_CUDA_CHECK(cudaMemcpy(p.weights.data() + i * tile_bytes, L.lin->weights() + L.tiles[i] * tile_bytes,
-                                 tile_bytes, cudaMemcpyDeviceToHost));
-      FUTR_CUDA_CHECK(cudaMemcpy(p.scales.data() + i * tile_scales, sc + L.tiles[i] * tile_scales, tile_scales * 2,
-                                 cudaMemcpyDeviceToHost));
+    size_t off = 0;
+    for (int gi : groups) {
+      const int gt = std::min(ntiles - 8 * gi, 8);
+      FUTR_CUDA_CHECK(cudaMemcpy(p.weights.data() + off * tile_bytes, L.lin->weights() + size_t(8 * gi) * tile_bytes,
+                                 gt * tile_bytes, cudaMemcpyDeviceToHost));
+      FUTR_CUDA_CHECK(cudaMemcpy(p.scales.data() + off * tile_scales, sc + size_t(8 * gi) * tile_scales,
+                                 gt * tile_scales * 2, cudaMemcpyDeviceToHost));
+      off += gt;
     }
-    L.sub4 = quant::unpack_int4(p);  // tiles are contiguous: the sample is itself a packed matrix
+    L.sub4 = quant::unpack_int4(p);
   } else {
     const size_t tile_bytes = size_t(k) * 16;
     std::vector<uint8_t> packed(rows * k);
     L.sc8.resize(rows);
     const auto* sc = static_cast<const float*>(L.lin->scales());
-    for (size_t i = 0; i < L.tiles.size(); ++i) {
-      FUTR_CUDA_CHECK(cudaMemcpy(packed.data() + i * tile_bytes, L.lin->weights() + L.tiles[i] * tile_bytes,
-                                 tile_bytes, cudaMemcpyDeviceToHost));
-      FUTR_CUDA_CHECK(cudaMemcpy(L.sc8.data() + i * 16, sc + L.tiles[i] * 16, 64, cudaMemcpyDeviceToHost));
+    size_t off = 0;
+    for (int gi : groups) {
+      const int gt = std::min(ntiles - 8 * gi, 8);
+      FUTR_CUDA_CHECK(cudaMemcpy(packed.data() + off * tile_bytes, L.lin->weights() + size_t(8 * gi) * tile_bytes,
+                                 gt * tile_bytes, cudaMemcpyDeviceToHost));
+      FUTR_CUDA_CHECK(cudaMemcpy(L.sc8.data() + off * 16, sc + size_t(8 * gi) * 16, gt * 64, cudaMemcpyDeviceToHost));
+      off += gt;
     }
     L.sub8 = quant::unpack_e4m3(int(rows), k, packed);
   }
@@ -184,7 +197,7 @@ TEST(W4A16, EveryMOnLlama8B) {
   FUTR_REQUIRE_GPU();
   for (const DecodeShape& s : cuda::kDecodeShapes) {
     if (std::string(s.model) != "Llama-3.1-8B") continue;
-    Layer L = make_layer(true, s.n, s.k, s.group, 6);
+    Layer L = make_layer(true, s.n, s.k, s.group, 2);
     for (int m = 1; m <= 32; ++m) check(L, m, nullptr, name(s), test::tol::kW4A16);
   }
 }
@@ -192,7 +205,7 @@ TEST(W4A16, EveryMOnLlama8B) {
 TEST(W8A16, AllShapes) {
   FUTR_REQUIRE_GPU();
   for (const DecodeShape& s : cuda::kDecodeShapes) {
-    Layer L = make_layer(false, s.n, s.k, s.group, 8);
+    Layer L = make_layer(false, s.n, s.k, s.group, 2);
     for (int m : {1, 4, 16, 32}) check(L, m, nullptr, name(s), test::tol::kW8A16);
   }
 }
@@ -223,8 +236,8 @@ TEST(W4A16, EveryCompiledVariant) {
     }
   for (int g : {128, 64}) {
     const int n = 1024 + 16 * 5, k = g == 64 ? 1472 : 1536;  // N not a multiple of the CTA's columns
-    Layer L4 = make_layer(true, n, k, g, 10);
-    Layer L8 = make_layer(false, n, k, 0, 10);
+    Layer L4 = make_layer(true, n, k, g, 3);
+    Layer L8 = make_layer(false, n, k, 0, 3);
     for (const V& v : vs) {
       if (v.int4 && v.group != g) continue;
       if (!v.int4 && g == 64) continue;
@@ -245,7 +258,7 @@ TEST(W4A16, EveryCompiledVariant) {
 // The split-K reduction re-arms its counters: graph replays give the same bits.
 TEST(W4A16, GraphReplayIsDeterministic) {
   FUTR_REQUIRE_GPU();
-  Layer L = make_layer(true, 4096, 4096, 128, 4);
+  Layer L = make_layer(true, 4096, 4096, 128, 2);
   for (int m : {1, 8, 32}) {
     const auto x = random_x(m, 4096);
     cuda::DeviceBuffer<uint16_t> dx(x), eager(size_t(m) * 4096), replay(size_t(m) * 4096);
@@ -267,15 +280,15 @@ TEST(W4A16Small, GemvSkinnySplitK) {
   FUTR_REQUIRE_GPU();
   for (const DecodeShape& s : cuda::kDecodeShapes) {
     if (std::string(s.model) != "SmolLM2-135M") continue;
-    Layer L = make_layer(true, s.n, s.k, s.group, 4);
+    Layer L = make_layer(true, s.n, s.k, s.group, 2);
     for (int m : {1, 5, 16, 32}) check(L, m, nullptr, name(s), test::tol::kW4A16);
     DecodeConfig c;
     c.kernel = DecodeKernel::kSkinny, c.mt = 2, c.tn = 1, c.splits = 3;
     check(L, 9, &c, name(s) + " forced split", test::tol::kW4A16);
   }
-  Layer L = make_layer(true, 2048, 2048, 128, 4);
+  Layer L = make_layer(true, 2048, 2048, 128, 2);
   for (int m : {1, 3, 32}) check(L, m, nullptr, "Llama-3.2-1B o", test::tol::kW4A16);
-  Layer L8 = make_layer(false, 960, 576, 0, 4);
+  Layer L8 = make_layer(false, 960, 576, 0, 2);
   for (int m : {1, 3, 20}) check(L8, m, nullptr, "SmolLM2-135M qkv e4m3", test::tol::kW8A16);
 }
 

@@ -96,7 +96,7 @@ void mma_host(double (&d)[32][4], const uint32_t (&a)[32][4], const uint32_t (&b
 // (B): lanes read their 16-byte INT4 (or 32-byte E4M3) chunks, dequantize with
 // the bit tricks, take B from x by chunk_k, run the 4 steps of each chunk, and
 // scale each group's sums. Returns y[m][16] for the tile's 16 channels.
-std::vector<double> emulate_tile(bool int4, int k, int group, int m, int tile, const std::vector<uint8_t>& packed,
+std::vector<double> emulate_tile(bool int4, int ntiles, int k, int group, int m, int tile, const std::vector<uint8_t>& packed,
                                  const std::vector<uint16_t>& scales16, const std::vector<float>& scales32,
                                  const std::vector<uint16_t>& x) {
   double acc[32][4] = {};
@@ -115,10 +115,11 @@ std::vector<double> emulate_tile(bool int4, int k, int group, int m, int tile, c
         b[lane][1] = xv(2) | uint32_t(xv(3)) << 16;
         if (int4) {
           uint32_t w;
-          std::memcpy(&w, &packed[size_t(tile) * (k / 2) * 16 + size_t(ch) * 512 + lane * 16 + 4 * i], 4);
+          std::memcpy(&w, &packed[layout::tile_chunk_offset(ntiles, k, 512, tile, ch) + lane * 16 + 4 * i], 4);
           int4x8_host(w, a[lane]);  // word i = step i; pair j = a[j]
         } else {
-          const size_t base = size_t(tile) * k * 16 + size_t(ch) * 1024 + size_t(i / 2) * 512 + lane * 16 + 8 * (i % 2);
+          const size_t base =
+              layout::tile_chunk_offset(ntiles, k, 1024, tile, ch) + size_t(i / 2) * 512 + lane * 16 + 8 * (i % 2);
           uint32_t w0, w1;
           std::memcpy(&w0, &packed[base], 4);
           std::memcpy(&w1, &packed[base + 4], 4);
@@ -178,12 +179,11 @@ TEST(Int4Pack, RoundTrip) {
 }
 
 TEST(Int4Pack, LayoutIsABijection) {
-  for (auto [k, g] : {std::pair{576, 64}, {512, 128}, {256, 64}}) {
-    const int n = 16;
+  for (auto [n, k, g] : {std::tuple{16, 576, 64}, {160, 512, 128}, {208, 256, 64}}) {
     std::vector<int> hits(size_t(n) * k, 0);  // one per nibble slot
     for (int r = 0; r < n; ++r)
       for (int c = 0; c < k; ++c) {
-        const auto pos = layout::int4_position(k, r, c);
+        const auto pos = layout::int4_position(n, k, r, c);
         ASSERT_LT(pos.byte, size_t(n) * k / 2);
         ++hits[pos.byte * 2 + pos.shift / 4];
       }
@@ -194,7 +194,7 @@ TEST(Int4Pack, LayoutIsABijection) {
     for (int h : shits) ASSERT_EQ(h, 1);
     std::vector<int> ehits(size_t(n) * k, 0);
     for (int r = 0; r < n; ++r)
-      for (int c = 0; c < k; ++c) ++ehits[layout::e4m3_position(k, r, c)];
+      for (int c = 0; c < k; ++c) ++ehits[layout::e4m3_position(n, k, r, c)];
     for (int h : ehits) ASSERT_EQ(h, 1);
   }
 }
@@ -207,8 +207,8 @@ TEST(Int4Pack, A16ByteLaneLoadIsTwoWeightRowRuns) {
     const int g = lane / 4, c = lane % 4;
     for (int hi = 0; hi < 2; ++hi)
       for (int t = 0; t < 16; ++t) {
-        const auto pos = layout::int4_position(k, g + 8 * hi, 64 + 16 * c + t);
-        EXPECT_EQ(pos.byte / 16, size_t(512 / 16 + lane));
+        const auto pos = layout::int4_position(16, k, g + 8 * hi, 64 + 16 * c + t);
+        EXPECT_EQ(pos.byte / 16, size_t(512 / 16 + lane));  // one tile: chunk 1 starts at 512
       }
   }
 }
@@ -250,14 +250,14 @@ TEST(Int4Pack, DequantizerBitTricksAreExact) {
 }
 
 TEST(Int4Pack, KernelFragmentEmulationMatchesReference) {
-  for (auto [n, k, g, m] : {std::tuple{16, 256, 128, 1}, {32, 256, 64, 5}, {48, 576, 64, 8}, {16, 384, 128, 7}}) {
+  for (auto [n, k, g, m] : {std::tuple{16, 256, 128, 1}, {32, 256, 64, 5}, {208, 576, 64, 8}, {144, 384, 128, 7}}) {
     const auto w = random_int4(n, k, g);
     const auto p = quant::pack_int4(w);
     const auto x = random_x(m, k);
     std::vector<float> ref(size_t(m) * n);
     ref::w4a16(w, x, m, ref);
     for (int tile = 0; tile < n / 16; ++tile) {
-      const auto y = emulate_tile(true, k, g, m, tile, p.weights, p.scales, {}, x);
+      const auto y = emulate_tile(true, n / 16, k, g, m, tile, p.weights, p.scales, {}, x);
       for (int r = 0; r < m; ++r)
         for (int ch = 0; ch < 16; ++ch) {
           const double want = ref[size_t(r) * n + tile * 16 + ch];
@@ -269,7 +269,7 @@ TEST(Int4Pack, KernelFragmentEmulationMatchesReference) {
 }
 
 TEST(Int4Pack, E4M3FragmentEmulationMatchesReference) {
-  for (auto [n, k, m] : {std::tuple{16, 256, 3}, {32, 576, 8}}) {
+  for (auto [n, k, m] : {std::tuple{16, 256, 3}, {160, 576, 8}}) {
     std::vector<uint8_t> e(size_t(n) * k);
     std::uniform_int_distribution<int> b(0, 255);
     for (auto& v : e) {
@@ -284,7 +284,7 @@ TEST(Int4Pack, E4M3FragmentEmulationMatchesReference) {
     std::vector<float> ref(size_t(m) * n);
     ref::w8a16(n, k, e, sc, x, m, ref);
     for (int tile = 0; tile < n / 16; ++tile) {
-      const auto y = emulate_tile(false, k, 0, m, tile, packed, {}, sc, x);
+      const auto y = emulate_tile(false, n / 16, k, 0, m, tile, packed, {}, sc, x);
       for (int r = 0; r < m; ++r)
         for (int ch = 0; ch < 16; ++ch) {
           const double want = ref[size_t(r) * n + tile * 16 + ch];

@@ -41,8 +41,9 @@ struct DecodeParams {
 
 // ---- weight formats (the dequantizing policies) -----------------------------
 // The loop unit of both kernels is a k64 chunk of a 16-channel tile: kWords
-// 32-bit words per lane (layout/int4_fragment.cuh). lane_ptr/scale_ptr give a
-// lane's first chunk; the kernels advance them by kChunkBytes / kScaleStride.
+// 32-bit words per lane (layout/int4_fragment.cuh: layout::tile_chunk_offset
+// places a tile's chunks, interleaved with the other tiles of its group of 8);
+// scale_ptr gives a lane's first scales, advanced by scale_step().
 
 template <int G>
 struct Int4Format {
@@ -54,10 +55,6 @@ struct Int4Format {
   static constexpr int kStages = 8;    // skinny ring depth: 8 chunks (x 16 B) in flight per lane and tile
   using Scale = uint32_t;              // FP16 {s[lo], s[hi]} of the lane's two channels
 
-  __device__ static size_t tile_bytes(int k) { return size_t(k) / 2 * layout::kTileN; }
-  __device__ static const uint8_t* lane_ptr(const uint8_t* tile, int chunk, int lane) {
-    return tile + size_t(chunk) * kChunkBytes + lane * 16;
-  }
   // This lane's scales (channels g and g + 8) of the group holding chunk `chunk`.
   __device__ static const uint16_t* scale_ptr(const void* scales, int k, int tile, int chunk, int g) {
     return static_cast<const uint16_t*>(scales) + size_t(tile) * (size_t(k) / G) * layout::kTileN +
@@ -89,10 +86,6 @@ struct E4M3Format {
   static constexpr int kStages = 4;               // 4 chunks (x 32 B) in flight per lane and tile
   using Scale = uint32_t;                         // unused
 
-  __device__ static size_t tile_bytes(int k) { return size_t(k) * layout::kTileN; }
-  __device__ static const uint8_t* lane_ptr(const uint8_t* tile, int chunk, int lane) {
-    return tile + size_t(chunk) * kChunkBytes + lane * 16;
-  }
   __device__ static const uint16_t* scale_ptr(const void*, int, int, int, int) { return nullptr; }
   __device__ static constexpr int scale_step(int) { return 0; }
   __device__ static constexpr bool group_end(int) { return false; }

@@ -47,12 +47,14 @@ __global__ void __launch_bounds__(256, TM == 1 ? 4 : 2) sm90_w4a16_gemv_kernel(c
   bool tok[TM];
   const uint8_t* wnext[TM];   // this lane's next chunk to load
   const uint16_t* snext[TM];  // its scales
+  size_t wstride[TM];         // bytes from one chunk of the tile to the next (its tile group's width)
 #pragma unroll
   for (int tm = 0; tm < TM; ++tm) {
     tile[tm] = blockIdx.x * kWarps * TM + tm * kWarps + warp;
     tok[tm] = tile[tm] < ntiles;
     const int tt = tok[tm] ? tile[tm] : 0;  // out-of-range tiles re-read tile 0; never stored
-    wnext[tm] = WF::lane_ptr(p.w + size_t(tt) * WF::tile_bytes(p.k), c0, lane);
+    wnext[tm] = p.w + layout::tile_chunk_offset(ntiles, p.k, WF::kChunkBytes, tt, c0) + lane * 16;
+    wstride[tm] = layout::tile_chunk_stride(ntiles, WF::kChunkBytes, tt);
     snext[tm] = WF::scale_ptr(p.scales, p.k, tt, c0, g);
   }
   // x[c0*64 + 16c + ...]: the same 16 activations for every g (a broadcast).
@@ -72,7 +74,7 @@ __global__ void __launch_bounds__(256, TM == 1 ? 4 : 2) sm90_w4a16_gemv_kernel(c
     for (int tm = 0; tm < TM; ++tm) {
       WF::load(wnext[tm], wr[u][tm]);
       sr[u][tm] = WF::load_scale(snext[tm]);
-      wnext[tm] += WF::kChunkBytes;
+      wnext[tm] += wstride[tm];
       snext[tm] += WF::scale_step(u);
     }
   };

@@ -66,12 +66,14 @@ __global__ void __launch_bounds__(256, TM == 1 && MT == 1 ? 4 : (TM == 1 && MT =
   bool tok[TM];
   const uint8_t* wnext[TM];   // this lane's next chunk to copy
   const uint16_t* snext[TM];  // its scales
+  size_t wstride[TM];         // bytes from one chunk of the tile to the next (its tile group's width)
 #pragma unroll
   for (int tm = 0; tm < TM; ++tm) {
     tile[tm] = blockIdx.x * kWarps * TM + tm * kWarps + warp;
     tok[tm] = tile[tm] < ntiles;
     const int tt = tok[tm] ? tile[tm] : 0;  // out-of-range tiles re-read tile 0; never stored
-    wnext[tm] = WF::lane_ptr(p.w + size_t(tt) * WF::tile_bytes(p.k), c0, lane);
+    wnext[tm] = p.w + layout::tile_chunk_offset(ntiles, p.k, WF::kChunkBytes, tt, c0) + lane * 16;
+    wstride[tm] = layout::tile_chunk_stride(ntiles, WF::kChunkBytes, tt);
     snext[tm] = WF::scale_ptr(p.scales, p.k, tt, c0, g);
   }
   // The lane's activations: row 8mt + g (rows >= M read M-1), inputs c0*64 + 16c + ...
@@ -99,7 +101,7 @@ __global__ void __launch_bounds__(256, TM == 1 && MT == 1 ? 4 : (TM == 1 && MT =
     for (int tm = 0; tm < TM; ++tm) {
       WF::issue(wnext[tm], wring + (st * TM + tm) * kChunks16 * 256);
       if constexpr (WF::kGroupScales) WF::issue_scale(snext[tm], sring + (st * TM + tm) * 256);
-      wnext[tm] += WF::kChunkBytes;
+      wnext[tm] += wstride[tm];
       snext[tm] += WF::scale_step(st);
     }
     ptx::cp_async_commit();

@@ -18,8 +18,12 @@
 //
 // Tiling. W is cut into m16 tiles (16 output channels) and k64 chunks. Per
 // (tile, chunk) a warp holds 16 x 64 weights, 512 bytes of INT4: one 16-byte
-// load per lane. Tiles are stored one after the other, each tile's chunks in k
-// order, so a tile is a contiguous run of 16*K/2 bytes.
+// load per lane. Tiles are grouped by 8 (the tiles of the 8 warps of a CTA; the
+// last group of a matrix may have fewer): a group is a contiguous run, chunk
+// major: [chunk][tile of the group][512 bytes], so at each step a CTA reads one
+// contiguous 4 KB run instead of 8 runs 16*K/2 bytes apart (with tile-major
+// order thousands of warps streamed separate regions and DRAM delivered
+// ~2 TB/s: docs/PERF.md).
 //
 // The k permutation. An mma step covers 16 k positions; the MMA sums over them,
 // so any bijection between mma k positions and logical k works if A and B use
@@ -78,6 +82,22 @@ inline constexpr int kStepsPerChunk = 4;       // mma k16 steps per chunk
 inline constexpr int kInt4ChunkBytes = 512;    // 16 x 64 nibbles: 16 bytes per lane
 inline constexpr int kE4M3ChunkBytes = 1024;   // 16 x 64 bytes: 32 bytes per lane
 inline constexpr int kE4M3PartBytes = 512;     // one 16-byte-per-lane part of an E4M3 chunk
+inline constexpr int kTileGroup = 8;           // tiles interleaved chunk by chunk (one CTA's)
+
+// Byte offset of chunk `chunk` of tile `tile` in a packed matrix of `ntiles`
+// tiles, K inputs and `chunk_bytes` bytes per (tile, chunk) (512 INT4, 1024 E4M3),
+// and the stride from one chunk of a tile to its next.
+FUTR_HD inline size_t tile_chunk_offset(int ntiles, int K, int chunk_bytes, int tile, int chunk) {
+  const int group = tile / kTileGroup, r = tile % kTileGroup;
+  const int gt = (ntiles - group * kTileGroup) < kTileGroup ? ntiles - group * kTileGroup : kTileGroup;
+  const size_t tile_bytes = size_t(K / kChunkK) * size_t(chunk_bytes);
+  return size_t(group) * kTileGroup * tile_bytes + (size_t(chunk) * gt + r) * size_t(chunk_bytes);
+}
+FUTR_HD inline size_t tile_chunk_stride(int ntiles, int chunk_bytes, int tile) {
+  const int group = tile / kTileGroup;
+  const int gt = (ntiles - group * kTileGroup) < kTileGroup ? ntiles - group * kTileGroup : kTileGroup;
+  return size_t(gt) * size_t(chunk_bytes);
+}
 
 // Logical offset inside a 64-chunk of k element e of mma step i held by lanes
 // with quad index c (see the header comment).
@@ -93,14 +113,14 @@ struct Int4Pos {
 };
 
 // Where logical weight (row, col) of an [N, K] INT4 matrix lives. N % 16 == 0, K % 64 == 0.
-FUTR_HD inline Int4Pos int4_position(int K, int row, int col) {
+FUTR_HD inline Int4Pos int4_position(int N, int K, int row, int col) {
   const int tile = row / kTileN, r = row % kTileN;
   const int g = r % 8, hi = r / 8;
   const int ch = col / kChunkK, o = col % kChunkK;
   const int c = o / 16, i = (o % 16) / 4, e = o % 4;
   const int lane = 4 * g + c;
   const int p = int4_nibble(hi, e);
-  const size_t byte = size_t(tile) * (size_t(K) / 2) * kTileN + size_t(ch) * kInt4ChunkBytes + size_t(lane) * 16 +
+  const size_t byte = tile_chunk_offset(N / kTileN, K, kInt4ChunkBytes, tile, ch) + size_t(lane) * 16 +
                       size_t(i) * 4 + size_t(p / 2);
   return {byte, (p % 2) * 4};
 }
@@ -112,14 +132,14 @@ FUTR_HD inline size_t int4_scale_index(int K, int group, int row, int gi) {
 }
 
 // Byte offset of logical E4M3 weight (row, col) of an [N, K] matrix. N % 16 == 0, K % 64 == 0.
-FUTR_HD inline size_t e4m3_position(int K, int row, int col) {
+FUTR_HD inline size_t e4m3_position(int N, int K, int row, int col) {
   const int tile = row / kTileN, r = row % kTileN;
   const int g = r % 8, hi = r / 8;
   const int ch = col / kChunkK, o = col % kChunkK;
   const int c = o / 16, i = (o % 16) / 4, e = o % 4;
   const int lane = 4 * g + c;
   const int q = i / 2, word = 2 * (i % 2) + e / 2, byte = 2 * hi + e % 2;
-  return size_t(tile) * size_t(K) * kTileN + size_t(ch) * kE4M3ChunkBytes + size_t(q) * kE4M3PartBytes +
+  return tile_chunk_offset(N / kTileN, K, kE4M3ChunkBytes, tile, ch) + size_t(q) * kE4M3PartBytes +
          size_t(lane) * 16 + size_t(word) * 4 + size_t(byte);
 }
 
