@@ -23,6 +23,7 @@
 #include <fmt/format.h>
 
 #include "cli/common.h"
+#include "cli/quantize_run.h"
 #include "cli/sampler.h"
 #include "core/error.h"
 #include "tokenizer/chat.h"
@@ -34,6 +35,7 @@ namespace {
 
 struct GenerateOptions {
   RunOptions run;
+  QuantCliOptions quant;     // --weights, --kv, ... (quantized reference, cli/quantize_run.h)
   std::string prompt;
   bool prompt_given = false;
   bool chat = false;
@@ -82,7 +84,9 @@ void run_generate(GenerateOptions o) {
   FUTR_CHECK(int64_t(prompt.size()) <= bo.ctx,
              "the prompt has {} tokens, more than the context of {} (use a larger --ctx)",
              prompt.size(), bo.ctx);
-  std::unique_ptr<Backend> backend = make_backend(model, bo);
+  std::unique_ptr<Backend> backend = make_quant_backend(model, bo, o.quant, [&](const std::string& s) {
+    if (!o.quiet) fmt::print(stderr, "futr: {}\n", s);
+  });
 
   // --- prefill ---
   Stopwatch t_prompt;
@@ -140,6 +144,8 @@ void add_generate_command(CLI::App& app) {
   CLI::App* sub = app.add_subcommand("generate", "Continue a prompt, streaming tokens to stdout");
   CLI::Option* prompt = sub->add_option("prompt", o->prompt, "Prompt text (default: read stdin)");
   add_run_options(sub, o->run);
+  add_quant_options(sub, o->quant);
+  add_calibration_options(sub, o->quant);
   sub->add_option("-c,--ctx", o->run.ctx,
                   "Context length in tokens (default: the model's, at most 4096)");
   sub->add_flag("--chat", o->chat, "Format the prompt as a user message with the chat template");
