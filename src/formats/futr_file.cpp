@@ -387,7 +387,11 @@ quant::QuantizedWeights FutrFile::read_weights(WeightFormat f) const {
       if (f == WeightFormat::kInt4) {
         FUTR_CHECK(kind == "int4", "{}: int4 tensor '{}' has kind '{}'", name_, q.name, kind);
         const int group = t.at("group").get<int>();
-        quant::check_int4_shape(q.n, q.k, group);
+        try {
+          quant::check_int4_shape(q.n, q.k, group);
+        } catch (const Error& e) {
+          fail("{}: tensor '{}': {}", name_, q.name, e.what());
+        }
         quant::Int4Packed p;
         p.n = q.n;
         p.k = q.k;
@@ -414,6 +418,7 @@ quant::QuantizedWeights FutrFile::read_weights(WeightFormat f) const {
       }
       out.tensors[q.name] = std::move(q);
     }
+    FUTR_CHECK(!out.tensors.empty(), "{}: holds no {} weights", name_, to_string(f));
     // Every projection present with the config's shape.
     for (int l = 0; l < cfg.n_layers; ++l) {
       const std::vector<std::string> names = quant::layer_projection_names(l);
@@ -431,7 +436,6 @@ quant::QuantizedWeights FutrFile::read_weights(WeightFormat f) const {
   } catch (const json::exception& e) {
     fail("{}: bad tensor entry in the .futr header: {}", name_, e.what());
   }
-  FUTR_CHECK(!out.tensors.empty(), "{}: holds no {} weights", name_, to_string(f));
   return out;
 }
 

@@ -1,0 +1,184 @@
+// End to end: `futr quantize`, the quantized-reference options of `futr
+// perplexity` / `futr generate`, the .futr file as a model, and the KL tool,
+// on the default model (skipped with a reason when it is absent). Short
+// texts and contexts keep it to seconds.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int rc = -1;
+  std::string out, err;
+};
+
+std::string quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) {
+    if (c == '\'') {
+      q.append("'\\''");
+    } else {
+      q.push_back(c);
+    }
+  }
+  q.push_back('\'');
+  return q;
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+fs::path work_dir() {
+  static const fs::path d = fs::temp_directory_path() / fmt::format("futr_quant_cli_{}", ::getpid());
+  fs::create_directories(d);
+  return d;
+}
+
+Result futr(const std::vector<std::string>& args) {
+  static int n = 0;
+  const fs::path out = work_dir() / fmt::format("out{}", n), err = work_dir() / fmt::format("err{}", n);
+  ++n;
+  std::string cmd = quote(FUTR_BINARY);
+  for (const auto& a : args) {
+    cmd.push_back(' ');
+    cmd.append(quote(a));
+  }
+  cmd += fmt::format(" < /dev/null > {} 2> {}", quote(out.string()), quote(err.string()));
+  const int status = std::system(cmd.c_str());
+  Result r;
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = slurp(out);
+  r.err = slurp(err);
+  return r;
+}
+
+// A short text: the first ~2 KB of the default perplexity text (or a fallback).
+fs::path text_file() {
+  const fs::path p = work_dir() / "text.txt";
+  if (!fs::exists(p)) {
+    std::string t = slurp(FUTR_DEFAULT_TEXT).substr(0, 2400);
+    if (t.size() < 1000)
+      for (int i = 0; i < 40; ++i) t += "The quick brown fox jumps over the lazy dog. ";
+    std::ofstream(p) << t;
+  }
+  return p;
+}
+
+nlohmann::json ppl(const std::vector<std::string>& extra) {
+  std::vector<std::string> a = {"perplexity", text_file().string(), "--ctx", "64", "--max-tokens", "192",
+                                "--json", "-q", "-t", "2"};
+  a.insert(a.end(), extra.begin(), extra.end());
+  const Result r = futr(a);
+  EXPECT_EQ(r.rc, 0) << r.err;
+  return r.rc == 0 ? nlohmann::json::parse(r.out) : nlohmann::json{{"ppl", -1.0}};
+}
+
+// One .futr with int4 (rtn) and fp8 weights for the whole suite.
+const fs::path& futr_file() {
+  static const fs::path p = work_dir() / "m.futr";
+  if (!fs::exists(p)) {
+    const Result r = futr({"quantize", "-o", p.string(), "--weights", "int4,fp8", "--quant", "rtn",
+                           "--calib-file", text_file().string(), "--calib-tokens", "64", "--calib-ctx",
+                           "32", "-t", "2"});
+    EXPECT_EQ(r.rc, 0) << r.err;
+    EXPECT_NE(r.err.find("wrote"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("format version 1"), std::string::npos) << r.err;
+  }
+  return p;
+}
+
+bool have_model() { return fs::exists(FUTR_DEFAULT_MODEL); }
+#define REQUIRE_MODEL()                                                                    \
+  if (!have_model())                                                                       \
+  GTEST_SKIP() << "default model " << FUTR_DEFAULT_MODEL << " is absent: run scripts/fetch-model.sh"
+
+}  // namespace
+
+TEST(QuantCli, FutrFileComputesExactlyWhatQuantizingOnLoadComputes) {
+  REQUIRE_MODEL();
+  const fs::path& f = futr_file();
+  ASSERT_TRUE(fs::exists(f));
+  // The .futr file's INT4 weights are the RTN weights, its embedding/norms the
+  // BF16 values the reference uses anyway: bit-identical perplexity.
+  const auto a = ppl({"--weights", "int4", "--quant", "rtn", "--kv", "int4-rot"});
+  const auto b = ppl({"-m", f.string(), "--kv", "int4-rot"});  // --weights auto: int4
+  EXPECT_EQ(a["ppl"], b["ppl"]);
+  EXPECT_NE(b["backend_detail"].get<std::string>().find("weights int4 (rtn g64/128)"), std::string::npos)
+      << b["backend_detail"];
+  // FP8 from the file (calibrated initial amax) runs and reports its scaling state.
+  const auto c = ppl({"-m", f.string(), "--weights", "fp8"});
+  EXPECT_GT(c["ppl"].get<double>(), 1.0);
+  EXPECT_GT(c["fp8"]["calls"].get<int>(), 0);
+}
+
+TEST(QuantCli, KlBaseRoundTrip) {
+  REQUIRE_MODEL();
+  const std::string base = (work_dir() / "base.klb").string();
+  const auto a = ppl({"--weights", "bf16", "--save-kl-base", base, "--kl-topk", "16"});
+  ASSERT_TRUE(fs::exists(base));
+  const auto same = ppl({"--weights", "bf16", "--kl-base", base});
+  // Identical runs: zero up to the FP32 storage of the base's log-probabilities.
+  EXPECT_NEAR(same["kl_mean"].get<double>(), 0.0, 1e-6);
+  EXPECT_EQ(same["top1_agreement"].get<double>(), 1.0);
+  EXPECT_NEAR(same["ppl_delta"].get<double>(), 0.0, 1e-5);
+  EXPECT_EQ(same["kl_topk"], 16);
+  const auto q = ppl({"--weights", "int4", "--kv", "int4", "--kl-base", base});
+  EXPECT_GT(q["kl_mean"].get<double>(), 1e-4);
+  EXPECT_LT(q["top1_agreement"].get<double>(), 1.0);
+  EXPECT_NEAR(q["ppl_delta"].get<double>(), q["ppl"].get<double>() - a["ppl"].get<double>(), 1e-6);
+  // A base made with another window plan is refused.
+  const Result r = futr({"perplexity", text_file().string(), "--ctx", "32", "--max-tokens", "192", "-q",
+                         "--kl-base", base});
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("the base run used ctx 64"), std::string::npos) << r.err;
+}
+
+TEST(QuantCli, GenerateAndInfoOnAFutrFile) {
+  REQUIRE_MODEL();
+  const Result g = futr({"generate", "-m", futr_file().string(), "The capital of France is", "--temperature",
+                         "0", "-n", "6", "-t", "2"});
+  ASSERT_EQ(g.rc, 0) << g.err;
+  EXPECT_NE(g.err.find("weights int4"), std::string::npos) << g.err;
+  const Result i = futr({"info", futr_file().string()});
+  if (i.err.find("info") != std::string::npos && i.rc != 0 && i.err.find("subcommand") != std::string::npos)
+    GTEST_SKIP() << "futr info is not built";
+  ASSERT_EQ(i.rc, 0) << i.err;
+  EXPECT_NE(i.out.find("INT4_G128"), std::string::npos) << i.out;
+}
+
+TEST(QuantCli, Errors) {
+  REQUIRE_MODEL();
+  auto err = [](const std::vector<std::string>& a, const std::string& msg) {
+    const Result r = futr(a);
+    EXPECT_EQ(r.rc, 1) << r.err;
+    EXPECT_NE(r.err.find(msg), std::string::npos) << r.err;
+  };
+  const std::string f = futr_file().string(), t = text_file().string();
+  err({"perplexity", t, "-m", f, "--quant", "gptq", "--ctx", "32"}, "already quantized");
+  err({"perplexity", t, "-m", f, "--weights", "bf16", "--ctx", "32"}, "holds no bf16 weights");
+  err({"perplexity", t, "--weights", "bf16", "--kv-block", "16", "--ctx", "32"}, "--kv-block applies to --kv int4-rot");
+  err({"perplexity", t, "--weights", "bf16", "--kv", "int4-rot", "--kv-block", "48", "--ctx", "32"},
+      "--kv-block 48");
+  err({"perplexity", t, "--weights", "bf16", "--quant", "rtn", "--ctx", "32"}, "need --weights int4");
+  err({"quantize", "-o", (work_dir() / "x.futr").string(), "--weights", "int4,int4"}, "lists int4 twice");
+  err({"quantize", "-o", (work_dir() / "x.futr").string(), "--weights", "fp8", "--quant", "gptq"},
+      "apply to int4 weights");
+  err({"perplexity", t, "--kl-base", (work_dir() / "missing.klb").string(), "--ctx", "32"}, "cannot open the KL base");
+}
