@@ -7,7 +7,7 @@
 //   futr quantize -o smollm2.futr --weights int4,fp8 --quant gptq
 //
 // --weights takes a comma-separated list of bf16, fp8, int4 (one weight set
-// per format in the file). INT4 uses --quant rtn|clip|gptq|gptq-clip (default
+// per format in the file). INT4 uses --quant rtn|clip|clip-act|gptq|gptq-clip (default
 // rtn), --act-order, --group; gptq calibrates on the held-out last 10% of
 // --calib-file (cli/quantize_run.h), FP8 records each activation site's
 // initial amax on the same tokens. A progress bar on stderr shows each stage.
@@ -179,8 +179,8 @@ void add_quantize_command(CLI::App& app) {
   sub->add_option("-o,--output", o->out, "Output .futr file")->required();
   sub->add_option("--weights", o->weights, "Formats to store: a comma-separated list of int4, fp8, bf16")
       ->capture_default_str();
-  sub->add_option("--quant", o->quant.quant, "INT4 quantizer: rtn|clip|gptq|gptq-clip (default rtn)")
-      ->check(CLI::IsMember({"rtn", "clip", "gptq", "gptq-clip"}));
+  sub->add_option("--quant", o->quant.quant, "INT4 quantizer: rtn|clip|clip-act|gptq|gptq-clip (default rtn)")
+      ->check(CLI::IsMember({"rtn", "clip", "clip-act", "gptq", "gptq-clip"}));
   sub->add_flag("--act-order", o->quant.act_order, "GPTQ: quantize inputs by decreasing activity");
   sub->add_option("--group", o->quant.group, "INT4 group size 64|128 (default: 128, 64 where K % 128 != 0)")
       ->check(CLI::IsMember({0, 64, 128}));

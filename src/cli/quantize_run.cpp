@@ -65,8 +65,8 @@ void add_quant_options(CLI::App* app, QuantCliOptions& o) {
       ->check(CLI::IsMember({"auto", "fp32", "bf16", "fp8", "int4"}))
       ->capture_default_str();
   app->add_option("--quant", o.quant,
-                  "INT4 quantizer when quantizing on load: rtn|clip|gptq|gptq-clip (default rtn)")
-      ->check(CLI::IsMember({"rtn", "clip", "gptq", "gptq-clip"}));
+                  "INT4 quantizer when quantizing on load: rtn|clip|clip-act|gptq|gptq-clip (default rtn)")
+      ->check(CLI::IsMember({"rtn", "clip", "clip-act", "gptq", "gptq-clip"}));
   app->add_flag("--act-order", o.act_order, "GPTQ: quantize inputs by decreasing activity");
   app->add_option("--group", o.group, "INT4 group size 64|128 (default: 128, 64 where K % 128 != 0)")
       ->check(CLI::IsMember({0, 64, 128}));

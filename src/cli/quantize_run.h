@@ -8,7 +8,8 @@
 //       An unquantized model is quantized on load (fp8 per channel; bf16; int4
 //       with --quant). A .futr file is used as stored: it must hold the format
 //       asked for, and --quant is refused (no double quantization).
-//   --quant rtn|clip|gptq|gptq-clip   INT4 quantizer on load (default rtn); gptq
+//   --quant rtn|clip|clip-act|gptq|gptq-clip   INT4 quantizer on load (default rtn);
+//       clip-act and gptq*
 //       runs the calibration (see --calib-*) first, which takes minutes:
 //       `futr quantize` once and load the .futr file instead.
 //   --act-order                     GPTQ processes inputs by decreasing activity.
@@ -45,7 +46,7 @@ inline constexpr int kDefaultKvBlock = 64;
 
 struct QuantCliOptions {
   std::string weights = "auto";  // auto | fp32 | bf16 | fp8 | int4
-  std::string quant;             // rtn | clip | gptq | gptq-clip ("" = rtn when quantizing)
+  std::string quant;             // rtn | clip | clip-act | gptq | gptq-clip ("" = rtn)
   bool act_order = false;
   int group = 0;                 // INT4 group (0: 128, or 64 where K % 128 != 0)
   std::string kv = "auto";       // auto | fp32 | bf16 | int4 | int4-rot

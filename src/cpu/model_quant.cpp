@@ -114,7 +114,10 @@ int input_site(const std::string& proj, bool& first) {
 }
 
 std::string int4_method_name(const QuantizeOptions& o) {
-  std::string m = o.method == "clip" ? "rtn+clip" : o.method == "gptq-clip" ? "gptq+clip" : o.method;
+  std::string m = o.method == "clip"        ? "rtn+clip"
+                  : o.method == "clip-act"  ? "rtn+clip(act)"
+                  : o.method == "gptq-clip" ? "gptq+clip"
+                                            : o.method;
   if (o.act_order && o.method.rfind("gptq", 0) == 0) m += ",act-order";
   return m;
 }
@@ -128,6 +131,57 @@ quant::QuantizedTensor int4_tensor(const std::string& name, quant::Int4Weights w
   t.method = method;
   t.int4 = std::move(w);
   return t;
+}
+
+// Per-input second moments E[x_k^2] of every projection's input on the calibration
+// windows (one FP32 forward pass): the weights of the activation-aware clipping search.
+class DiagLinear final : public Linear {
+ public:
+  DiagLinear(std::unique_ptr<Linear> inner, std::vector<double>* acc, int64_t* rows)
+      : inner_(std::move(inner)), acc_(acc), rows_(rows) {}
+  int64_t in_features() const override { return inner_->in_features(); }
+  int64_t out_features() const override { return inner_->out_features(); }
+  std::string describe() const override { return inner_->describe(); }
+  void forward(const float* x, int64_t m, float* y) override {
+    inner_->forward(x, m, y);
+    const int64_t k = in_features();
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t j = 0; j < k; ++j) (*acc_)[size_t(j)] += double(x[r * k + j]) * x[r * k + j];
+    *rows_ += m;
+  }
+
+ private:
+  std::unique_ptr<Linear> inner_;
+  std::vector<double>* acc_;
+  int64_t* rows_;
+};
+
+std::map<std::string, std::vector<float>> input_second_moments(const Model& model, const QuantizeOptions& o,
+                                                               std::span<const int32_t> calib,
+                                                               const QuantProgress& progress) {
+  const int ctx = o.calib_ctx;
+  const int windows = int(calib.size() / size_t(std::max(ctx, 1)));
+  FUTR_CHECK(ctx >= 2 && windows >= 1, "clip-act needs at least one calibration window of {} tokens ({} given)",
+             ctx, calib.size());
+  std::map<std::string, std::vector<double>> acc;
+  std::map<std::string, int64_t> rows;
+  Forward f(model, make_weights(model, [&](const std::string& name, const Tensor& w) -> std::unique_ptr<Linear> {
+              if (name == "output") return std::make_unique<NullLinear>(w.dim(0), w.dim(1));
+              acc[name].assign(size_t(w.dim(1)), 0.0);
+              return std::make_unique<DiagLinear>(DenseLinear::borrow(w, name), &acc[name], &rows[name]);
+            }),
+            make_fp32_kv_storage(model.config, ctx));
+  for (int w = 0; w < windows; ++w) {
+    if (progress) progress("calibration", w, windows);
+    f.reset();
+    f.eval(calib.subspan(size_t(w) * size_t(ctx), size_t(ctx)), ctx);  // no logits
+  }
+  std::map<std::string, std::vector<float>> out;
+  for (auto& [name, a] : acc) {
+    std::vector<float>& d = out[name];
+    for (double v : a) d.push_back(float(v / double(std::max<int64_t>(rows[name], 1))));
+  }
+  return out;
 }
 
 // GPTQ over the whole model, layer by layer through the quantized prefix.
@@ -245,7 +299,7 @@ std::vector<std::string> fp8_site_names(int layer) {
 }
 
 bool method_needs_calibration(const QuantizeOptions& o) {
-  return o.format == quant::WeightFormat::kInt4 && o.method.rfind("gptq", 0) == 0;
+  return o.format == quant::WeightFormat::kInt4 && (o.method.rfind("gptq", 0) == 0 || o.method == "clip-act");
 }
 
 quant::QuantizedWeights quantize_model(const Model& model, const QuantizeOptions& o,
@@ -257,8 +311,9 @@ quant::QuantizedWeights quantize_model(const Model& model, const QuantizeOptions
   out.format = o.format;
   FUTR_CHECK(o.format != WeightFormat::kFp32, "quantize: fp32 is not a quantized format");
   if (o.format == WeightFormat::kInt4) {
-    FUTR_CHECK(o.method == "rtn" || o.method == "clip" || o.method == "gptq" || o.method == "gptq-clip",
-               "unknown INT4 quantizer '{}' (choose rtn, clip, gptq, gptq-clip)", o.method);
+    FUTR_CHECK(o.method == "rtn" || o.method == "clip" || o.method == "clip-act" || o.method == "gptq" ||
+                   o.method == "gptq-clip",
+               "unknown INT4 quantizer '{}' (choose rtn, clip, clip-act, gptq, gptq-clip)", o.method);
     FUTR_CHECK(!o.act_order || o.method.rfind("gptq", 0) == 0, "--act-order applies to gptq only");
     FUTR_CHECK(o.group == 0 || o.group == 64 || o.group == 128, "INT4 group {} (choose 64 or 128)",
                o.group);
@@ -266,7 +321,10 @@ quant::QuantizedWeights quantize_model(const Model& model, const QuantizeOptions
   const int layers = c.n_layers;
   const int64_t steps = int64_t(layers) * 7;
 
-  if (o.format == WeightFormat::kInt4 && method_needs_calibration(o)) {
+  std::map<std::string, std::vector<float>> act_diag;  // clip-act: E[x_k^2] per projection input
+  if (o.format == WeightFormat::kInt4 && o.method == "clip-act")
+    act_diag = input_second_moments(model, o, calib, progress);
+  if (o.format == WeightFormat::kInt4 && o.method.rfind("gptq", 0) == 0) {
     gptq_model(model, o, calib, out, progress);
   } else {
     int64_t done = 0;
@@ -296,8 +354,12 @@ quant::QuantizedWeights quantize_model(const Model& model, const QuantizeOptions
           }
         } else {
           quant::ClipSearch clip = o.clip;
-          clip.enabled = o.method == "clip";
-          t = int4_tensor(name, quant::quantize_int4(w.data, n, k, o.group, clip, {}, name),
+          clip.enabled = o.method == "clip" || o.method == "clip-act";
+          const std::vector<float>* diag = act_diag.empty() ? nullptr : &act_diag.at(name);
+          t = int4_tensor(name,
+                          quant::quantize_int4(w.data, n, k, o.group, clip,
+                                               diag ? std::span<const float>(*diag) : std::span<const float>(),
+                                               name),
                           int4_method_name(o));
         }
         out.tensors[name] = std::move(t);

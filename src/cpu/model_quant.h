@@ -6,7 +6,10 @@
 //           per output channel (quant/fp8_weights.h); with calibration tokens,
 //           the largest activation amax seen per site becomes the site's
 //           initial delayed-scaling amax (stored in .futr files);
-//   - int4: "rtn", "clip" (RTN + clipping search), "gptq", "gptq-clip"
+//   - int4: "rtn", "clip" (RTN + clipping search on the weight MSE),
+//           "clip-act" (the search's error weighted per input by E[x_k^2] from
+//           one FP32 pass over the calibration tokens), "gptq", "gptq-clip"
+//           (GPTQ whose group scales come from the search weighted by H_kk)
 //           (quant/int4_quant.h, quant/gptq.h), optional act-order.
 //
 // GPTQ calibration runs the CPU forward layer by layer through the already
@@ -52,7 +55,7 @@ namespace futr::cpu {
 
 struct QuantizeOptions {
   quant::WeightFormat format = quant::WeightFormat::kInt4;
-  std::string method = "rtn";  // int4: rtn | clip | gptq | gptq-clip
+  std::string method = "rtn";  // int4: rtn | clip | clip-act | gptq | gptq-clip
   bool act_order = false;      // int4 gptq: process inputs by decreasing activity
   int group = 0;               // int4: 0 = 128 where K % 128 == 0, else 64
   quant::ClipSearch clip;      // grid of the clipping search (enabled by the method)
@@ -63,7 +66,7 @@ struct QuantizeOptions {
 // Progress: stage name, steps done, steps total.
 using QuantProgress = std::function<void(const std::string& stage, int64_t done, int64_t total)>;
 
-// True for the methods that need calibration tokens (gptq, gptq-clip).
+// True for the methods that need calibration tokens (clip-act, gptq, gptq-clip).
 bool method_needs_calibration(const QuantizeOptions& o);
 
 // Quantizes model's projections. calib: token ids (cut into windows of

@@ -102,8 +102,12 @@ Int4Weights gptq_quantize(std::span<const float> w_in, int n, int k, std::span<c
   Int4Weights out{n, k, G, std::vector<int8_t>(size_t(n) * K), std::vector<uint16_t>(size_t(n) * (K / G))};
   const int groups = k / G;
   // Static groups for act-order: scales from the (dead-zeroed) weights before any update.
+  // Per-input error weights of the clipping search: H_kk (original order).
+  std::vector<float> hdiag;
+  if (o.clip.enabled && o.clip_weighted)
+    for (size_t i = 0; i < K; ++i) hdiag.push_back(float(h[i * K + i]));
   if (o.act_order) {
-    const Int4Weights s = quantize_int4(w, n, k, G, o.clip, {}, name);
+    const Int4Weights s = quantize_int4(w, n, k, G, o.clip, hdiag, name);
     out.scale = s.scale;
   }
 
@@ -135,7 +139,9 @@ Int4Weights gptq_quantize(std::span<const float> w_in, int n, int k, std::span<c
               // Group start (plain order: the group is inputs i..i+G-1, all in this block
               // and already updated): choose its scale now.
               for (int t = 0; t < G; ++t) gw[size_t(t)] = float(row[i + t]);
-              s16 = int4_quantize_group(gw, {}, o.clip, gq);
+              const std::span<const float> d =
+                  hdiag.empty() ? std::span<const float>() : std::span<const float>(hdiag).subspan(size_t(i), size_t(G));
+              s16 = int4_quantize_group(gw, d, o.clip, gq);
             }
             const float s = fp16_to_float(s16);
             const int8_t q = int4_quantize_value(float(row[i]), s);

@@ -25,7 +25,8 @@
 //                traffic);
 //   groups       the group scale (per row, G inputs) is chosen when the first
 //                input of the group is reached, from the already-updated
-//                weights of the group (RTN amax rule or the clipping search);
+//                weights of the group (RTN amax rule or the clipping search,
+//                whose error is weighted by H_kk = E[x_k^2] by default);
 //   act-order    optional: inputs are processed in order of decreasing H_ii
 //                (most active first). Group membership stays by ORIGINAL
 //                input index, and the scales of all groups are fixed before
@@ -52,6 +53,7 @@ struct GptqOptions {
   int block = 128;         // lazy-update block (a multiple of the group size)
   bool act_order = false;  // process inputs by decreasing H_ii (static groups)
   ClipSearch clip;         // clipping search for each group's scale (GPTQ + clip)
+  bool clip_weighted = true;  // the search's error weighted by H_kk (output-aware), else plain MSE
 };
 
 // Quantizes W [n, k] (row-major FP32) with the calibration second moment

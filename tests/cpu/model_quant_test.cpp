@@ -118,6 +118,8 @@ TEST(ModelQuant, GptqBeatsRtnOnTheModel) {
   const double rtn = err_of("rtn"), gptq = err_of("gptq"), gclip = err_of("gptq-clip");
   EXPECT_LT(gptq, rtn) << "gptq " << gptq << " rtn " << rtn;
   EXPECT_LT(gclip, rtn);
+  o.method = "clip-act";  // needs calibration (second moments), then quantizes
+  EXPECT_EQ(quantize_model(m, o, calib).method.rfind("rtn+clip(act)", 0), 0u);
   o.method = "gptq";
   EXPECT_THROW(quantize_model(m, o, std::span<const int32_t>(calib).first(10)), Error);  // < one window
   o.method = "awq";
