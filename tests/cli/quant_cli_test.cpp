@@ -104,6 +104,16 @@ const fs::path& futr_file() {
   return p;
 }
 
+// Removes the work directory (the .futr file, texts, outputs) after the suite.
+class CleanUp : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(work_dir(), ec);
+  }
+};
+const auto* const kCleanUp = ::testing::AddGlobalTestEnvironment(new CleanUp);
+
 bool have_model() { return fs::exists(FUTR_DEFAULT_MODEL); }
 #define REQUIRE_MODEL()                                                                    \
   if (!have_model())                                                                       \
