@@ -88,6 +88,11 @@ void add_quant_options(CLI::App* app, QuantCliOptions& o) {
                   "FP8 on saturation: clamp (count, clamp, re-scale next call) | recompute")
       ->check(CLI::IsMember({"clamp", "recompute"}))
       ->capture_default_str();
+  app->add_option("--fp8-rms", o.fp8_rms,
+                  "FP8 folded RMSNorm: 1/rms applied in the GEMM epilogue (the design) or before "
+                  "the E4M3 cast")
+      ->check(CLI::IsMember({"epilogue", "cast"}))
+      ->capture_default_str();
 }
 
 void add_calibration_options(CLI::App* app, QuantCliOptions& o) {
@@ -164,6 +169,7 @@ std::unique_ptr<Backend> make_quant_backend(const Model& model, const BackendOpt
   ro.kv = kv;
   ro.kv_block = o.kv_block ? o.kv_block : std::min(kDefaultKvBlock, model.config.head_dim);
   ro.fp8 = fp8_config(o);
+  ro.fp8_rms_in_cast = o.fp8_rms == "cast";
 
   std::shared_ptr<const quant::QuantizedWeights> q;
   if (w == WeightFormat::kFp8 || w == WeightFormat::kInt4) {
@@ -179,7 +185,10 @@ std::unique_ptr<Backend> make_quant_backend(const Model& model, const BackendOpt
     } else {
       const cpu::QuantizeOptions qo = quantize_options(w, o);
       std::vector<int32_t> calib;
-      if (cpu::method_needs_calibration(qo)) {
+      if (w == WeightFormat::kFp8) {
+        calib = calibration_tokens(model, o);  // the initial amax of each activation site
+        if (log) log(fmt::format("quantizing to fp8 on load; initial amax from {} held-out tokens", calib.size()));
+      } else if (cpu::method_needs_calibration(qo)) {
         calib = calibration_tokens(model, o);
         if (log)
           log(fmt::format("calibrating {} on {} held-out tokens (this takes minutes; `futr quantize` "

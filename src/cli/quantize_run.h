@@ -19,6 +19,8 @@
 //       default kDefaultKvBlock, capped at head_dim).
 //   --fp8-history N, --fp8-margin X, --fp8-policy clamp|recompute
 //                                   delayed FP8 scaling (quant/delayed_scaling.h).
+//   --fp8-rms epilogue|cast         folded RMSNorm: row factor after the GEMM (the
+//                                   design) or before the E4M3 cast (variant).
 // Calibration (gptq on load, `futr quantize`): --calib-file (default: the
 // perplexity text), --calib-tokens (16384), --calib-ctx (512); the tokens come
 // from the LAST 10% of the file's tokens (calibration_tokens()), so they are
@@ -54,6 +56,7 @@ struct QuantCliOptions {
   int fp8_history = 16;
   float fp8_margin = 1.0f;
   std::string fp8_policy = "clamp";  // clamp | recompute
+  std::string fp8_rms = "epilogue";  // epilogue (the design) | cast (1/rms before the E4M3 cast)
   std::string calib_file;        // "" = the default perplexity text
   int calib_tokens = 16384;
   int calib_ctx = 512;

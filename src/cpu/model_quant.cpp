@@ -394,9 +394,9 @@ quant::QuantizedWeights quantize_model(const Model& model, const QuantizeOptions
     const quant::ScaleBank& bank = *qf.fp8_bank();
     for (int s = 0; s < bank.sites(); ++s) {
       const quant::DelayedScale* st = bank.find(0, s);
-      // 2x headroom over the calibration maximum: a first call must not saturate.
-      if (st && st->stats().max_amax > 0.0f)
-        out.fp8_initial_amax[bank.site_name(s)] = 2.0f * st->stats().max_amax;
+      // The calibration maximum itself: headroom is costly here (sites with massive
+      // activations have no spare dynamic range, docs/QUANTIZATION.md).
+      if (st && st->stats().max_amax > 0.0f) out.fp8_initial_amax[bank.site_name(s)] = st->stats().max_amax;
     }
   }
   return out;
@@ -406,7 +406,7 @@ quant::QuantizedWeights quantize_model(const Model& model, const QuantizeOptions
 
 LinearFactory quant_linear_factory(const Model& model, quant::WeightFormat format,
                                    std::shared_ptr<const quant::QuantizedWeights> q,
-                                   std::shared_ptr<quant::ScaleBank> bank) {
+                                   std::shared_ptr<quant::ScaleBank> bank, bool fp8_rms_in_cast) {
   using quant::WeightFormat;
   FUTR_CHECK(format == WeightFormat::kBf16 || q, "the {} reference needs quantized weights",
              to_string(format));
@@ -414,7 +414,7 @@ LinearFactory quant_linear_factory(const Model& model, quant::WeightFormat forma
              "quantized weights are {}, not {}", to_string(q ? q->format : format), to_string(format));
   auto sites = std::make_shared<std::map<int, std::shared_ptr<Fp8Site>>>();
   const float eps = model.config.rms_eps;
-  return [format, q, bank, sites, eps](const std::string& name,
+  return [format, q, bank, sites, eps, fp8_rms_in_cast](const std::string& name,
                                        const Tensor& w) -> std::unique_ptr<Linear> {
     const int64_t n = w.dim(0), k = w.dim(1);
     if (name == "output") return std::make_unique<Bf16Linear>(w.ptr(), n, k, false, name);
@@ -445,7 +445,7 @@ LinearFactory quant_linear_factory(const Model& model, quant::WeightFormat forma
     const bool want_folded = proj != "attn_output" && proj != "ffn_down";
     FUTR_CHECK(t.fp8.folded_gain == want_folded, "FP8 tensor '{}': the RMSNorm gain is {}folded",
                name, t.fp8.folded_gain ? "" : "not ");
-    return std::make_unique<Fp8Linear>(t.fp8, s, owner, eps, name);
+    return std::make_unique<Fp8Linear>(t.fp8, s, owner, eps, name, fp8_rms_in_cast);
   };
 }
 
@@ -471,7 +471,7 @@ QuantForward::QuantForward(const Model& model, std::shared_ptr<const quant::Quan
         }
       }
   }
-  CpuWeights w = make_weights(model, quant_linear_factory(model, o.weights, q_, bank_));
+  CpuWeights w = make_weights(model, quant_linear_factory(model, o.weights, q_, bank_, o.fp8_rms_in_cast));
   // Embedding, norm gains: BF16 in every quantized mode.
   embd_.resize(model.weights.tok_embd.data.size());
   round_bf16_into(model.weights.tok_embd.ptr(), int64_t(embd_.size()), embd_.data());
@@ -492,8 +492,9 @@ std::string QuantForward::describe() const {
   if (bank_) {
     const quant::ScaleBank& b = *bank_;
     const quant::ScaleStats t = b.total();
-    s += fmt::format(", FP8 delayed scaling: history {}, margin {}, {} calls, {} saturated ({} values)",
-                     b.config().history, b.config().margin, t.calls, t.saturated_calls,
+    s += fmt::format(", FP8 delayed scaling: history {}, margin {}, {}{} calls, {} saturated ({} values)",
+                     b.config().history, b.config().margin,
+                     opt_.fp8_rms_in_cast ? "1/rms in the cast, " : "", t.calls, t.saturated_calls,
                      t.saturated_values);
   }
   return s;

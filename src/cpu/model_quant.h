@@ -80,6 +80,7 @@ struct QuantRunOptions {
   KvMode kv = KvMode::kFp32;
   int kv_block = 64;                 // Hadamard block (int4-rot)
   quant::DelayedScalingConfig fp8;   // delayed scaling of FP8 activations
+  bool fp8_rms_in_cast = false;      // folded RMSNorm: 1/rms before the E4M3 cast (variant)
   int max_batch = 256;               // tokens per forward chunk
 };
 
@@ -107,7 +108,7 @@ class QuantForward {
 // projection `name` from q (fp8/int4) or from the FP32 weight (bf16).
 LinearFactory quant_linear_factory(const Model& model, quant::WeightFormat format,
                                    std::shared_ptr<const quant::QuantizedWeights> q,
-                                   std::shared_ptr<quant::ScaleBank> bank);
+                                   std::shared_ptr<quant::ScaleBank> bank, bool fp8_rms_in_cast = false);
 
 // The FP8 activation site names of layer l: attn_in, o_in, ffn_in, down_in.
 std::vector<std::string> fp8_site_names(int layer);

@@ -74,8 +74,13 @@ void Int4Linear::forward_grouped(const float* x, int64_t m, float* y) const {
 // ---- FP8 --------------------------------------------------------------------------------
 
 Fp8Linear::Fp8Linear(quant::Fp8Weights w, std::shared_ptr<Fp8Site> site, bool owner, float eps,
-                     std::string name)
-    : w_(std::move(w)), site_(std::move(site)), owner_(owner), eps_(eps), name_(std::move(name)) {
+                     std::string name, bool rms_in_cast)
+    : w_(std::move(w)),
+      site_(std::move(site)),
+      owner_(owner),
+      eps_(eps),
+      rms_in_cast_(rms_in_cast),
+      name_(std::move(name)) {
   FUTR_CHECK(site_ && site_->bank, "{}: FP8 layer without an activation site", name_);
   FUTR_CHECK(w_.w.size() == size_t(w_.n) * size_t(w_.k) && w_.scale.size() == size_t(w_.n),
              "{}: FP8 weight with {} bytes and {} scales for [{}, {}]", name_, w_.w.size(),
@@ -86,7 +91,9 @@ Fp8Linear::Fp8Linear(quant::Fp8Weights w, std::shared_ptr<Fp8Site> site, bool ow
 
 std::string Fp8Linear::describe() const {
   return fmt::format("fp8 e4m3 per-channel [{}, {}]{} (site {}{})", w_.n, w_.k,
-                     w_.folded_gain ? " rmsnorm-folded" : "", site_->bank->site_name(site_->id),
+                     w_.folded_gain ? (rms_in_cast_ ? " rmsnorm-folded, 1/rms in the cast" : " rmsnorm-folded")
+                                    : "",
+                     site_->bank->site_name(site_->id),
                      owner_ ? "" : ", shared");
 }
 
@@ -102,6 +109,12 @@ void Fp8Linear::quantize_input(const float* x, int64_t m) {
       double ss = 0.0;
       for (int64_t k = 0; k < K; ++k) ss += double(xb_[size_t(i * K + k)]) * xb_[size_t(i * K + k)];
       s.row_factor[size_t(i)] = 1.0f / std::sqrt(float(ss) / float(K) + eps_);
+    }
+    if (rms_in_cast_) {  // normalize, round to BF16 again, then cast; no factor after the GEMM
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t k = 0; k < K; ++k)
+          xb_[size_t(i * K + k)] = round_bf16(xb_[size_t(i * K + k)] * s.row_factor[size_t(i)]);
+      s.row_factor.clear();
     }
   } else {
     s.row_factor.clear();

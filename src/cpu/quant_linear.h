@@ -13,6 +13,9 @@
 //     acc = sum_k a[m, k] * w8[n, k]       exact products, FP32 sums
 //     y   = acc * (s * b_s[n])             ColScale
 //     y  *= 1/sqrt(sumsq(xb[m]) / K + eps) RowRmsFactor (folded layers only)
+//   Variant rms_in_cast (folded layers; docs/QUANTIZATION.md, "normalize in
+//   the cast"): the row factor is applied before the E4M3 cast instead,
+//     a = e4m3_satfinite(bf16(xb * r) * (1/s)),  y = acc * (s * b_s[n])
 //   out() is a BF16 rounding where the GPU stores BF16 (round_output), and
 //   none where the value stays FP32 in the fused epilogue (FP8 q/k/v before
 //   RoPE, gate/up before SwiGLU, o/down before the residual add; LM-head logits).
@@ -101,8 +104,9 @@ class Fp8Linear final : public Linear {
   // folded: the weights carry an RMSNorm gain and the layer reads the
   // un-normalized rows (eps: the model's rms_eps). owner: this layer quantizes
   // the site's input (q, gate, o, down); followers reuse it (k, v, up).
+  // rms_in_cast: apply 1/rms before the E4M3 cast instead of after the GEMM.
   Fp8Linear(quant::Fp8Weights w, std::shared_ptr<Fp8Site> site, bool owner, float eps,
-            std::string name);
+            std::string name, bool rms_in_cast = false);
   int64_t in_features() const override { return w_.k; }
   int64_t out_features() const override { return w_.n; }
   std::string describe() const override;
@@ -116,6 +120,7 @@ class Fp8Linear final : public Linear {
   std::shared_ptr<Fp8Site> site_;
   bool owner_;
   float eps_;
+  bool rms_in_cast_;       // folded layers: r applied before the cast (variant)
   uint64_t seen_ = 0;      // follower: the site generation consumed last
   std::vector<float> xb_;  // scratch
   std::string name_;

@@ -23,8 +23,9 @@
 //             large, because clamping is far worse than coarse rounding (a
 //             first call clamped at 448 destroyed the attention-sink token's
 //             massive activations, amax ~2e4 in SmolLM2's residual stream:
-//             perplexity +48%; docs/QUANTIZATION.md). A .futr file stores a
-//             calibrated initial amax per site (2x the calibration maximum).
+//             perplexity +48%; docs/QUANTIZATION.md). The CLI always sets a
+//             calibrated initial amax per site (the maximum over held-out
+//             calibration tokens, stored in .futr files).
 //   all-zero  a call with amax = 0 is recorded as 0; while every amax in the
 //             window is 0 the scale stays what it was (a zero tensor is exact
 //             under any scale, and the next non-zero call is not hurt by a
