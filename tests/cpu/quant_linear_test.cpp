@@ -85,19 +85,21 @@ namespace {
 // The FP8 formula of quant_linear.h in double: a = e4m3(bf16(x) * (1/s)),
 // y = sum a w8 * (s * b_s[n]) (* r[m]).
 std::vector<double> fp8_ref(const quant::Fp8Weights& w, const std::vector<float>& x, int m, float s,
-                            bool folded, float eps) {
+                            bool folded, float eps, bool rms_in_cast = false) {
   const int n = w.n, k = w.k;
   std::vector<double> y(size_t(m) * n);
   for (int i = 0; i < m; ++i) {
     double ss = 0;
     for (int j = 0; j < k; ++j) ss += double(round_bf16(x[size_t(i) * k + j])) * round_bf16(x[size_t(i) * k + j]);
-    const double r = 1.0 / std::sqrt(ss / k + eps);
+    const float rf = 1.0f / std::sqrt(float(ss) / float(k) + eps);
     for (int o = 0; o < n; ++o) {
       double acc = 0;
-      for (int j = 0; j < k; ++j)
-        acc += double(round_e4m3(round_bf16(x[size_t(i) * k + j]) * (1.0f / s))) *
-               e4m3_to_float(w.w[size_t(o) * k + j]);
-      y[size_t(i) * n + o] = acc * double(s * w.scale[size_t(o)]) * (folded ? r : 1.0);
+      for (int j = 0; j < k; ++j) {
+        float a = round_bf16(x[size_t(i) * k + j]);
+        if (rms_in_cast) a = round_bf16(a * rf);
+        acc += double(round_e4m3(a * (1.0f / s))) * e4m3_to_float(w.w[size_t(o) * k + j]);
+      }
+      y[size_t(i) * n + o] = acc * double(s * w.scale[size_t(o)]) * (folded && !rms_in_cast ? rf : 1.0f);
     }
   }
   return y;
@@ -132,4 +134,17 @@ TEST(QuantLinear, Fp8OwnerFollowerAndFolding) {
   EXPECT_GT(bank->at(0, site).stats().saturated_calls, 0u);  // x grew 1.5x per call
   // A follower called without its owner on the same input.
   EXPECT_THROW(follower.forward(x.data(), m, y2.data()), Error);
+
+  // Variant: 1/rms applied before the cast.
+  auto bank2 = std::make_shared<quant::ScaleBank>();
+  auto s2 = std::make_shared<Fp8Site>();
+  s2->bank = bank2;
+  s2->id = bank2->add_site("blk.0.ffn_in");
+  Fp8Linear cast(q1, s2, true, 1e-5f, "gate", /*rms_in_cast=*/true);
+  for (int call = 0; call < 2; ++call) {
+    const float scale = bank2->at(0, 0).scale();
+    cast.forward(x.data(), m, y1.data());
+    const auto r = fp8_ref(q1, x, m, scale, true, 1e-5f, true);
+    for (size_t i = 0; i < y1.size(); ++i) EXPECT_NEAR(y1[i], r[i], 1e-5 * (std::fabs(r[i]) + 1e-2));
+  }
 }
