@@ -176,6 +176,7 @@ std::map<std::string, std::vector<float>> input_second_moments(const Model& mode
     f.reset();
     f.eval(calib.subspan(size_t(w) * size_t(ctx), size_t(ctx)), ctx);  // no logits
   }
+  if (progress) progress("calibration", windows, windows);
   std::map<std::string, std::vector<float>> out;
   for (auto& [name, a] : acc) {
     std::vector<float>& d = out[name];
@@ -391,6 +392,7 @@ quant::QuantizedWeights quantize_model(const Model& model, const QuantizeOptions
       qf.forward().reset();
       qf.forward().eval(calib.subspan(b, size_t(ctx)), ctx);
     }
+    if (progress) progress("fp8 calibration", int64_t(use), int64_t(use));
     const quant::ScaleBank& bank = *qf.fp8_bank();
     for (int s = 0; s < bank.sites(); ++s) {
       const quant::DelayedScale* st = bank.find(0, s);

@@ -268,6 +268,7 @@ void write_futr(const std::filesystem::path& path, const Model& model,
       if (o.progress) o.progress(int64_t(pos), total);
     }
     f.write(zeros.data(), std::streamsize(data.size() - pos));
+    if (o.progress) o.progress(total, total);
     f.flush();
     FUTR_CHECK(f.good(), "{}: write error (disk full?)", tmp.string());
   }
