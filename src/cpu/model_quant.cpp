@@ -237,33 +237,57 @@ void gptq_model(const Model& model, const QuantizeOptions& o, std::span<const in
       }
     };
 
-    // Pass 1: Hessians of the four inputs, FP32 weights of layer l.
+    // Hessians of the four inputs and GPTQ of the projections reading each. With
+    // true_sequential (the default) they come one input at a time, each pass running the
+    // layer with the projections of the earlier inputs already quantized (q/k/v, then o,
+    // then gate/up, then down); otherwise one pass with FP32 weights collects all four.
     std::vector<HessianAcc> hess(4);
     for (int s = 0; s < 4; ++s) {
       hess[size_t(s)].k = s == 3 ? c.intermediate : (s == 1 ? c.q_dim() : H);
       hess[size_t(s)].h.assign(size_t(hess[size_t(s)].k) * size_t(hess[size_t(s)].k), 0.0);
     }
-    run([&](const std::string& name, const Tensor& w) -> std::unique_ptr<Linear> {
-      if (name == "output") return std::make_unique<NullLinear>(w.dim(0), w.dim(1));
-      bool first = false;
-      const int s = input_site(split_name(name).second, first);
-      return std::make_unique<CaptureLinear>(DenseLinear::borrow(w, name), first ? &hess[size_t(s)] : nullptr,
-                                             nullptr);
-    });
-
-    // GPTQ of the seven projections.
-    std::map<std::string, std::vector<float>> deq;
-    for (const std::string& name : quant::layer_projection_names(l)) {
-      const std::string proj = split_name(name).second;
-      const Tensor& w = projection_weight(model, l, proj);
-      bool first = false;
-      const HessianAcc& h = hess[size_t(input_site(proj, first))];
-      FUTR_ASSERT(h.k == int(w.dim(1)) && h.rows > 0);
-      std::vector<double> hn(h.h.size());
-      for (size_t i = 0; i < hn.size(); ++i) hn[i] = h.h[i] / double(h.rows);
-      quant::Int4Weights q = quant::gptq_quantize(w.data, int(w.dim(0)), int(w.dim(1)), hn, go, name);
-      deq[proj] = quant::dequantize_int4(q);  // by projection: m1 names its one layer blk.0
-      out.tensors[name] = int4_tensor(name, std::move(q), method);
+    std::map<std::string, std::vector<float>> deq;  // by projection: m1 names its one layer blk.0
+    auto capture = [&](int site) {  // site < 0: all four
+      run([&](const std::string& name, const Tensor& w) -> std::unique_ptr<Linear> {
+        if (name == "output") return std::make_unique<NullLinear>(w.dim(0), w.dim(1));
+        const std::string proj = split_name(name).second;
+        bool first = false;
+        const int s = input_site(proj, first);
+        std::unique_ptr<Linear> inner;
+        if (deq.count(proj)) {
+          Tensor t({w.dim(0), w.dim(1)});
+          t.data = deq.at(proj);
+          inner = DenseLinear::own(std::move(t), name);
+        } else {
+          inner = DenseLinear::borrow(w, name);
+        }
+        HessianAcc* h = first && (site < 0 || site == s) ? &hess[size_t(s)] : nullptr;
+        return std::make_unique<CaptureLinear>(std::move(inner), h, nullptr);
+      });
+    };
+    auto quantize_site = [&](int site) {
+      for (const std::string& name : quant::layer_projection_names(l)) {
+        const std::string proj = split_name(name).second;
+        bool first = false;
+        if (input_site(proj, first) != site) continue;
+        const Tensor& w = projection_weight(model, l, proj);
+        const HessianAcc& h = hess[size_t(site)];
+        FUTR_ASSERT(h.k == int(w.dim(1)) && h.rows > 0);
+        std::vector<double> hn(h.h.size());
+        for (size_t i = 0; i < hn.size(); ++i) hn[i] = h.h[i] / double(h.rows);
+        quant::Int4Weights q = quant::gptq_quantize(w.data, int(w.dim(0)), int(w.dim(1)), hn, go, name);
+        deq[proj] = quant::dequantize_int4(q);
+        out.tensors[name] = int4_tensor(name, std::move(q), method);
+      }
+    };
+    if (o.true_sequential) {
+      for (int site = 0; site < 4; ++site) {
+        capture(site);
+        quantize_site(site);
+      }
+    } else {
+      capture(-1);
+      for (int site = 0; site < 4; ++site) quantize_site(site);
     }
 
     // Pass 2: layer l quantized; h_{l+1} = (h_l + o) + d, as the forward pass adds.

@@ -16,11 +16,12 @@
 // quantized prefix (the paper's sequential scheme):
 //   h_0 = embedding rows of the calibration tokens (windows of calib_ctx)
 //   for l = 0 .. L-1:
-//     pass 1: run layer l (FP32 weights) on h_l, accumulate the Hessians
-//             H = X^T X / n of its four inputs (attention input, shared by
-//             q/k/v; attention output -> o; MLP input, shared by gate/up;
-//             SwiGLU output -> down);
-//     quantize layer l's projections with GPTQ;
+//     for each of the layer's four inputs in order (attention input, shared
+//     by q/k/v; attention output -> o; MLP input, shared by gate/up; SwiGLU
+//     output -> down): run layer l on h_l with the projections of the
+//     earlier inputs already quantized, accumulate that input's Hessian
+//     H = X^T X / n, quantize its projections with GPTQ ("true sequential";
+//     with true_sequential = false one FP32 pass collects all four);
 //     pass 2: run layer l with its quantized weights: h_{l+1} = h_l + o + d.
 // Each pass is the real cpu::Forward on a one-layer model whose "embedding
 // table" is h_l and whose "tokens" are row indices (so attention, RoPE and
@@ -60,6 +61,8 @@ struct QuantizeOptions {
   int group = 0;               // int4: 0 = 128 where K % 128 == 0, else 64
   quant::ClipSearch clip;      // grid of the clipping search (enabled by the method)
   double damp = 0.01;          // GPTQ damping
+  bool true_sequential = true; // GPTQ: each input's Hessian with the earlier projections of the
+                               // layer already quantized (q/k/v -> o -> gate/up -> down)
   int calib_ctx = 512;         // calibration window length (tokens)
 };
 
