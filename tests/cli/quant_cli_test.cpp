@@ -73,7 +73,7 @@ Result futr(const std::vector<std::string>& args) {
 fs::path text_file() {
   const fs::path p = work_dir() / "text.txt";
   if (!fs::exists(p)) {
-    std::string t = slurp(FUTR_DEFAULT_TEXT).substr(0, 2400);
+    std::string t = slurp(FUTR_TEST_TEXT).substr(0, 2400);
     if (t.size() < 1000)
       for (int i = 0; i < 40; ++i) t += "The quick brown fox jumps over the lazy dog. ";
     std::ofstream(p) << t;
