@@ -3,8 +3,6 @@
 // that reason when it is absent), and its error handling (exit status 1 with
 // a message, never a crash).
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -19,52 +17,18 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "support/run_futr.h"
+
 namespace {
 
 namespace fs = std::filesystem;
 
-struct Result {
-  int rc = -1;
-  std::string out, err;
-};
-
-std::string quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) {
-    if (c == '\'') {
-      q.append("'\\''");
-    } else {
-      q.push_back(c);
-    }
-  }
-  q.push_back('\'');
-  return q;
-}
-
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+using Result = futr::test::FutrRun;
+using futr::test::slurp;
 
 // Runs futr with `args` (and `input` on stdin), capturing both streams.
 Result futr(const std::vector<std::string>& args, const std::string& input = "") {
-  static int n = 0;
-  const fs::path dir = fs::temp_directory_path() / fmt::format("futr_e2e_{}_{}", ::getpid(), n++);
-  fs::create_directories(dir);
-  { std::ofstream(dir / "in") << input; }
-  std::string cmd = quote(FUTR_BINARY);
-  for (const auto& a : args) cmd += fmt::format(" {}", quote(a));
-  cmd += fmt::format(" < {} > {} 2> {}", quote((dir / "in").string()),
-                     quote((dir / "out").string()), quote((dir / "err").string()));
-  const int status = std::system(cmd.c_str());
-  Result r;
-  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  r.out = slurp(dir / "out");
-  r.err = slurp(dir / "err");
-  fs::remove_all(dir);
-  return r;
+  return futr::test::run_futr(args, input);
 }
 
 bool have_model() { return fs::exists(FUTR_DEFAULT_MODEL); }

@@ -3,7 +3,6 @@
 // on the default model (skipped with a reason when it is absent). Short
 // texts and contexts keep it to seconds.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -16,34 +15,14 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "support/run_futr.h"
+
 namespace {
 
 namespace fs = std::filesystem;
 
-struct Result {
-  int rc = -1;
-  std::string out, err;
-};
-
-std::string quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) {
-    if (c == '\'') {
-      q.append("'\\''");
-    } else {
-      q.push_back(c);
-    }
-  }
-  q.push_back('\'');
-  return q;
-}
-
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+using Result = futr::test::FutrRun;
+using futr::test::slurp;
 
 fs::path work_dir() {
   static const fs::path d = fs::temp_directory_path() / fmt::format("futr_quant_cli_{}", ::getpid());
@@ -51,23 +30,7 @@ fs::path work_dir() {
   return d;
 }
 
-Result futr(const std::vector<std::string>& args) {
-  static int n = 0;
-  const fs::path out = work_dir() / fmt::format("out{}", n), err = work_dir() / fmt::format("err{}", n);
-  ++n;
-  std::string cmd = quote(FUTR_BINARY);
-  for (const auto& a : args) {
-    cmd.push_back(' ');
-    cmd.append(quote(a));
-  }
-  cmd += fmt::format(" < /dev/null > {} 2> {}", quote(out.string()), quote(err.string()));
-  const int status = std::system(cmd.c_str());
-  Result r;
-  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  r.out = slurp(out);
-  r.err = slurp(err);
-  return r;
-}
+Result run(const std::vector<std::string>& args) { return futr::test::run_futr(args); }
 
 // A short text: the first ~2 KB of the default perplexity text (or a fallback).
 fs::path text_file() {
@@ -85,7 +48,7 @@ nlohmann::json ppl(const std::vector<std::string>& extra) {
   std::vector<std::string> a = {"perplexity", text_file().string(), "--ctx", "64", "--max-tokens", "192",
                                 "--json", "-q", "-t", "2"};
   a.insert(a.end(), extra.begin(), extra.end());
-  const Result r = futr(a);
+  const Result r = run(a);
   EXPECT_EQ(r.rc, 0) << r.err;
   return r.rc == 0 ? nlohmann::json::parse(r.out) : nlohmann::json{{"ppl", -1.0}};
 }
@@ -94,7 +57,7 @@ nlohmann::json ppl(const std::vector<std::string>& extra) {
 const fs::path& futr_file() {
   static const fs::path p = work_dir() / "m.futr";
   if (!fs::exists(p)) {
-    const Result r = futr({"quantize", "-o", p.string(), "--weights", "int4,fp8", "--quant", "rtn",
+    const Result r = run({"quantize", "-o", p.string(), "--weights", "int4,fp8", "--quant", "rtn",
                            "--calib-file", text_file().string(), "--calib-tokens", "64", "--calib-ctx",
                            "32", "-t", "2"});
     EXPECT_EQ(r.rc, 0) << r.err;
@@ -154,7 +117,7 @@ TEST(QuantCli, KlBaseRoundTrip) {
   EXPECT_LT(q["top1_agreement"].get<double>(), 1.0);
   EXPECT_NEAR(q["ppl_delta"].get<double>(), q["ppl"].get<double>() - a["ppl"].get<double>(), 1e-6);
   // A base made with another window plan is refused.
-  const Result r = futr({"perplexity", text_file().string(), "--ctx", "32", "--max-tokens", "192", "-q",
+  const Result r = run({"perplexity", text_file().string(), "--ctx", "32", "--max-tokens", "192", "-q",
                          "--kl-base", base});
   EXPECT_EQ(r.rc, 1);
   EXPECT_NE(r.err.find("the base run used ctx 64"), std::string::npos) << r.err;
@@ -162,11 +125,11 @@ TEST(QuantCli, KlBaseRoundTrip) {
 
 TEST(QuantCli, GenerateAndInfoOnAFutrFile) {
   REQUIRE_MODEL();
-  const Result g = futr({"generate", "-m", futr_file().string(), "The capital of France is", "--temperature",
+  const Result g = run({"generate", "-m", futr_file().string(), "The capital of France is", "--temperature",
                          "0", "-n", "6", "-t", "2"});
   ASSERT_EQ(g.rc, 0) << g.err;
   EXPECT_NE(g.err.find("weights int4"), std::string::npos) << g.err;
-  const Result i = futr({"info", futr_file().string()});
+  const Result i = run({"info", futr_file().string()});
   if (i.err.find("info") != std::string::npos && i.rc != 0 && i.err.find("subcommand") != std::string::npos)
     GTEST_SKIP() << "futr info is not built";
   ASSERT_EQ(i.rc, 0) << i.err;
@@ -176,7 +139,7 @@ TEST(QuantCli, GenerateAndInfoOnAFutrFile) {
 TEST(QuantCli, Errors) {
   REQUIRE_MODEL();
   auto err = [](const std::vector<std::string>& a, const std::string& msg) {
-    const Result r = futr(a);
+    const Result r = run(a);
     EXPECT_EQ(r.rc, 1) << r.err;
     EXPECT_NE(r.err.find(msg), std::string::npos) << r.err;
   };
