@@ -25,7 +25,7 @@ Fp32KvStorage::Fp32KvStorage(const ModelConfig& config, int capacity)
 }
 
 int64_t Fp32KvStorage::offset(int layer, int head, int pos) const {
-  return ((int64_t(layer) * n_kv_heads_ + head) * capacity_ + pos) * head_dim_;
+  return DenseKvShape{n_layers_, n_kv_heads_, capacity_, head_dim_}.offset(layer, head, pos);
 }
 
 void Fp32KvStorage::write(int layer, int pos, int n, const float* k, const float* v) {
@@ -42,16 +42,20 @@ void Fp32KvStorage::write(int layer, int pos, int n, const float* k, const float
   }
 }
 
-KvLayerView Fp32KvStorage::read(int layer, int len) {
-  FUTR_ASSERT(layer >= 0 && layer < n_layers_ && len >= 0 && len <= capacity_);
+KvLayerView dense_kv_view(const DenseKvShape& s, const float* k, const float* v, int layer, int len) {
+  FUTR_ASSERT(layer >= 0 && layer < s.n_layers && len >= 0 && len <= s.capacity);
   KvLayerView view;
   view.len = len;
-  view.heads.resize(size_t(n_kv_heads_));
-  for (int h = 0; h < n_kv_heads_; ++h) {
-    const int64_t o = offset(layer, h, 0);
-    view.heads[size_t(h)] = {k_.data() + o, v_.data() + o, head_dim_};
+  view.heads.resize(size_t(s.n_kv_heads));
+  for (int h = 0; h < s.n_kv_heads; ++h) {
+    const int64_t o = s.offset(layer, h, 0);
+    view.heads[size_t(h)] = {k + o, v + o, s.head_dim};
   }
   return view;
+}
+
+KvLayerView Fp32KvStorage::read(int layer, int len) {
+  return dense_kv_view({n_layers_, n_kv_heads_, capacity_, head_dim_}, k_.data(), v_.data(), layer, len);
 }
 
 KvCache::KvCache(std::unique_ptr<KvStorage> storage) : storage_(std::move(storage)) {

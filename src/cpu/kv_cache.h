@@ -48,6 +48,17 @@ struct KvLayerView {
   int len = 0;                    // positions visible
 };
 
+// Rows stored densely as [n_layers, n_kv_heads, capacity, head_dim] FP32
+// arrays (the FP32 storage, and the attention-space rows of the quantized
+// ones): the float index of (layer, head, pos), and the view of rows [0, len).
+struct DenseKvShape {
+  int n_layers = 0, n_kv_heads = 0, capacity = 0, head_dim = 0;
+  int64_t offset(int layer, int head, int pos) const {
+    return ((int64_t(layer) * n_kv_heads + head) * capacity + pos) * head_dim;
+  }
+};
+KvLayerView dense_kv_view(const DenseKvShape& s, const float* k, const float* v, int layer, int len);
+
 class KvStorage {
  public:
   virtual ~KvStorage() = default;

@@ -73,7 +73,7 @@ std::string QuantKvStorage::name() const {
 }
 
 int64_t QuantKvStorage::offset(int layer, int head, int pos) const {
-  return ((int64_t(layer) * n_kv_heads_ + head) * capacity_ + pos) * head_dim_;
+  return DenseKvShape{n_layers_, n_kv_heads_, capacity_, head_dim_}.offset(layer, head, pos);
 }
 
 int64_t QuantKvStorage::bytes() const {
@@ -141,15 +141,7 @@ void QuantKvStorage::write(int layer, int pos, int n, const float* k, const floa
 }
 
 KvLayerView QuantKvStorage::read(int layer, int len) {
-  FUTR_ASSERT(layer >= 0 && layer < n_layers_ && len >= 0 && len <= capacity_);
-  KvLayerView view;
-  view.len = len;
-  view.heads.resize(size_t(n_kv_heads_));
-  for (int h = 0; h < n_kv_heads_; ++h) {
-    const int64_t o = offset(layer, h, 0);
-    view.heads[size_t(h)] = {k_.data() + o, v_.data() + o, head_dim_};
-  }
-  return view;
+  return dense_kv_view({n_layers_, n_kv_heads_, capacity_, head_dim_}, k_.data(), v_.data(), layer, len);
 }
 
 void QuantKvStorage::map_query(float* q, int64_t n, int64_t ld) const {

@@ -4,7 +4,7 @@
 
 #include "formats/gguf.h"
 #include "formats/gguf_writer.h"
-#include "formats/test_util.h"
+#include "support/expect_error.h"
 
 using namespace futr;
 using namespace futr::test;

@@ -13,7 +13,7 @@
 
 #include "formats/gguf_writer.h"
 #include "formats/loader.h"
-#include "formats/test_util.h"
+#include "support/expect_error.h"
 
 using namespace futr;
 using namespace futr::test;

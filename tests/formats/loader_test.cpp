@@ -6,7 +6,7 @@
 
 #include "formats/gguf_writer.h"
 #include "formats/safetensors_writer.h"
-#include "formats/test_util.h"
+#include "support/expect_error.h"
 
 using namespace futr;
 using namespace futr::test;

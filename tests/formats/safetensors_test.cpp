@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "formats/safetensors_writer.h"
-#include "formats/test_util.h"
+#include "support/expect_error.h"
 
 using namespace futr;
 using namespace futr::test;

@@ -55,14 +55,14 @@ TEST(DelayedScaling, InitialScaleIsValid) {
   EXPECT_FLOAT_EQ(DelayedScale(c).scale(), 1.0f * (1 + 0x1p-20f));
   for (float bad : {0.0f, -1.0f, NAN, INFINITY}) {
     c.initial_amax = bad;
-    EXPECT_QUANT_ERROR(DelayedScale{c}, "initial amax");
+    EXPECT_FUTR_ERROR(DelayedScale{c}, "initial amax");
   }
   c = {};
   c.history = 0;
-  EXPECT_QUANT_ERROR(c.validate(), "history 0");
+  EXPECT_FUTR_ERROR(c.validate(), "history 0");
   c = {};
   c.margin = 0.5f;
-  EXPECT_QUANT_ERROR(c.validate(), "margin 0.5");
+  EXPECT_FUTR_ERROR(c.validate(), "margin 0.5");
 }
 
 TEST(DelayedScaling, ScaleFollowsPreviousAmaxAndFitsIt) {
@@ -182,7 +182,7 @@ TEST(DelayedScaling, RecomputePolicyReRunsWithoutSaturation) {
   EXPECT_EQ(st.stats().saturated_calls, 1u);
   // The re-run's values are the correctly scaled E4M3 values (no clamping).
   for (size_t i = 0; i < x.size(); ++i) EXPECT_LE(std::fabs(out[i] - x[i]), std::fabs(x[i]) / 16 + st.scale());
-  EXPECT_QUANT_ERROR(st.record_rerun(50.0f, 3), "still saturated 3 values");
+  EXPECT_FUTR_ERROR(st.record_rerun(50.0f, 3), "still saturated 3 values");
 }
 
 TEST(DelayedScaling, SeparateStatePerRequestGroup) {
@@ -206,8 +206,8 @@ TEST(DelayedScaling, SeparateStatePerRequestGroup) {
   EXPECT_EQ(bank.groups(), (std::vector<int>{1, 2, 7}));
   EXPECT_EQ(bank.total().calls, 10u);
   EXPECT_EQ(bank.find(3, a), nullptr);
-  EXPECT_QUANT_ERROR(bank.add_site("late"), "added after a group was created");
-  EXPECT_QUANT_ERROR(bank.set_initial_amax(a, 0.0f), "initial amax 0");
+  EXPECT_FUTR_ERROR(bank.add_site("late"), "added after a group was created");
+  EXPECT_FUTR_ERROR(bank.set_initial_amax(a, 0.0f), "initial amax 0");
 }
 
 TEST(DelayedScaling, FastE4m3MatchesReference) {

@@ -146,7 +146,7 @@ TEST(FutrFile, LoaderDispatchAndFiles) {
   const Model meta = inspect_model(path);
   EXPECT_TRUE(meta.weights.layers.empty());
   EXPECT_EQ(load_tokenizer_spec(path).tokens, m.tokenizer.tokens);
-  EXPECT_QUANT_ERROR(FutrFile(path).read_weights(quant::WeightFormat::kFp8), "holds no fp8 weights");
+  EXPECT_FUTR_ERROR(FutrFile(path).read_weights(quant::WeightFormat::kFp8), "holds no fp8 weights");
   std::filesystem::remove(path);
 }
 
@@ -162,11 +162,11 @@ TEST(FutrFile, Versions) {
   EXPECT_NO_THROW(FutrFile(newer_ok, "n.futr").to_model(true));
   // A newer writer that breaks old readers: a clear error.
   o.min_reader_version = kFutrFormatVersion + 1;
-  EXPECT_QUANT_ERROR(FutrFile(futr_bytes(m, {&s.int4}, o), "new.futr"),
+  EXPECT_FUTR_ERROR(FutrFile(futr_bytes(m, {&s.int4}, o), "new.futr"),
                      "new.futr: .futr format version 2 needs a reader of version >= 2; this futr reads versions 1..1");
   o.version = 0;
   o.min_reader_version = 0;
-  EXPECT_QUANT_ERROR(FutrFile(futr_bytes(m, {&s.int4}, o), "z.futr"), "format version 0 is invalid");
+  EXPECT_FUTR_ERROR(FutrFile(futr_bytes(m, {&s.int4}, o), "z.futr"), "format version 0 is invalid");
 }
 
 TEST(FutrFile, TruncatedAnywhere) {

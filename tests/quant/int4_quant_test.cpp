@@ -17,7 +17,7 @@ TEST(Int4Quant, GroupRule) {
   EXPECT_EQ(int4_group_for(4096, "w"), 128);
   EXPECT_EQ(int4_group_for(1536, "w"), 128);
   EXPECT_EQ(int4_group_for(576, "w"), 64);  // SmolLM2 hidden = 4.5 x 128
-  EXPECT_QUANT_ERROR(int4_group_for(100, "blk.0.attn_q"), "blk.0.attn_q: INT4 needs K to be a multiple of 64");
+  EXPECT_FUTR_ERROR(int4_group_for(100, "blk.0.attn_q"), "blk.0.attn_q: INT4 needs K to be a multiple of 64");
 }
 
 TEST(Int4Quant, RtnBoundsAndExactDequant) {
@@ -100,10 +100,10 @@ TEST(Int4Quant, ZeroAndTinyGroups) {
 
 TEST(Int4Quant, Errors) {
   std::vector<float> w(size_t(8) * 128, 1.0f);
-  EXPECT_QUANT_ERROR(quantize_int4(w, 8, 100, 0, {}, {}, "blk.1.ffn_up"), "blk.1.ffn_up: INT4 needs K");
-  EXPECT_QUANT_ERROR(quantize_int4(w, 8, 128, 96, {}, {}, "x"), "x: cannot quantize [8, 128] to INT4 with group 96");
+  EXPECT_FUTR_ERROR(quantize_int4(w, 8, 100, 0, {}, {}, "blk.1.ffn_up"), "blk.1.ffn_up: INT4 needs K");
+  EXPECT_FUTR_ERROR(quantize_int4(w, 8, 128, 96, {}, {}, "x"), "x: cannot quantize [8, 128] to INT4 with group 96");
   w[3] = NAN;
-  EXPECT_QUANT_ERROR(quantize_int4(w, 8, 128, 0, {}), "not finite");
+  EXPECT_FUTR_ERROR(quantize_int4(w, 8, 128, 0, {}), "not finite");
   std::vector<float> big(size_t(8) * 128, 1e6f);
-  EXPECT_QUANT_ERROR(quantize_int4(big, 8, 128, 0, {}), "overflows FP16");
+  EXPECT_FUTR_ERROR(quantize_int4(big, 8, 128, 0, {}), "overflows FP16");
 }

@@ -150,10 +150,10 @@ TEST(Kl, FileRoundTripAndCompare) {
   KlCompare c2(r);
   std::vector<int32_t> wrong = targets;
   wrong[3] += 1;
-  EXPECT_QUANT_ERROR(c2.add_rows(other.data(), rows, V, wrong.data()), "another text or window plan");
+  EXPECT_FUTR_ERROR(c2.add_rows(other.data(), rows, V, wrong.data()), "another text or window plan");
   KlCompare c3(r);
   c3.add_rows(other.data(), rows, V, targets.data());
-  EXPECT_QUANT_ERROR(c3.add_rows(other.data(), 1, V, targets.data()), "more tokens than the base file");
+  EXPECT_FUTR_ERROR(c3.add_rows(other.data(), 1, V, targets.data()), "more tokens than the base file");
 
   // Broken files.
   std::string bytes;
@@ -166,20 +166,20 @@ TEST(Kl, FileRoundTripAndCompare) {
     f.write(s.data(), std::streamsize(s.size()));
   };
   write(bytes.substr(0, bytes.size() - 3));
-  EXPECT_QUANT_ERROR(KlBase::read(path.string()), "sizes do not add up");
+  EXPECT_FUTR_ERROR(KlBase::read(path.string()), "sizes do not add up");
   std::string bad = bytes;
   bad[0] = 'X';
   write(bad);
-  EXPECT_QUANT_ERROR(KlBase::read(path.string()), "not a KL base file");
+  EXPECT_FUTR_ERROR(KlBase::read(path.string()), "not a KL base file");
   bad = bytes;
   bad[8] = 9;
   write(bad);
-  EXPECT_QUANT_ERROR(KlBase::read(path.string()), "KL base version 9");
+  EXPECT_FUTR_ERROR(KlBase::read(path.string()), "KL base version 9");
   bad = bytes;
   bad[12] = 0;  // k = 0
   write(bad);
-  EXPECT_QUANT_ERROR(KlBase::read(path.string()), "impossible");
+  EXPECT_FUTR_ERROR(KlBase::read(path.string()), "impossible");
   write(bytes.substr(0, 10));
-  EXPECT_QUANT_ERROR(KlBase::read(path.string()), "truncated KL base header");
+  EXPECT_FUTR_ERROR(KlBase::read(path.string()), "truncated KL base header");
   std::filesystem::remove(path);
 }

@@ -46,8 +46,8 @@ TEST(Hadamard, MatchesExplicitMatrixAndIsOrthogonal) {
       EXPECT_NEAR(d1, d0, 1e-4 * std::sqrt(n0) * 10);
     }
   float v[48];
-  EXPECT_QUANT_ERROR(hadamard_rotate(v, 48, 32), "block 32 must be a power of two dividing the row length 48");
-  EXPECT_QUANT_ERROR(hadamard_rotate(v, 48, 12), "block 12");
+  EXPECT_FUTR_ERROR(hadamard_rotate(v, 48, 32), "block 32 must be a power of two dividing the row length 48");
+  EXPECT_FUTR_ERROR(hadamard_rotate(v, 48, 12), "block 12");
 }
 
 TEST(Hadamard, SpreadsAnOutlier) {
@@ -82,7 +82,7 @@ TEST(KvInt4, RowQuantization) {
   EXPECT_EQ(kv_int4_quantize_row(z.data(), 64, q), 0.0f);
   for (int i = 0; i < 64; ++i) EXPECT_EQ(q[i], 0);
   z[1] = NAN;
-  EXPECT_QUANT_ERROR(kv_int4_quantize_row(z.data(), 64, q), "non-finite");
+  EXPECT_FUTR_ERROR(kv_int4_quantize_row(z.data(), 64, q), "non-finite");
 }
 
 TEST(KvInt4, KeyLayoutIsTheMmaBFragment) {

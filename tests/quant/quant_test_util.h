@@ -1,5 +1,5 @@
 // Helpers of the quantization tests: random matrices with realistic structure
-// (correlated inputs with outlier channels), EXPECT_FUTR_ERROR.
+// (correlated inputs with outlier channels), EXPECT_FUTR_ERROR (tests/support/expect_error.h).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -10,19 +10,10 @@
 #include <vector>
 
 #include "core/error.h"
+#include "support/expect_error.h"
 
 namespace futr::test {
 
-#define EXPECT_QUANT_ERROR(stmt, substr)                                                \
-  do {                                                                                  \
-    try {                                                                               \
-      stmt;                                                                             \
-      ADD_FAILURE() << "no futr::Error from: " #stmt;                                   \
-    } catch (const ::futr::Error& e) {                                                  \
-      EXPECT_NE(std::string(e.what()).find(substr), std::string::npos)                 \
-          << "message: " << e.what() << "\nexpected to contain: " << (substr);         \
-    }                                                                                   \
-  } while (0)
 
 // Fresh random inputs every run (the seed is printed on failure by the caller).
 inline std::mt19937& test_rng() {

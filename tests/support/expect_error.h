@@ -1,5 +1,6 @@
-// Test support for the format readers: EXPECT_FUTR_ERROR(stmt, "substring")
-// checks that stmt throws futr::Error whose message contains the substring.
+// EXPECT_FUTR_ERROR(stmt, "substring"): checks that stmt throws futr::Error
+// whose message contains the substring (every suite that tests clear errors:
+// readers, quantizers, file formats, CLI helpers).
 #pragma once
 
 #include <gtest/gtest.h>
