@@ -109,6 +109,43 @@ struct E4M3Format {
   }
 };
 
+// ---- the warp's part of the problem (both kernels) ---------------------------
+// CTA (x, y) of 8 warps covers 8*TM tiles of 16 channels and split y of K;
+// warp w takes tiles 8*TM*x + 8*tm + w. c0 is the split's first k64 chunk
+// (even: splits are whole k128 blocks), nj its number of chunks. Per tile:
+// whether it exists (out-of-range tiles re-read tile 0 and are never stored),
+// the lane's next 16-byte weight piece, its scales, and the byte stride from
+// one chunk of the tile to the next (the width of its interleaved tile group).
+template <class WF, int TM>
+struct WarpTiles {
+  static constexpr int kWarps = 8;
+  int c0, nj;                 // first chunk and chunk count of this split
+  int tile[TM];               // tile index (16 channels)
+  bool tok[TM];               // tile < N/16
+  const uint8_t* wnext[TM];   // this lane's next 16-byte weight piece
+  const uint16_t* snext[TM];  // its scales
+  size_t wstride[TM];         // bytes from one chunk of the tile to the next
+
+  __device__ __forceinline__ WarpTiles(const DecodeParams& p, int warp, int lane) {
+    const int g = lane / 4;
+    const int ntiles = p.n / layout::kTileN;
+    const int nchunks = p.k / layout::kChunkK;
+    const int nblk = (p.k + layout::kBlockK - 1) / layout::kBlockK;
+    const int kb0 = blockIdx.y * p.kb_per_split;
+    c0 = 2 * kb0;
+    nj = max(0, min(nchunks, 2 * min(nblk, kb0 + p.kb_per_split)) - c0);
+#pragma unroll
+    for (int tm = 0; tm < TM; ++tm) {
+      tile[tm] = blockIdx.x * kWarps * TM + tm * kWarps + warp;
+      tok[tm] = tile[tm] < ntiles;
+      const int tt = tok[tm] ? tile[tm] : 0;
+      wnext[tm] = p.w + layout::tile_chunk_offset(ntiles, p.k, WF::kChunkBytes, tt, c0) + lane * 16;
+      wstride[tm] = layout::tile_chunk_stride(ntiles, WF::kChunkBytes, tt);
+      snext[tm] = WF::scale_ptr(p.scales, p.k, tt, c0, g);
+    }
+  }
+};
+
 // One chunk of one warp: TM weight tiles (A) x MT row tiles of x (B).
 // blk accumulates the current group; acc the scaled sums (both [TM][MT][4]:
 // D rows = channels g (d[0], d[1]) and g + 8 (d[2], d[3]), columns = rows

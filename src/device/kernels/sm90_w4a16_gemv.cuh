@@ -31,32 +31,15 @@ __global__ void __launch_bounds__(256, TM == 1 ? 4 : 2) sm90_w4a16_gemv_kernel(c
   static_assert(TM == 1 || TM == 2 || TM == 4, "TM weight tiles of 16 channels per warp: 1, 2 or 4");
   static_assert(U >= 2 && U <= 8 && U % 2 == 0, "ring depth: 2..8 chunks, even (whole 128-blocks)");
   using WF = Int4Format<G>;
-  constexpr int kWarps = 8;
 
   // ---- indices ------------------------------------------------------------
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, c = lane % 4;
-  const int ntiles = p.n / layout::kTileN;
-  const int nchunks = p.k / layout::kChunkK;
-  const int nblk = (p.k + layout::kBlockK - 1) / layout::kBlockK;
-  const int kb0 = blockIdx.y * p.kb_per_split;
-  const int c0 = 2 * kb0;                                                  // first chunk (even)
-  const int nj = max(0, min(nchunks, 2 * min(nblk, kb0 + p.kb_per_split)) - c0);  // chunks of this split
-
-  int tile[TM];
-  bool tok[TM];
-  const uint8_t* wnext[TM];   // this lane's next chunk to load
-  const uint16_t* snext[TM];  // its scales
-  size_t wstride[TM];         // bytes from one chunk of the tile to the next (its tile group's width)
-#pragma unroll
-  for (int tm = 0; tm < TM; ++tm) {
-    tile[tm] = blockIdx.x * kWarps * TM + tm * kWarps + warp;
-    tok[tm] = tile[tm] < ntiles;
-    const int tt = tok[tm] ? tile[tm] : 0;  // out-of-range tiles re-read tile 0; never stored
-    wnext[tm] = p.w + layout::tile_chunk_offset(ntiles, p.k, WF::kChunkBytes, tt, c0) + lane * 16;
-    wstride[tm] = layout::tile_chunk_stride(ntiles, WF::kChunkBytes, tt);
-    snext[tm] = WF::scale_ptr(p.scales, p.k, tt, c0, g);
-  }
+  WarpTiles<WF, TM> wt(p, warp, lane);
+  const int c0 = wt.c0, nj = wt.nj;
+  auto& wnext = wt.wnext;
+  auto& snext = wt.snext;
+  const auto& wstride = wt.wstride;
   // x[c0*64 + 16c + ...]: the same 16 activations for every g (a broadcast).
   const uint4* const xrow = reinterpret_cast<const uint4*>(p.x + size_t(c0) * layout::kChunkK + 16 * c);
 
@@ -102,7 +85,7 @@ __global__ void __launch_bounds__(256, TM == 1 ? 4 : 2) sm90_w4a16_gemv_kernel(c
     }
   }
 
-  store_output<WF, 1, TM>(p, acc, tile, tok, g, c);
+  store_output<WF, 1, TM>(p, acc, wt.tile, wt.tok, g, c);
 }
 
 }  // namespace futr::device

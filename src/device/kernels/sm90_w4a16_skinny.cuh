@@ -47,7 +47,6 @@ __global__ void __launch_bounds__(256, TM == 1 && MT == 1 ? 4 : (TM == 1 && MT =
   static_assert(MT == 1 || MT == 2 || MT == 4, "MT row tiles of 8: 1, 2 or 4");
   static_assert(TM == 1 || TM == 2, "TM weight tiles of 16 channels per warp: 1 or 2");
   static_assert(WF::kStages % 2 == 0, "the ring must hold whole 128-blocks (G = 128 groups)");
-  constexpr int kWarps = 8;
   constexpr int kW = WF::kWords;
   constexpr int kS = WF::kStages;
   constexpr int kChunks16 = kW / 4;  // 16-byte pieces per lane per tile and chunk
@@ -55,27 +54,11 @@ __global__ void __launch_bounds__(256, TM == 1 && MT == 1 ? 4 : (TM == 1 && MT =
   // ---- indices ------------------------------------------------------------
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, c = lane % 4;
-  const int ntiles = p.n / layout::kTileN;
-  const int nchunks = p.k / layout::kChunkK;
-  const int nblk = (p.k + layout::kBlockK - 1) / layout::kBlockK;
-  const int kb0 = blockIdx.y * p.kb_per_split;
-  const int c0 = 2 * kb0;                                                  // first chunk (even)
-  const int nj = max(0, min(nchunks, 2 * min(nblk, kb0 + p.kb_per_split)) - c0);  // chunks of this split
-
-  int tile[TM];
-  bool tok[TM];
-  const uint8_t* wnext[TM];   // this lane's next chunk to copy
-  const uint16_t* snext[TM];  // its scales
-  size_t wstride[TM];         // bytes from one chunk of the tile to the next (its tile group's width)
-#pragma unroll
-  for (int tm = 0; tm < TM; ++tm) {
-    tile[tm] = blockIdx.x * kWarps * TM + tm * kWarps + warp;
-    tok[tm] = tile[tm] < ntiles;
-    const int tt = tok[tm] ? tile[tm] : 0;  // out-of-range tiles re-read tile 0; never stored
-    wnext[tm] = p.w + layout::tile_chunk_offset(ntiles, p.k, WF::kChunkBytes, tt, c0) + lane * 16;
-    wstride[tm] = layout::tile_chunk_stride(ntiles, WF::kChunkBytes, tt);
-    snext[tm] = WF::scale_ptr(p.scales, p.k, tt, c0, g);
-  }
+  WarpTiles<WF, TM> wt(p, warp, lane);
+  const int c0 = wt.c0, nj = wt.nj;
+  auto& wnext = wt.wnext;
+  auto& snext = wt.snext;
+  const auto& wstride = wt.wstride;
   // The lane's activations: row 8mt + g (rows >= M read M-1), inputs c0*64 + 16c + ...
   const uint4* xrow[MT];
 #pragma unroll
@@ -161,7 +144,7 @@ __global__ void __launch_bounds__(256, TM == 1 && MT == 1 ? 4 : (TM == 1 && MT =
   }
   ptx::cp_async_wait<0>();
 
-  store_output<WF, MT, TM>(p, acc, tile, tok, g, c);
+  store_output<WF, MT, TM>(p, acc, wt.tile, wt.tok, g, c);
 }
 
 }  // namespace futr::device
