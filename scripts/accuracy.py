@@ -154,7 +154,7 @@ def main():
     p.add_argument('--out', required=True, help='directory for the JSON results and model files')
     p.add_argument('--jobs', type=int, default=max(1, (os.cpu_count() or 2)))
     p.add_argument('--ctx', type=int, default=1024)
-    p.add_argument('--max-tokens', type=int, default=65536)
+    p.add_argument('--max-tokens', type=int, default=65536, help='tokens of the text to evaluate (0: the full text)')
     p.add_argument('--table-only', action='store_true', help='only print the table of what --out holds')
     a = p.parse_args()
     if not a.table_only:
