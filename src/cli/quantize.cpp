@@ -112,7 +112,7 @@ void run_quantize(const QuantizeCmdOptions& o) {
   bool need_calib = false;
   for (auto f : formats) {
     const cpu::QuantizeOptions qo = quantize_options(f, o.quant);
-    need_calib = need_calib || cpu::method_needs_calibration(qo) || f == quant::WeightFormat::kFp8;
+    need_calib = need_calib || cpu::needs_calibration(qo);
   }
   if (need_calib) {
     calib = calibration_tokens(model, o.quant);
@@ -146,7 +146,7 @@ void run_quantize(const QuantizeCmdOptions& o) {
       s["clip_steps"] = qo.clip.steps;
       s["clip_min"] = qo.clip.c_min;
     }
-    if (!calib.empty() && (cpu::method_needs_calibration(qo) || f == quant::WeightFormat::kFp8)) {
+    if (!calib.empty() && cpu::needs_calibration(qo)) {
       s["calibration"] = {{"file", o.quant.calib_file.empty() ? std::string("default text") : o.quant.calib_file},
                           {"slice", "last 10% of the tokens"},
                           {"tokens", calib.size()},

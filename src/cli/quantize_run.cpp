@@ -185,12 +185,11 @@ std::unique_ptr<Backend> make_quant_backend(const Model& model, const BackendOpt
     } else {
       const cpu::QuantizeOptions qo = quantize_options(w, o);
       std::vector<int32_t> calib;
-      if (w == WeightFormat::kFp8) {
-        calib = calibration_tokens(model, o);  // the initial amax of each activation site
-        if (log) log(fmt::format("quantizing to fp8 on load; initial amax from {} held-out tokens", calib.size()));
-      } else if (cpu::method_needs_calibration(qo)) {
+      if (cpu::needs_calibration(qo)) {
         calib = calibration_tokens(model, o);
-        if (log)
+        if (log && w == WeightFormat::kFp8)
+          log(fmt::format("quantizing to fp8 on load; initial amax from {} held-out tokens", calib.size()));
+        else if (log)
           log(fmt::format("calibrating {} on {} held-out tokens (this takes minutes; `futr quantize` "
                           "once and load the .futr file to skip it)",
                           qo.method, calib.size()));

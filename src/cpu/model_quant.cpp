@@ -246,21 +246,15 @@ void gptq_model(const Model& model, const QuantizeOptions& o, std::span<const in
       hess[size_t(s)].k = s == 3 ? c.intermediate : (s == 1 ? c.q_dim() : H);
       hess[size_t(s)].h.assign(size_t(hess[size_t(s)].k) * size_t(hess[size_t(s)].k), 0.0);
     }
-    std::map<std::string, std::vector<float>> deq;  // by projection: m1 names its one layer blk.0
+    std::map<std::string, Tensor> deq;  // dequantized [n, k], by projection: m1 names its one layer blk.0
     auto capture = [&](int site) {  // site < 0: all four
       run([&](const std::string& name, const Tensor& w) -> std::unique_ptr<Linear> {
         if (name == "output") return std::make_unique<NullLinear>(w.dim(0), w.dim(1));
         const std::string proj = split_name(name).second;
         bool first = false;
         const int s = input_site(proj, first);
-        std::unique_ptr<Linear> inner;
-        if (deq.count(proj)) {
-          Tensor t({w.dim(0), w.dim(1)});
-          t.data = deq.at(proj);
-          inner = DenseLinear::own(std::move(t), name);
-        } else {
-          inner = DenseLinear::borrow(w, name);
-        }
+        const auto it = deq.find(proj);
+        std::unique_ptr<Linear> inner = DenseLinear::borrow(it != deq.end() ? it->second : w, name);
         HessianAcc* h = first && (site < 0 || site == s) ? &hess[size_t(s)] : nullptr;
         return std::make_unique<CaptureLinear>(std::move(inner), h, nullptr);
       });
@@ -276,7 +270,9 @@ void gptq_model(const Model& model, const QuantizeOptions& o, std::span<const in
         std::vector<double> hn(h.h.size());
         for (size_t i = 0; i < hn.size(); ++i) hn[i] = h.h[i] / double(h.rows);
         quant::Int4Weights q = quant::gptq_quantize(w.data, int(w.dim(0)), int(w.dim(1)), hn, go, name);
-        deq[proj] = quant::dequantize_int4(q);
+        Tensor d({w.dim(0), w.dim(1)});
+        d.data = quant::dequantize_int4(q);
+        deq.insert_or_assign(proj, std::move(d));
         out.tensors[name] = int4_tensor(name, std::move(q), method);
       }
     };
@@ -297,10 +293,8 @@ void gptq_model(const Model& model, const QuantizeOptions& o, std::span<const in
     run([&](const std::string& name, const Tensor& w) -> std::unique_ptr<Linear> {
       if (name == "output") return std::make_unique<NullLinear>(w.dim(0), w.dim(1));
       const std::string proj = split_name(name).second;
-      Tensor t({w.dim(0), w.dim(1)});
-      t.data = deq.at(proj);
       std::vector<float>* rec = proj == "attn_output" ? &o_out : proj == "ffn_down" ? &d_out : nullptr;
-      return std::make_unique<CaptureLinear>(DenseLinear::own(std::move(t), name), nullptr, rec);
+      return std::make_unique<CaptureLinear>(DenseLinear::borrow(deq.at(proj), name), nullptr, rec);
     });
     FUTR_ASSERT(o_out.size() == size_t(ntok) * size_t(H) && d_out.size() == o_out.size());
     hidden = std::move(m1.weights.tok_embd);
@@ -323,7 +317,8 @@ std::vector<std::string> fp8_site_names(int layer) {
   return names;
 }
 
-bool method_needs_calibration(const QuantizeOptions& o) {
+bool needs_calibration(const QuantizeOptions& o) {
+  if (o.format == quant::WeightFormat::kFp8) return true;
   return o.format == quant::WeightFormat::kInt4 && (o.method.rfind("gptq", 0) == 0 || o.method == "clip-act");
 }
 

@@ -69,8 +69,9 @@ struct QuantizeOptions {
 // Progress: stage name, steps done, steps total.
 using QuantProgress = std::function<void(const std::string& stage, int64_t done, int64_t total)>;
 
-// True for the methods that need calibration tokens (clip-act, gptq, gptq-clip).
-bool method_needs_calibration(const QuantizeOptions& o);
+// True when quantizing needs calibration tokens: INT4 clip-act, gptq and
+// gptq-clip (input statistics), and FP8 (each activation site's initial amax).
+bool needs_calibration(const QuantizeOptions& o);
 
 // Quantizes model's projections. calib: token ids (cut into windows of
 // calib_ctx) for GPTQ and the FP8 initial amax; may be empty for rtn/clip/bf16/fp8.
