@@ -1,0 +1,96 @@
+// The typed configuration of a model runtime: what `futr generate`,
+// `perplexity`, `bench` and `serve` parse their flags into, and the one thing
+// make_engine() (runtime/engine.h) reads. No strings that stand for choices:
+// each choice is an enum with to_string()/parse_*() beside it (the parsers are
+// the only place a flag's spelling is known; futr::Error names the flag and
+// the accepted values).
+//
+// Formats have one home each:
+//   WeightFormat  how the seven projections of every layer are stored and run
+//                 (fp32 reference, bf16, fp8 prefill, int4 decode);
+//   KvFormat      how the KV cache is stored (fp32 reference, the BF16
+//                 primary, the INT4 mirror, the INT4 mirror with the block
+//                 Walsh-Hadamard rotation).
+// quant/ and gpu/ use these enums; nothing else defines a format enum.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace futr::runtime {
+
+enum class EngineKind {
+  kAuto,  // the GPU engine when a Hopper GPU is present, else the CPU engine (said on stderr)
+  kCpu,   // the CPU engines: FP32 reference, or the quantized reference (any other format)
+  kGpu,   // the GPU engine (src/gpu/); a clear error where there is none
+};
+
+enum class WeightFormat {
+  kAuto,  // fp32 for an unquantized model, the file's own format for a .futr file
+  kFp32,  // the FP32 reference (not a quantized format)
+  kBf16,  // BF16 weights, BF16 activations: the baseline
+  kFp8,   // E4M3 per-channel weights, E4M3 delayed-scaled activations (prefill)
+  kInt4,  // INT4 group-scaled weights, BF16 activations (decode)
+};
+
+enum class KvFormat {
+  kAuto,     // fp32 with fp32 weights, else bf16
+  kFp32,     // FP32 rows (the reference)
+  kBf16,     // the BF16 primary cache
+  kInt4,     // the INT4 mirror (quant/kv_int4.h): amax/7 per token and KV head
+  kInt4Rot,  // the INT4 mirror of rows rotated by the block Walsh-Hadamard transform
+};
+
+// The INT4 quantizer used when an unquantized model is quantized on load.
+enum class QuantMethod { kRtn, kClip, kClipAct, kGptq, kGptqClip };
+
+enum class Fp8SaturationPolicy { kClamp, kRecompute };  // quant/delayed_scaling.h
+enum class Fp8RmsPlacement { kEpilogue, kCast };        // folded RMSNorm: after the GEMM | before the cast
+
+std::string to_string(EngineKind k);    // "auto" | "cpu" | "gpu"
+std::string to_string(WeightFormat f);  // "auto" | "fp32" | "bf16" | "fp8" | "int4"
+std::string to_string(KvFormat f);      // "auto" | "fp32" | "bf16" | "int4" | "int4-rot"
+std::string to_string(QuantMethod m);   // "rtn" | "clip" | "clip-act" | "gptq" | "gptq-clip"
+EngineKind parse_engine_kind(const std::string& s);    // futr::Error for anything else
+WeightFormat parse_weight_format(const std::string& s);
+KvFormat parse_kv_format(const std::string& s);
+QuantMethod parse_quant_method(const std::string& s);
+
+// The Hadamard block of int4-rot when none is given (the best of the sweep in
+// docs/ACCURACY.md), capped at head_dim.
+inline constexpr int kDefaultKvBlock = 64;
+
+struct Fp8Config {
+  int history = 16;                                     // amax history length (calls)
+  float margin = 1.0f;                                  // headroom factor >= 1
+  Fp8SaturationPolicy policy = Fp8SaturationPolicy::kClamp;
+  Fp8RmsPlacement rms = Fp8RmsPlacement::kEpilogue;
+};
+
+// Calibration text for quantizers that need it (gptq*, clip-act, fp8's
+// initial amax): the last 10% of the file's tokens, at most `tokens`.
+struct CalibrationConfig {
+  std::string file;   // "" = the default perplexity text (in the repository)
+  int tokens = 16384;
+  int ctx = 512;      // calibration window length
+};
+
+struct RuntimeConfig {
+  EngineKind engine = EngineKind::kAuto;
+  WeightFormat weights = WeightFormat::kAuto;
+  // Quantizing on load (GGUF / Hugging Face models with weights fp8/int4/bf16).
+  QuantMethod quant = QuantMethod::kRtn;
+  bool quant_given = false;  // --quant / --act-order were given (refused for .futr files)
+  bool act_order = false;
+  int group = 0;             // INT4 group: 0 = 128, or 64 where K % 128 != 0
+  KvFormat kv = KvFormat::kAuto;
+  int kv_block = 0;          // int4-rot Hadamard block; 0 = kDefaultKvBlock capped at head_dim
+  int ctx = 0;               // positions per sequence; 0 = the model's trained context, capped
+  int max_seqs = 1;          // sequences open at once (each gets ctx positions)
+  int max_step_tokens = 256; // rows per step() at most
+  int threads = 0;           // CPU threads; 0 = the default (cpu/threads.h)
+  Fp8Config fp8;
+  CalibrationConfig calib;
+};
+
+}  // namespace futr::runtime

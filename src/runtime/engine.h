@@ -1,0 +1,143 @@
+// The Engine: the one seam between the commands (generate, perplexity,
+// bench, serve) and whatever runs the model (the CPU references in src/cpu/,
+// the GPU engine in src/gpu/). The grain of llama.cpp's
+// llama_decode(llama_batch) or vLLM's model runner, not an op-level backend:
+// an engine owns its weights, its KV cache and its fused kernels.
+//
+// Sequences. A sequence is opened by id, grows by the rows of step() calls,
+// can be truncated (keep positions [0, len)) and is closed; its KV positions
+// are released on close. At most info().max_seqs are open at once, each holds
+// at most info().ctx positions.
+//
+// A step runs a batch of rows. Row i = (token, seq, pos, out):
+//   - the rows of one sequence are contiguous and in order, and the first row
+//     of sequence s has pos == length(s) (append only; truncate() to go back),
+//     each next row pos + 1;
+//   - at most info().max_step_tokens rows; a sequence appears in one run;
+//   - out says what comes back for the row: nothing (prompt rows), its logits,
+//     a token sampled on the engine with the sequence's sampler (open()), or
+//     log p(target | prefix) (perplexity scoring without copying logits).
+// The result holds, in row order of the rows that asked, logits as one
+// [n_logits, vocab] FP32 tensor, sampled tokens, log-probabilities.
+//
+// Every misuse (unknown or duplicate id, a row out of order, a token outside
+// the vocabulary, too many rows, a sequence past ctx, no free sequence) throws
+// futr::Error naming the problem, and changes nothing: the check runs before
+// any row is computed.
+//
+// Results do not depend on batching: on the CPU engines a multi-sequence
+// step gives bit for bit what each sequence gives when run alone.
+//
+// Tests: tests/runtime/engine_test.cpp (the contract, on every CPU engine).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/tensor.h"
+#include "model/model.h"
+#include "runtime/config.h"
+#include "runtime/sampler.h"
+
+namespace futr::runtime {
+
+using SeqId = int64_t;
+
+enum class RowOutput : uint8_t {
+  kNone,     // prompt row: K/V stored, nothing returned
+  kLogits,   // its logits row (FP32, vocab wide)
+  kToken,    // a token drawn by the sequence's sampler from its logits
+  kLogprob,  // log softmax(logits)[target], in double
+};
+
+struct BatchRow {
+  int32_t token = 0;     // input token id
+  SeqId seq = 0;         // an open sequence
+  int32_t pos = 0;       // its position (== length(seq) for the sequence's first row)
+  RowOutput out = RowOutput::kNone;
+  int32_t target = -1;   // kLogprob: the token whose log-probability is returned
+};
+
+struct StepResult {
+  Tensor logits;                 // [rows with kLogits, vocab], in batch order (empty if none)
+  std::vector<int32_t> tokens;   // one per kToken row, in batch order
+  std::vector<double> logprobs;  // one per kLogprob row, in batch order
+};
+
+struct EngineInfo {
+  std::string name;       // "cpu" | "gpu"
+  std::string describe;   // one line: formats, threads/device, cache size
+  int vocab = 0;          // logits width
+  int ctx = 0;            // positions per sequence
+  int max_seqs = 0;       // sequences open at once
+  int max_step_tokens = 0;// rows per step()
+  WeightFormat weights = WeightFormat::kFp32;  // resolved (never kAuto)
+  KvFormat kv = KvFormat::kFp32;               // resolved (never kAuto)
+};
+
+class Engine {
+ public:
+  virtual ~Engine() = default;
+
+  // Opens an empty sequence `id` with its sampler (used by RowOutput::kToken
+  // rows). futr::Error if `id` is open or max_seqs are open.
+  virtual void open(SeqId id, const SamplerConfig& sampling = {}) = 0;
+  // Keeps positions [0, len) of `id` (0 <= len <= length(id)).
+  virtual void truncate(SeqId id, int len) = 0;
+  // Closes `id` and frees its positions. futr::Error if it is not open.
+  virtual void close(SeqId id) = 0;
+  virtual bool is_open(SeqId id) const = 0;
+  virtual int length(SeqId id) const = 0;  // positions stored; futr::Error if not open
+
+  // Runs the rows (see the file comment for the contract).
+  virtual StepResult step(std::span<const BatchRow> rows) = 0;
+
+  // KV positions still free across the engine: what a scheduler admits
+  // against (a request needs prompt + max_tokens positions, at most ctx).
+  virtual int64_t free_positions() const = 0;
+  // Sequences that can still be opened.
+  virtual int free_sequences() const = 0;
+
+  virtual const EngineInfo& info() const = 0;
+  // Engine state as JSON: KV positions in use, FP8 delayed-scaling counters
+  // (calls, saturations, recomputes, max amax) where FP8 runs, ...
+  virtual nlohmann::json stats() const = 0;
+};
+
+// One-line notes for the user (engine chosen and why, quantizing on load,
+// calibration), printed on stderr by the CLI; may be empty.
+using EngineLog = std::function<void(const std::string&)>;
+
+// THE factory: resolves kAuto choices (engine, weights, KV), quantizes on
+// load when asked, and builds the engine. `model` must outlive it.
+// futr::Error for a choice that does not apply (e.g. --kv-block without
+// int4-rot, --quant for a .futr file, --backend gpu without a GPU engine).
+std::unique_ptr<Engine> make_engine(const Model& model, const RuntimeConfig& config,
+                                    const EngineLog& log = {});
+
+// A single sequence over an Engine, for the commands that run one sequence
+// at a time (generate, chat): eval() appends tokens and returns the logits of
+// rows [first_logit, n) as [n - first_logit, vocab]; prompts longer than
+// max_step_tokens are split into several steps.
+class SequenceRunner {
+ public:
+  explicit SequenceRunner(Engine& engine, SeqId id = 0, const SamplerConfig& sampling = {});
+  ~SequenceRunner();  // closes the sequence
+  int position() const;
+  int capacity() const;
+  void reset();  // truncate to 0
+  Tensor eval(std::span<const int32_t> tokens, int first_logit);
+  Engine& engine() { return engine_; }
+
+ private:
+  Engine& engine_;
+  SeqId id_;
+};
+
+}  // namespace futr::runtime
