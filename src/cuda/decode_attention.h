@@ -1,0 +1,90 @@
+// Launchers of the decode-step KV-cache kernels: the cache append and the
+// split-KV decode attention over the BF16 primary cache or the INT4 mirror
+// (rotated or not). Layouts: src/device/layout/kv_cache.cuh, docs/LAYOUTS.md.
+//
+//   kv_append():        new K/V rows -> BF16 primary (+ INT4 mirror), by a row map
+//   decode_attention(): one query row per sequence, GQA, softmax in FP32,
+//                       BF16 out; splits > 1 adds the combine pass.
+//
+// Only the variants listed in attention_variants() are compiled (head_dim x
+// cache kind; any GQA group up to 8); any other request fails with a
+// futr::Error naming the nearest compiled one. The split count comes from
+// attention_heuristic() or the caller (the benchmark overrides it). All
+// launches are graph-capturable: no allocation, no synchronization; the split
+// workspace is the caller's. Kernels: sm90_kv_append.cuh,
+// sm90_decode_attention.cuh, sm90_decode_attention_combine.cuh.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "device/layout/kv_cache.cuh"
+
+namespace futr::cuda {
+
+using KvLayerPtrs = layout::KvLayerPtrs;
+
+// The static shape of one attention launch.
+struct AttentionShape {
+  int batch = 1;       // sequences (one query row each)
+  int kv_heads = 8;
+  int group = 4;       // query heads per KV head (n_heads = kv_heads * group)
+  int head_dim = 128;
+  bool int4 = true;    // read the INT4 mirror (else the BF16 primary)
+  int rot_block = 0;   // mirror rotated with this Hadamard block (0: not rotated)
+  int max_len = 1;     // the longest sequence the launch may see (sizes the split)
+};
+
+struct AttentionConfig {
+  int splits = 1;  // context chunks per (sequence, KV head); 1: no combine pass
+};
+
+// One line: "splits=16".
+std::string describe(const AttentionConfig& c);
+
+// Splits so that batch x kv_heads x splits CTAs fill `sm_count` SMs about
+// `waves` times, each chunk holding at least `min_tokens` tokens.
+AttentionConfig attention_heuristic(const AttentionShape& s, int sm_count, int min_tokens = 256,
+                                    double waves = 4.0);
+
+// "int4 d128", "int4-rot d64", "bf16 d128", ... (each: any group up to 8).
+std::vector<std::string> attention_variants();
+
+struct AttentionArgs {
+  const void* q = nullptr;         // [batch][n_heads][D] BF16
+  void* out = nullptr;             // [batch][n_heads][D] BF16
+  const int* slot_base = nullptr;  // [batch] device: first slot of each sequence (multiple of 16)
+  const int* kv_len = nullptr;     // [batch] device: tokens each query attends (<= max_len)
+  KvLayerPtrs cache;
+  float* ws = nullptr;             // split workspace, >= attention_workspace_floats()
+  size_t ws_floats = 0;
+};
+
+// Floats of split workspace the configuration needs (0 for splits == 1).
+size_t attention_workspace_floats(const AttentionShape& s, const AttentionConfig& c);
+
+// Validates shape, configuration, pointers and workspace, then launches on `st`.
+void decode_attention(const AttentionShape& s, const AttentionArgs& a, const AttentionConfig& c,
+                      cudaStream_t st);
+
+struct KvAppendArgs {
+  const void* k = nullptr;         // [rows] rows of kv_heads * D BF16, stride ld elements
+  const void* v = nullptr;
+  int64_t ld = 0;
+  const int* row_seq = nullptr;    // [rows] device
+  const int* row_pos = nullptr;    // [rows] device
+  const int* slot_base = nullptr;  // [sequences] device
+  KvLayerPtrs cache;
+  int rows = 0, kv_heads = 0, head_dim = 0;
+  bool mirror = false;             // write the INT4 mirror too
+  int rot_block = 0;               // its Hadamard block (0: not rotated)
+  int* nonfinite = nullptr;        // optional device counter of non-finite rows
+};
+
+void kv_append(const KvAppendArgs& a, cudaStream_t st);
+
+}  // namespace futr::cuda

@@ -1,0 +1,392 @@
+// sm90_decode_attention: one decode step of attention for a batch of sequences,
+// over the BF16 primary cache or the INT4 mirror (rotated or not), split over
+// the context (FlashDecoding): each CTA reduces one chunk of one sequence for
+// the G query heads of one KV head to (m, l, O) and either finalizes it (one
+// chunk) or leaves it to sm90_decode_attention_combine.
+//
+//   for query head j of sequence b (KV head h = j / G), tokens t < len[b]:
+//     q' = q H (rotated mirror; H block Walsh-Hadamard), else q
+//     s_t = q' . k_t / sqrt(D)              k_t = (n - 8) * s^K_t (mirror) or BF16
+//     o   = sum_t softmax(s)_t v_t          v_t = (n - 8) * s^V_t (mirror) or BF16
+//     out = o H (rotated mirror) else o     -> BF16
+//
+// Operand roles ("swap AB", mma.sync.m16n8k16, FP32 accumulation):
+//   S^T[16 tokens x 8 heads] = K[16 x D] Q^T[D x 8]: K is the A operand, so two
+//     8-slot tiles of the mirror's fragment-ordered keys are A fragments as
+//     loaded (device/layout/kv_cache.cuh gives the k permutation the query
+//     follows); the G <= 8 query heads are the n = 8 columns (no 16-row padding).
+//   O^T[D x 8 heads] = V^T[D x 16 tokens] P^T[16 tokens x 8]: P^T is the
+//     scores' fragment transposed by movmatrix (no shared memory); V^T rows
+//     are permuted so a lane's V bytes are contiguous: lane row g of m-tile mt
+//     is dim g * D/8 + 2mt (row g + 8: + 1), i.e. both nibbles of byte
+//     g * D/16 + mt of a token's row, paired across tokens 2c, 2c+1 by prmt.
+//   The mirror's V scale of token t multiplies p_t before the FP16 cast; the K
+//   scale multiplies the score. Mirror operands are FP16 (n - 8 exact); the
+//   BF16 cache uses BF16 operands (the query rounded to BF16, as the CPU's
+//   bf16 storage does), P in BF16.
+//
+// Work split: grid (splits, kv_heads, batch); a sequence's 16-token steps are
+// cut into `splits` equal chunks; warp w of a CTA takes steps w, w + 4, ... of
+// the chunk with its own online softmax; the 4 warps merge in shared memory.
+// Loads of the next step are issued before the current step's math.
+//
+// Contract: slots [slot_base[b], slot_base[b] + round_up(len[b], 16)) are
+// readable (device/layout/kv_cache.cuh); tokens >= len are masked (their K
+// scores -inf, their V weights 0, BF16 V zeroed), whatever the slots hold.
+// len 0 gives a zero output.
+//
+// Limits: D in {64, 128}; G <= 8. Launcher (variant list, split heuristic):
+// src/cuda/decode_attention.cu. Test: tests/device/decode_attention_test.cpp.
+// Benchmark: bench/decode_attention_bench.cpp.
+#pragma once
+
+#include "device/kernels/sm90_kv_common.cuh"
+#include "device/ptx/mma.cuh"
+
+namespace futr::device {
+
+inline constexpr int kAttnWarps = 4;  // warps per CTA
+
+struct DecodeAttentionParams {
+  const __nv_bfloat16* q = nullptr;  // [batch][n_heads][D]
+  __nv_bfloat16* out = nullptr;      // [batch][n_heads][D] (splits == 1)
+  const int* slot_base = nullptr;    // [batch] first slot of each sequence
+  const int* kv_len = nullptr;       // [batch] tokens to attend (the new one included)
+  KvLayerPtrs cache;
+  int kv_heads = 0, group = 1;       // n_heads = kv_heads * group
+  float scale_log2 = 0.f;            // log2(e) / sqrt(D)
+  int rot_block = 0;                 // mirror rotated with this Hadamard block (0: none)
+  int splits = 1;
+  float* o_part = nullptr;           // [batch][n_heads][splits][D] unnormalized (splits > 1)
+  float* ml_part = nullptr;          // [batch][n_heads][splits][2] (running max m, sum l)
+};
+
+namespace attn {
+
+__device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
+  const __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+__device__ __forceinline__ uint32_t pack_bf162(float lo, float hi) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
+  uint32_t d;
+  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+  return d;
+}
+// 16 bytes / 8 bytes / 4 bytes of read-once cache data: no L1 allocation.
+__device__ __forceinline__ void ld_nc(uint32_t (&r)[4], const void* p) {
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "l"(p));
+}
+__device__ __forceinline__ void ld_nc(uint32_t (&r)[2], const void* p) {
+  asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "l"(p));
+}
+__device__ __forceinline__ void ld_nc(uint32_t (&r)[1], const void* p) {
+  asm volatile("ld.global.nc.L1::no_allocate.b32 %0, [%1];\n" : "=r"(r[0]) : "l"(p));
+}
+
+// The query dim that meets k column `col` of mma step `m` in S^T = K Q^T over
+// the BF16 cache: a lane loads 8 consecutive dims [32i + 8c, +8) of a token
+// (16 bytes), registers j = 0..3 = dims 32i + 8c + 2j + {0, 1}; step 2i + h
+// uses j = 2h (columns 2c, 2c+1) and j = 2h + 1 (columns 2c+8, 2c+9).
+__device__ __forceinline__ int bf16_query_dim(int m, int col) {
+  const int i = m / 2, h = m % 2, hi8 = col / 8, c = (col % 8) / 2, p = col % 2;
+  return 32 * i + 8 * c + 4 * h + 2 * hi8 + p;
+}
+
+// One 16-token step's cache bytes held by a lane.
+template <int D, KvKind KIND>
+struct Step;
+
+// INT4 mirror: K words of tokens g (tile 0) and g + 8 (tile 1); V bytes of
+// tokens 2c, 2c+1, 2c+8, 2c+9 at [g * D/16, +D/16); the four scales.
+template <int D>
+struct Step<D, KvKind::kInt4> {
+  static constexpr int kKW = D / 32;  // K words per lane per tile
+  static constexpr int kVW = D / 64;  // V words per lane per token
+  uint32_t k[2][kKW];
+  uint32_t v[4][kVW];
+  float ks[2], vs[2];  // tokens g, g + 8
+
+  __device__ __forceinline__ void load(const KvLayerPtrs& c, int kv_heads, int head, int slot0, int lane) {
+    const int g = lane / 4, cq = lane % 4;
+#pragma unroll
+    for (int t = 0; t < 2; ++t) {
+      const int tile = slot0 / layout::kKvTileSlots + t;
+      const uint8_t* kp = c.k4 + ((size_t(tile) * kv_heads + head) * 32 + lane) * (D / 8);
+      ld_nc(k[t], kp);
+      ks[t] = __ldg(c.ks + layout::kv_scale_index(c.num_slots, slot0 + 8 * t + g, head));
+      vs[t] = __ldg(c.vs + layout::kv_scale_index(c.num_slots, slot0 + 8 * t + g, head));
+    }
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int tok = 2 * cq + (j % 2) + 8 * (j / 2);
+      const uint8_t* vp = c.v4 + (size_t(slot0 + tok) * kv_heads + head) * (D / 2) + g * (D / 16);
+      ld_nc(v[j], vp);
+    }
+  }
+};
+
+// BF16 cache: K dims [32i + 8c, +8) of tokens g and g + 8; V dims
+// [g * D/8, +D/8) of tokens 2c, 2c+1, 2c+8, 2c+9.
+template <int D>
+struct Step<D, KvKind::kBf16> {
+  static constexpr int kKW = D / 8;   // K words per lane per token (D/32 loads of 4 words)
+  static constexpr int kVW = D / 16;  // V words per lane per token
+  uint32_t k[2][kKW];
+  uint32_t v[4][kVW];
+
+  __device__ __forceinline__ void load(const KvLayerPtrs& c, int kv_heads, int head, int slot0, int lane) {
+    const int g = lane / 4, cq = lane % 4;
+#pragma unroll
+    for (int t = 0; t < 2; ++t) {
+      const __nv_bfloat16* kp = reinterpret_cast<const __nv_bfloat16*>(c.k) + layout::kv_primary_index(kv_heads, D, slot0 + 8 * t + g, head, 8 * cq);
+#pragma unroll
+      for (int i = 0; i < D / 32; ++i) {
+        uint32_t w[4];
+        ld_nc(w, kp + 32 * i);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) k[t][4 * i + e] = w[e];
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int tok = 2 * cq + (j % 2) + 8 * (j / 2);
+      const __nv_bfloat16* vp = reinterpret_cast<const __nv_bfloat16*>(c.v) + layout::kv_primary_index(kv_heads, D, slot0 + tok, head, g * (D / 8));
+#pragma unroll
+      for (int i = 0; i < kVW / 4; ++i) {
+        uint32_t w[4];
+        ld_nc(w, vp + 8 * i);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) v[j][4 * i + e] = w[e];
+      }
+    }
+  }
+};
+
+}  // namespace attn
+
+template <int D, KvKind KIND>
+__global__ void __launch_bounds__(kAttnWarps * 32) sm90_decode_attention_kernel(const DecodeAttentionParams p) {
+  static_assert(D == 64 || D == 128, "head_dim 64 or 128");
+  constexpr int kSteps = D / 16;       // mma k-steps of Q K^T, m-tiles of V^T P^T
+  constexpr int kThreads = kAttnWarps * 32;
+  constexpr bool kInt4 = KIND == KvKind::kInt4;
+  using StepT = attn::Step<D, KIND>;
+
+  // ---- shared memory ----------------------------------------------------------
+  __shared__ float q_s[8][D + 4];                  // the group's query rows (FP32; rotated)
+  __shared__ float o_s[kAttnWarps][8][D + 4];      // per-warp O, then the merged rows
+  __shared__ float m_s[kAttnWarps][8], l_s[kAttnWarps][8];
+
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, c = lane % 4;
+  const int split = blockIdx.x, head = blockIdx.y, b = blockIdx.z;
+  const int G = p.group, n_heads = p.kv_heads * G;
+  const int len = p.kv_len[b], base = p.slot_base[b];
+  const int steps = (len + 15) / 16;
+  const int per = (steps + p.splits - 1) / p.splits;
+  const int s_begin = split * per, s_end = min(steps, s_begin + per);
+
+  // ---- the query: G rows, rotated into attention space -------------------------
+  for (int i = tid; i < 8 * D; i += kThreads) {
+    const int r = i / D, d = i % D;
+    q_s[r][d] = r < G ? __bfloat162float(p.q[(size_t(b) * n_heads + size_t(head) * G + r) * D + d]) : 0.f;
+  }
+  __syncthreads();
+  if (kInt4 && p.rot_block > 0) hadamard_rows_smem(&q_s[0][0], G, D + 4, D, p.rot_block, tid, kThreads, [] { __syncthreads(); });
+  // B operand (Q^T, 16 dims x 8 heads) per k-step: head g, columns (2c, 2c+1), (2c+8, 2c+9).
+  uint32_t qb[kSteps][2];
+#pragma unroll
+  for (int m = 0; m < kSteps; ++m)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int c0 = 8 * r + 2 * c;
+      if constexpr (kInt4) {
+        qb[m][r] = attn::pack_half2(q_s[g][layout::kv_int4_query_dim(m, c0)], q_s[g][layout::kv_int4_query_dim(m, c0 + 1)]);
+      } else {
+        qb[m][r] = attn::pack_bf162(q_s[g][attn::bf16_query_dim(m, c0)], q_s[g][attn::bf16_query_dim(m, c0 + 1)]);
+      }
+    }
+
+  // ---- main loop: online softmax over this warp's steps --------------------------
+  float o[kSteps][4];  // O^T m-tile mt: [dim row g | g+8][heads 2c, 2c+1]
+#pragma unroll
+  for (int mt = 0; mt < kSteps; ++mt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[mt][e] = 0.f;
+  float mrun[2] = {-INFINITY, -INFINITY}, lrun[2] = {0.f, 0.f};  // heads 2c, 2c+1
+
+  // NOTE: the mirror's step is 80 bytes per lane, so the next one is loaded
+  // before the current one's math (register double buffer); the BF16 step is
+  // 384 bytes per lane, where a second buffer would spill: occupancy hides it.
+  StepT cur, nxt;
+  int st = s_begin + warp;
+  if (kInt4 && st < s_end) cur.load(p.cache, p.kv_heads, head, base + 16 * st, lane);
+  for (; st < s_end; st += kAttnWarps) {
+    if constexpr (kInt4) {
+      if (st + kAttnWarps < s_end) nxt.load(p.cache, p.kv_heads, head, base + 16 * (st + kAttnWarps), lane);
+    } else {
+      cur.load(p.cache, p.kv_heads, head, base + 16 * st, lane);
+    }
+    const int t0 = 16 * st;
+    const bool valid[2] = {t0 + g < len, t0 + 8 + g < len};
+
+    // S^T = K Q^T (16 tokens x 8 heads)
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    if constexpr (kInt4) {
+#pragma unroll
+      for (int i = 0; i < kSteps / 2; ++i) {
+        uint32_t r0[4], r1[4];
+        layout::int4x8_to_half2(cur.k[0][i], r0);
+        layout::int4x8_to_half2(cur.k[1][i], r1);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const uint32_t a[4] = {r0[2 * h], r1[2 * h], r0[2 * h + 1], r1[2 * h + 1]};
+          ptx::mma_m16n8k16_f16(acc, a, qb[2 * i + h]);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int m = 0; m < kSteps; ++m) {
+        const int i = m / 2, h = m % 2;
+        const uint32_t a[4] = {cur.k[0][4 * i + 2 * h], cur.k[1][4 * i + 2 * h], cur.k[0][4 * i + 2 * h + 1],
+                               cur.k[1][4 * i + 2 * h + 1]};
+        ptx::mma_m16n8k16_bf16(acc, a, qb[m]);
+      }
+    }
+    // acc[0], acc[1]: token g, heads 2c, 2c+1; acc[2], acc[3]: token g + 8.
+    float s[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int t = e / 2;
+      float f = p.scale_log2;
+      if constexpr (kInt4) f *= cur.ks[t];
+      s[e] = valid[t] ? acc[e] * f : -INFINITY;
+    }
+    float alpha[2], mx[2] = {fmaxf(s[0], s[2]), fmaxf(s[1], s[3])};
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+#pragma unroll
+      for (int off = 4; off < 32; off *= 2) mx[j] = fmaxf(mx[j], __shfl_xor_sync(0xffffffffu, mx[j], off));
+      const float mnew = fmaxf(mrun[j], mx[j]);
+      const float mref = mnew == -INFINITY ? 0.f : mnew;
+      alpha[j] = exp2f(mrun[j] - mref);
+      mrun[j] = mnew;
+      mx[j] = mref;
+    }
+    float pr[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) pr[e] = exp2f(s[e] - mx[e % 2]);
+    lrun[0] = lrun[0] * alpha[0] + pr[0] + pr[2];
+    lrun[1] = lrun[1] * alpha[1] + pr[1] + pr[3];
+#pragma unroll
+    for (int mt = 0; mt < kSteps; ++mt) {
+      o[mt][0] *= alpha[0];
+      o[mt][1] *= alpha[1];
+      o[mt][2] *= alpha[0];
+      o[mt][3] *= alpha[1];
+    }
+    // P^T as the B operand: rows (token g | g+8) x heads (2c, 2c+1), transposed.
+    uint32_t pb[2];
+    if constexpr (kInt4) {
+      const float w0 = valid[0] ? cur.vs[0] : 0.f, w1 = valid[1] ? cur.vs[1] : 0.f;
+      pb[0] = ptx::movmatrix_trans(attn::pack_half2(pr[0] * w0, pr[1] * w0));
+      pb[1] = ptx::movmatrix_trans(attn::pack_half2(pr[2] * w1, pr[3] * w1));
+    } else {
+      pb[0] = ptx::movmatrix_trans(attn::pack_bf162(pr[0], pr[1]));
+      pb[1] = ptx::movmatrix_trans(attn::pack_bf162(pr[2], pr[3]));
+      if (t0 + 16 > len) {  // last step: masked V rows may hold anything (NaN * 0 = NaN)
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          if (t0 + 2 * c + (j % 2) + 8 * (j / 2) >= len)
+#pragma unroll
+            for (int w = 0; w < StepT::kVW; ++w) cur.v[j][w] = 0u;
+      }
+    }
+    // O^T += V^T P^T
+    if constexpr (kInt4) {
+#pragma unroll
+      for (int w = 0; w < StepT::kVW; ++w)
+#pragma unroll
+        for (int hlf = 0; hlf < 2; ++hlf) {
+          const uint32_t sel = hlf == 0 ? 0x5410u : 0x7632u;
+          uint32_t t01[4], t89[4];  // tokens (2c, 2c+1) and (2c+8, 2c+9)
+          layout::int4x8_to_half2(attn::prmt(cur.v[0][w], cur.v[1][w], sel), t01);
+          layout::int4x8_to_half2(attn::prmt(cur.v[2][w], cur.v[3][w], sel), t89);
+#pragma unroll
+          for (int u = 0; u < 2; ++u) {
+            const int mt = 4 * w + 2 * hlf + u;  // r[2u]: low nibbles (row g), r[2u+1]: high (row g + 8)
+            const uint32_t a[4] = {t01[2 * u], t01[2 * u + 1], t89[2 * u], t89[2 * u + 1]};
+            ptx::mma_m16n8k16_f16(o[mt], a, pb);
+          }
+        }
+    } else {
+#pragma unroll
+      for (int mt = 0; mt < kSteps; ++mt) {
+        const uint32_t a[4] = {attn::prmt(cur.v[0][mt], cur.v[1][mt], 0x5410u),
+                               attn::prmt(cur.v[0][mt], cur.v[1][mt], 0x7632u),
+                               attn::prmt(cur.v[2][mt], cur.v[3][mt], 0x5410u),
+                               attn::prmt(cur.v[2][mt], cur.v[3][mt], 0x7632u)};
+        ptx::mma_m16n8k16_bf16(o[mt], a, pb);
+      }
+    }
+    if constexpr (kInt4) cur = nxt;
+  }
+
+  // ---- merge the warps ------------------------------------------------------------
+#pragma unroll
+  for (int j = 0; j < 2; ++j)
+#pragma unroll
+    for (int off = 4; off < 32; off *= 2) lrun[j] += __shfl_xor_sync(0xffffffffu, lrun[j], off);
+  if (g == 0) {
+    m_s[warp][2 * c] = mrun[0];
+    m_s[warp][2 * c + 1] = mrun[1];
+    l_s[warp][2 * c] = lrun[0];
+    l_s[warp][2 * c + 1] = lrun[1];
+  }
+#pragma unroll
+  for (int mt = 0; mt < kSteps; ++mt) {
+    const int d = g * (D / 8) + 2 * mt;
+    o_s[warp][2 * c][d] = o[mt][0];
+    o_s[warp][2 * c + 1][d] = o[mt][1];
+    o_s[warp][2 * c][d + 1] = o[mt][2];
+    o_s[warp][2 * c + 1][d + 1] = o[mt][3];
+  }
+  __syncthreads();
+  for (int i = tid; i < G * D; i += kThreads) {
+    const int r = i / D, d = i % D;
+    float mmax = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kAttnWarps; ++w) mmax = fmaxf(mmax, m_s[w][r]);
+    const float mref = mmax == -INFINITY ? 0.f : mmax;
+    float l = 0.f, acc = 0.f;
+#pragma unroll
+    for (int w = 0; w < kAttnWarps; ++w) {
+      const float f = exp2f(m_s[w][r] - mref);
+      l += f * l_s[w][r];
+      acc += f * o_s[w][r][d];
+    }
+    const size_t row = size_t(b) * n_heads + size_t(head) * G + r;
+    if (p.splits > 1) {
+      p.o_part[(row * p.splits + split) * D + d] = acc;
+      if (d == 0) {
+        p.ml_part[(row * p.splits + split) * 2 + 0] = mmax;
+        p.ml_part[(row * p.splits + split) * 2 + 1] = l;
+      }
+    } else {
+      q_s[r][d] = l > 0.f ? acc / l : 0.f;  // q_s is free: the merged output rows
+    }
+  }
+  if (p.splits > 1) return;
+  __syncthreads();
+  if (kInt4 && p.rot_block > 0) hadamard_rows_smem(&q_s[0][0], G, D + 4, D, p.rot_block, tid, kThreads, [] { __syncthreads(); });
+  for (int i = tid; i < G * D; i += kThreads) {
+    const int r = i / D, d = i % D;
+    p.out[(size_t(b) * n_heads + size_t(head) * G + r) * D + d] = __float2bfloat16_rn(q_s[r][d]);
+  }
+}
+
+}  // namespace futr::device
