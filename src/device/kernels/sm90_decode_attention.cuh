@@ -41,11 +41,13 @@
 #pragma once
 
 #include "device/kernels/sm90_kv_common.cuh"
+#include "device/ptx/cp_async.cuh"
 #include "device/ptx/mma.cuh"
 
 namespace futr::device {
 
-inline constexpr int kAttnWarps = 4;  // warps per CTA
+inline constexpr int kAttnWarps = 4;   // warps per CTA
+inline constexpr int kAttnStages = 4;  // INT4 mirror: steps in flight per warp (cp.async ring)
 
 struct DecodeAttentionParams {
   const __nv_bfloat16* q = nullptr;  // [batch][n_heads][D]
@@ -102,30 +104,66 @@ template <int D, KvKind KIND>
 struct Step;
 
 // INT4 mirror: K words of tokens g (tile 0) and g + 8 (tile 1); V bytes of
-// tokens 2c, 2c+1, 2c+8, 2c+9 at [g * D/16, +D/16); the four scales.
+// tokens 2c, 2c+1, 2c+8, 2c+9 at [g * D/16, +D/16); the four scales. Brought
+// in by cp.async into a lane-private stage of a shared-memory ring (each lane
+// reads back only what it copied: no barrier), kAttnStages steps ahead.
 template <int D>
 struct Step<D, KvKind::kInt4> {
   static constexpr int kKW = D / 32;  // K words per lane per tile
   static constexpr int kVW = D / 64;  // V words per lane per token
+  static constexpr int kKB = 4 * kKW, kVB = 4 * kVW;           // bytes
+  static constexpr int kStageBytes = 32 * (2 * kKB + 4 * kVB + 16);  // one warp's stage
   uint32_t k[2][kKW];
   uint32_t v[4][kVW];
   float ks[2], vs[2];  // tokens g, g + 8
 
-  __device__ __forceinline__ void load(const KvLayerPtrs& c, int kv_heads, int head, int slot0, int lane) {
+  // Stage layout: K [tile][lane][kKB] | V [token j][lane][kVB] | scales [4][lane] FP32.
+  static __device__ __forceinline__ uint8_t* k_at(uint8_t* st, int t, int lane) { return st + (t * 32 + lane) * kKB; }
+  static __device__ __forceinline__ uint8_t* v_at(uint8_t* st, int j, int lane) {
+    return st + 64 * kKB + (j * 32 + lane) * kVB;
+  }
+  static __device__ __forceinline__ float* s_at(uint8_t* st, int e, int lane) {
+    return reinterpret_cast<float*>(st + 64 * kKB + 128 * kVB) + e * 32 + lane;
+  }
+
+  template <int B>
+  static __device__ __forceinline__ void copy(void* dst, const void* src) {
+    if constexpr (B == 16) ptx::cp_async_16_cg(dst, src);
+    else if constexpr (B == 8) ptx::cp_async_8_ca(dst, src);
+    else ptx::cp_async_4_ca(dst, src);
+  }
+
+  static __device__ __forceinline__ void issue(uint8_t* st, const KvLayerPtrs& c, int kv_heads, int head, int slot0,
+                                               int lane) {
     const int g = lane / 4, cq = lane % 4;
 #pragma unroll
     for (int t = 0; t < 2; ++t) {
       const int tile = slot0 / layout::kKvTileSlots + t;
-      const uint8_t* kp = c.k4 + ((size_t(tile) * kv_heads + head) * 32 + lane) * (D / 8);
-      ld_nc(k[t], kp);
-      ks[t] = __ldg(c.ks + layout::kv_scale_index(c.num_slots, slot0 + 8 * t + g, head));
-      vs[t] = __ldg(c.vs + layout::kv_scale_index(c.num_slots, slot0 + 8 * t + g, head));
+      copy<kKB>(k_at(st, t, lane), c.k4 + ((size_t(tile) * kv_heads + head) * 32 + lane) * (D / 8));
+      copy<4>(s_at(st, t, lane), c.ks + layout::kv_scale_index(c.num_slots, slot0 + 8 * t + g, head));
+      copy<4>(s_at(st, 2 + t, lane), c.vs + layout::kv_scale_index(c.num_slots, slot0 + 8 * t + g, head));
     }
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int tok = 2 * cq + (j % 2) + 8 * (j / 2);
-      const uint8_t* vp = c.v4 + (size_t(slot0 + tok) * kv_heads + head) * (D / 2) + g * (D / 16);
-      ld_nc(v[j], vp);
+      copy<kVB>(v_at(st, j, lane), c.v4 + (size_t(slot0 + tok) * kv_heads + head) * (D / 2) + g * (D / 16));
+    }
+  }
+
+  __device__ __forceinline__ void read(uint8_t* st, int lane) {
+#pragma unroll
+    for (int t = 0; t < 2; ++t) {
+      const uint32_t* kp = reinterpret_cast<const uint32_t*>(k_at(st, t, lane));
+#pragma unroll
+      for (int w = 0; w < kKW; ++w) k[t][w] = kp[w];
+      ks[t] = *s_at(st, t, lane);
+      vs[t] = *s_at(st, 2 + t, lane);
+    }
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const uint32_t* vp = reinterpret_cast<const uint32_t*>(v_at(st, j, lane));
+#pragma unroll
+      for (int w = 0; w < kVW; ++w) v[j][w] = vp[w];
     }
   }
 };
@@ -178,9 +216,13 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sm90_decode_attention_kernel(
   using StepT = attn::Step<D, KIND>;
 
   // ---- shared memory ----------------------------------------------------------
+  // The INT4 ring (main loop) and the per-warp O rows (merge) share one buffer.
+  constexpr int kRingBytes = kInt4 ? kAttnWarps * kAttnStages * attn::Step<D, KvKind::kInt4>::kStageBytes : 0;
+  constexpr int kOBytes = kAttnWarps * 8 * (D + 4) * 4;
   __shared__ float q_s[8][D + 4];                  // the group's query rows (FP32; rotated)
-  __shared__ float o_s[kAttnWarps][8][D + 4];      // per-warp O, then the merged rows
+  __shared__ __align__(16) uint8_t smem_raw[kRingBytes > kOBytes ? kRingBytes : kOBytes];
   __shared__ float m_s[kAttnWarps][8], l_s[kAttnWarps][8];
+  auto o_s = reinterpret_cast<float (*)[8][D + 4]>(smem_raw);  // [warp][head][D]
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, c = lane % 4;
   const int split = blockIdx.x, head = blockIdx.y, b = blockIdx.z;
@@ -219,15 +261,30 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sm90_decode_attention_kernel(
     for (int e = 0; e < 4; ++e) o[mt][e] = 0.f;
   float mrun[2] = {-INFINITY, -INFINITY}, lrun[2] = {0.f, 0.f};  // heads 2c, 2c+1
 
-  // NOTE: the mirror's step is 80 bytes per lane, so the next one is loaded
-  // before the current one's math (register double buffer); the BF16 step is
-  // 384 bytes per lane, where a second buffer would spill: occupancy hides it.
-  StepT cur, nxt;
-  int st = s_begin + warp;
-  if (kInt4 && st < s_end) cur.load(p.cache, p.kv_heads, head, base + 16 * st, lane);
-  for (; st < s_end; st += kAttnWarps) {
+  // NOTE: the mirror's step is 80 bytes per lane, too few to cover the memory
+  // latency one step ahead: a lane-private cp.async ring keeps kAttnStages - 1
+  // steps in flight (~30 KB per SM at 16 warps: ANCHORS.md). The BF16 step is
+  // 384 bytes per lane, loaded straight into registers (occupancy hides it).
+  const int first = s_begin + warp;
+  const int n_mine = first < s_end ? (s_end - first + kAttnWarps - 1) / kAttnWarps : 0;
+  uint8_t* ring = smem_raw + (kInt4 ? warp * kAttnStages * attn::Step<D, KvKind::kInt4>::kStageBytes : 0);
+  auto stage = [&](int i) { return ring + (i % kAttnStages) * attn::Step<D, KvKind::kInt4>::kStageBytes; };
+  if constexpr (kInt4) {
+#pragma unroll
+    for (int i = 0; i < kAttnStages - 1; ++i) {
+      if (i < n_mine) StepT::issue(stage(i), p.cache, p.kv_heads, head, base + 16 * (first + i * kAttnWarps), lane);
+      ptx::cp_async_commit();
+    }
+  }
+  StepT cur;
+  for (int i = 0; i < n_mine; ++i) {
+    const int st = first + i * kAttnWarps;
     if constexpr (kInt4) {
-      if (st + kAttnWarps < s_end) nxt.load(p.cache, p.kv_heads, head, base + 16 * (st + kAttnWarps), lane);
+      const int j = i + kAttnStages - 1;  // refills the stage read in iteration i - 1
+      if (j < n_mine) StepT::issue(stage(j), p.cache, p.kv_heads, head, base + 16 * (first + j * kAttnWarps), lane);
+      ptx::cp_async_commit();
+      ptx::cp_async_wait<kAttnStages - 1>();  // step i's group has landed
+      cur.read(stage(i), lane);
     } else {
       cur.load(p.cache, p.kv_heads, head, base + 16 * st, lane);
     }
@@ -282,6 +339,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sm90_decode_attention_kernel(
     for (int e = 0; e < 4; ++e) pr[e] = exp2f(s[e] - mx[e % 2]);
     lrun[0] = lrun[0] * alpha[0] + pr[0] + pr[2];
     lrun[1] = lrun[1] * alpha[1] + pr[1] + pr[3];
+    if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f))  // the max moved
 #pragma unroll
     for (int mt = 0; mt < kSteps; ++mt) {
       o[mt][0] *= alpha[0];
@@ -333,10 +391,11 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sm90_decode_attention_kernel(
         ptx::mma_m16n8k16_bf16(o[mt], a, pb);
       }
     }
-    if constexpr (kInt4) cur = nxt;
   }
 
   // ---- merge the warps ------------------------------------------------------------
+  if constexpr (kInt4) ptx::cp_async_wait<0>();
+  __syncthreads();  // the ring's buffer becomes o_s
 #pragma unroll
   for (int j = 0; j < 2; ++j)
 #pragma unroll
