@@ -10,7 +10,7 @@
 // and a TARGET line per target of the issue.
 //
 // usage: decode_attention_bench [--batch 1,8,32] [--ctx 1024,8192,32768]
-//          [--kinds bf16,int4,int4-rot] [--splits 0,8,..] [--min-tokens N] [--waves X]
+//          [--kinds bf16,int4,int4-rot] [--splits 0,8,..] [--min-tokens N] [--overhead-tokens N]
 //          [--reps N] [--peers sdpa.json] [--json out.json]
 #include <cstdio>
 #include <fstream>
@@ -52,8 +52,7 @@ struct Options {
   std::vector<int> batch{1, 8, 32}, ctx{1024, 8192, 32768};
   std::vector<std::string> kinds{"bf16", "int4", "int4-rot"};
   std::vector<int> splits{0};  // 0: the heuristic
-  int min_tokens = 256, reps = 30;
-  double waves = 4.0;
+  int min_tokens = 256, overhead = 128, reps = 30;
   std::string peers, json_path;
 };
 
@@ -70,7 +69,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--kinds") o.kinds = words(next());
     else if (a == "--splits") o.splits = ints(next());
     else if (a == "--min-tokens") o.min_tokens = std::stoi(next());
-    else if (a == "--waves") o.waves = std::stod(next());
+    else if (a == "--overhead-tokens") o.overhead = std::stoi(next());
     else if (a == "--reps") o.reps = std::stoi(next());
     else if (a == "--peers") o.peers = next();
     else if (a == "--json") o.json_path = next();
@@ -139,7 +138,7 @@ int main(int argc, char** argv) try {
         const bool int4 = kind != "bf16";
         const int rot = kind == "int4-rot" ? 64 : 0;
         cuda::AttentionShape s{batch, kKvHeads, kGroup, kD, int4, rot, ctx};
-        cuda::AttentionConfig cfg = cuda::attention_heuristic(s, dev.sm_count, o.min_tokens, o.waves);
+        cuda::AttentionConfig cfg = cuda::attention_heuristic(s, dev.sm_count, 0, o.min_tokens, o.overhead);
         if (splits > 0) cfg.splits = splits;
         cuda::DeviceBuffer<float> ws(std::max<size_t>(1, cuda::attention_workspace_floats(s, cfg)));
         cuda::AttentionArgs a{q.get(), out.get(), dbase.get(), dlen.get(), cache, ws.get(), ws.size()};

@@ -107,14 +107,34 @@ device::DecodeAttentionParams params(const AttentionShape& s, const AttentionArg
 
 std::string describe(const AttentionConfig& c) { return "splits=" + std::to_string(c.splits); }
 
-AttentionConfig attention_heuristic(const AttentionShape& s, int sm_count, int min_tokens, double waves) {
+int attention_occupancy(const AttentionShape& s) {
   check_shape(s);
+  const Variant& v = find_variant(s.head_dim, s.int4);
+  int n = 0;
+  FUTR_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, v.attn, device::kAttnWarps * 32, 0));
+  FUTR_CHECK(n > 0, "decode attention: the variant does not fit on one SM");
+  return n;
+}
+
+AttentionConfig attention_heuristic(const AttentionShape& s, int sm_count, int resident_per_sm, int min_tokens,
+                                    int overhead_tokens) {
+  check_shape(s);
+  FUTR_CHECK(sm_count >= 1, "decode attention: sm_count must be >= 1");
+  if (resident_per_sm <= 0) resident_per_sm = attention_occupancy(s);
+  const double resident = double(resident_per_sm) * sm_count;
   const long base = long(s.batch) * s.kv_heads;
-  const long want = std::max(1L, long(std::ceil(waves * sm_count / double(base))));
-  const long most = std::max(1L, long(std::ceil(double(s.max_len) / std::max(16, min_tokens))));
-  AttentionConfig c;
-  c.splits = int(std::min({want, most, 1024L}));
-  return c;
+  const long most = std::clamp(long(std::ceil(double(s.max_len) / std::max(16, min_tokens))), 1L, 1024L);
+  AttentionConfig best;
+  double best_t = 0;
+  for (long sp = 1; sp <= most; ++sp) {
+    const double waves = std::ceil(double(base * sp) / resident);
+    const double t = waves * (double(s.max_len) / double(sp) + overhead_tokens);
+    if (sp == 1 || t < best_t * 0.999) {
+      best_t = t;
+      best.splits = int(sp);
+    }
+  }
+  return best;
 }
 
 std::vector<std::string> attention_variants() {

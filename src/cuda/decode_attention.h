@@ -46,10 +46,17 @@ struct AttentionConfig {
 // One line: "splits=16".
 std::string describe(const AttentionConfig& c);
 
-// Splits so that batch x kv_heads x splits CTAs fill `sm_count` SMs about
-// `waves` times, each chunk holding at least `min_tokens` tokens.
-AttentionConfig attention_heuristic(const AttentionShape& s, int sm_count, int min_tokens = 256,
-                                    double waves = 4.0);
+// The split count minimizing the modelled time of batch x kv_heads x splits
+// CTAs in waves of `resident` = resident_per_sm x sm_count CTAs:
+//     T(splits) = ceil(CTAs / resident) * (max_len / splits + overhead_tokens)
+// (whole waves: a partial last wave costs a full one), with chunks of at least
+// min_tokens tokens; ties go to fewer splits (a smaller combine pass).
+// resident_per_sm = 0: the variant's occupancy on the current device.
+AttentionConfig attention_heuristic(const AttentionShape& s, int sm_count, int resident_per_sm = 0,
+                                    int min_tokens = 256, int overhead_tokens = 128);
+
+// CTAs of the variant for `s` resident per SM (cudaOccupancy...; needs a GPU).
+int attention_occupancy(const AttentionShape& s);
 
 // "int4 d128", "int4-rot d64", "bf16 d128", ... (each: any group up to 8).
 std::vector<std::string> attention_variants();

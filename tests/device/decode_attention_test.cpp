@@ -142,7 +142,7 @@ void check_attention(int kvh, int group, int d, const std::vector<int>& lens, in
     ref::decode_attention(b.cache, b.q.data(), batch, group, b.base.data(), b.lens.data(), kind.int4, kind.rot,
                           ref.data());
     cuda::AttentionShape s{batch, kvh, group, d, kind.int4, kind.rot, max_len};
-    cuda::AttentionConfig cfg = cuda::attention_heuristic(s, cuda::require_device().sm_count);
+    cuda::AttentionConfig cfg = cuda::attention_heuristic(s, cuda::require_device().sm_count);  // its occupancy
     if (splits > 0) cfg.splits = splits;
     cuda::DeviceBuffer<uint16_t> q(b.q), out(ref.size());
     cuda::DeviceBuffer<int> base(b.base), len(b.lens);
@@ -223,28 +223,31 @@ const auto* const kReport = ::testing::AddGlobalTestEnvironment(new Report);
 // ---- host-only: what is not compiled is refused, naming the nearest ---------------
 TEST(DecodeAttentionHost, RejectsWhatIsNotCompiled) {
   cuda::AttentionShape s{1, 8, 4, 96, true, 0, 128};
-  EXPECT_FUTR_ERROR(cuda::attention_heuristic(s, 132), "head_dim 96 is not compiled");
+  EXPECT_FUTR_ERROR(cuda::attention_heuristic(s, 132, 4), "head_dim 96 is not compiled");
   s.head_dim = 128;
   s.group = 16;
-  EXPECT_FUTR_ERROR(cuda::attention_heuristic(s, 132), "16 query heads per KV head");
+  EXPECT_FUTR_ERROR(cuda::attention_heuristic(s, 132, 4), "16 query heads per KV head");
   s.group = 4;
   s.rot_block = 48;
-  EXPECT_FUTR_ERROR(cuda::attention_heuristic(s, 132), "power of two");
+  EXPECT_FUTR_ERROR(cuda::attention_heuristic(s, 132, 4), "power of two");
   s.rot_block = 64;
   s.int4 = false;
-  EXPECT_FUTR_ERROR(cuda::attention_heuristic(s, 132), "INT4 mirror only");
+  EXPECT_FUTR_ERROR(cuda::attention_heuristic(s, 132, 4), "INT4 mirror only");
   EXPECT_EQ(cuda::attention_variants().size(), 6u);
 }
 
-TEST(DecodeAttentionHost, HeuristicFillsTheGpuWithLongEnoughChunks) {
+TEST(DecodeAttentionHost, HeuristicFillsWholeWavesWithLongEnoughChunks) {
+  // 5 CTAs resident per SM x 132 SMs = 660 per wave.
   cuda::AttentionShape s{1, 8, 4, 128, true, 64, 8192};
-  const cuda::AttentionConfig c = cuda::attention_heuristic(s, 132);
-  EXPECT_GT(c.splits, 1);
-  EXPECT_GE(8192 / c.splits, 256 - 16);
-  s.batch = 64;
-  EXPECT_EQ(cuda::attention_heuristic(s, 132).splits, 2);  // 512 CTAs x 2 ~ 4 waves of 132
+  const cuda::AttentionConfig c = cuda::attention_heuristic(s, 132, 5);
+  EXPECT_EQ(c.splits, 32);  // as many as 256-token chunks allow: 256 CTAs, one partial wave
+  s.batch = 32;
+  s.max_len = 32768;  // 256 (sequence, head) pairs: 3 splits = 768 CTAs = 1.16 waves, 5 = 1280 = 1.94
+  const int sp = cuda::attention_heuristic(s, 132, 5).splits;
+  const double waves = 256.0 * sp / 660.0;
+  EXPECT_GT(waves - std::floor(waves), 0.85) << sp << " splits leave a small last wave";
   s.max_len = 100;
-  EXPECT_EQ(cuda::attention_heuristic(s, 132).splits, 1);
+  EXPECT_EQ(cuda::attention_heuristic(s, 132, 5).splits, 1);
   EXPECT_EQ(cuda::attention_workspace_floats(s, {1}), 0u);
 }
 

@@ -133,21 +133,48 @@ struct Step<D, KvKind::kInt4> {
     else ptx::cp_async_4_ca(dst, src);
   }
 
-  static __device__ __forceinline__ void issue(uint8_t* st, const KvLayerPtrs& c, int kv_heads, int head, int slot0,
-                                               int lane) {
+  // A lane's global addresses for the warp's first step, and the byte strides
+  // to the next tile / token and to the warp's next step (kAttnWarps steps on).
+  struct Cursor {
+    const uint8_t* k;        // K: tile 0, this lane's kKB bytes
+    const uint8_t* v;        // V: token 2c, bytes [g * D/16, +D/16)
+    const float* ks;         // K scale of slot g
+    const float* vs;         // V scale of slot g
+    int64_t k_tile, k_step;  // tile 0 -> tile 1; one warp step
+    int64_t v_tok, v_step;   // token t -> t + 1; one warp step
+    int64_t s_step;          // scales: one warp step (elements)
+  };
+  static __device__ __forceinline__ Cursor cursor(const KvLayerPtrs& c, int kv_heads, int head, int slot0, int lane) {
     const int g = lane / 4, cq = lane % 4;
-#pragma unroll
-    for (int t = 0; t < 2; ++t) {
-      const int tile = slot0 / layout::kKvTileSlots + t;
-      copy<kKB>(k_at(st, t, lane), c.k4 + ((size_t(tile) * kv_heads + head) * 32 + lane) * (D / 8));
-      copy<4>(s_at(st, t, lane), c.ks + layout::kv_scale_index(c.num_slots, slot0 + 8 * t + g, head));
-      copy<4>(s_at(st, 2 + t, lane), c.vs + layout::kv_scale_index(c.num_slots, slot0 + 8 * t + g, head));
-    }
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int tok = 2 * cq + (j % 2) + 8 * (j / 2);
-      copy<kVB>(v_at(st, j, lane), c.v4 + (size_t(slot0 + tok) * kv_heads + head) * (D / 2) + g * (D / 16));
-    }
+    Cursor r;
+    const int64_t tile_bytes = int64_t(kv_heads) * 32 * kKB;  // one 8-slot tile of all heads
+    r.k = c.k4 + (int64_t(slot0 / layout::kKvTileSlots) * tile_bytes + int64_t(head * 32 + lane) * kKB);
+    r.v = c.v4 + (int64_t(slot0 + 2 * cq) * kv_heads + head) * (D / 2) + g * kVB;
+    r.ks = c.ks + layout::kv_scale_index(c.num_slots, slot0 + g, head);
+    r.vs = c.vs + layout::kv_scale_index(c.num_slots, slot0 + g, head);
+    r.k_tile = tile_bytes;
+    r.k_step = 2 * tile_bytes * kAttnWarps;
+    r.v_tok = int64_t(kv_heads) * (D / 2);
+    r.v_step = 16 * r.v_tok * kAttnWarps;
+    r.s_step = 16 * kAttnWarps;
+    return r;
+  }
+
+  // Copies step j of the warp (j warp steps after the cursor's) into stage `st`.
+  static __device__ __forceinline__ void issue(uint8_t* st, const Cursor& c, int j, int lane) {
+    const uint8_t* k = c.k + j * c.k_step;
+    const uint8_t* v = c.v + j * c.v_step;
+    const int64_t so = j * c.s_step;
+    copy<kKB>(k_at(st, 0, lane), k);
+    copy<kKB>(k_at(st, 1, lane), k + c.k_tile);
+    copy<4>(s_at(st, 0, lane), c.ks + so);
+    copy<4>(s_at(st, 1, lane), c.ks + so + 8);
+    copy<4>(s_at(st, 2, lane), c.vs + so);
+    copy<4>(s_at(st, 3, lane), c.vs + so + 8);
+    copy<kVB>(v_at(st, 0, lane), v);                      // token 2c
+    copy<kVB>(v_at(st, 1, lane), v + c.v_tok);            // 2c + 1
+    copy<kVB>(v_at(st, 2, lane), v + 8 * c.v_tok);        // 2c + 8
+    copy<kVB>(v_at(st, 3, lane), v + 9 * c.v_tok);        // 2c + 9
   }
 
   __device__ __forceinline__ void read(uint8_t* st, int lane) {
@@ -232,6 +259,24 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sm90_decode_attention_kernel(
   const int per = (steps + p.splits - 1) / p.splits;
   const int s_begin = split * per, s_end = min(steps, s_begin + per);
 
+  // ---- the first steps' cache bytes in flight before the query prologue ----------
+  // NOTE: the mirror's step is 80 bytes per lane, too few to cover the memory
+  // latency one step ahead: a lane-private cp.async ring keeps kAttnStages - 1
+  // steps in flight (~30 KB per SM at 16 warps: ANCHORS.md). The BF16 step is
+  // 384 bytes per lane, loaded straight into registers (occupancy hides it).
+  const int first = s_begin + warp;
+  const int n_mine = first < s_end ? (s_end - first + kAttnWarps - 1) / kAttnWarps : 0;
+  uint8_t* ring = smem_raw + (kInt4 ? warp * kAttnStages * attn::Step<D, KvKind::kInt4>::kStageBytes : 0);
+  auto stage = [&](int i) { return ring + (i % kAttnStages) * attn::Step<D, KvKind::kInt4>::kStageBytes; };
+  typename attn::Step<D, KvKind::kInt4>::Cursor cursor{};
+  if constexpr (kInt4) {
+    cursor = StepT::cursor(p.cache, p.kv_heads, head, base + 16 * first, lane);
+#pragma unroll
+    for (int i = 0; i < kAttnStages - 1; ++i) {
+      if (i < n_mine) StepT::issue(stage(i), cursor, i, lane);
+      ptx::cp_async_commit();
+    }
+  }
   // ---- the query: G rows, rotated into attention space -------------------------
   for (int i = tid; i < 8 * D; i += kThreads) {
     const int r = i / D, d = i % D;
@@ -247,7 +292,9 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sm90_decode_attention_kernel(
     for (int r = 0; r < 2; ++r) {
       const int c0 = 8 * r + 2 * c;
       if constexpr (kInt4) {
-        qb[m][r] = attn::pack_half2(q_s[g][layout::kv_int4_query_dim(m, c0)], q_s[g][layout::kv_int4_query_dim(m, c0 + 1)]);
+        const float f = r ? 0.0625f : 1.f;  // columns 8..15 meet 16 (n - 8) (int4x8_to_half2_hi16)
+        qb[m][r] = attn::pack_half2(f * q_s[g][layout::kv_int4_query_dim(m, c0)],
+                                    f * q_s[g][layout::kv_int4_query_dim(m, c0 + 1)]);
       } else {
         qb[m][r] = attn::pack_bf162(q_s[g][attn::bf16_query_dim(m, c0)], q_s[g][attn::bf16_query_dim(m, c0 + 1)]);
       }
@@ -261,27 +308,12 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sm90_decode_attention_kernel(
     for (int e = 0; e < 4; ++e) o[mt][e] = 0.f;
   float mrun[2] = {-INFINITY, -INFINITY}, lrun[2] = {0.f, 0.f};  // heads 2c, 2c+1
 
-  // NOTE: the mirror's step is 80 bytes per lane, too few to cover the memory
-  // latency one step ahead: a lane-private cp.async ring keeps kAttnStages - 1
-  // steps in flight (~30 KB per SM at 16 warps: ANCHORS.md). The BF16 step is
-  // 384 bytes per lane, loaded straight into registers (occupancy hides it).
-  const int first = s_begin + warp;
-  const int n_mine = first < s_end ? (s_end - first + kAttnWarps - 1) / kAttnWarps : 0;
-  uint8_t* ring = smem_raw + (kInt4 ? warp * kAttnStages * attn::Step<D, KvKind::kInt4>::kStageBytes : 0);
-  auto stage = [&](int i) { return ring + (i % kAttnStages) * attn::Step<D, KvKind::kInt4>::kStageBytes; };
-  if constexpr (kInt4) {
-#pragma unroll
-    for (int i = 0; i < kAttnStages - 1; ++i) {
-      if (i < n_mine) StepT::issue(stage(i), p.cache, p.kv_heads, head, base + 16 * (first + i * kAttnWarps), lane);
-      ptx::cp_async_commit();
-    }
-  }
   StepT cur;
   for (int i = 0; i < n_mine; ++i) {
     const int st = first + i * kAttnWarps;
     if constexpr (kInt4) {
       const int j = i + kAttnStages - 1;  // refills the stage read in iteration i - 1
-      if (j < n_mine) StepT::issue(stage(j), p.cache, p.kv_heads, head, base + 16 * (first + j * kAttnWarps), lane);
+      if (j < n_mine) StepT::issue(stage(j), cursor, j, lane);
       ptx::cp_async_commit();
       ptx::cp_async_wait<kAttnStages - 1>();  // step i's group has landed
       cur.read(stage(i), lane);
@@ -292,17 +324,19 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sm90_decode_attention_kernel(
     const bool valid[2] = {t0 + g < len, t0 + 8 + g < len};
 
     // S^T = K Q^T (16 tokens x 8 heads)
-    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    // NOTE: two accumulators (even and odd k-steps) halve the chain of
+    // dependent MMAs (each waits for the previous one's result).
+    float acc2[2][4] = {};
     if constexpr (kInt4) {
 #pragma unroll
       for (int i = 0; i < kSteps / 2; ++i) {
-        uint32_t r0[4], r1[4];
-        layout::int4x8_to_half2(cur.k[0][i], r0);
-        layout::int4x8_to_half2(cur.k[1][i], r1);
+        uint32_t r0[4], r1[4];  // r[1], r[3] are 16 (n - 8): the query's columns 8..15 carry 1/16
+        layout::int4x8_to_half2_hi16(cur.k[0][i], r0);
+        layout::int4x8_to_half2_hi16(cur.k[1][i], r1);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const uint32_t a[4] = {r0[2 * h], r1[2 * h], r0[2 * h + 1], r1[2 * h + 1]};
-          ptx::mma_m16n8k16_f16(acc, a, qb[2 * i + h]);
+          ptx::mma_m16n8k16_f16(acc2[h], a, qb[2 * i + h]);
         }
       }
     } else {
@@ -311,9 +345,11 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sm90_decode_attention_kernel(
         const int i = m / 2, h = m % 2;
         const uint32_t a[4] = {cur.k[0][4 * i + 2 * h], cur.k[1][4 * i + 2 * h], cur.k[0][4 * i + 2 * h + 1],
                                cur.k[1][4 * i + 2 * h + 1]};
-        ptx::mma_m16n8k16_bf16(acc, a, qb[m]);
+        ptx::mma_m16n8k16_bf16(acc2[h], a, qb[m]);
       }
     }
+    const float acc[4] = {acc2[0][0] + acc2[1][0], acc2[0][1] + acc2[1][1], acc2[0][2] + acc2[1][2],
+                          acc2[0][3] + acc2[1][3]};
     // acc[0], acc[1]: token g, heads 2c, 2c+1; acc[2], acc[3]: token g + 8.
     float s[4];
 #pragma unroll
@@ -372,11 +408,11 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sm90_decode_attention_kernel(
         for (int hlf = 0; hlf < 2; ++hlf) {
           const uint32_t sel = hlf == 0 ? 0x5410u : 0x7632u;
           uint32_t t01[4], t89[4];  // tokens (2c, 2c+1) and (2c+8, 2c+9)
-          layout::int4x8_to_half2(attn::prmt(cur.v[0][w], cur.v[1][w], sel), t01);
-          layout::int4x8_to_half2(attn::prmt(cur.v[2][w], cur.v[3][w], sel), t89);
+          layout::int4x8_to_half2_hi16(attn::prmt(cur.v[0][w], cur.v[1][w], sel), t01);
+          layout::int4x8_to_half2_hi16(attn::prmt(cur.v[2][w], cur.v[3][w], sel), t89);
 #pragma unroll
           for (int u = 0; u < 2; ++u) {
-            const int mt = 4 * w + 2 * hlf + u;  // r[2u]: low nibbles (row g), r[2u+1]: high (row g + 8)
+            const int mt = 4 * w + 2 * hlf + u;  // r[2u]: low nibbles (row g), r[2u+1]: high (row g + 8, x16)
             const uint32_t a[4] = {t01[2 * u], t01[2 * u + 1], t89[2 * u], t89[2 * u + 1]};
             ptx::mma_m16n8k16_f16(o[mt], a, pb);
           }
@@ -394,7 +430,14 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sm90_decode_attention_kernel(
   }
 
   // ---- merge the warps ------------------------------------------------------------
-  if constexpr (kInt4) ptx::cp_async_wait<0>();
+  if constexpr (kInt4) {
+    ptx::cp_async_wait<0>();
+#pragma unroll
+    for (int mt = 0; mt < kSteps; ++mt) {  // rows g + 8 came from 16 (n - 8) (int4x8_to_half2_hi16)
+      o[mt][2] *= 0.0625f;
+      o[mt][3] *= 0.0625f;
+    }
+  }
   __syncthreads();  // the ring's buffer becomes o_s
 #pragma unroll
   for (int j = 0; j < 2; ++j)
