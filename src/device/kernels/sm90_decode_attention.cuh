@@ -73,6 +73,13 @@ __device__ __forceinline__ uint32_t pack_bf162(float lo, float hi) {
   const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&h);
 }
+// ex2.approx.ftz.f32: 2^x in one MUFU op; why: exp2f's subnormal handling adds
+// a compare and two multiplies per call, and results below 2^-126 weigh nothing.
+__device__ __forceinline__ float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
 __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
   uint32_t d;
   asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
@@ -134,15 +141,14 @@ struct Step<D, KvKind::kInt4> {
   }
 
   // A lane's global addresses for the warp's first step, and the byte strides
-  // to the next tile / token and to the warp's next step (kAttnWarps steps on).
+  // to the next 8-slot tile and to the next token.
   struct Cursor {
-    const uint8_t* k;        // K: tile 0, this lane's kKB bytes
-    const uint8_t* v;        // V: token 2c, bytes [g * D/16, +D/16)
-    const float* ks;         // K scale of slot g
-    const float* vs;         // V scale of slot g
-    int64_t k_tile, k_step;  // tile 0 -> tile 1; one warp step
-    int64_t v_tok, v_step;   // token t -> t + 1; one warp step
-    int64_t s_step;          // scales: one warp step (elements)
+    const uint8_t* k;  // K: tile 0, this lane's kKB bytes
+    const uint8_t* v;  // V: token 2c, bytes [g * D/16, +D/16)
+    const float* ks;   // K scale of slot g
+    const float* vs;   // V scale of slot g
+    int64_t k_tile;    // bytes from one tile of all heads to the next
+    int64_t v_tok;     // bytes from one token's V rows to the next
   };
   static __device__ __forceinline__ Cursor cursor(const KvLayerPtrs& c, int kv_heads, int head, int slot0, int lane) {
     const int g = lane / 4, cq = lane % 4;
@@ -153,24 +159,21 @@ struct Step<D, KvKind::kInt4> {
     r.ks = c.ks + layout::kv_scale_index(c.num_slots, slot0 + g, head);
     r.vs = c.vs + layout::kv_scale_index(c.num_slots, slot0 + g, head);
     r.k_tile = tile_bytes;
-    r.k_step = 2 * tile_bytes * kAttnWarps;
     r.v_tok = int64_t(kv_heads) * (D / 2);
-    r.v_step = 16 * r.v_tok * kAttnWarps;
-    r.s_step = 16 * kAttnWarps;
     return r;
   }
 
-  // Copies step j of the warp (j warp steps after the cursor's) into stage `st`.
-  static __device__ __forceinline__ void issue(uint8_t* st, const Cursor& c, int j, int lane) {
-    const uint8_t* k = c.k + j * c.k_step;
-    const uint8_t* v = c.v + j * c.v_step;
-    const int64_t so = j * c.s_step;
+  // Copies the 16-slot step starting `rel` slots after the cursor's first
+  // slot (a multiple of 16) into stage `st`.
+  static __device__ __forceinline__ void issue(uint8_t* st, const Cursor& c, int rel, int lane) {
+    const uint8_t* k = c.k + (rel / layout::kKvTileSlots) * c.k_tile;
+    const uint8_t* v = c.v + rel * c.v_tok;
     copy<kKB>(k_at(st, 0, lane), k);
     copy<kKB>(k_at(st, 1, lane), k + c.k_tile);
-    copy<4>(s_at(st, 0, lane), c.ks + so);
-    copy<4>(s_at(st, 1, lane), c.ks + so + 8);
-    copy<4>(s_at(st, 2, lane), c.vs + so);
-    copy<4>(s_at(st, 3, lane), c.vs + so + 8);
+    copy<4>(s_at(st, 0, lane), c.ks + rel);
+    copy<4>(s_at(st, 1, lane), c.ks + rel + 8);
+    copy<4>(s_at(st, 2, lane), c.vs + rel);
+    copy<4>(s_at(st, 3, lane), c.vs + rel + 8);
     copy<kVB>(v_at(st, 0, lane), v);                      // token 2c
     copy<kVB>(v_at(st, 1, lane), v + c.v_tok);            // 2c + 1
     copy<kVB>(v_at(st, 2, lane), v + 8 * c.v_tok);        // 2c + 8
@@ -255,27 +258,45 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sm90_decode_attention_kernel(
   const int split = blockIdx.x, head = blockIdx.y, b = blockIdx.z;
   const int G = p.group, n_heads = p.kv_heads * G;
   const int len = p.kv_len[b], base = p.slot_base[b];
+  // Work split in iterations of kU 16-token steps (the mirror: two steps per
+  // softmax update): a sequence's iterations are cut into `splits` chunks,
+  // warp w of a CTA takes iterations w, w + 4, ... of its chunk.
+  constexpr int kU = kInt4 ? 2 : 1;
   const int steps = (len + 15) / 16;
-  const int per = (steps + p.splits - 1) / p.splits;
-  const int s_begin = split * per, s_end = min(steps, s_begin + per);
+  const int units = (steps + kU - 1) / kU;
+  const int per = (units + p.splits - 1) / p.splits;
+  const int u_begin = split * per, u_end = min(units, u_begin + per);
+  const int first = u_begin + warp;
+  const int n_mine = first < u_end ? (u_end - first + kAttnWarps - 1) / kAttnWarps : 0;
+  // The 16-token step of iteration i, sub-step u: global step index and its
+  // slot offset from the warp's first step.
+  auto step_of = [&](int i, int u) { return kU * (first + i * kAttnWarps) + u; };
+  auto rel_of = [&](int i, int u) { return 16 * (kU * kAttnWarps * i + u); };
 
   // ---- the first steps' cache bytes in flight before the query prologue ----------
   // NOTE: the mirror's step is 80 bytes per lane, too few to cover the memory
-  // latency one step ahead: a lane-private cp.async ring keeps kAttnStages - 1
-  // steps in flight (~30 KB per SM at 16 warps: ANCHORS.md). The BF16 step is
+  // latency one step ahead: a lane-private cp.async ring holds kAttnStages
+  // steps, the next iteration's in flight while the current one is computed
+  // (~75 KB per SM at 16 warps: ANCHORS.md asks >= 32 KB). The BF16 step is
   // 384 bytes per lane, loaded straight into registers (occupancy hides it).
-  const int first = s_begin + warp;
-  const int n_mine = first < s_end ? (s_end - first + kAttnWarps - 1) / kAttnWarps : 0;
+  static_assert(kAttnStages % 2 == 0, "whole iterations of two steps per ring slot pair");
+  constexpr int kGroupsAhead = kAttnStages / kU - 1;  // iterations in flight beyond the current one
   uint8_t* ring = smem_raw + (kInt4 ? warp * kAttnStages * attn::Step<D, KvKind::kInt4>::kStageBytes : 0);
-  auto stage = [&](int i) { return ring + (i % kAttnStages) * attn::Step<D, KvKind::kInt4>::kStageBytes; };
+  auto stage = [&](int i, int u) {
+    return ring + ((kU * i + u) % kAttnStages) * attn::Step<D, KvKind::kInt4>::kStageBytes;
+  };
   typename attn::Step<D, KvKind::kInt4>::Cursor cursor{};
-  if constexpr (kInt4) {
-    cursor = StepT::cursor(p.cache, p.kv_heads, head, base + 16 * first, lane);
+  auto issue_iter = [&](int i) {  // the steps of iteration i that exist
+    if (i < n_mine)
 #pragma unroll
-    for (int i = 0; i < kAttnStages - 1; ++i) {
-      if (i < n_mine) StepT::issue(stage(i), cursor, i, lane);
-      ptx::cp_async_commit();
-    }
+      for (int u = 0; u < kU; ++u)
+        if (step_of(i, u) < steps) attn::Step<D, KvKind::kInt4>::issue(stage(i, u), cursor, rel_of(i, u), lane);
+    ptx::cp_async_commit();
+  };
+  if constexpr (kInt4) {
+    cursor = attn::Step<D, KvKind::kInt4>::cursor(p.cache, p.kv_heads, head, base + 16 * kU * first, lane);
+#pragma unroll
+    for (int i = 0; i < kGroupsAhead; ++i) issue_iter(i);
   }
   // ---- the query: G rows, rotated into attention space -------------------------
   for (int i = tid; i < 8 * D; i += kThreads) {
@@ -308,73 +329,85 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sm90_decode_attention_kernel(
     for (int e = 0; e < 4; ++e) o[mt][e] = 0.f;
   float mrun[2] = {-INFINITY, -INFINITY}, lrun[2] = {0.f, 0.f};  // heads 2c, 2c+1
 
-  StepT cur;
   for (int i = 0; i < n_mine; ++i) {
-    const int st = first + i * kAttnWarps;
+    StepT cur[kU];
     if constexpr (kInt4) {
-      const int j = i + kAttnStages - 1;  // refills the stage read in iteration i - 1
-      if (j < n_mine) StepT::issue(stage(j), cursor, j, lane);
-      ptx::cp_async_commit();
-      ptx::cp_async_wait<kAttnStages - 1>();  // step i's group has landed
-      cur.read(stage(i), lane);
+      issue_iter(i + kGroupsAhead);  // refills the stages read in iteration i - 1
+      ptx::cp_async_wait<kGroupsAhead>();  // iteration i's group has landed
+#pragma unroll
+      for (int u = 0; u < kU; ++u) cur[u].read(stage(i, u), lane);
     } else {
-      cur.load(p.cache, p.kv_heads, head, base + 16 * st, lane);
+      cur[0].load(p.cache, p.kv_heads, head, base + 16 * step_of(i, 0), lane);
     }
-    const int t0 = 16 * st;
-    const bool valid[2] = {t0 + g < len, t0 + 8 + g < len};
 
-    // S^T = K Q^T (16 tokens x 8 heads)
-    // NOTE: two accumulators (even and odd k-steps) halve the chain of
-    // dependent MMAs (each waits for the previous one's result).
-    float acc2[2][4] = {};
-    if constexpr (kInt4) {
+    // S^T = K Q^T (16 tokens x 8 heads) per sub-step.
+    // acc[0], acc[1]: token g, heads 2c, 2c+1; acc[2], acc[3]: token g + 8.
+    float sc[kU][4];
+    bool valid[kU][2];
 #pragma unroll
-      for (int i = 0; i < kSteps / 2; ++i) {
-        uint32_t r0[4], r1[4];  // r[1], r[3] are 16 (n - 8): the query's columns 8..15 carry 1/16
-        layout::int4x8_to_half2_hi16(cur.k[0][i], r0);
-        layout::int4x8_to_half2_hi16(cur.k[1][i], r1);
+    for (int u = 0; u < kU; ++u) {
+      const int t0 = 16 * step_of(i, u);
+      valid[u][0] = t0 + g < len;
+      valid[u][1] = t0 + 8 + g < len;
+      // NOTE: two accumulators (even and odd k-steps) halve the chain of
+      // dependent MMAs (each waits for the previous one's result).
+      float acc2[2][4] = {};
+      if constexpr (kInt4) {
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const uint32_t a[4] = {r0[2 * h], r1[2 * h], r0[2 * h + 1], r1[2 * h + 1]};
-          ptx::mma_m16n8k16_f16(acc2[h], a, qb[2 * i + h]);
+        for (int w = 0; w < kSteps / 2; ++w) {
+          uint32_t r0[4], r1[4];  // r[1], r[3] are 16 (n - 8): the query's columns 8..15 carry 1/16
+          layout::int4x8_to_half2_hi16(cur[u].k[0][w], r0);
+          layout::int4x8_to_half2_hi16(cur[u].k[1][w], r1);
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const uint32_t a[4] = {r0[2 * h], r1[2 * h], r0[2 * h + 1], r1[2 * h + 1]};
+            ptx::mma_m16n8k16_f16(acc2[h], a, qb[2 * w + h]);
+          }
+        }
+      } else {
+#pragma unroll
+        for (int m = 0; m < kSteps; ++m) {
+          const int w = m / 2, h = m % 2;
+          const uint32_t a[4] = {cur[u].k[0][4 * w + 2 * h], cur[u].k[1][4 * w + 2 * h],
+                                 cur[u].k[0][4 * w + 2 * h + 1], cur[u].k[1][4 * w + 2 * h + 1]};
+          ptx::mma_m16n8k16_bf16(acc2[h], a, qb[m]);
         }
       }
-    } else {
 #pragma unroll
-      for (int m = 0; m < kSteps; ++m) {
-        const int i = m / 2, h = m % 2;
-        const uint32_t a[4] = {cur.k[0][4 * i + 2 * h], cur.k[1][4 * i + 2 * h], cur.k[0][4 * i + 2 * h + 1],
-                               cur.k[1][4 * i + 2 * h + 1]};
-        ptx::mma_m16n8k16_bf16(acc2[h], a, qb[m]);
+      for (int e = 0; e < 4; ++e) {
+        const int t = e / 2;
+        float f = p.scale_log2;
+        if constexpr (kInt4) f *= cur[u].ks[t];
+        sc[u][e] = valid[u][t] ? (acc2[0][e] + acc2[1][e]) * f : -INFINITY;
       }
     }
-    const float acc[4] = {acc2[0][0] + acc2[1][0], acc2[0][1] + acc2[1][1], acc2[0][2] + acc2[1][2],
-                          acc2[0][3] + acc2[1][3]};
-    // acc[0], acc[1]: token g, heads 2c, 2c+1; acc[2], acc[3]: token g + 8.
-    float s[4];
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int t = e / 2;
-      float f = p.scale_log2;
-      if constexpr (kInt4) f *= cur.ks[t];
-      s[e] = valid[t] ? acc[e] * f : -INFINITY;
-    }
-    float alpha[2], mx[2] = {fmaxf(s[0], s[2]), fmaxf(s[1], s[3])};
+
+    // Online softmax, once per iteration: heads 2c (j = 0) and 2c + 1 (j = 1).
+    float alpha[2], mref[2];
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
+      float mx = -INFINITY;
 #pragma unroll
-      for (int off = 4; off < 32; off *= 2) mx[j] = fmaxf(mx[j], __shfl_xor_sync(0xffffffffu, mx[j], off));
-      const float mnew = fmaxf(mrun[j], mx[j]);
-      const float mref = mnew == -INFINITY ? 0.f : mnew;
-      alpha[j] = exp2f(mrun[j] - mref);
+      for (int u = 0; u < kU; ++u) mx = fmaxf(mx, fmaxf(sc[u][j], sc[u][2 + j]));
+#pragma unroll
+      for (int off = 4; off < 32; off *= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+      const float mnew = fmaxf(mrun[j], mx);
+      mref[j] = mnew == -INFINITY ? 0.f : mnew;
+      alpha[j] = attn::exp2_approx(mrun[j] - mref[j]);
       mrun[j] = mnew;
-      mx[j] = mref;
     }
-    float pr[4];
+    float pr[kU][4];
 #pragma unroll
-    for (int e = 0; e < 4; ++e) pr[e] = exp2f(s[e] - mx[e % 2]);
-    lrun[0] = lrun[0] * alpha[0] + pr[0] + pr[2];
-    lrun[1] = lrun[1] * alpha[1] + pr[1] + pr[3];
+    for (int u = 0; u < kU; ++u)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) pr[u][e] = attn::exp2_approx(sc[u][e] - mref[e % 2]);
+    lrun[0] *= alpha[0];
+    lrun[1] *= alpha[1];
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      lrun[0] += pr[u][0] + pr[u][2];
+      lrun[1] += pr[u][1] + pr[u][3];
+    }
     if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f))  // the max moved
 #pragma unroll
     for (int mt = 0; mt < kSteps; ++mt) {
@@ -383,48 +416,53 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sm90_decode_attention_kernel(
       o[mt][2] *= alpha[0];
       o[mt][3] *= alpha[1];
     }
-    // P^T as the B operand: rows (token g | g+8) x heads (2c, 2c+1), transposed.
-    uint32_t pb[2];
-    if constexpr (kInt4) {
-      const float w0 = valid[0] ? cur.vs[0] : 0.f, w1 = valid[1] ? cur.vs[1] : 0.f;
-      pb[0] = ptx::movmatrix_trans(attn::pack_half2(pr[0] * w0, pr[1] * w0));
-      pb[1] = ptx::movmatrix_trans(attn::pack_half2(pr[2] * w1, pr[3] * w1));
-    } else {
-      pb[0] = ptx::movmatrix_trans(attn::pack_bf162(pr[0], pr[1]));
-      pb[1] = ptx::movmatrix_trans(attn::pack_bf162(pr[2], pr[3]));
-      if (t0 + 16 > len) {  // last step: masked V rows may hold anything (NaN * 0 = NaN)
+
 #pragma unroll
-        for (int j = 0; j < 4; ++j)
-          if (t0 + 2 * c + (j % 2) + 8 * (j / 2) >= len)
+    for (int u = 0; u < kU; ++u) {
+      // P^T as the B operand: rows (token g | g+8) x heads (2c, 2c+1), transposed.
+      uint32_t pb[2];
+      if constexpr (kInt4) {
+        const float w0 = valid[u][0] ? cur[u].vs[0] : 0.f, w1 = valid[u][1] ? cur[u].vs[1] : 0.f;
+        pb[0] = ptx::movmatrix_trans(attn::pack_half2(pr[u][0] * w0, pr[u][1] * w0));
+        pb[1] = ptx::movmatrix_trans(attn::pack_half2(pr[u][2] * w1, pr[u][3] * w1));
+      } else {
+        pb[0] = ptx::movmatrix_trans(attn::pack_bf162(pr[u][0], pr[u][1]));
+        pb[1] = ptx::movmatrix_trans(attn::pack_bf162(pr[u][2], pr[u][3]));
+        const int t0 = 16 * step_of(i, u);
+        if (t0 + 16 > len) {  // last step: masked V rows may hold anything (NaN * 0 = NaN)
 #pragma unroll
-            for (int w = 0; w < StepT::kVW; ++w) cur.v[j][w] = 0u;
-      }
-    }
-    // O^T += V^T P^T
-    if constexpr (kInt4) {
+          for (int j = 0; j < 4; ++j)
+            if (t0 + 2 * c + (j % 2) + 8 * (j / 2) >= len)
 #pragma unroll
-      for (int w = 0; w < StepT::kVW; ++w)
-#pragma unroll
-        for (int hlf = 0; hlf < 2; ++hlf) {
-          const uint32_t sel = hlf == 0 ? 0x5410u : 0x7632u;
-          uint32_t t01[4], t89[4];  // tokens (2c, 2c+1) and (2c+8, 2c+9)
-          layout::int4x8_to_half2_hi16(attn::prmt(cur.v[0][w], cur.v[1][w], sel), t01);
-          layout::int4x8_to_half2_hi16(attn::prmt(cur.v[2][w], cur.v[3][w], sel), t89);
-#pragma unroll
-          for (int u = 0; u < 2; ++u) {
-            const int mt = 4 * w + 2 * hlf + u;  // r[2u]: low nibbles (row g), r[2u+1]: high (row g + 8, x16)
-            const uint32_t a[4] = {t01[2 * u], t01[2 * u + 1], t89[2 * u], t89[2 * u + 1]};
-            ptx::mma_m16n8k16_f16(o[mt], a, pb);
-          }
+              for (int w = 0; w < StepT::kVW; ++w) cur[u].v[j][w] = 0u;
         }
-    } else {
+      }
+      // O^T += V^T P^T
+      if constexpr (kInt4) {
 #pragma unroll
-      for (int mt = 0; mt < kSteps; ++mt) {
-        const uint32_t a[4] = {attn::prmt(cur.v[0][mt], cur.v[1][mt], 0x5410u),
-                               attn::prmt(cur.v[0][mt], cur.v[1][mt], 0x7632u),
-                               attn::prmt(cur.v[2][mt], cur.v[3][mt], 0x5410u),
-                               attn::prmt(cur.v[2][mt], cur.v[3][mt], 0x7632u)};
-        ptx::mma_m16n8k16_bf16(o[mt], a, pb);
+        for (int w = 0; w < StepT::kVW; ++w)
+#pragma unroll
+          for (int hlf = 0; hlf < 2; ++hlf) {
+            const uint32_t sel = hlf == 0 ? 0x5410u : 0x7632u;
+            uint32_t t01[4], t89[4];  // tokens (2c, 2c+1) and (2c+8, 2c+9)
+            layout::int4x8_to_half2_hi16(attn::prmt(cur[u].v[0][w], cur[u].v[1][w], sel), t01);
+            layout::int4x8_to_half2_hi16(attn::prmt(cur[u].v[2][w], cur[u].v[3][w], sel), t89);
+#pragma unroll
+            for (int x = 0; x < 2; ++x) {
+              const int mt = 4 * w + 2 * hlf + x;  // r[2x]: low nibbles (row g), r[2x+1]: high (row g + 8, x16)
+              const uint32_t a[4] = {t01[2 * x], t01[2 * x + 1], t89[2 * x], t89[2 * x + 1]};
+              ptx::mma_m16n8k16_f16(o[mt], a, pb);
+            }
+          }
+      } else {
+#pragma unroll
+        for (int mt = 0; mt < kSteps; ++mt) {
+          const uint32_t a[4] = {attn::prmt(cur[u].v[0][mt], cur[u].v[1][mt], 0x5410u),
+                                 attn::prmt(cur[u].v[0][mt], cur[u].v[1][mt], 0x7632u),
+                                 attn::prmt(cur[u].v[2][mt], cur[u].v[3][mt], 0x5410u),
+                                 attn::prmt(cur[u].v[2][mt], cur[u].v[3][mt], 0x7632u)};
+          ptx::mma_m16n8k16_bf16(o[mt], a, pb);
+        }
       }
     }
   }
