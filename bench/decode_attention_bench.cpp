@@ -141,7 +141,10 @@ int main(int argc, char** argv) try {
         cuda::AttentionConfig cfg = cuda::attention_heuristic(s, dev.sm_count, 0, o.min_tokens, o.overhead);
         if (splits > 0) cfg.splits = splits;
         cuda::DeviceBuffer<float> ws(std::max<size_t>(1, cuda::attention_workspace_floats(s, cfg)));
-        cuda::AttentionArgs a{q.get(), out.get(), dbase.get(), dlen.get(), cache, ws.get(), ws.size()};
+        cuda::DeviceBuffer<int> counters(cuda::attention_counters(s));
+        counters.fill_bytes(0);
+        cuda::AttentionArgs a{q.get(), out.get(), dbase.get(), dlen.get(), cache, ws.get(), ws.size(),
+                              counters.get(), counters.size()};
         const double us = timer.us([&](cudaStream_t st) { cuda::decode_attention(s, a, cfg, st); }, stream);
         // The same bytes without compute (one launch).
         const size_t tok = size_t(batch) * size_t(ctx) * kKvHeads;

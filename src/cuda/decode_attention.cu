@@ -9,7 +9,6 @@
 #include "core/error.h"
 #include "cuda/check.h"
 #include "device/kernels/sm90_decode_attention.cuh"
-#include "device/kernels/sm90_decode_attention_combine.cuh"
 #include "device/kernels/sm90_kv_append.cuh"
 
 namespace futr::cuda {
@@ -19,7 +18,6 @@ namespace {
 constexpr int kMaxGroup = 8;
 
 using AttnFn = void (*)(device::DecodeAttentionParams);
-using CombineFn = void (*)(device::DecodeAttentionParams);
 using AppendFn = void (*)(device::KvAppendParams);
 
 // ---- the compiled variants ------------------------------------------------------
@@ -29,13 +27,12 @@ struct Variant {
   int head_dim;
   bool int4;
   AttnFn attn;
-  CombineFn combine;
   AppendFn append;
 };
 
 #define FUTR_ATTN(D, INT4)                                                                         \
   Variant{D, INT4, &device::sm90_decode_attention_kernel<D, INT4 ? device::KvKind::kInt4 : device::KvKind::kBf16>, \
-          &device::sm90_decode_attention_combine_kernel<D>, &device::sm90_kv_append_kernel<D>}
+          &device::sm90_kv_append_kernel<D>}
 
 const Variant kVariants[] = {FUTR_ATTN(64, false), FUTR_ATTN(128, false), FUTR_ATTN(64, true), FUTR_ATTN(128, true)};
 #undef FUTR_ATTN
@@ -100,6 +97,7 @@ device::DecodeAttentionParams params(const AttentionShape& s, const AttentionArg
   const size_t rows = size_t(s.batch) * s.kv_heads * s.group;
   p.o_part = c.splits > 1 ? a.ws : nullptr;
   p.ml_part = c.splits > 1 ? a.ws + rows * size_t(c.splits) * s.head_dim : nullptr;
+  p.counters = a.counters;
   return p;
 }
 
@@ -123,7 +121,8 @@ AttentionConfig attention_heuristic(const AttentionShape& s, int sm_count, int r
   if (resident_per_sm <= 0) resident_per_sm = attention_occupancy(s);
   const double resident = double(resident_per_sm) * sm_count;
   const long base = long(s.batch) * s.kv_heads;
-  const long most = std::clamp(long(std::ceil(double(s.max_len) / std::max(16, min_tokens))), 1L, 1024L);
+  const long most = std::clamp(long(std::ceil(double(s.max_len) / std::max(16, min_tokens))), 1L,
+                               long(device::kAttnMaxSplits));
   AttentionConfig best;
   double best_t = 0;
   for (long sp = 1; sp <= most; ++sp) {
@@ -159,7 +158,8 @@ size_t attention_workspace_floats(const AttentionShape& s, const AttentionConfig
 void decode_attention(const AttentionShape& s, const AttentionArgs& a, const AttentionConfig& c, cudaStream_t st) {
   check_shape(s);
   const Variant& v = find_variant(s.head_dim, s.int4);
-  FUTR_CHECK(c.splits >= 1 && c.splits <= 1024, "decode attention: splits {} out of range 1..1024", c.splits);
+  FUTR_CHECK(c.splits >= 1 && c.splits <= device::kAttnMaxSplits, "decode attention: splits {} out of range 1..{}",
+             c.splits, device::kAttnMaxSplits);
   check_aligned(static_cast<const __nv_bfloat16*>(a.q), 16, "q");
   check_aligned(static_cast<const __nv_bfloat16*>(a.out), 16, "out");
   FUTR_CHECK(a.slot_base && a.kv_len, "decode attention: slot_base and kv_len must be set");
@@ -167,15 +167,18 @@ void decode_attention(const AttentionShape& s, const AttentionArgs& a, const Att
   const size_t need = attention_workspace_floats(s, c);
   FUTR_CHECK(a.ws_floats >= need, "decode attention: workspace of {} floats, the configuration needs {}",
              a.ws_floats, need);
-  if (need) check_aligned(a.ws, 16, "the split workspace");
+  if (need) {
+    check_aligned(a.ws, 16, "the split workspace");
+    FUTR_CHECK(a.counters && a.n_counters >= attention_counters(s),
+               "decode attention: {} split counters given, the batch needs {} (zeroed once)", a.n_counters,
+               attention_counters(s));
+  }
   const device::DecodeAttentionParams p = params(s, a, c);
   v.attn<<<dim3(unsigned(c.splits), unsigned(s.kv_heads), unsigned(s.batch)), device::kAttnWarps * 32, 0, st>>>(p);
   FUTR_CUDA_CHECK(cudaGetLastError());
-  if (c.splits > 1) {
-    v.combine<<<dim3(unsigned(s.kv_heads * s.group), unsigned(s.batch)), unsigned(s.head_dim), 0, st>>>(p);
-    FUTR_CUDA_CHECK(cudaGetLastError());
-  }
 }
+
+size_t attention_counters(const AttentionShape& s) { return size_t(s.batch) * size_t(s.kv_heads); }
 
 void kv_append(const KvAppendArgs& a, cudaStream_t st) {
   const Variant& v = find_variant(a.head_dim, true);

@@ -4,15 +4,16 @@
 //
 //   kv_append():        new K/V rows -> BF16 primary (+ INT4 mirror), by a row map
 //   decode_attention(): one query row per sequence, GQA, softmax in FP32,
-//                       BF16 out; splits > 1 adds the combine pass.
+//                       BF16 out; with splits > 1 the last CTA of each
+//                       (sequence, KV head) merges the chunks (one launch).
 //
 // Only the variants listed in attention_variants() are compiled (head_dim x
 // cache kind; any GQA group up to 8); any other request fails with a
 // futr::Error naming the nearest compiled one. The split count comes from
 // attention_heuristic() or the caller (the benchmark overrides it). All
 // launches are graph-capturable: no allocation, no synchronization; the split
-// workspace is the caller's. Kernels: sm90_kv_append.cuh,
-// sm90_decode_attention.cuh, sm90_decode_attention_combine.cuh.
+// workspace and counters are the caller's. Kernels: sm90_kv_append.cuh,
+// sm90_decode_attention.cuh.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -40,7 +41,7 @@ struct AttentionShape {
 };
 
 struct AttentionConfig {
-  int splits = 1;  // context chunks per (sequence, KV head); 1: no combine pass
+  int splits = 1;  // context chunks per (sequence, KV head), 1..512; 1: no merge
 };
 
 // One line: "splits=16".
@@ -69,10 +70,14 @@ struct AttentionArgs {
   KvLayerPtrs cache;
   float* ws = nullptr;             // split workspace, >= attention_workspace_floats()
   size_t ws_floats = 0;
+  int* counters = nullptr;         // split arrival counters, >= attention_counters(); zero them
+  size_t n_counters = 0;           // once (cudaMemset): every launch leaves them zero
 };
 
 // Floats of split workspace the configuration needs (0 for splits == 1).
 size_t attention_workspace_floats(const AttentionShape& s, const AttentionConfig& c);
+// Split arrival counters a launch needs (one per sequence and KV head; used when splits > 1).
+size_t attention_counters(const AttentionShape& s);
 
 // Validates shape, configuration, pointers and workspace, then launches on `st`.
 void decode_attention(const AttentionShape& s, const AttentionArgs& a, const AttentionConfig& c,

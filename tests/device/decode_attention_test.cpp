@@ -7,8 +7,9 @@
 //   - attention over the BF16 cache, the INT4 mirror and the rotated mirror:
 //     contexts 1, 7, 64, 1000, 8192, 32768 + 13, ragged batches, SmolLM2
 //     (9/3 heads, D 64), Llama-3.1-8B (32/8, D 128) and 70B (64/8) shapes,
-//     MHA (8/8); the split count of the heuristic, 1 (no combine pass) and
-//     many. Slots past each sequence's length hold NaN (the contract masks
+//     MHA (8/8); the split count of the heuristic, 1 (no merge) and many
+//     (the last CTA merges; the counters come back zero and a second launch
+//     gives the same bytes). Slots past each sequence's length hold NaN (the contract masks
 //     them); outputs are poisoned (0xff) before each launch.
 // Errors: relative L2 of the BF16 output, bound in tests/support/tolerances.h;
 // the largest per variant is printed at the end.
@@ -147,10 +148,20 @@ void check_attention(int kvh, int group, int d, const std::vector<int>& lens, in
     cuda::DeviceBuffer<uint16_t> q(b.q), out(ref.size());
     cuda::DeviceBuffer<int> base(b.base), len(b.lens);
     cuda::DeviceBuffer<float> ws(std::max<size_t>(1, cuda::attention_workspace_floats(s, cfg)));
+    cuda::DeviceBuffer<int> counters(cuda::attention_counters(s));
+    counters.fill_bytes(0);
     out.fill_bytes(0xff);
-    cuda::AttentionArgs a{q.get(), out.get(), base.get(), len.get(), dev.ptrs(), ws.get(), ws.size()};
+    cuda::AttentionArgs a{q.get(), out.get(), base.get(), len.get(), dev.ptrs(), ws.get(), ws.size(),
+                          counters.get(), counters.size()};
     cuda::decode_attention(s, a, cfg, nullptr);
     FUTR_CUDA_CHECK(cudaDeviceSynchronize());
+    // Counters left zero, and a second launch (a graph replay's view) gives the same bytes.
+    for (int v : counters.download()) ASSERT_EQ(v, 0);
+    const auto first16 = out.download();
+    out.fill_bytes(0xff);
+    cuda::decode_attention(s, a, cfg, nullptr);
+    FUTR_CUDA_CHECK(cudaDeviceSynchronize());
+    EXPECT_EQ(out.download(), first16) << "a second launch differs";
     const auto o16 = out.download();
     std::vector<float> o(o16.size());
     for (size_t i = 0; i < o.size(); ++i) o[i] = bf16_to_float(o16[i]);
@@ -265,7 +276,7 @@ TEST(DecodeAttentionSmall, ShortRaggedContexts) {
   FUTR_REQUIRE_GPU();
   check_attention(3, 3, 64, {1, 7, 64, 100});      // SmolLM2
   check_attention(8, 4, 128, {1, 7, 64, 33});      // Llama-3.1-8B
-  check_attention(8, 4, 128, {7, 64, 300}, 1);     // no combine pass
+  check_attention(8, 4, 128, {7, 64, 300}, 1);     // no merge
   check_attention(8, 4, 128, {7, 64, 300}, 40);    // many (partly empty) chunks
 }
 

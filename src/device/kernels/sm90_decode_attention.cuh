@@ -1,8 +1,9 @@
 // sm90_decode_attention: one decode step of attention for a batch of sequences,
 // over the BF16 primary cache or the INT4 mirror (rotated or not), split over
 // the context (FlashDecoding): each CTA reduces one chunk of one sequence for
-// the G query heads of one KV head to (m, l, O) and either finalizes it (one
-// chunk) or leaves it to sm90_decode_attention_combine.
+// the G query heads of one KV head to (m, l, O); with one chunk it finalizes
+// the output, with several the last CTA of (sequence, KV head) to finish
+// merges the chunks' partial results (an arrival counter; no second launch).
 //
 //   for query head j of sequence b (KV head h = j / G), tokens t < len[b]:
 //     q' = q H (rotated mirror; H block Walsh-Hadamard), else q
@@ -25,10 +26,11 @@
 //   BF16 cache uses BF16 operands (the query rounded to BF16, as the CPU's
 //   bf16 storage does), P in BF16.
 //
-// Work split: grid (splits, kv_heads, batch); a sequence's 16-token steps are
-// cut into `splits` equal chunks; warp w of a CTA takes steps w, w + 4, ... of
-// the chunk with its own online softmax; the 4 warps merge in shared memory.
-// Loads of the next step are issued before the current step's math.
+// Work split: grid (splits, kv_heads, batch); a sequence's iterations (two
+// 16-token steps for the mirror, one for BF16) are cut into `splits` equal
+// chunks; warp w of a CTA takes iterations w, w + 4, ... of the chunk with its
+// own online softmax; the 4 warps merge in shared memory. The mirror's bytes
+// come through a cp.async ring, the next iteration's in flight.
 //
 // Contract: slots [slot_base[b], slot_base[b] + round_up(len[b], 16)) are
 // readable (device/layout/kv_cache.cuh); tokens >= len are masked (their K
@@ -48,6 +50,7 @@ namespace futr::device {
 
 inline constexpr int kAttnWarps = 4;   // warps per CTA
 inline constexpr int kAttnStages = 4;  // INT4 mirror: steps in flight per warp (cp.async ring)
+inline constexpr int kAttnMaxSplits = 512;  // the merge keeps G x splits weights in shared memory
 
 struct DecodeAttentionParams {
   const __nv_bfloat16* q = nullptr;  // [batch][n_heads][D]
@@ -61,6 +64,8 @@ struct DecodeAttentionParams {
   int splits = 1;
   float* o_part = nullptr;           // [batch][n_heads][splits][D] unnormalized (splits > 1)
   float* ml_part = nullptr;          // [batch][n_heads][splits][2] (running max m, sum l)
+  int* counters = nullptr;           // [batch][kv_heads] arrivals (splits > 1); zero before the
+                                     // first launch, left zero by every launch
 };
 
 namespace attn {
@@ -112,54 +117,45 @@ struct Step;
 
 // INT4 mirror: K words of tokens g (tile 0) and g + 8 (tile 1); V bytes of
 // tokens 2c, 2c+1, 2c+8, 2c+9 at [g * D/16, +D/16); the four scales. Brought
-// in by cp.async into a lane-private stage of a shared-memory ring (each lane
-// reads back only what it copied: no barrier), kAttnStages steps ahead.
+// in by 16-byte cp.async copies (L1 bypassed) into the warp's stage of a
+// shared-memory ring, kAttnStages steps deep: K as each lane's own fragment
+// bytes, V rows and the scales as they lie in memory (read back across lanes
+// after a __syncwarp).
 template <int D>
 struct Step<D, KvKind::kInt4> {
   static constexpr int kKW = D / 32;  // K words per lane per tile
   static constexpr int kVW = D / 64;  // V words per lane per token
-  static constexpr int kKB = 4 * kKW, kVB = 4 * kVW;           // bytes
-  static constexpr int kStageBytes = 32 * (2 * kKB + 4 * kVB + 16);  // one warp's stage
+  static constexpr int kKB = 4 * kKW, kVB = 4 * kVW;  // bytes
+  // NOTE: V rows padded by 16 bytes: the lanes reading token rows 2c (+1,
+  // +8, +9) at byte 8g (D 128) or 4g (D 64) then hit distinct banks.
+  static constexpr int kVRow = D / 2 + 16;
+  static constexpr int kVOff = 64 * kKB;              // K: [tile][lane][kKB]
+  static constexpr int kSOff = kVOff + 16 * kVRow;    // V: [token][kVRow]; scales: ks[16], vs[16]
+  static constexpr int kStageBytes = kSOff + 128;     // one warp's stage
+  static_assert(kStageBytes % 16 == 0, "16-byte aligned stages");
   uint32_t k[2][kKW];
   uint32_t v[4][kVW];
   float ks[2], vs[2];  // tokens g, g + 8
 
-  // Stage layout: K [tile][lane][kKB] | V [token j][lane][kVB] | scales [4][lane] FP32.
-  static __device__ __forceinline__ uint8_t* k_at(uint8_t* st, int t, int lane) { return st + (t * 32 + lane) * kKB; }
-  static __device__ __forceinline__ uint8_t* v_at(uint8_t* st, int j, int lane) {
-    return st + 64 * kKB + (j * 32 + lane) * kVB;
-  }
-  static __device__ __forceinline__ float* s_at(uint8_t* st, int e, int lane) {
-    return reinterpret_cast<float*>(st + 64 * kKB + 128 * kVB) + e * 32 + lane;
-  }
-
-  template <int B>
-  static __device__ __forceinline__ void copy(void* dst, const void* src) {
-    if constexpr (B == 16) ptx::cp_async_16_cg(dst, src);
-    else if constexpr (B == 8) ptx::cp_async_8_ca(dst, src);
-    else ptx::cp_async_4_ca(dst, src);
-  }
-
   // A lane's global addresses for the warp's first step, and the byte strides
   // to the next 8-slot tile and to the next token.
   struct Cursor {
-    const uint8_t* k;  // K: tile 0, this lane's kKB bytes
-    const uint8_t* v;  // V: token 2c, bytes [g * D/16, +D/16)
-    const float* ks;   // K scale of slot g
-    const float* vs;   // V scale of slot g
+    const uint8_t* k;  // K: tile 0 of the head (32 x kKB bytes, contiguous)
+    const uint8_t* v;  // V: token `lane / (D/32)` of the step, 16-byte part `lane % (D/32)`
+    const float* s;    // lanes 0..3: K scales [4 lane, +4); lanes 4..7: V scales [4 (lane - 4), +4)
     int64_t k_tile;    // bytes from one tile of all heads to the next
     int64_t v_tok;     // bytes from one token's V rows to the next
   };
+  static constexpr int kVParts = D / 32;  // 16-byte parts of a V row
+
   static __device__ __forceinline__ Cursor cursor(const KvLayerPtrs& c, int kv_heads, int head, int slot0, int lane) {
-    const int g = lane / 4, cq = lane % 4;
     Cursor r;
     const int64_t tile_bytes = int64_t(kv_heads) * 32 * kKB;  // one 8-slot tile of all heads
-    r.k = c.k4 + (int64_t(slot0 / layout::kKvTileSlots) * tile_bytes + int64_t(head * 32 + lane) * kKB);
-    r.v = c.v4 + (int64_t(slot0 + 2 * cq) * kv_heads + head) * (D / 2) + g * kVB;
-    r.ks = c.ks + layout::kv_scale_index(c.num_slots, slot0 + g, head);
-    r.vs = c.vs + layout::kv_scale_index(c.num_slots, slot0 + g, head);
-    r.k_tile = tile_bytes;
+    r.k = c.k4 + (int64_t(slot0 / layout::kKvTileSlots) * tile_bytes + int64_t(head) * 32 * kKB);
     r.v_tok = int64_t(kv_heads) * (D / 2);
+    r.v = c.v4 + int64_t(slot0 + lane / kVParts) * r.v_tok + int64_t(head) * (D / 2) + (lane % kVParts) * 16;
+    r.s = (lane < 4 ? c.ks : c.vs) + layout::kv_scale_index(c.num_slots, slot0, head) + 4 * (lane % 4);
+    r.k_tile = tile_bytes;
     return r;
   }
 
@@ -167,31 +163,37 @@ struct Step<D, KvKind::kInt4> {
   // slot (a multiple of 16) into stage `st`.
   static __device__ __forceinline__ void issue(uint8_t* st, const Cursor& c, int rel, int lane) {
     const uint8_t* k = c.k + (rel / layout::kKvTileSlots) * c.k_tile;
-    const uint8_t* v = c.v + rel * c.v_tok;
-    copy<kKB>(k_at(st, 0, lane), k);
-    copy<kKB>(k_at(st, 1, lane), k + c.k_tile);
-    copy<4>(s_at(st, 0, lane), c.ks + rel);
-    copy<4>(s_at(st, 1, lane), c.ks + rel + 8);
-    copy<4>(s_at(st, 2, lane), c.vs + rel);
-    copy<4>(s_at(st, 3, lane), c.vs + rel + 8);
-    copy<kVB>(v_at(st, 0, lane), v);                      // token 2c
-    copy<kVB>(v_at(st, 1, lane), v + c.v_tok);            // 2c + 1
-    copy<kVB>(v_at(st, 2, lane), v + 8 * c.v_tok);        // 2c + 8
-    copy<kVB>(v_at(st, 3, lane), v + 9 * c.v_tok);        // 2c + 9
-  }
-
-  __device__ __forceinline__ void read(uint8_t* st, int lane) {
 #pragma unroll
-    for (int t = 0; t < 2; ++t) {
-      const uint32_t* kp = reinterpret_cast<const uint32_t*>(k_at(st, t, lane));
-#pragma unroll
-      for (int w = 0; w < kKW; ++w) k[t][w] = kp[w];
-      ks[t] = *s_at(st, t, lane);
-      vs[t] = *s_at(st, 2 + t, lane);
+    for (int q = 0; q < kKB / 8; ++q) {  // 2 tiles x 2 kKB parts of 16 bytes = 32 * kKB / 8 copies
+      const int chunk = lane + 32 * q, tile = chunk / (2 * kKB), part = chunk % (2 * kKB);
+      ptx::cp_async_16_cg(st + tile * 32 * kKB + part * 16, k + tile * c.k_tile + part * 16);
     }
 #pragma unroll
+    for (int q = 0; q < kVW; ++q) {  // 16 tokens x kVParts parts = 32 * kVW copies
+      const int tok = lane / kVParts + q * (32 / kVParts);
+      ptx::cp_async_16_cg(st + kVOff + tok * kVRow + (lane % kVParts) * 16,
+                          c.v + (rel + q * (32 / kVParts)) * c.v_tok);
+    }
+    if (lane < 8) ptx::cp_async_16_cg(st + kSOff + 16 * lane, c.s + rel);
+  }
+
+  __device__ __forceinline__ void read(const uint8_t* st, int lane) {
+    const int g = lane / 4, cq = lane % 4;
+#pragma unroll
+    for (int t = 0; t < 2; ++t) {
+      const uint32_t* kp = reinterpret_cast<const uint32_t*>(st + (32 * t + lane) * kKB);
+#pragma unroll
+      for (int w = 0; w < kKW; ++w) k[t][w] = kp[w];
+    }
+    const float* sp = reinterpret_cast<const float*>(st + kSOff);
+    ks[0] = sp[g];
+    ks[1] = sp[8 + g];
+    vs[0] = sp[16 + g];
+    vs[1] = sp[24 + g];
+#pragma unroll
     for (int j = 0; j < 4; ++j) {
-      const uint32_t* vp = reinterpret_cast<const uint32_t*>(v_at(st, j, lane));
+      const int tok = 2 * cq + (j % 2) + 8 * (j / 2);
+      const uint32_t* vp = reinterpret_cast<const uint32_t*>(st + kVOff + tok * kVRow + g * kVB);
 #pragma unroll
       for (int w = 0; w < kVW; ++w) v[j][w] = vp[w];
     }
@@ -246,11 +248,15 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sm90_decode_attention_kernel(
   using StepT = attn::Step<D, KIND>;
 
   // ---- shared memory ----------------------------------------------------------
-  // The INT4 ring (main loop) and the per-warp O rows (merge) share one buffer.
+  // The INT4 ring (main loop), the per-warp O rows and the split merge's
+  // weights (epilogue) share one buffer.
   constexpr int kRingBytes = kInt4 ? kAttnWarps * kAttnStages * attn::Step<D, KvKind::kInt4>::kStageBytes : 0;
   constexpr int kOBytes = kAttnWarps * 8 * (D + 4) * 4;
   __shared__ float q_s[8][D + 4];                  // the group's query rows (FP32; rotated)
-  __shared__ __align__(16) uint8_t smem_raw[kRingBytes > kOBytes ? kRingBytes : kOBytes];
+  constexpr int kWBytes = 8 * kAttnMaxSplits * 4;  // the split merge's weights [G][splits]
+  constexpr int kRawBytes = kRingBytes > kOBytes ? (kRingBytes > kWBytes ? kRingBytes : kWBytes)
+                                                 : (kOBytes > kWBytes ? kOBytes : kWBytes);
+  __shared__ __align__(16) uint8_t smem_raw[kRawBytes];
   __shared__ float m_s[kAttnWarps][8], l_s[kAttnWarps][8];
   auto o_s = reinterpret_cast<float (*)[8][D + 4]>(smem_raw);  // [warp][head][D]
 
@@ -275,10 +281,10 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sm90_decode_attention_kernel(
 
   // ---- the first steps' cache bytes in flight before the query prologue ----------
   // NOTE: the mirror's step is 80 bytes per lane, too few to cover the memory
-  // latency one step ahead: a lane-private cp.async ring holds kAttnStages
-  // steps, the next iteration's in flight while the current one is computed
-  // (~75 KB per SM at 16 warps: ANCHORS.md asks >= 32 KB). The BF16 step is
-  // 384 bytes per lane, loaded straight into registers (occupancy hides it).
+  // latency one step ahead: a per-warp cp.async ring holds kAttnStages steps,
+  // the next iteration's in flight while the current one is computed (~75 KB
+  // per SM at 16 warps: ANCHORS.md asks >= 32 KB). The BF16 step is 384
+  // bytes per lane, loaded straight into registers (occupancy hides it).
   static_assert(kAttnStages % 2 == 0, "whole iterations of two steps per ring slot pair");
   constexpr int kGroupsAhead = kAttnStages / kU - 1;  // iterations in flight beyond the current one
   uint8_t* ring = smem_raw + (kInt4 ? warp * kAttnStages * attn::Step<D, KvKind::kInt4>::kStageBytes : 0);
@@ -332,8 +338,10 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sm90_decode_attention_kernel(
   for (int i = 0; i < n_mine; ++i) {
     StepT cur[kU];
     if constexpr (kInt4) {
-      issue_iter(i + kGroupsAhead);  // refills the stages read in iteration i - 1
-      ptx::cp_async_wait<kGroupsAhead>();  // iteration i's group has landed
+      __syncwarp();                        // every lane is done reading iteration i - 1's stages
+      issue_iter(i + kGroupsAhead);        // ... which this refills
+      ptx::cp_async_wait<kGroupsAhead>();  // this lane's copies of iteration i have landed
+      __syncwarp();                        // ... and every other lane's
 #pragma unroll
       for (int u = 0; u < kU; ++u) cur[u].read(stage(i, u), lane);
     } else {
@@ -520,7 +528,65 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sm90_decode_attention_kernel(
       q_s[r][d] = l > 0.f ? acc / l : 0.f;  // q_s is free: the merged output rows
     }
   }
-  if (p.splits > 1) return;
+
+  // ---- split-KV: the last CTA of (sequence, KV head) to finish combines ----------
+  //   M = max_s m_s, w_s = 2^(m_s - M), out = sum_s w_s O_s / sum_s w_s l_s
+  if (p.splits > 1) {
+    __shared__ int is_last;
+    __threadfence();  // this CTA's partials are visible before its arrival counts
+    __syncthreads();
+    if (tid == 0) {
+      int* counter = p.counters + size_t(b) * p.kv_heads + head;
+      is_last = atomicAdd(counter, 1) == p.splits - 1;
+      if (is_last) *counter = 0;  // ready for the next launch (graph replays)
+    }
+    __syncthreads();
+    if (!is_last) return;
+    __threadfence();
+    // (1) One warp per head: the chunks' weights 2^(m_s - M) (shared memory) and L.
+    // NOTE: other CTAs wrote the partials: __ldcg reads them from L2, never a stale L1 line.
+    float* wts = reinterpret_cast<float*>(smem_raw);  // [G][splits]
+    __shared__ float lsum[8];
+    for (int r = warp; r < G; r += kAttnWarps) {
+      const float* ml = p.ml_part + (size_t(b) * n_heads + size_t(head) * G + r) * p.splits * 2;
+      float mmax = -INFINITY;
+      for (int sp = lane; sp < p.splits; sp += 32) mmax = fmaxf(mmax, __ldcg(ml + 2 * sp));
+#pragma unroll
+      for (int off = 16; off > 0; off /= 2) mmax = fmaxf(mmax, __shfl_xor_sync(0xffffffffu, mmax, off));
+      const float mref = mmax == -INFINITY ? 0.f : mmax;
+      float l = 0.f;
+      for (int sp = lane; sp < p.splits; sp += 32) {
+        const float w = exp2f(__ldcg(ml + 2 * sp) - mref);
+        wts[r * p.splits + sp] = w;
+        l += w * __ldcg(ml + 2 * sp + 1);
+      }
+#pragma unroll
+      for (int off = 16; off > 0; off /= 2) l += __shfl_xor_sync(0xffffffffu, l, off);
+      if (lane == 0) lsum[r] = l;
+    }
+    __syncthreads();
+    // (2) Four dims per thread (16-byte loads), the chunks unrolled for loads in flight.
+    for (int i = tid; i < G * D / 4; i += kThreads) {
+      const int r = i / (D / 4), d = 4 * (i % (D / 4));
+      const float4* op = reinterpret_cast<const float4*>(
+          p.o_part + (size_t(b) * n_heads + size_t(head) * G + r) * p.splits * D + d);
+      float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 8
+      for (int sp = 0; sp < p.splits; ++sp) {
+        const float w = wts[r * p.splits + sp];
+        const float4 o4 = __ldcg(op + size_t(sp) * (D / 4));
+        acc.x += w * o4.x;
+        acc.y += w * o4.y;
+        acc.z += w * o4.z;
+        acc.w += w * o4.w;
+      }
+      const float inv = lsum[r] > 0.f ? 1.f / lsum[r] : 0.f;
+      q_s[r][d] = acc.x * inv;
+      q_s[r][d + 1] = acc.y * inv;
+      q_s[r][d + 2] = acc.z * inv;
+      q_s[r][d + 3] = acc.w * inv;
+    }
+  }
   __syncthreads();
   if (kInt4 && p.rot_block > 0) hadamard_rows_smem(&q_s[0][0], G, D + 4, D, p.rot_block, tid, kThreads, [] { __syncthreads(); });
   for (int i = tid; i < G * D; i += kThreads) {
