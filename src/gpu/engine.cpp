@@ -8,7 +8,7 @@
 
 #include "core/error.h"
 #include "core/numeric.h"
-#include "cpu/ops.h"
+#include "model/rope.h"
 #include "cuda/buffer.h"
 #include "cuda/check.h"
 #include "cuda/cublaslt.h"
@@ -181,7 +181,7 @@ GpuEngine::GpuEngine(const Model& model, std::shared_ptr<const quant::QuantizedW
       L.vs.fill_bytes(0);
     }
   }
-  const cpu::RopeTable rope = cpu::make_rope_table(D, c.rope_theta, c.rope_scaling, opt_.ctx);
+  const RopeTable rope = make_rope_table(D, c.rope_theta, c.rope_scaling, opt_.ctx);
   m.rope_cos = cuda::DeviceBuffer<float>(rope.cos);
   m.rope_sin = cuda::DeviceBuffer<float>(rope.sin);
 

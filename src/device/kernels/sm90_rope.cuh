@@ -7,7 +7,7 @@
 //   x'_{i+D/2} = x_{i+D/2} cos + x_i sin        (FP32, each op rounded: __f*_rn)
 //
 // then rounds to BF16 (what the K cache and the attention's query hold). The
-// cos/sin tables are cpu::make_rope_table's, FP32 [max_pos][D/2]. The first
+// cos/sin tables are model/rope.h's make_rope_table, FP32 [max_pos][D/2]. The first
 // `heads` head vectors of each row are rotated (q heads, then k heads).
 // One CTA per row. Launcher: src/cuda/decode_ops.cu. Test: tests/device/decode_ops_test.cpp.
 #pragma once
