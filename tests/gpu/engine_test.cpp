@@ -2,16 +2,23 @@
 // (cpu::CpuEngine) on SmolLM2-135M with the same INT4 (RTN) weights, for every
 // KV format (bf16, int4, int4-rot):
 //
-//   - the logits of every position of a ~200-token prompt (relative L2 per row,
-//     bound in tests/support/tolerances.h), and the argmax agreeing wherever
-//     the reference's top-2 gap is not a near-tie;
+//   - the logits of every position of a ~200-token prompt. The yardstick is
+//     the reference's own spread: the CPU engine run on the same tokens one
+//     position per step instead of one chunk (only the FP32 summation order of
+//     its GEMMs changes) differs from itself by a mean relative L2 of ~1e-2
+//     per row with the BF16 cache and ~0.2 with the INT4 mirror (requantizing
+//     every K/V row turns one-ulp BF16 differences into whole INT4 steps). The
+//     GPU must stay within kGpuEngineVsSpread times that spread (mean over
+//     rows), and agree on the argmax about as often as the reference does with
+//     itself;
 //   - four sequences of different lengths in one step (prompt and decode rows
 //     mixed), each against the reference run alone;
 //   - the Engine contract's bookkeeping: lengths, truncate and re-run,
 //     free_positions, misuse refused (shared plan_batch checks);
-//   - perplexity over windows of the committed WikiText excerpt: the two
-//     engines within 0.5% (the |delta ppl| <= 0.001 target is measured on
-//     32,768 tokens by scripts/device/engine.sh, docs/ACCURACY.md).
+//   - perplexity over windows of the committed WikiText excerpt: the GPU as
+//     close to the reference as the reference run one position per step is
+//     (times kGpuEngineVsSpread, at least 0.2%); the |delta ppl| <= 0.001
+//     target is measured on 32,768 tokens by scripts/device/engine.sh.
 // Skips without a Hopper GPU.
 #include <gtest/gtest.h>
 
@@ -96,24 +103,46 @@ std::map<std::string, double>& worst() {
   return w;
 }
 
-// Per-row relative L2 and argmax agreement (outside near-ties of the reference).
-void compare_rows(const Tensor& got, const Tensor& want, const std::string& what) {
-  ASSERT_EQ(got.dim(0), want.dim(0));
-  const int V = int(want.dim(1));
-  int disagree = 0;
+struct Deviation {
+  double mean_rel = 0, max_rel = 0;  // relative L2 per row, mean and max over rows
+  double argmax_agree = 0;           // fraction of rows with the same argmax
+};
+
+Deviation deviation(const Tensor& got, const Tensor& want) {
+  EXPECT_EQ(got.dim(0), want.dim(0));
+  const size_t V = size_t(want.dim(1));
+  Deviation d;
   for (int64_t r = 0; r < want.dim(0); ++r) {
-    const std::span<const float> g(got.row(r), size_t(V)), w(want.row(r), size_t(V));
+    const std::span<const float> g(got.row(r), V), w(want.row(r), V);
     const test::ErrorStats e = test::compare(g, w);
-    worst()[what] = std::max(worst()[what], e.rel_l2);
-    ASSERT_EQ(e.non_finite, 0u) << what << " row " << r;
-    EXPECT_LT(e.rel_l2, test::tol::kGpuEngineLogits) << what << " row " << r;
-    std::vector<float> s(w.begin(), w.end());
-    std::partial_sort(s.begin(), s.begin() + 2, s.end(), std::greater<float>());
-    const int ag = int(std::max_element(g.begin(), g.end()) - g.begin());
-    const int aw = int(std::max_element(w.begin(), w.end()) - w.begin());
-    if (ag != aw && s[0] - s[1] > 1e-2f) ++disagree;
+    EXPECT_EQ(e.non_finite, 0u) << "row " << r;
+    d.mean_rel += e.rel_l2 / double(want.dim(0));
+    d.max_rel = std::max(d.max_rel, e.rel_l2);
+    d.argmax_agree += (std::max_element(g.begin(), g.end()) - g.begin() ==
+                       std::max_element(w.begin(), w.end()) - w.begin()) / double(want.dim(0));
   }
-  EXPECT_EQ(disagree, 0) << what << ": argmax differs outside near-ties";
+  return d;
+}
+
+// The logits of `tokens` on the CPU reference one position per step.
+Tensor stepwise_logits(runtime::Engine& e, runtime::SeqId id, std::span<const int32_t> tokens) {
+  Tensor out({int64_t(tokens.size()), int64_t(e.info().vocab)});
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const BatchRow row{tokens[i], id, int32_t(i), RowOutput::kLogits, -1};
+    const Tensor z = e.step(std::span<const BatchRow>(&row, 1)).logits;
+    std::memcpy(out.row(int64_t(i)), z.ptr(), size_t(z.numel()) * sizeof(float));
+  }
+  return out;
+}
+
+// GPU vs reference within kGpuEngineVsSpread x the reference's own spread.
+void expect_within_spread(const Tensor& gpu, const Tensor& ref, const Tensor& ref_stepwise, const std::string& what) {
+  const Deviation g = deviation(gpu, ref), self = deviation(ref_stepwise, ref);
+  std::printf("%s: gpu vs cpu mean %.3e max %.3e argmax %.3f | cpu stepwise vs cpu mean %.3e max %.3e argmax %.3f\n",
+              what.c_str(), g.mean_rel, g.max_rel, g.argmax_agree, self.mean_rel, self.max_rel, self.argmax_agree);
+  worst()[what] = std::max(worst()[what], g.mean_rel / std::max(self.mean_rel, 1e-6));
+  EXPECT_LE(g.mean_rel, test::tol::kGpuEngineVsSpread * self.mean_rel + 1e-3) << what;
+  EXPECT_GE(g.argmax_agree, std::min(self.argmax_agree, 1.0) - 0.05) << what;
 }
 
 class GpuEngineVsCpu : public ::testing::TestWithParam<KvFormat> {};
@@ -126,14 +155,22 @@ TEST_P(GpuEngineVsCpu, PromptLogitsMatchTheQuantizedReference) {
   const std::span<const int32_t> prompt(shared().text.data(), 200);
   g->open(0);
   c->open(0);
-  compare_rows(all_logits(*g, 0, prompt), all_logits(*c, 0, prompt), "prompt kv " + to_string(kv));
+  c->open(1);
+  const Tensor want = all_logits(*c, 0, prompt);
+  expect_within_spread(all_logits(*g, 0, prompt), want, stepwise_logits(*c, 1, prompt), "prompt kv " + to_string(kv));
   EXPECT_EQ(g->length(0), 200);
-  // Truncate and re-run the tail: the same logits again.
+  // Truncate and re-run the tail: the logits of the first run again.
   g->truncate(0, 150);
-  c->truncate(0, 150);
   std::vector<BatchRow> tail;
   for (int i = 150; i < 200; ++i) tail.push_back({prompt[size_t(i)], 0, i, RowOutput::kLogits, -1});
-  compare_rows(g->step(tail).logits, c->step(tail).logits, "truncated kv " + to_string(kv));
+  const Tensor again = g->step(tail).logits;
+  auto g2 = make_gpu(kv, 512, 1);
+  g2->open(0);
+  const Tensor first = all_logits(*g2, 0, prompt);
+  // One row per micro-step in both runs: the same kernels on the same inputs, bit for bit.
+  for (int i = 150; i < 200; ++i)
+    EXPECT_EQ(0, std::memcmp(again.row(i - 150), first.row(i), size_t(again.dim(1)) * sizeof(float)))
+        << "row " << i << " after truncate differs";
 }
 
 TEST_P(GpuEngineVsCpu, SeveralSequencesInOneStep) {
@@ -150,13 +187,15 @@ TEST_P(GpuEngineVsCpu, SeveralSequencesInOneStep) {
   const Tensor got = g->step(rows).logits;
   int64_t row = 0;
   for (int s = 0; s < 4; ++s) {
-    auto c = make_cpu(kv, 256, 1);
+    auto c = make_cpu(kv, 256, 2);
     c->open(0);
-    const Tensor want = all_logits(*c, 0, std::span<const int32_t>(shared().text.data() + 100 * s, size_t(lens[size_t(s)])));
+    c->open(1);
+    const std::span<const int32_t> toks(shared().text.data() + 100 * s, size_t(lens[size_t(s)]));
+    const Tensor want = all_logits(*c, 0, toks);
     Tensor part({int64_t(lens[size_t(s)]), want.dim(1)});
     std::memcpy(part.ptr(), got.row(row), size_t(part.numel()) * sizeof(float));
     row += lens[size_t(s)];
-    compare_rows(part, want, "batched kv " + to_string(kv));
+    expect_within_spread(part, want, stepwise_logits(*c, 1, toks), "batched kv " + to_string(kv));
   }
   EXPECT_EQ(g->free_positions(), int64_t(4) * 256 - (37 + 5 + 120 + 64));
 }
@@ -169,9 +208,12 @@ TEST_P(GpuEngineVsCpu, PerplexityOfTheExcerpt) {
   const std::span<const int32_t> t(shared().text.data(), std::min<size_t>(shared().text.size(), 1024));
   const runtime::PplResult pg = runtime::evaluate_perplexity(*g, t, 256, 256, 4096);
   const runtime::PplResult pc = runtime::evaluate_perplexity(*c, t, 256, 256, 4096);
-  std::printf("perplexity kv %s: gpu %.5f cpu %.5f (%lld tokens)\n", to_string(kv).c_str(), pg.stats.ppl(),
-              pc.stats.ppl(), (long long)pc.stats.count());
-  EXPECT_NEAR(pg.stats.ppl(), pc.stats.ppl(), 5e-3 * pc.stats.ppl());
+  const runtime::PplResult ps = runtime::evaluate_perplexity(*c, t, 256, 256, 1);  // one position per step
+  std::printf("perplexity kv %s: gpu %.5f cpu %.5f cpu stepwise %.5f (%lld tokens)\n", to_string(kv).c_str(),
+              pg.stats.ppl(), pc.stats.ppl(), ps.stats.ppl(), (long long)pc.stats.count());
+  const double spread = std::fabs(ps.stats.ppl() - pc.stats.ppl());
+  EXPECT_LE(std::fabs(pg.stats.ppl() - pc.stats.ppl()),
+            std::max(test::tol::kGpuEngineVsSpread * spread, 2e-3 * pc.stats.ppl()));
 }
 
 INSTANTIATE_TEST_SUITE_P(Kv, GpuEngineVsCpu, ::testing::Values(KvFormat::kBf16, KvFormat::kInt4, KvFormat::kInt4Rot),
@@ -205,7 +247,8 @@ TEST(GpuEngine, RefusesWhatItCannotRun) {
 class Report : public ::testing::Environment {
  public:
   void TearDown() override {
-    for (const auto& [k, v] : worst()) std::printf("gpu engine: largest relative logits error %s: %.3e\n", k.c_str(), v);
+    for (const auto& [k, v] : worst())
+      std::printf("gpu engine: mean logits deviation over the reference's own spread, %s: %.2f\n", k.c_str(), v);
   }
 };
 const auto* const kReport = ::testing::AddGlobalTestEnvironment(new Report);
