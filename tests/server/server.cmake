@@ -1,0 +1,6 @@
+# `futr serve` (src/server/): stop strings, prompts, the OpenAI layer, the
+# scheduler over a fake engine, and the HTTP server on the loopback; the
+# end-to-end test runs the real `futr serve` with the openai Python client.
+futr_add_test(server_text_stream_test SOURCES server/text_stream_test.cpp LIBS futr_server futr_formats)
+futr_add_test(server_prompt_test SOURCES server/prompt_test.cpp LIBS futr_server futr_formats)
+futr_add_test(server_scheduler_test SOURCES server/scheduler_test.cpp LIBS futr_server futr_formats)
