@@ -49,7 +49,7 @@
 namespace futr::server {
 
 class Metrics;
-using SamplerConfig = ::futr::SamplerConfig;  // the engine's per-sequence sampler settings
+using runtime::SamplerConfig;  // the engine's per-sequence sampler settings
 
 enum class Finish { kNone, kStop, kLength, kCancelled, kError };
 const char* to_string(Finish f);  // "" | "stop" | "length" | "cancelled" | "error"

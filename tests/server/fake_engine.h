@@ -46,7 +46,7 @@ class FakeEngine : public runtime::Engine {
     if (o_.positions == 0) o_.positions = int64_t(o_.ctx) * o_.max_seqs;
   }
 
-  void open(runtime::SeqId id, const SamplerConfig& s = {}) override {
+  void open(runtime::SeqId id, const runtime::SamplerConfig& s = {}) override {
     FUTR_CHECK(!seqs_.count(id), "sequence {} is already open", id);
     FUTR_CHECK(int(seqs_.size()) < o_.max_seqs, "no free sequence ({} open)", seqs_.size());
     seqs_[id] = Seq{{}, s.seed};

@@ -4,3 +4,6 @@
 futr_add_test(server_text_stream_test SOURCES server/text_stream_test.cpp LIBS futr_server futr_formats)
 futr_add_test(server_prompt_test SOURCES server/prompt_test.cpp LIBS futr_server futr_formats)
 futr_add_test(server_scheduler_test SOURCES server/scheduler_test.cpp LIBS futr_server futr_formats)
+futr_add_test(server_api_test SOURCES server/api_test.cpp LIBS futr_server futr_formats)
+futr_add_test(server_http_test SOURCES server/http_server_test.cpp
+              LIBS futr_server futr_formats PkgConfig::FUTR_HTTPLIB)
