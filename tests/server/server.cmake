@@ -7,3 +7,12 @@ futr_add_test(server_scheduler_test SOURCES server/scheduler_test.cpp LIBS futr_
 futr_add_test(server_api_test SOURCES server/api_test.cpp LIBS futr_server futr_formats)
 futr_add_test(server_http_test SOURCES server/http_server_test.cpp
               LIBS futr_server futr_formats PkgConfig::FUTR_HTTPLIB)
+
+# futr serve end to end with the openai client (test venv: scripts/test.sh).
+if(TARGET futr_cli_serve)
+  add_test(NAME serve_openai_test
+           COMMAND sh -c "exec \"\${FUTR_PYTHON:-python3}\" \"$0\" \"$1\" \"$2\""
+                   ${CMAKE_CURRENT_SOURCE_DIR}/server/serve_openai_test.py $<TARGET_FILE:futr>
+                   ${FUTR_DEFAULT_MODEL})
+  set_tests_properties(serve_openai_test PROPERTIES TIMEOUT 900 SKIP_REGULAR_EXPRESSION "SKIP:")
+endif()
