@@ -15,8 +15,8 @@
 // Tests: tests/server/serve_openai_test.py (the openai client against it).
 #include "cli/serve_command.h"
 
-#include <pthread.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -41,6 +41,16 @@ namespace futr::cli {
 
 namespace {
 
+// SIGTERM/SIGINT -> one byte on a pipe that a thread of run_serve() reads.
+// NOTE: a handler rather than sigwait(): OpenBLAS and OpenMP start threads
+// before main(), with the default signal mask, so a blocked-signal scheme
+// would let them take the signal and die with it.
+int g_signal_pipe[2] = {-1, -1};
+extern "C" void on_signal(int sig) {
+  const char c = char(sig);
+  [[maybe_unused]] ssize_t n = write(g_signal_pipe[1], &c, 1);
+}
+
 struct ServeOptions {
   RunOptions run;
   QuantCliOptions quant;
@@ -59,15 +69,13 @@ void run_serve(const ServeOptions& o) {
   FUTR_CHECK(o.max_seqs >= 1, "--max-seqs must be >= 1 (got {})", o.max_seqs);
   FUTR_CHECK(o.max_step_tokens >= 1, "--max-step-tokens must be >= 1 (got {})", o.max_step_tokens);
   FUTR_CHECK(o.port >= 0 && o.port < 65536, "--port must be in [0, 65535] (got {})", o.port);
-  // Signals: SIGTERM/SIGINT are taken by one thread (sigwait) in every
-  // thread started from here on; a client that hangs up must not kill the
-  // process with SIGPIPE.
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGUSR1);  // wakes the signal thread at exit
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  // Signals: a client that hangs up must not kill the process with SIGPIPE.
+  FUTR_CHECK(pipe(g_signal_pipe) == 0, "cannot create the signal pipe");
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
   const Model model = load_model_for_cli(o.run);
@@ -111,10 +119,10 @@ void run_serve(const ServeOptions& o) {
   std::thread sig([&] {
     int n = 0;
     for (;;) {
-      int s = 0;
-      if (sigwait(&set, &s) != 0 || s == SIGUSR1) return;
+      char c = 0;
+      if (read(g_signal_pipe[0], &c, 1) != 1 || c == 0) return;  // 0: exit
       if (++n == 1) {
-        fmt::print(stderr, "futr serve: {} received\n", s == SIGTERM ? "SIGTERM" : "SIGINT");
+        fmt::print(stderr, "futr serve: {} received\n", c == SIGTERM ? "SIGTERM" : "SIGINT");
         drainer = std::thread([&] { http.drain(); });
       } else {
         fmt::print(stderr, "futr serve: second signal: stopping now\n");
@@ -130,7 +138,8 @@ void run_serve(const ServeOptions& o) {
              o.api_key.empty() ? "" : ", API key required");
   fmt::print(stderr, "futr serve: listening on http://{}:{}\n", o.host, port);
   http.run();  // until drain() or stop()
-  pthread_kill(sig.native_handle(), SIGUSR1);
+  const char zero = 0;
+  [[maybe_unused]] ssize_t w = write(g_signal_pipe[1], &zero, 1);
   sig.join();
   if (drainer.joinable()) drainer.join();
 }
