@@ -2,6 +2,7 @@
 #include "server/http_server.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <chrono>
 #include <cstdio>
@@ -47,10 +48,22 @@ int64_t unix_now() {
 
 }  // namespace
 
+// httplib::Server with a deeper accept queue.
+// NOTE: Debian's libcpp-httplib is compiled with CPPHTTPLIB_LISTEN_BACKLOG 5:
+// a burst of more simultaneous connections than that overflows the queue and
+// the kernel drops SYNs, which clients resend only after a second. Linux lets
+// listen() be called again on a listening socket to change its backlog.
+class BacklogServer : public httplib::Server {
+ public:
+  void deepen_backlog(int n) {
+    FUTR_CHECK(::listen(svr_sock_, n) == 0, "listen(): cannot set the accept queue to {}", n);
+  }
+};
+
 HttpServer::HttpServer(Scheduler& scheduler, const Tokenizer& tok, const ChatTemplate* chat,
                        Metrics& metrics, HttpOptions options)
     : scheduler_(scheduler), tok_(tok), metrics_(metrics), options_(std::move(options)),
-      http_(std::make_unique<httplib::Server>()), started_(unix_now()) {
+      http_(std::make_unique<BacklogServer>()), started_(unix_now()) {
   FUTR_CHECK(!options_.model.empty(), "the served model needs a name");
   api_.tok = &tok_;
   api_.chat = chat;
@@ -78,6 +91,7 @@ int HttpServer::bind() {
     FUTR_CHECK(http_->bind_to_port(options_.host, port),
                "cannot bind {}:{} (in use, or not an address of this machine)", options_.host, port);
   }
+  static_cast<BacklogServer&>(*http_).deepen_backlog(1024);
   return port;
 }
 

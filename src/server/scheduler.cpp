@@ -174,6 +174,7 @@ void Scheduler::loop() {
     }
     drop_cancelled();
     admit();
+    publish();  // before the step: a client that sees its first token sees itself running
     run_step();
     publish();
     bool idle;
