@@ -48,7 +48,7 @@ struct HttpOptions {
   size_t max_body_bytes = 1 << 20;
   int threads = 0;                // HTTP worker threads; 0: 2 * (max_seqs + max_queue) + 8
   int max_queue = 64;             // for the default thread count
-  double drain_timeout_s = 300;   // drain(): stop anyway after this long
+  double drain_timeout_s = 30;    // drain(): answers still being written after the last request ended
 };
 
 class HttpServer {
