@@ -37,6 +37,19 @@ target_include_directories(futr_pcre2 SYSTEM INTERFACE ${FUTR_PCRE2_INCLUDE})
 target_compile_definitions(futr_pcre2 INTERFACE PCRE2_CODE_UNIT_WIDTH=8 PCRE2_STATIC)
 target_link_libraries(futr_pcre2 INTERFACE ${FUTR_PCRE2_STATIC})
 
+# --- cpp-httplib and prometheus-cpp (futr serve, src/server/) ---
+# Debian ships both as shared libraries; only the `futr` tool links them (the
+# test and benchmark binaries carried to the GPU machine do not, except the
+# server's own tests). httplib's pkg-config flags (CPPHTTPLIB_OPENSSL_SUPPORT,
+# ...) must match how the library was compiled, so they come from its .pc.
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(FUTR_HTTPLIB IMPORTED_TARGET cpp-httplib)
+find_package(prometheus-cpp CONFIG)
+if(NOT FUTR_HTTPLIB_FOUND OR NOT TARGET prometheus-cpp::core)
+  message(FATAL_ERROR "cpp-httplib or prometheus-cpp not found: run scripts/install-deps.sh "
+                      "(Debian: libcpp-httplib-dev prometheus-cpp-dev)")
+endif()
+
 if(FUTR_BUILD_TESTS)
   find_package(GTest REQUIRED)
 endif()

@@ -4,6 +4,7 @@
 //   futr perplexity [FILE]      perplexity on a text (cli/perplexity.cpp)
 //   futr info [MODEL]           model config and tensors (cli/info_command.h, if built)
 //   futr quantize -o OUT.futr   quantize a model into a .futr file (cli/quantize.cpp)
+//   futr serve                  OpenAI-compatible HTTP server (cli/serve_command.h, if built)
 //
 // Every failure (bad flags, missing files, a prompt longer than the context,
 // a broken model) prints one message on stderr and exits with status 1.
@@ -21,6 +22,9 @@
 #if FUTR_HAVE_INFO_COMMAND
 #include "cli/info_command.h"
 #endif
+#if FUTR_HAVE_SERVE_COMMAND
+#include "cli/serve_command.h"
+#endif
 
 int main(int argc, char** argv) {
   CLI::App app{"futr: FuTransformer, Llama-style inference (CPU reference backend; Hopper GPU "
@@ -32,6 +36,9 @@ int main(int argc, char** argv) {
   futr::cli::add_quantize_command(app);
 #if FUTR_HAVE_INFO_COMMAND
   add_info_command(app);
+#endif
+#if FUTR_HAVE_SERVE_COMMAND
+  futr::cli::add_serve_command(app);
 #endif
   try {
     app.parse(argc, argv);

@@ -1,0 +1,177 @@
+// `futr serve`: loads the model, builds the engine with the options every
+// command takes (--backend, --weights, --kv, ... cli/engine_options.h), and
+// serves the OpenAI-compatible API (src/server/http_server.h) with continuous
+// batching (src/server/scheduler.h) until SIGTERM/SIGINT.
+//
+//   futr serve [--host 127.0.0.1] [--port 8080] [--max-seqs 8] [--ctx 2048]
+//              [--api-key KEY] [--max-queue 64] [--max-step-tokens 256]
+//              [--served-model-name NAME] [engine options]
+//
+// Prints "futr serve: listening on http://HOST:PORT" on stderr once it
+// accepts connections (--port 0 picks a free port; the line says which).
+// The first SIGTERM/SIGINT drains (in-flight requests finish, new ones get
+// 503, then exit 0); a second one stops at once.
+//
+// Tests: tests/server/serve_openai_test.py (the openai client against it).
+#include "cli/serve_command.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "cli/common.h"
+#include "cli/engine_options.h"
+#include "core/error.h"
+#include "runtime/engine.h"
+#include "server/http_server.h"
+#include "server/metrics.h"
+#include "server/scheduler.h"
+#include "tokenizer/chat.h"
+#include "tokenizer/tokenizer.h"
+
+namespace futr::cli {
+
+namespace {
+
+// SIGTERM/SIGINT -> one byte on a pipe that a thread of run_serve() reads.
+// NOTE: a handler rather than sigwait(): OpenBLAS and OpenMP start threads
+// before main(), with the default signal mask, so a blocked-signal scheme
+// would let them take the signal and die with it.
+int g_signal_pipe[2] = {-1, -1};
+extern "C" void on_signal(int sig) {
+  const char c = char(sig);
+  [[maybe_unused]] ssize_t n = write(g_signal_pipe[1], &c, 1);
+}
+
+struct ServeOptions {
+  RunOptions run;
+  QuantCliOptions quant;
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  int max_seqs = 8;
+  int max_queue = 64;
+  int max_step_tokens = 256;
+  std::string api_key;
+  std::string model_name;     // "" = the model file's name without extension
+  size_t max_body = 1 << 20;  // bytes
+  int http_threads = 0;
+};
+
+void run_serve(const ServeOptions& o) {
+  FUTR_CHECK(o.max_seqs >= 1, "--max-seqs must be >= 1 (got {})", o.max_seqs);
+  FUTR_CHECK(o.max_step_tokens >= 1, "--max-step-tokens must be >= 1 (got {})", o.max_step_tokens);
+  FUTR_CHECK(o.port >= 0 && o.port < 65536, "--port must be in [0, 65535] (got {})", o.port);
+  // Signals: a client that hangs up must not kill the process with SIGPIPE.
+  FUTR_CHECK(pipe(g_signal_pipe) == 0, "cannot create the signal pipe");
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  const Model model = load_model_for_cli(o.run);
+  FUTR_CHECK(!model.tokenizer.tokens.empty(), "{}: the model has no tokenizer", model.path);
+  const Tokenizer tok(model.tokenizer);
+  std::optional<ChatTemplate> chat;
+  try {
+    chat = ChatTemplate::for_tokenizer(tok);
+  } catch (const Error& e) {
+    fmt::print(stderr, "futr serve: /v1/chat/completions is disabled: {}\n", e.what());
+  }
+
+  RunOptions run = o.run;
+  if (run.ctx == 0) run.ctx = std::min(model.config.max_context, 2048);
+  runtime::RuntimeConfig cfg = runtime_config(run, o.quant);
+  cfg.max_seqs = o.max_seqs;
+  cfg.max_step_tokens = o.max_step_tokens;
+  auto engine = runtime::make_engine(model, cfg, [](const std::string& s) {
+    fmt::print(stderr, "futr: {}\n", s);
+  });
+
+  server::Metrics metrics;
+  server::SchedulerOptions so;
+  so.max_queue = o.max_queue;
+  so.max_step_tokens = o.max_step_tokens;
+  server::Scheduler scheduler(*engine, tok, so, &metrics);
+
+  server::HttpOptions ho;
+  ho.host = o.host;
+  ho.port = o.port;
+  ho.api_key = o.api_key;
+  ho.model = !o.model_name.empty() ? o.model_name
+                                   : std::filesystem::path(model.path).filename().replace_extension().string();
+  ho.max_body_bytes = o.max_body;
+  ho.threads = o.http_threads;
+  ho.max_queue = o.max_queue;
+  server::HttpServer http(scheduler, tok, chat ? &*chat : nullptr, metrics, ho);
+  const int port = http.bind();
+
+  std::thread drainer;
+  std::thread sig([&] {
+    int n = 0;
+    for (;;) {
+      char c = 0;
+      if (read(g_signal_pipe[0], &c, 1) != 1 || c == 0) return;  // 0: exit
+      if (++n == 1) {
+        fmt::print(stderr, "futr serve: {} received\n", c == SIGTERM ? "SIGTERM" : "SIGINT");
+        drainer = std::thread([&] { http.drain(); });
+      } else {
+        fmt::print(stderr, "futr serve: second signal: stopping now\n");
+        http.stop();
+      }
+    }
+  });
+
+  const auto& info = scheduler.engine_info();
+  fmt::print(stderr, "futr serve: {} as '{}' | {}\n", model.path, ho.model, info.describe);
+  fmt::print(stderr, "futr serve: {} sequences x {} positions, {} rows per step, queue {}{}\n",
+             info.max_seqs, info.ctx, std::min(info.max_step_tokens, o.max_step_tokens), o.max_queue,
+             o.api_key.empty() ? "" : ", API key required");
+  fmt::print(stderr, "futr serve: listening on http://{}:{}\n", o.host, port);
+  http.run();  // until drain() or stop()
+  const char zero = 0;
+  [[maybe_unused]] ssize_t w = write(g_signal_pipe[1], &zero, 1);
+  sig.join();
+  if (drainer.joinable()) drainer.join();
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App& app) {
+  auto o = std::make_shared<ServeOptions>();
+  CLI::App* sub = app.add_subcommand(
+      "serve", "Serve the model over an OpenAI-compatible HTTP API (continuous batching)");
+  add_run_options(sub, o->run);
+  add_quant_options(sub, o->quant);
+  sub->add_option("--host", o->host, "Address to bind (default 127.0.0.1: this machine only)");
+  sub->add_option("--port", o->port, "TCP port (0: any free port, printed)")->check(CLI::Range(0, 65535));
+  sub->add_option("--ctx", o->run.ctx, "Positions per sequence (default: the model's, at most 2048)")
+      ->check(CLI::NonNegativeNumber);
+  sub->add_option("--max-seqs", o->max_seqs, "Requests decoded at once (sequences in the engine)")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--max-queue", o->max_queue, "Requests waiting at most (more get 429)")
+      ->check(CLI::NonNegativeNumber);
+  sub->add_option("--max-step-tokens", o->max_step_tokens,
+                  "Rows per engine step (prompt chunks + decode rows)")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--api-key", o->api_key, "Require 'Authorization: Bearer KEY' on /v1/ routes");
+  sub->add_option("--served-model-name", o->model_name,
+                  "The model id clients send (default: the model file's name)");
+  sub->add_option("--max-body", o->max_body, "Largest request body in bytes (more get 413)")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--http-threads", o->http_threads,
+                  "HTTP worker threads (0: 2 x (max-seqs + max-queue) + 8)")
+      ->check(CLI::NonNegativeNumber);
+  sub->callback([o] { run_serve(*o); });
+}
+
+}  // namespace futr::cli

@@ -1,0 +1,104 @@
+// The OpenAI API subset of `futr serve`: request validation and response
+// bodies, as pure functions (no HTTP, no engine), so every rule is unit-tested.
+//
+// Requests (POST /v1/completions, POST /v1/chat/completions):
+//   model        string, required, the served model's id (else 404 model_not_found)
+//   prompt       completions: string | [string] | [int] | [[int]] (one prompt)
+//   messages     chat: [{role: system|developer|user|assistant, content: string |
+//                [{type: "text", text}], name?}], not empty
+//   max_tokens   integer >= 1 (chat also max_completion_tokens); default 16
+//                (completions) or the rest of the context (chat)
+//   temperature  number in [0, 2], default 1 (0 = greedy)
+//   top_p        number in (0, 1], default 1
+//   top_k        integer, -1 or 0 = off (default), else >= 1 (an extension, as in vLLM)
+//   seed         integer; default: a random seed
+//   stop         string | [string] (at most 4, not empty)
+//   n            1 only;  stream  bool;  stream_options {include_usage: bool}
+//   accepted at their neutral value only: frequency_penalty, presence_penalty
+//   (0), logprobs (null/false/0), echo (false), best_of (1), logit_bias ({}),
+//   suffix (null), response_format ({"type": "text"}), tools ([]), tool_choice
+//   ("none"), user, store, metadata, parallel_tool_calls (ignored);
+//   anything else: 400 "Unrecognized request argument supplied: X".
+// A null value counts as absent (as in OpenAI's API).
+//
+// Errors use OpenAI's body: {"error": {"message", "type", "param", "code"}}.
+//
+// Tests: tests/server/api_test.cpp.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "server/scheduler.h"
+#include "tokenizer/chat.h"
+#include "tokenizer/tokenizer.h"
+
+namespace futr::server {
+
+enum class Endpoint { kCompletions, kChat };
+
+// A 4xx/5xx answer: HTTP status and the OpenAI error fields.
+class ApiError : public Error {
+ public:
+  ApiError(int status, std::string type, const std::string& message, std::string param = {},
+           std::string code = {})
+      : Error(message), status_(status), type_(std::move(type)), param_(std::move(param)),
+        code_(std::move(code)) {}
+  int status() const { return status_; }
+  nlohmann::json body() const;
+
+ private:
+  int status_;
+  std::string type_, param_, code_;
+};
+
+// {"error": {"message", "type", "param", "code"}} (param/code null when empty).
+nlohmann::json error_body(const std::string& message, const std::string& type,
+                          const std::string& param = {}, const std::string& code = {});
+
+struct ApiContext {
+  const Tokenizer* tok = nullptr;
+  const ChatTemplate* chat = nullptr;  // null: the model has no usable chat template
+  std::string model;                   // the served model id
+  int64_t max_request_positions = 0;   // prompt + max_tokens at most
+};
+
+struct ApiRequest {
+  Endpoint endpoint = Endpoint::kCompletions;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  GenerationParams gen;        // prompt ids, max_tokens, sampling, stop
+};
+
+// Parses and validates a body; ApiError (400, 404) naming the parameter.
+ApiRequest parse_request(Endpoint endpoint, std::string_view body, const ApiContext& ctx);
+
+// What the response bodies need besides the text.
+struct ResponseMeta {
+  std::string id;        // "cmpl-..." | "chatcmpl-..."
+  int64_t created = 0;   // Unix seconds
+  std::string model;
+};
+
+std::string finish_reason(Finish f);  // "stop" | "length" (others: "stop")
+nlohmann::json usage_json(int prompt_tokens, int completion_tokens);
+
+// A whole (non-streaming) response.
+nlohmann::json full_response(Endpoint e, const ResponseMeta& m, const std::string& text,
+                             Finish f, int prompt_tokens, int completion_tokens);
+// One streaming chunk: text delta, finish (kNone: still running). Chat's first
+// chunk carries {"role": "assistant"} (role_chunk).
+nlohmann::json stream_chunk(Endpoint e, const ResponseMeta& m, const std::string& text,
+                            Finish f, bool role_chunk = false);
+// The final chunk of stream_options.include_usage: empty choices, usage.
+nlohmann::json usage_chunk(Endpoint e, const ResponseMeta& m, int prompt_tokens,
+                           int completion_tokens);
+// GET /v1/models.
+nlohmann::json models_response(const std::string& model, int64_t created);
+
+}  // namespace futr::server

@@ -1,0 +1,180 @@
+// Continuous batching over runtime::Engine::step (the scheduler of
+// `futr serve`; no HTTP here).
+//
+// One thread owns the engine. Every iteration:
+//   1. requests cancelled by their client leave (waiting: dropped; running:
+//      their sequence is closed, its KV positions freed);
+//   2. admission, first come first served: the head of the queue is opened
+//      as a sequence when a sequence is free and its reservation fits,
+//        reserve(r) = prompt(r) + max_tokens(r)
+//        free_positions() - sum over running r of (reserve(r) - stored(r)) >= reserve(new),
+//      so an admitted request can always run to max_tokens (no preemption);
+//   3. one step of at most max_step_tokens rows: a decode row per running
+//      sequence whose prompt is done (its last token, RowOutput::kToken: the
+//      engine samples with the sequence's SamplerConfig), then prompt chunks
+//      of the sequences still prefilling, in admission order, filling the
+//      rest of the budget (the chunk that ends a prompt asks for a token);
+//   4. each sampled token: EOS/EOT -> finish "stop"; else its text goes
+//      through the request's TextStream (stop strings) to the client; a stop
+//      string -> "stop"; max_tokens reached -> "length".
+// New requests therefore join the running batch between steps, and a long
+// prompt is prefilled in chunks while the others keep decoding.
+//
+// submit() refuses, by throwing AdmissionError, a request that can never fit
+// (400: prompt + max_tokens > min(ctx, all KV positions)), one that finds
+// the queue full (429) and any request after begin_drain() (503). A request
+// that only has to wait, waits.
+//
+// Results do not depend on what else runs (the Engine contract), so greedy
+// requests give the same text alone and together (tested).
+//
+// Tests: tests/server/scheduler_test.cpp (a deterministic fake engine).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/error.h"
+#include "runtime/engine.h"
+#include "tokenizer/tokenizer.h"
+
+namespace futr::server {
+
+class Metrics;
+using runtime::SamplerConfig;  // the engine's per-sequence sampler settings
+
+enum class Finish { kNone, kStop, kLength, kCancelled, kError };
+const char* to_string(Finish f);  // "" | "stop" | "length" | "cancelled" | "error"
+
+struct GenerationParams {
+  std::vector<int32_t> prompt;     // token ids, not empty
+  int max_tokens = 16;             // >= 1 tokens to generate at most
+  SamplerConfig sampling;          // temperature 0 = greedy
+  std::vector<std::string> stop;   // stop strings (matched on the decoded text)
+};
+
+// A refusal before admission: HTTP status and OpenAI error type.
+class AdmissionError : public Error {
+ public:
+  AdmissionError(int status, std::string type, const std::string& message)
+      : Error(message), status_(status), type_(std::move(type)) {}
+  int status() const { return status_; }
+  const std::string& type() const { return type_; }
+
+ private:
+  int status_;
+  std::string type_;
+};
+
+// One request, shared by the scheduler (producer) and the HTTP handler
+// (consumer). Thread-safe.
+class Request {
+ public:
+  struct Update {
+    std::string text;            // text produced since the previous update
+    bool done = false;           // the request has ended (finish is set)
+    Finish finish = Finish::kNone;
+    int prompt_tokens = 0;
+    int completion_tokens = 0;   // tokens generated so far (EOS/EOT not counted)
+    std::string error;           // Finish::kError: what went wrong
+  };
+  // Waits up to `timeout` for new text or the end. Returns false (and leaves
+  // `u` alone) when nothing happened in time.
+  bool wait(Update& u, std::chrono::milliseconds timeout);
+  // The client went away: the scheduler drops the request at its next step.
+  void cancel() { cancelled_.store(true); }
+  bool cancelled() const { return cancelled_.load(); }
+  int prompt_tokens() const { return int(params_.prompt.size()); }
+
+ private:
+  friend class Scheduler;
+  explicit Request(GenerationParams p) : params_(std::move(p)) {}
+  void emit(const std::string& text, int completion_tokens);
+  void end(Finish f, int completion_tokens, std::string error = {});
+
+  GenerationParams params_;
+  std::chrono::steady_clock::time_point submitted_ = std::chrono::steady_clock::now();
+  std::atomic<bool> cancelled_{false};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::string text_;            // not yet taken by wait()
+  bool done_ = false;
+  bool changed_ = false;        // something new since the last wait()
+  Finish finish_ = Finish::kNone;
+  int completion_tokens_ = 0;
+  std::string error_;
+};
+
+struct SchedulerOptions {
+  int max_queue = 64;        // requests waiting for admission at most (more: 429)
+  int max_step_tokens = 0;   // rows per step; 0 = the engine's max_step_tokens
+};
+
+class Scheduler {
+ public:
+  // `engine` and `tok` must outlive the scheduler; from now on only the
+  // scheduler's thread calls the engine. `metrics` may be null.
+  Scheduler(runtime::Engine& engine, const Tokenizer& tok, SchedulerOptions options,
+            Metrics* metrics = nullptr);
+  // Stops at once: requests still running or waiting end as kCancelled.
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Queues a request (AdmissionError: 400 never fits, 429 queue full, 503 draining).
+  std::shared_ptr<Request> submit(GenerationParams params);
+
+  void begin_drain();  // refuse new requests from now on (503); the accepted ones finish
+  bool draining() const { return draining_.load(); }
+  void wait_idle();    // blocks until no request runs or waits
+
+  // The largest prompt + max_tokens a request may have: min(ctx, all KV positions).
+  int64_t max_request_positions() const { return max_request_; }
+  int running() const { return n_running_.load(); }
+  int waiting() const { return n_waiting_.load(); }
+  const runtime::EngineInfo& engine_info() const { return info_; }
+
+ private:
+  struct Active;
+  void loop();
+  void drop_cancelled();
+  void admit();
+  void run_step();
+  void finish(Active& a, Finish f, std::string error = {});
+  void publish();
+
+  runtime::Engine& engine_;
+  const Tokenizer& tok_;
+  SchedulerOptions options_;
+  Metrics* metrics_;
+  runtime::EngineInfo info_;          // copied at construction
+  int64_t total_positions_ = 0;       // free_positions() of the empty engine
+  int64_t max_request_ = 0;
+  int step_budget_ = 0;
+
+  std::mutex mu_;                     // guards waiting_, stop_
+  std::condition_variable cv_;        // new work / stop
+  std::condition_variable idle_cv_;   // nothing runs or waits
+  std::deque<std::shared_ptr<Request>> waiting_;
+  bool stop_ = false;
+  std::atomic<bool> draining_{false};
+  std::atomic<int> n_running_{0};
+  std::atomic<int> n_waiting_{0};
+
+  // Scheduler thread only.
+  std::vector<std::unique_ptr<Active>> running_;  // in admission order
+  runtime::SeqId next_id_ = 1;
+  size_t decode_rr_ = 0;              // round-robin start when decode rows exceed the budget
+
+  std::thread thread_;                // last: starts after everything above exists
+};
+
+}  // namespace futr::server

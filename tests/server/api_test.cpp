@@ -1,0 +1,162 @@
+// The OpenAI request rules and response bodies (src/server/api.h), on
+// SmolLM2's tokenizer: every kind of bad request gets its status and names
+// its parameter; good ones give the prompt ids, limits and sampling asked for.
+#include "server/api.h"
+
+#include <gtest/gtest.h>
+
+#include "server/prompt.h"
+#include "server/server_test_util.h"
+
+namespace futr::server {
+namespace {
+
+using json = nlohmann::json;
+
+class ApiTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    tok_ = test::default_tokenizer();
+    if (!tok_) GTEST_SKIP() << FUTR_DEFAULT_MODEL << " is absent (scripts/fetch-model.sh)";
+    chat_ = std::make_unique<ChatTemplate>(ChatTemplate::for_tokenizer(*tok_));
+    ctx_.tok = tok_;
+    ctx_.chat = chat_.get();
+    ctx_.model = "m";
+    ctx_.max_request_positions = 64;
+  }
+  // The status and param of the ApiError `body` gets (0 if none).
+  std::pair<int, std::string> error_of(Endpoint e, const std::string& body) {
+    try {
+      parse_request(e, body, ctx_);
+    } catch (const ApiError& err) {
+      const json b = err.body();
+      EXPECT_TRUE(b["error"]["message"].is_string());
+      EXPECT_TRUE(b["error"]["type"].is_string());
+      return {err.status(), b["error"]["param"].is_string() ? b["error"]["param"].get<std::string>() : ""};
+    }
+    return {0, ""};
+  }
+  const Tokenizer* tok_ = nullptr;
+  std::unique_ptr<ChatTemplate> chat_;
+  ApiContext ctx_;
+};
+
+TEST_F(ApiTest, BadRequestsGet4xxNamingTheParameter) {
+  const std::string long_prompt(400, 'x');  // ~ 100+ tokens > 64
+  struct Case {
+    Endpoint e;
+    std::string body;
+    int status;
+    std::string param;
+  };
+  const Endpoint C = Endpoint::kCompletions, H = Endpoint::kChat;
+  const std::vector<Case> cases = {
+      {C, "{not json", 400, ""},
+      {C, "[1, 2]", 400, ""},
+      {C, R"({"prompt": "hi"})", 400, "model"},
+      {C, R"({"model": "other", "prompt": "hi"})", 404, "model"},
+      {C, R"({"model": 3, "prompt": "hi"})", 400, "model"},
+      {C, R"({"model": "m"})", 400, "prompt"},
+      {C, R"({"model": "m", "prompt": 5})", 400, "prompt"},
+      {C, R"({"model": "m", "prompt": ["a", "b"]})", 400, "prompt"},
+      {C, R"({"model": "m", "prompt": [1, 99999999]})", 400, "prompt"},
+      {C, R"({"model": "m", "prompt": ""})", 400, "prompt"},
+      {C, R"({"model": "m", "prompt": "hi", "bogus": 1})", 400, "bogus"},
+      {C, R"({"model": "m", "prompt": "hi", "messages": []})", 400, "messages"},
+      {C, R"({"model": "m", "prompt": "hi", "max_tokens": -1})", 400, "max_tokens"},
+      {C, R"({"model": "m", "prompt": "hi", "max_tokens": 0})", 400, "max_tokens"},
+      {C, R"({"model": "m", "prompt": "hi", "max_tokens": 1e9})", 400, "max_tokens"},
+      {C, R"({"model": "m", "prompt": "hi", "max_tokens": 100000000000})", 400, "max_tokens"},
+      {C, R"({"model": "m", "prompt": "hi", "max_tokens": "5"})", 400, "max_tokens"},
+      {C, R"({"model": "m", "prompt": "hi", "max_tokens": 64})", 400, "max_tokens"},
+      {C, R"({"model": "m", "prompt": ")" + long_prompt + R"("})", 400, "prompt"},
+      {C, R"({"model": "m", "prompt": "hi", "temperature": -0.1})", 400, "temperature"},
+      {C, R"({"model": "m", "prompt": "hi", "temperature": "hot"})", 400, "temperature"},
+      {C, R"({"model": "m", "prompt": "hi", "top_p": 0})", 400, "top_p"},
+      {C, R"({"model": "m", "prompt": "hi", "top_p": 1.5})", 400, "top_p"},
+      {C, R"({"model": "m", "prompt": "hi", "top_k": -2})", 400, "top_k"},
+      {C, R"({"model": "m", "prompt": "hi", "n": 2})", 400, "n"},
+      {C, R"({"model": "m", "prompt": "hi", "stream": "yes"})", 400, "stream"},
+      {C, R"({"model": "m", "prompt": "hi", "stream_options": {"include_usage": true}})", 400, "stream_options"},
+      {C, R"({"model": "m", "prompt": "hi", "stop": ""})", 400, "stop"},
+      {C, R"({"model": "m", "prompt": "hi", "stop": ["a","b","c","d","e"]})", 400, "stop"},
+      {C, R"({"model": "m", "prompt": "hi", "stop": 3})", 400, "stop"},
+      {C, R"({"model": "m", "prompt": "hi", "seed": 1.5})", 400, "seed"},
+      {C, R"({"model": "m", "prompt": "hi", "presence_penalty": 0.5})", 400, "presence_penalty"},
+      {C, R"({"model": "m", "prompt": "hi", "echo": true})", 400, "echo"},
+      {C, R"({"model": "m", "prompt": "hi", "logprobs": 3})", 400, "logprobs"},
+      {H, R"({"model": "m", "messages": []})", 400, "messages"},
+      {H, R"({"model": "m", "messages": "hi"})", 400, "messages"},
+      {H, R"({"model": "m", "messages": [{"role": "tool", "content": "x"}]})", 400, "messages[0].role"},
+      {H, R"({"model": "m", "messages": [{"role": "user", "content": 5}]})", 400, "messages[0].content"},
+      {H, R"({"model": "m", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", 400, "messages[0].content"},
+      {H, R"({"model": "m", "messages": [{"role": "user", "content": "x", "extra": 1}]})", 400, "messages[0].extra"},
+      {H, R"({"model": "m", "prompt": "hi"})", 400, "prompt"},
+      {H, R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "tools": [{}]})", 400, "tools"},
+      {H, R"({"model": "m", "messages": [{"role": "user", "content": ")" + long_prompt + R"("}]})", 400, "messages"},
+  };
+  for (const auto& c : cases) {
+    const auto [status, param] = error_of(c.e, c.body);
+    EXPECT_EQ(status, c.status) << c.body;
+    EXPECT_EQ(param, c.param) << c.body;
+  }
+}
+
+TEST_F(ApiTest, CompletionDefaultsAndFields) {
+  const ApiRequest r = parse_request(Endpoint::kCompletions, R"({"model": "m", "prompt": "Hello"})", ctx_);
+  EXPECT_EQ(r.gen.prompt, encode_completion_prompt(*tok_, "Hello"));
+  EXPECT_EQ(r.gen.max_tokens, 16);
+  EXPECT_EQ(r.gen.sampling.temperature, 1.0f);
+  EXPECT_EQ(r.gen.sampling.top_p, 1.0f);
+  EXPECT_EQ(r.gen.sampling.top_k, 0);
+  EXPECT_FALSE(r.stream);
+  const ApiRequest s = parse_request(Endpoint::kCompletions, R"({"model": "m", "prompt": [1, 2, 3],
+      "max_tokens": 5, "temperature": 0, "top_p": 0.5, "top_k": 7, "seed": 42, "stop": ["x", "yz"],
+      "stream": true, "stream_options": {"include_usage": true}, "n": 1, "user": "u",
+      "presence_penalty": 0, "logprobs": null, "suffix": null})", ctx_);
+  EXPECT_EQ(s.gen.prompt, (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(s.gen.max_tokens, 5);
+  EXPECT_EQ(s.gen.sampling.temperature, 0.0f);
+  EXPECT_EQ(s.gen.sampling.top_p, 0.5f);
+  EXPECT_EQ(s.gen.sampling.top_k, 7);
+  EXPECT_EQ(s.gen.sampling.seed, 42u);
+  EXPECT_EQ(s.gen.stop, (std::vector<std::string>{"x", "yz"}));
+  EXPECT_TRUE(s.stream);
+  EXPECT_TRUE(s.include_usage);
+}
+
+TEST_F(ApiTest, ChatUsesTheTemplateAndTheRestOfTheContext) {
+  const ApiRequest r = parse_request(Endpoint::kChat, R"({"model": "m", "messages": [
+      {"role": "system", "content": "Be brief."}, {"role": "user", "content": [{"type": "text", "text": "Hi"}]}]})", ctx_);
+  const std::vector<ChatMessage> m = {{"system", "Be brief."}, {"user", "Hi"}};
+  EXPECT_EQ(r.gen.prompt, encode_chat_prompt(*tok_, *chat_, m));
+  EXPECT_EQ(r.gen.max_tokens, 64 - int(r.gen.prompt.size()));
+}
+
+TEST_F(ApiTest, ResponseShapes) {
+  const ResponseMeta meta{"cmpl-1", 123, "m"};
+  const json c = full_response(Endpoint::kCompletions, meta, "hi", Finish::kLength, 3, 2);
+  EXPECT_EQ(c["object"], "text_completion");
+  EXPECT_EQ(c["choices"][0]["text"], "hi");
+  EXPECT_EQ(c["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(c["usage"]["total_tokens"], 5);
+  const json h = full_response(Endpoint::kChat, meta, "hi", Finish::kStop, 3, 2);
+  EXPECT_EQ(h["object"], "chat.completion");
+  EXPECT_EQ(h["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(h["choices"][0]["message"]["content"], "hi");
+  EXPECT_EQ(h["choices"][0]["finish_reason"], "stop");
+  const json first = stream_chunk(Endpoint::kChat, meta, "", Finish::kNone, true);
+  EXPECT_EQ(first["object"], "chat.completion.chunk");
+  EXPECT_EQ(first["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_TRUE(first["choices"][0]["finish_reason"].is_null());
+  const json last = stream_chunk(Endpoint::kChat, meta, "", Finish::kStop);
+  EXPECT_TRUE(last["choices"][0]["delta"].empty());
+  EXPECT_EQ(last["choices"][0]["finish_reason"], "stop");
+  const json u = usage_chunk(Endpoint::kCompletions, meta, 3, 2);
+  EXPECT_TRUE(u["choices"].empty());
+  EXPECT_EQ(u["usage"]["completion_tokens"], 2);
+  EXPECT_EQ(models_response("m", 1)["data"][0]["id"], "m");
+}
+
+}  // namespace
+}  // namespace futr::server

@@ -1,0 +1,158 @@
+// A small deterministic Engine for the scheduler and HTTP tests: no model,
+// the Engine contract checked on every call (a scheduler that breaks it gets
+// a futr::Error, which the tests see as failed requests).
+//
+// The token "sampled" for a kToken row is a function of the sequence's whole
+// history (every token stored plus the row's token) and its seed only:
+//   h = FNV-1a over (seed, tokens),  token = words[h % words.size()],
+// or the EOS id when eos_every > 0 and h % eos_every == 0. So a sequence gets
+// the same tokens whatever else is in the batch, and any token fed out of
+// order, lost or given to another sequence changes everything after it.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "core/error.h"
+#include "runtime/engine.h"
+
+namespace futr::test {
+
+class FakeEngine : public runtime::Engine {
+ public:
+  struct Options {
+    int vocab = 1000;
+    int ctx = 256;
+    int max_seqs = 4;
+    int max_step_tokens = 32;
+    int64_t positions = 0;            // KV positions in all; 0 = ctx * max_seqs
+    std::vector<int32_t> words;       // tokens to draw from (not empty)
+    int32_t eos = -1;                 // the EOS id (for eos_every)
+    int eos_every = 0;                // 0: never EOS
+    std::chrono::microseconds step_time{0};  // sleep per step (a slow engine)
+    std::chrono::microseconds row_time{0};   // and per row
+  };
+
+  explicit FakeEngine(Options o) : o_(std::move(o)) {
+    info_.name = "fake";
+    info_.describe = "fake engine (tests/server/fake_engine.h)";
+    info_.vocab = o_.vocab;
+    info_.ctx = o_.ctx;
+    info_.max_seqs = o_.max_seqs;
+    info_.max_step_tokens = o_.max_step_tokens;
+    if (o_.positions == 0) o_.positions = int64_t(o_.ctx) * o_.max_seqs;
+  }
+
+  void open(runtime::SeqId id, const runtime::SamplerConfig& s = {}) override {
+    FUTR_CHECK(!seqs_.count(id), "sequence {} is already open", id);
+    FUTR_CHECK(int(seqs_.size()) < o_.max_seqs, "no free sequence ({} open)", seqs_.size());
+    seqs_[id] = Seq{{}, s.seed};
+    ++opened_;
+  }
+  void truncate(runtime::SeqId id, int len) override {
+    auto& s = get(id);
+    FUTR_CHECK(len >= 0 && len <= int(s.tokens.size()), "bad truncate");
+    s.tokens.resize(size_t(len));
+  }
+  void close(runtime::SeqId id) override {
+    get(id);
+    seqs_.erase(id);
+    ++closed_;
+  }
+  bool is_open(runtime::SeqId id) const override { return seqs_.count(id) > 0; }
+  int length(runtime::SeqId id) const override {
+    auto it = seqs_.find(id);
+    FUTR_CHECK(it != seqs_.end(), "sequence {} is not open", id);
+    return int(it->second.tokens.size());
+  }
+
+  runtime::StepResult step(std::span<const runtime::BatchRow> rows) override {
+    // The contract, checked before anything changes.
+    FUTR_CHECK(!rows.empty() && int(rows.size()) <= o_.max_step_tokens, "{} rows (max {})",
+               rows.size(), o_.max_step_tokens);
+    std::set<runtime::SeqId> seen;
+    std::map<runtime::SeqId, int> next;
+    int64_t added = 0;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const auto& r = rows[i];
+      FUTR_CHECK(r.token >= 0 && r.token < o_.vocab, "row {}: token {} outside the vocabulary", i, r.token);
+      const bool first = i == 0 || rows[i - 1].seq != r.seq;
+      if (first) {
+        FUTR_CHECK(!seen.count(r.seq), "row {}: sequence {} appears in two runs", i, r.seq);
+        seen.insert(r.seq);
+        next[r.seq] = length(r.seq);
+      }
+      FUTR_CHECK(r.pos == next[r.seq], "row {}: position {} of sequence {}, expected {}", i, r.pos,
+                 r.seq, next[r.seq]);
+      FUTR_CHECK(r.pos < o_.ctx, "row {}: sequence {} past the context", i, r.seq);
+      ++next[r.seq];
+      ++added;
+    }
+    FUTR_CHECK(added <= free_positions(), "out of KV positions");
+    // Run.
+    if (o_.step_time.count() || o_.row_time.count())
+      std::this_thread::sleep_for(o_.step_time + o_.row_time * int64_t(rows.size()));
+    runtime::StepResult out;
+    for (const auto& r : rows) {
+      auto& s = seqs_[r.seq];
+      s.tokens.push_back(r.token);
+      if (r.out == runtime::RowOutput::kToken) out.tokens.push_back(draw(s));
+    }
+    ++steps_;
+    max_rows_ = std::max<int>(max_rows_, int(rows.size()));
+    max_seqs_in_step_ = std::max<int>(max_seqs_in_step_, int(seen.size()));
+    return out;
+  }
+
+  int64_t free_positions() const override {
+    int64_t used = 0;
+    for (const auto& [id, s] : seqs_) used += int64_t(s.tokens.size());
+    return o_.positions - used;
+  }
+  int free_sequences() const override { return o_.max_seqs - int(seqs_.size()); }
+  const runtime::EngineInfo& info() const override { return info_; }
+  nlohmann::json stats() const override { return {{"open", seqs_.size()}}; }
+
+  // What the tokens of a sequence with `seed` and `history` (prompt +
+  // generated so far) would be: the reference the tests compare with.
+  int32_t draw_for(uint64_t seed, std::span<const int32_t> history) const {
+    Seq s{{history.begin(), history.end()}, seed};
+    return draw(s);
+  }
+
+  // Statistics (read them when the scheduler is idle).
+  int steps() const { return steps_; }
+  int max_rows() const { return max_rows_; }
+  int max_seqs_in_step() const { return max_seqs_in_step_; }
+  int opened() const { return opened_; }
+  int closed() const { return closed_; }
+  int open_now() const { return int(seqs_.size()); }
+
+ private:
+  struct Seq {
+    std::vector<int32_t> tokens;
+    uint64_t seed = 0;
+  };
+  Seq& get(runtime::SeqId id) {
+    auto it = seqs_.find(id);
+    FUTR_CHECK(it != seqs_.end(), "sequence {} is not open", id);
+    return it->second;
+  }
+  int32_t draw(const Seq& s) const {
+    uint64_t h = 1469598103934665603ull ^ s.seed;
+    for (int32_t t : s.tokens) h = (h ^ uint64_t(uint32_t(t))) * 1099511628211ull;
+    h ^= h >> 29;
+    if (o_.eos_every > 0 && h % uint64_t(o_.eos_every) == 0) return o_.eos;
+    return o_.words[(h / 7) % o_.words.size()];
+  }
+
+  Options o_;
+  runtime::EngineInfo info_;
+  std::map<runtime::SeqId, Seq> seqs_;
+  int steps_ = 0, max_rows_ = 0, max_seqs_in_step_ = 0, opened_ = 0, closed_ = 0;
+};
+
+}  // namespace futr::test

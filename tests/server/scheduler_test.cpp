@@ -1,0 +1,312 @@
+// The continuous-batching scheduler (src/server/scheduler.h) over the fake
+// engine (fake_engine.h, which checks the Engine contract on every step):
+// exact tokens alone and together, chunked prefill mixed with decode,
+// admission (never fits, must wait), the queue bound, EOS and stop strings,
+// cancellation, drain.
+#include "server/scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "server/fake_engine.h"
+#include "server/metrics.h"
+#include "server/server_test_util.h"
+#include "support/expect_error.h"
+
+namespace futr::server {
+namespace {
+
+using std::chrono::milliseconds;
+
+struct Outcome {
+  std::string text;
+  Finish finish = Finish::kNone;
+  int completion_tokens = 0;
+  std::string error;
+};
+
+Outcome collect(Request& r) {
+  Outcome o;
+  Request::Update u;
+  while (!u.done) {
+    Request::Update next;
+    if (!r.wait(next, milliseconds(5000))) {
+      ADD_FAILURE() << "no progress in 5 s";
+      return o;
+    }
+    o.text += next.text;
+    u = next;
+  }
+  o.finish = u.finish;
+  o.completion_tokens = u.completion_tokens;
+  o.error = u.error;
+  return o;
+}
+
+// What the fake engine generates for `p` alone: tokens until EOS or max_tokens.
+std::vector<int32_t> reference_tokens(const test::FakeEngine& e, const GenerationParams& p,
+                                      int32_t eos) {
+  std::vector<int32_t> history = p.prompt, out;
+  while (int(out.size()) < p.max_tokens) {
+    const int32_t t = e.draw_for(p.sampling.seed, history);
+    if (t == eos) break;
+    out.push_back(t);
+    history.push_back(t);
+  }
+  return out;
+}
+
+GenerationParams params(std::vector<int32_t> prompt, int max_tokens, uint64_t seed) {
+  GenerationParams p;
+  p.prompt = std::move(prompt);
+  p.max_tokens = max_tokens;
+  p.sampling.seed = seed;
+  return p;
+}
+
+class SchedulerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    tok_ = test::default_tokenizer();
+    if (!tok_) GTEST_SKIP() << FUTR_DEFAULT_MODEL << " is absent (scripts/fetch-model.sh)";
+    words_ = test::word_tokens(*tok_);
+    ASSERT_GE(words_.size(), 8u);
+  }
+  test::FakeEngine::Options engine_options() {
+    test::FakeEngine::Options o;
+    o.vocab = tok_->vocab_size();
+    o.words = words_;
+    o.eos = tok_->eos();
+    return o;
+  }
+  std::vector<int32_t> random_prompt(std::mt19937& rng, int n) {
+    std::vector<int32_t> p;
+    for (int i = 0; i < n; ++i) p.push_back(words_[rng() % words_.size()]);
+    return p;
+  }
+  const Tokenizer* tok_ = nullptr;
+  std::vector<int32_t> words_;
+};
+
+TEST_F(SchedulerTest, OneRequestGetsTheReferenceTokens) {
+  test::FakeEngine engine(engine_options());
+  Scheduler s(engine, *tok_, {});
+  const auto p = params({words_[0], words_[1], words_[2]}, 20, 7);
+  const Outcome o = collect(*s.submit(p));
+  EXPECT_EQ(o.finish, Finish::kLength);
+  EXPECT_EQ(o.completion_tokens, 20);
+  EXPECT_EQ(o.text, tok_->decode(reference_tokens(engine, p, tok_->eos())));
+  s.wait_idle();
+  EXPECT_EQ(engine.open_now(), 0);  // the sequence was closed
+}
+
+// Many requests at once, more than max_seqs, prompts longer than a step:
+// each gets exactly its own tokens; steps batch several sequences and mix
+// prompt chunks with decode rows; every sequence is closed at the end.
+TEST_F(SchedulerTest, ConcurrentRequestsGetExactlyTheirOwnTokens) {
+  auto eo = engine_options();
+  eo.max_seqs = 4;
+  eo.max_step_tokens = 16;
+  eo.eos_every = 40;  // some requests end early with EOS
+  test::FakeEngine engine(eo);
+  Metrics metrics;
+  Scheduler s(engine, *tok_, {}, &metrics);
+  std::mt19937 rng(std::random_device{}());
+  std::vector<GenerationParams> ps;
+  std::vector<std::shared_ptr<Request>> rs;
+  for (int i = 0; i < 12; ++i) {
+    ps.push_back(params(random_prompt(rng, 1 + int(rng() % 40)), 1 + int(rng() % 30), rng()));
+    rs.push_back(s.submit(ps.back()));
+  }
+  for (size_t i = 0; i < rs.size(); ++i) {
+    const Outcome o = collect(*rs[i]);
+    const auto ref = reference_tokens(engine, ps[i], tok_->eos());
+    EXPECT_EQ(o.text, tok_->decode(ref)) << "request " << i;
+    EXPECT_EQ(o.completion_tokens, int(ref.size())) << "request " << i;
+    EXPECT_EQ(o.finish, int(ref.size()) < ps[i].max_tokens ? Finish::kStop : Finish::kLength);
+  }
+  s.wait_idle();
+  EXPECT_EQ(engine.open_now(), 0);
+  EXPECT_EQ(engine.opened(), 12);
+  EXPECT_EQ(engine.closed(), 12);
+  EXPECT_GT(engine.max_seqs_in_step(), 1);     // batched
+  EXPECT_LE(engine.max_rows(), 16);            // within max_step_tokens
+  const std::string m = metrics.serialize();
+  EXPECT_NE(m.find("futr_requests_running 0"), std::string::npos) << m;
+  EXPECT_NE(m.find("futr_kv_positions_used 0"), std::string::npos) << m;
+}
+
+// A long prompt arriving while another request decodes is prefilled in
+// chunks, and the decoding request gets a token in every one of those steps.
+TEST_F(SchedulerTest, LongPromptIsChunkedBesideDecodeRows) {
+  auto eo = engine_options();
+  eo.max_step_tokens = 8;
+  eo.step_time = std::chrono::microseconds(2000);
+  test::FakeEngine engine(eo);
+  Scheduler s(engine, *tok_, {});
+  std::mt19937 rng(1);
+  auto a = s.submit(params(random_prompt(rng, 3), 60, 1));
+  Request::Update u;
+  ASSERT_TRUE(a->wait(u, milliseconds(5000)));  // a is decoding
+  const int before = engine.steps();
+  const auto pb = params(random_prompt(rng, 70), 2, 2);  // 70 rows: >= 10 steps of 7
+  auto b = s.submit(pb);
+  const Outcome ob = collect(*b);
+  const int steps_b = engine.steps() - before;
+  EXPECT_EQ(ob.text, tok_->decode(reference_tokens(engine, pb, -1)));
+  Request::Update ua;
+  ASSERT_TRUE(a->wait(ua, milliseconds(5000)));
+  // a decoded during b's prefill: at least one token per step b took.
+  EXPECT_GE(ua.completion_tokens, steps_b - 1) << "steps during b: " << steps_b;
+  EXPECT_GE(steps_b, 10);
+  a->cancel();
+  collect(*a);
+}
+
+TEST_F(SchedulerTest, RequestThatCanNeverFitIsRefused) {
+  auto eo = engine_options();
+  eo.ctx = 50;
+  test::FakeEngine engine(eo);
+  Scheduler s(engine, *tok_, {});
+  EXPECT_EQ(s.max_request_positions(), 50);
+  try {
+    s.submit(params(std::vector<int32_t>(40, words_[0]), 11, 0));
+    ADD_FAILURE() << "no AdmissionError";
+  } catch (const AdmissionError& e) {
+    EXPECT_EQ(e.status(), 400);
+    EXPECT_NE(std::string(e.what()).find("maximum context length is 50"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(collect(*s.submit(params(std::vector<int32_t>(40, words_[0]), 10, 0))).finish,
+            Finish::kLength);  // exactly 50 fits
+  EXPECT_FUTR_ERROR(s.submit(params({}, 5, 0)), "empty");
+  EXPECT_FUTR_ERROR(s.submit(params({words_[0]}, 0, 0)), "max_tokens");
+  EXPECT_FUTR_ERROR(s.submit(params({tok_->vocab_size()}, 5, 0)), "vocabulary");
+}
+
+// Positions for one request at a time: the second waits until the first
+// has finished, then runs; both give their reference text.
+TEST_F(SchedulerTest, RequestThatMustWaitWaits) {
+  auto eo = engine_options();
+  eo.ctx = 100;
+  eo.positions = 100;
+  eo.max_seqs = 4;
+  eo.step_time = std::chrono::microseconds(500);
+  test::FakeEngine engine(eo);
+  Scheduler s(engine, *tok_, {});
+  const auto pa = params(std::vector<int32_t>(30, words_[1]), 50, 1);
+  const auto pb = params(std::vector<int32_t>(30, words_[2]), 50, 2);
+  auto a = s.submit(pa);
+  auto b = s.submit(pb);
+  const Outcome oa = collect(*a);
+  const Outcome ob = collect(*b);
+  EXPECT_EQ(oa.text, tok_->decode(reference_tokens(engine, pa, -1)));
+  EXPECT_EQ(ob.text, tok_->decode(reference_tokens(engine, pb, -1)));
+  EXPECT_EQ(engine.max_seqs_in_step(), 1);  // never together: 160 > 100 positions
+}
+
+TEST_F(SchedulerTest, FullQueueIsRefusedWith429) {
+  auto eo = engine_options();
+  eo.max_seqs = 1;
+  eo.step_time = std::chrono::microseconds(1000);
+  test::FakeEngine engine(eo);
+  Scheduler s(engine, *tok_, {.max_queue = 1});
+  auto a = s.submit(params({words_[0]}, 200, 1));
+  while (s.running() == 0) std::this_thread::sleep_for(milliseconds(1));
+  auto b = s.submit(params({words_[0]}, 5, 2));  // waits (one slot, taken)
+  try {
+    s.submit(params({words_[0]}, 5, 3));
+    ADD_FAILURE() << "no AdmissionError";
+  } catch (const AdmissionError& e) {
+    EXPECT_EQ(e.status(), 429);
+  }
+  a->cancel();
+  EXPECT_EQ(collect(*a).finish, Finish::kCancelled);
+  EXPECT_EQ(collect(*b).finish, Finish::kLength);
+}
+
+TEST_F(SchedulerTest, EosAndStopStringsEndWithStop) {
+  test::FakeEngine engine(engine_options());
+  Scheduler s(engine, *tok_, {});
+  auto p = params({words_[3], words_[4]}, 30, 11);
+  const auto ref = reference_tokens(engine, p, -1);
+  // A stop string = the text of tokens 5..6: the output is the text before it.
+  const std::vector<int32_t> head(ref.begin(), ref.begin() + 5);
+  const std::vector<int32_t> stop(ref.begin() + 5, ref.begin() + 7);
+  p.stop = {tok_->decode(stop)};
+  const std::string before = tok_->decode(head);
+  const Outcome o = collect(*s.submit(p));
+  EXPECT_EQ(o.finish, Finish::kStop);
+  const size_t first = (tok_->decode(ref)).find(p.stop[0]);  // it may occur earlier
+  EXPECT_EQ(o.text, tok_->decode(ref).substr(0, first));
+  EXPECT_LE(o.text.size(), before.size());
+  // EOS: the fake engine draws it every ~5 tokens; its text is not returned.
+  auto eo = engine_options();
+  eo.eos_every = 5;
+  test::FakeEngine eos_engine(eo);
+  Scheduler s2(eos_engine, *tok_, {});
+  int stops = 0;
+  for (uint64_t seed = 0; seed < 20; ++seed) {
+    const auto q = params({words_[0]}, 50, seed);
+    const auto r = reference_tokens(eos_engine, q, tok_->eos());
+    const Outcome oq = collect(*s2.submit(q));
+    EXPECT_EQ(oq.text, tok_->decode(r));
+    EXPECT_EQ(oq.completion_tokens, int(r.size()));
+    stops += oq.finish == Finish::kStop;
+  }
+  EXPECT_GT(stops, 10);
+}
+
+TEST_F(SchedulerTest, CancelFreesTheSequence) {
+  auto eo = engine_options();
+  eo.max_seqs = 2;
+  eo.step_time = std::chrono::microseconds(1000);
+  test::FakeEngine engine(eo);
+  Metrics metrics;
+  Scheduler s(engine, *tok_, {}, &metrics);
+  auto a = s.submit(params({words_[0]}, 200, 1));
+  Request::Update u;
+  ASSERT_TRUE(a->wait(u, milliseconds(5000)));
+  EXPECT_EQ(s.running(), 1);
+  a->cancel();
+  EXPECT_EQ(collect(*a).finish, Finish::kCancelled);
+  s.wait_idle();
+  EXPECT_EQ(s.running(), 0);
+  EXPECT_EQ(engine.open_now(), 0);
+  EXPECT_NE(metrics.serialize().find("futr_requests_total{finish=\"cancelled\"} 1"), std::string::npos);
+  // A waiting request that is cancelled never opens a sequence.
+  auto eo1 = engine_options();
+  eo1.max_seqs = 1;
+  eo1.step_time = std::chrono::microseconds(1000);
+  test::FakeEngine one(eo1);
+  Scheduler s1(one, *tok_, {});
+  auto b = s1.submit(params({words_[0]}, 100, 1));
+  auto c = s1.submit(params({words_[0]}, 100, 2));
+  c->cancel();
+  EXPECT_EQ(collect(*c).finish, Finish::kCancelled);
+  EXPECT_EQ(collect(*b).finish, Finish::kLength);
+  EXPECT_EQ(one.opened(), 1);
+}
+
+TEST_F(SchedulerTest, DrainFinishesAcceptedRequestsAndRefusesNewOnes) {
+  auto eo = engine_options();
+  eo.max_seqs = 1;
+  eo.step_time = std::chrono::microseconds(500);
+  test::FakeEngine engine(eo);
+  Scheduler s(engine, *tok_, {});
+  auto a = s.submit(params({words_[0]}, 40, 1));
+  auto b = s.submit(params({words_[1]}, 40, 2));  // waiting when the drain starts
+  s.begin_drain();
+  try {
+    s.submit(params({words_[0]}, 5, 3));
+    ADD_FAILURE() << "no AdmissionError";
+  } catch (const AdmissionError& e) {
+    EXPECT_EQ(e.status(), 503);
+  }
+  s.wait_idle();
+  EXPECT_EQ(collect(*a).finish, Finish::kLength);
+  EXPECT_EQ(collect(*b).finish, Finish::kLength);
+}
+
+}  // namespace
+}  // namespace futr::server
