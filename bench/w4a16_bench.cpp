@@ -349,7 +349,7 @@ int main(int argc, char** argv) {
       }
     }
     json occ = json::object();
-    for (auto [f, g, c] : {std::tuple{cuda::WeightFormat::kInt4, 128, cuda::DecodeConfig{}}}) {
+    for (auto [f, g, c] : {std::tuple{cuda::DecodeWeights::kInt4, 128, cuda::DecodeConfig{}}}) {
       (void)c;
       for (auto [tn, u] : {std::pair{2, 4}, {1, 4}, {1, 8}}) {
         cuda::DecodeConfig cc;

@@ -26,7 +26,7 @@
 #include "cli/common.h"
 #include "cli/engine_options.h"
 #include "core/error.h"
-#include "cpu/model_quant.h"
+#include "cpu/quantize.h"
 #include "cpu/threads.h"
 #include "engines/factory.h"
 #include "runtime/calibration.h"

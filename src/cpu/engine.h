@@ -32,7 +32,7 @@
 
 #include "core/formats.h"
 #include "cpu/forward.h"
-#include "cpu/model_quant.h"
+#include "cpu/quant_forward.h"
 #include "model/model.h"
 #include "quant/delayed_scaling.h"
 #include "quant/quantized_model.h"

@@ -21,7 +21,7 @@
 // make_engine() and by `futr quantize`).
 #pragma once
 
-#include "cpu/model_quant.h"
+#include "cpu/quantize.h"
 #include "runtime/config.h"
 #include "runtime/engine.h"
 

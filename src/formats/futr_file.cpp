@@ -128,11 +128,16 @@ std::pair<json, Layout> build(const Model& model, const std::vector<const quant:
   for (const quant::QuantizedWeights* set : sets) {
     FUTR_CHECK(set != nullptr && set->format != WeightFormat::kFp32, ".futr writer: bad weight set");
     json f{{"format", to_string(set->format)}, {"method", set->method}};
-    if (!set->fp8_initial_amax.empty()) f["fp8_initial_amax"] = set->fp8_initial_amax;
+    if (!set->fp8_initial_amax.empty()) {
+      json amax = json::object();  // by site name, docs/FORMATS.md
+      for (const auto& [site, a] : set->fp8_initial_amax) amax[site_name(site)] = a;
+      f["fp8_initial_amax"] = amax;
+    }
     formats.push_back(f);
     for (int l = 0; l < c.n_layers; ++l)
-      for (const std::string& name : quant::layer_projection_names(l)) {
-        const quant::QuantizedTensor& t = set->at(name);
+      for (Projection p : kLayerProjections) {
+        const std::string name = projection_name({l, p});
+        const quant::QuantizedTensor& t = set->at({l, p});
         FUTR_CHECK(t.format == set->format, ".futr writer: '{}' is {} in a {} set", name,
                    to_string(t.format), to_string(set->format));
         json e;
@@ -371,28 +376,38 @@ quant::QuantizedWeights FutrFile::read_weights(WeightFormat f) const {
       if (s.at("format").get<std::string>() == to_string(f)) {
         out.method = s.value("method", "");
         if (s.contains("fp8_initial_amax"))
-          out.fp8_initial_amax = s["fp8_initial_amax"].get<std::map<std::string, float>>();
+          for (const auto& [site, a] : s["fp8_initial_amax"].get<std::map<std::string, float>>())
+            try {
+              out.fp8_initial_amax[parse_site_name(site)] = a;
+            } catch (const Error& e) {
+              fail("{}: fp8_initial_amax: {}", name_, e.what());
+            }
       }
     const ModelConfig cfg = to_model(false).config;
     for (const json& t : header_["tensors"]) {
       if (!t.contains("format") || t["format"].get<std::string>() != to_string(f)) continue;
       quant::QuantizedTensor q;
-      q.name = t.at("name").get<std::string>();
+      const std::string qname = t.at("name").get<std::string>();
+      try {
+        q.id = parse_projection_name(qname);
+      } catch (const Error&) {
+        continue;  // not a projection: ignored (a missing projection is reported below)
+      }
       q.format = f;
       q.method = t.value("method", "");
       const json& shape = t.at("shape");
-      FUTR_CHECK(shape.is_array() && shape.size() == 2, "{}: tensor '{}' is not 2-D", name_, q.name);
-      const int64_t n = dim_of(shape, 0, name_, q.name), k = dim_of(shape, 1, name_, q.name);
+      FUTR_CHECK(shape.is_array() && shape.size() == 2, "{}: tensor '{}' is not 2-D", name_, qname);
+      const int64_t n = dim_of(shape, 0, name_, qname), k = dim_of(shape, 1, name_, qname);
       q.n = int(n);
       q.k = int(k);
       const std::string kind = t.at("kind").get<std::string>();
       if (f == WeightFormat::kInt4) {
-        FUTR_CHECK(kind == "int4", "{}: int4 tensor '{}' has kind '{}'", name_, q.name, kind);
+        FUTR_CHECK(kind == "int4", "{}: int4 tensor '{}' has kind '{}'", name_, qname, kind);
         const int group = t.at("group").get<int>();
         try {
           quant::check_int4_shape(q.n, q.k, group);
         } catch (const Error& e) {
-          fail("{}: tensor '{}': {}", name_, q.name, e.what());
+          fail("{}: tensor '{}': {}", name_, qname, e.what());
         }
         quant::Int4Packed p;
         p.n = q.n;
@@ -404,7 +419,7 @@ quant::QuantizedWeights FutrFile::read_weights(WeightFormat f) const {
         p.scales = from_bytes<uint16_t>(sb);
         q.int4 = quant::unpack_int4(p);
       } else if (f == WeightFormat::kFp8) {
-        FUTR_CHECK(kind == "e4m3", "{}: fp8 tensor '{}' has kind '{}'", name_, q.name, kind);
+        FUTR_CHECK(kind == "e4m3", "{}: fp8 tensor '{}' has kind '{}'", name_, qname, kind);
         const auto wb = blob(t, "offset", "bytes", uint64_t(n) * uint64_t(k));
         const auto sb = blob(t, "scale_offset", "scale_bytes", uint64_t(n) * 4);
         q.fp8.n = q.n;
@@ -413,21 +428,22 @@ quant::QuantizedWeights FutrFile::read_weights(WeightFormat f) const {
         q.fp8.scale = from_bytes<float>(sb);
         q.fp8.folded_gain = t.at("folded_gain").get<bool>();
         for (float s : q.fp8.scale)
-          FUTR_CHECK(std::isfinite(s) && s > 0.0f, "{}: tensor '{}' has a bad FP8 scale {}", name_, q.name, s);
+          FUTR_CHECK(std::isfinite(s) && s > 0.0f, "{}: tensor '{}' has a bad FP8 scale {}", name_, qname, s);
       } else if (f == WeightFormat::kBf16) {
-        FUTR_CHECK(kind == "bf16", "{}: bf16 tensor '{}' has kind '{}'", name_, q.name, kind);
+        FUTR_CHECK(kind == "bf16", "{}: bf16 tensor '{}' has kind '{}'", name_, qname, kind);
         q.bf16 = from_bytes<uint16_t>(blob(t, "offset", "bytes", uint64_t(n) * uint64_t(k) * 2));
       }
-      out.tensors[q.name] = std::move(q);
+      out.tensors[q.id] = std::move(q);
     }
     FUTR_CHECK(!out.tensors.empty(), "{}: holds no {} weights", name_, to_string(f));
     // Every projection present with the config's shape.
     for (int l = 0; l < cfg.n_layers; ++l) {
-      const std::vector<std::string> names = quant::layer_projection_names(l);
       const int64_t H = cfg.hidden, Q = cfg.q_dim(), KV = cfg.kv_dim(), I = cfg.intermediate;
       const int64_t shapes[7][2] = {{Q, H}, {KV, H}, {KV, H}, {H, Q}, {I, H}, {I, H}, {H, I}};
-      for (size_t i = 0; i < names.size(); ++i) {
-        auto it = out.tensors.find(names[i]);
+      std::string names[7];
+      for (size_t i = 0; i < 7; ++i) names[i] = projection_name({l, kLayerProjections[i]});
+      for (size_t i = 0; i < 7; ++i) {
+        auto it = out.tensors.find({l, kLayerProjections[i]});
         FUTR_CHECK(it != out.tensors.end(), "{}: the {} weights lack tensor '{}'", name_, to_string(f),
                    names[i]);
         FUTR_CHECK(it->second.n == shapes[i][0] && it->second.k == shapes[i][1],
@@ -570,11 +586,10 @@ Model FutrFile::to_model(bool with_weights) const {
       LayerWeights L;
       L.attn_norm = load_dense(fmt::format("blk.{}.attn_norm", l), {H});
       L.ffn_norm = load_dense(fmt::format("blk.{}.ffn_norm", l), {H});
-      const std::vector<std::string> names = quant::layer_projection_names(l);
       Tensor* dst[7] = {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down};
       const int64_t shapes[7][2] = {{Q, H}, {KV, H}, {KV, H}, {H, Q}, {I, H}, {I, H}, {H, I}};
       for (size_t i = 0; i < 7; ++i) {
-        const quant::QuantizedTensor& q = qw.at(names[i]);
+        const quant::QuantizedTensor& q = qw.at({l, kLayerProjections[i]});
         Tensor t({shapes[i][0], shapes[i][1]});
         if (q.format == WeightFormat::kInt4) {
           t.data = quant::dequantize_int4(q.int4);

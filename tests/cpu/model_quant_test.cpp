@@ -1,10 +1,11 @@
 // Whole-model quantization and the quantized reference model
-// (src/cpu/model_quant.h) on a small random Llama: folding the RMSNorm gain
+// (src/cpu/quantize.h, src/cpu/quant_forward.h) on a small random Llama: folding the RMSNorm gain
 // leaves the BF16 model's output unchanged within rounding; each format runs
 // and stays close to FP32; GPTQ (layer-by-layer calibration through the
 // forward pass) beats RTN on the model's logits; FP8 calibration records the
 // initial amax.
-#include "cpu/model_quant.h"
+#include "cpu/quant_forward.h"
+#include "cpu/quantize.h"
 
 #include <gtest/gtest.h>
 
@@ -89,15 +90,15 @@ TEST(ModelQuant, EachFormatRunsCloseToFp32) {
   // FP8: the q/k/v and gate/up tensors carry the folded gain, o and down do not.
   o.format = WeightFormat::kFp8;
   const quant::QuantizedWeights q8 = quantize_model(m, o, {});
-  EXPECT_TRUE(q8.at("blk.0.attn_k").fp8.folded_gain);
-  EXPECT_TRUE(q8.at("blk.1.ffn_up").fp8.folded_gain);
-  EXPECT_FALSE(q8.at("blk.1.attn_output").fp8.folded_gain);
-  EXPECT_FALSE(q8.at("blk.0.ffn_down").fp8.folded_gain);
+  EXPECT_TRUE(q8.at({0, Projection::kK}).fp8.folded_gain);
+  EXPECT_TRUE(q8.at({1, Projection::kUp}).fp8.folded_gain);
+  EXPECT_FALSE(q8.at({1, Projection::kO}).fp8.folded_gain);
+  EXPECT_FALSE(q8.at({0, Projection::kDown}).fp8.folded_gain);
   // Group sizes: hidden 128 -> 128, intermediate 192 -> 64.
   o.format = WeightFormat::kInt4;
   const quant::QuantizedWeights q4 = quantize_model(m, o, {});
-  EXPECT_EQ(q4.at("blk.0.attn_q").int4.group, 128);
-  EXPECT_EQ(q4.at("blk.0.ffn_down").int4.group, 64);
+  EXPECT_EQ(q4.at({0, Projection::kQ}).int4.group, 128);
+  EXPECT_EQ(q4.at({0, Projection::kDown}).int4.group, 64);
 }
 
 TEST(ModelQuant, GptqBeatsRtnOnTheModel) {
@@ -134,6 +135,6 @@ TEST(ModelQuant, Fp8CalibrationRecordsInitialAmax) {
   o.calib_ctx = 32;
   const quant::QuantizedWeights q = quantize_model(m, o, tokens_of(64, c.vocab, 4));
   ASSERT_EQ(q.fp8_initial_amax.size(), size_t(4 * c.n_layers));
-  for (const auto& [site, a] : q.fp8_initial_amax) EXPECT_GT(a, 0.0f) << site;
-  EXPECT_TRUE(q.fp8_initial_amax.count("blk.1.down_in"));
+  for (const auto& [site, a] : q.fp8_initial_amax) EXPECT_GT(a, 0.0f) << site_name(site);
+  EXPECT_TRUE(q.fp8_initial_amax.count(SiteId{1, InputSite::kDownIn}));
 }

@@ -12,7 +12,7 @@
 #include <fstream>
 
 #include "core/numeric.h"
-#include "cpu/model_quant.h"
+#include "cpu/quantize.h"
 #include "cpu/quant_model.h"
 #include "formats/loader.h"
 #include "quant/int4_quant.h"
@@ -45,7 +45,7 @@ Sets quantize_all(const Model& m) {
   s.int4 = cpu::quantize_model(m, o, {});
   o.format = WeightFormat::kFp8;
   s.fp8 = cpu::quantize_model(m, o, {});
-  s.fp8.fp8_initial_amax["blk.0.attn_in"] = 12.5f;
+  s.fp8.fp8_initial_amax[SiteId{0, InputSite::kAttnIn}] = 12.5f;
   o.format = WeightFormat::kBf16;
   s.bf16 = cpu::quantize_model(m, o, {});
   return s;
@@ -89,7 +89,7 @@ TEST(FutrFile, RoundTripEveryFormat) {
   const quant::QuantizedWeights f8 = f.read_weights(WeightFormat::kFp8);
   const quant::QuantizedWeights b16 = f.read_weights(WeightFormat::kBf16);
   for (const auto& [name, t] : s.int4.tensors) {
-    EXPECT_EQ(i4.at(name).int4.q, t.int4.q) << name;
+    EXPECT_EQ(i4.at(name).int4.q, t.int4.q) << projection_name(name);
     EXPECT_EQ(i4.at(name).int4.scale, t.int4.scale);
     EXPECT_EQ(i4.at(name).int4.group, t.int4.group);
     EXPECT_EQ(i4.at(name).method, "rtn");
@@ -98,14 +98,14 @@ TEST(FutrFile, RoundTripEveryFormat) {
     EXPECT_EQ(f8.at(name).fp8.folded_gain, s.fp8.at(name).fp8.folded_gain);
     EXPECT_EQ(b16.at(name).bf16, s.bf16.at(name).bf16);
   }
-  EXPECT_EQ(f8.fp8_initial_amax.at("blk.0.attn_in"), 12.5f);
+  EXPECT_EQ(f8.fp8_initial_amax.at(SiteId{0, InputSite::kAttnIn}), 12.5f);
   // The INT4 bytes in the file are the kernels' fragment order (pack_int4).
   const json& e = [&]() -> const json& {
     for (const json& t : f.header()["tensors"])
       if (t["name"] == "blk.1.ffn_down" && t["format"] == "int4") return t;
     throw std::runtime_error("missing");
   }();
-  const quant::Int4Packed p = quant::pack_int4(s.int4.at("blk.1.ffn_down").int4);
+  const quant::Int4Packed p = quant::pack_int4(s.int4.at({1, Projection::kDown}).int4);
   uint64_t header_bytes = 0;
   std::memcpy(&header_bytes, bytes.data() + 16, 8);
   const uint64_t data = (24 + header_bytes + 63) / 64 * 64;
@@ -120,14 +120,14 @@ TEST(FutrFile, RoundTripEveryFormat) {
   EXPECT_EQ(back.tokenizer.merges, m.tokenizer.merges);
   EXPECT_EQ(back.tokenizer.chat_template, m.tokenizer.chat_template);
   EXPECT_EQ(back.tokenizer.ignore_merges, std::optional<bool>(true));
-  EXPECT_EQ(back.weights.layers[1].w_down.data, quant::dequantize_int4(s.int4.at("blk.1.ffn_down").int4));
+  EXPECT_EQ(back.weights.layers[1].w_down.data, quant::dequantize_int4(s.int4.at({1, Projection::kDown}).int4));
   for (size_t i = 0; i < m.weights.tok_embd.data.size(); i += 101)
     EXPECT_EQ(back.weights.tok_embd.data[i], round_bf16(m.weights.tok_embd.data[i]));
   EXPECT_FALSE(back.sources.empty());
   // Only FP8 stored: the folded gain is divided back out.
   const std::vector<uint8_t> only8 = futr_bytes(m, {&s.fp8});
   const Model m8 = FutrFile(only8, "f.futr").to_model(true);
-  const quant::QuantizedTensor& qk = s.fp8.at("blk.0.attn_k");
+  const quant::QuantizedTensor& qk = s.fp8.at({0, Projection::kK});
   const float g = round_bf16(m.weights.layers[0].attn_norm.data[3]);
   EXPECT_FLOAT_EQ(m8.weights.layers[0].wk.data[3], qk.fp8.dequant(0, 3) / g);
 }

@@ -23,7 +23,7 @@
 
 #include "core/error.h"
 #include "cpu/engine.h"
-#include "cpu/model_quant.h"
+#include "cpu/quantize.h"
 #include "runtime/engine.h"
 #include "runtime/perplexity.h"
 #include "../cpu/quant_model.h"
