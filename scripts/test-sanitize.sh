@@ -2,8 +2,8 @@
 # The CPU test suite under AddressSanitizer + UndefinedBehaviorSanitizer, and
 # the fuzz smoke run (every fuzz target over its committed corpus and
 # regression inputs, a few seconds each): configures build-asan/ with clang and
-# -DFUTR_SANITIZE=ON, builds, runs ctest. GPU tests skip as in the normal suite
-# (their host code is instrumented too; device code is not). Part of CI
+# -DFUTR_SANITIZE=ON, builds the CPU tests (label "cpu": every test that does
+# not link futr_cuda) and the fuzz targets, runs them (ctest -L 'cpu|fuzz'). Part of CI
 # (.ci/run). Extra arguments go to ctest. See docs/RELIABILITY.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,5 +18,9 @@ if [ -x build/venv/bin/python ]; then export FUTR_PYTHON="$PWD/build/venv/bin/py
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DFUTR_SANITIZE=ON \
   -DFUTR_BUILD_BENCH=OFF >/dev/null
-cmake --build build-asan -j "$(nproc)"
-cd build-asan && ctest --output-on-failure -j "$(nproc)" "$@"
+# The CPU tests, futr and the fuzz targets (GPU tests and kernels are left to
+# the normal build: they skip without a GPU and their device code is not
+# instrumented anyway).
+cmake --build build-asan -j "$(nproc)" --target cpu_tests gguf_fuzz safetensors_fuzz hf_config_fuzz futr_fuzz \
+  tokenizer_json_fuzz
+cd build-asan && ctest --output-on-failure -j "$(nproc)" -L 'cpu|fuzz' "$@"
