@@ -18,7 +18,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace futr;
   try {
     const FutrFile f(std::span<const uint8_t>(data, size), "fuzz.futr");
-    for (quant::WeightFormat w : f.formats()) {
+    for (WeightFormat w : f.formats()) {
       try {
         (void)f.read_weights(w);
       } catch (const Error&) {

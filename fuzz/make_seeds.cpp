@@ -10,7 +10,7 @@
 #include <filesystem>
 #include <iostream>
 
-#include "cpu/model_quant.h"
+#include "cpu/quantize.h"
 #include "cpu/tiny_model.h"
 #include "formats/futr_file.h"
 #include "formats/gguf_writer.h"
@@ -131,11 +131,11 @@ int main(int argc, char** argv) {
     m.tokenizer.bos = 96, m.tokenizer.eos = 97, m.tokenizer.extra_eos = {98};
     m.tokenizer.chat_template = "{% for m in messages %}{{ m.content }}{% endfor %}";
     futr::cpu::QuantizeOptions o;
-    o.format = futr::quant::WeightFormat::kInt4;
+    o.format = futr::WeightFormat::kInt4;
     const auto i4 = futr::cpu::quantize_model(m, o, {});
-    o.format = futr::quant::WeightFormat::kFp8;
+    o.format = futr::WeightFormat::kFp8;
     const auto f8 = futr::cpu::quantize_model(m, o, {});
-    o.format = futr::quant::WeightFormat::kBf16;
+    o.format = futr::WeightFormat::kBf16;
     const auto b16 = futr::cpu::quantize_model(m, o, {});
     futr::write_futr(out / "futr" / "micro_int4.futr", m, {&i4});
     futr::write_futr(out / "futr" / "micro_fp8.futr", m, {&f8});

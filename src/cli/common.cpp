@@ -7,6 +7,8 @@
 #include <iterator>
 #include <sstream>
 
+#include <fmt/format.h>
+
 #include "core/error.h"
 #include "formats/loader.h"
 
@@ -22,8 +24,11 @@ void add_run_options(CLI::App* app, RunOptions& o) {
                       default_model_path());
   app->add_option("-t,--threads", o.threads, "CPU threads (default: all)")
       ->check(CLI::NonNegativeNumber);
-  app->add_option("--backend", o.backend, std::string("Backend: ") + kBackendChoices)
-      ->check(CLI::IsMember({"cpu", "auto"}));
+  app->add_option("--backend", o.backend,
+                  "Engine: cpu|gpu|auto (auto: the GPU engine when it can run, else cpu; says "
+                  "which on stderr)")
+      ->check(CLI::IsMember(runtime::engine_kind_names()))
+      ->capture_default_str();
 }
 
 std::string default_model_path() { return FUTR_DEFAULT_MODEL; }
@@ -50,6 +55,11 @@ std::string read_file_bytes(const std::string& path) {
   ss << f.rdbuf();
   FUTR_CHECK(!f.bad(), "{}: read error", path);
   return ss.str();
+}
+
+runtime::EngineLog stderr_log(bool quiet) {
+  if (quiet) return {};
+  return [](const std::string& s) { fmt::print(stderr, "futr: {}\n", s); };
 }
 
 std::string read_stdin_bytes() {

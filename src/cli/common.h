@@ -1,4 +1,4 @@
-// Helpers shared by the `futr` subcommands: the model/backend options every
+// Helpers shared by the `futr` subcommands: the model/engine options every
 // command takes, the default model, reading files, timing.
 #pragma once
 
@@ -7,8 +7,8 @@
 #include <chrono>
 #include <string>
 
-#include "cli/backend.h"
 #include "model/model.h"
+#include "runtime/engine.h"
 
 namespace futr::cli {
 
@@ -17,7 +17,7 @@ struct RunOptions {
   std::string model;       // "" -> default_model_path()
   int ctx = 0;             // command-specific default when 0
   int threads = 0;         // 0: all hardware threads
-  std::string backend = "auto";
+  std::string backend = "auto";  // auto | cpu | gpu (runtime::parse_engine_kind)
 };
 
 // Adds --model, --threads and --backend (not --ctx: its default differs per
@@ -36,6 +36,9 @@ std::string read_file_bytes(const std::string& path);
 
 // Everything on stdin as bytes.
 std::string read_stdin_bytes();
+
+// The EngineLog of make_engine(): "futr: <line>" on stderr unless quiet.
+runtime::EngineLog stderr_log(bool quiet);
 
 // Seconds since construction.
 class Stopwatch {

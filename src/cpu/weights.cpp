@@ -18,9 +18,9 @@ void expect_shape(const Tensor& t, const std::vector<int64_t>& shape, const std:
              t.shape_str(), t.data.size());
 }
 
-std::unique_ptr<Linear> build(const LinearFactory& factory, const std::string& name,
-                              const Tensor& w) {
-  std::unique_ptr<Linear> l = factory(name, w);
+std::unique_ptr<Linear> build(const LinearFactory& factory, ProjId id, const Tensor& w) {
+  const std::string name = projection_name(id);
+  std::unique_ptr<Linear> l = factory(id, w);
   FUTR_CHECK(l != nullptr, "linear factory returned nothing for '{}'", name);
   FUTR_CHECK(l->out_features() == w.dim(0) && l->in_features() == w.dim(1),
              "linear factory built '{}' as [{}, {}] for weight {}", name, l->out_features(),
@@ -30,8 +30,8 @@ std::unique_ptr<Linear> build(const LinearFactory& factory, const std::string& n
 
 }  // namespace
 
-std::unique_ptr<Linear> dense_linear(const std::string& name, const Tensor& weight) {
-  return DenseLinear::borrow(weight, name);
+std::unique_ptr<Linear> dense_linear(ProjId id, const Tensor& weight) {
+  return DenseLinear::borrow(weight, projection_name(id));
 }
 
 CpuWeights make_weights(const Model& model, const LinearFactory& factory) {
@@ -60,13 +60,13 @@ CpuWeights make_weights(const Model& model, const LinearFactory& factory) {
     CpuLayer L;
     L.attn_norm = lw.attn_norm.data;
     L.ffn_norm = lw.ffn_norm.data;
-    L.wq = build(factory, p + "attn_q", lw.wq);
-    L.wk = build(factory, p + "attn_k", lw.wk);
-    L.wv = build(factory, p + "attn_v", lw.wv);
-    L.wo = build(factory, p + "attn_output", lw.wo);
-    L.w_gate = build(factory, p + "ffn_gate", lw.w_gate);
-    L.w_up = build(factory, p + "ffn_up", lw.w_up);
-    L.w_down = build(factory, p + "ffn_down", lw.w_down);
+    L.wq = build(factory, {l, Projection::kQ}, lw.wq);
+    L.wk = build(factory, {l, Projection::kK}, lw.wk);
+    L.wv = build(factory, {l, Projection::kV}, lw.wv);
+    L.wo = build(factory, {l, Projection::kO}, lw.wo);
+    L.w_gate = build(factory, {l, Projection::kGate}, lw.w_gate);
+    L.w_up = build(factory, {l, Projection::kUp}, lw.w_up);
+    L.w_down = build(factory, {l, Projection::kDown}, lw.w_down);
     out.layers.push_back(std::move(L));
   }
   expect_shape(w.out_norm, {H}, "output_norm");
@@ -75,7 +75,7 @@ CpuWeights make_weights(const Model& model, const LinearFactory& factory) {
     FUTR_CHECK(!w.lm_head.empty(), "model has untied embeddings but no output (LM head) tensor");
   }
   expect_shape(w.output(), {V, H}, w.lm_head.empty() ? "token_embd (tied LM head)" : "output");
-  out.lm_head = build(factory, "output", w.output());
+  out.lm_head = build(factory, ProjId{}, w.output());
   return out;
 }
 

@@ -10,9 +10,9 @@
 // W' = W diag(g), gain set to 1). GPTQ calibration can wrap each Linear in a
 // decorator that records its inputs.
 //
-// Projection names given to the factory: "blk.<l>.attn_q", "blk.<l>.attn_k",
-// "blk.<l>.attn_v", "blk.<l>.attn_output", "blk.<l>.ffn_gate", "blk.<l>.ffn_up",
-// "blk.<l>.ffn_down", "output".
+// The factory is given each projection's ProjId (model/projection.h: layer +
+// Projection, the LM head as ProjId{}); projection_name() spells it for
+// messages ("blk.3.attn_q", "output").
 #pragma once
 
 #include <functional>
@@ -22,6 +22,7 @@
 
 #include "cpu/linear.h"
 #include "model/model.h"
+#include "model/projection.h"
 
 namespace futr::cpu {
 
@@ -45,11 +46,10 @@ struct CpuWeights {
 };
 
 // Builds the Linear for one projection from its FP32 weight [out, in].
-using LinearFactory =
-    std::function<std::unique_ptr<Linear>(const std::string& name, const Tensor& weight)>;
+using LinearFactory = std::function<std::unique_ptr<Linear>(ProjId id, const Tensor& weight)>;
 
 // The default: DenseLinear borrowing the model's tensor.
-std::unique_ptr<Linear> dense_linear(const std::string& name, const Tensor& weight);
+std::unique_ptr<Linear> dense_linear(ProjId id, const Tensor& weight);
 
 // Checks every tensor's shape against model.config (futr::Error naming the
 // tensor otherwise) and builds the layers. The Model must outlive the result.

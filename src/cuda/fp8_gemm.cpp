@@ -72,9 +72,8 @@ void check_bf16_out(const void* out, int& ld, int N, const char* what) {
   FUTR_CHECK(reinterpret_cast<uintptr_t>(out) % 8 == 0, "FP8 GEMM: {} must be 8-byte aligned", what);
 }
 
-const GemmVariant& resolve(E e, const GemmOperands& op, const GemmConfig* config, GemmConfig& cfg,
-                           int sm_count) {
-  cfg = config ? *config : choose_gemm_config(e, op.input, op.M, op.N, op.K, sm_count);
+// The compiled variant of `cfg`; futr::Error naming the compiled ones otherwise.
+const GemmVariant& find_variant(E e, const GemmOperands& op, const GemmConfig& cfg) {
   for (const auto& v : kVariants)
     if (v.epilogue == e && v.input == op.input && v.bm == cfg.bm && v.bn == cfg.bn &&
         v.stages == cfg.stages && v.pingpong == cfg.pingpong)
@@ -84,12 +83,18 @@ const GemmVariant& resolve(E e, const GemmOperands& op, const GemmConfig* config
        list_variants(e, op.input));
 }
 
+const GemmVariant& resolve(E e, const GemmOperands& op, const GemmConfig* config, GemmConfig& cfg,
+                           int sm_count) {
+  cfg = config ? *config : choose_gemm_config(e, op.input, op.M, op.N, op.K, sm_count);
+  return find_variant(e, op, cfg);
+}
+
 // Validates the config against the compiled list, then builds the launch.
 detail::GemmLaunch prepare(E e, const GemmOperands& op, const GemmConfig* config, cudaStream_t s,
                            const GemmVariant*& variant) {
   GemmConfig cfg;
   // The variant check needs no device: do it before require_device().
-  if (config) variant = &resolve(e, op, config, cfg, 132);
+  if (config) variant = &find_variant(e, op, *config);
   const auto& dev = require_device();
   variant = &resolve(e, op, config, cfg, dev.sm_count);
   FUTR_CHECK(cfg.group_m >= 1, "FP8 GEMM: group_m={} must be >= 1", cfg.group_m);

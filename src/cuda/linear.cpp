@@ -7,13 +7,13 @@
 
 namespace futr::cuda {
 
-QuantLinear::QuantLinear(WeightFormat f, int n, int k, int group, size_t weight_bytes, size_t scale_bytes,
+QuantLinear::QuantLinear(DecodeWeights f, int n, int k, int group, size_t weight_bytes, size_t scale_bytes,
                          int max_m)
     : format_(f), n_(n), k_(k), group_(group), max_m_(max_m), sm_count_(require_device().sm_count) {
   FUTR_CHECK(max_m >= 1 && max_m <= 32, "QuantLinear: max_m = {} outside 1..32", max_m);
   FUTR_CHECK(n >= 16 && n % 16 == 0 && k >= 64 && k % 64 == 0,
              "QuantLinear: shape N = {}, K = {} unsupported (N % 16 == 0, K % 64 == 0 required)", n, k);
-  if (f == WeightFormat::kInt4)
+  if (f == DecodeWeights::kInt4)
     FUTR_CHECK((group == 64 || group == 128) && k % group == 0,
                "W4Linear: group {} with K = {} unsupported (group 64 or 128 dividing K)", group, k);
   w_ = DeviceBuffer<uint8_t>(weight_bytes);
@@ -62,7 +62,7 @@ void QuantLinear::reserve(const DecodeConfig& c, int m) {
 }
 
 W4Linear::W4Linear(int n, int k, int group, int max_m)
-    : QuantLinear(WeightFormat::kInt4, n, k, group, size_t(n) * size_t(k) / 2,
+    : QuantLinear(DecodeWeights::kInt4, n, k, group, size_t(n) * size_t(k) / 2,
                   size_t(n) * size_t(k / std::max(group, 1)) * 2, max_m) {}
 
 W4Linear::W4Linear(int n, int k, int group, std::span<const uint8_t> packed, std::span<const uint16_t> scales,
@@ -80,7 +80,7 @@ void W4Linear::upload(std::span<const uint8_t> packed, std::span<const uint16_t>
 }
 
 W8Linear::W8Linear(int n, int k, int max_m)
-    : QuantLinear(WeightFormat::kE4M3, n, k, 0, size_t(n) * size_t(k), size_t(n) * 4, max_m) {}
+    : QuantLinear(DecodeWeights::kE4M3, n, k, 0, size_t(n) * size_t(k), size_t(n) * 4, max_m) {}
 
 W8Linear::W8Linear(int n, int k, std::span<const uint8_t> packed, std::span<const float> scales, int max_m)
     : W8Linear(n, k, max_m) {

@@ -28,7 +28,7 @@ class QuantLinear {
   int n() const { return n_; }
   int k() const { return k_; }
   int group() const { return group_; }
-  WeightFormat format() const { return format_; }
+  DecodeWeights format() const { return format_; }
   // The configuration forward(x, y, m, s) uses.
   DecodeConfig config(int m) const;
   // y = x W^T with the heuristic's configuration / an explicit one.
@@ -43,8 +43,8 @@ class QuantLinear {
   size_t scale_bytes() const { return scales_.bytes(); }
 
  protected:
-  QuantLinear(WeightFormat f, int n, int k, int group, size_t weight_bytes, size_t scale_bytes, int max_m);
-  WeightFormat format_;
+  QuantLinear(DecodeWeights f, int n, int k, int group, size_t weight_bytes, size_t scale_bytes, int max_m);
+  DecodeWeights format_;
   int n_, k_, group_, max_m_, sm_count_;
   DeviceBuffer<uint8_t> w_;
   DeviceBuffer<uint8_t> scales_;

@@ -25,7 +25,7 @@ using KernelFn = void (*)(device::DecodeParams);
 // ---- the compiled variants ---------------------------------------------------
 // a, b = (tn, loads) for gemv, (mt, tn) for skinny.
 struct Variant {
-  WeightFormat format;
+  DecodeWeights format;
   int group;  // 64 / 128 for INT4, 0 for E4M3
   DecodeKernel kernel;
   int a, b;
@@ -34,14 +34,14 @@ struct Variant {
 };
 
 #define FUTR_GEMV(G, TM, U)                                      \
-  Variant{WeightFormat::kInt4, G, DecodeKernel::kGemv, TM, U, \
+  Variant{DecodeWeights::kInt4, G, DecodeKernel::kGemv, TM, U, \
           (const void*)&device::sm90_w4a16_gemv_kernel<G, TM, U>, 0}
 #define FUTR_SKINNY4(G, MT, TN)                                                   \
-  Variant{WeightFormat::kInt4, G, DecodeKernel::kSkinny, MT, TN,                \
+  Variant{DecodeWeights::kInt4, G, DecodeKernel::kSkinny, MT, TN,                \
           (const void*)&device::sm90_w4a16_skinny_kernel<device::Int4Format<G>, MT, TN>, \
           device::skinny_smem_bytes<device::Int4Format<G>, TN>()}
 #define FUTR_SKINNY8(MT, TN)                                                 \
-  Variant{WeightFormat::kE4M3, 0, DecodeKernel::kSkinny, MT, TN,           \
+  Variant{DecodeWeights::kE4M3, 0, DecodeKernel::kSkinny, MT, TN,           \
           (const void*)&device::sm90_w4a16_skinny_kernel<device::E4M3Format, MT, TN>, \
           device::skinny_smem_bytes<device::E4M3Format, TN>()}
 
@@ -63,15 +63,15 @@ const char* kind_name(DecodeKernel k) { return k == DecodeKernel::kGemv ? "gemv"
 
 std::string variant_name(const Variant& v) {
   std::ostringstream os;
-  os << (v.format == WeightFormat::kInt4 ? "int4 g" + std::to_string(v.group) : std::string("e4m3")) << " "
+  os << (v.format == DecodeWeights::kInt4 ? "int4 g" + std::to_string(v.group) : std::string("e4m3")) << " "
      << kind_name(v.kernel);
   if (v.kernel == DecodeKernel::kGemv) os << " tn=" << v.a << " loads=" << v.b;
   else os << " mt=" << v.a << " tn=" << v.b;
   return os.str();
 }
 
-const Variant& find_variant(WeightFormat f, int group, const DecodeConfig& c) {
-  const int g = f == WeightFormat::kInt4 ? group : 0;
+const Variant& find_variant(DecodeWeights f, int group, const DecodeConfig& c) {
+  const int g = f == DecodeWeights::kInt4 ? group : 0;
   const int a = c.kernel == DecodeKernel::kGemv ? c.tn : c.mt;
   const int b = c.kernel == DecodeKernel::kGemv ? c.loads : c.tn;
   const Variant* best = nullptr;
@@ -86,7 +86,7 @@ const Variant& find_variant(WeightFormat f, int group, const DecodeConfig& c) {
   if (!best)
     fail("decode GEMM: no compiled {} variant for {} (group {}); compiled variants: int4 g64/g128 gemv and "
          "skinny, e4m3 skinny",
-         kind_name(c.kernel), f == WeightFormat::kInt4 ? "INT4" : "E4M3", group);
+         kind_name(c.kernel), f == DecodeWeights::kInt4 ? "INT4" : "E4M3", group);
   fail("decode GEMM: no compiled variant '{}' (group {}); nearest supported: '{}'", describe(c), g,
        variant_name(*best));
 }
@@ -123,14 +123,14 @@ SplitPlan split_plan(int k, int splits) {
 // CTAs along N: 8 warps x tn tiles of 16 channels each.
 int col_ctas(const DecodeConfig& c, int n) { return (n / 16 + 8 * c.tn - 1) / (8 * c.tn); }
 
-void check_shape(WeightFormat f, const DecodeArgs& a) {
-  const char* fmt_name = f == WeightFormat::kInt4 ? "W4A16" : "W8A16";
+void check_shape(DecodeWeights f, const DecodeArgs& a) {
+  const char* fmt_name = f == DecodeWeights::kInt4 ? "W4A16" : "W8A16";
   FUTR_CHECK(a.m >= 1 && a.m <= 32, "{} decode GEMM: M = {} outside the supported 1..32", fmt_name, a.m);
   FUTR_CHECK(a.n >= 16 && a.n % 16 == 0, "{} decode GEMM: N = {} must be a positive multiple of 16", fmt_name,
              a.n);
   FUTR_CHECK(a.k >= 64 && a.k % 64 == 0, "{} decode GEMM: K = {} must be a positive multiple of 64", fmt_name,
              a.k);
-  if (f == WeightFormat::kInt4) {
+  if (f == DecodeWeights::kInt4) {
     FUTR_CHECK(a.group == 64 || a.group == 128,
                "W4A16 decode GEMM: group size {} not supported (compiled: 64, 128)", a.group);
     FUTR_CHECK(a.k % a.group == 0, "W4A16 decode GEMM: K = {} is not a multiple of the group size {}; "
@@ -168,11 +168,11 @@ std::vector<std::string> decode_variants() {
 // waves(s) * (blocks_per_cta(s) + 4), the 4 standing for a CTA's fixed cost
 // (ring fill latency, epilogue), plus a penalty for the partial sums' L2
 // traffic (grows with M and s).
-DecodeConfig decode_heuristic(WeightFormat f, int m, int n, int k, int sm_count) {
+DecodeConfig decode_heuristic(DecodeWeights f, int m, int n, int k, int sm_count) {
   DecodeConfig c;
   const int nblk = num_blocks(k);
   int ctas_per_sm = 2;
-  if (f == WeightFormat::kInt4 && m == 1) {
+  if (f == DecodeWeights::kInt4 && m == 1) {
     c.kernel = DecodeKernel::kGemv;
     c.tn = 1;
     c.loads = 4;
@@ -180,8 +180,8 @@ DecodeConfig decode_heuristic(WeightFormat f, int m, int n, int k, int sm_count)
   } else {
     c.kernel = DecodeKernel::kSkinny;
     c.mt = m <= 8 ? 1 : (m <= 16 ? 2 : 4);
-    c.tn = f == WeightFormat::kInt4 ? 1 : (c.mt == 4 ? 1 : 2);
-    ctas_per_sm = f == WeightFormat::kInt4 ? (c.mt == 1 ? 4 : (c.mt == 2 ? 3 : 2)) : 2;
+    c.tn = f == DecodeWeights::kInt4 ? 1 : (c.mt == 4 ? 1 : 2);
+    ctas_per_sm = f == DecodeWeights::kInt4 ? (c.mt == 1 ? 4 : (c.mt == 2 ? 3 : 2)) : 2;
   }
   const int slots = ctas_per_sm * std::max(sm_count, 1);
   const int cc = col_ctas(c, n);
@@ -231,9 +231,9 @@ size_t decode_workspace_floats(const DecodeConfig& c, int m, int n, int k) {
 
 size_t decode_counters(const DecodeConfig& c, int n) { return size_t(col_ctas(c, n)); }
 
-int decode_occupancy(WeightFormat f, int group, const DecodeConfig& c) { return prepare(find_variant(f, group, c)); }
+int decode_occupancy(DecodeWeights f, int group, const DecodeConfig& c) { return prepare(find_variant(f, group, c)); }
 
-void decode_gemm(WeightFormat f, const DecodeArgs& a, const DecodeConfig& c, cudaStream_t s) {
+void decode_gemm(DecodeWeights f, const DecodeArgs& a, const DecodeConfig& c, cudaStream_t s) {
   check_shape(f, a);
   const Variant& v = find_variant(f, a.group, c);
   if (c.kernel == DecodeKernel::kGemv)

@@ -38,14 +38,18 @@ struct DecodeConfig {
   int splits = 1;   // K slices over gridDim.y (1 = no workspace)
 };
 
-enum class WeightFormat { kInt4, kE4M3 };
+// The weight encoding a decode GEMM reads (a kernel operand, not a model
+// format: the model's formats are core/formats.h): INT4 group-scaled (W4A16,
+// WeightFormat::kInt4's decode layout) or E4M3 per channel (W8A16, the FP8
+// weights of WeightFormat::kFp8 read by the decode kernels).
+enum class DecodeWeights { kInt4, kE4M3 };
 
 // "gemv tn=2 loads=4 splits=1" / "skinny mt=1 tn=2 splits=4".
 std::string describe(const DecodeConfig& c);
 
 // The configuration the engine uses for (M, N, K) on a GPU with `sm_count`
 // multiprocessors. INT4 picks gemv for M = 1; E4M3 always uses the skinny kernel.
-DecodeConfig decode_heuristic(WeightFormat f, int m, int n, int k, int sm_count);
+DecodeConfig decode_heuristic(DecodeWeights f, int m, int n, int k, int sm_count);
 
 // Applies "key=value[,key=value...]" (kernel=gemv|skinny, tn, loads, mt, splits)
 // on top of `base`. Throws futr::Error on an unknown key or bad value.
@@ -74,9 +78,9 @@ size_t decode_workspace_floats(const DecodeConfig& c, int m, int n, int k);
 size_t decode_counters(const DecodeConfig& c, int n);
 
 // Validates shapes, pointers, configuration and workspace, then launches on `s`.
-void decode_gemm(WeightFormat f, const DecodeArgs& a, const DecodeConfig& c, cudaStream_t s);
+void decode_gemm(DecodeWeights f, const DecodeArgs& a, const DecodeConfig& c, cudaStream_t s);
 
 // Resident CTAs per SM of the variant `c` selects (cudaOccupancy...), for reports.
-int decode_occupancy(WeightFormat f, int group, const DecodeConfig& c);
+int decode_occupancy(DecodeWeights f, int group, const DecodeConfig& c);
 
 }  // namespace futr::cuda

@@ -8,7 +8,6 @@
 #include <fstream>
 #include <limits>
 #include <map>
-#include <set>
 
 #include <fmt/format.h>
 
@@ -27,7 +26,6 @@ namespace futr {
 namespace {
 
 using nlohmann::json;
-using quant::WeightFormat;
 
 constexpr uint64_t kAlign = 64;
 constexpr uint64_t kFixedHeader = 24;
@@ -137,11 +135,16 @@ std::pair<json, Layout> build(const Model& model, const std::vector<const quant:
   for (const quant::QuantizedWeights* set : sets) {
     FUTR_CHECK(set != nullptr && set->format != WeightFormat::kFp32, ".futr writer: bad weight set");
     json f{{"format", to_string(set->format)}, {"method", set->method}};
-    if (!set->fp8_initial_amax.empty()) f["fp8_initial_amax"] = set->fp8_initial_amax;
+    if (!set->fp8_initial_amax.empty()) {
+      json amax = json::object();  // by site name, docs/FORMATS.md
+      for (const auto& [site, a] : set->fp8_initial_amax) amax[site_name(site)] = a;
+      f["fp8_initial_amax"] = amax;
+    }
     formats.push_back(f);
     for (int l = 0; l < c.n_layers; ++l)
-      for (const std::string& name : quant::layer_projection_names(l)) {
-        const quant::QuantizedTensor& t = set->at(name);
+      for (Projection p : kLayerProjections) {
+        const std::string name = projection_name({l, p});
+        const quant::QuantizedTensor& t = set->at({l, p});
         FUTR_CHECK(t.format == set->format, ".futr writer: '{}' is {} in a {} set", name,
                    to_string(t.format), to_string(set->format));
         json e;
@@ -411,7 +414,9 @@ std::vector<WeightFormat> FutrFile::formats() const {
   std::vector<WeightFormat> out;
   try {
     for (const json& s : header_.value("weight_sets", json::array())) {
-      const WeightFormat f = quant::parse_weight_format(s.at("format").get<std::string>());
+      const WeightFormat f = parse_weight_format(s.at("format").get<std::string>());
+      FUTR_CHECK(f != WeightFormat::kAuto && f != WeightFormat::kFp32,
+                 "{}: bad weight_sets in the .futr header: format {}", name_, to_string(f));
       out.push_back(f);
     }
   } catch (const json::exception& e) {
@@ -447,22 +452,33 @@ quant::QuantizedWeights FutrFile::read_weights(WeightFormat f) const {
         out.method = s.value("method", "");
         if (s.contains("fp8_initial_amax")) {
           FUTR_CHECK(s["fp8_initial_amax"].is_object(), "{}: fp8_initial_amax is not an object", name_);
-          for (const auto& [k, v] : s["fp8_initial_amax"].items())
-            out.fp8_initial_amax[k] = float(json_float(v, name_ + ": fp8_initial_amax['" + printable(k, 100) + "']",
-                                                       0.0, FLT_MAX));
+          for (const auto& [site, v] : s["fp8_initial_amax"].items()) {
+            SiteId id;
+            try {
+              id = parse_site_name(site);
+            } catch (const Error& e) {
+              fail("{}: fp8_initial_amax: {}", name_, e.what());
+            }
+            out.fp8_initial_amax[id] =
+                float(json_float(v, name_ + ": fp8_initial_amax['" + printable(site, 100) + "']", 0.0, FLT_MAX));
+          }
         }
       }
     const ModelConfig cfg = to_model(false).config;
-    std::set<std::string> expected;  // the projections of every layer
-    for (int l = 0; l < cfg.n_layers; ++l)
-      for (const std::string& p : quant::layer_projection_names(l)) expected.insert(p);
     for (const json& t : header_["tensors"]) {
       if (!t.contains("format") || t["format"].get<std::string>() != to_string(f)) continue;
       quant::QuantizedTensor q;
-      q.name = t.at("name").get<std::string>();
-      const std::string pname = printable(q.name, 100);  // for messages
-      FUTR_CHECK(expected.count(q.name), "{}: unexpected {} tensor '{}' (not a projection of this model's {} layers)",
-                 name_, to_string(f), pname, cfg.n_layers);
+      const std::string qname = t.at("name").get<std::string>();
+      const std::string pname = printable(qname, 100);  // for messages
+      // Every stored projection is one of this model's layers (never ignored).
+      try {
+        q.id = parse_projection_name(qname);
+      } catch (const Error&) {
+        q.id = {};
+      }
+      FUTR_CHECK(q.id.layer >= 0 && q.id.layer < cfg.n_layers,
+                 "{}: unexpected {} tensor '{}' (not a projection of this model's {} layers)", name_, to_string(f),
+                 pname, cfg.n_layers);
       q.format = f;
       q.method = t.value("method", "");
       const json& shape = t.at("shape");
@@ -502,7 +518,7 @@ quant::QuantizedWeights FutrFile::read_weights(WeightFormat f) const {
         q.fp8.folded_gain = t.at("folded_gain").get<bool>();
         // The gain of an RMSNorm can only be folded into a projection that reads
         // the normed hidden state: q, k, v (attn_norm) and gate, up (ffn_norm).
-        FUTR_CHECK(!q.fp8.folded_gain || (!q.name.ends_with(".attn_output") && !q.name.ends_with(".ffn_down")),
+        FUTR_CHECK(!q.fp8.folded_gain || reads_rmsnorm(q.id.proj),
                    "{}: tensor '{}' has folded_gain, but its input is not the normed hidden state (only q, k, v, "
                    "gate and up can fold a norm gain)",
                    name_, pname);
@@ -517,16 +533,17 @@ quant::QuantizedWeights FutrFile::read_weights(WeightFormat f) const {
           FUTR_CHECK((q.bf16[i] & 0x7f80) != 0x7f80, "{}: tensor '{}' holds a non-finite value (element {})", name_,
                      pname, i);
       }
-      out.tensors[q.name] = std::move(q);
+      out.tensors[q.id] = std::move(q);
     }
     FUTR_CHECK(!out.tensors.empty(), "{}: holds no {} weights", name_, to_string(f));
     // Every projection present with the config's shape.
     for (int l = 0; l < cfg.n_layers; ++l) {
-      const std::vector<std::string> names = quant::layer_projection_names(l);
       const int64_t H = cfg.hidden, Q = cfg.q_dim(), KV = cfg.kv_dim(), I = cfg.intermediate;
       const int64_t shapes[7][2] = {{Q, H}, {KV, H}, {KV, H}, {H, Q}, {I, H}, {I, H}, {H, I}};
-      for (size_t i = 0; i < names.size(); ++i) {
-        auto it = out.tensors.find(names[i]);
+      std::string names[7];
+      for (size_t i = 0; i < 7; ++i) names[i] = projection_name({l, kLayerProjections[i]});
+      for (size_t i = 0; i < 7; ++i) {
+        auto it = out.tensors.find({l, kLayerProjections[i]});
         FUTR_CHECK(it != out.tensors.end(), "{}: the {} weights lack tensor '{}'", name_, to_string(f),
                    names[i]);
         FUTR_CHECK(it->second.n == shapes[i][0] && it->second.k == shapes[i][1],
@@ -696,11 +713,10 @@ Model FutrFile::to_model(bool with_weights) const {
       LayerWeights L;
       L.attn_norm = load_dense(fmt::format("blk.{}.attn_norm", l), {H});
       L.ffn_norm = load_dense(fmt::format("blk.{}.ffn_norm", l), {H});
-      const std::vector<std::string> names = quant::layer_projection_names(l);
       Tensor* dst[7] = {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down};
       const int64_t shapes[7][2] = {{Q, H}, {KV, H}, {KV, H}, {H, Q}, {I, H}, {I, H}, {H, I}};
       for (size_t i = 0; i < 7; ++i) {
-        const quant::QuantizedTensor& q = qw.at(names[i]);
+        const quant::QuantizedTensor& q = qw.at({l, kLayerProjections[i]});
         Tensor t({shapes[i][0], shapes[i][1]});
         if (q.format == WeightFormat::kInt4) {
           t.data = quant::dequantize_int4(q.int4);

@@ -1,35 +1,28 @@
 // The quantized projections of a model, in their logical forms: what the
-// quantizers produce (cpu/model_quant.h), what a .futr file stores (packed
-// into the kernel layouts by formats/futr_file.h) and what the quantized CPU
-// reference runs (cpu/quant_linear.h).
+// quantizers produce (cpu/quantize.h), what a .futr file stores (packed into
+// the kernel layouts by formats/futr_file.h) and what the quantized CPU
+// reference runs (cpu/quant_linear.h, cpu/quant_forward.h).
 //
-// Only the seven projections of every layer are quantized ("blk.<l>.attn_q",
-// ... "blk.<l>.ffn_down", the names cpu/weights.h gives the LinearFactory).
-// The token embedding, the LM head and the norm gains stay BF16 in every
-// quantized configuration (docs/QUANTIZATION.md "What is quantized").
+// Only the seven projections of every layer are quantized, keyed by ProjId
+// (model/projection.h: layer + Projection); the "blk.<l>.attn_q" names are
+// the .futr file's (converted in formats/futr_file.cpp). The token
+// embedding, the LM head and the norm gains stay BF16 in every quantized
+// configuration (docs/QUANTIZATION.md "What is quantized").
 #pragma once
 
 #include <map>
 #include <string>
 #include <vector>
 
+#include "core/formats.h"
+#include "model/projection.h"
 #include "quant/fp8_weights.h"
 #include "quant/int4_pack.h"
 
 namespace futr::quant {
 
-enum class WeightFormat {
-  kFp32,  // the FP32 reference (not a quantized format)
-  kBf16,  // BF16 weights, BF16 activations: the baseline
-  kFp8,   // E4M3 per-channel weights, E4M3 delayed-scaled activations (prefill)
-  kInt4,  // INT4 group-scaled weights, BF16 activations (decode)
-};
-
-std::string to_string(WeightFormat f);          // "fp32" | "bf16" | "fp8" | "int4"
-WeightFormat parse_weight_format(const std::string& s);  // futr::Error for anything else
-
 struct QuantizedTensor {
-  std::string name;            // projection name, e.g. "blk.3.ffn_down"
+  ProjId id;                   // which projection
   WeightFormat format = WeightFormat::kBf16;
   int n = 0, k = 0;            // [out, in]
   std::string method;          // how it was made: "bf16", "fp8-channel", "rtn", "rtn+clip",
@@ -42,16 +35,13 @@ struct QuantizedTensor {
 // One format's projections of a whole model.
 struct QuantizedWeights {
   WeightFormat format = WeightFormat::kBf16;
-  std::string method;                              // summary, e.g. "gptq+clip g128/64"
-  std::map<std::string, QuantizedTensor> tensors;  // projection name -> tensor
-  // FP8 only: calibrated initial amax per activation site ("blk.<l>.attn_in",
-  // "blk.<l>.o_in", "blk.<l>.ffn_in", "blk.<l>.down_in"); empty: the default.
-  std::map<std::string, float> fp8_initial_amax;
+  std::string method;                          // summary, e.g. "gptq+clip g128/64"
+  std::map<ProjId, QuantizedTensor> tensors;   // projection -> tensor
+  // FP8 only: calibrated initial amax per activation site (4 per layer,
+  // model/projection.h InputSite); empty: the default.
+  std::map<SiteId, float> fp8_initial_amax;
 
-  const QuantizedTensor& at(const std::string& name) const;  // futr::Error if absent
+  const QuantizedTensor& at(ProjId id) const;  // futr::Error naming it if absent
 };
-
-// The projection names of layer l, in forward order.
-std::vector<std::string> layer_projection_names(int layer);
 
 }  // namespace futr::quant

@@ -469,8 +469,13 @@ void check_qkv_rope(const Proj& p, const Weights& w, const Acts& a, const cuda::
                     std::mt19937& rng) {
   const Heads hd = heads_of(p);
   ASSERT_EQ(w.N, (hd.heads + 2 * hd.kv_heads) * hd.head_dim);
-  ref::Llama3Scaling l3;
-  const auto inv_freq = ref::rope_inv_freq(hd.head_dim, hd.theta, hd.llama3 ? &l3 : nullptr);
+  RopeScaling l3;  // Llama 3.1's
+  l3.type = "llama3";
+  l3.factor = 8.0f;
+  l3.low_freq_factor = 1.0f;
+  l3.high_freq_factor = 4.0f;
+  l3.original_max_position = 8192;
+  const auto inv_freq = ref::rope_inv_freq_f32(hd.head_dim, hd.theta, hd.llama3 ? l3 : RopeScaling{});
   const RowMapHost map = make_row_map(a.M, padded, rng);
   const int qc = hd.heads * hd.head_dim, kvc = hd.kv_heads * hd.head_dim;
   cuda::DeviceBuffer<float> freq_dev(inv_freq);
@@ -593,18 +598,18 @@ TEST(Fp8GemmArgs, InvalidCallsAreRejected) {
 TEST(Fp8GemmArgs, HeuristicPrefersFullWaves) {
   using cuda::GemmEpilogue;
   // 8B O projection at M = 512: 64 tiles of 128x256 leave half the SMs idle.
-  const auto small = cuda::choose_gemm_config(GemmEpilogue::kScaledOut, GemmInput::kE4M3, 512, 4096, 4096, 132);
+  const auto small = cuda::choose_gemm_config(GemmEpilogue::kScaledOut, GemmInput::kE4M3, 512, 4096, 4096, kH200SmCount);
   EXPECT_EQ(small.bn, 128);
   // Short K: ping-pong hides the epilogue (fitted on the H200, docs/PERF.md).
-  const auto gateup = cuda::choose_gemm_config(GemmEpilogue::kSwiGluFp8, GemmInput::kE4M3, 8192, 28672, 4096, 132);
+  const auto gateup = cuda::choose_gemm_config(GemmEpilogue::kSwiGluFp8, GemmInput::kE4M3, 8192, 28672, 4096, kH200SmCount);
   EXPECT_TRUE(gateup.pingpong);
   // Long K: the epilogue is amortized, the paper's cooperative 128x256 tile wins.
-  const auto down = cuda::choose_gemm_config(GemmEpilogue::kScaledOut, GemmInput::kE4M3, 8192, 4096, 14336, 132);
+  const auto down = cuda::choose_gemm_config(GemmEpilogue::kScaledOut, GemmInput::kE4M3, 8192, 4096, 14336, kH200SmCount);
   EXPECT_EQ(down.bn, 256);
   EXPECT_EQ(down.stages, 4);
   EXPECT_FALSE(down.pingpong);
   // QKV has no ping-pong variant: cooperative 128x256.
-  const auto qkv = cuda::choose_gemm_config(GemmEpilogue::kQkvRopePacked, GemmInput::kE4M3, 8192, 6144, 4096, 132);
+  const auto qkv = cuda::choose_gemm_config(GemmEpilogue::kQkvRopePacked, GemmInput::kE4M3, 8192, 6144, 4096, kH200SmCount);
   EXPECT_EQ(qkv.bn, 256);
 }
 

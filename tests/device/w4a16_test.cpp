@@ -150,7 +150,7 @@ double check(Layer& L, int m, const DecodeConfig* cfg, const std::string& what, 
   const auto y = dy.download();
   const size_t rows = L.tiles.size() * 16;
   std::vector<float> ref(size_t(m) * rows);
-  if (L.lin->format() == cuda::WeightFormat::kInt4) ref::w4a16(L.sub4, x, m, ref);
+  if (L.lin->format() == cuda::DecodeWeights::kInt4) ref::w4a16(L.sub4, x, m, ref);
   else ref::w8a16(int(rows), k, L.sub8, L.sc8, x, m, ref);
   std::vector<float> out(ref.size());
   size_t non_finite = 0;
@@ -163,7 +163,7 @@ double check(Layer& L, int m, const DecodeConfig* cfg, const std::string& what, 
   const std::string conf = cuda::describe(cfg ? *cfg : L.lin->config(m));
   EXPECT_EQ(non_finite, 0u) << what << " M=" << m << " " << conf << ": unwritten or non-finite outputs";
   EXPECT_LT(st.rel_l2, tol) << what << " M=" << m << " " << conf;
-  double& w = worst()[(L.lin->format() == cuda::WeightFormat::kInt4 ? "int4 " : "e4m3 ") +
+  double& w = worst()[(L.lin->format() == cuda::DecodeWeights::kInt4 ? "int4 " : "e4m3 ") +
                       std::string(conf.substr(0, conf.find(' ')))];
   w = std::max(w, st.rel_l2);
   return st.rel_l2;
@@ -315,31 +315,31 @@ TEST(W4A16Invalid, ShapesAndConfigsAreRejected) {
     }
     ADD_FAILURE() << "no error for a request that should fail (" << needle << ")";
   };
-  using cuda::WeightFormat;
-  rejects([&] { cuda::decode_gemm(WeightFormat::kInt4, args(0, 64, 128, 128), gemv, nullptr); }, "M = 0");
-  rejects([&] { cuda::decode_gemm(WeightFormat::kInt4, args(33, 64, 128, 128), sk, nullptr); }, "M = 33");
-  rejects([&] { cuda::decode_gemm(WeightFormat::kInt4, args(1, 12, 128, 128), gemv, nullptr); }, "N = 12");
-  rejects([&] { cuda::decode_gemm(WeightFormat::kInt4, args(1, 64, 96, 64), gemv, nullptr); }, "K = 96");
-  rejects([&] { cuda::decode_gemm(WeightFormat::kInt4, args(1, 64, 128, 32), gemv, nullptr); }, "group size 32");
-  rejects([&] { cuda::decode_gemm(WeightFormat::kInt4, args(1, 64, 576, 128), gemv, nullptr); }, "group 64");
-  rejects([&] { cuda::decode_gemm(WeightFormat::kInt4, args(2, 64, 128, 128), gemv, nullptr); }, "M = 1");
-  rejects([&] { cuda::decode_gemm(WeightFormat::kInt4, args(9, 64, 128, 128), sk, nullptr); }, "needs mt >= 2");
+  using cuda::DecodeWeights;
+  rejects([&] { cuda::decode_gemm(DecodeWeights::kInt4, args(0, 64, 128, 128), gemv, nullptr); }, "M = 0");
+  rejects([&] { cuda::decode_gemm(DecodeWeights::kInt4, args(33, 64, 128, 128), sk, nullptr); }, "M = 33");
+  rejects([&] { cuda::decode_gemm(DecodeWeights::kInt4, args(1, 12, 128, 128), gemv, nullptr); }, "N = 12");
+  rejects([&] { cuda::decode_gemm(DecodeWeights::kInt4, args(1, 64, 96, 64), gemv, nullptr); }, "K = 96");
+  rejects([&] { cuda::decode_gemm(DecodeWeights::kInt4, args(1, 64, 128, 32), gemv, nullptr); }, "group size 32");
+  rejects([&] { cuda::decode_gemm(DecodeWeights::kInt4, args(1, 64, 576, 128), gemv, nullptr); }, "group 64");
+  rejects([&] { cuda::decode_gemm(DecodeWeights::kInt4, args(2, 64, 128, 128), gemv, nullptr); }, "M = 1");
+  rejects([&] { cuda::decode_gemm(DecodeWeights::kInt4, args(9, 64, 128, 128), sk, nullptr); }, "needs mt >= 2");
   DecodeConfig bad = sk;
   bad.tn = 3;
-  rejects([&] { cuda::decode_gemm(WeightFormat::kInt4, args(4, 64, 128, 128), bad, nullptr); }, "nearest supported");
+  rejects([&] { cuda::decode_gemm(DecodeWeights::kInt4, args(4, 64, 128, 128), bad, nullptr); }, "nearest supported");
   DecodeConfig bad2 = gemv;
   bad2.loads = 3;
-  rejects([&] { cuda::decode_gemm(WeightFormat::kInt4, args(1, 64, 128, 128), bad2, nullptr); },
+  rejects([&] { cuda::decode_gemm(DecodeWeights::kInt4, args(1, 64, 128, 128), bad2, nullptr); },
           "nearest supported: 'int4 g128 gemv tn=2 loads=");
   DecodeConfig bad3 = sk;
   bad3.tn = 4;
-  rejects([&] { cuda::decode_gemm(WeightFormat::kInt4, args(4, 64, 576, 64), bad3, nullptr); }, "nearest supported");
+  rejects([&] { cuda::decode_gemm(DecodeWeights::kInt4, args(4, 64, 576, 64), bad3, nullptr); }, "nearest supported");
   DecodeConfig split = sk;
   split.splits = 4;
-  rejects([&] { cuda::decode_gemm(WeightFormat::kInt4, args(4, 64, 1024, 128), split, nullptr); }, "workspace");
+  rejects([&] { cuda::decode_gemm(DecodeWeights::kInt4, args(4, 64, 1024, 128), split, nullptr); }, "workspace");
   auto misaligned = args(1, 64, 128, 128);
   misaligned.x = fake + 2;
-  rejects([&] { cuda::decode_gemm(WeightFormat::kInt4, misaligned, gemv, nullptr); }, "aligned");
+  rejects([&] { cuda::decode_gemm(DecodeWeights::kInt4, misaligned, gemv, nullptr); }, "aligned");
   rejects([&] { cuda::apply_overrides(gemv, "tiles=3"); }, "unknown key");
   rejects([&] { cuda::apply_overrides(gemv, "kernel=fast"); }, "gemv or skinny");
 }
@@ -349,9 +349,9 @@ TEST(W4A16Invalid, HeuristicStaysInsideTheCompiledList) {
   const auto variants = cuda::decode_variants();
   for (const DecodeShape& s : cuda::kDecodeShapes)
     for (int m = 1; m <= 32; ++m)
-      for (auto f : {cuda::WeightFormat::kInt4, cuda::WeightFormat::kE4M3}) {
-        const DecodeConfig c = cuda::decode_heuristic(f, m, s.n, s.k, 132);
-        std::string want = f == cuda::WeightFormat::kInt4 ? "int4 g" + std::to_string(s.group) : "e4m3";
+      for (auto f : {cuda::DecodeWeights::kInt4, cuda::DecodeWeights::kE4M3}) {
+        const DecodeConfig c = cuda::decode_heuristic(f, m, s.n, s.k, kH200SmCount);
+        std::string want = f == cuda::DecodeWeights::kInt4 ? "int4 g" + std::to_string(s.group) : "e4m3";
         const std::string d = cuda::describe(c);
         want += " " + d.substr(0, d.find(" splits"));  // describe() minus the split count
         EXPECT_NE(std::find(variants.begin(), variants.end(), want), variants.end())

@@ -12,7 +12,7 @@
 #include <fstream>
 
 #include "core/numeric.h"
-#include "cpu/model_quant.h"
+#include "cpu/quantize.h"
 #include "cpu/quant_model.h"
 #include "formats/loader.h"
 #include "quant/int4_quant.h"
@@ -47,12 +47,12 @@ struct Sets {
 Sets quantize_all(const Model& m) {
   Sets s;
   cpu::QuantizeOptions o;
-  o.format = quant::WeightFormat::kInt4;
+  o.format = WeightFormat::kInt4;
   s.int4 = cpu::quantize_model(m, o, {});
-  o.format = quant::WeightFormat::kFp8;
+  o.format = WeightFormat::kFp8;
   s.fp8 = cpu::quantize_model(m, o, {});
-  s.fp8.fp8_initial_amax["blk.0.attn_in"] = 12.5f;
-  o.format = quant::WeightFormat::kBf16;
+  s.fp8.fp8_initial_amax[SiteId{0, InputSite::kAttnIn}] = 12.5f;
+  o.format = WeightFormat::kBf16;
   s.bf16 = cpu::quantize_model(m, o, {});
   return s;
 }
@@ -89,13 +89,13 @@ TEST(FutrFile, RoundTripEveryFormat) {
   const std::vector<uint8_t> bytes = futr_bytes(m, {&s.int4, &s.fp8, &s.bf16});
   const FutrFile f(bytes, "t.futr");
   EXPECT_EQ(f.version(), kFutrFormatVersion);
-  EXPECT_EQ(f.formats(), (std::vector<quant::WeightFormat>{quant::WeightFormat::kInt4, quant::WeightFormat::kFp8,
-                                                           quant::WeightFormat::kBf16}));
-  const quant::QuantizedWeights i4 = f.read_weights(quant::WeightFormat::kInt4);
-  const quant::QuantizedWeights f8 = f.read_weights(quant::WeightFormat::kFp8);
-  const quant::QuantizedWeights b16 = f.read_weights(quant::WeightFormat::kBf16);
+  EXPECT_EQ(f.formats(), (std::vector<WeightFormat>{WeightFormat::kInt4, WeightFormat::kFp8,
+                                                           WeightFormat::kBf16}));
+  const quant::QuantizedWeights i4 = f.read_weights(WeightFormat::kInt4);
+  const quant::QuantizedWeights f8 = f.read_weights(WeightFormat::kFp8);
+  const quant::QuantizedWeights b16 = f.read_weights(WeightFormat::kBf16);
   for (const auto& [name, t] : s.int4.tensors) {
-    EXPECT_EQ(i4.at(name).int4.q, t.int4.q) << name;
+    EXPECT_EQ(i4.at(name).int4.q, t.int4.q) << projection_name(name);
     EXPECT_EQ(i4.at(name).int4.scale, t.int4.scale);
     EXPECT_EQ(i4.at(name).int4.group, t.int4.group);
     EXPECT_EQ(i4.at(name).method, "rtn");
@@ -104,14 +104,14 @@ TEST(FutrFile, RoundTripEveryFormat) {
     EXPECT_EQ(f8.at(name).fp8.folded_gain, s.fp8.at(name).fp8.folded_gain);
     EXPECT_EQ(b16.at(name).bf16, s.bf16.at(name).bf16);
   }
-  EXPECT_EQ(f8.fp8_initial_amax.at("blk.0.attn_in"), 12.5f);
+  EXPECT_EQ(f8.fp8_initial_amax.at(SiteId{0, InputSite::kAttnIn}), 12.5f);
   // The INT4 bytes in the file are the kernels' fragment order (pack_int4).
   const json& e = [&]() -> const json& {
     for (const json& t : f.header()["tensors"])
       if (t["name"] == "blk.1.ffn_down" && t["format"] == "int4") return t;
     throw std::runtime_error("missing");
   }();
-  const quant::Int4Packed p = quant::pack_int4(s.int4.at("blk.1.ffn_down").int4);
+  const quant::Int4Packed p = quant::pack_int4(s.int4.at({1, Projection::kDown}).int4);
   uint64_t header_bytes = 0;
   std::memcpy(&header_bytes, bytes.data() + 16, 8);
   const uint64_t data = (24 + header_bytes + 63) / 64 * 64;
@@ -126,14 +126,14 @@ TEST(FutrFile, RoundTripEveryFormat) {
   EXPECT_EQ(back.tokenizer.merges, m.tokenizer.merges);
   EXPECT_EQ(back.tokenizer.chat_template, m.tokenizer.chat_template);
   EXPECT_EQ(back.tokenizer.ignore_merges, std::optional<bool>(true));
-  EXPECT_EQ(back.weights.layers[1].w_down.data, quant::dequantize_int4(s.int4.at("blk.1.ffn_down").int4));
+  EXPECT_EQ(back.weights.layers[1].w_down.data, quant::dequantize_int4(s.int4.at({1, Projection::kDown}).int4));
   for (size_t i = 0; i < m.weights.tok_embd.data.size(); i += 101)
     EXPECT_EQ(back.weights.tok_embd.data[i], round_bf16(m.weights.tok_embd.data[i]));
   EXPECT_FALSE(back.sources.empty());
   // Only FP8 stored: the folded gain is divided back out.
   const std::vector<uint8_t> only8 = futr_bytes(m, {&s.fp8});
   const Model m8 = FutrFile(only8, "f.futr").to_model(true);
-  const quant::QuantizedTensor& qk = s.fp8.at("blk.0.attn_k");
+  const quant::QuantizedTensor& qk = s.fp8.at({0, Projection::kK});
   const float g = round_bf16(m.weights.layers[0].attn_norm.data[3]);
   EXPECT_FLOAT_EQ(m8.weights.layers[0].wk.data[3], qk.fp8.dequant(0, 3) / g);
 }
@@ -152,7 +152,7 @@ TEST(FutrFile, LoaderDispatchAndFiles) {
   const Model meta = inspect_model(path);
   EXPECT_TRUE(meta.weights.layers.empty());
   EXPECT_EQ(load_tokenizer_spec(path).tokens, m.tokenizer.tokens);
-  EXPECT_FUTR_ERROR(FutrFile(path).read_weights(quant::WeightFormat::kFp8), "holds no fp8 weights");
+  EXPECT_FUTR_ERROR(FutrFile(path).read_weights(WeightFormat::kFp8), "holds no fp8 weights");
   std::filesystem::remove(path);
 }
 
@@ -184,7 +184,7 @@ TEST(FutrFile, TruncatedAnywhere) {
     try {
       FutrFile f(cut, "cut.futr");
       f.to_model(true);
-      f.read_weights(quant::WeightFormat::kFp8);
+      f.read_weights(WeightFormat::kFp8);
       ADD_FAILURE() << "no error for a file cut to " << len << " bytes";
     } catch (const Error& e) {
       EXPECT_EQ(std::string(e.what()).rfind("cut.futr: ", 0), 0u) << e.what();
@@ -200,7 +200,7 @@ TEST(FutrFile, HostileHeaders) {
     try {
       FutrFile f(b, "bad.futr");
       f.to_model(true);
-      f.read_weights(quant::WeightFormat::kInt4);
+      f.read_weights(WeightFormat::kInt4);
       ADD_FAILURE() << "no error, expected: " << msg;
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find(msg), std::string::npos) << e.what();
@@ -325,8 +325,8 @@ TEST(FutrFile, StrictHeaderTable) {
        "special token id 500 out of range"},
       {"trailing bytes in a string blob", [](json& h) { h["tokenizer"]["merges"]["count"] = 0; },
        "bytes after the last of its 0 strings"},
-      {"amax inf", [](json& h) { h["weight_sets"][1]["fp8_initial_amax"]["x"] = 1e300; },
-       "fp8_initial_amax['x'] = 1e+300 is out of range"},
+      {"amax inf", [](json& h) { h["weight_sets"][1]["fp8_initial_amax"]["blk.1.ffn_in"] = 1e300; },
+       "fp8_initial_amax['blk.1.ffn_in'] = 1e+300 is out of range"},
       {"group 2^40", [&](json& h) { entry(h, "blk.0.attn_v", "int4")["group"] = uint64_t(1) << 40; },
        "group = 1099511627776 is out of range"},
       {"unknown projection", [&](json& h) { entry(h, "blk.1.ffn_up", "int4")["name"] = "blk.7.ffn_up"; },
@@ -345,8 +345,8 @@ TEST(FutrFile, StrictHeaderTable) {
     SCOPED_TRACE(c.what);
     try {
       const FutrFile f(with_header(good, c.edit), "bad.futr");
-      f.read_weights(quant::WeightFormat::kFp8);
-      f.read_weights(quant::WeightFormat::kInt4);
+      f.read_weights(WeightFormat::kFp8);
+      f.read_weights(WeightFormat::kInt4);
       f.to_model(true);
       ADD_FAILURE() << "no error, expected: " << c.error;
     } catch (const Error& e) {
@@ -388,7 +388,7 @@ TEST(FutrFile, NonFiniteValuesNameTheTensor) {
   };
   const auto i4 = futr_bytes(m, {&s.int4}), f8 = futr_bytes(m, {&s.fp8}), b16 = futr_bytes(m, {&s.bf16});
   EXPECT_FUTR_ERROR(FutrFile(poke(i4, "blk.0.attn_k", "int4", "scale_offset", 2, {0x00, 0x7c}), "x.futr")
-                        .read_weights(quant::WeightFormat::kInt4),
+                        .read_weights(WeightFormat::kInt4),
                     "x.futr: tensor 'blk.0.attn_k' has a non-finite INT4 scale (#1)");
   EXPECT_FUTR_ERROR(FutrFile(poke(f8, "blk.1.ffn_gate", "fp8", "offset", 5, {0x7f}), "x.futr").to_model(true),
                     "tensor 'blk.1.ffn_gate' holds an E4M3 NaN (element 5)");

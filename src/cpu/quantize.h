@@ -1,4 +1,5 @@
-// Whole-model quantization and the quantized reference model (CPU).
+// Whole-model quantization: the calibration and quantization pipeline (CPU).
+// The quantized model it produces runs in cpu/quant_forward.h.
 //
 // quantize_model(): the seven projections of every layer into one format
 //   - bf16: W rounded to BF16;
@@ -30,32 +31,24 @@
 // same FP32 additions the forward pass makes. Calibration runs in FP32 with
 // the quantized prefix's dequantized weights (no activation rounding).
 //
-// QuantForward: a cpu::Forward running a weight format and a KV mode with the
-// numerics contract of docs/QUANTIZATION.md (Linear classes of
-// cpu/quant_linear.h, KV storages of cpu/kv_quant.h). In every quantized mode
-// (bf16, fp8, int4) the token embedding, the LM head and the norm gains are
-// BF16; the LM head is a Bf16Linear with FP32 logits.
+// Projections are named by ProjId (model/projection.h), never by strings.
 //
 // Tests: tests/cpu/model_quant_test.cpp.
 #pragma once
 
 #include <functional>
-#include <memory>
 #include <span>
 #include <string>
-#include <vector>
 
-#include "cpu/forward.h"
-#include "cpu/kv_quant.h"
+#include "core/formats.h"
 #include "model/model.h"
-#include "quant/delayed_scaling.h"
 #include "quant/gptq.h"
 #include "quant/quantized_model.h"
 
 namespace futr::cpu {
 
 struct QuantizeOptions {
-  quant::WeightFormat format = quant::WeightFormat::kInt4;
+  WeightFormat format = WeightFormat::kInt4;
   std::string method = "rtn";  // int4: rtn | clip | clip-act | gptq | gptq-clip
   bool act_order = false;      // int4 gptq: process inputs by decreasing activity
   int group = 0;               // int4: 0 = 128 where K % 128 == 0, else 64
@@ -78,43 +71,5 @@ bool needs_calibration(const QuantizeOptions& o);
 quant::QuantizedWeights quantize_model(const Model& model, const QuantizeOptions& o,
                                        std::span<const int32_t> calib,
                                        const QuantProgress& progress = {});
-
-struct QuantRunOptions {
-  quant::WeightFormat weights = quant::WeightFormat::kFp32;
-  KvMode kv = KvMode::kFp32;
-  int kv_block = 64;                 // Hadamard block (int4-rot)
-  quant::DelayedScalingConfig fp8;   // delayed scaling of FP8 activations
-  bool fp8_rms_in_cast = false;      // folded RMSNorm: 1/rms before the E4M3 cast (variant)
-  int max_batch = 256;               // tokens per forward chunk
-};
-
-class QuantForward {
- public:
-  // q: the quantized projections for fp8/int4 (ignored for fp32/bf16).
-  QuantForward(const Model& model, std::shared_ptr<const quant::QuantizedWeights> q,
-               const QuantRunOptions& o, int ctx);
-  Forward& forward() { return *fwd_; }
-  const Forward& forward() const { return *fwd_; }
-  std::string describe() const;           // weights, KV, scaling in one line
-  // FP8: the delayed-scaling state (nullptr otherwise).
-  const quant::ScaleBank* fp8_bank() const { return bank_.get(); }
-  const QuantRunOptions& options() const { return opt_; }
-
- private:
-  QuantRunOptions opt_;
-  std::shared_ptr<const quant::QuantizedWeights> q_;
-  std::vector<float> embd_;                  // [vocab, hidden] BF16-rounded embedding
-  std::shared_ptr<quant::ScaleBank> bank_;   // FP8 activation sites
-  std::unique_ptr<Forward> fwd_;
-};
-
-// The Linear factory of a quantized mode (exposed for tests): builds the
-// projection `name` from q (fp8/int4) or from the FP32 weight (bf16).
-LinearFactory quant_linear_factory(const Model& model, quant::WeightFormat format,
-                                   std::shared_ptr<const quant::QuantizedWeights> q,
-                                   std::shared_ptr<quant::ScaleBank> bank, bool fp8_rms_in_cast = false);
-
-// The FP8 activation site names of layer l: attn_in, o_in, ffn_in, down_in.
-std::vector<std::string> fp8_site_names(int layer);
 
 }  // namespace futr::cpu

@@ -1,6 +1,6 @@
-// Whole-model quantization (RTN, clipping, GPTQ with layer-by-layer
-// calibration, FP8) and the quantized reference model (see model_quant.h).
-#include "cpu/model_quant.h"
+// The calibration and quantization pipeline (see quantize.h): RTN, clipping,
+// GPTQ with layer-by-layer calibration through the CPU forward, FP8.
+#include "cpu/quantize.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,7 +10,7 @@
 
 #include "core/error.h"
 #include "core/numeric.h"
-#include "cpu/quant_linear.h"
+#include "cpu/quant_forward.h"
 #include "cpu/threads.h"
 #include "quant/fp8_weights.h"
 #include "quant/int4_quant.h"
@@ -18,40 +18,6 @@
 namespace futr::cpu {
 
 namespace {
-
-// "blk.<l>.<proj>" -> (l, proj); l = -1 for other names.
-std::pair<int, std::string> split_name(const std::string& name) {
-  if (name.rfind("blk.", 0) != 0) return {-1, name};
-  const size_t dot = name.find('.', 4);
-  FUTR_CHECK(dot != std::string::npos, "bad projection name '{}'", name);
-  return {std::stoi(name.substr(4, dot - 4)), name.substr(dot + 1)};
-}
-
-const Tensor& projection_weight(const Model& m, int l, const std::string& proj) {
-  const LayerWeights& L = m.weights.layers.at(size_t(l));
-  if (proj == "attn_q") return L.wq;
-  if (proj == "attn_k") return L.wk;
-  if (proj == "attn_v") return L.wv;
-  if (proj == "attn_output") return L.wo;
-  if (proj == "ffn_gate") return L.w_gate;
-  if (proj == "ffn_up") return L.w_up;
-  if (proj == "ffn_down") return L.w_down;
-  fail("unknown projection '{}'", proj);
-}
-
-// The RMSNorm gain in front of a projection (nullptr for o and down).
-const Tensor* folded_gain(const Model& m, int l, const std::string& proj) {
-  const LayerWeights& L = m.weights.layers.at(size_t(l));
-  if (proj == "attn_q" || proj == "attn_k" || proj == "attn_v") return &L.attn_norm;
-  if (proj == "ffn_gate" || proj == "ffn_up") return &L.ffn_norm;
-  return nullptr;
-}
-
-std::vector<float> bf16_copy(const std::vector<float>& v) {
-  std::vector<float> out(v.size());
-  round_bf16_into(v.data(), int64_t(v.size()), out.data());
-  return out;
-}
 
 // A Linear that must never run (the LM head of the calibration passes).
 class NullLinear final : public Linear {
@@ -103,16 +69,6 @@ class CaptureLinear final : public Linear {
   std::vector<float>* out_;
 };
 
-// Index of the Hessian (input site) of a projection: 0 attn in, 1 o in, 2 ffn in, 3 down in;
-// `first` is true for the projection that records it (q, o, gate, down).
-int input_site(const std::string& proj, bool& first) {
-  first = proj == "attn_q" || proj == "attn_output" || proj == "ffn_gate" || proj == "ffn_down";
-  if (proj == "attn_q" || proj == "attn_k" || proj == "attn_v") return 0;
-  if (proj == "attn_output") return 1;
-  if (proj == "ffn_gate" || proj == "ffn_up") return 2;
-  return 3;
-}
-
 std::string int4_method_name(const QuantizeOptions& o) {
   std::string m = o.method == "clip"        ? "rtn+clip"
                   : o.method == "clip-act"  ? "rtn+clip(act)"
@@ -122,10 +78,10 @@ std::string int4_method_name(const QuantizeOptions& o) {
   return m;
 }
 
-quant::QuantizedTensor int4_tensor(const std::string& name, quant::Int4Weights w, const std::string& method) {
+quant::QuantizedTensor int4_tensor(ProjId id, quant::Int4Weights w, const std::string& method) {
   quant::QuantizedTensor t;
-  t.name = name;
-  t.format = quant::WeightFormat::kInt4;
+  t.id = id;
+  t.format = WeightFormat::kInt4;
   t.n = w.n;
   t.k = w.k;
   t.method = method;
@@ -156,19 +112,20 @@ class DiagLinear final : public Linear {
   int64_t* rows_;
 };
 
-std::map<std::string, std::vector<float>> input_second_moments(const Model& model, const QuantizeOptions& o,
+std::map<ProjId, std::vector<float>> input_second_moments(const Model& model, const QuantizeOptions& o,
                                                                std::span<const int32_t> calib,
                                                                const QuantProgress& progress) {
   const int ctx = o.calib_ctx;
   const int windows = int(calib.size() / size_t(std::max(ctx, 1)));
   FUTR_CHECK(ctx >= 2 && windows >= 1, "clip-act needs at least one calibration window of {} tokens ({} given)",
              ctx, calib.size());
-  std::map<std::string, std::vector<double>> acc;
-  std::map<std::string, int64_t> rows;
-  Forward f(model, make_weights(model, [&](const std::string& name, const Tensor& w) -> std::unique_ptr<Linear> {
-              if (name == "output") return std::make_unique<NullLinear>(w.dim(0), w.dim(1));
-              acc[name].assign(size_t(w.dim(1)), 0.0);
-              return std::make_unique<DiagLinear>(DenseLinear::borrow(w, name), &acc[name], &rows[name]);
+  std::map<ProjId, std::vector<double>> acc;
+  std::map<ProjId, int64_t> rows;
+  Forward f(model, make_weights(model, [&](ProjId id, const Tensor& w) -> std::unique_ptr<Linear> {
+              if (id.proj == Projection::kLmHead) return std::make_unique<NullLinear>(w.dim(0), w.dim(1));
+              acc[id].assign(size_t(w.dim(1)), 0.0);
+              return std::make_unique<DiagLinear>(DenseLinear::borrow(w, projection_name(id)), &acc[id],
+                                                  &rows[id]);
             }),
             make_fp32_kv_storage(model.config, ctx));
   for (int w = 0; w < windows; ++w) {
@@ -177,10 +134,10 @@ std::map<std::string, std::vector<float>> input_second_moments(const Model& mode
     f.eval(calib.subspan(size_t(w) * size_t(ctx), size_t(ctx)), ctx);  // no logits
   }
   if (progress) progress("calibration", windows, windows);
-  std::map<std::string, std::vector<float>> out;
-  for (auto& [name, a] : acc) {
-    std::vector<float>& d = out[name];
-    for (double v : a) d.push_back(float(v / double(std::max<int64_t>(rows[name], 1))));
+  std::map<ProjId, std::vector<float>> out;
+  for (auto& [id, a] : acc) {
+    std::vector<float>& d = out[id];
+    for (double v : a) d.push_back(float(v / double(std::max<int64_t>(rows[id], 1))));
   }
   return out;
 }
@@ -246,25 +203,24 @@ void gptq_model(const Model& model, const QuantizeOptions& o, std::span<const in
       hess[size_t(s)].k = s == 3 ? c.intermediate : (s == 1 ? c.q_dim() : H);
       hess[size_t(s)].h.assign(size_t(hess[size_t(s)].k) * size_t(hess[size_t(s)].k), 0.0);
     }
-    std::map<std::string, Tensor> deq;  // dequantized [n, k], by projection: m1 names its one layer blk.0
+    std::map<Projection, Tensor> deq;  // dequantized [n, k], by projection (m1's one layer is 0)
     auto capture = [&](int site) {  // site < 0: all four
-      run([&](const std::string& name, const Tensor& w) -> std::unique_ptr<Linear> {
-        if (name == "output") return std::make_unique<NullLinear>(w.dim(0), w.dim(1));
-        const std::string proj = split_name(name).second;
-        bool first = false;
-        const int s = input_site(proj, first);
-        const auto it = deq.find(proj);
-        std::unique_ptr<Linear> inner = DenseLinear::borrow(it != deq.end() ? it->second : w, name);
-        HessianAcc* h = first && (site < 0 || site == s) ? &hess[size_t(s)] : nullptr;
+      run([&](ProjId id, const Tensor& w) -> std::unique_ptr<Linear> {
+        if (id.proj == Projection::kLmHead) return std::make_unique<NullLinear>(w.dim(0), w.dim(1));
+        const int s = int(input_site(id.proj));
+        const auto it = deq.find(id.proj);
+        std::unique_ptr<Linear> inner =
+            DenseLinear::borrow(it != deq.end() ? it->second : w, projection_name(id));
+        HessianAcc* h = records_site(id.proj) && (site < 0 || site == s) ? &hess[size_t(s)] : nullptr;
         return std::make_unique<CaptureLinear>(std::move(inner), h, nullptr);
       });
     };
     auto quantize_site = [&](int site) {
-      for (const std::string& name : quant::layer_projection_names(l)) {
-        const std::string proj = split_name(name).second;
-        bool first = false;
-        if (input_site(proj, first) != site) continue;
-        const Tensor& w = projection_weight(model, l, proj);
+      for (Projection p : kLayerProjections) {
+        if (int(input_site(p)) != site) continue;
+        const ProjId id{l, p};
+        const std::string name = projection_name(id);
+        const Tensor& w = projection_weight(model, id);
         const HessianAcc& h = hess[size_t(site)];
         FUTR_ASSERT(h.k == int(w.dim(1)) && h.rows > 0);
         std::vector<double> hn(h.h.size());
@@ -272,8 +228,8 @@ void gptq_model(const Model& model, const QuantizeOptions& o, std::span<const in
         quant::Int4Weights q = quant::gptq_quantize(w.data, int(w.dim(0)), int(w.dim(1)), hn, go, name);
         Tensor d({w.dim(0), w.dim(1)});
         d.data = quant::dequantize_int4(q);
-        deq.insert_or_assign(proj, std::move(d));
-        out.tensors[name] = int4_tensor(name, std::move(q), method);
+        deq.insert_or_assign(p, std::move(d));
+        out.tensors[id] = int4_tensor(id, std::move(q), method);
       }
     };
     if (o.true_sequential) {
@@ -290,11 +246,11 @@ void gptq_model(const Model& model, const QuantizeOptions& o, std::span<const in
     std::vector<float> o_out, d_out;
     o_out.reserve(size_t(ntok) * size_t(H));
     d_out.reserve(size_t(ntok) * size_t(H));
-    run([&](const std::string& name, const Tensor& w) -> std::unique_ptr<Linear> {
-      if (name == "output") return std::make_unique<NullLinear>(w.dim(0), w.dim(1));
-      const std::string proj = split_name(name).second;
-      std::vector<float>* rec = proj == "attn_output" ? &o_out : proj == "ffn_down" ? &d_out : nullptr;
-      return std::make_unique<CaptureLinear>(DenseLinear::borrow(deq.at(proj), name), nullptr, rec);
+    run([&](ProjId id, const Tensor& w) -> std::unique_ptr<Linear> {
+      if (id.proj == Projection::kLmHead) return std::make_unique<NullLinear>(w.dim(0), w.dim(1));
+      std::vector<float>* rec = id.proj == Projection::kO ? &o_out : id.proj == Projection::kDown ? &d_out : nullptr;
+      return std::make_unique<CaptureLinear>(DenseLinear::borrow(deq.at(id.proj), projection_name(id)),
+                                             nullptr, rec);
     });
     FUTR_ASSERT(o_out.size() == size_t(ntok) * size_t(H) && d_out.size() == o_out.size());
     hidden = std::move(m1.weights.tok_embd);
@@ -310,26 +266,19 @@ void gptq_model(const Model& model, const QuantizeOptions& o, std::span<const in
 
 }  // namespace
 
-std::vector<std::string> fp8_site_names(int layer) {
-  std::vector<std::string> names;
-  for (const char* s : {"attn_in", "o_in", "ffn_in", "down_in"})
-    names.push_back(fmt::format("blk.{}.{}", layer, s));
-  return names;
-}
-
 bool needs_calibration(const QuantizeOptions& o) {
-  if (o.format == quant::WeightFormat::kFp8) return true;
-  return o.format == quant::WeightFormat::kInt4 && (o.method.rfind("gptq", 0) == 0 || o.method == "clip-act");
+  if (o.format == WeightFormat::kFp8) return true;
+  return o.format == WeightFormat::kInt4 && (o.method.rfind("gptq", 0) == 0 || o.method == "clip-act");
 }
 
 quant::QuantizedWeights quantize_model(const Model& model, const QuantizeOptions& o,
                                        std::span<const int32_t> calib, const QuantProgress& progress) {
-  using quant::WeightFormat;
   const ModelConfig& c = model.config;
   ensure_single_threaded_blas();
   quant::QuantizedWeights out;
   out.format = o.format;
-  FUTR_CHECK(o.format != WeightFormat::kFp32, "quantize: fp32 is not a quantized format");
+  FUTR_CHECK(o.format != WeightFormat::kFp32 && o.format != WeightFormat::kAuto,
+             "quantize: {} is not a quantized format", to_string(o.format));
   if (o.format == WeightFormat::kInt4) {
     FUTR_CHECK(o.method == "rtn" || o.method == "clip" || o.method == "clip-act" || o.method == "gptq" ||
                    o.method == "gptq-clip",
@@ -341,7 +290,7 @@ quant::QuantizedWeights quantize_model(const Model& model, const QuantizeOptions
   const int layers = c.n_layers;
   const int64_t steps = int64_t(layers) * 7;
 
-  std::map<std::string, std::vector<float>> act_diag;  // clip-act: E[x_k^2] per projection input
+  std::map<ProjId, std::vector<float>> act_diag;  // clip-act: E[x_k^2] per projection input
   if (o.format == WeightFormat::kInt4 && o.method == "clip-act")
     act_diag = input_second_moments(model, o, calib, progress);
   if (o.format == WeightFormat::kInt4 && o.method.rfind("gptq", 0) == 0) {
@@ -349,13 +298,14 @@ quant::QuantizedWeights quantize_model(const Model& model, const QuantizeOptions
   } else {
     int64_t done = 0;
     for (int l = 0; l < layers; ++l) {
-      for (const std::string& name : quant::layer_projection_names(l)) {
+      for (Projection p : kLayerProjections) {
         if (progress) progress(to_string(o.format), done, steps);
-        const std::string proj = split_name(name).second;
-        const Tensor& w = projection_weight(model, l, proj);
+        const ProjId id{l, p};
+        const std::string name = projection_name(id);
+        const Tensor& w = projection_weight(model, id);
         const int n = int(w.dim(0)), k = int(w.dim(1));
         quant::QuantizedTensor t;
-        t.name = name;
+        t.id = id;
         t.format = o.format;
         t.n = n;
         t.k = k;
@@ -365,7 +315,7 @@ quant::QuantizedWeights quantize_model(const Model& model, const QuantizeOptions
           for (size_t i = 0; i < w.data.size(); ++i) t.bf16[i] = float_to_bf16(w.data[i]);
         } else if (o.format == WeightFormat::kFp8) {
           t.method = "fp8-channel";
-          const Tensor* g = folded_gain(model, l, proj);
+          const Tensor* g = rmsnorm_gain(model, id);
           if (g) {
             const std::vector<float> gain = bf16_copy(g->data);  // gains are BF16 in every quantized mode
             t.fp8 = quant::quantize_fp8(quant::fold_gain(w.data, n, k, gain), n, k, true, name);
@@ -375,14 +325,14 @@ quant::QuantizedWeights quantize_model(const Model& model, const QuantizeOptions
         } else {
           quant::ClipSearch clip = o.clip;
           clip.enabled = o.method == "clip" || o.method == "clip-act";
-          const std::vector<float>* diag = act_diag.empty() ? nullptr : &act_diag.at(name);
-          t = int4_tensor(name,
+          const std::vector<float>* diag = act_diag.empty() ? nullptr : &act_diag.at(id);
+          t = int4_tensor(id,
                           quant::quantize_int4(w.data, n, k, o.group, clip,
                                                diag ? std::span<const float>(*diag) : std::span<const float>(),
                                                name),
                           int4_method_name(o));
         }
-        out.tensors[name] = std::move(t);
+        out.tensors[id] = std::move(t);
         ++done;
       }
     }
@@ -417,108 +367,12 @@ quant::QuantizedWeights quantize_model(const Model& model, const QuantizeOptions
       const quant::DelayedScale* st = bank.find(0, s);
       // The calibration maximum itself: headroom is costly here (sites with massive
       // activations have no spare dynamic range, docs/QUANTIZATION.md).
-      if (st && st->stats().max_amax > 0.0f) out.fp8_initial_amax[bank.site_name(s)] = st->stats().max_amax;
+      // Bank ids are kInputSites * layer + site (cpu/quant_forward.h).
+      if (st && st->stats().max_amax > 0.0f)
+        out.fp8_initial_amax[SiteId{s / kInputSites, InputSite(s % kInputSites)}] = st->stats().max_amax;
     }
   }
   return out;
-}
-
-// ---- the quantized reference model ----------------------------------------------------
-
-LinearFactory quant_linear_factory(const Model& model, quant::WeightFormat format,
-                                   std::shared_ptr<const quant::QuantizedWeights> q,
-                                   std::shared_ptr<quant::ScaleBank> bank, bool fp8_rms_in_cast) {
-  using quant::WeightFormat;
-  FUTR_CHECK(format == WeightFormat::kBf16 || q, "the {} reference needs quantized weights",
-             to_string(format));
-  FUTR_CHECK(!q || format == WeightFormat::kBf16 || q->format == format,
-             "quantized weights are {}, not {}", to_string(q ? q->format : format), to_string(format));
-  auto sites = std::make_shared<std::map<int, std::shared_ptr<Fp8Site>>>();
-  const float eps = model.config.rms_eps;
-  return [format, q, bank, sites, eps, fp8_rms_in_cast](const std::string& name,
-                                       const Tensor& w) -> std::unique_ptr<Linear> {
-    const int64_t n = w.dim(0), k = w.dim(1);
-    if (name == "output") return std::make_unique<Bf16Linear>(w.ptr(), n, k, false, name);
-    if (format == WeightFormat::kBf16) {
-      if (!q) return std::make_unique<Bf16Linear>(w.ptr(), n, k, true, name);
-      const quant::QuantizedTensor& t = q->at(name);  // stored BF16 (a .futr file)
-      FUTR_CHECK(t.n == n && t.k == k && t.bf16.size() == size_t(n * k),
-                 "BF16 tensor '{}' does not match the model's [{}, {}]", name, n, k);
-      std::vector<float> f(t.bf16.size());
-      for (size_t i = 0; i < f.size(); ++i) f[i] = bf16_to_float(t.bf16[i]);
-      return std::make_unique<Bf16Linear>(f.data(), n, k, true, name);
-    }
-    const quant::QuantizedTensor& t = q->at(name);
-    FUTR_CHECK(t.n == n && t.k == k && t.format == format,
-               "quantized tensor '{}' is {} [{}, {}], the model needs {} [{}, {}]", name,
-               to_string(t.format), t.n, t.k, to_string(format), n, k);
-    if (format == WeightFormat::kInt4) return std::make_unique<Int4Linear>(t.int4, name);
-    FUTR_CHECK(bank != nullptr, "FP8 reference without a scale bank");
-    const auto [l, proj] = split_name(name);
-    bool owner = false;
-    const int site = 4 * l + input_site(proj, owner);
-    auto& s = (*sites)[site];
-    if (!s) {
-      s = std::make_shared<Fp8Site>();
-      s->bank = bank;
-      s->id = site;
-    }
-    const bool want_folded = proj != "attn_output" && proj != "ffn_down";
-    FUTR_CHECK(t.fp8.folded_gain == want_folded, "FP8 tensor '{}': the RMSNorm gain is {}folded",
-               name, t.fp8.folded_gain ? "" : "not ");
-    return std::make_unique<Fp8Linear>(t.fp8, s, owner, eps, name, fp8_rms_in_cast);
-  };
-}
-
-QuantForward::QuantForward(const Model& model, std::shared_ptr<const quant::QuantizedWeights> q,
-                           const QuantRunOptions& o, int ctx)
-    : opt_(o), q_(std::move(q)) {
-  using quant::WeightFormat;
-  const ModelConfig& c = model.config;
-  if (ctx <= 0) ctx = c.max_context;
-  std::unique_ptr<KvStorage> kv = make_kv_storage(c, ctx, o.kv, o.kv_block);
-  if (o.weights == WeightFormat::kFp32) {
-    fwd_ = std::make_unique<Forward>(model, make_weights(model), std::move(kv), o.max_batch);
-    return;
-  }
-  if (o.weights == WeightFormat::kFp8) {
-    bank_ = std::make_shared<quant::ScaleBank>(o.fp8);
-    for (int l = 0; l < c.n_layers; ++l)
-      for (const std::string& s : fp8_site_names(l)) {
-        const int id = bank_->add_site(s);
-        if (q_) {
-          auto it = q_->fp8_initial_amax.find(s);
-          if (it != q_->fp8_initial_amax.end()) bank_->set_initial_amax(id, it->second);
-        }
-      }
-  }
-  CpuWeights w = make_weights(model, quant_linear_factory(model, o.weights, q_, bank_, o.fp8_rms_in_cast));
-  // Embedding, norm gains: BF16 in every quantized mode.
-  embd_.resize(model.weights.tok_embd.data.size());
-  round_bf16_into(model.weights.tok_embd.ptr(), int64_t(embd_.size()), embd_.data());
-  w.tok_embd = embd_.data();
-  for (CpuLayer& L : w.layers) {
-    L.attn_norm = bf16_copy(L.attn_norm);
-    L.ffn_norm = bf16_copy(L.ffn_norm);
-  }
-  w.out_norm = bf16_copy(w.out_norm);
-  fwd_ = std::make_unique<Forward>(model, std::move(w), std::move(kv), o.max_batch);
-}
-
-std::string QuantForward::describe() const {
-  std::string s = fmt::format("weights {}", to_string(opt_.weights));
-  if (q_ && opt_.weights != quant::WeightFormat::kBf16 && opt_.weights != quant::WeightFormat::kFp32)
-    s += fmt::format(" ({})", q_->method);
-  s += fmt::format(", KV {}", fwd_->cache().storage().name());
-  if (bank_) {
-    const quant::ScaleBank& b = *bank_;
-    const quant::ScaleStats t = b.total();
-    s += fmt::format(", FP8 delayed scaling: history {}, margin {}, {}{} calls, {} saturated ({} values)",
-                     b.config().history, b.config().margin,
-                     opt_.fp8_rms_in_cast ? "1/rms in the cast, " : "", t.calls, t.saturated_calls,
-                     t.saturated_values);
-  }
-  return s;
 }
 
 }  // namespace futr::cpu

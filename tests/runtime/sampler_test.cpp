@@ -1,4 +1,4 @@
-// Sampler (cli/sampler.h): greedy = argmax, temperature, top-k, top-p and
+// Sampler (runtime/sampler.h): greedy = argmax, temperature, top-k, top-p and
 // seeded reproducibility.
 #include <gtest/gtest.h>
 
@@ -6,10 +6,10 @@
 #include <map>
 #include <vector>
 
-#include "cli/sampler.h"
+#include "runtime/sampler.h"
 #include "core/error.h"
 
-namespace futr {
+namespace futr::runtime {
 namespace {
 
 TEST(Sampler, GreedyIsArgmaxLowestIdOnTies) {
@@ -89,4 +89,4 @@ TEST(Sampler, RejectsBadSettings) {
 }
 
 }  // namespace
-}  // namespace futr
+}  // namespace futr::runtime

@@ -14,7 +14,10 @@
 // gives the same tokens on every platform (std:: distributions are
 // implementation-defined and are not used).
 //
-// Tests: tests/cli/sampler_test.cpp.
+// Each open sequence of an Engine has its own Sampler (Engine::open), used by
+// the RowOutput::kToken rows of a step.
+//
+// Tests: tests/runtime/sampler_test.cpp.
 #pragma once
 
 #include <cstdint>
@@ -23,7 +26,7 @@
 #include <utility>
 #include <vector>
 
-namespace futr {
+namespace futr::runtime {
 
 struct SamplerConfig {
   float temperature = 0.0f;  // 0: greedy
@@ -53,4 +56,4 @@ class Sampler {
 // argmax_i z_i, lowest index among ties; throws on an empty row.
 int32_t argmax(std::span<const float> logits);
 
-}  // namespace futr
+}  // namespace futr::runtime

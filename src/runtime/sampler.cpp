@@ -1,5 +1,5 @@
 // Next-token sampling (see sampler.h).
-#include "cli/sampler.h"
+#include "runtime/sampler.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,7 +7,7 @@
 
 #include "core/error.h"
 
-namespace futr {
+namespace futr::runtime {
 
 int32_t argmax(std::span<const float> logits) {
   FUTR_CHECK(!logits.empty(), "sampler: empty logits");
@@ -79,4 +79,4 @@ int32_t Sampler::sample(std::span<const float> logits) {
   return dist.back().first;  // u within rounding of 1
 }
 
-}  // namespace futr
+}  // namespace futr::runtime
