@@ -55,6 +55,7 @@ struct PerplexityOptions {
   int stride = 0;            // 0: ctx
   int64_t max_tokens = 0;    // 0: all
   int batch = 512;           // tokens per step (the engine's max_step_tokens)
+  int seqs = 0;              // windows evaluated side by side (0: the engine's default)
   bool json = false;
   bool quiet = false;        // no progress bar
   QuantCliOptions quant;     // --weights, --kv, ... (cli/engine_options.h)
@@ -124,6 +125,7 @@ void run_perplexity(const PerplexityOptions& o) {
   runtime::RuntimeConfig rc = runtime_config(o.run, o.quant);
   rc.ctx = ctx;
   rc.max_step_tokens = o.batch;
+  rc.max_seqs = o.seqs;
   check_ctx(model, ctx, rc.max_seqs, "--ctx", 2);
   FUTR_CHECK(o.save_kl_base.empty() || o.kl_base.empty(),
              "--save-kl-base and --kl-base are exclusive (save the base run first)");
@@ -253,6 +255,10 @@ void add_perplexity_command(CLI::App& app) {
                   "Evaluate only the first N tokens of the text (0: all)");
   sub->add_option("--batch", o->batch, "Tokens per engine step")->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
+  sub->add_option("--seqs", o->seqs,
+                  "Windows evaluated side by side (0: the engine's default: 32 on the GPU engine, 1 on the "
+                  "CPU; results do not depend on it)")
+      ->check(CLI::Range(0, 4096));
   sub->add_flag("--json", o->json, "Print the result as a JSON object");
   sub->add_flag("-q,--quiet", o->quiet, "No progress bar or log lines on stderr");
   add_quant_options(sub, o->quant);

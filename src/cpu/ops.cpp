@@ -42,26 +42,6 @@ void rmsnorm(const float* x, const float* g, float* y, int64_t n, int d, float e
   }
 }
 
-RopeTable make_rope_table(int head_dim, float theta, const RopeScaling& scaling, int max_pos) {
-  FUTR_CHECK(max_pos >= 1, "RoPE: table needs at least one position (got {})", max_pos);
-  const std::vector<double> f = rope_inv_freq(head_dim, theta, scaling);
-  RopeTable t;
-  t.head_dim = head_dim;
-  t.max_pos = max_pos;
-  const size_t half = size_t(head_dim / 2);
-  t.cos.resize(size_t(max_pos) * half);
-  t.sin.resize(size_t(max_pos) * half);
-#pragma omp parallel for schedule(static)
-  for (int p = 0; p < max_pos; ++p) {
-    for (size_t i = 0; i < half; ++i) {
-      const double a = double(p) * f[i];
-      t.cos[size_t(p) * half + i] = float(std::cos(a));
-      t.sin[size_t(p) * half + i] = float(std::sin(a));
-    }
-  }
-  return t;
-}
-
 void apply_rope(float* x, int64_t n, int heads, int64_t ld, int pos0, const RopeTable& table) {
   const int D = table.head_dim, half = D / 2;
   FUTR_CHECK(pos0 >= 0 && pos0 + n <= table.max_pos,

@@ -20,6 +20,9 @@
 
 namespace futr::cpu {
 
+using futr::RopeTable;
+using futr::make_rope_table;
+
 // --- Embedding --------------------------------------------------------------
 // x[i, :] = E[token_i, :]                      E: [vocab, hidden]
 // Throws futr::Error for a token id outside [0, vocab).
@@ -42,15 +45,8 @@ void rmsnorm(const float* x, const float* g, float* y, int64_t n, int d, float e
 // with the inverse frequencies f_i of model/rope.h (rope_inv_freq, including
 // llama3 scaling: the one home of that spec).
 //
-// The angles pos * f_i and their cos/sin are computed in double, then rounded
-// to FP32 once (a table per position).
-struct RopeTable {
-  int head_dim = 0;        // D
-  int max_pos = 0;         // positions [0, max_pos) are tabulated
-  std::vector<float> cos;  // [max_pos, D/2] cos(pos * f_i)
-  std::vector<float> sin;  // [max_pos, D/2] sin(pos * f_i)
-};
-RopeTable make_rope_table(int head_dim, float theta, const RopeScaling& scaling, int max_pos);
+// The cos/sin table: model/rope.h (RopeTable, make_rope_table), shared with
+// the GPU engine.
 
 // Rotate the first `heads` head vectors of each of n rows (row stride ld) in
 // place; row i is at position pos0 + i (< table.max_pos).

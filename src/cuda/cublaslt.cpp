@@ -32,8 +32,8 @@ CublasLt::~CublasLt() {
   if (h_) cublasLtDestroy(h_);
 }
 
-CublasLt::Plan& CublasLt::plan(LtInput in, int M, int N, int K, int align) {
-  const Key key{int(in), M, N, K, align};
+CublasLt::Plan& CublasLt::plan(LtInput in, LtOutput out, int M, int N, int K, int align) {
+  const Key key{int(in), int(out), M, N, K, align};
   if (auto it = plans_.find(key); it != plans_.end()) return it->second;
   Plan p;
   const cudaDataType_t t = in == LtInput::kBF16 ? CUDA_R_16BF : CUDA_R_8F_E4M3;
@@ -46,7 +46,7 @@ CublasLt::Plan& CublasLt::plan(LtInput in, int M, int N, int K, int align) {
   FUTR_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tB, sizeof(tB)));
   FUTR_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.la, t, K, N, K));
   FUTR_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.lb, t, K, M, K));
-  FUTR_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.lc, CUDA_R_16BF, N, M, N));
+  FUTR_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.lc, out == LtOutput::kF32 ? CUDA_R_32F : CUDA_R_16BF, N, M, N));
   cublasLtMatmulPreference_t pref = nullptr;
   FUTR_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   const uint64_t ws = ws_.bytes();
@@ -84,9 +84,9 @@ CublasLt::Plan& CublasLt::plan(LtInput in, int M, int N, int K, int align) {
 }
 
 void CublasLt::matmul(LtInput in, const void* a, const void* b, void* c, int M, int N, int K,
-                      const float* a_scale, const float* b_scale, cudaStream_t s) {
+                      const float* a_scale, const float* b_scale, cudaStream_t s, LtOutput out) {
   const int align = std::min({alignment(a), alignment(b), alignment(c)});
-  Plan& p = plan(in, M, N, K, align);
+  Plan& p = plan(in, out, M, N, K, align);
   if (in == LtInput::kE4M3) {
     auto aligned_scale = [&](const float* p, int slot) -> const float* {
       if (!p || (reinterpret_cast<uintptr_t>(p) & 15) == 0) return p;

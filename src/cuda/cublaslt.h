@@ -35,6 +35,7 @@
 namespace futr::cuda {
 
 enum class LtInput { kBF16, kE4M3 };
+enum class LtOutput { kBF16, kF32 };  // C's type (FP32: the LM head's logits)
 
 class CublasLt {
  public:
@@ -43,11 +44,12 @@ class CublasLt {
   CublasLt(const CublasLt&) = delete;
   CublasLt& operator=(const CublasLt&) = delete;
 
-  // a: [M,K], b: [N,K], c: [M,N] bf16. For kE4M3, a_scale/b_scale are device
-  // pointers to one float each (nullptr means 1); ignored for kBF16.
-  // Throws futr::Error if cuBLASLt has no algorithm for the problem.
+  // a: [M,K], b: [N,K], c: [M,N] (BF16, or FP32 with LtOutput::kF32). For
+  // kE4M3, a_scale/b_scale are device pointers to one float each (nullptr
+  // means 1); ignored for kBF16. Throws futr::Error if cuBLASLt has no
+  // algorithm for the problem.
   void matmul(LtInput in, const void* a, const void* b, void* c, int M, int N, int K,
-              const float* a_scale, const float* b_scale, cudaStream_t s);
+              const float* a_scale, const float* b_scale, cudaStream_t s, LtOutput out = LtOutput::kBF16);
 
  private:
   struct Plan {
@@ -56,8 +58,8 @@ class CublasLt {
     std::vector<cublasLtMatmulAlgo_t> algos;  // heuristic order
     size_t good = 0;                          // index of the last algorithm that ran
   };
-  using Key = std::tuple<int, int, int, int, int>;  // input, M, N, K, alignment bytes
-  Plan& plan(LtInput in, int M, int N, int K, int align);
+  using Key = std::tuple<int, int, int, int, int, int>;  // input, output, M, N, K, alignment bytes
+  Plan& plan(LtInput in, LtOutput out, int M, int N, int K, int align);
 
   cublasLtHandle_t h_ = nullptr;
   DeviceBuffer<uint8_t> ws_;

@@ -85,6 +85,7 @@ void check_cache(const KvLayerPtrs& c, bool int4) {
 device::DecodeAttentionParams params(const AttentionShape& s, const AttentionArgs& a, const AttentionConfig& c) {
   device::DecodeAttentionParams p;
   p.q = static_cast<const __nv_bfloat16*>(a.q);
+  p.q_ld = a.q_ld ? a.q_ld : int64_t(s.kv_heads) * s.group * s.head_dim;
   p.out = static_cast<__nv_bfloat16*>(a.out);
   p.slot_base = a.slot_base;
   p.kv_len = a.kv_len;
@@ -161,6 +162,8 @@ void decode_attention(const AttentionShape& s, const AttentionArgs& a, const Att
   FUTR_CHECK(c.splits >= 1 && c.splits <= device::kAttnMaxSplits, "decode attention: splits {} out of range 1..{}",
              c.splits, device::kAttnMaxSplits);
   check_aligned(static_cast<const __nv_bfloat16*>(a.q), 16, "q");
+  FUTR_CHECK(a.q_ld == 0 || a.q_ld >= int64_t(s.kv_heads) * s.group * s.head_dim,
+             "decode attention: q row stride {} is shorter than a row", a.q_ld);
   check_aligned(static_cast<const __nv_bfloat16*>(a.out), 16, "out");
   FUTR_CHECK(a.slot_base && a.kv_len, "decode attention: slot_base and kv_len must be set");
   check_cache(a.cache, s.int4);

@@ -63,7 +63,7 @@ int attention_occupancy(const AttentionShape& s);
 std::vector<std::string> attention_variants();
 
 struct AttentionArgs {
-  const void* q = nullptr;         // [batch][n_heads][D] BF16
+  const void* q = nullptr;         // [batch] rows of n_heads * D BF16 (row stride q_ld elements)
   void* out = nullptr;             // [batch][n_heads][D] BF16
   const int* slot_base = nullptr;  // [batch] device: first slot of each sequence (multiple of 16)
   const int* kv_len = nullptr;     // [batch] device: tokens each query attends (<= max_len)
@@ -72,6 +72,7 @@ struct AttentionArgs {
   size_t ws_floats = 0;
   int* counters = nullptr;         // split arrival counters, >= attention_counters(); zero them
   size_t n_counters = 0;           // once (cudaMemset): every launch leaves them zero
+  int64_t q_ld = 0;                // 0: n_heads * D (contiguous rows)
 };
 
 // Floats of split workspace the configuration needs (0 for splits == 1).

@@ -10,6 +10,7 @@
 #include "cpu/engine.h"
 #include "cpu/threads.h"
 #include "cuda/device.h"
+#include "gpu/engine.h"
 #include "formats/futr_file.h"
 #include "runtime/calibration.h"
 
@@ -30,9 +31,7 @@ cpu::QuantizeOptions quantize_options(WeightFormat format, const runtime::Runtim
 std::string gpu_engine_unavailable_reason() {
   std::string why = cuda::gpu_unavailable_reason();
   std::replace(why.begin(), why.end(), '\n', ' ');
-  // NOTE: the GPU engine (src/gpu/) is not written yet; when it is, a usable
-  // GPU makes this "" and make_engine() builds it.
-  return why.empty() ? "the GPU engine is not built yet" : "no GPU: " + why;
+  return why.empty() ? "" : "no GPU: " + why;
 }
 
 namespace {
@@ -62,12 +61,27 @@ std::unique_ptr<runtime::Engine> runtime::make_engine(const Model& model, const 
   FUTR_CHECK(c.ctx >= 0, "--ctx must be positive (got {})", c.ctx);
   FUTR_CHECK(c.threads >= 0, "--threads must be positive (got {})", c.threads);
   // --- engine ---
+  // The GPU engine runs INT4 weights over a BF16 / INT4 cache: `auto` takes it
+  // when a Hopper GPU is present and the formats asked for are those.
+  const std::string no_gpu = engines::gpu_engine_unavailable_reason();
+  const bool gpu_formats = (c.weights == WeightFormat::kAuto || c.weights == WeightFormat::kInt4) &&
+                           c.kv != KvFormat::kFp32;
+  bool use_gpu = false;
   if (c.engine == EngineKind::kGpu) {
-    const std::string why = engines::gpu_engine_unavailable_reason();
-    fail("--backend gpu: {} (use --backend cpu or auto)", why.empty() ? "unavailable" : why);
+    FUTR_CHECK(no_gpu.empty(), "--backend gpu: {} (use --backend cpu or auto)", no_gpu);
+    FUTR_CHECK(gpu_formats, "--backend gpu runs int4 weights with a bf16, int4 or int4-rot KV cache (asked: "
+               "--weights {} --kv {}); use --backend cpu for the other formats",
+               to_string(c.weights), to_string(c.kv));
+    use_gpu = true;
+  } else if (c.engine == EngineKind::kAuto) {
+    use_gpu = no_gpu.empty() && gpu_formats;
+    if (log) {
+      if (use_gpu) log("engine gpu (a Hopper GPU is present)");
+      else if (!no_gpu.empty()) log(fmt::format("engine cpu ({})", no_gpu));
+      else log(fmt::format("engine cpu (the GPU engine runs int4 weights with a bf16/int4 cache; asked: --weights "
+                           "{} --kv {})", to_string(c.weights), to_string(c.kv)));
+    }
   }
-  if (c.engine == EngineKind::kAuto && log)
-    log(fmt::format("engine cpu ({})", engines::gpu_engine_unavailable_reason()));
 
   // --- weights ---
   const bool futr = model.format == "futr";
@@ -78,7 +92,10 @@ std::unique_ptr<runtime::Engine> runtime::make_engine(const Model& model, const 
     stored = file->formats();
   }
   WeightFormat w = c.weights;
-  if (w == WeightFormat::kAuto) w = futr && !stored.empty() ? stored.front() : WeightFormat::kFp32;
+  if (w == WeightFormat::kAuto) {
+    if (use_gpu) w = WeightFormat::kInt4;  // quantized on load (RTN) unless the .futr file holds INT4
+    else w = futr && !stored.empty() ? stored.front() : WeightFormat::kFp32;
+  }
   if (c.quant_given || c.act_order) {
     FUTR_CHECK(!futr, "{}: the weights are already quantized; --quant/--act-order apply to unquantized "
                "models (GGUF, Hugging Face)", model.path);
@@ -94,7 +111,8 @@ std::unique_ptr<runtime::Engine> runtime::make_engine(const Model& model, const 
   eo.kv = kv;
   eo.kv_block = c.kv_block ? c.kv_block : std::min(kDefaultKvBlock, model.config.head_dim);
   eo.ctx = c.ctx;
-  eo.max_seqs = c.max_seqs;
+  // max_seqs 0: the engine's default (the GPU engine batches up to 32 sequences per step).
+  eo.max_seqs = c.max_seqs > 0 ? c.max_seqs : 1;
   eo.max_step_tokens = c.max_step_tokens;
   eo.threads = c.threads;
   if (w != WeightFormat::kFp32 || kv != KvFormat::kFp32) {
@@ -132,6 +150,15 @@ std::unique_ptr<runtime::Engine> runtime::make_engine(const Model& model, const 
     FUTR_CHECK(std::find(stored.begin(), stored.end(), w) != stored.end(),
                "{} holds no bf16 weights (run --weights fp32 for its dequantized weights)", model.path);
     q = std::make_shared<quant::QuantizedWeights>(file->read_weights(w));
+  }
+  if (use_gpu) {
+    gpu::GpuEngineOptions go;
+    go.kv = kv;
+    go.kv_block = eo.kv_block;
+    go.ctx = c.ctx;
+    go.max_seqs = c.max_seqs > 0 ? c.max_seqs : gpu::GpuEngine::kMaxMicroBatch;
+    go.max_step_tokens = c.max_step_tokens;
+    return std::make_unique<gpu::GpuEngine>(model, std::move(q), go);
   }
   return std::make_unique<cpu::CpuEngine>(model, std::move(q), eo);
 }

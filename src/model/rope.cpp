@@ -47,4 +47,23 @@ std::vector<double> rope_freq_factors(int head_dim, float theta, const RopeScali
   return r;
 }
 
+RopeTable make_rope_table(int head_dim, float theta, const RopeScaling& scaling, int max_pos) {
+  FUTR_CHECK(max_pos >= 1, "RoPE: table needs at least one position (got {})", max_pos);
+  const std::vector<double> f = rope_inv_freq(head_dim, theta, scaling);
+  RopeTable t;
+  t.head_dim = head_dim;
+  t.max_pos = max_pos;
+  const size_t half = size_t(head_dim / 2);
+  t.cos.resize(size_t(max_pos) * half);
+  t.sin.resize(size_t(max_pos) * half);
+  for (int p = 0; p < max_pos; ++p) {
+    for (size_t i = 0; i < half; ++i) {
+      const double a = double(p) * f[i];
+      t.cos[size_t(p) * half + i] = float(std::cos(a));
+      t.sin[size_t(p) * half + i] = float(std::sin(a));
+    }
+  }
+  return t;
+}
+
 }  // namespace futr

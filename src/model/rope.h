@@ -1,5 +1,6 @@
 // RoPE frequencies: the one home of the spec, used by the CPU forward
-// (cpu/ops.h make_rope_table), the FP8 GEMM's QKV epilogue and its reference
+// (cpu/ops.h apply_rope) and the GPU engine (sm90_rope) through the cos/sin
+// table below, the FP8 GEMM's QKV epilogue and its reference
 // (cpu/ref/fp8_gemm_ref.h; the GPU takes these values rounded to FP32) and
 // the GGUF reader (rope_freqs.weight holds rope_freq_factors()).
 //
@@ -33,5 +34,15 @@ std::vector<double> rope_inv_freq(int head_dim, float theta, const RopeScaling& 
 // The divisor of each frequency, theta^(-2i/D) / f_i (1 where unscaled): what
 // llama.cpp stores as rope_freqs.weight for llama3 scaling.
 std::vector<double> rope_freq_factors(int head_dim, float theta, const RopeScaling& scaling);
+
+// The cos/sin table of positions [0, max_pos): the angles pos * f_i and their
+// cos/sin computed in double, then rounded to FP32 once.
+struct RopeTable {
+  int head_dim = 0;        // D
+  int max_pos = 0;         // positions [0, max_pos) are tabulated
+  std::vector<float> cos;  // [max_pos, D/2] cos(pos * f_i)
+  std::vector<float> sin;  // [max_pos, D/2] sin(pos * f_i)
+};
+RopeTable make_rope_table(int head_dim, float theta, const RopeScaling& scaling, int max_pos);
 
 }  // namespace futr

@@ -86,7 +86,7 @@ struct RuntimeConfig {
   KvFormat kv = KvFormat::kAuto;
   int kv_block = 0;          // int4-rot Hadamard block; 0 = kDefaultKvBlock capped at head_dim
   int ctx = 0;               // positions per sequence; 0 = the model's trained context, capped
-  int max_seqs = 1;          // sequences open at once (each gets ctx positions)
+  int max_seqs = 1;          // sequences open at once (each gets ctx positions); 0: the engine's default
   int max_step_tokens = 256; // rows per step() at most
   int threads = 0;           // CPU threads; 0 = the default (cpu/threads.h)
   Fp8Config fp8;

@@ -53,7 +53,8 @@ inline constexpr int kAttnStages = 4;  // INT4 mirror: steps in flight per warp 
 inline constexpr int kAttnMaxSplits = 512;  // the merge keeps G x splits weights in shared memory
 
 struct DecodeAttentionParams {
-  const __nv_bfloat16* q = nullptr;  // [batch][n_heads][D]
+  const __nv_bfloat16* q = nullptr;  // [batch] rows of n_heads * D, row stride q_ld
+  int64_t q_ld = 0;
   __nv_bfloat16* out = nullptr;      // [batch][n_heads][D] (splits == 1)
   const int* slot_base = nullptr;    // [batch] first slot of each sequence
   const int* kv_len = nullptr;       // [batch] tokens to attend (the new one included)
@@ -307,7 +308,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sm90_decode_attention_kernel(
   // ---- the query: G rows, rotated into attention space -------------------------
   for (int i = tid; i < 8 * D; i += kThreads) {
     const int r = i / D, d = i % D;
-    q_s[r][d] = r < G ? __bfloat162float(p.q[(size_t(b) * n_heads + size_t(head) * G + r) * D + d]) : 0.f;
+    q_s[r][d] = r < G ? __bfloat162float(p.q[size_t(b) * p.q_ld + (size_t(head) * G + r) * D + d]) : 0.f;
   }
   __syncthreads();
   if (kInt4 && p.rot_block > 0) hadamard_rows_smem(&q_s[0][0], G, D + 4, D, p.rot_block, tid, kThreads, [] { __syncthreads(); });

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Issue 10 on the GPU machine: the GPU engine against the CPU quantized
+# reference on SmolLM2-135M (tests/gpu/engine_test.cpp), then `futr generate`
+# and `futr perplexity` on both engines, in one call. Results go to $OUT:
+#   logs.txt, ppl_<engine>_<kv>.json, and a short summary printed last.
+#
+# What travels (docs/DEVICE.md): one call carries at most 64 MiB, so
+#   - the model (98 MB) comes in three parts, .devcarry/m1, m2, m3 (each from
+#     `split -n 3`), carried by three consecutive calls of a warm machine; this
+#     script joins them into models/ (kept there between calls: ignored path);
+#   - the binaries come xz-compressed (.devcarry/bin/*.xz, ~5 MB each: the
+#     static OpenBLAS is most of their 32 MB);
+#   - the binaries' compiled-in paths (/work/main/...) point at this checkout
+#     through a symlink; the perplexity text is .devcarry/wiki.test.raw.
+#   usage: scripts/device/engine.sh [tests|cli|all] [max_tokens]
+set -u
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}
+OUT=${OUT:-/tmp/engine_out}
+mkdir -p "$OUT" models
+MODE=${1:-all}
+NTOK=${2:-32768}
+LOG=$OUT/logs.txt
+SUM=$OUT/summary.txt
+: > "$LOG"
+: > "$SUM"
+M=models/SmolLM2-135M-Instruct.Q4_1.gguf
+SHA=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+if ! echo "$SHA  $M" | sha256sum -c --status 2>/dev/null; then
+  cat .devcarry/m1/* .devcarry/m2/* .devcarry/m3/* > "$M" 2>/dev/null
+  echo "$SHA  $M" | sha256sum -c --status || { echo "model parts missing or corrupt" | tee -a "$SUM"; ls -la .devcarry/*; exit 3; }
+fi
+[ -e /work/main ] || { mkdir -p /work && ln -sfn "$PWD" /work/main; }
+mkdir -p .devcarry/run
+for z in .devcarry/bin/*.xz; do b=.devcarry/run/$(basename "$z" .xz); [ -x "$b" ] || { xz -dc "$z" > "$b" && chmod +x "$b"; }; done
+B=.devcarry/run
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee -a "$SUM"
+
+step() {
+  local name=$1 limit=$2
+  shift 2
+  local t0=$SECONDS
+  echo "===== $name: $*" >> "$LOG"
+  timeout "$limit" "$@" > "$OUT/$name.tmp" 2>&1
+  local rc=$?
+  cat "$OUT/$name.tmp" >> "$LOG"
+  echo "$name rc=$rc $((SECONDS - t0))s | $(grep -E 'PASSED|FAILED|largest|perplexity kv|"ppl"|Paris|futr: engine' "$OUT/$name.tmp" | tail -6 | tr '\n' ' ')" >> "$SUM"
+  rm -f "$OUT/$name.tmp"
+  return $rc
+}
+
+if [[ $MODE == all || $MODE == tests ]]; then
+  step gpu_engine_test 400 "$B/gpu_engine_test"
+fi
+if [[ $MODE == all || $MODE == cli ]]; then
+  P="The capital of France is"
+  step gen_gpu 120 "$B/futr" generate --model "$M" --backend gpu --temperature 0 -n 48 "$P"
+  step gen_cpu 120 "$B/futr" generate --model "$M" --backend cpu --weights int4 --temperature 0 -n 48 "$P"
+  for kv in bf16 int4 int4-rot; do
+    step "ppl_gpu_$kv" 300 "$B/futr" perplexity --model "$M" .devcarry/wiki.test.raw --backend gpu --weights int4 \
+      --kv "$kv" --ctx 1024 --max-tokens "$NTOK" --json -q
+    step "ppl_cpu_$kv" 300 "$B/futr" perplexity --model "$M" .devcarry/wiki.test.raw --backend cpu --weights int4 \
+      --kv "$kv" --ctx 1024 --max-tokens "$NTOK" --json -q
+  done
+  grep -h -A1 "===== ppl_" "$LOG" | head -40 > "$OUT/ppl.txt"
+fi
+echo "----- failures"
+grep -E "FAILED|Failure|error:|Error" "$LOG" | head -20
+echo "----- summary"
+cat "$SUM"

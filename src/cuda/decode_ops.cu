@@ -1,0 +1,50 @@
+// Launchers of the decode path's small kernels (see decode_ops.h).
+#include "cuda/decode_ops.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "cuda/check.h"
+#include "device/kernels/sm90_rmsnorm.cuh"
+#include "device/kernels/sm90_rope.cuh"
+#include "device/kernels/sm90_swiglu.cuh"
+
+namespace futr::cuda {
+
+void rmsnorm(const RmsNormArgs& a, cudaStream_t s) {
+  FUTR_CHECK(a.H >= 1 && a.H <= device::kRmsThreads * device::kRmsMaxPerThread,
+             "RMSNorm: hidden size {} out of range 1..{}", a.H, device::kRmsThreads * device::kRmsMaxPerThread);
+  FUTR_CHECK(a.x && a.gain && a.out && (!a.tokens || a.embd), "RMSNorm: a pointer is null");
+  if (a.rows == 0) return;
+  device::RmsNormParams p;
+  p.x = a.x;
+  p.add = static_cast<const uint16_t*>(a.add);
+  p.ld_add = a.ld_add;
+  p.tokens = a.tokens;
+  p.embd = static_cast<const uint16_t*>(a.embd);
+  p.gain = static_cast<const uint16_t*>(a.gain);
+  p.out = static_cast<uint16_t*>(a.out);
+  p.H = a.H;
+  p.eps = a.eps;
+  device::sm90_rmsnorm_kernel<<<unsigned(a.rows), device::kRmsThreads, 0, s>>>(p);
+  FUTR_CUDA_CHECK(cudaGetLastError());
+}
+
+void rope(void* x, int64_t ld, const int* pos, const float* cos, const float* sin, int rows, int heads, int D,
+          cudaStream_t s) {
+  FUTR_CHECK(D % 2 == 0 && int64_t(heads) * D <= ld, "RoPE: {} heads of {} do not fit a row of {}", heads, D, ld);
+  if (rows == 0) return;
+  device::RopeParams p{static_cast<uint16_t*>(x), ld, pos, cos, sin, heads, D};
+  device::sm90_rope_kernel<<<unsigned(rows), 256, 0, s>>>(p);
+  FUTR_CUDA_CHECK(cudaGetLastError());
+}
+
+void swiglu(const void* gu, void* out, int rows, int I, cudaStream_t s) {
+  if (rows == 0) return;
+  device::SwigluParams p{static_cast<const uint16_t*>(gu), static_cast<uint16_t*>(out), rows, I};
+  const long n = long(rows) * I;
+  device::sm90_swiglu_kernel<<<unsigned(std::min<long>((n + 255) / 256, 4096)), 256, 0, s>>>(p);
+  FUTR_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace futr::cuda

@@ -1,0 +1,72 @@
+// sm90_rmsnorm: the residual stream's step between two GEMMs of the decode
+// path, one CTA per row (cpu::rmsnorm and cpu::add_inplace are its reference):
+//
+//   x   = E[token]            (gather mode: the embedding row, BF16 -> FP32)
+//   x  += float(y)            (add mode: a GEMM's BF16 output)
+//   out = bf16(x * r * g),    r = 1 / sqrt(mean_j(x_j^2) + eps)
+//
+// x is the FP32 residual [rows][H], kept in place; g the BF16 gain; out the BF16
+// input of the next GEMM. The row's sum of squares is a block reduction in FP32.
+// Limits: H <= 8192 (x staged per thread in registers: 32 values at 256 threads).
+// Launcher: src/cuda/decode_ops.cu. Test: tests/device/decode_ops_test.cpp.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+namespace futr::device {
+
+struct RmsNormParams {
+  float* x = nullptr;              // [rows][H] FP32 residual (read and written)
+  const uint16_t* add = nullptr;   // add mode: [rows][ld_add] BF16, or null
+  int64_t ld_add = 0;
+  const int* tokens = nullptr;     // gather mode: [rows] ids, or null
+  const uint16_t* embd = nullptr;  // gather mode: [vocab][H] BF16
+  const uint16_t* gain = nullptr;  // [H] BF16
+  uint16_t* out = nullptr;         // [rows][H] BF16
+  int H = 0;
+  float eps = 1e-5f;
+};
+
+inline constexpr int kRmsThreads = 256;
+inline constexpr int kRmsMaxPerThread = 32;
+
+__global__ void __launch_bounds__(kRmsThreads) sm90_rmsnorm_kernel(const RmsNormParams p) {
+  const int row = blockIdx.x, tid = threadIdx.x;
+  float* x = p.x + size_t(row) * p.H;
+  const uint16_t* src = p.tokens ? p.embd + size_t(p.tokens[row]) * p.H : nullptr;
+  float v[kRmsMaxPerThread];
+  float ss = 0.f;
+#pragma unroll
+  for (int i = 0; i < kRmsMaxPerThread; ++i) {
+    const int j = tid + i * kRmsThreads;
+    if (j >= p.H) break;
+    float a = src ? __uint_as_float(uint32_t(src[j]) << 16) : x[j];
+    if (p.add) a = __fadd_rn(a, __uint_as_float(uint32_t(p.add[size_t(row) * p.ld_add + j]) << 16));
+    v[i] = a;
+    x[j] = a;
+    ss = fmaf(a, a, ss);
+  }
+  // ---- block sum of squares --------------------------------------------------
+  __shared__ float part[kRmsThreads / 32];
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+  if (tid % 32 == 0) part[tid / 32] = ss;
+  __syncthreads();
+  float tot = 0.f;
+#pragma unroll
+  for (int w = 0; w < kRmsThreads / 32; ++w) tot += part[w];
+  const float r = rsqrtf(tot / float(p.H) + p.eps);
+  // ---- normalized BF16 output ------------------------------------------------
+#pragma unroll
+  for (int i = 0; i < kRmsMaxPerThread; ++i) {
+    const int j = tid + i * kRmsThreads;
+    if (j >= p.H) break;
+    const float g = __uint_as_float(uint32_t(p.gain[j]) << 16);
+    const __nv_bfloat16 o = __float2bfloat16_rn(v[i] * r * g);
+    p.out[size_t(row) * p.H + j] = *reinterpret_cast<const uint16_t*>(&o);
+  }
+}
+
+}  // namespace futr::device

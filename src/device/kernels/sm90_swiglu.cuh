@@ -1,0 +1,33 @@
+// sm90_swiglu: the SwiGLU between the gate/up GEMM and the down GEMM of the
+// decode path (cpu::swiglu is the reference):
+//
+//   out[r][j] = bf16(silu(g) * u),  g = gu[r][j], u = gu[r][I + j],  silu(g) = g / (1 + exp(-g))
+//
+// gu is the fused gate/up GEMM's BF16 output [rows][2I] (gate columns first).
+// Launcher: src/cuda/decode_ops.cu. Test: tests/device/decode_ops_test.cpp.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+namespace futr::device {
+
+struct SwigluParams {
+  const uint16_t* gu = nullptr;  // [rows][2I] BF16
+  uint16_t* out = nullptr;       // [rows][I] BF16
+  int rows = 0, I = 0;
+};
+
+__global__ void __launch_bounds__(256) sm90_swiglu_kernel(const SwigluParams p) {
+  const size_t n = size_t(p.rows) * p.I;
+  for (size_t t = blockIdx.x * size_t(blockDim.x) + threadIdx.x; t < n; t += size_t(gridDim.x) * blockDim.x) {
+    const size_t r = t / p.I, j = t % p.I;
+    const float g = __uint_as_float(uint32_t(p.gu[r * 2 * p.I + j]) << 16);
+    const float u = __uint_as_float(uint32_t(p.gu[r * 2 * p.I + p.I + j]) << 16);
+    const __nv_bfloat16 o = __float2bfloat16_rn(g / (1.f + expf(-g)) * u);
+    p.out[t] = *reinterpret_cast<const uint16_t*>(&o);
+  }
+}
+
+}  // namespace futr::device

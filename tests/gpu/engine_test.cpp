@@ -1,0 +1,257 @@
+// The GPU engine (src/gpu/engine.h) against the CPU quantized reference
+// (cpu::CpuEngine) on SmolLM2-135M with the same INT4 (RTN) weights, for every
+// KV format (bf16, int4, int4-rot):
+//
+//   - the logits of every position of a ~200-token prompt. The yardstick is
+//     the reference's own spread: the CPU engine run on the same tokens one
+//     position per step instead of one chunk (only the FP32 summation order of
+//     its GEMMs changes) differs from itself by a mean relative L2 of ~1e-2
+//     per row with the BF16 cache and ~0.2 with the INT4 mirror (requantizing
+//     every K/V row turns one-ulp BF16 differences into whole INT4 steps). The
+//     GPU must stay within kGpuEngineVsSpread times that spread (mean over
+//     rows), and agree on the argmax about as often as the reference does with
+//     itself;
+//   - four sequences of different lengths in one step (prompt and decode rows
+//     mixed), each against the reference run alone;
+//   - the Engine contract's bookkeeping: lengths, truncate and re-run,
+//     free_positions, misuse refused (shared plan_batch checks);
+//   - perplexity over windows of the committed WikiText excerpt: the GPU as
+//     close to the reference as the reference run one position per step is
+//     (times kGpuEngineVsSpread, at least 0.2%); the |delta ppl| <= 0.001
+//     target is measured on 32,768 tokens by scripts/device/engine.sh.
+// Skips without a Hopper GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <sstream>
+
+#include "cpu/engine.h"
+#include "cpu/model_quant.h"
+#include "formats/loader.h"
+#include "gpu/engine.h"
+#include "runtime/perplexity.h"
+#include "support/compare.h"
+#include "support/expect_error.h"
+#include "support/gpu.h"
+#include "support/tolerances.h"
+#include "tokenizer/tokenizer.h"
+
+namespace futr {
+namespace {
+
+using runtime::BatchRow;
+using runtime::RowOutput;
+
+struct Shared {
+  Model model;
+  std::shared_ptr<const quant::QuantizedWeights> q;
+  std::vector<int32_t> text;  // tokens of the WikiText excerpt
+};
+
+Shared& shared() {
+  static Shared* s = [] {
+    auto* p = new Shared{load_model(FUTR_DEFAULT_MODEL), nullptr, {}};
+    cpu::QuantizeOptions qo;
+    qo.format = WeightFormat::kInt4;
+    qo.method = "rtn";
+    p->q = std::make_shared<quant::QuantizedWeights>(cpu::quantize_model(p->model, qo, {}));
+    std::ifstream f(FUTR_TEST_TEXT);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    const Tokenizer tok(p->model.tokenizer);
+    p->text = tok.encode(ss.str(), tok.add_bos(), false);
+    return p;
+  }();
+  return *s;
+}
+
+std::unique_ptr<runtime::Engine> make_gpu(KvFormat kv, int ctx, int seqs) {
+  gpu::GpuEngineOptions o;
+  o.kv = kv;
+  o.kv_block = 64;
+  o.ctx = ctx;
+  o.max_seqs = seqs;
+  o.max_step_tokens = 4096;
+  return std::make_unique<gpu::GpuEngine>(shared().model, shared().q, o);
+}
+
+std::unique_ptr<runtime::Engine> make_cpu(KvFormat kv, int ctx, int seqs) {
+  cpu::CpuEngineOptions o;
+  o.weights = WeightFormat::kInt4;
+  o.kv = kv;
+  o.kv_block = 64;
+  o.ctx = ctx;
+  o.max_seqs = seqs;
+  o.max_step_tokens = 4096;
+  return std::make_unique<cpu::CpuEngine>(shared().model, shared().q, o);
+}
+
+// The logits of every row of `tokens` run as sequence `id` from position 0.
+Tensor all_logits(runtime::Engine& e, runtime::SeqId id, std::span<const int32_t> tokens) {
+  std::vector<BatchRow> rows;
+  for (size_t i = 0; i < tokens.size(); ++i) rows.push_back({tokens[i], id, int32_t(i), RowOutput::kLogits, -1});
+  return e.step(rows).logits;
+}
+
+std::map<std::string, double>& worst() {
+  static std::map<std::string, double> w;
+  return w;
+}
+
+struct Deviation {
+  double mean_rel = 0, max_rel = 0;  // relative L2 per row, mean and max over rows
+  double argmax_agree = 0;           // fraction of rows with the same argmax
+};
+
+Deviation deviation(const Tensor& got, const Tensor& want) {
+  EXPECT_EQ(got.dim(0), want.dim(0));
+  const size_t V = size_t(want.dim(1));
+  Deviation d;
+  for (int64_t r = 0; r < want.dim(0); ++r) {
+    const std::span<const float> g(got.row(r), V), w(want.row(r), V);
+    const test::ErrorStats e = test::compare(g, w);
+    EXPECT_EQ(e.non_finite, 0u) << "row " << r;
+    d.mean_rel += e.rel_l2 / double(want.dim(0));
+    d.max_rel = std::max(d.max_rel, e.rel_l2);
+    d.argmax_agree += (std::max_element(g.begin(), g.end()) - g.begin() ==
+                       std::max_element(w.begin(), w.end()) - w.begin()) / double(want.dim(0));
+  }
+  return d;
+}
+
+// The logits of `tokens` on the CPU reference one position per step.
+Tensor stepwise_logits(runtime::Engine& e, runtime::SeqId id, std::span<const int32_t> tokens) {
+  Tensor out({int64_t(tokens.size()), int64_t(e.info().vocab)});
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const BatchRow row{tokens[i], id, int32_t(i), RowOutput::kLogits, -1};
+    const Tensor z = e.step(std::span<const BatchRow>(&row, 1)).logits;
+    std::memcpy(out.row(int64_t(i)), z.ptr(), size_t(z.numel()) * sizeof(float));
+  }
+  return out;
+}
+
+// GPU vs reference within kGpuEngineVsSpread x the reference's own spread.
+void expect_within_spread(const Tensor& gpu, const Tensor& ref, const Tensor& ref_stepwise, const std::string& what) {
+  const Deviation g = deviation(gpu, ref), self = deviation(ref_stepwise, ref);
+  std::printf("%s: gpu vs cpu mean %.3e max %.3e argmax %.3f | cpu stepwise vs cpu mean %.3e max %.3e argmax %.3f\n",
+              what.c_str(), g.mean_rel, g.max_rel, g.argmax_agree, self.mean_rel, self.max_rel, self.argmax_agree);
+  worst()[what] = std::max(worst()[what], g.mean_rel / std::max(self.mean_rel, 1e-6));
+  EXPECT_LE(g.mean_rel, test::tol::kGpuEngineVsSpread * self.mean_rel + 1e-3) << what;
+  EXPECT_GE(g.argmax_agree, std::min(self.argmax_agree, 1.0) - 0.05) << what;
+}
+
+class GpuEngineVsCpu : public ::testing::TestWithParam<KvFormat> {};
+
+TEST_P(GpuEngineVsCpu, PromptLogitsMatchTheQuantizedReference) {
+  FUTR_REQUIRE_GPU();
+  const KvFormat kv = GetParam();
+  auto g = make_gpu(kv, 512, 4);
+  auto c = make_cpu(kv, 512, 4);
+  const std::span<const int32_t> prompt(shared().text.data(), 200);
+  g->open(0);
+  c->open(0);
+  c->open(1);
+  const Tensor want = all_logits(*c, 0, prompt);
+  expect_within_spread(all_logits(*g, 0, prompt), want, stepwise_logits(*c, 1, prompt), "prompt kv " + to_string(kv));
+  EXPECT_EQ(g->length(0), 200);
+  // Truncate and re-run the tail: the logits of the first run again.
+  g->truncate(0, 150);
+  std::vector<BatchRow> tail;
+  for (int i = 150; i < 200; ++i) tail.push_back({prompt[size_t(i)], 0, i, RowOutput::kLogits, -1});
+  const Tensor again = g->step(tail).logits;
+  auto g2 = make_gpu(kv, 512, 1);
+  g2->open(0);
+  const Tensor first = all_logits(*g2, 0, prompt);
+  // One row per micro-step in both runs: the same kernels on the same inputs, bit for bit.
+  for (int i = 150; i < 200; ++i)
+    EXPECT_EQ(0, std::memcmp(again.row(i - 150), first.row(i), size_t(again.dim(1)) * sizeof(float)))
+        << "row " << i << " after truncate differs";
+}
+
+TEST_P(GpuEngineVsCpu, SeveralSequencesInOneStep) {
+  FUTR_REQUIRE_GPU();
+  const KvFormat kv = GetParam();
+  auto g = make_gpu(kv, 256, 4);
+  const std::vector<int> lens = {37, 5, 120, 64};
+  std::vector<BatchRow> rows;
+  for (int s = 0; s < 4; ++s) {
+    g->open(s);
+    for (int i = 0; i < lens[size_t(s)]; ++i)
+      rows.push_back({shared().text[size_t(100 * s + i)], s, i, RowOutput::kLogits, -1});
+  }
+  const Tensor got = g->step(rows).logits;
+  int64_t row = 0;
+  for (int s = 0; s < 4; ++s) {
+    auto c = make_cpu(kv, 256, 2);
+    c->open(0);
+    c->open(1);
+    const std::span<const int32_t> toks(shared().text.data() + 100 * s, size_t(lens[size_t(s)]));
+    const Tensor want = all_logits(*c, 0, toks);
+    Tensor part({int64_t(lens[size_t(s)]), want.dim(1)});
+    std::memcpy(part.ptr(), got.row(row), size_t(part.numel()) * sizeof(float));
+    row += lens[size_t(s)];
+    expect_within_spread(part, want, stepwise_logits(*c, 1, toks), "batched kv " + to_string(kv));
+  }
+  EXPECT_EQ(g->free_positions(), int64_t(4) * 256 - (37 + 5 + 120 + 64));
+}
+
+TEST_P(GpuEngineVsCpu, PerplexityOfTheExcerpt) {
+  FUTR_REQUIRE_GPU();
+  const KvFormat kv = GetParam();
+  auto g = make_gpu(kv, 256, 8);
+  auto c = make_cpu(kv, 256, 8);
+  const std::span<const int32_t> t(shared().text.data(), std::min<size_t>(shared().text.size(), 1024));
+  const runtime::PplResult pg = runtime::evaluate_perplexity(*g, t, 256, 256, 4096);
+  const runtime::PplResult pc = runtime::evaluate_perplexity(*c, t, 256, 256, 4096);
+  const runtime::PplResult ps = runtime::evaluate_perplexity(*c, t, 256, 256, 1);  // one position per step
+  std::printf("perplexity kv %s: gpu %.5f cpu %.5f cpu stepwise %.5f (%lld tokens)\n", to_string(kv).c_str(),
+              pg.stats.ppl(), pc.stats.ppl(), ps.stats.ppl(), (long long)pc.stats.count());
+  const double spread = std::fabs(ps.stats.ppl() - pc.stats.ppl());
+  EXPECT_LE(std::fabs(pg.stats.ppl() - pc.stats.ppl()),
+            std::max(test::tol::kGpuEngineVsSpread * spread, 2e-3 * pc.stats.ppl()));
+}
+
+INSTANTIATE_TEST_SUITE_P(Kv, GpuEngineVsCpu, ::testing::Values(KvFormat::kBf16, KvFormat::kInt4, KvFormat::kInt4Rot),
+                         [](const auto& i) {
+                           std::string s = to_string(i.param);
+                           std::replace(s.begin(), s.end(), '-', '_');
+                           return s;
+                         });
+
+TEST(GpuEngine, RefusesWhatItCannotRun) {
+  FUTR_REQUIRE_GPU();
+  gpu::GpuEngineOptions o;
+  o.kv = KvFormat::kFp32;
+  EXPECT_FUTR_ERROR(gpu::GpuEngine(shared().model, shared().q, o), "KV cache fp32 is not supported");
+  o.kv = KvFormat::kBf16;
+  o.ctx = 1 << 22;
+  o.max_seqs = 4096;
+  EXPECT_FUTR_ERROR(gpu::GpuEngine(shared().model, shared().q, o), "what fits");
+  o.max_seqs = 200;  // 2^22 x 200 slots: addressable, but 19 TB
+  EXPECT_FUTR_ERROR(gpu::GpuEngine(shared().model, shared().q, o), "what fits");
+  o.ctx = 64;
+  o.max_seqs = 1;
+  gpu::GpuEngine e(shared().model, shared().q, o);
+  e.open(1);
+  const std::vector<BatchRow> bad = {{1, 1, 3, RowOutput::kLogits, -1}};  // not at the sequence's end
+  EXPECT_THROW(e.step(bad), Error);
+  EXPECT_EQ(e.length(1), 0);
+  EXPECT_THROW(e.open(2), Error);  // max_seqs = 1
+}
+
+class Report : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    for (const auto& [k, v] : worst())
+      std::printf("gpu engine: mean logits deviation over the reference's own spread, %s: %.2f\n", k.c_str(), v);
+  }
+};
+const auto* const kReport = ::testing::AddGlobalTestEnvironment(new Report);
+
+}  // namespace
+}  // namespace futr
