@@ -3,25 +3,30 @@
 # each for SECONDS (default 120) on its committed seed corpus (fuzz/corpus/T),
 # keeping what it finds in build-fuzz/corpus/T. Crashes are written to
 # build-fuzz/artifacts/. Usage: fuzz/run.sh [SECONDS] [TARGET...]
-# (targets: gguf safetensors hf_config). See fuzz/README.md.
+# (targets: gguf safetensors hf_config futr tokenizer_json). Inputs up to
+# 1.2 MB (deep JSON nesting needs large inputs). Runs at nice 19 on one core.
+# RUNS=N stops each target after N executions instead. See fuzz/README.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-120}
 shift || true
-targets=${*:-gguf safetensors hf_config}
+targets=${*:-gguf safetensors hf_config futr tokenizer_json}
+runs=${RUNS:+-runs=$RUNS}
 export PATH="/usr/local/cuda/bin:$PATH"
 cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DFUTR_BUILD_FUZZ=ON \
   -DFUTR_BUILD_TESTS=OFF -DFUTR_BUILD_BENCH=OFF >/dev/null
-ninja -C build-fuzz $(for t in $targets; do echo "${t}_fuzz"; done)
+nice ninja -C build-fuzz $(for t in $targets; do echo "${t}_fuzz"; done)
 mkdir -p build-fuzz/artifacts
 status=0
 for t in $targets; do
   mkdir -p "build-fuzz/corpus/$t"
   echo "fuzz: $t for ${secs}s"
-  OMP_NUM_THREADS=1 "build-fuzz/bin/${t}_fuzz" -max_total_time="$secs" -rss_limit_mb=2048 -timeout=10 \
+  OMP_NUM_THREADS=1 nice -n 19 "build-fuzz/bin/${t}_fuzz" -max_total_time="$secs" $runs -max_len=1200000 \
+    -rss_limit_mb=2048 -timeout=10 \
     -dict="fuzz/$t.dict" -artifact_prefix="build-fuzz/artifacts/$t-" -print_final_stats=1 \
-    "build-fuzz/corpus/$t" "fuzz/corpus/$t" 2>"build-fuzz/$t.log" || { status=1; echo "fuzz: $t FAILED (build-fuzz/$t.log)"; }
+    "build-fuzz/corpus/$t" "fuzz/corpus/$t" $([ -d "fuzz/regressions/$t" ] && echo "fuzz/regressions/$t") \
+    2>"build-fuzz/$t.log" || { status=1; echo "fuzz: $t FAILED (build-fuzz/$t.log)"; }
   grep -E "^(Done|stat::number_of_executed_units)" "build-fuzz/$t.log" || true
 done
 exit $status

@@ -5,6 +5,8 @@
 #include <CLI/CLI.hpp>
 
 #include <chrono>
+#include <cstdint>
+#include <span>
 #include <string>
 
 #include "model/model.h"
@@ -31,11 +33,33 @@ std::string default_model_path();
 // scripts/fetch-model.sh when it is missing). futr::Error on failure.
 Model load_model_for_cli(const RunOptions& o);
 
-// The whole file as bytes; futr::Error naming it when it cannot be read.
+// Input size limits (docs/RELIABILITY.md): a text file (perplexity,
+// calibration) and a prompt on stdin.
+inline constexpr uint64_t kMaxTextBytes = 1ull << 30;
+inline constexpr uint64_t kMaxStdinBytes = 64ull << 20;
+// Largest --threads: 4 threads per hardware thread, at least 64 (more only
+// costs memory and, past OpenMP's limits, crashes inside it).
+int max_threads();
+
+// The whole file as bytes (core/io.h: a regular file of at most kMaxTextBytes);
+// futr::Error naming it when it cannot be read.
 std::string read_file_bytes(const std::string& path);
 
-// Everything on stdin as bytes.
+// Everything on stdin as bytes, at most kMaxStdinBytes.
 std::string read_stdin_bytes();
+
+// Checks the context a command asked for against the model: at least `min`,
+// at most the trained context (max_context), and its KV cache (FP32, the
+// largest format; `seqs` sequences) at most the machine's memory.
+// `flag` names the option in messages ("--ctx").
+void check_ctx(const Model& model, int64_t ctx, int seqs, const char* flag, int64_t min = 1);
+
+// Sets logits[id] = -inf for the ids the tokenizer has no token for (a
+// vocabulary padded beyond the tokenizer), so they are never sampled.
+void mask_untokenizable(std::span<float> logits, int32_t tokenizer_size);
+
+// futr::Error naming `what` (e.g. "generate: step 3 (token 2)") if a logit is NaN or +inf.
+void check_logits_finite(std::span<const float> logits, const std::string& what);
 
 // The EngineLog of make_engine(): "futr: <line>" on stderr unless quiet.
 runtime::EngineLog stderr_log(bool quiet);

@@ -55,8 +55,10 @@ void write_out(const std::string& s) {
 }
 
 void run_generate(GenerateOptions o) {
-  if (!o.prompt_given) o.prompt = read_stdin_bytes();
   FUTR_CHECK(o.max_tokens >= 0, "--max-tokens must be >= 0 (got {})", o.max_tokens);
+  FUTR_CHECK(o.run.ctx >= 0, "--ctx {} is out of range (1..the model's trained context; default: that, at most 4096)",
+             o.run.ctx);
+  if (!o.prompt_given) o.prompt = read_stdin_bytes();
   if (!o.seed_given) o.sampler.seed = std::random_device{}();
   runtime::Sampler sampler(o.sampler);  // validates temperature / top-p before the model loads
 
@@ -70,9 +72,9 @@ void run_generate(GenerateOptions o) {
     if (!o.system.empty()) messages.push_back({"system", o.system});
     messages.push_back({"user", o.prompt});
     const ChatTemplate tmpl = ChatTemplate::for_tokenizer(tok);
-    const std::string text = tmpl.apply(messages, /*add_generation_prompt=*/true);
-    // The template may write BOS itself; do not add a second one.
-    prompt = tok.encode(text, !tmpl.emits_bos() && tok.add_bos(), /*parse_special=*/true);
+    // The template's markers are special tokens; the user's text never is
+    // (a typed "<|im_end|>" stays text). BOS as the template wants it.
+    prompt = tmpl.encode(tok, messages, /*add_generation_prompt=*/true);
   } else {
     FUTR_CHECK(o.system.empty(), "--system needs --chat");
     prompt = tok.encode(o.prompt, tok.add_bos(), /*parse_special=*/false);
@@ -81,6 +83,7 @@ void run_generate(GenerateOptions o) {
 
   runtime::RuntimeConfig rc = runtime_config(o.run, o.quant);
   rc.ctx = o.run.ctx > 0 ? o.run.ctx : std::min(model.config.max_context, 4096);
+  check_ctx(model, rc.ctx, rc.max_seqs, "--ctx");
   FUTR_CHECK(int64_t(prompt.size()) <= rc.ctx,
              "the prompt has {} tokens, more than the context of {} (use a larger --ctx)",
              prompt.size(), rc.ctx);
@@ -98,7 +101,11 @@ void run_generate(GenerateOptions o) {
   bool context_full = false;
   Stopwatch t_gen;
   while (generated < o.max_tokens) {
-    const int32_t next = sampler.sample({logits.row(0), size_t(logits.dim(1))});
+    const std::span<float> row(logits.row(0), size_t(logits.dim(1)));
+    check_logits_finite(row, generated == 0 ? std::string("generate: the prompt's last position")
+                                            : fmt::format("generate: step {} (token {})", steps, generated + 1));
+    mask_untokenizable(row, tok.vocab_size());  // a vocabulary padded beyond the tokenizer
+    const int32_t next = sampler.sample(row);
     if (tok.is_eog(next)) break;
     ++generated;
     write_out(out.push(next));
@@ -154,10 +161,14 @@ void add_generate_command(CLI::App& app) {
   sub->add_option("--temperature", o->sampler.temperature, "Sampling temperature; 0 = greedy")
       ->capture_default_str();
   sub->add_option("--top-k", o->sampler.top_k, "Keep the k most likely tokens (0: all)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(0, INT32_MAX));
   sub->add_option("--top-p", o->sampler.top_p, "Nucleus: keep the most likely tokens up to this "
                   "probability mass")->capture_default_str();
-  CLI::Option* seed = sub->add_option("--seed", o->sampler.seed, "Random seed (default: random)");
+  CLI::Option* seed = sub->add_option("--seed", o->sampler.seed, "Random seed, 0..2^64-1 (default: random)")
+      ->check([](const std::string& v) {  // NOTE: a negative value would wrap to a huge seed
+        return v.empty() || v[0] == '-' ? std::string("the seed must be in 0..18446744073709551615") : std::string();
+      });
   sub->add_flag("-q,--quiet", o->quiet, "No statistics on stderr");
   sub->callback([o, prompt, seed] {
     GenerateOptions copy = *o;

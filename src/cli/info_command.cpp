@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/text.h"
 #include "formats/gguf.h"
 #include "formats/hf_checkpoint.h"
 #include "formats/loader.h"
@@ -128,6 +129,8 @@ void run_info(const std::string& model_arg, bool list_tensors, bool json, bool m
     FUTR_CHECK(m.format == "gguf", "--metadata is for GGUF files ({} is {})", path, m.format);
     out += gguf_metadata_text(path);
   }
+  // Names and metadata come from the file: no raw control bytes on the terminal.
+  if (!json) out = printable(out, SIZE_MAX, /*keep_newlines=*/true);
   std::fwrite(out.data(), 1, out.size(), stdout);
 }
 

@@ -7,7 +7,9 @@
 //   futr serve                  OpenAI-compatible HTTP server (cli/serve_command.h, if built)
 //
 // Every failure (bad flags, missing files, a prompt longer than the context,
-// a broken model) prints one message on stderr and exits with status 1.
+// a broken model) prints one message on stderr and exits with status 1; the
+// message goes through core/text.h printable(), so bytes from hostile files
+// (terminal escape sequences) never reach the terminal raw.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -19,6 +21,7 @@
 #include "cli/commands.h"
 #include "cli/quantize.h"
 #include "core/error.h"
+#include "core/text.h"
 #if FUTR_HAVE_INFO_COMMAND
 #include "cli/info_command.h"
 #endif
@@ -47,7 +50,7 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 1;
   } catch (const futr::Error& e) {
     std::fflush(stdout);
-    fmt::print(stderr, "futr: error: {}\n", e.what());
+    fmt::print(stderr, "futr: error: {}\n", futr::printable(e.what(), SIZE_MAX, /*keep_newlines=*/true));
     return 1;
   } catch (const std::bad_alloc&) {
     std::fflush(stdout);
@@ -55,7 +58,7 @@ int main(int argc, char** argv) {
     return 1;
   } catch (const std::exception& e) {
     std::fflush(stdout);
-    fmt::print(stderr, "futr: error: {}\n", e.what());
+    fmt::print(stderr, "futr: error: {}\n", futr::printable(e.what(), SIZE_MAX, /*keep_newlines=*/true));
     return 1;
   }
   return 0;

@@ -105,10 +105,11 @@ class ProgressBar {
 };
 
 void run_perplexity(const PerplexityOptions& o) {
-  if (o.run.ctx <= 0) fail("--ctx must be at least 2 (got {})", o.run.ctx);
+  FUTR_CHECK(o.run.ctx >= 2, "--ctx {} is out of range (2..the model's trained context)", o.run.ctx);
   const int ctx = o.run.ctx;
+  FUTR_CHECK(o.stride >= 0 && o.stride <= ctx, "--stride {} is out of range (1..--ctx {}; 0 or absent: ctx)", o.stride,
+             ctx);
   const int stride = o.stride > 0 ? o.stride : ctx;
-  FUTR_CHECK(stride <= ctx, "--stride {} must not exceed --ctx {}", stride, ctx);
   FUTR_CHECK(o.max_tokens >= 0, "--max-tokens must be >= 0 (got {})", o.max_tokens);
   const std::string text = read_file_bytes(o.file);
   FUTR_CHECK(!text.empty(), "{}: the file is empty", o.file);
@@ -125,6 +126,7 @@ void run_perplexity(const PerplexityOptions& o) {
   rc.ctx = ctx;
   rc.max_step_tokens = o.batch;
   rc.max_seqs = o.seqs;
+  check_ctx(model, ctx, rc.max_seqs, "--ctx", 2);
   FUTR_CHECK(o.save_kl_base.empty() || o.kl_base.empty(),
              "--save-kl-base and --kl-base are exclusive (save the base run first)");
   std::unique_ptr<quant::KlBase> kl_save, kl_base;

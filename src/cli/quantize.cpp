@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <cmath>
 #include <ctime>
 #include <memory>
@@ -26,6 +27,7 @@
 #include "cli/common.h"
 #include "cli/engine_options.h"
 #include "core/error.h"
+#include "core/io.h"
 #include "cpu/quantize.h"
 #include "cpu/threads.h"
 #include "engines/factory.h"
@@ -98,8 +100,27 @@ std::vector<WeightFormat> parse_formats(const std::string& list) {
   return out;
 }
 
+// The output must not be the input model (or any file of an input directory)
+// and must be a new or a regular file: checked before the model is read.
+void check_output(const std::string& out, const std::string& model_arg) {
+  namespace fs = std::filesystem;
+  const std::string kind = file_kind(out);
+  FUTR_CHECK(kind == "missing" || kind == "regular file", "-o {}: is a {}; the output must be a new or a regular file",
+             out, kind);
+  if (kind == "missing") return;
+  const fs::path in = model_arg.empty() ? fs::path(default_model_path()) : fs::path(model_arg);
+  std::vector<fs::path> inputs = {in};
+  std::error_code ec;
+  if (fs::is_directory(in, ec))
+    for (const auto& e : fs::directory_iterator(in, ec)) inputs.push_back(e.path());
+  for (const fs::path& p : inputs)
+    FUTR_CHECK(!fs::equivalent(out, p, ec), "-o {} is {} of the input model; choose another output file", out,
+               p == in ? "the file" : "a file");
+}
+
 void run_quantize(const QuantizeCmdOptions& o) {
   FUTR_CHECK(!o.out.empty(), "give the output file with -o OUT.futr");
+  check_output(o.out, o.run.model);
   const std::vector<WeightFormat> formats = parse_formats(o.weights);
   const bool has_int4 = std::find(formats.begin(), formats.end(), WeightFormat::kInt4) != formats.end();
   FUTR_CHECK(has_int4 || (o.quant.quant.empty() && !o.quant.act_order && o.quant.group == 0),

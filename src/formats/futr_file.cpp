@@ -2,17 +2,24 @@
 #include "formats/futr_file.h"
 
 #include <algorithm>
+#include <cfloat>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <map>
 
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/io.h"
+#include "core/json.h"
 #include "core/numeric.h"
+#include "core/text.h"
 #include "quant/fp8_weights.h"
 #include "quant/int4_pack.h"
 #include "quant/int4_quant.h"
+#include "tokenizer/tokenizer.h"
 
 namespace futr {
 
@@ -255,8 +262,15 @@ void write_futr(const std::filesystem::path& path, const Model& model,
                 const std::vector<const quant::QuantizedWeights*>& sets, const FutrWriteOptions& o) {
   auto [header, data] = build(model, sets, o);
   const std::vector<uint8_t> prefix = prefix_bytes(header, o);
+  // The output must be a new or a regular file (never a device, FIFO or
+  // directory that a rename would replace), and so must its ".tmp".
   const std::filesystem::path tmp = path.string() + ".tmp";
-  {
+  for (const std::filesystem::path& p : {path, tmp}) {
+    const std::string k = file_kind(p);
+    FUTR_CHECK(k == "missing" || k == "regular file", "{}: is a {}; the .futr output must be a regular file",
+               p.string(), k);
+  }
+  try {
     std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
     FUTR_CHECK(f.good(), "{}: cannot open for writing", tmp.string());
     f.write(reinterpret_cast<const char*>(prefix.data()), std::streamsize(prefix.size()));
@@ -275,10 +289,18 @@ void write_futr(const std::filesystem::path& path, const Model& model,
     if (o.progress) o.progress(total, total);
     f.flush();
     FUTR_CHECK(f.good(), "{}: write error (disk full?)", tmp.string());
+  } catch (...) {
+    std::error_code rm;
+    std::filesystem::remove(tmp, rm);  // never leave a partial file behind
+    throw;
   }
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
-  FUTR_CHECK(!ec, "{}: cannot rename {} into place: {}", path.string(), tmp.string(), ec.message());
+  if (ec) {
+    std::error_code rm;
+    std::filesystem::remove(tmp, rm);
+    fail("{}: cannot rename {} into place: {}", path.string(), tmp.string(), ec.message());
+  }
 }
 
 bool is_futr_file(const std::filesystem::path& path) {
@@ -317,22 +339,70 @@ void FutrFile::parse() {
              name_, hbytes, size);
   data_ = align_up(kFixedHeader + hbytes);
   FUTR_CHECK(data_ <= size, "{}: truncated .futr file (data section past the end)", name_);
+  header_ = parse_json_document(
+      std::string_view(reinterpret_cast<const char*>(bytes_.data()) + kFixedHeader, size_t(hbytes)),
+      name_ + ": the .futr header");
   try {
-    header_ = json::parse(bytes_.begin() + long(kFixedHeader), bytes_.begin() + long(kFixedHeader + hbytes));
+    FUTR_CHECK(header_.is_object() && header_.contains("format") && header_["format"] == "futr",
+               "{}: the .futr header does not say format \"futr\"", name_);
+    FUTR_CHECK(header_.contains("tensors") && header_["tensors"].is_array(), "{}: .futr header has no tensor list",
+               name_);
+    check_blobs();
   } catch (const json::exception& e) {
-    fail("{}: the .futr header is not valid JSON: {}", name_, e.what());
+    fail("{}: bad .futr header: {}", name_, e.what());
   }
-  FUTR_CHECK(header_.is_object() && header_.value("format", "") == "futr",
-             "{}: the .futr header does not say format \"futr\"", name_);
-  FUTR_CHECK(header_.contains("tensors") && header_["tensors"].is_array(), "{}: .futr header has no tensor list",
-             name_);
+}
+
+// Every blob the header names (tensor data and scales, tokenizer strings) lies
+// inside the data section at a 64-byte aligned offset, and no two overlap; no
+// tensor (name, format) appears twice. Checked once, before any data is read.
+void FutrFile::check_blobs() const {
+  struct Range {
+    uint64_t off, bytes;
+    std::string what;
+  };
+  std::vector<Range> ranges;
+  const uint64_t avail = bytes_.size() - data_;
+  auto add = [&](const json& e, const char* off_key, const char* size_key, const std::string& what) {
+    FUTR_CHECK(e.contains(off_key) && e.contains(size_key), "{}: {} has no '{}' / '{}'", name_, what, off_key,
+               size_key);
+    const uint64_t off = json_uint(e[off_key], fmt::format("{}: {} {}", name_, what, off_key));
+    const uint64_t bytes = json_uint(e[size_key], fmt::format("{}: {} {}", name_, what, size_key));
+    FUTR_CHECK(off <= avail && bytes <= avail - off, "{}: {} (offset {}, {} bytes) lies past the end of the file",
+               name_, what, off, bytes);
+    FUTR_CHECK(off % kAlign == 0, "{}: {} starts at offset {}, not a multiple of {}", name_, what, off, kAlign);
+    if (bytes > 0) ranges.push_back({off, bytes, what});
+  };
+  std::map<std::string, int> seen;
+  for (const json& t : header_["tensors"]) {
+    FUTR_CHECK(t.is_object() && t.contains("name") && t["name"].is_string(), "{}: a tensor entry has no name: {}",
+               name_, json_snippet(t));
+    const std::string name = t["name"].get<std::string>();
+    FUTR_CHECK(!t.contains("format") || t["format"].is_string(), "{}: tensor '{}' has a non-string format", name_,
+               printable(name, 100));
+    const std::string key = t.contains("format") ? name + "." + t["format"].get<std::string>() : name;
+    FUTR_CHECK(seen.emplace(key, 0).second, "{}: tensor '{}' appears twice in the header", name_, printable(key, 100));
+    const std::string what = "tensor '" + printable(name, 100) + "'";
+    add(t, "offset", "bytes", what);
+    if (t.contains("scale_offset") || t.contains("scale_bytes")) add(t, "scale_offset", "scale_bytes", what + " scales");
+  }
+  if (header_.contains("tokenizer") && header_["tokenizer"].is_object())
+    for (const char* k : {"tokens", "merges", "chat_template"}) {
+      const json& tk = header_["tokenizer"];
+      if (tk.contains(k) && tk[k].is_object()) add(tk[k], "offset", "bytes", fmt::format("tokenizer {}", k));
+    }
+  std::sort(ranges.begin(), ranges.end(), [](const Range& x, const Range& y) { return x.off < y.off; });
+  for (size_t i = 1; i < ranges.size(); ++i)
+    FUTR_CHECK(ranges[i].off >= ranges[i - 1].off + ranges[i - 1].bytes,
+               "{}: {} (offset {}, {} bytes) overlaps {} (offset {}, {} bytes)", name_, ranges[i].what, ranges[i].off,
+               ranges[i].bytes, ranges[i - 1].what, ranges[i - 1].off, ranges[i - 1].bytes);
 }
 
 std::span<const uint8_t> FutrFile::blob(const json& t, const char* off_key, const char* size_key,
                                         uint64_t expect) const {
-  const uint64_t off = t.at(off_key).get<uint64_t>();
-  const uint64_t bytes = t.at(size_key).get<uint64_t>();
-  const std::string name = t.value("name", std::string("?"));
+  const uint64_t off = json_uint(t.at(off_key), fmt::format("{}: {}", name_, off_key));
+  const uint64_t bytes = json_uint(t.at(size_key), fmt::format("{}: {}", name_, size_key));
+  const std::string name = printable(t.value("name", std::string("?")), 100);
   FUTR_CHECK(bytes == expect, "{}: tensor '{}' has {} bytes, its shape needs {}", name_, name, bytes, expect);
   const uint64_t avail = bytes_.size() - data_;
   FUTR_CHECK(off <= avail && bytes <= avail - off,
@@ -361,8 +431,13 @@ namespace {
 
 // Dimension check: positive and small enough that products cannot overflow.
 int64_t dim_of(const json& shape, size_t i, const std::string& file, const std::string& name) {
-  const int64_t v = shape.at(i).get<int64_t>();
-  FUTR_CHECK(v > 0 && v <= (int64_t(1) << 31), "{}: tensor '{}' has dimension {} = {}", file, name, i, v);
+  FUTR_CHECK(shape.at(i).is_number_integer(), "{}: tensor '{}' has a non-integer dimension {}", file,
+             printable(name, 100), i);
+  const int64_t v = shape.at(i).is_number_unsigned() && shape.at(i).get<uint64_t>() > uint64_t(INT64_MAX)
+                        ? INT64_MAX
+                        : shape.at(i).get<int64_t>();
+  FUTR_CHECK(v > 0 && v <= (int64_t(1) << 31), "{}: tensor '{}' has dimension {} = {}", file, printable(name, 100), i,
+             v);
   return v;
 }
 
@@ -375,39 +450,50 @@ quant::QuantizedWeights FutrFile::read_weights(WeightFormat f) const {
     for (const json& s : header_.value("weight_sets", json::array()))
       if (s.at("format").get<std::string>() == to_string(f)) {
         out.method = s.value("method", "");
-        if (s.contains("fp8_initial_amax"))
-          for (const auto& [site, a] : s["fp8_initial_amax"].get<std::map<std::string, float>>())
+        if (s.contains("fp8_initial_amax")) {
+          FUTR_CHECK(s["fp8_initial_amax"].is_object(), "{}: fp8_initial_amax is not an object", name_);
+          for (const auto& [site, v] : s["fp8_initial_amax"].items()) {
+            SiteId id;
             try {
-              out.fp8_initial_amax[parse_site_name(site)] = a;
+              id = parse_site_name(site);
             } catch (const Error& e) {
               fail("{}: fp8_initial_amax: {}", name_, e.what());
             }
+            out.fp8_initial_amax[id] =
+                float(json_float(v, name_ + ": fp8_initial_amax['" + printable(site, 100) + "']", 0.0, FLT_MAX));
+          }
+        }
       }
     const ModelConfig cfg = to_model(false).config;
     for (const json& t : header_["tensors"]) {
       if (!t.contains("format") || t["format"].get<std::string>() != to_string(f)) continue;
       quant::QuantizedTensor q;
       const std::string qname = t.at("name").get<std::string>();
+      const std::string pname = printable(qname, 100);  // for messages
+      // Every stored projection is one of this model's layers (never ignored).
       try {
         q.id = parse_projection_name(qname);
       } catch (const Error&) {
-        continue;  // not a projection: ignored (a missing projection is reported below)
+        q.id = {};
       }
+      FUTR_CHECK(q.id.layer >= 0 && q.id.layer < cfg.n_layers,
+                 "{}: unexpected {} tensor '{}' (not a projection of this model's {} layers)", name_, to_string(f),
+                 pname, cfg.n_layers);
       q.format = f;
       q.method = t.value("method", "");
       const json& shape = t.at("shape");
-      FUTR_CHECK(shape.is_array() && shape.size() == 2, "{}: tensor '{}' is not 2-D", name_, qname);
-      const int64_t n = dim_of(shape, 0, name_, qname), k = dim_of(shape, 1, name_, qname);
+      FUTR_CHECK(shape.is_array() && shape.size() == 2, "{}: tensor '{}' is not 2-D", name_, pname);
+      const int64_t n = dim_of(shape, 0, name_, pname), k = dim_of(shape, 1, name_, pname);
       q.n = int(n);
       q.k = int(k);
       const std::string kind = t.at("kind").get<std::string>();
       if (f == WeightFormat::kInt4) {
-        FUTR_CHECK(kind == "int4", "{}: int4 tensor '{}' has kind '{}'", name_, qname, kind);
-        const int group = t.at("group").get<int>();
+        FUTR_CHECK(kind == "int4", "{}: int4 tensor '{}' has kind '{}'", name_, pname, printable(kind, 40));
+        const int group = int(json_int(t.at("group"), name_ + ": tensor '" + pname + "' group", 1, 1 << 20));
         try {
           quant::check_int4_shape(q.n, q.k, group);
         } catch (const Error& e) {
-          fail("{}: tensor '{}': {}", name_, qname, e.what());
+          fail("{}: tensor '{}': {}", name_, pname, e.what());
         }
         quant::Int4Packed p;
         p.n = q.n;
@@ -417,9 +503,12 @@ quant::QuantizedWeights FutrFile::read_weights(WeightFormat f) const {
         const auto sb = blob(t, "scale_offset", "scale_bytes", uint64_t(n) * uint64_t(k / group) * 2);
         p.weights.assign(wb.begin(), wb.end());
         p.scales = from_bytes<uint16_t>(sb);
+        for (size_t i = 0; i < p.scales.size(); ++i)  // FP16 exponent all ones: Inf or NaN
+          FUTR_CHECK((p.scales[i] & 0x7c00) != 0x7c00, "{}: tensor '{}' has a non-finite INT4 scale (#{})", name_,
+                     pname, i);
         q.int4 = quant::unpack_int4(p);
       } else if (f == WeightFormat::kFp8) {
-        FUTR_CHECK(kind == "e4m3", "{}: fp8 tensor '{}' has kind '{}'", name_, qname, kind);
+        FUTR_CHECK(kind == "e4m3", "{}: fp8 tensor '{}' has kind '{}'", name_, pname, printable(kind, 40));
         const auto wb = blob(t, "offset", "bytes", uint64_t(n) * uint64_t(k));
         const auto sb = blob(t, "scale_offset", "scale_bytes", uint64_t(n) * 4);
         q.fp8.n = q.n;
@@ -427,11 +516,22 @@ quant::QuantizedWeights FutrFile::read_weights(WeightFormat f) const {
         q.fp8.w.assign(wb.begin(), wb.end());
         q.fp8.scale = from_bytes<float>(sb);
         q.fp8.folded_gain = t.at("folded_gain").get<bool>();
+        // The gain of an RMSNorm can only be folded into a projection that reads
+        // the normed hidden state: q, k, v (attn_norm) and gate, up (ffn_norm).
+        FUTR_CHECK(!q.fp8.folded_gain || reads_rmsnorm(q.id.proj),
+                   "{}: tensor '{}' has folded_gain, but its input is not the normed hidden state (only q, k, v, "
+                   "gate and up can fold a norm gain)",
+                   name_, pname);
         for (float s : q.fp8.scale)
-          FUTR_CHECK(std::isfinite(s) && s > 0.0f, "{}: tensor '{}' has a bad FP8 scale {}", name_, qname, s);
+          FUTR_CHECK(std::isfinite(s) && s > 0.0f, "{}: tensor '{}' has a bad FP8 scale {}", name_, pname, s);
+        for (size_t i = 0; i < q.fp8.w.size(); ++i)  // E4M3 has one NaN pattern per sign and no Inf
+          FUTR_CHECK((q.fp8.w[i] & 0x7f) != 0x7f, "{}: tensor '{}' holds an E4M3 NaN (element {})", name_, pname, i);
       } else if (f == WeightFormat::kBf16) {
-        FUTR_CHECK(kind == "bf16", "{}: bf16 tensor '{}' has kind '{}'", name_, qname, kind);
+        FUTR_CHECK(kind == "bf16", "{}: bf16 tensor '{}' has kind '{}'", name_, pname, printable(kind, 40));
         q.bf16 = from_bytes<uint16_t>(blob(t, "offset", "bytes", uint64_t(n) * uint64_t(k) * 2));
+        for (size_t i = 0; i < q.bf16.size(); ++i)
+          FUTR_CHECK((q.bf16[i] & 0x7f80) != 0x7f80, "{}: tensor '{}' holds a non-finite value (element {})", name_,
+                     pname, i);
       }
       out.tensors[q.id] = std::move(q);
     }
@@ -464,25 +564,33 @@ Model FutrFile::to_model(bool with_weights) const {
   try {
     const json& c = header_.at("config");
     ModelConfig& cfg = m.config;
+    FUTR_CHECK(c.is_object(), "{}: config is not an object", name_);
+    // Integers must fit their field (1e300 or 2^32 + 64 are refused, not wrapped).
+    auto get_int = [&](const json& o, const char* obj, const char* key, int64_t lo, int64_t hi) {
+      return int(json_int(o.at(key), fmt::format("{}: {}.{}", name_, obj, key), lo, hi));
+    };
+    auto get_float = [&](const json& o, const char* obj, const char* key) {
+      return float(json_float(o.at(key), fmt::format("{}: {}.{}", name_, obj, key), -FLT_MAX, FLT_MAX));
+    };
     cfg.arch = c.at("arch").get<std::string>();
     cfg.name = c.value("name", "");
-    cfg.hidden = c.at("hidden").get<int>();
-    cfg.n_layers = c.at("n_layers").get<int>();
-    cfg.n_heads = c.at("n_heads").get<int>();
-    cfg.n_kv_heads = c.at("n_kv_heads").get<int>();
-    cfg.head_dim = c.at("head_dim").get<int>();
-    cfg.intermediate = c.at("intermediate").get<int>();
-    cfg.vocab = c.at("vocab").get<int>();
-    cfg.max_context = c.at("max_context").get<int>();
-    cfg.rope_theta = c.at("rope_theta").get<float>();
-    cfg.rms_eps = c.at("rms_eps").get<float>();
+    cfg.hidden = get_int(c, "config", "hidden", 1, INT32_MAX);
+    cfg.n_layers = get_int(c, "config", "n_layers", 1, INT32_MAX);
+    cfg.n_heads = get_int(c, "config", "n_heads", 1, INT32_MAX);
+    cfg.n_kv_heads = get_int(c, "config", "n_kv_heads", 1, INT32_MAX);
+    cfg.head_dim = get_int(c, "config", "head_dim", 1, INT32_MAX);
+    cfg.intermediate = get_int(c, "config", "intermediate", 1, INT32_MAX);
+    cfg.vocab = get_int(c, "config", "vocab", 1, INT32_MAX);
+    cfg.max_context = get_int(c, "config", "max_context", 1, INT32_MAX);
+    cfg.rope_theta = get_float(c, "config", "rope_theta");
+    cfg.rms_eps = get_float(c, "config", "rms_eps");
     cfg.tied_embeddings = c.at("tied_embeddings").get<bool>();
     const json& rs = c.at("rope_scaling");
     cfg.rope_scaling.type = rs.at("type").get<std::string>();
-    cfg.rope_scaling.factor = rs.at("factor").get<float>();
-    cfg.rope_scaling.low_freq_factor = rs.at("low_freq_factor").get<float>();
-    cfg.rope_scaling.high_freq_factor = rs.at("high_freq_factor").get<float>();
-    cfg.rope_scaling.original_max_position = rs.at("original_max_position").get<int>();
+    cfg.rope_scaling.factor = get_float(rs, "config.rope_scaling", "factor");
+    cfg.rope_scaling.low_freq_factor = get_float(rs, "config.rope_scaling", "low_freq_factor");
+    cfg.rope_scaling.high_freq_factor = get_float(rs, "config.rope_scaling", "high_freq_factor");
+    cfg.rope_scaling.original_max_position = get_int(rs, "config.rope_scaling", "original_max_position", 1, INT32_MAX);
     cfg.validate(name_);
 
     // Tokenizer.
@@ -492,8 +600,9 @@ Model FutrFile::to_model(bool with_weights) const {
     tk.pre = t.at("pre").get<std::string>();
     auto strings = [&](const char* key) {
       const json& e = t.at(key);
-      const uint64_t count = e.at("count").get<uint64_t>();
-      const uint64_t off = e.at("offset").get<uint64_t>(), bytes = e.at("bytes").get<uint64_t>();
+      const uint64_t count = json_uint(e.at("count"), fmt::format("{}: tokenizer {} count", name_, key));
+      const uint64_t off = json_uint(e.at("offset"), fmt::format("{}: tokenizer {} offset", name_, key));
+      const uint64_t bytes = json_uint(e.at("bytes"), fmt::format("{}: tokenizer {} bytes", name_, key));
       const uint64_t avail = bytes_.size() - data_;
       FUTR_CHECK(off <= avail && bytes <= avail - off, "{}: tokenizer {} lie past the end of the file",
                  name_, key);
@@ -512,25 +621,40 @@ Model FutrFile::to_model(bool with_weights) const {
         v.emplace_back(reinterpret_cast<const char*>(p + pos), len);
         pos += len;
       }
+      FUTR_CHECK(pos == bytes, "{}: tokenizer {}: {} bytes after the last of its {} strings", name_, key, bytes - pos,
+                 count);
       return v;
     };
     tk.tokens = strings("tokens");
     tk.merges = strings("merges");
     const std::vector<std::string> tmpl = strings("chat_template");
     tk.chat_template = tmpl.empty() ? std::string() : tmpl[0];
-    tk.token_types = t.at("token_types").get<std::vector<int32_t>>();
-    tk.bos = t.at("bos").get<int32_t>();
-    tk.eos = t.at("eos").get<int32_t>();
-    tk.unk = t.at("unk").get<int32_t>();
-    tk.pad = t.at("pad").get<int32_t>();
-    tk.extra_eos = t.at("extra_eos").get<std::vector<int32_t>>();
+    auto id = [&](const json& v, const std::string& what) {
+      return int32_t(json_int(v, fmt::format("{}: tokenizer.{}", name_, what), -1, INT32_MAX));
+    };
+    const json& types = t.at("token_types");
+    FUTR_CHECK(types.is_array() && (types.empty() || types.size() == tk.tokens.size()),
+               "{}: tokenizer.token_types must be an array of {} token types", name_, tk.tokens.size());
+    tk.token_types.reserve(types.size());
+    for (const json& v : types) tk.token_types.push_back(int32_t(json_int(v, name_ + ": tokenizer.token_types", 0, 6)));
+    tk.bos = id(t.at("bos"), "bos");
+    tk.eos = id(t.at("eos"), "eos");
+    tk.unk = id(t.at("unk"), "unk");
+    tk.pad = id(t.at("pad"), "pad");
+    const json& extra = t.at("extra_eos");
+    FUTR_CHECK(extra.is_array() && extra.size() <= tk.tokens.size(), "{}: tokenizer.extra_eos must be a list of ids",
+               name_);
+    for (const json& v : extra) tk.extra_eos.push_back(id(v, "extra_eos"));
     tk.add_bos = t.at("add_bos").get<bool>();
     if (!t.at("ignore_merges").is_null()) tk.ignore_merges = t["ignore_merges"].get<bool>();
     FUTR_CHECK(tk.tokens.empty() || int64_t(tk.tokens.size()) == cfg.vocab || int64_t(tk.tokens.size()) <= cfg.vocab,
                "{}: the tokenizer has {} tokens, more than the vocabulary {}", name_, tk.tokens.size(),
                cfg.vocab);
-    for (int32_t id : {tk.bos, tk.eos, tk.unk, tk.pad})
-      FUTR_CHECK(id >= -1 && id < int32_t(tk.tokens.size()), "{}: special token id {} out of range", name_, id);
+    std::vector<int32_t> specials = {tk.bos, tk.eos, tk.unk, tk.pad};
+    specials.insert(specials.end(), tk.extra_eos.begin(), tk.extra_eos.end());
+    for (int32_t sid : specials)
+      FUTR_CHECK(sid >= -1 && sid < int32_t(tk.tokens.size()), "{}: special token id {} out of range", name_, sid);
+    check_tokenizer_spec(tk, name_);  // before any weight is read
 
     // Sources and the non-projection tensors.
     std::map<std::string, const json*> dense;
@@ -539,16 +663,19 @@ Model FutrFile::to_model(bool with_weights) const {
       const std::string kind = e.at("kind").get<std::string>();
       const json& shape = e.at("shape");
       FUTR_CHECK(shape.is_array() && !shape.empty() && shape.size() <= 2, "{}: tensor '{}' has a bad shape",
-                 name_, name);
+                 name_, printable(name, 100));
       SourceTensor s;
       s.name = e.contains("format") ? name + "." + e["format"].get<std::string>() : name;
       for (size_t i = 0; i < shape.size(); ++i) s.shape.push_back(dim_of(shape, i, name_, name));
-      s.bytes = e.at("bytes").get<uint64_t>() + e.value("scale_bytes", uint64_t(0));
-      if (kind == "int4") s.type = fmt::format("INT4_G{}", e.at("group").get<int>());
+      // (offsets and sizes were range-checked by check_blobs())
+      s.bytes = e.at("bytes").get<uint64_t>() + (e.contains("scale_bytes") ? e["scale_bytes"].get<uint64_t>() : 0);
+      if (kind == "int4")
+        s.type = fmt::format("INT4_G{}", json_int(e.at("group"), name_ + ": tensor '" + printable(name, 100) + "' group",
+                                                  1, 1 << 20));
       else if (kind == "e4m3") s.type = e.value("folded_gain", false) ? "E4M3 (norm folded)" : "E4M3";
       else if (kind == "bf16") s.type = "BF16";
       else if (kind == "f32") s.type = "F32";
-      else fail("{}: tensor '{}' has unknown kind '{}'", name_, name, kind);
+      else fail("{}: tensor '{}' has unknown kind '{}'", name_, printable(name, 100), printable(kind, 40));
       m.sources.push_back(s);
       if (!e.contains("format")) dense[name] = &e;
     }
@@ -596,7 +723,9 @@ Model FutrFile::to_model(bool with_weights) const {
         } else if (q.format == WeightFormat::kFp8) {
           t.data = quant::dequantize_fp8(q.fp8);
           if (q.fp8.folded_gain) {  // W = W' / g
+            FUTR_ASSERT(i != 3 && i != 6);  // refused by read_weights()
             const Tensor& g = i < 3 ? L.attn_norm : L.ffn_norm;
+            FUTR_ASSERT(g.data.size() == size_t(t.dim(1)));
             for (int64_t r = 0; r < t.dim(0); ++r)
               for (int64_t c2 = 0; c2 < t.dim(1); ++c2) {
                 const float gv = g.data[size_t(c2)];

@@ -25,7 +25,12 @@
 //
 // Readers check everything against the file size and the config before
 // touching data (hostile files get a futr::Error naming the file, never a
-// crash or an absurd allocation); a version newer than this reader whose
+// crash or an absurd allocation): the header is nested at most 64 deep
+// (core/json.h); every number must fit its field's range (no wrapping, no
+// 1e300 -> inf); blobs lie inside the data section, 64-byte aligned, and never
+// overlap; no tensor appears twice; scales and weights are finite (checked at
+// load, naming the tensor); folded_gain is allowed only on projections whose
+// input is the hidden state (q, k, v, gate, up). A version newer than this reader whose
 // "oldest reader" field is still <= kFutrFormatVersion is read, otherwise the
 // error says which futr version is needed.
 //
@@ -91,6 +96,7 @@ class FutrFile {
 
  private:
   void parse();
+  void check_blobs() const;
   std::span<const uint8_t> blob(const nlohmann::json& t, const char* off_key, const char* size_key,
                                 uint64_t expect) const;
   std::string name_;

@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "core/error.h"
+#include "core/text.h"
 #include "formats/llama_layout.h"
 
 namespace futr {
@@ -332,11 +333,11 @@ void GgufFile::parse() {
     const std::string what = fmt::format("metadata entry {}", i);
     const std::string_view key = c.str(what + " key");
     FUTR_CHECK(!key.empty(), "{}: {} has an empty key", path_, what);
-    const std::string kwhat = fmt::format("metadata '{}'", key.substr(0, 200));
+    const std::string kwhat = fmt::format("metadata '{}'", printable(key, 200));
     const uint32_t type = c.u32(kwhat);
     GgufValue v = read_value(c, type, 0, kwhat);
     FUTR_CHECK(kv_index_.emplace(key, kvs_.size()).second, "{}: duplicate metadata key '{}'",
-               path_, key.substr(0, 200));
+               path_, printable(key, 200));
     kvs_.push_back({key, v});
   }
 
@@ -352,7 +353,7 @@ void GgufFile::parse() {
     const std::string what = fmt::format("tensor info {}", i);
     GgufTensorInfo t;
     t.name = std::string(c.str(what + " name"));
-    const std::string tw = fmt::format("tensor '{}'", t.name.substr(0, 200));
+    const std::string tw = fmt::format("tensor '{}'", printable(t.name, 200));
     const uint32_t n_dims = c.u32(tw + " n_dims");
     FUTR_CHECK(n_dims >= 1 && n_dims <= kMaxDims, "{}: {} has {} dimensions (1..{} allowed)",
                path_, tw, n_dims, kMaxDims);
@@ -378,7 +379,7 @@ void GgufFile::parse() {
   // Index by name (after the vector stopped growing: keys view the names).
   for (size_t i = 0; i < tensors_.size(); ++i)
     FUTR_CHECK(tensor_index_.emplace(tensors_[i].name, i).second,
-               "{}: duplicate tensor name '{}'", path_, tensors_[i].name.substr(0, 200));
+               "{}: duplicate tensor name '{}'", path_, printable(tensors_[i].name, 200));
 
   // Data section: aligned start, tensors aligned, inside the file, disjoint.
   const uint64_t end_of_infos = c.pos();
@@ -388,11 +389,11 @@ void GgufFile::parse() {
   for (const GgufTensorInfo& t : tensors_) {
     FUTR_CHECK(t.offset % alignment_ == 0,
                "{}: tensor '{}' data offset {} is not a multiple of the alignment {}", path_,
-               t.name, t.offset, alignment_);
+               printable(t.name, 200), t.offset, alignment_);
     FUTR_CHECK(data_offset_ <= fsize && t.offset <= data_size && t.nbytes <= data_size - t.offset,
                "{}: tensor '{}' data [{}, +{}) lies past the end of the file ({} bytes, data "
                "section at {}): truncated file?",
-               path_, t.name, t.offset, t.nbytes, fsize, data_offset_);
+               path_, printable(t.name, 200), t.offset, t.nbytes, fsize, data_offset_);
   }
   std::vector<size_t> order(tensors_.size());
   std::iota(order.begin(), order.end(), size_t{0});
@@ -402,8 +403,8 @@ void GgufFile::parse() {
     const GgufTensorInfo& p = tensors_[order[i - 1]];
     const GgufTensorInfo& t = tensors_[order[i]];
     FUTR_CHECK(t.offset >= p.offset + p.nbytes,
-               "{}: data of tensors '{}' [{}, +{}) and '{}' [{}, +{}) overlap", path_, p.name,
-               p.offset, p.nbytes, t.name, t.offset, t.nbytes);
+               "{}: data of tensors '{}' [{}, +{}) and '{}' [{}, +{}) overlap", path_, printable(p.name, 200),
+               p.offset, p.nbytes, printable(t.name, 200), t.offset, t.nbytes);
   }
 }
 
@@ -424,7 +425,7 @@ std::span<const uint8_t> GgufFile::tensor_bytes(const GgufTensorInfo& t) const {
 Tensor GgufFile::read_tensor(const GgufTensorInfo& t) const {
   const GgmlTypeInfo& ti = t.type_info();
   FUTR_CHECK(ti.supported, "{}: tensor '{}' has type {}, which futr cannot dequantize (supported: {})",
-             path_, t.name, ti.name, ggml_supported_types());
+             path_, printable(t.name, 200), ti.name, ggml_supported_types());
   Tensor out(t.shape());
   // Chunks of whole blocks, decoded in parallel; the first non-finite value is an error.
   const std::span<const uint8_t> in = tensor_bytes(t);
@@ -444,7 +445,7 @@ Tensor GgufFile::read_tensor(const GgufTensorInfo& t) const {
       }
   }
   FUTR_CHECK(first_bad == INT64_MAX, "{}: tensor '{}' has a non-finite value at element {}", path_,
-             t.name, first_bad);
+             printable(t.name, 200), first_bad);
   return out;
 }
 

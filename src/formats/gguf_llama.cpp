@@ -7,6 +7,8 @@
 #include <optional>
 
 #include "core/error.h"
+#include "core/text.h"
+#include "tokenizer/tokenizer.h"
 #include "formats/gguf.h"
 #include "formats/llama_layout.h"
 #include "model/rope.h"
@@ -203,7 +205,7 @@ ModelConfig gguf_model_config(const GgufFile& f) {
   const std::optional<std::string> arch = opt_string(f, "general.architecture");
   FUTR_CHECK(arch.has_value(), "{}: missing metadata key 'general.architecture'", f.path());
   FUTR_CHECK(*arch == "llama", "{}: unsupported architecture '{}' (supported: llama)", f.path(),
-             arch->substr(0, 100));
+             printable(*arch, 100));
   c.arch = *arch;
   const std::string p = *arch + ".";
   c.name = opt_string(f, "general.name").value_or("");
@@ -355,7 +357,7 @@ Model load_gguf_model(const GgufFile& f, bool with_weights) {
     }
     const std::optional<SlotRef> ref = gguf_slot(t.name);
     FUTR_CHECK(ref.has_value(), "{}: unexpected tensor '{}' (not part of the llama architecture)",
-               f.path(), t.name.substr(0, 200));
+               f.path(), printable(t.name, 200));
     slots.push_back({*ref, t.name, t.shape()});
   }
   const bool has_head = check_llama_layout(c, slots, f.path(), "the llama.* metadata", gguf_name);
@@ -376,6 +378,7 @@ Model load_gguf_model(const GgufFile& f, bool with_weights) {
   FUTR_CHECK(m.tokenizer.tokens.size() <= size_t(c.vocab),
              "{}: the tokenizer has {} tokens but the model's vocabulary is {}", f.path(),
              m.tokenizer.tokens.size(), c.vocab);
+  check_tokenizer_spec(m.tokenizer, f.path());  // before any weight is read
 
   for (const GgufTensorInfo& t : f.tensors())
     m.sources.push_back({t.name, t.type_info().name, t.shape(), t.nbytes});

@@ -11,9 +11,13 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/io.h"
+#include "core/json.h"
+#include "core/text.h"
 #include "formats/llama_layout.h"
 #include "formats/safetensors.h"
 #include "tokenizer/hf_json.h"
+#include "tokenizer/tokenizer.h"
 
 namespace futr {
 namespace {
@@ -25,22 +29,11 @@ constexpr uint64_t kMaxConfigBytes = 4u << 20;
 constexpr uint64_t kMaxIndexBytes = 64u << 20;
 
 std::string read_small_file(const fs::path& p, uint64_t limit) {
-  std::error_code ec;
-  const uint64_t size = fs::file_size(p, ec);
-  FUTR_CHECK(!ec, "{}: cannot read: {}", p.string(), ec.message());
-  FUTR_CHECK(size <= limit, "{}: {} bytes, more than the {} byte limit for this file", p.string(),
-             size, limit);
-  std::ifstream in(p, std::ios::binary);
-  FUTR_CHECK(in.good(), "{}: cannot open", p.string());
-  std::string s(size_t(size), '\0');
-  in.read(s.data(), std::streamsize(size));
-  FUTR_CHECK(uint64_t(in.gcount()) == size, "{}: short read", p.string());
-  return s;
+  return read_file_limited(p, limit, "a Hugging Face checkpoint file");
 }
 
 json parse_json(std::string_view text, const std::string& source) {
-  json j = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
-  FUTR_CHECK(!j.is_discarded(), "{}: invalid JSON", source);
+  json j = parse_json_document(text, source);
   FUTR_CHECK(j.is_object(), "{}: expected a JSON object at the top level", source);
   return j;
 }
@@ -52,13 +45,14 @@ const json* field(const json& o, const char* key) {
   return it == o.end() || it->is_null() ? nullptr : &*it;
 }
 
-std::string clip(const std::string& s) { return s.size() > 100 ? s.substr(0, 100) + "..." : s; }
+// File-derived text in messages: clipped and escaped (core/text.h).
+std::string clip(const std::string& s) { return printable(s, 100); }
 
 std::optional<int> opt_int(const json& o, const char* key, const std::string& src) {
   const json* v = field(o, key);
   if (!v) return std::nullopt;
   FUTR_CHECK(v->is_number_integer(), "{}: '{}' must be an integer, found {}", src, key,
-             clip(v->dump()));
+             json_snippet(*v));
   if (v->is_number_unsigned()) {
     const uint64_t u = v->get<uint64_t>();
     FUTR_CHECK(u <= uint64_t(INT32_MAX), "{}: '{}' = {} is out of range", src, key, u);
@@ -78,7 +72,7 @@ int req_int(const json& o, const char* key, const std::string& src) {
 std::optional<float> opt_float(const json& o, const char* key, const std::string& src) {
   const json* v = field(o, key);
   if (!v) return std::nullopt;
-  FUTR_CHECK(v->is_number(), "{}: '{}' must be a number, found {}", src, key, clip(v->dump()));
+  FUTR_CHECK(v->is_number(), "{}: '{}' must be a number, found {}", src, key, json_snippet(*v));
   const double x = v->get<double>();
   FUTR_CHECK(std::isfinite(x) && std::fabs(x) <= double(FLT_MAX), "{}: '{}' = {} is out of range",
              src, key, x);
@@ -89,20 +83,20 @@ std::optional<bool> opt_bool(const json& o, const char* key, const std::string& 
   const json* v = field(o, key);
   if (!v) return std::nullopt;
   FUTR_CHECK(v->is_boolean(), "{}: '{}' must be true or false, found {}", src, key,
-             clip(v->dump()));
+             json_snippet(*v));
   return v->get<bool>();
 }
 
 std::optional<std::string> opt_string(const json& o, const char* key, const std::string& src) {
   const json* v = field(o, key);
   if (!v) return std::nullopt;
-  FUTR_CHECK(v->is_string(), "{}: '{}' must be a string, found {}", src, key, clip(v->dump()));
+  FUTR_CHECK(v->is_string(), "{}: '{}' must be a string, found {}", src, key, json_snippet(*v));
   return v->get<std::string>();
 }
 
 // RoPE parameters (rope_parameters or rope_scaling object) -> config fields.
 void read_rope(const json& r, const char* what, ModelConfig& c, const std::string& src) {
-  FUTR_CHECK(r.is_object(), "{}: '{}' must be an object, found {}", src, what, clip(r.dump()));
+  FUTR_CHECK(r.is_object(), "{}: '{}' must be an object, found {}", src, what, json_snippet(r));
   const std::string s = src + " " + what;
   if (auto t = opt_float(r, "rope_theta", s)) c.rope_theta = *t;
   std::optional<std::string> type = opt_string(r, "rope_type", s);
@@ -188,12 +182,12 @@ struct WeightFiles {
 WeightFiles find_weight_files(const fs::path& dir) {
   WeightFiles w;
   std::error_code ec;
-  if (fs::is_regular_file(dir / "model.safetensors", ec)) {
+  if (optional_regular_file(dir / "model.safetensors", "the weights of a Hugging Face checkpoint")) {
     w.files.push_back(dir / "model.safetensors");
     return w;
   }
   const fs::path ip = dir / "model.safetensors.index.json";
-  FUTR_CHECK(fs::is_regular_file(ip, ec),
+  FUTR_CHECK(optional_regular_file(ip, "the shard index of a Hugging Face checkpoint"),
              "{}: no model.safetensors or model.safetensors.index.json", dir.string());
   w.sharded = true;
   const std::string src = ip.string();
@@ -210,8 +204,8 @@ WeightFiles find_weight_files(const fs::path& dir) {
                clip(name), clip(f));
     auto [it, added] = file_ids.emplace(f, w.files.size());
     if (added) {
-      FUTR_CHECK(fs::is_regular_file(dir / f, ec), "{}: shard '{}' (named by the index) is missing",
-                 src, clip(f));
+      FUTR_CHECK(optional_regular_file(dir / f, "a shard named by " + src),
+                 "{}: shard '{}' (named by the index) is missing", src, clip(f));
       w.files.push_back(dir / f);
     }
     w.index.emplace(name, it->second);
@@ -233,7 +227,7 @@ ModelConfig parse_hf_config(std::string_view text, const std::string& src) {
     bool llama = false;
     for (const json& a : *archs) llama = llama || (a.is_string() && a.get<std::string>() == "LlamaForCausalLM");
     FUTR_CHECK(llama, "{}: unsupported architecture {} (supported: LlamaForCausalLM)", src,
-               clip(archs->dump()));
+               json_snippet(*archs));
   }
   FUTR_CHECK(!mt || *mt == "llama", "{}: unsupported model_type '{}' (supported: llama)", src,
              clip(*mt));
@@ -285,11 +279,13 @@ Model load_hf_model(const fs::path& dir, bool with_weights) {
   m.format = "hf-safetensors";
   m.config = read_hf_config(dir);
   ModelConfig& c = m.config;
-  std::error_code ec;
-  if (fs::is_regular_file(dir / "tokenizer.json", ec)) m.tokenizer = tokenizer_spec_from_hf_json(dir);
+  // The tokenizer first (before any weight is read), bounded by the config's vocabulary.
+  if (optional_regular_file(dir / "tokenizer.json", "the tokenizer of a Hugging Face checkpoint"))
+    m.tokenizer = tokenizer_spec_from_hf_json(dir, c.vocab);
   FUTR_CHECK(m.tokenizer.tokens.size() <= size_t(c.vocab),
              "{}: tokenizer.json has {} tokens but vocab_size is {}", dir.string(),
              m.tokenizer.tokens.size(), c.vocab);
+  check_tokenizer_spec(m.tokenizer, (dir / "tokenizer.json").string());
 
   const WeightFiles wf = find_weight_files(dir);
   std::vector<std::unique_ptr<SafetensorsFile>> files;

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/text.h"
 
 namespace futr {
 
@@ -89,16 +90,16 @@ bool check_llama_layout(const ModelConfig& c, const std::vector<SlotTensor>& ten
     const bool per_layer = slot_per_layer(t.ref.slot);
     if (per_layer)
       FUTR_CHECK(t.ref.layer >= 0 && t.ref.layer < c.n_layers,
-                 "{}: tensor '{}' belongs to layer {}, but the model has {} layers", source, t.name,
+                 "{}: tensor '{}' belongs to layer {}, but the model has {} layers", source, printable(t.name, 200),
                  t.ref.layer, c.n_layers);
     const SlotTensor*& slot = seen[size_t(t.ref.slot)][per_layer ? size_t(t.ref.layer) : 0];
     FUTR_CHECK(slot == nullptr, "{}: tensors '{}' and '{}' both provide {}{}", source,
-               slot ? slot->name : "", t.name, slot_name(t.ref.slot),
+               slot ? slot->name : "", printable(t.name, 200), slot_name(t.ref.slot),
                per_layer ? " of layer " + std::to_string(t.ref.layer) : std::string());
     slot = &t;
     const std::vector<int64_t> want = slot_shape(c, t.ref.slot);
     FUTR_CHECK(t.shape == want, "{}: tensor '{}' has shape {}, expected {} from {}", source,
-               t.name, shape_string(t.shape), shape_string(want), config_from);
+               printable(t.name, 200), shape_string(t.shape), shape_string(want), config_from);
   }
   for (int s = 0; s < kSlots; ++s) {
     if (LlamaSlot(s) == LlamaSlot::kLmHead) continue;

@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "core/io.h"
 #include "formats/futr_file.h"
 #include "formats/gguf.h"
 #include "formats/hf_checkpoint.h"
@@ -14,16 +15,15 @@ namespace futr {
 
 ModelFormat detect_model_format(const std::filesystem::path& path) {
   namespace fs = std::filesystem;
-  std::error_code ec;
-  const fs::file_status st = fs::status(path, ec);
-  FUTR_CHECK(!ec && fs::exists(st), "{}: no such file or directory", path.string());
-  if (fs::is_directory(st)) {
-    FUTR_CHECK(fs::is_regular_file(path / "config.json", ec),
+  const std::string kind = file_kind(path);
+  FUTR_CHECK(kind != "missing", "{}: no such file or directory", path.string());
+  if (kind == "directory") {
+    FUTR_CHECK(optional_regular_file(path / "config.json", "the config of a Hugging Face model directory"),
                "{}: a directory without config.json is not a Hugging Face model directory",
                path.string());
     return ModelFormat::kHfDirectory;
   }
-  FUTR_CHECK(fs::is_regular_file(st), "{}: not a regular file or directory", path.string());
+  FUTR_CHECK(kind == "regular file", "{}: is a {}, expected a model file or directory", path.string(), kind);
   char magic[4] = {};
   std::ifstream in(path, std::ios::binary);
   FUTR_CHECK(in.good(), "{}: cannot open", path.string());
@@ -63,9 +63,8 @@ TokenizerSpec load_tokenizer_spec(const std::filesystem::path& path) {
   switch (detect_model_format(path)) {
     case ModelFormat::kGguf: return gguf_tokenizer_spec(GgufFile(path));
     case ModelFormat::kHfDirectory: {
-      std::error_code ec;
-      if (std::filesystem::is_regular_file(path / "tokenizer.json", ec))
-        return tokenizer_spec_from_hf_json(path);
+      if (optional_regular_file(path / "tokenizer.json", "the tokenizer of a Hugging Face checkpoint"))
+        return tokenizer_spec_from_hf_json(path, read_hf_config(path).vocab);
       return TokenizerSpec{};
     }
     case ModelFormat::kFutr: return load_futr_model(path, false).tokenizer;

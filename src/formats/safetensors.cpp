@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/text.h"
 #include "core/numeric.h"
 #include "formats/llama_layout.h"
 
@@ -113,7 +114,7 @@ class HeaderSax {
   }
 
  private:
-  static std::string clip(const std::string& s) { return s.size() > 200 ? s.substr(0, 200) + "..." : s; }
+  static std::string clip(const std::string& s) { return printable(s, 200); }
   std::string where() const {
     return depth_ >= 2 ? fmt::format(" (in '{}')", clip(in_meta_ ? std::string("__metadata__") : cur_.name)) : "";
   }
@@ -209,14 +210,14 @@ void SafetensorsFile::parse() {
   for (size_t i = 0; i < tensors_.size(); ++i) {
     const SafetensorsTensor& t = tensors_[i];
     FUTR_CHECK(index_.emplace(t.name, i).second, "{}: duplicate tensor name '{}'", path_,
-               t.name.substr(0, 200));
+               printable(t.name, 200));
     FUTR_CHECK(t.begin <= t.end && t.end <= data_size,
                "{}: tensor '{}' data [{}, {}) lies outside the {}-byte data buffer (truncated file?)",
-               path_, t.name, t.begin, t.end, data_size);
+               path_, printable(t.name, 200), t.begin, t.end, data_size);
     const uint64_t want = t.numel * uint64_t(safetensors_dtype_size(t.dtype));
     FUTR_CHECK(t.end - t.begin == want,
                "{}: tensor '{}' of dtype {} and shape {} needs {} bytes but data_offsets span {}",
-               path_, t.name, t.dtype, shape_string(t.shape), want, t.end - t.begin);
+               path_, printable(t.name, 200), printable(t.dtype, 40), shape_string(t.shape), want, t.end - t.begin);
   }
   std::sort(tensors_.begin(), tensors_.end(), [](const auto& a, const auto& b) {
     return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
@@ -227,9 +228,9 @@ void SafetensorsFile::parse() {
     const SafetensorsTensor& t = tensors_[i];
     FUTR_CHECK(t.begin >= covered || t.begin == t.end,
                "{}: data of tensor '{}' [{}, {}) overlaps the previous tensor's (ends at {})",
-               path_, t.name, t.begin, t.end, covered);
+               path_, printable(t.name, 200), t.begin, t.end, covered);
     FUTR_CHECK(t.begin <= covered, "{}: the data buffer has a hole [{}, {}) before tensor '{}'",
-               path_, covered, t.begin, t.name);
+               path_, covered, t.begin, printable(t.name, 200));
     covered = std::max(covered, t.end);
     index_.emplace(t.name, i);
   }
@@ -249,7 +250,7 @@ std::span<const uint8_t> SafetensorsFile::tensor_bytes(const SafetensorsTensor& 
 
 Tensor SafetensorsFile::read_tensor(const SafetensorsTensor& t) const {
   FUTR_CHECK(t.dtype == "F32" || t.dtype == "F16" || t.dtype == "BF16",
-             "{}: tensor '{}' has dtype {}; supported: BF16, F16, F32", path_, t.name, t.dtype);
+             "{}: tensor '{}' has dtype {}; supported: BF16, F16, F32", path_, printable(t.name, 200), printable(t.dtype, 40));
   Tensor out(t.shape);
   const uint8_t* p = tensor_bytes(t).data();
   float* y = out.data.data();
@@ -279,7 +280,7 @@ Tensor SafetensorsFile::read_tensor(const SafetensorsTensor& t) const {
       }
   }
   FUTR_CHECK(first_bad == INT64_MAX, "{}: tensor '{}' has a non-finite value at element {}", path_,
-             t.name, first_bad);
+             printable(t.name, 200), first_bad);
   return out;
 }
 

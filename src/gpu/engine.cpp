@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "model/projection.h"
 #include "core/numeric.h"
 #include "model/rope.h"
 #include "cuda/buffer.h"
@@ -38,10 +39,11 @@ std::vector<uint16_t> to_bf16(const Tensor& t) {
 }
 
 // The logical INT4 rows of `parts` stacked into one [sum n, k] matrix, packed.
-std::unique_ptr<cuda::W4Linear> fused(const quant::QuantizedWeights& q, const std::vector<std::string>& names) {
+std::unique_ptr<cuda::W4Linear> fused(const quant::QuantizedWeights& q, const std::vector<ProjId>& ids) {
   quant::Int4Weights w;
-  for (const std::string& name : names) {
-    const quant::QuantizedTensor& t = q.at(name);
+  for (const ProjId& id : ids) {
+    const std::string name = projection_name(id);
+    const quant::QuantizedTensor& t = q.at(id);
     FUTR_CHECK(t.format == WeightFormat::kInt4, "GPU engine: {} is {}, not int4", name, to_string(t.format));
     const quant::Int4Weights& p = t.int4;
     if (w.n == 0) {
@@ -156,7 +158,8 @@ GpuEngine::GpuEngine(const Model& model, std::shared_ptr<const quant::QuantizedW
   m.layers.resize(size_t(c.n_layers));
   for (int l = 0; l < c.n_layers; ++l) {
     Impl::Layer& L = m.layers[size_t(l)];
-    const std::vector<std::string> n = quant::layer_projection_names(l);  // q k v o gate up down
+    std::vector<ProjId> n;  // q k v o gate up down
+    for (Projection p : kLayerProjections) n.push_back({l, p});
     L.attn_norm = cuda::DeviceBuffer<uint16_t>(to_bf16(model.weights.layers[size_t(l)].attn_norm));
     L.ffn_norm = cuda::DeviceBuffer<uint16_t>(to_bf16(model.weights.layers[size_t(l)].ffn_norm));
     L.qkv = fused(*q, {n[0], n[1], n[2]});

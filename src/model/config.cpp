@@ -1,11 +1,15 @@
 #include "model/config.h"
 
+#include <cmath>
+
 #include "core/error.h"
+#include "core/text.h"
 
 namespace futr {
 
 void ModelConfig::validate(const std::string& source) const {
-  FUTR_CHECK(arch == "llama", "{}: unsupported architecture '{}' (supported: llama)", source, arch);
+  FUTR_CHECK(arch == "llama", "{}: unsupported architecture '{}' (supported: llama)", source,
+             printable(arch, 100));
   auto positive = [&](const char* field, int v, int limit) {
     FUTR_CHECK(v > 0 && v <= limit, "{}: {} = {} is out of range (1..{})", source, field, v, limit);
   };
@@ -20,11 +24,26 @@ void ModelConfig::validate(const std::string& source) const {
   FUTR_CHECK(n_heads % n_kv_heads == 0, "{}: n_heads {} is not a multiple of n_kv_heads {}", source,
              n_heads, n_kv_heads);
   FUTR_CHECK(head_dim % 2 == 0, "{}: head_dim {} must be even for RoPE", source, head_dim);
-  FUTR_CHECK(rope_theta > 0.0f, "{}: rope_theta {} must be positive", source, rope_theta);
-  FUTR_CHECK(rms_eps > 0.0f && rms_eps < 1.0f, "{}: rms_eps {} out of range", source, rms_eps);
+  // NOTE: a double such as 1e300 read into a float is inf, which compares > 0.
+  FUTR_CHECK(std::isfinite(rope_theta) && rope_theta > 0.0f && rope_theta <= 1e12f,
+             "{}: rope_theta {} is out of range (0, 1e12]", source, rope_theta);
+  FUTR_CHECK(std::isfinite(rms_eps) && rms_eps > 0.0f && rms_eps < 1.0f, "{}: rms_eps {} is out of range (0, 1)",
+             source, rms_eps);
   FUTR_CHECK(rope_scaling.type == "none" || rope_scaling.type == "llama3",
              "{}: unsupported rope_scaling type '{}' (supported: none, llama3)", source,
-             rope_scaling.type);
+             printable(rope_scaling.type, 100));
+  if (rope_scaling.type == "llama3") {
+    const RopeScaling& r = rope_scaling;
+    FUTR_CHECK(std::isfinite(r.factor) && r.factor >= 1.0f && r.factor <= 1024.0f,
+               "{}: rope_scaling factor {} is out of range [1, 1024]", source, r.factor);
+    FUTR_CHECK(std::isfinite(r.low_freq_factor) && std::isfinite(r.high_freq_factor) && r.low_freq_factor > 0.0f &&
+                   r.high_freq_factor > r.low_freq_factor && r.high_freq_factor <= 1e6f,
+               "{}: rope_scaling needs 0 < low_freq_factor ({}) < high_freq_factor ({}) <= 1e6", source,
+               r.low_freq_factor, r.high_freq_factor);
+    FUTR_CHECK(r.original_max_position > 0 && r.original_max_position <= (1 << 24),
+               "{}: rope_scaling original_max_position {} is out of range (1..16777216)", source,
+               r.original_max_position);
+  }
 }
 
 }  // namespace futr

@@ -95,6 +95,7 @@ PplResult evaluate_perplexity(Engine& engine, std::span<const int32_t> tokens, i
   SeqId next_id = 0;
   std::vector<BatchRow> rows;
   std::vector<int32_t> targets;
+  std::vector<int64_t> target_pos;  // [targets] position of each target in the text (for messages)
   struct Span { size_t lane; int64_t a, b, first; };  // a piece: rows [a, b), scored from `first`
   std::vector<Span> spans;
   try {
@@ -112,6 +113,7 @@ PplResult evaluate_perplexity(Engine& engine, std::span<const int32_t> tokens, i
       // score_from - 1 - begin need their prediction.
       rows.clear();
       targets.clear();
+      target_pos.clear();
       spans.clear();
       for (size_t i = 0; i < active.size(); ++i) {
         const ActiveWindow& aw = active[i];
@@ -127,6 +129,7 @@ PplResult evaluate_perplexity(Engine& engine, std::span<const int32_t> tokens, i
             row.target = tokens[size_t(aw.w.begin + j + 1)];
             row.out = on_logits ? RowOutput::kLogits : RowOutput::kLogprob;
             targets.push_back(row.target);
+            target_pos.push_back(aw.w.begin + j + 1);
           }
           rows.push_back(row);
         }
@@ -145,6 +148,12 @@ PplResult evaluate_perplexity(Engine& engine, std::span<const int32_t> tokens, i
         FUTR_ASSERT(res.logprobs.size() == targets.size());
         for (size_t i = 0; i < nll.size(); ++i) nll[i] = -res.logprobs[i];
       }
+      // NaN/Inf logits would make the perplexity NaN (and exit 0): refuse, naming the token.
+      for (size_t i = 0; i < nll.size(); ++i)
+        FUTR_CHECK(std::isfinite(nll[i]),
+                   "perplexity: token {} of the text has a non-finite log-probability ({}): the model's logits "
+                   "hold NaN or Inf",
+                   target_pos[i], nll[i]);
       size_t at = 0;
       for (const Span& sp : spans) {
         ActiveWindow& aw = active[sp.lane];

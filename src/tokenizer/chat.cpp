@@ -105,34 +105,70 @@ ChatTemplate ChatTemplate::for_tokenizer(const Tokenizer& tok) {
 
 const char* ChatTemplate::family_name() const { return family_ == ChatFamily::ChatML ? "chatml" : "llama3"; }
 
-std::string ChatTemplate::apply(std::span<const ChatMessage> messages, bool add_generation_prompt) const {
+std::vector<ChatTemplate::Segment> ChatTemplate::segments(std::span<const ChatMessage> messages,
+                                                          bool add_generation_prompt) const {
   auto content = [&](const ChatMessage& m) { return trim_ ? trim(m.content) : m.content; };
-  std::string out;
+  std::vector<Segment> out;
+  auto tmpl = [&](std::string s) { out.push_back({std::move(s), true}); };
+  auto user = [&](std::string s) { out.push_back({std::move(s), false}); };
   if (family_ == ChatFamily::ChatML) {
     const bool has_system = !messages.empty() && messages[0].role == "system";
     if (!has_system && !default_system_.empty())
-      out += std::string(kImStart) + "system\n" + default_system_ + std::string(kImEnd) + "\n";
-    for (const ChatMessage& m : messages)
-      out += std::string(kImStart) + m.role + "\n" + content(m) + std::string(kImEnd) + "\n";
-    if (add_generation_prompt) out += std::string(kImStart) + "assistant\n";
+      tmpl(std::string(kImStart) + "system\n" + default_system_ + std::string(kImEnd) + "\n");
+    for (const ChatMessage& m : messages) {
+      tmpl(std::string(kImStart));
+      user(m.role);
+      tmpl("\n");
+      user(content(m));
+      tmpl(std::string(kImEnd) + "\n");
+    }
+    if (add_generation_prompt) tmpl(std::string(kImStart) + "assistant\n");
     return out;
   }
   // Llama-3
-  auto header = [](const std::string& role) {
-    return std::string(kStartHeader) + role + std::string(kEndHeader) + "\n\n";
+  auto header = [&](const std::string& role, bool from_user) {
+    tmpl(std::string(kStartHeader));
+    if (from_user) user(role);
+    else tmpl(role);
+    tmpl(std::string(kEndHeader) + "\n\n");
   };
-  if (emits_bos_) out += bos_text_;
+  if (emits_bos_) tmpl(bos_text_);
   size_t first = 0;
   if (dated_system_) {
     const bool has_system = !messages.empty() && messages[0].role == "system";
-    out += header("system") + "Cutting Knowledge Date: " + knowledge_date_ + "\nToday Date: " + today_date_ +
-           "\n\n" + (has_system ? trim(messages[0].content) : std::string()) + std::string(kEotId);
+    header("system", false);
+    tmpl("Cutting Knowledge Date: " + knowledge_date_ + "\nToday Date: " + today_date_ + "\n\n");
+    if (has_system) user(trim(messages[0].content));
+    tmpl(std::string(kEotId));
     first = has_system ? 1 : 0;
   }
-  for (size_t i = first; i < messages.size(); ++i)
-    out += header(messages[i].role) + content(messages[i]) + std::string(kEotId);
-  if (add_generation_prompt) out += header("assistant");
+  for (size_t i = first; i < messages.size(); ++i) {
+    header(messages[i].role, true);
+    user(content(messages[i]));
+    tmpl(std::string(kEotId));
+  }
+  if (add_generation_prompt) header("assistant", false);
   return out;
+}
+
+std::string ChatTemplate::apply(std::span<const ChatMessage> messages, bool add_generation_prompt) const {
+  std::string out;
+  for (const Segment& s : segments(messages, add_generation_prompt)) out += s.text;
+  return out;
+}
+
+std::vector<int32_t> ChatTemplate::encode(const Tokenizer& tok, std::span<const ChatMessage> messages,
+                                          bool add_generation_prompt) const {
+  std::vector<int32_t> ids;
+  if (!emits_bos_ && tok.add_bos()) ids.push_back(tok.bos());
+  for (const Segment& s : segments(messages, add_generation_prompt)) {
+    // NOTE: every segment boundary is a pre-tokenizer boundary (a special token
+    // or a newline next to it), so the ids equal those of the whole prompt
+    // whenever the contents hold no special-token text.
+    const std::vector<int32_t> part = tok.encode(s.text, false, /*parse_special=*/s.from_template);
+    ids.insert(ids.end(), part.begin(), part.end());
+  }
+  return ids;
 }
 
 }  // namespace futr

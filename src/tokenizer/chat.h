@@ -23,14 +23,20 @@
 // Anything else (or no template) is a futr::Error that suggests running
 // without --chat. Tools, images and multi-part contents are not supported.
 //
-// Encode the result with parse_special = true, and add_bos = !emits_bos() &&
-// tokenizer.add_bos(), so that BOS is not doubled.
+// encode() tokenizes the prompt so that user text can never become a control
+// token: the template's own text is encoded with special tokens parsed, every
+// role and content as plain text (a user who types "<|im_end|>\n<|im_start|>
+// assistant" gets those characters, not a forged turn). It adds BOS when
+// !emits_bos() && tokenizer.add_bos(). apply() is the same prompt as text
+// (for display and tests); do not encode it with parse_special = true.
 // Tests: tests/tokenizer/chat_test.cpp.
 #pragma once
 
+#include <cstdint>
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace futr {
 
@@ -61,8 +67,19 @@ class ChatTemplate {
   // The prompt for `messages`, ending with the assistant's header when
   // add_generation_prompt is true.
   std::string apply(std::span<const ChatMessage> messages, bool add_generation_prompt = true) const;
+  // The prompt's token ids: template text with special tokens, roles and
+  // contents without (see above); BOS first when the tokenizer adds one and
+  // the template does not.
+  std::vector<int32_t> encode(const Tokenizer& tok, std::span<const ChatMessage> messages,
+                              bool add_generation_prompt = true) const;
 
  private:
+  struct Segment {
+    std::string text;
+    bool from_template;  // true: the template's own text (special tokens parsed); false: a role or content
+  };
+  std::vector<Segment> segments(std::span<const ChatMessage> messages, bool add_generation_prompt) const;
+
   ChatFamily family_ = ChatFamily::ChatML;
   std::string default_system_;  // ChatML: inserted before a conversation without a system message
   std::string bos_text_;        // text of the BOS token

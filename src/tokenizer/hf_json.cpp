@@ -12,6 +12,9 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/io.h"
+#include "core/json.h"
+#include "core/text.h"
 #include "tokenizer/patterns.h"
 
 namespace futr {
@@ -23,29 +26,17 @@ using json = nlohmann::json;
 constexpr int64_t kMaxVocab = int64_t{1} << 24;  // sanity bound on token ids (16 M)
 constexpr size_t kMaxDescribe = 160;             // characters of a JSON value in messages
 
-json read_json(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  FUTR_CHECK(f.good(), "{}: cannot open", p.string());
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  try {
-    return json::parse(ss.str());
-  } catch (const json::exception& e) {
-    fail("{}: not valid JSON: {}", p.string(), e.what());
-  }
-}
+constexpr uint64_t kMaxFileBytes = 64ull << 20;   // tokenizer.json of Llama 3: 9 MB
 
-std::string clip(std::string s) {
-  if (s.size() > kMaxDescribe) s = s.substr(0, kMaxDescribe) + "...";
-  return s;
-}
+// Text from the file in a message: clipped and escaped (core/text.h).
+std::string clip(std::string_view s) { return printable(s, kMaxDescribe); }
 
 // A compact rendering of a normalizer / pre-tokenizer / decoder tree for error
 // messages: "Sequence[Digits(individual_digits=false), ByteLevel(...)]".
 std::string describe(const json& j) {
   if (j.is_null()) return "none";
   if (!j.is_object()) return clip(j.dump());
-  std::string type = j.contains("type") && j["type"].is_string() ? j["type"].get<std::string>() : "?";
+  std::string type = j.contains("type") && j["type"].is_string() ? clip(j["type"].get<std::string>()) : "?";
   for (const char* list_key : {"pretokenizers", "normalizers", "decoders", "processors"}) {
     if (j.contains(list_key) && j[list_key].is_array()) {
       std::string s = type + "[";
@@ -57,7 +48,7 @@ std::string describe(const json& j) {
   bool first = true;
   for (auto it = j.begin(); it != j.end(); ++it) {
     if (it.key() == "type") continue;
-    s += (first ? "" : ", ") + it.key() + "=" + clip(it.value().dump());
+    s += (first ? "" : ", ") + clip(it.key()) + "=" + clip(it.value().dump());
     first = false;
   }
   return s + ")";
@@ -108,11 +99,14 @@ std::string token_field(const json& cfg, const char* key) {
   return {};
 }
 
-int32_t json_id(const json& v, const fs::path& file, const std::string& what) {
+// A token id in [0, limit): `limit` is the model's vocabulary when known.
+int32_t json_id(const json& v, const fs::path& file, const std::string& what, int64_t limit = kMaxVocab) {
   FUTR_CHECK(v.is_number_integer(), "{}: {} is not an integer id: {}", file.string(), what, clip(v.dump()));
+  FUTR_CHECK(!v.is_number_unsigned() || v.get<uint64_t>() <= uint64_t(INT64_MAX), "{}: {} id {} is out of range [0, {})",
+             file.string(), what, v.get<uint64_t>(), limit);
   const int64_t id = v.get<int64_t>();
-  FUTR_CHECK(id >= 0 && id < kMaxVocab, "{}: {} id {} is out of range [0, {})", file.string(), what, id,
-             kMaxVocab);
+  FUTR_CHECK(id >= 0 && id < limit, "{}: {} id {} is out of range [0, {}){}", file.string(), what, id, limit,
+             limit == kMaxVocab ? "" : " (the model's vocab_size)");
   return int32_t(id);
 }
 
@@ -127,10 +121,24 @@ const json* template_processing(const json& pp) {
 
 }  // namespace
 
-TokenizerSpec tokenizer_spec_from_hf_json(const fs::path& dir) {
+TokenizerSpec tokenizer_spec_from_hf_json(const fs::path& dir, int64_t max_vocab) {
+  HfTokenizerTexts t;
+  t.dir = dir;
   const fs::path file = dir / "tokenizer.json";
-  FUTR_CHECK(fs::is_regular_file(file), "{}: no tokenizer.json there", dir.string());
-  const json root = read_json(file);
+  FUTR_CHECK(optional_regular_file(file, "the tokenizer"), "{}: no tokenizer.json there", dir.string());
+  t.tokenizer = read_file_limited(file, kMaxFileBytes, "a tokenizer file");
+  if (optional_regular_file(dir / "tokenizer_config.json", "the tokenizer configuration"))
+    t.config = read_file_limited(dir / "tokenizer_config.json", kMaxFileBytes, "a tokenizer file");
+  if (optional_regular_file(dir / "generation_config.json", "the generation configuration"))
+    t.generation = read_file_limited(dir / "generation_config.json", kMaxFileBytes, "a tokenizer file");
+  return tokenizer_spec_from_hf_texts(t, max_vocab);
+}
+
+TokenizerSpec tokenizer_spec_from_hf_texts(const HfTokenizerTexts& texts, int64_t max_vocab) {
+  const fs::path& dir = texts.dir;
+  const fs::path file = dir / "tokenizer.json";
+  const int64_t id_limit = max_vocab > 0 ? std::min(max_vocab, kMaxVocab) : kMaxVocab;
+  const json root = parse_json_document(texts.tokenizer, file.string());
   FUTR_CHECK(root.is_object() && root.contains("model") && root["model"].is_object(),
              "{}: no \"model\" object (not a tokenizers file?)", file.string());
   const json& model = root["model"];
@@ -138,7 +146,7 @@ TokenizerSpec tokenizer_spec_from_hf_json(const fs::path& dir) {
   // --- model: byte-level BPE only ---
   const std::string mtype = model.contains("type") && model["type"].is_string() ? model["type"].get<std::string>()
                                                                                  : std::string("?");
-  FUTR_CHECK(mtype == "BPE", "{}: model type {} is not supported (only byte-level BPE)", file.string(), mtype);
+  FUTR_CHECK(mtype == "BPE", "{}: model type {} is not supported (only byte-level BPE)", file.string(), clip(mtype));
   FUTR_CHECK(!flag(model, "byte_fallback", false), "{}: BPE with byte_fallback (SentencePiece style) is not "
              "supported, only byte-level BPE", file.string());
   for (const char* k : {"continuing_subword_prefix", "end_of_word_suffix"})
@@ -166,13 +174,18 @@ TokenizerSpec tokenizer_spec_from_hf_json(const fs::path& dir) {
                                                                                       : json::array();
   int64_t n = 0;
   for (auto it = vocab.begin(); it != vocab.end(); ++it)
-    n = std::max<int64_t>(n, json_id(it.value(), file, "vocab entry '" + clip(it.key()) + "'") + 1);
+    n = std::max<int64_t>(n, json_id(it.value(), file, "vocab entry '" + clip(it.key()) + "'", id_limit) + 1);
   for (const json& a : added) {
     FUTR_CHECK(a.is_object() && a.contains("id") && a.contains("content") && a["content"].is_string(),
                "{}: malformed added_tokens entry {}", file.string(), clip(a.dump()));
-    n = std::max<int64_t>(n, json_id(a["id"], file, "added token") + 1);
+    n = std::max<int64_t>(n, json_id(a["id"], file, "added token", id_limit) + 1);
   }
   FUTR_CHECK(n > 0, "{}: empty vocabulary", file.string());
+  // Ids may leave holes (they become "unused" tokens), but not so many that the
+  // tables below would be out of proportion to the file (one huge id).
+  const int64_t entries = int64_t(vocab.size() + added.size());
+  FUTR_CHECK(n <= 2 * entries + 256, "{}: the largest token id is {}, but only {} tokens are defined", file.string(),
+             n - 1, entries);
   std::vector<bool> have(size_t(n), false);
   spec.tokens.assign(size_t(n), std::string());
   spec.token_types.assign(size_t(n), 5);  // ids no entry names stay "unused"
@@ -235,8 +248,8 @@ TokenizerSpec tokenizer_spec_from_hf_json(const fs::path& dir) {
   // --- tokenizer_config.json: special token strings, add_bos, chat template ---
   std::optional<bool> add_bos;
   const fs::path cfg_file = dir / "tokenizer_config.json";
-  if (fs::is_regular_file(cfg_file)) {
-    const json cfg = read_json(cfg_file);
+  if (texts.config) {
+    const json cfg = parse_json_document(*texts.config, cfg_file.string());
     FUTR_CHECK(cfg.is_object(), "{}: not a JSON object", cfg_file.string());
     if (auto s = token_field(cfg, "bos_token"); !s.empty()) spec.bos = lookup(s, cfg_file, "bos_token");
     if (auto s = token_field(cfg, "eos_token"); !s.empty()) spec.eos = lookup(s, cfg_file, "eos_token");
@@ -272,8 +285,8 @@ TokenizerSpec tokenizer_spec_from_hf_json(const fs::path& dir) {
 
   // --- generation_config.json: further end-of-generation ids ---
   const fs::path gen_file = dir / "generation_config.json";
-  if (fs::is_regular_file(gen_file)) {
-    const json gen = read_json(gen_file);
+  if (texts.generation) {
+    const json gen = parse_json_document(*texts.generation, gen_file.string());
     std::vector<int32_t> eos_ids;
     if (gen.is_object() && gen.contains("eos_token_id")) {
       const json& e = gen["eos_token_id"];

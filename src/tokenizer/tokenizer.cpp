@@ -12,6 +12,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "core/text.h"
 #include "tokenizer/patterns.h"
 
 namespace futr {
@@ -355,6 +356,15 @@ Tokenizer::Tokenizer(const TokenizerSpec& spec) : impl_(std::make_unique<Impl>()
     m.id_of_bytes.emplace(*b, int32_t(i));
     if (b->size() == 1 && m.byte_token[uint8_t((*b)[0])] < 0) m.byte_token[uint8_t((*b)[0])] = int32_t(i);
   }
+  // A byte-level vocabulary has a token for every printable ASCII byte (space
+  // as U+0120); without them ordinary text would lose its bytes silently.
+  std::string missing;
+  for (int b = 0x20; b < 0x7f; ++b)
+    if (m.byte_token[size_t(b)] < 0) missing += char(b);
+  FUTR_CHECK(missing.empty(),
+             "tokenizer: the vocabulary has no byte token for {} of the 95 printable ASCII bytes ('{}'); it is not "
+             "a byte-level BPE vocabulary",
+             missing.size(), printable(missing, 20));
   for (auto& v : m.special_by_first)
     std::stable_sort(v.begin(), v.end(), [&](int32_t a, int32_t b) { return m.text[size_t(a)].size() > m.text[size_t(b)].size(); });
 
@@ -604,6 +614,15 @@ std::string StreamDecoder::flush() {
   utf8_sanitize(pending_, true, out);
   pending_.clear();
   return out;
+}
+
+void check_tokenizer_spec(const TokenizerSpec& spec, const std::string& source) {
+  if (spec.tokens.empty()) return;
+  try {
+    const Tokenizer t(spec);
+  } catch (const Error& e) {
+    fail("{}: {}", source, e.what());
+  }
 }
 
 }  // namespace futr

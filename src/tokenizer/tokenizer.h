@@ -23,7 +23,8 @@
 //      in the vocabulary is dropped (what HF tokenizers does when unk_token is
 //      null, and llama.cpp always does); SmolLM2 lacks 21 such bytes: six C0
 //      controls, and lead bytes that valid UTF-8 never uses or uses only for
-//      unassigned planes (C0 C1 F1 F2 F5..FF).
+//      unassigned planes (C0 C1 F1 F2 F5..FF). A vocabulary without a token
+//      for each of the 95 printable ASCII bytes is refused at construction.
 //
 // decode(ids): normal tokens map back through the alphabet to bytes; control
 // and user-defined tokens are their text; invalid ids are a futr::Error.
@@ -81,6 +82,11 @@ class Tokenizer {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// Builds a Tokenizer from `spec` only to validate it (nothing when it has no
+// tokens): readers call it before loading weights, so a broken tokenizer is
+// reported first, as "<source>: tokenizer: ...".
+void check_tokenizer_spec(const TokenizerSpec& spec, const std::string& source);
 
 // Streaming detokenizer: push() returns the text that is safe to print now,
 // always valid UTF-8. An incomplete sequence at the end is held back until the

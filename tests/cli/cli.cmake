@@ -3,3 +3,8 @@
 futr_add_test(cli_futr_e2e_test SOURCES cli/futr_e2e_test.cpp LIBS futr_core)
 add_dependencies(cli_futr_e2e_test futr)
 target_compile_definitions(cli_futr_e2e_test PRIVATE FUTR_BINARY="$<TARGET_FILE:futr>")
+
+# Issue 14: hostile command lines (ranges, options that do not apply, limits, outputs).
+futr_add_test(cli_hostile_test SOURCES cli/hostile_cli_test.cpp LIBS futr_core)
+add_dependencies(cli_hostile_test futr)
+target_compile_definitions(cli_hostile_test PRIVATE FUTR_BINARY="$<TARGET_FILE:futr>")

@@ -13,3 +13,6 @@ futr_add_test(info_command_test SOURCES formats/info_command_test.cpp LIBS futr_
 # Not a test: the dump tool of the one-off Python cross-check (gguf_crosscheck.py).
 add_executable(gguf_dump_tool formats/gguf_dump_tool.cpp)
 target_link_libraries(gguf_dump_tool PRIVATE futr_formats futr_warnings)
+
+# Issue 14: hostile inputs across every reader, loaded and inspected.
+futr_add_test(hostile_input_test SOURCES formats/hostile_input_test.cpp LIBS futr_formats)

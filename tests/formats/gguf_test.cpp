@@ -257,11 +257,15 @@ TEST(Gguf, PermutationMatchesRopePairing) {
 
 TEST(Gguf, TokenizerMetadata) {
   TinyLlama m;
+  m.vocab = 135;
   m.make();
   GgufWriter g = m.writer();
   std::vector<std::string> toks;
   for (int i = 0; i < 40; ++i) toks.push_back(std::to_string(i).insert(0, 1, 't'));
-  std::vector<int32_t> types(40, 1);
+  // Then the printable ASCII byte tokens (the tokenizer check at load needs them; space is U+0120).
+  toks.push_back("\xc4\xa0");
+  for (int b = 0x21; b < 0x7f; ++b) toks.push_back(std::string(1, char(b)));
+  std::vector<int32_t> types(toks.size(), 1);
   types[0] = 3;
   g.add_string("tokenizer.ggml.model", "gpt2");
   g.add_string("tokenizer.ggml.pre", "smollm");

@@ -55,6 +55,10 @@ class GgufWriter {
   void add_raw(const std::string& key, uint32_t type, const Bytes& payload) {
     kvs_.push_back({key, type, payload});
   }
+  // Drops every KV named `key` (to replace one: remove, then add).
+  void remove(const std::string& key) {
+    std::erase_if(kvs_, [&](const auto& kv) { return kv.key == key; });
+  }
   void add_u32(const std::string& k, uint32_t v) { add_raw(k, U32, enc(v)); }
   void add_i32(const std::string& k, int32_t v) { add_raw(k, I32, enc(v)); }
   void add_u64(const std::string& k, uint64_t v) { add_raw(k, U64, enc(v)); }

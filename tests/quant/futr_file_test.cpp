@@ -25,7 +25,13 @@ namespace {
 
 Model tiny() {
   Model m = test::random_model(test::quant_config(), 11);
-  m.tokenizer.tokens = {"a", "b", "\xff\xfe", ""};  // bytes that are not UTF-8 survive
+  // The printable ASCII byte tokens (the tokenizer's minimum; space is U+0120),
+  // then bytes that are not UTF-8 (they survive) and an empty token.
+  m.tokenizer.tokens = {"\xc4\xa0"};
+  for (int b = 0x21; b < 0x7f; ++b) m.tokenizer.tokens.push_back(std::string(1, char(b)));
+  m.tokenizer.tokens.push_back("ab");
+  m.tokenizer.tokens.push_back("\xff\xfe");
+  m.tokenizer.tokens.push_back("");
   m.tokenizer.merges = {"a b"};
   m.tokenizer.bos = 0;
   m.tokenizer.eos = 1;
@@ -230,6 +236,13 @@ TEST(FutrFile, HostileHeaders) {
            for (json& t : h["tensors"])
              if (t["name"] == "blk.1.ffn_up") t["name"] = "blk.1.ffn_upx";
          }),
+         "unexpected int4 tensor 'blk.1.ffn_upx'");
+  expect(edit([](json& h) {
+           json kept = json::array();
+           for (json& t : h["tensors"])
+             if (t["name"] != "blk.1.ffn_up") kept.push_back(t);
+           h["tensors"] = kept;
+         }),
          "lack tensor 'blk.1.ffn_up'");
   expect(edit([](json& h) {
            for (json& t : h["tensors"])
@@ -239,4 +252,166 @@ TEST(FutrFile, HostileHeaders) {
   expect(edit([](json& h) { h["tensors"][1]["kind"] = "q8_0"; }), "unknown kind 'q8_0'");
   expect(edit([](json& h) { h["tensors"][0]["shape"] = {0, 3}; }), "dimension 0 = 0");
   expect(edit([](json& h) { h["format"] = "gguf"; }), "does not say format");
+  expect(edit([](json& h) { h["format"] = 5; }), "does not say format");
+}
+
+// Issue 14 class 2: the .futr reader is as strict as the GGUF reader. Each
+// edit of a good header gets a futr::Error naming the file and the problem.
+TEST(FutrFile, StrictHeaderTable) {
+  const Model m = tiny();
+  const Sets s = quantize_all(m);
+  const std::vector<uint8_t> good = futr_bytes(m, {&s.int4, &s.fp8});
+  auto entry = [](json& h, const std::string& name, const std::string& format) -> json& {
+    for (json& t : h["tensors"])
+      if (t["name"] == name && t.value("format", std::string()) == format) return t;
+    throw std::runtime_error("no tensor " + name);
+  };
+  struct Case {
+    const char* what;
+    std::function<void(json&)> edit;
+    const char* error;
+  };
+  const std::vector<Case> cases = {
+      {"1e300 in an int field", [](json& h) { h["config"]["hidden"] = 1e300; },
+       "config.hidden = 1e+300 is not an integer in range"},
+      {"2^32 + 64 in an int field", [](json& h) { h["config"]["n_layers"] = (uint64_t(1) << 32) + 64; },
+       "config.n_layers = 4294967360 is out of range (1..2147483647)"},
+      {"fractional int", [](json& h) { h["config"]["vocab"] = 101.5; }, "config.vocab = 101.5 is not an integer"},
+      {"rope_theta 1e300 (inf as float)", [](json& h) { h["config"]["rope_theta"] = 1e300; },
+       "config.rope_theta = 1e+300 is out of range"},
+      {"rope_theta 1e30", [](json& h) { h["config"]["rope_theta"] = 1e30; }, "rope_theta 1e+30 is out of range"},
+      {"rms_eps negative", [](json& h) { h["config"]["rms_eps"] = -1; }, "rms_eps -1 is out of range"},
+      {"llama3 factor 0",
+       [](json& h) {
+         h["config"]["rope_scaling"]["type"] = "llama3";
+         h["config"]["rope_scaling"]["factor"] = 0.0;
+       },
+       "rope_scaling factor 0 is out of range"},
+      {"string for a number", [](json& h) { h["config"]["rms_eps"] = "small"; },
+       "config.rms_eps must be a number, found \"small\""},
+      {"offset 2^64-1", [&](json& h) { entry(h, "blk.0.attn_q", "int4")["offset"] = UINT64_MAX; },
+       "lies past the end of the file"},
+      {"negative offset", [&](json& h) { entry(h, "blk.0.attn_q", "int4")["offset"] = -64; },
+       "offset = -64 is out of range"},
+      {"unaligned offset", [&](json& h) { entry(h, "blk.0.attn_q", "int4")["offset"] = 65; }, "not a multiple of 64"},
+      {"overlapping blobs",
+       [&](json& h) { entry(h, "blk.0.attn_k", "int4")["offset"] = entry(h, "blk.0.attn_q", "int4")["offset"]; },
+       "overlaps"},
+      {"scales over the weights",
+       [&](json& h) {
+         json& t = entry(h, "blk.1.ffn_up", "fp8");
+         t["scale_offset"] = t["offset"];
+       },
+       "overlaps"},
+      {"tokenizer strings over a tensor",
+       [&](json& h) { h["tokenizer"]["merges"]["offset"] = entry(h, "token_embd", "")["offset"]; }, "overlaps"},
+      {"duplicate tensor", [](json& h) { h["tensors"].push_back(h["tensors"][3]); }, "appears twice in the header"},
+      {"folded_gain on attn_output",
+       [&](json& h) { entry(h, "blk.0.attn_output", "fp8")["folded_gain"] = true; },
+       "tensor 'blk.0.attn_output' has folded_gain, but its input is not the normed hidden state"},
+      {"folded_gain on ffn_down", [&](json& h) { entry(h, "blk.1.ffn_down", "fp8")["folded_gain"] = true; },
+       "'blk.1.ffn_down' has folded_gain"},
+      {"token types of the wrong count", [](json& h) { h["tokenizer"]["token_types"] = json::array({1, 1}); },
+       "token_types must be an array of 98 token types"},
+      {"token type out of range",
+       [](json& h) {
+         h["tokenizer"]["token_types"] = json(std::vector<int>(98, 1));
+         h["tokenizer"]["token_types"][5] = 99;
+       },
+       "tokenizer.token_types = 99 is out of range (0..6)"},
+      {"special id 2^32", [](json& h) { h["tokenizer"]["eos"] = uint64_t(1) << 32; },
+       "tokenizer.eos = 4294967296 is out of range"},
+      {"extra_eos out of range", [](json& h) { h["tokenizer"]["extra_eos"] = json::array({500}); },
+       "special token id 500 out of range"},
+      {"trailing bytes in a string blob", [](json& h) { h["tokenizer"]["merges"]["count"] = 0; },
+       "bytes after the last of its 0 strings"},
+      {"amax inf", [](json& h) { h["weight_sets"][1]["fp8_initial_amax"]["blk.1.ffn_in"] = 1e300; },
+       "fp8_initial_amax['blk.1.ffn_in'] = 1e+300 is out of range"},
+      {"group 2^40", [&](json& h) { entry(h, "blk.0.attn_v", "int4")["group"] = uint64_t(1) << 40; },
+       "group = 1099511627776 is out of range"},
+      {"unknown projection", [&](json& h) { entry(h, "blk.1.ffn_up", "int4")["name"] = "blk.7.ffn_up"; },
+       "unexpected int4 tensor 'blk.7.ffn_up' (not a projection of this model's 2 layers)"},
+      {"name not a string", [](json& h) { h["tensors"][0]["name"] = 7; }, "a tensor entry has no name"},
+      {"escape sequence in a name",
+       [](json& h) {
+         h["tensors"][0]["name"] = "\x1b]0;owned\x07";
+         h["tensors"][0]["kind"] = "q8_0";
+       },
+       "tensor '\\x1b]0;owned\\x07' has unknown kind 'q8_0'"},
+      {"unsupported tokenizer (validated before the weights)",
+       [](json& h) { h["tokenizer"]["pre"] = "nonsense"; }, "bad.futr: tokenizer: pre-tokenizer 'nonsense'"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    try {
+      const FutrFile f(with_header(good, c.edit), "bad.futr");
+      f.read_weights(WeightFormat::kFp8);
+      f.read_weights(WeightFormat::kInt4);
+      f.to_model(true);
+      ADD_FAILURE() << "no error, expected: " << c.error;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(c.error), std::string::npos) << e.what();
+      EXPECT_EQ(std::string(e.what()).rfind("bad.futr", 0), 0u) << e.what();
+    }
+  }
+}
+
+// Class 1: a header nested 200,000 deep is refused by the depth limit (no
+// stack overflow while parsing or formatting the error).
+TEST(FutrFile, DeeplyNestedHeader) {
+  const Model m = tiny();
+  const Sets s = quantize_all(m);
+  std::vector<uint8_t> b = futr_bytes(m, {&s.int4});
+  const std::string deep = "{\"format\": \"futr\", \"x\": " + std::string(200000, '[') + std::string(200000, ']') + "}";
+  std::vector<uint8_t> out(b.begin(), b.begin() + 24);
+  const uint64_t n = deep.size();
+  std::memcpy(out.data() + 16, &n, 8);
+  out.insert(out.end(), deep.begin(), deep.end());
+  out.resize((out.size() + 63) / 64 * 64, 0);
+  EXPECT_FUTR_ERROR(FutrFile(out, "deep.futr"), "deep.futr: the .futr header: JSON nested deeper than 64 levels");
+}
+
+// Class 4: non-finite weights and scales are refused at load, naming the tensor.
+TEST(FutrFile, NonFiniteValuesNameTheTensor) {
+  const Model m = tiny();
+  const Sets s = quantize_all(m);
+  auto poke = [](std::vector<uint8_t> b, const std::string& name, const std::string& format, const char* key,
+                 size_t at, std::vector<uint8_t> val) {
+    uint64_t hb = 0;
+    std::memcpy(&hb, b.data() + 16, 8);
+    const json h = json::parse(b.begin() + 24, b.begin() + 24 + long(hb));
+    const uint64_t data = (24 + hb + 63) / 64 * 64;
+    for (const json& t : h["tensors"])
+      if (t["name"] == name && t.value("format", std::string()) == format)
+        std::memcpy(b.data() + data + t[key].get<uint64_t>() + at, val.data(), val.size());
+    return b;
+  };
+  const auto i4 = futr_bytes(m, {&s.int4}), f8 = futr_bytes(m, {&s.fp8}), b16 = futr_bytes(m, {&s.bf16});
+  EXPECT_FUTR_ERROR(FutrFile(poke(i4, "blk.0.attn_k", "int4", "scale_offset", 2, {0x00, 0x7c}), "x.futr")
+                        .read_weights(WeightFormat::kInt4),
+                    "x.futr: tensor 'blk.0.attn_k' has a non-finite INT4 scale (#1)");
+  EXPECT_FUTR_ERROR(FutrFile(poke(f8, "blk.1.ffn_gate", "fp8", "offset", 5, {0x7f}), "x.futr").to_model(true),
+                    "tensor 'blk.1.ffn_gate' holds an E4M3 NaN (element 5)");
+  EXPECT_FUTR_ERROR(FutrFile(poke(f8, "blk.1.ffn_gate", "fp8", "scale_offset", 0, {0, 0, 0xc0, 0x7f}), "x.futr")
+                        .to_model(true),
+                    "tensor 'blk.1.ffn_gate' has a bad FP8 scale nan");
+  EXPECT_FUTR_ERROR(FutrFile(poke(b16, "blk.0.ffn_up", "bf16", "offset", 4, {0x80, 0x7f}), "x.futr").to_model(true),
+                    "tensor 'blk.0.ffn_up' holds a non-finite value (element 2)");
+  EXPECT_FUTR_ERROR(FutrFile(poke(i4, "output_norm", "", "offset", 0, {0xc0, 0xff}), "x.futr").to_model(true),
+                    "tensor 'output_norm' holds a non-finite value");
+}
+
+// Class 5: write_futr never replaces a non-regular file and leaves no .tmp behind.
+TEST(FutrFile, WriterRefusesNonRegularOutputs) {
+  const Model m = tiny();
+  const Sets s = quantize_all(m);
+  EXPECT_FUTR_ERROR(write_futr("/dev/null", m, {&s.int4}), "/dev/null: is a character device; the .futr output must be");
+  const auto dir = tmp("outdir");
+  std::filesystem::create_directories(dir);
+  EXPECT_FUTR_ERROR(write_futr(dir, m, {&s.int4}), "is a directory");
+  // A failure while writing (here: the .tmp's directory is missing) leaves nothing.
+  const auto missing = dir / "no" / "such" / "m.futr";
+  EXPECT_FUTR_ERROR(write_futr(missing, m, {&s.int4}), "cannot open for writing");
+  EXPECT_FALSE(std::filesystem::exists(missing.string() + ".tmp"));
+  std::filesystem::remove_all(dir);
 }

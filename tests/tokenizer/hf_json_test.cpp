@@ -7,6 +7,7 @@
 #include "tokenizer/hf_json.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -229,6 +230,64 @@ TEST_F(HfJson, BrokenFilesAreClearErrors) {
   write("tokenizer_config.json", json::object());
   write("generation_config.json", json{{"eos_token_id", 99999}});
   EXPECT_NE(error_of([&] { tokenizer_spec_from_hf_json(dir_); }).find("outside the vocabulary"), std::string::npos);
+}
+
+// Issue 14, class 1: documents nested 100,000 deep are refused by the parser's
+// depth limit, naming the file, in each of the three files.
+TEST_F(HfJson, DeepNestingIsRefused) {
+  const std::string deep = "{\"a\": " + std::string(100000, '[') + std::string(100000, ']') + "}";
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json", "generation_config.json"}) {
+    SCOPED_TRACE(f);
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    write("tokenizer.json", std::string(f) == "tokenizer.json" ? deep : base_tokenizer().dump());
+    if (std::string(f) != "tokenizer.json") write(f, deep);
+    const std::string e = error_of([&] { tokenizer_spec_from_hf_json(dir_); });
+    EXPECT_NE(e.find((dir_ / f).string() + ": JSON nested deeper than 64 levels"), std::string::npos) << e;
+  }
+}
+
+// Class 3: one huge token id is refused before any table is allocated, against
+// the model's vocabulary when known, else against the number of entries.
+TEST_F(HfJson, HugeTokenIdIsRefusedBeforeAllocating) {
+  json j = base_tokenizer();
+  j["model"]["vocab"]["huge"] = 16000000;
+  write("tokenizer.json", j);
+  std::string e = error_of([&] { tokenizer_spec_from_hf_json(dir_); });
+  EXPECT_NE(e.find("the largest token id is 16000000, but only 264 tokens are defined"), std::string::npos) << e;
+  e = error_of([&] { tokenizer_spec_from_hf_json(dir_, 49152); });
+  EXPECT_NE(e.find("id 16000000 is out of range [0, 49152) (the model's vocab_size)"), std::string::npos) << e;
+  j["model"]["vocab"]["huge"] = uint64_t(1) << 63;
+  write("tokenizer.json", j);
+  e = error_of([&] { tokenizer_spec_from_hf_json(dir_); });
+  EXPECT_NE(e.find("id 9223372036854775808 is out of range"), std::string::npos) << e;
+}
+
+// Class 7: a tokenizer file that is a directory or a FIFO is reported as such
+// (not as absent, and never opened).
+TEST_F(HfJson, NonRegularFilesAreNamed) {
+  fs::create_directories(dir_ / "tokenizer.json");
+  std::string e = error_of([&] { tokenizer_spec_from_hf_json(dir_); });
+  EXPECT_NE(e.find("tokenizer.json: is a directory, expected a regular file"), std::string::npos) << e;
+  fs::remove_all(dir_ / "tokenizer.json");
+  write("tokenizer.json", base_tokenizer());
+  ASSERT_EQ(::mkfifo((dir_ / "generation_config.json").c_str(), 0600), 0);
+  e = error_of([&] { tokenizer_spec_from_hf_json(dir_); });
+  EXPECT_NE(e.find("generation_config.json: is a FIFO, expected a regular file"), std::string::npos) << e;
+}
+
+// Class 6: names from the file are escaped in messages.
+TEST_F(HfJson, MessagesEscapeFileText) {
+  json j = base_tokenizer();
+  j["model"]["type"] = "Word\x1b]0;owned\x07";
+  write("tokenizer.json", j);
+  std::string e = error_of([&] { tokenizer_spec_from_hf_json(dir_); });
+  EXPECT_NE(e.find("model type Word\\x1b]0;owned\\x07 is not supported"), std::string::npos) << e;
+  j = base_tokenizer();
+  j["model"]["vocab"]["\x1b[2J"] = -1;
+  write("tokenizer.json", j);
+  e = error_of([&] { tokenizer_spec_from_hf_json(dir_); });
+  EXPECT_NE(e.find("vocab entry '\\x1b[2J' id -1 is out of range"), std::string::npos) << e;
 }
 
 }  // namespace

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The CPU test suite under AddressSanitizer + UndefinedBehaviorSanitizer, and
+# the fuzz smoke run (every fuzz target over its committed corpus and
+# regression inputs, a few seconds each): configures build-asan/ with clang and
+# -DFUTR_SANITIZE=ON, builds the CPU tests (label "cpu": every test that does
+# not link futr_cuda) and the fuzz targets, runs them (ctest -L 'cpu|fuzz'). Part of CI
+# (.ci/run). Extra arguments go to ctest. See docs/RELIABILITY.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="/usr/local/cuda/bin:$PATH"
+export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/ccache}"
+# NOTE: protect_shadow_gap=0 lets the CUDA driver map the memory ASan would
+# reserve (the GPU tests start on a GPU machine); leaks are checked.
+export ASAN_OPTIONS="protect_shadow_gap=0:detect_leaks=1:abort_on_error=1:strict_string_checks=1"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+export LSAN_OPTIONS="suppressions=$PWD/scripts/lsan.supp"
+if [ -x build/venv/bin/python ]; then export FUTR_PYTHON="$PWD/build/venv/bin/python"; fi
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DFUTR_SANITIZE=ON \
+  -DFUTR_BUILD_BENCH=OFF >/dev/null
+# The CPU tests, futr and the fuzz targets (GPU tests and kernels are left to
+# the normal build: they skip without a GPU and their device code is not
+# instrumented anyway).
+cmake --build build-asan -j "$(nproc)" --target cpu_tests gguf_fuzz safetensors_fuzz hf_config_fuzz futr_fuzz \
+  tokenizer_json_fuzz
+cd build-asan && ctest --output-on-failure -j "$(nproc)" -L 'cpu|fuzz' "$@"
