@@ -55,7 +55,7 @@ TEST(KvQuant, Int4MirrorLayoutAndDequantization) {
   const ModelConfig c = test::quant_config();
   for (KvFormat mode : {KvFormat::kInt4, KvFormat::kInt4Rot}) {
     QuantKvStorage kv(c, 19, mode, 16);
-    EXPECT_EQ(kv.slots(), 24);  // capacity rounded up to whole 8-slot tiles
+    EXPECT_EQ(kv.slots(), 32);  // capacity rounded up to whole 16-slot steps (layout::kKvSlotAlign)
     const int n = 7, kvd = c.kv_dim(), D = c.head_dim;
     const auto k = randn(size_t(n) * kvd, 2.0f, rng), v = randn(size_t(n) * kvd, 2.0f, rng);
     kv.write(0, 10, n, k.data(), v.data());
