@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "core/build_info.h"
 #include "cuda/buffer.h"
 #include "cuda/check.h"
 #include "cuda/cublaslt.h"
@@ -15,9 +16,6 @@
 #include "cuda/fill.h"
 #include "cuda/stream.h"
 
-#ifndef FUTR_GIT_COMMIT
-#define FUTR_GIT_COMMIT "unknown"
-#endif
 
 namespace futr::bench {
 
@@ -180,7 +178,7 @@ nlohmann::json environment_json() {
           {"sm_count", d.sm_count},
           {"l2_bytes", d.l2_bytes},
           {"driver", d.driver_version},
-          {"commit", FUTR_GIT_COMMIT},
+          {"commit", futr::build_commit()},
           {"date", date}};
 }
 

@@ -20,6 +20,7 @@
 
 #include "cli/commands.h"
 #include "cli/quantize.h"
+#include "core/build_info.h"
 #include "core/error.h"
 #include "core/text.h"
 #if FUTR_HAVE_INFO_COMMAND
@@ -32,7 +33,7 @@
 int main(int argc, char** argv) {
   CLI::App app{"futr: FuTransformer, Llama-style inference (CPU reference backend; Hopper GPU "
                "kernels in progress)"};
-  app.set_version_flag("--version", std::string("futr ") + FUTR_GIT_COMMIT);
+  app.set_version_flag("--version", std::string("futr ") + futr::build_commit());
   app.require_subcommand(1);
   futr::cli::add_generate_command(app);
   futr::cli::add_perplexity_command(app);
