@@ -36,7 +36,7 @@
 #include "tokenizer/tokenizer.h"
 
 #ifndef FUTR_DEFAULT_TEXT
-#define FUTR_DEFAULT_TEXT "../shared/data/wikitext-2-raw/wiki.test.raw"
+#define FUTR_DEFAULT_TEXT "data/wikitext-2-raw/wiki.test.raw"
 #endif
 
 namespace futr::cli {

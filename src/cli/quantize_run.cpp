@@ -2,6 +2,7 @@
 #include "cli/quantize_run.h"
 
 #include <algorithm>
+#include <filesystem>
 
 #include <fmt/format.h>
 
@@ -12,7 +13,7 @@
 #include "tokenizer/tokenizer.h"
 
 #ifndef FUTR_DEFAULT_TEXT
-#define FUTR_DEFAULT_TEXT "../shared/data/wikitext-2-raw/wiki.test.raw"
+#define FUTR_DEFAULT_TEXT "data/wikitext-2-raw/wiki.test.raw"
 #endif
 
 namespace futr::cli {
@@ -108,6 +109,9 @@ void add_calibration_options(CLI::App* app, QuantCliOptions& o) {
 
 std::vector<int32_t> calibration_tokens(const Model& model, const QuantCliOptions& o) {
   const std::string file = o.calib_file.empty() ? std::string(FUTR_DEFAULT_TEXT) : o.calib_file;
+  std::error_code ec;
+  FUTR_CHECK(std::filesystem::exists(file, ec), "{}: no such file (the calibration text{}; give one with --calib-file)",
+             file, o.calib_file.empty() ? ", by default the perplexity text" : "");
   const std::string text = read_file_bytes(file);
   FUTR_CHECK(!model.tokenizer.tokens.empty(), "{}: the model has no tokenizer (needed for calibration)",
              model.path);
