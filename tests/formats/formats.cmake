@@ -13,3 +13,7 @@ futr_add_test(info_command_test SOURCES formats/info_command_test.cpp LIBS futr_
 # Not a test: the dump tool of the one-off Python cross-check (gguf_crosscheck.py).
 add_executable(gguf_dump_tool formats/gguf_dump_tool.cpp)
 target_link_libraries(gguf_dump_tool PRIVATE futr_formats futr_warnings)
+
+# The block decoders against the Python `gguf` package (ggml_reference.py, run
+# with $FUTR_PYTHON): random blocks and a model file gguf writes.
+futr_add_test(ggml_crosscheck_test SOURCES formats/ggml_crosscheck_test.cpp LIBS futr_formats futr_cli_info)
