@@ -7,7 +7,10 @@
 #include <iterator>
 #include <sstream>
 
+#include <fmt/format.h>
+
 #include "core/error.h"
+#include "cpu/threads.h"
 #include "formats/loader.h"
 
 #ifndef FUTR_DEFAULT_MODEL
@@ -20,7 +23,8 @@ void add_run_options(CLI::App* app, RunOptions& o) {
   app->add_option("-m,--model", o.model,
                   "Model file or directory (GGUF, Hugging Face safetensors directory); default: " +
                       default_model_path());
-  app->add_option("-t,--threads", o.threads, "CPU threads (default: all)")
+  app->add_option("-t,--threads", o.threads,
+                  fmt::format("CPU threads (default: the physical cores, {} here; more warns)", cpu::physical_cores()))
       ->check(CLI::NonNegativeNumber);
   app->add_option("--backend", o.backend, std::string("Backend: ") + kBackendChoices)
       ->check(CLI::IsMember({"cpu", "auto"}));
