@@ -13,6 +13,9 @@
 #include "cpu/threads.h"
 #include "formats/loader.h"
 
+#ifndef FUTR_DEFAULT_TEXT
+#define FUTR_DEFAULT_TEXT "data/wikitext-2-raw/wiki.test.raw"
+#endif
 #ifndef FUTR_DEFAULT_MODEL
 #define FUTR_DEFAULT_MODEL "models/SmolLM2-135M-Instruct.Q4_1.gguf"
 #endif
@@ -31,6 +34,17 @@ void add_run_options(CLI::App* app, RunOptions& o) {
 }
 
 std::string default_model_path() { return FUTR_DEFAULT_MODEL; }
+
+std::string default_text_path() {
+  std::error_code ec;
+  if (std::filesystem::exists(FUTR_DEFAULT_TEXT, ec)) return FUTR_DEFAULT_TEXT;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const auto installed = exe.parent_path().parent_path() / "share/futransformer/wikitext-2-raw/wiki.test.raw";
+    if (std::filesystem::exists(installed, ec)) return installed.string();
+  }
+  return FUTR_DEFAULT_TEXT;
+}
 
 Model load_model_for_cli(const RunOptions& o) {
   std::string path = o.model;

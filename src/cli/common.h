@@ -26,6 +26,11 @@ void add_run_options(CLI::App* app, RunOptions& o);
 
 // FUTR_DEFAULT_MODEL (compile definition set in the top-level CMakeLists).
 std::string default_model_path();
+// The default perplexity / calibration text: FUTR_DEFAULT_TEXT (the source
+// tree's data/wikitext-2-raw/wiki.test.raw), else the copy `cmake --install`
+// put beside this executable (<prefix>/share/futransformer/...), else
+// FUTR_DEFAULT_TEXT (whose absence the reader then reports).
+std::string default_text_path();
 
 // Loads o.model (or the default model, with a hint to run
 // scripts/fetch-model.sh when it is missing). futr::Error on failure.

@@ -17,6 +17,7 @@
 
 #include "cli/commands.h"
 #include "cli/quantize.h"
+#include "cli/version.h"
 #include "core/error.h"
 #if FUTR_HAVE_INFO_COMMAND
 #include "cli/info_command.h"
@@ -25,7 +26,8 @@
 int main(int argc, char** argv) {
   CLI::App app{"futr: FuTransformer, Llama-style inference (CPU reference backend; Hopper GPU "
                "kernels in progress)"};
-  app.set_version_flag("--version", std::string("futr ") + FUTR_GIT_COMMIT);
+  app.set_version_flag("--version", [] { return futr::cli::version_text(); },
+                       "Print the version, commit, build type, CUDA version and the GPU futr sees");
   app.require_subcommand(1);
   futr::cli::add_generate_command(app);
   futr::cli::add_perplexity_command(app);

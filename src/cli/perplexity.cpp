@@ -35,17 +35,13 @@
 #include "quant/kl.h"
 #include "tokenizer/tokenizer.h"
 
-#ifndef FUTR_DEFAULT_TEXT
-#define FUTR_DEFAULT_TEXT "data/wikitext-2-raw/wiki.test.raw"
-#endif
-
 namespace futr::cli {
 
 namespace {
 
 struct PerplexityOptions {
   RunOptions run;
-  std::string file = FUTR_DEFAULT_TEXT;
+  std::string file = default_text_path();
   int stride = 0;            // 0: ctx
   int64_t max_tokens = 0;    // 0: all
   int batch = 512;           // tokens per eval() call

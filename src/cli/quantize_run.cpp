@@ -12,10 +12,6 @@
 #include "formats/futr_file.h"
 #include "tokenizer/tokenizer.h"
 
-#ifndef FUTR_DEFAULT_TEXT
-#define FUTR_DEFAULT_TEXT "data/wikitext-2-raw/wiki.test.raw"
-#endif
-
 namespace futr::cli {
 
 namespace {
@@ -108,7 +104,7 @@ void add_calibration_options(CLI::App* app, QuantCliOptions& o) {
 }
 
 std::vector<int32_t> calibration_tokens(const Model& model, const QuantCliOptions& o) {
-  const std::string file = o.calib_file.empty() ? std::string(FUTR_DEFAULT_TEXT) : o.calib_file;
+  const std::string file = o.calib_file.empty() ? default_text_path() : o.calib_file;
   std::error_code ec;
   FUTR_CHECK(std::filesystem::exists(file, ec), "{}: no such file (the calibration text{}; give one with --calib-file)",
              file, o.calib_file.empty() ? ", by default the perplexity text" : "");

@@ -4,4 +4,5 @@ futr_add_test(cli_sampler_test SOURCES cli/sampler_test.cpp LIBS futr_cli_lib)
 futr_add_test(cli_perplexity_test SOURCES cli/perplexity_test.cpp LIBS futr_cli_lib)
 futr_add_test(cli_futr_e2e_test SOURCES cli/futr_e2e_test.cpp LIBS futr_core)
 add_dependencies(cli_futr_e2e_test futr)
-target_compile_definitions(cli_futr_e2e_test PRIVATE FUTR_BINARY="$<TARGET_FILE:futr>")
+target_compile_definitions(cli_futr_e2e_test PRIVATE FUTR_BINARY="$<TARGET_FILE:futr>"
+  FUTR_TEST_HAVE_CUDA=$<BOOL:${FUTR_HAVE_CUDA}> FUTR_CMAKE_COMMAND="${CMAKE_COMMAND}" FUTR_BUILD_DIR="${CMAKE_BINARY_DIR}")

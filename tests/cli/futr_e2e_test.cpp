@@ -136,4 +136,44 @@ TEST(FutrE2E, ErrorsThatNeedTheModel) {
   expect_error(futr({"perplexity", FUTR_TEST_TEXT, "--ctx", "64", "--stride", "65"}), "stride");
 }
 
+// `futr --version`: version, commit, build type, the CUDA line and the GPU line.
+TEST(FutrE2E, VersionSaysWhatWasBuiltAndTheGpu) {
+  const Result r = futr({"--version"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(^futr \d+\.\d+\.\d+ \(commit ([0-9a-f]{12}(-dirty)?|unknown), \w+ build\)\n)")))
+      << r.out;
+#if FUTR_TEST_HAVE_CUDA
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(\nCUDA: nvcc \d+\.\d+\.\d+, kernels for sm_90a, runtime \d+\.\d+)")))
+      << r.out;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(\nGPU: (NVIDIA .* \(sm_\d+, \d+ SMs|none usable: .+))"))) << r.out;
+#else
+  EXPECT_NE(r.out.find("CUDA: not in this build"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("GPU: not probed"), std::string::npos) << r.out;
+#endif
+  std::printf("%s", r.out.c_str());
+}
+
+// `cmake --install` puts futr, the docs and the default text under a prefix;
+// the installed futr runs.
+TEST(FutrE2E, InstallsFutrDocsAndText) {
+  const fs::path prefix = fs::temp_directory_path() / fmt::format("futr_install_{}", ::getpid());
+  fs::remove_all(prefix);
+  const std::string cmd = ::futr::test::shell_quote(FUTR_CMAKE_COMMAND) + " --install " +
+                          ::futr::test::shell_quote(FUTR_BUILD_DIR) + " --prefix " +
+                          ::futr::test::shell_quote(prefix.string()) + " > /dev/null";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  for (const char* f : {"bin/futr", "share/doc/futransformer/README.md", "share/doc/futransformer/ARCHITECTURE.md",
+                        "share/futransformer/README.md", "share/futransformer/wikitext-2-raw/wiki.test.raw"})
+    EXPECT_TRUE(fs::exists(prefix / f)) << f;
+  EXPECT_EQ(fs::file_size(prefix / "share/futransformer/wikitext-2-raw/wiki.test.raw"),
+            fs::file_size(FUTR_DEFAULT_TEXT));
+  const std::string out = (prefix / "version.txt").string();
+  EXPECT_EQ(std::system((::futr::test::shell_quote((prefix / "bin/futr").string()) + " --version > " +
+                         ::futr::test::shell_quote(out))
+                            .c_str()),
+            0);
+  EXPECT_EQ(slurp(out).rfind("futr ", 0), 0u) << slurp(out);
+  fs::remove_all(prefix);
+}
+
 }  // namespace
