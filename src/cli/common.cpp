@@ -13,9 +13,6 @@
 #include "cpu/threads.h"
 #include "formats/loader.h"
 
-#ifndef FUTR_DEFAULT_TEXT
-#define FUTR_DEFAULT_TEXT "data/wikitext-2-raw/wiki.test.raw"
-#endif
 #ifndef FUTR_DEFAULT_MODEL
 #define FUTR_DEFAULT_MODEL "models/SmolLM2-135M-Instruct.Q4_1.gguf"
 #endif
@@ -29,22 +26,14 @@ void add_run_options(CLI::App* app, RunOptions& o) {
   app->add_option("-t,--threads", o.threads,
                   fmt::format("CPU threads (default: the physical cores, {} here; more warns)", cpu::physical_cores()))
       ->check(CLI::NonNegativeNumber);
-  app->add_option("--backend", o.backend, std::string("Backend: ") + kBackendChoices)
-      ->check(CLI::IsMember({"cpu", "auto"}));
+  app->add_option("--backend", o.backend,
+                  "Engine: cpu|gpu|auto (auto: the GPU engine when it can run, else cpu; says "
+                  "which on stderr)")
+      ->check(CLI::IsMember(runtime::engine_kind_names()))
+      ->capture_default_str();
 }
 
 std::string default_model_path() { return FUTR_DEFAULT_MODEL; }
-
-std::string default_text_path() {
-  std::error_code ec;
-  if (std::filesystem::exists(FUTR_DEFAULT_TEXT, ec)) return FUTR_DEFAULT_TEXT;
-  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (!ec) {
-    const auto installed = exe.parent_path().parent_path() / "share/futransformer/wikitext-2-raw/wiki.test.raw";
-    if (std::filesystem::exists(installed, ec)) return installed.string();
-  }
-  return FUTR_DEFAULT_TEXT;
-}
 
 Model load_model_for_cli(const RunOptions& o) {
   std::string path = o.model;
@@ -68,6 +57,11 @@ std::string read_file_bytes(const std::string& path) {
   ss << f.rdbuf();
   FUTR_CHECK(!f.bad(), "{}: read error", path);
   return ss.str();
+}
+
+runtime::EngineLog stderr_log(bool quiet) {
+  if (quiet) return {};
+  return [](const std::string& s) { fmt::print(stderr, "futr: {}\n", s); };
 }
 
 std::string read_stdin_bytes() {

@@ -1,4 +1,4 @@
-// Helpers shared by the `futr` subcommands: the model/backend options every
+// Helpers shared by the `futr` subcommands: the model/engine options every
 // command takes, the default model, reading files, timing.
 #pragma once
 
@@ -7,8 +7,8 @@
 #include <chrono>
 #include <string>
 
-#include "cli/backend.h"
 #include "model/model.h"
+#include "runtime/engine.h"
 
 namespace futr::cli {
 
@@ -17,7 +17,7 @@ struct RunOptions {
   std::string model;       // "" -> default_model_path()
   int ctx = 0;             // command-specific default when 0
   int threads = 0;         // 0: all hardware threads
-  std::string backend = "auto";
+  std::string backend = "auto";  // auto | cpu | gpu (runtime::parse_engine_kind)
 };
 
 // Adds --model, --threads and --backend (not --ctx: its default differs per
@@ -26,11 +26,7 @@ void add_run_options(CLI::App* app, RunOptions& o);
 
 // FUTR_DEFAULT_MODEL (compile definition set in the top-level CMakeLists).
 std::string default_model_path();
-// The default perplexity / calibration text: FUTR_DEFAULT_TEXT (the source
-// tree's data/wikitext-2-raw/wiki.test.raw), else the copy `cmake --install`
-// put beside this executable (<prefix>/share/futransformer/...), else
-// FUTR_DEFAULT_TEXT (whose absence the reader then reports).
-std::string default_text_path();
+
 
 // Loads o.model (or the default model, with a hint to run
 // scripts/fetch-model.sh when it is missing). futr::Error on failure.
@@ -41,6 +37,9 @@ std::string read_file_bytes(const std::string& path);
 
 // Everything on stdin as bytes.
 std::string read_stdin_bytes();
+
+// The EngineLog of make_engine(): "futr: <line>" on stderr unless quiet.
+runtime::EngineLog stderr_log(bool quiet);
 
 // Seconds since construction.
 class Stopwatch {

@@ -3,8 +3,9 @@
 //
 //   1. tokenize the prompt (with --chat: first format it as one user turn
 //      with the model's chat template, then special tokens in it are parsed);
-//   2. prefill: one eval() of the whole prompt, logits of the last position;
-//   3. repeat: sample a token (cli/sampler.h), stop if it ends generation
+//   2. prefill: the whole prompt through the engine (runtime::SequenceRunner:
+//      steps of at most max_step_tokens rows), logits of the last position;
+//   3. repeat: sample a token (runtime/sampler.h), stop if it ends generation
 //      (EOS/EOT) or --max-tokens were produced; print its text through a
 //      StreamDecoder (UTF-8 sequences split across tokens are held back until
 //      complete) and flush; eval() the token alone (decode step).
@@ -23,9 +24,10 @@
 #include <fmt/format.h>
 
 #include "cli/common.h"
-#include "cli/quantize_run.h"
-#include "cli/sampler.h"
+#include "cli/engine_options.h"
 #include "core/error.h"
+#include "runtime/engine.h"
+#include "runtime/sampler.h"
 #include "tokenizer/chat.h"
 #include "tokenizer/tokenizer.h"
 
@@ -35,13 +37,13 @@ namespace {
 
 struct GenerateOptions {
   RunOptions run;
-  QuantCliOptions quant;     // --weights, --kv, ... (quantized reference, cli/quantize_run.h)
+  QuantCliOptions quant;     // --weights, --kv, ... (cli/engine_options.h)
   std::string prompt;
   bool prompt_given = false;
   bool chat = false;
   std::string system;        // --system (chat only)
   int max_tokens = 256;
-  SamplerConfig sampler;
+  runtime::SamplerConfig sampler;
   bool seed_given = false;
   bool quiet = false;        // no statistics on stderr
 };
@@ -56,7 +58,7 @@ void run_generate(GenerateOptions o) {
   if (!o.prompt_given) o.prompt = read_stdin_bytes();
   FUTR_CHECK(o.max_tokens >= 0, "--max-tokens must be >= 0 (got {})", o.max_tokens);
   if (!o.seed_given) o.sampler.seed = std::random_device{}();
-  Sampler sampler(o.sampler);  // validates temperature / top-p before the model loads
+  runtime::Sampler sampler(o.sampler);  // validates temperature / top-p before the model loads
 
   const Model model = load_model_for_cli(o.run);
   FUTR_CHECK(!model.tokenizer.tokens.empty(), "{}: the model has no tokenizer", model.path);
@@ -77,20 +79,17 @@ void run_generate(GenerateOptions o) {
   }
   FUTR_CHECK(!prompt.empty(), "the prompt is empty (give it as an argument or on stdin)");
 
-  BackendOptions bo;
-  bo.kind = o.run.backend;
-  bo.ctx = o.run.ctx > 0 ? o.run.ctx : std::min(model.config.max_context, 4096);
-  bo.threads = o.run.threads;
-  FUTR_CHECK(int64_t(prompt.size()) <= bo.ctx,
+  runtime::RuntimeConfig rc = runtime_config(o.run, o.quant);
+  rc.ctx = o.run.ctx > 0 ? o.run.ctx : std::min(model.config.max_context, 4096);
+  FUTR_CHECK(int64_t(prompt.size()) <= rc.ctx,
              "the prompt has {} tokens, more than the context of {} (use a larger --ctx)",
-             prompt.size(), bo.ctx);
-  std::unique_ptr<Backend> backend = make_quant_backend(model, bo, o.quant, [&](const std::string& s) {
-    if (!o.quiet) fmt::print(stderr, "futr: {}\n", s);
-  });
+             prompt.size(), rc.ctx);
+  const std::unique_ptr<runtime::Engine> engine = runtime::make_engine(model, rc, stderr_log(o.quiet));
+  runtime::SequenceRunner seq(*engine);
 
   // --- prefill ---
   Stopwatch t_prompt;
-  Tensor logits = backend->eval(prompt, int(prompt.size()) - 1);
+  Tensor logits = seq.eval(prompt, int(prompt.size()) - 1);
   const double prompt_s = t_prompt.seconds();
 
   // --- decode ---
@@ -104,12 +103,12 @@ void run_generate(GenerateOptions o) {
     ++generated;
     write_out(out.push(next));
     if (generated == o.max_tokens) break;
-    if (backend->position() >= backend->capacity()) {
+    if (seq.position() >= seq.capacity()) {
       context_full = true;
       break;
     }
     const int32_t one[1] = {next};
-    logits = backend->eval(one, 0);
+    logits = seq.eval(one, 0);
     ++steps;
   }
   const double gen_s = t_gen.seconds();
@@ -118,9 +117,9 @@ void run_generate(GenerateOptions o) {
 
   if (context_full)
     fmt::print(stderr, "futr: stopped: the context of {} tokens is full (use a larger --ctx)\n",
-               backend->capacity());
+               seq.capacity());
   if (!o.quiet) {
-    fmt::print(stderr, "futr: {} | {}\n", model.path, backend->describe());
+    fmt::print(stderr, "futr: {} | {}\n", model.path, engine->info().describe);
     fmt::print(stderr, "futr: prompt     {:5} tokens in {:7.3f} s ({:8.1f} tokens/s)\n",
                prompt.size(), prompt_s, double(prompt.size()) / std::max(prompt_s, 1e-9));
     fmt::print(stderr,

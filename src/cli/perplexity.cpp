@@ -1,6 +1,6 @@
 // `futr perplexity [FILE]`: perplexity of a model on a text file, evaluated in
-// context windows (cli/perplexity_eval.h has the window rule and the
-// statistics). The text is read as bytes and tokenized whole (with BOS first
+// context windows (runtime/perplexity.h has the window rule, the batching
+// and the statistics). The text is read as bytes and tokenized whole (with BOS first
 // if the model's tokenizer adds one), then cut to --max-tokens.
 //
 // Output: a progress bar on stderr (scored/total targets, tokens/s, ETA,
@@ -9,8 +9,8 @@
 // text_tokens, windows, ctx, stride, seconds, tokens_per_second, model,
 // text_file, backend.
 //
-// Quantized reference (cli/quantize_run.h): --weights, --quant, --kv, ... run
-// the CPU reference of a quantized configuration. KL against a base run
+// Engine options (cli/engine_options.h): --backend, --weights, --quant, --kv,
+// ... ; --batch is the engine's max_step_tokens (rows per step). KL against a base run
 // (quant/kl.h): --save-kl-base FILE stores the run's coarsened per-token
 // distributions (top --kl-topk log-probabilities + the remaining mass);
 // --kl-base FILE compares this run with them: mean KL (a lower bound of the
@@ -29,9 +29,11 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/common.h"
-#include "cli/perplexity_eval.h"
-#include "cli/quantize_run.h"
+#include "cli/engine_options.h"
 #include "core/error.h"
+#include "runtime/calibration.h"
+#include "runtime/engine.h"
+#include "runtime/perplexity.h"
 #include "quant/kl.h"
 #include "tokenizer/tokenizer.h"
 
@@ -39,15 +41,20 @@ namespace futr::cli {
 
 namespace {
 
+using runtime::NllStats;
+using runtime::PplLogitsHook;
+using runtime::PplProgress;
+using runtime::PplResult;
+
 struct PerplexityOptions {
   RunOptions run;
-  std::string file = default_text_path();
+  std::string file = runtime::default_text_path();
   int stride = 0;            // 0: ctx
   int64_t max_tokens = 0;    // 0: all
-  int batch = 512;           // tokens per eval() call
+  int batch = 512;           // tokens per step (the engine's max_step_tokens)
   bool json = false;
   bool quiet = false;        // no progress bar
-  QuantCliOptions quant;     // --weights, --kv, ... (quantized reference)
+  QuantCliOptions quant;     // --weights, --kv, ... (cli/engine_options.h)
   std::string save_kl_base;  // write the coarsened distributions here
   std::string kl_base;       // compare with this base file
   int kl_topk = 32;          // tokens kept per row by --save-kl-base
@@ -110,10 +117,9 @@ void run_perplexity(const PerplexityOptions& o) {
   const int64_t text_tokens = int64_t(tokens.size());
   if (o.max_tokens > 0 && int64_t(tokens.size()) > o.max_tokens) tokens.resize(size_t(o.max_tokens));
 
-  BackendOptions bo;
-  bo.kind = o.run.backend;
-  bo.ctx = ctx;
-  bo.threads = o.run.threads;
+  runtime::RuntimeConfig rc = runtime_config(o.run, o.quant);
+  rc.ctx = ctx;
+  rc.max_step_tokens = o.batch;
   FUTR_CHECK(o.save_kl_base.empty() || o.kl_base.empty(),
              "--save-kl-base and --kl-base are exclusive (save the base run first)");
   std::unique_ptr<quant::KlBase> kl_save, kl_base;
@@ -134,12 +140,11 @@ void run_perplexity(const PerplexityOptions& o) {
                o.kl_topk, model.config.vocab);
     kl_save = std::make_unique<quant::KlBase>(o.kl_topk, model.config.vocab);
   }
-  std::unique_ptr<Backend> backend = make_quant_backend(model, bo, o.quant, [&](const std::string& s) {
-    if (!o.quiet) fmt::print(stderr, "futr: {}\n", s);
-  });
+  const std::unique_ptr<runtime::Engine> engine = runtime::make_engine(model, rc, stderr_log(o.quiet));
+  const runtime::EngineInfo& info = engine->info();
   if (!o.quiet)
     fmt::print(stderr, "futr: {} | {} tokens of {} | ctx {} stride {} | {}\n", model.path,
-               tokens.size(), text_tokens, ctx, stride, backend->describe());
+               tokens.size(), text_tokens, ctx, stride, info.describe);
 
   ProgressBar bar(!o.quiet);
   PplLogitsHook hook;
@@ -149,12 +154,12 @@ void run_perplexity(const PerplexityOptions& o) {
       if (kl_save) kl_save->add_rows(logits.ptr(), rows, V, targets);
       if (kl) kl->add_rows(logits.ptr(), rows, V, targets);
     };
-  const PplResult r = evaluate_perplexity(*backend, tokens, ctx, stride, o.batch,
+  const PplResult r = runtime::evaluate_perplexity(*engine, tokens, ctx, stride, o.batch,
                                           [&](const PplProgress& p) { bar.update(p); }, hook);
   if (kl_save) {
     nlohmann::json meta;
     meta["model"] = model.path;
-    meta["backend"] = backend->describe();
+    meta["backend"] = info.describe;
     meta["text_file"] = o.file;
     meta["ctx"] = ctx;
     meta["stride"] = stride;
@@ -170,7 +175,8 @@ void run_perplexity(const PerplexityOptions& o) {
   if (kl)
     FUTR_CHECK(kl->count() == kl_base->size(), "{}: the base file holds {} rows, this run scored {}",
                o.kl_base, kl_base->size(), kl->count());
-  const nlohmann::json fp8 = fp8_scaling_report(*backend);
+  const nlohmann::json stats = engine->stats();
+  const nlohmann::json fp8 = stats.contains("fp8") ? stats["fp8"] : nlohmann::json();
   const NllStats& s = r.stats;
   const double tps = r.seconds > 0 ? double(r.evaluated) / r.seconds : 0.0;
   if (o.json) {
@@ -189,8 +195,8 @@ void run_perplexity(const PerplexityOptions& o) {
     j["tokens_per_second"] = tps;
     j["model"] = model.path;
     j["text_file"] = o.file;
-    j["backend"] = backend->name();
-    j["backend_detail"] = backend->describe();
+    j["backend"] = info.name;
+    j["backend_detail"] = info.describe;
     if (kl) {
       j["kl_mean"] = kl->mean_kl();
       j["kl_stderr"] = kl->kl_stderr();
@@ -240,7 +246,7 @@ void add_perplexity_command(CLI::App& app) {
                   "scores only its last `stride` tokens");
   sub->add_option("-n,--max-tokens", o->max_tokens,
                   "Evaluate only the first N tokens of the text (0: all)");
-  sub->add_option("--batch", o->batch, "Tokens per forward call")->capture_default_str()
+  sub->add_option("--batch", o->batch, "Tokens per engine step")->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
   sub->add_flag("--json", o->json, "Print the result as a JSON object");
   sub->add_flag("-q,--quiet", o->quiet, "No progress bar or log lines on stderr");

@@ -9,7 +9,7 @@
 // --weights takes a comma-separated list of bf16, fp8, int4 (one weight set
 // per format in the file). INT4 uses --quant rtn|clip|clip-act|gptq|gptq-clip (default
 // rtn), --act-order, --group; gptq calibrates on the held-out last 10% of
-// --calib-file (cli/quantize_run.h), FP8 records each activation site's
+// --calib-file (runtime/calibration.h), FP8 records each activation site's
 // initial amax on the same tokens. A progress bar on stderr shows each stage.
 #include "cli/quantize.h"
 
@@ -27,9 +27,12 @@
 #include <fmt/format.h>
 
 #include "cli/common.h"
-#include "cli/quantize_run.h"
+#include "cli/engine_options.h"
 #include "core/error.h"
+#include "cpu/model_quant.h"
 #include "cpu/threads.h"
+#include "engines/factory.h"
+#include "runtime/calibration.h"
 #include "formats/futr_file.h"
 
 namespace futr::cli {
@@ -83,13 +86,14 @@ class StageBar {
   bool line_done_ = true;
 };
 
-std::vector<quant::WeightFormat> parse_formats(const std::string& list) {
-  std::vector<quant::WeightFormat> out;
+std::vector<WeightFormat> parse_formats(const std::string& list) {
+  std::vector<WeightFormat> out;
   std::stringstream ss(list);
   std::string item;
   while (std::getline(ss, item, ',')) {
-    const quant::WeightFormat f = quant::parse_weight_format(item);
-    FUTR_CHECK(f != quant::WeightFormat::kFp32, "--weights: fp32 is not a quantized format");
+    const WeightFormat f = parse_weight_format(item);
+    FUTR_CHECK(f != WeightFormat::kFp32 && f != WeightFormat::kAuto,
+               "--weights: {} is not a quantized format", item);
     for (auto g : out) FUTR_CHECK(g != f, "--weights lists {} twice", item);
     out.push_back(f);
   }
@@ -108,10 +112,12 @@ void run_quantize(const QuantizeCmdOptions& o) {
                "-o {}: futr quantize writes a .futr file, not {}; name it {}.futr", o.out, ext,
                std::filesystem::path(o.out).replace_extension().string());
   }
-  const std::vector<quant::WeightFormat> formats = parse_formats(o.weights);
-  const bool has_int4 = std::find(formats.begin(), formats.end(), quant::WeightFormat::kInt4) != formats.end();
+  const std::vector<WeightFormat> formats = parse_formats(o.weights);
+  const bool has_int4 = std::find(formats.begin(), formats.end(), WeightFormat::kInt4) != formats.end();
   FUTR_CHECK(has_int4 || (o.quant.quant.empty() && !o.quant.act_order && o.quant.group == 0),
              "--quant/--act-order/--group apply to int4 weights");
+  runtime::RuntimeConfig rc;
+  parse_quantizer_options(o.quant, rc);
   Stopwatch total;
   const Model model = load_model_for_cli(o.run);
   const int threads = cpu::set_num_threads(o.run.threads);
@@ -123,11 +129,11 @@ void run_quantize(const QuantizeCmdOptions& o) {
   std::vector<int32_t> calib;
   bool need_calib = false;
   for (auto f : formats) {
-    const cpu::QuantizeOptions qo = quantize_options(f, o.quant);
+    const cpu::QuantizeOptions qo = engines::quantize_options(f, rc);
     need_calib = need_calib || cpu::needs_calibration(qo);
   }
   if (need_calib) {
-    calib = calibration_tokens(model, o.quant);
+    calib = runtime::calibration_tokens(model, rc.calib);
     if (!o.quiet)
       fmt::print(stderr, "futr: calibration: {} tokens from the last 10% of {} (windows of {})\n",
                  calib.size(), o.quant.calib_file.empty() ? "the default text" : o.quant.calib_file,
@@ -142,7 +148,7 @@ void run_quantize(const QuantizeCmdOptions& o) {
   prov["time"] = std::time(nullptr);
   nlohmann::json steps = nlohmann::json::array();
   for (auto f : formats) {
-    const cpu::QuantizeOptions qo = quantize_options(f, o.quant);
+    const cpu::QuantizeOptions qo = engines::quantize_options(f, rc);
     Stopwatch t;
     sets.push_back(std::make_unique<quant::QuantizedWeights>(
         cpu::quantize_model(model, qo, calib, [&](const std::string& stage, int64_t d, int64_t n) {
@@ -152,7 +158,7 @@ void run_quantize(const QuantizeCmdOptions& o) {
     s["format"] = to_string(f);
     s["method"] = sets.back()->method;
     s["seconds"] = t.seconds();
-    if (f == quant::WeightFormat::kInt4) {
+    if (f == WeightFormat::kInt4) {
       s["damp"] = qo.damp;
       s["act_order"] = qo.act_order;
       s["clip_steps"] = qo.clip.steps;
@@ -192,7 +198,7 @@ void add_quantize_command(CLI::App& app) {
   sub->add_option("--weights", o->weights, "Formats to store: a comma-separated list of int4, fp8, bf16")
       ->capture_default_str();
   sub->add_option("--quant", o->quant.quant, "INT4 quantizer: rtn|clip|clip-act|gptq|gptq-clip (default rtn)")
-      ->check(CLI::IsMember({"rtn", "clip", "clip-act", "gptq", "gptq-clip"}));
+      ->check(CLI::IsMember(runtime::quant_method_names()));
   sub->add_flag("--act-order", o->quant.act_order, "GPTQ: quantize inputs by decreasing activity");
   sub->add_option("--group", o->quant.group, "INT4 group size 64|128 (default: 128, 64 where K % 128 != 0)")
       ->check(CLI::IsMember({0, 64, 128}));

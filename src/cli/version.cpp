@@ -29,11 +29,6 @@ std::string cuda_version(int v) { return v > 0 ? fmt::format("{}.{}", v / 1000, 
 
 bool built_with_cuda() { return FUTR_HAVE_CUDA != 0; }
 
-std::string no_cuda_message() {
-  return "this futr was built without CUDA (no CUDA compiler at configure time): only the CPU engines "
-         "are in it; rebuild with the CUDA toolkit installed (nvcc on PATH) for --backend gpu";
-}
-
 std::string version_text() {
   std::string s = fmt::format("futr {} (commit {}, {} build)\n", FUTR_VERSION, FUTR_COMMIT, FUTR_BUILD_TYPE);
 #if FUTR_HAVE_CUDA

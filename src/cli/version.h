@@ -1,7 +1,6 @@
 // What this `futr` is: its version, commit, build type, whether CUDA is in the
 // build (and which), and the GPU it sees. `futr --version` prints
-// version_text(); the engine factory refuses `--backend gpu` in a CPU-only
-// build with no_cuda_message().
+// version_text(). (`--backend gpu` in a CPU-only build: engines/factory.cpp.)
 //
 //   futr 0.1.0 (commit 4b32ee8abcd1, Release build)
 //   CUDA: nvcc 13.0.88, kernels for sm_90a, runtime 13.0 (static), driver 13.0
@@ -17,8 +16,6 @@ namespace futr::cli {
 
 // True when the CUDA code (src/cuda, the GPU kernels) is in this build.
 bool built_with_cuda();
-// "this futr was built without CUDA ..." (for errors about GPU requests).
-std::string no_cuda_message();
 // The three lines above (no trailing newline). Probes the GPU (once).
 std::string version_text();
 

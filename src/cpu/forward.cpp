@@ -26,14 +26,17 @@ Forward::Forward(const Model& model, CpuWeights weights, std::unique_ptr<KvStora
              weights_.layers.size(), config_.n_layers);
 }
 
-Tensor Forward::eval(std::span<const int32_t> tokens, int first_logit) {
+Tensor Forward::eval(KvCache& cache, std::span<const int32_t> tokens, int first_logit) {
   const int n = int(tokens.size());
   FUTR_CHECK(tokens.size() < size_t(1) << 30, "CPU forward: {} tokens in one call",
              tokens.size());
   FUTR_CHECK(first_logit >= 0 && first_logit <= n,
              "CPU forward: first logit row {} outside the batch of {} tokens", first_logit, n);
   // Validate everything before touching the cache, so an error changes nothing.
-  cache_.check_room(n);
+  FUTR_CHECK(cache.capacity() <= rope_.max_pos,
+             "CPU forward: a cache of {} positions on a forward pass made for {}", cache.capacity(),
+             rope_.max_pos);
+  cache.check_room(n);
   for (int i = 0; i < n; ++i)
     FUTR_CHECK(tokens[size_t(i)] >= 0 && tokens[size_t(i)] < config_.vocab,
                "token id {} at batch position {} is outside the vocabulary (0..{})",
@@ -45,15 +48,16 @@ Tensor Forward::eval(std::span<const int32_t> tokens, int first_logit) {
     // Rows of this chunk that need logits: [max(first_logit, c0), c1).
     const int f = std::max(first_logit, c0);
     float* dst = f < c1 ? logits.row(f - first_logit) : nullptr;
-    eval_chunk(tokens.subspan(size_t(c0), size_t(c1 - c0)), f - c0, dst);
+    eval_chunk(cache, tokens.subspan(size_t(c0), size_t(c1 - c0)), f - c0, dst);
   }
   return logits;
 }
 
-void Forward::eval_chunk(std::span<const int32_t> tokens, int first_logit, float* logits) {
+void Forward::eval_chunk(KvCache& cache, std::span<const int32_t> tokens, int first_logit,
+                         float* logits) {
   const ModelConfig& c = config_;
   const int n = int(tokens.size());
-  const int pos0 = cache_.length();
+  const int pos0 = cache.length();
   const int H = c.hidden, Q = c.q_dim(), KV = c.kv_dim(), I = c.intermediate;
   const size_t nn = size_t(n);
   x_.resize(nn * H);
@@ -65,7 +69,7 @@ void Forward::eval_chunk(std::span<const int32_t> tokens, int first_logit, float
   proj_.resize(nn * H);
   gate_.resize(nn * I);
   up_.resize(nn * I);
-  KvStorage& kv = cache_.storage();
+  KvStorage& kv = cache.storage();
 
   // --- 1. Embedding: x[i] = E[token_i] -------------------------------------------
   embed(weights_.tok_embd, c.vocab, H, tokens, x_.data());
@@ -114,7 +118,7 @@ void Forward::eval_chunk(std::span<const int32_t> tokens, int first_logit, float
     L.w_down->forward(gate_.data(), n, proj_.data());
     add_inplace(x_.data(), proj_.data(), int64_t(nn * H));
   }
-  cache_.advance(n);
+  cache.advance(n);
 
   // --- 11. Final RMSNorm and LM head, only for the rows that need logits -------------
   // logits[i] = (RMSNorm(x[i]) * g_out) Wlm^T     [rows, vocab]

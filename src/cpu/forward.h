@@ -22,8 +22,15 @@
 // Both go through the same code, so prefill and decode agree up to the
 // summation order inside BLAS (tests/cpu/forward_test.cpp).
 //
+// Sequences: a Forward owns one KV cache (eval(tokens, ...)) and can run
+// other caches of the same storage kind and capacity (eval(cache, tokens,
+// ...)): the weights, the RoPE table and the activation buffers are shared,
+// each sequence's K/V live in its own cache (the CPU engines of cpu/engine.h
+// hold one cache per open sequence). A call's result depends only on the
+// cache it runs on and its tokens, never on other caches.
+//
 // Threads: OpenBLAS threads for GEMMs, OpenMP for the rest (cpu/threads.h).
-// Not thread-safe: one Forward serves one sequence at a time.
+// Not thread-safe: one call at a time.
 #pragma once
 
 #include <memory>
@@ -53,7 +60,11 @@ class Forward {
   // [first_logit, n) as a Tensor [n - first_logit, vocab] (empty when
   // first_logit == n). Throws futr::Error (and changes nothing) when the
   // tokens do not fit in the context or an id is outside the vocabulary.
-  Tensor eval(std::span<const int32_t> tokens, int first_logit);
+  Tensor eval(std::span<const int32_t> tokens, int first_logit) {
+    return eval(cache_, tokens, first_logit);
+  }
+  // The same on another sequence's cache (capacity at most capacity()).
+  Tensor eval(KvCache& cache, std::span<const int32_t> tokens, int first_logit);
   // Logits for every position: [n, vocab] (perplexity).
   Tensor eval_all(std::span<const int32_t> tokens) { return eval(tokens, 0); }
   // Logits for the last position only: [1, vocab] (generation).
@@ -73,7 +84,7 @@ class Forward {
  private:
   // One chunk of at most max_batch_ tokens; logits rows [first_logit, n)
   // go to `logits` (row-major, vocab wide) when first_logit < n.
-  void eval_chunk(std::span<const int32_t> tokens, int first_logit, float* logits);
+  void eval_chunk(KvCache& cache, std::span<const int32_t> tokens, int first_logit, float* logits);
 
   ModelConfig config_;
   CpuWeights weights_;

@@ -13,25 +13,7 @@
 
 namespace futr::cpu {
 
-std::string to_string(KvMode m) {
-  switch (m) {
-    case KvMode::kFp32: return "fp32";
-    case KvMode::kBf16: return "bf16";
-    case KvMode::kInt4: return "int4";
-    case KvMode::kInt4Rot: return "int4-rot";
-  }
-  return "?";
-}
-
-KvMode parse_kv_mode(const std::string& s) {
-  if (s == "fp32") return KvMode::kFp32;
-  if (s == "bf16") return KvMode::kBf16;
-  if (s == "int4") return KvMode::kInt4;
-  if (s == "int4-rot") return KvMode::kInt4Rot;
-  fail("unknown KV cache format '{}' (choose fp32, bf16, int4, int4-rot)", s);
-}
-
-QuantKvStorage::QuantKvStorage(const ModelConfig& c, int capacity, KvMode mode, int rot_block)
+QuantKvStorage::QuantKvStorage(const ModelConfig& c, int capacity, KvFormat mode, int rot_block)
     : mode_(mode),
       rot_block_(rot_block),
       n_layers_(c.n_layers),
@@ -40,22 +22,23 @@ QuantKvStorage::QuantKvStorage(const ModelConfig& c, int capacity, KvMode mode, 
       head_dim_(c.head_dim),
       capacity_(capacity),
       slots_((capacity + quant::kKvTileSlots - 1) / quant::kKvTileSlots * quant::kKvTileSlots) {
-  FUTR_CHECK(mode != KvMode::kFp32, "QuantKvStorage: use make_fp32_kv_storage for fp32");
+  FUTR_CHECK(mode != KvFormat::kFp32 && mode != KvFormat::kAuto,
+             "QuantKvStorage: {} is not a quantized KV format", to_string(mode));
   FUTR_CHECK(capacity >= 1 && capacity <= (1 << 24),
              "KV cache: context length {} is out of range (1..16777216)", capacity);
   const double bytes = 2.0 * 4.0 * n_layers_ * n_kv_heads_ * double(capacity) * head_dim_;
   FUTR_CHECK(bytes < 64.0 * (1ull << 30), "KV cache: context {} needs {:.1f} GiB; use a smaller --ctx",
              capacity, bytes / double(1ull << 30));
-  if (mode == KvMode::kInt4 || mode == KvMode::kInt4Rot)
+  if (mode == KvFormat::kInt4 || mode == KvFormat::kInt4Rot)
     FUTR_CHECK(head_dim_ % 16 == 0, "INT4 KV cache: head_dim {} must be a multiple of 16", head_dim_);
-  if (mode == KvMode::kInt4Rot)
+  if (mode == KvFormat::kInt4Rot)
     FUTR_CHECK(quant::hadamard_block_ok(head_dim_, rot_block),
                "--kv-block {}: the Hadamard block must be a power of two dividing head_dim {}",
                rot_block, head_dim_);
   const size_t n = size_t(n_layers_) * n_kv_heads_ * size_t(capacity) * head_dim_;
   k_.assign(n, 0.0f);
   v_.assign(n, 0.0f);
-  if (mode == KvMode::kInt4 || mode == KvMode::kInt4Rot) {
+  if (mode == KvFormat::kInt4 || mode == KvFormat::kInt4Rot) {
     mirror_.resize(size_t(n_layers_));
     for (Mirror& m : mirror_) {
       const size_t nb = quant::kv_nibble_bytes(n_kv_heads_, head_dim_, slots_);
@@ -68,7 +51,7 @@ QuantKvStorage::QuantKvStorage(const ModelConfig& c, int capacity, KvMode mode, 
 }
 
 std::string QuantKvStorage::name() const {
-  if (mode_ == KvMode::kInt4Rot) return fmt::format("int4-rot (Hadamard block {})", rot_block_);
+  if (mode_ == KvFormat::kInt4Rot) return fmt::format("int4-rot (Hadamard block {})", rot_block_);
   return to_string(mode_);
 }
 
@@ -124,12 +107,12 @@ void QuantKvStorage::write(int layer, int pos, int n, const float* k, const floa
       }
       float* kd = &k_[size_t(offset(layer, h, pos + i))];
       float* vd = &v_[size_t(offset(layer, h, pos + i))];
-      if (mode_ == KvMode::kBf16) {
+      if (mode_ == KvFormat::kBf16) {
         std::memcpy(kd, kr, sizeof(float) * size_t(D));
         std::memcpy(vd, vr, sizeof(float) * size_t(D));
         continue;
       }
-      if (mode_ == KvMode::kInt4Rot) {
+      if (mode_ == KvFormat::kInt4Rot) {
         quant::hadamard_rotate(kr, D, rot_block_);
         quant::hadamard_rotate(vr, D, rot_block_);
       }
@@ -148,18 +131,18 @@ void QuantKvStorage::map_query(float* q, int64_t n, int64_t ld) const {
   const int64_t width = int64_t(n_heads_) * head_dim_;
   for (int64_t i = 0; i < n; ++i)
     for (int64_t j = 0; j < width; ++j) q[i * ld + j] = round_bf16(q[i * ld + j]);
-  if (mode_ == KvMode::kInt4Rot)
+  if (mode_ == KvFormat::kInt4Rot)
     quant::hadamard_rotate_heads(q, n, ld, n_heads_, head_dim_, rot_block_);
 }
 
 void QuantKvStorage::unmap_output(float* o, int64_t n, int64_t ld) const {
-  if (mode_ == KvMode::kInt4Rot)
+  if (mode_ == KvFormat::kInt4Rot)
     quant::hadamard_rotate_heads(o, n, ld, n_heads_, head_dim_, rot_block_);
 }
 
-std::unique_ptr<KvStorage> make_kv_storage(const ModelConfig& config, int capacity, KvMode mode,
+std::unique_ptr<KvStorage> make_kv_storage(const ModelConfig& config, int capacity, KvFormat mode,
                                            int rot_block) {
-  if (mode == KvMode::kFp32) return make_fp32_kv_storage(config, capacity);
+  if (mode == KvFormat::kFp32) return make_fp32_kv_storage(config, capacity);
   return std::make_unique<QuantKvStorage>(config, capacity, mode, rot_block);
 }
 

@@ -29,20 +29,16 @@
 #include <string>
 #include <vector>
 
+#include "core/formats.h"
 #include "cpu/kv_cache.h"
 #include "model/config.h"
 
 namespace futr::cpu {
 
-enum class KvMode { kFp32, kBf16, kInt4, kInt4Rot };
-
-std::string to_string(KvMode m);                  // "fp32" | "bf16" | "int4" | "int4-rot"
-KvMode parse_kv_mode(const std::string& s);       // futr::Error for anything else
-
 class QuantKvStorage final : public KvStorage {
  public:
   // rot_block: Hadamard block size (int4-rot only; a power of two dividing head_dim).
-  QuantKvStorage(const ModelConfig& config, int capacity, KvMode mode, int rot_block);
+  QuantKvStorage(const ModelConfig& config, int capacity, KvFormat mode, int rot_block);
   std::string name() const override;
   int capacity() const override { return capacity_; }
   void write(int layer, int pos, int n, const float* k, const float* v) override;
@@ -69,7 +65,7 @@ class QuantKvStorage final : public KvStorage {
   // Quantizes a row into the mirror and writes its dequantized values to dst.
   void store_int4(Mirror& m, bool key, int slot, int head, const float* row, float* dst);
 
-  KvMode mode_;
+  KvFormat mode_;
   int rot_block_;
   int n_layers_, n_kv_heads_, n_heads_, head_dim_, capacity_, slots_;
   std::vector<float> k_, v_;    // [n_layers, n_kv_heads, capacity, D] attention-space rows
@@ -77,7 +73,7 @@ class QuantKvStorage final : public KvStorage {
 };
 
 // The storage for `mode` (fp32: make_fp32_kv_storage).
-std::unique_ptr<KvStorage> make_kv_storage(const ModelConfig& config, int capacity, KvMode mode,
+std::unique_ptr<KvStorage> make_kv_storage(const ModelConfig& config, int capacity, KvFormat mode,
                                            int rot_block);
 
 }  // namespace futr::cpu

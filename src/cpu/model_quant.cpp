@@ -125,7 +125,7 @@ std::string int4_method_name(const QuantizeOptions& o) {
 quant::QuantizedTensor int4_tensor(const std::string& name, quant::Int4Weights w, const std::string& method) {
   quant::QuantizedTensor t;
   t.name = name;
-  t.format = quant::WeightFormat::kInt4;
+  t.format = WeightFormat::kInt4;
   t.n = w.n;
   t.k = w.k;
   t.method = method;
@@ -318,14 +318,13 @@ std::vector<std::string> fp8_site_names(int layer) {
 }
 
 bool needs_calibration(const QuantizeOptions& o) {
-  if (o.format == quant::WeightFormat::kFp8) return true;
-  return o.format == quant::WeightFormat::kInt4 && (o.method.rfind("gptq", 0) == 0 || o.method == "clip-act");
+  if (o.format == WeightFormat::kFp8) return true;
+  return o.format == WeightFormat::kInt4 && (o.method.rfind("gptq", 0) == 0 || o.method == "clip-act");
 }
 
 quant::QuantizedWeights quantize_model(const Model& model, const QuantizeOptions& o,
                                        std::span<const int32_t> calib, const QuantProgress& progress) {
-  using quant::WeightFormat;
-  const ModelConfig& c = model.config;
+    const ModelConfig& c = model.config;
   ensure_single_threaded_blas();
   quant::QuantizedWeights out;
   out.format = o.format;
@@ -425,11 +424,10 @@ quant::QuantizedWeights quantize_model(const Model& model, const QuantizeOptions
 
 // ---- the quantized reference model ----------------------------------------------------
 
-LinearFactory quant_linear_factory(const Model& model, quant::WeightFormat format,
+LinearFactory quant_linear_factory(const Model& model, WeightFormat format,
                                    std::shared_ptr<const quant::QuantizedWeights> q,
                                    std::shared_ptr<quant::ScaleBank> bank, bool fp8_rms_in_cast) {
-  using quant::WeightFormat;
-  FUTR_CHECK(format == WeightFormat::kBf16 || q, "the {} reference needs quantized weights",
+    FUTR_CHECK(format == WeightFormat::kBf16 || q, "the {} reference needs quantized weights",
              to_string(format));
   FUTR_CHECK(!q || format == WeightFormat::kBf16 || q->format == format,
              "quantized weights are {}, not {}", to_string(q ? q->format : format), to_string(format));
@@ -473,8 +471,7 @@ LinearFactory quant_linear_factory(const Model& model, quant::WeightFormat forma
 QuantForward::QuantForward(const Model& model, std::shared_ptr<const quant::QuantizedWeights> q,
                            const QuantRunOptions& o, int ctx)
     : opt_(o), q_(std::move(q)) {
-  using quant::WeightFormat;
-  const ModelConfig& c = model.config;
+    const ModelConfig& c = model.config;
   if (ctx <= 0) ctx = c.max_context;
   std::unique_ptr<KvStorage> kv = make_kv_storage(c, ctx, o.kv, o.kv_block);
   if (o.weights == WeightFormat::kFp32) {
@@ -507,16 +504,14 @@ QuantForward::QuantForward(const Model& model, std::shared_ptr<const quant::Quan
 
 std::string QuantForward::describe() const {
   std::string s = fmt::format("weights {}", to_string(opt_.weights));
-  if (q_ && opt_.weights != quant::WeightFormat::kBf16 && opt_.weights != quant::WeightFormat::kFp32)
+  if (q_ && opt_.weights != WeightFormat::kBf16 && opt_.weights != WeightFormat::kFp32)
     s += fmt::format(" ({})", q_->method);
   s += fmt::format(", KV {}", fwd_->cache().storage().name());
   if (bank_) {
+    // The counters (calls, saturations) are engine state: CpuEngine::stats().
     const quant::ScaleBank& b = *bank_;
-    const quant::ScaleStats t = b.total();
-    s += fmt::format(", FP8 delayed scaling: history {}, margin {}, {}{} calls, {} saturated ({} values)",
-                     b.config().history, b.config().margin,
-                     opt_.fp8_rms_in_cast ? "1/rms in the cast, " : "", t.calls, t.saturated_calls,
-                     t.saturated_values);
+    s += fmt::format(", FP8 delayed scaling: history {}, margin {}{}", b.config().history,
+                     b.config().margin, opt_.fp8_rms_in_cast ? ", 1/rms in the cast" : "");
   }
   return s;
 }

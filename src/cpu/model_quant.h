@@ -55,7 +55,7 @@
 namespace futr::cpu {
 
 struct QuantizeOptions {
-  quant::WeightFormat format = quant::WeightFormat::kInt4;
+  WeightFormat format = WeightFormat::kInt4;
   std::string method = "rtn";  // int4: rtn | clip | clip-act | gptq | gptq-clip
   bool act_order = false;      // int4 gptq: process inputs by decreasing activity
   int group = 0;               // int4: 0 = 128 where K % 128 == 0, else 64
@@ -80,8 +80,8 @@ quant::QuantizedWeights quantize_model(const Model& model, const QuantizeOptions
                                        const QuantProgress& progress = {});
 
 struct QuantRunOptions {
-  quant::WeightFormat weights = quant::WeightFormat::kFp32;
-  KvMode kv = KvMode::kFp32;
+  WeightFormat weights = WeightFormat::kFp32;
+  KvFormat kv = KvFormat::kFp32;
   int kv_block = 64;                 // Hadamard block (int4-rot)
   quant::DelayedScalingConfig fp8;   // delayed scaling of FP8 activations
   bool fp8_rms_in_cast = false;      // folded RMSNorm: 1/rms before the E4M3 cast (variant)
@@ -110,7 +110,7 @@ class QuantForward {
 
 // The Linear factory of a quantized mode (exposed for tests): builds the
 // projection `name` from q (fp8/int4) or from the FP32 weight (bf16).
-LinearFactory quant_linear_factory(const Model& model, quant::WeightFormat format,
+LinearFactory quant_linear_factory(const Model& model, WeightFormat format,
                                    std::shared_ptr<const quant::QuantizedWeights> q,
                                    std::shared_ptr<quant::ScaleBank> bank, bool fp8_rms_in_cast = false);
 

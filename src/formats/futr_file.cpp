@@ -19,7 +19,6 @@ namespace futr {
 namespace {
 
 using nlohmann::json;
-using quant::WeightFormat;
 
 constexpr uint64_t kAlign = 64;
 constexpr uint64_t kFixedHeader = 24;
@@ -340,7 +339,9 @@ std::vector<WeightFormat> FutrFile::formats() const {
   std::vector<WeightFormat> out;
   try {
     for (const json& s : header_.value("weight_sets", json::array())) {
-      const WeightFormat f = quant::parse_weight_format(s.at("format").get<std::string>());
+      const WeightFormat f = parse_weight_format(s.at("format").get<std::string>());
+      FUTR_CHECK(f != WeightFormat::kAuto && f != WeightFormat::kFp32,
+                 "{}: bad weight_sets in the .futr header: format {}", name_, to_string(f));
       out.push_back(f);
     }
   } catch (const json::exception& e) {

@@ -81,9 +81,9 @@ class FutrFile {
   uint32_t version() const { return version_; }
   const nlohmann::json& header() const { return header_; }
   // Projection formats stored, in preference order int4, fp8, bf16.
-  std::vector<quant::WeightFormat> formats() const;
+  std::vector<WeightFormat> formats() const;
   // All projections of one stored format, unpacked to their logical forms.
-  quant::QuantizedWeights read_weights(quant::WeightFormat f) const;
+  quant::QuantizedWeights read_weights(WeightFormat f) const;
   // The model: config, tokenizer, sources, and (with_weights) FP32 weights
   // whose projections are dequantized from the preferred stored format (an
   // FP8 folded gain is divided back out).

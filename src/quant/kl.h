@@ -22,7 +22,7 @@
 //   "FUTRKLB\0"  u32 version = 1  u32 k  u32 vocab  u32 reserved
 //   u64 entries  u64 json_bytes  json (meta: model, text, ctx, stride, ...)
 //   entries x { i32 target, f32 nll, i32 ids[k], f32 logp[k], f32 log_rest }
-// Entries are in scoring order (cli/perplexity_eval.h windows).
+// Entries are in scoring order (runtime/perplexity.h windows).
 //
 // Tests: tests/quant/kl_test.cpp (against a brute-force KL on small vocabularies).
 #pragma once

@@ -7,24 +7,6 @@
 
 namespace futr::quant {
 
-std::string to_string(WeightFormat f) {
-  switch (f) {
-    case WeightFormat::kFp32: return "fp32";
-    case WeightFormat::kBf16: return "bf16";
-    case WeightFormat::kFp8: return "fp8";
-    case WeightFormat::kInt4: return "int4";
-  }
-  return "?";
-}
-
-WeightFormat parse_weight_format(const std::string& s) {
-  if (s == "fp32") return WeightFormat::kFp32;
-  if (s == "bf16") return WeightFormat::kBf16;
-  if (s == "fp8") return WeightFormat::kFp8;
-  if (s == "int4") return WeightFormat::kInt4;
-  fail("unknown weight format '{}' (choose fp32, bf16, fp8, int4)", s);
-}
-
 const QuantizedTensor& QuantizedWeights::at(const std::string& name) const {
   auto it = tensors.find(name);
   FUTR_CHECK(it != tensors.end(), "quantized weights ({}): no tensor '{}'", to_string(format), name);

@@ -13,20 +13,11 @@
 #include <string>
 #include <vector>
 
+#include "core/formats.h"
 #include "quant/fp8_weights.h"
 #include "quant/int4_pack.h"
 
 namespace futr::quant {
-
-enum class WeightFormat {
-  kFp32,  // the FP32 reference (not a quantized format)
-  kBf16,  // BF16 weights, BF16 activations: the baseline
-  kFp8,   // E4M3 per-channel weights, E4M3 delayed-scaled activations (prefill)
-  kInt4,  // INT4 group-scaled weights, BF16 activations (decode)
-};
-
-std::string to_string(WeightFormat f);          // "fp32" | "bf16" | "fp8" | "int4"
-WeightFormat parse_weight_format(const std::string& s);  // futr::Error for anything else
 
 struct QuantizedTensor {
   std::string name;            // projection name, e.g. "blk.3.ffn_down"

@@ -5,40 +5,34 @@
 // the only place a flag's spelling is known; futr::Error names the flag and
 // the accepted values).
 //
-// Formats have one home each:
+// Formats have one home each, core/formats.h (re-exported here):
 //   WeightFormat  how the seven projections of every layer are stored and run
 //                 (fp32 reference, bf16, fp8 prefill, int4 decode);
 //   KvFormat      how the KV cache is stored (fp32 reference, the BF16
 //                 primary, the INT4 mirror, the INT4 mirror with the block
 //                 Walsh-Hadamard rotation).
-// quant/ and gpu/ use these enums; nothing else defines a format enum.
+// quant/, cpu/, cuda/ and gpu/ use the same enums without depending on the
+// runtime; nothing else defines a format enum.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
+
+#include "core/formats.h"
 
 namespace futr::runtime {
+
+using futr::KvFormat;
+using futr::parse_kv_format;
+using futr::parse_weight_format;
+using futr::to_string;
+using futr::WeightFormat;
 
 enum class EngineKind {
   kAuto,  // the GPU engine when a Hopper GPU is present, else the CPU engine (said on stderr)
   kCpu,   // the CPU engines: FP32 reference, or the quantized reference (any other format)
   kGpu,   // the GPU engine (src/gpu/); a clear error where there is none
-};
-
-enum class WeightFormat {
-  kAuto,  // fp32 for an unquantized model, the file's own format for a .futr file
-  kFp32,  // the FP32 reference (not a quantized format)
-  kBf16,  // BF16 weights, BF16 activations: the baseline
-  kFp8,   // E4M3 per-channel weights, E4M3 delayed-scaled activations (prefill)
-  kInt4,  // INT4 group-scaled weights, BF16 activations (decode)
-};
-
-enum class KvFormat {
-  kAuto,     // fp32 with fp32 weights, else bf16
-  kFp32,     // FP32 rows (the reference)
-  kBf16,     // the BF16 primary cache
-  kInt4,     // the INT4 mirror (quant/kv_int4.h): amax/7 per token and KV head
-  kInt4Rot,  // the INT4 mirror of rows rotated by the block Walsh-Hadamard transform
 };
 
 // The INT4 quantizer used when an unquantized model is quantized on load.
@@ -47,14 +41,20 @@ enum class QuantMethod { kRtn, kClip, kClipAct, kGptq, kGptqClip };
 enum class Fp8SaturationPolicy { kClamp, kRecompute };  // quant/delayed_scaling.h
 enum class Fp8RmsPlacement { kEpilogue, kCast };        // folded RMSNorm: after the GEMM | before the cast
 
-std::string to_string(EngineKind k);    // "auto" | "cpu" | "gpu"
-std::string to_string(WeightFormat f);  // "auto" | "fp32" | "bf16" | "fp8" | "int4"
-std::string to_string(KvFormat f);      // "auto" | "fp32" | "bf16" | "int4" | "int4-rot"
-std::string to_string(QuantMethod m);   // "rtn" | "clip" | "clip-act" | "gptq" | "gptq-clip"
-EngineKind parse_engine_kind(const std::string& s);    // futr::Error for anything else
-WeightFormat parse_weight_format(const std::string& s);
-KvFormat parse_kv_format(const std::string& s);
+std::string to_string(EngineKind k);           // "auto" | "cpu" | "gpu"
+std::string to_string(QuantMethod m);          // "rtn" | "clip" | "clip-act" | "gptq" | "gptq-clip"
+std::string to_string(Fp8SaturationPolicy p);  // "clamp" | "recompute"
+std::string to_string(Fp8RmsPlacement p);      // "epilogue" | "cast"
+// The spellings above; futr::Error naming the accepted values for anything else.
+EngineKind parse_engine_kind(const std::string& s);
 QuantMethod parse_quant_method(const std::string& s);
+Fp8SaturationPolicy parse_fp8_policy(const std::string& s);
+Fp8RmsPlacement parse_fp8_rms(const std::string& s);
+// The accepted spellings, for help texts and CLI11 checks ({"auto", "cpu", "gpu"}, ...).
+std::vector<std::string> engine_kind_names();
+std::vector<std::string> weight_format_names();
+std::vector<std::string> kv_format_names();
+std::vector<std::string> quant_method_names();
 
 // The Hadamard block of int4-rot when none is given (the best of the sweep in
 // docs/ACCURACY.md), capped at head_dim.

@@ -1,7 +1,5 @@
-# futr command-line tool tests (src/cli/): sampler, perplexity evaluation, and
-# end to end on the default model (skipped with a reason when it is absent).
-futr_add_test(cli_sampler_test SOURCES cli/sampler_test.cpp LIBS futr_cli_lib)
-futr_add_test(cli_perplexity_test SOURCES cli/perplexity_test.cpp LIBS futr_cli_lib)
+# futr command-line tool tests (src/cli/): end to end on the default model
+# (skipped with a reason when it is absent).
 futr_add_test(cli_futr_e2e_test SOURCES cli/futr_e2e_test.cpp LIBS futr_core)
 add_dependencies(cli_futr_e2e_test futr)
 target_compile_definitions(cli_futr_e2e_test PRIVATE FUTR_BINARY="$<TARGET_FILE:futr>"

@@ -32,7 +32,7 @@ std::vector<float> randn(size_t n, float s, std::mt19937& rng) {
 TEST(KvQuant, Bf16RowsAndQuery) {
   std::mt19937 rng(std::random_device{}());
   const ModelConfig c = test::quant_config();
-  QuantKvStorage kv(c, 20, KvMode::kBf16, 0);
+  QuantKvStorage kv(c, 20, KvFormat::kBf16, 0);
   const int n = 5, kvd = c.kv_dim();
   const auto k = randn(size_t(n) * kvd, 2.0f, rng), v = randn(size_t(n) * kvd, 2.0f, rng);
   kv.write(1, 3, n, k.data(), v.data());
@@ -53,7 +53,7 @@ TEST(KvQuant, Bf16RowsAndQuery) {
 TEST(KvQuant, Int4MirrorLayoutAndDequantization) {
   std::mt19937 rng(std::random_device{}());
   const ModelConfig c = test::quant_config();
-  for (KvMode mode : {KvMode::kInt4, KvMode::kInt4Rot}) {
+  for (KvFormat mode : {KvFormat::kInt4, KvFormat::kInt4Rot}) {
     QuantKvStorage kv(c, 19, mode, 16);
     EXPECT_EQ(kv.slots(), 24);  // capacity rounded up to whole 8-slot tiles
     const int n = 7, kvd = c.kv_dim(), D = c.head_dim;
@@ -67,7 +67,7 @@ TEST(KvQuant, Int4MirrorLayoutAndDequantization) {
           kr[size_t(d)] = round_bf16(k[size_t(i) * kvd + size_t(h) * D + size_t(d)]);
           vr[size_t(d)] = round_bf16(v[size_t(i) * kvd + size_t(h) * D + size_t(d)]);
         }
-        if (mode == KvMode::kInt4Rot) {
+        if (mode == KvFormat::kInt4Rot) {
           quant::hadamard_rotate(kr.data(), D, 16);
           quant::hadamard_rotate(vr.data(), D, 16);
         }
@@ -97,7 +97,7 @@ TEST(KvQuant, Int4MirrorLayoutAndDequantization) {
 TEST(KvQuant, RotationPreservesScoresAndUnrotatesOutput) {
   std::mt19937 rng(std::random_device{}());
   ModelConfig c = test::quant_config();
-  QuantKvStorage rot(c, 8, KvMode::kInt4Rot, 32), plain(c, 8, KvMode::kBf16, 0);
+  QuantKvStorage rot(c, 8, KvFormat::kInt4Rot, 32), plain(c, 8, KvFormat::kBf16, 0);
   const int kvd = c.kv_dim(), D = c.head_dim;
   const auto k = randn(size_t(kvd), 1.0f, rng), v = randn(size_t(kvd), 1.0f, rng);
   rot.write(0, 0, 1, k.data(), v.data());
@@ -142,11 +142,11 @@ TEST(KvQuant, ForwardWithEachMode) {
   for (int i = 0; i < 40; ++i) tokens.push_back((i * 13 + 5) % c.vocab);
   Forward ref(m, 64);
   const Tensor base = ref.eval_all(tokens);
-  for (KvMode mode : {KvMode::kBf16, KvMode::kInt4, KvMode::kInt4Rot}) {
+  for (KvFormat mode : {KvFormat::kBf16, KvFormat::kInt4, KvFormat::kInt4Rot}) {
     Forward f(m, make_weights(m), make_kv_storage(c, 64, mode, 32));
     const Tensor prefill = f.eval_all(tokens);
     const double err = test::compare(prefill.data, base.data).rel_l2;
-    EXPECT_LT(err, mode == KvMode::kBf16 ? 2e-2 : 0.5) << to_string(mode);
+    EXPECT_LT(err, mode == KvFormat::kBf16 ? 2e-2 : 0.5) << to_string(mode);
     // Token-by-token decode reads the same cache rows: same logits (up to BLAS order).
     Forward g(m, make_weights(m), make_kv_storage(c, 64, mode, 32));
     std::vector<float> dec;
@@ -156,6 +156,6 @@ TEST(KvQuant, ForwardWithEachMode) {
     }
     EXPECT_LT(test::compare(dec, prefill.data).rel_l2, 1e-4) << to_string(mode);
   }
-  EXPECT_THROW(make_kv_storage(c, 64, KvMode::kInt4Rot, 48), Error);
-  EXPECT_THROW(parse_kv_mode("int8"), Error);
+  EXPECT_THROW(make_kv_storage(c, 64, KvFormat::kInt4Rot, 48), Error);
+  EXPECT_THROW(parse_kv_format("int8"), Error);
 }

@@ -33,8 +33,8 @@ std::vector<int32_t> tokens_of(int n, int vocab, int seed) {
   return t;
 }
 
-Tensor run(const Model& m, std::shared_ptr<const quant::QuantizedWeights> q, quant::WeightFormat f,
-           const std::vector<int32_t>& tokens, KvMode kv = KvMode::kFp32) {
+Tensor run(const Model& m, std::shared_ptr<const quant::QuantizedWeights> q, WeightFormat f,
+           const std::vector<int32_t>& tokens, KvFormat kv = KvFormat::kFp32) {
   QuantRunOptions o;
   o.weights = f;
   o.kv = kv;
@@ -61,11 +61,11 @@ TEST(ModelQuant, FoldingTheNormGainKeepsTheBf16Output) {
     for (auto& v : L.ffn_norm.data) v = 1.0f;
   }
   const auto tokens = tokens_of(48, c.vocab, 1);
-  const Tensor a32 = run(m, nullptr, quant::WeightFormat::kFp32, tokens);
-  const Tensor b32 = run(folded, nullptr, quant::WeightFormat::kFp32, tokens);
+  const Tensor a32 = run(m, nullptr, WeightFormat::kFp32, tokens);
+  const Tensor b32 = run(folded, nullptr, WeightFormat::kFp32, tokens);
   EXPECT_LT(test::compare(b32.data, a32.data).rel_l2, 1e-5);
-  const Tensor a16 = run(m, nullptr, quant::WeightFormat::kBf16, tokens, KvMode::kBf16);
-  const Tensor b16 = run(folded, nullptr, quant::WeightFormat::kBf16, tokens, KvMode::kBf16);
+  const Tensor a16 = run(m, nullptr, WeightFormat::kBf16, tokens, KvFormat::kBf16);
+  const Tensor b16 = run(folded, nullptr, WeightFormat::kBf16, tokens, KvFormat::kBf16);
   const double e16 = test::compare(a16.data, a32.data).rel_l2;
   const double fold16 = test::compare(b16.data, a16.data).rel_l2;
   // BF16 rounding of W' instead of W: of the order of the BF16 model's own rounding error.
@@ -76,25 +76,25 @@ TEST(ModelQuant, EachFormatRunsCloseToFp32) {
   const ModelConfig c = test::quant_config();
   const Model m = tame_model(c, 4);
   const auto tokens = tokens_of(64, c.vocab, 2);
-  const Tensor ref = run(m, nullptr, quant::WeightFormat::kFp32, tokens);
+  const Tensor ref = run(m, nullptr, WeightFormat::kFp32, tokens);
   QuantizeOptions o;
-  for (auto f : {quant::WeightFormat::kBf16, quant::WeightFormat::kFp8, quant::WeightFormat::kInt4}) {
+  for (auto f : {WeightFormat::kBf16, WeightFormat::kFp8, WeightFormat::kInt4}) {
     o.format = f;
     auto q = std::make_shared<quant::QuantizedWeights>(quantize_model(m, o, {}));
     EXPECT_EQ(q->tensors.size(), size_t(7 * c.n_layers));
-    const Tensor out = run(m, q, f, tokens, KvMode::kBf16);
+    const Tensor out = run(m, q, f, tokens, KvFormat::kBf16);
     const double err = test::compare(out.data, ref.data).rel_l2;
-    EXPECT_LT(err, f == quant::WeightFormat::kInt4 ? 0.3 : 0.1) << to_string(f);
+    EXPECT_LT(err, f == WeightFormat::kInt4 ? 0.3 : 0.1) << to_string(f);
   }
   // FP8: the q/k/v and gate/up tensors carry the folded gain, o and down do not.
-  o.format = quant::WeightFormat::kFp8;
+  o.format = WeightFormat::kFp8;
   const quant::QuantizedWeights q8 = quantize_model(m, o, {});
   EXPECT_TRUE(q8.at("blk.0.attn_k").fp8.folded_gain);
   EXPECT_TRUE(q8.at("blk.1.ffn_up").fp8.folded_gain);
   EXPECT_FALSE(q8.at("blk.1.attn_output").fp8.folded_gain);
   EXPECT_FALSE(q8.at("blk.0.ffn_down").fp8.folded_gain);
   // Group sizes: hidden 128 -> 128, intermediate 192 -> 64.
-  o.format = quant::WeightFormat::kInt4;
+  o.format = WeightFormat::kInt4;
   const quant::QuantizedWeights q4 = quantize_model(m, o, {});
   EXPECT_EQ(q4.at("blk.0.attn_q").int4.group, 128);
   EXPECT_EQ(q4.at("blk.0.ffn_down").int4.group, 64);
@@ -105,15 +105,15 @@ TEST(ModelQuant, GptqBeatsRtnOnTheModel) {
   const Model m = tame_model(c, 5);
   const auto calib = tokens_of(4 * 64, c.vocab, 9);
   const auto eval = tokens_of(64, c.vocab, 3);
-  const Tensor ref = run(m, nullptr, quant::WeightFormat::kFp32, eval);
+  const Tensor ref = run(m, nullptr, WeightFormat::kFp32, eval);
   QuantizeOptions o;
-  o.format = quant::WeightFormat::kInt4;
+  o.format = WeightFormat::kInt4;
   o.calib_ctx = 64;
   auto err_of = [&](const std::string& method) {
     o.method = method;
     auto q = std::make_shared<quant::QuantizedWeights>(quantize_model(m, o, calib));
     EXPECT_EQ(q->method.rfind(method == "gptq-clip" ? "gptq+clip" : method, 0), 0u) << q->method;
-    return test::compare(run(m, q, quant::WeightFormat::kInt4, eval).data, ref.data).rel_l2;
+    return test::compare(run(m, q, WeightFormat::kInt4, eval).data, ref.data).rel_l2;
   };
   const double rtn = err_of("rtn"), gptq = err_of("gptq"), gclip = err_of("gptq-clip");
   EXPECT_LT(gptq, rtn) << "gptq " << gptq << " rtn " << rtn;
@@ -130,7 +130,7 @@ TEST(ModelQuant, Fp8CalibrationRecordsInitialAmax) {
   const ModelConfig c = test::quant_config();
   const Model m = test::random_model(c, 6);
   QuantizeOptions o;
-  o.format = quant::WeightFormat::kFp8;
+  o.format = WeightFormat::kFp8;
   o.calib_ctx = 32;
   const quant::QuantizedWeights q = quantize_model(m, o, tokens_of(64, c.vocab, 4));
   ASSERT_EQ(q.fp8_initial_amax.size(), size_t(4 * c.n_layers));

@@ -41,12 +41,12 @@ struct Sets {
 Sets quantize_all(const Model& m) {
   Sets s;
   cpu::QuantizeOptions o;
-  o.format = quant::WeightFormat::kInt4;
+  o.format = WeightFormat::kInt4;
   s.int4 = cpu::quantize_model(m, o, {});
-  o.format = quant::WeightFormat::kFp8;
+  o.format = WeightFormat::kFp8;
   s.fp8 = cpu::quantize_model(m, o, {});
   s.fp8.fp8_initial_amax["blk.0.attn_in"] = 12.5f;
-  o.format = quant::WeightFormat::kBf16;
+  o.format = WeightFormat::kBf16;
   s.bf16 = cpu::quantize_model(m, o, {});
   return s;
 }
@@ -83,11 +83,11 @@ TEST(FutrFile, RoundTripEveryFormat) {
   const std::vector<uint8_t> bytes = futr_bytes(m, {&s.int4, &s.fp8, &s.bf16});
   const FutrFile f(bytes, "t.futr");
   EXPECT_EQ(f.version(), kFutrFormatVersion);
-  EXPECT_EQ(f.formats(), (std::vector<quant::WeightFormat>{quant::WeightFormat::kInt4, quant::WeightFormat::kFp8,
-                                                           quant::WeightFormat::kBf16}));
-  const quant::QuantizedWeights i4 = f.read_weights(quant::WeightFormat::kInt4);
-  const quant::QuantizedWeights f8 = f.read_weights(quant::WeightFormat::kFp8);
-  const quant::QuantizedWeights b16 = f.read_weights(quant::WeightFormat::kBf16);
+  EXPECT_EQ(f.formats(), (std::vector<WeightFormat>{WeightFormat::kInt4, WeightFormat::kFp8,
+                                                           WeightFormat::kBf16}));
+  const quant::QuantizedWeights i4 = f.read_weights(WeightFormat::kInt4);
+  const quant::QuantizedWeights f8 = f.read_weights(WeightFormat::kFp8);
+  const quant::QuantizedWeights b16 = f.read_weights(WeightFormat::kBf16);
   for (const auto& [name, t] : s.int4.tensors) {
     EXPECT_EQ(i4.at(name).int4.q, t.int4.q) << name;
     EXPECT_EQ(i4.at(name).int4.scale, t.int4.scale);
@@ -146,7 +146,7 @@ TEST(FutrFile, LoaderDispatchAndFiles) {
   const Model meta = inspect_model(path);
   EXPECT_TRUE(meta.weights.layers.empty());
   EXPECT_EQ(load_tokenizer_spec(path).tokens, m.tokenizer.tokens);
-  EXPECT_FUTR_ERROR(FutrFile(path).read_weights(quant::WeightFormat::kFp8), "holds no fp8 weights");
+  EXPECT_FUTR_ERROR(FutrFile(path).read_weights(WeightFormat::kFp8), "holds no fp8 weights");
   std::filesystem::remove(path);
 }
 
@@ -178,7 +178,7 @@ TEST(FutrFile, TruncatedAnywhere) {
     try {
       FutrFile f(cut, "cut.futr");
       f.to_model(true);
-      f.read_weights(quant::WeightFormat::kFp8);
+      f.read_weights(WeightFormat::kFp8);
       ADD_FAILURE() << "no error for a file cut to " << len << " bytes";
     } catch (const Error& e) {
       EXPECT_EQ(std::string(e.what()).rfind("cut.futr: ", 0), 0u) << e.what();
@@ -194,7 +194,7 @@ TEST(FutrFile, HostileHeaders) {
     try {
       FutrFile f(b, "bad.futr");
       f.to_model(true);
-      f.read_weights(quant::WeightFormat::kInt4);
+      f.read_weights(WeightFormat::kInt4);
       ADD_FAILURE() << "no error, expected: " << msg;
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find(msg), std::string::npos) << e.what();

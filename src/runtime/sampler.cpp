@@ -1,5 +1,5 @@
 // Next-token sampling (see sampler.h).
-#include "cli/sampler.h"
+#include "runtime/sampler.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,7 +8,7 @@
 
 #include "core/error.h"
 
-namespace futr {
+namespace futr::runtime {
 
 int32_t argmax(std::span<const float> logits) {
   FUTR_CHECK(!logits.empty(), "sampler: empty logits");
@@ -185,4 +185,4 @@ std::string StopMatcher::push(const std::string& piece) {
 
 std::string StopMatcher::flush() { return stopped_ ? std::string() : std::exchange(pending_, {}); }
 
-}  // namespace futr
+}  // namespace futr::runtime

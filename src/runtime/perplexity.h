@@ -7,7 +7,17 @@
 // tokens it can predict, and each later window only the last S (the tokens
 // not scored before), each predicted from at least C - S tokens of context.
 // With S == C the windows do not overlap and each scores C - 1 targets.
-// Every window is a fresh sequence (positions restart at 0).
+// Every window is a fresh sequence (positions restart at 0) of the Engine.
+//
+// Batching: each window is fed in pieces of min(batch, max_step_tokens)
+// tokens, one piece per step; when the engine holds several sequences
+// (max_seqs > 1) and no logits hook is given, up to max_seqs windows run side
+// by side, one piece of each per step. Each window sees the same pieces
+// either way and the NLLs are accumulated in window order, so the result is
+// bit for bit the same on the CPU engines (except FP8, whose delayed scaling
+// is engine state that depends on the order of calls). Scored rows ask the
+// engine for RowOutput::kLogprob (no logits copied), or for their logits
+// when a hook needs them.
 //
 // Per target, NLL_t = -log softmax(z_{t-1})[x_t] = logsumexp(z) - z[x_t]
 // (double precision), where z_{t-1} are the logits at the previous position.
@@ -15,7 +25,7 @@
 //   SE(mean) = sd(NLL) / sqrt(n)         (sample standard deviation)
 //   SE(ppl)  = ppl * SE(mean)            (delta method: d exp(m)/dm = exp(m))
 //
-// Tests: tests/cli/perplexity_test.cpp.
+// Tests: tests/runtime/perplexity_test.cpp.
 #pragma once
 
 #include <cstdint>
@@ -23,9 +33,10 @@
 #include <span>
 #include <vector>
 
-#include "cli/backend.h"
+#include "core/tensor.h"
+#include "runtime/engine.h"
 
-namespace futr {
+namespace futr::runtime {
 
 struct PplWindow {
   int64_t begin = 0;       // first token fed
@@ -71,18 +82,20 @@ struct PplResult {
   double seconds = 0.0;
 };
 
-// Sees the logits of the scored rows of every eval() call, in scoring order:
+// Sees the logits of the scored rows of every step, in scoring order:
 // rows [0, rows) of `logits` ([rows, vocab]) predict targets[0 .. rows).
 // (--kl-base / --save-kl-base, quant/kl.h.)
 using PplLogitsHook =
     std::function<void(const Tensor& logits, int rows, const int32_t* targets)>;
 
-// Runs every window through `backend` (whose capacity must be >= ctx),
-// feeding at most `batch` tokens per eval() call, and calls `progress` after
-// each call (and `on_logits`, if given, with the call's scored rows).
-PplResult evaluate_perplexity(Backend& backend, std::span<const int32_t> tokens, int ctx,
+// Runs every window through `engine` (whose context must be >= ctx) as
+// sequences it opens and closes (ids not otherwise open), feeding at most
+// `batch` tokens of a window per step, and calls `progress` after each step
+// (and `on_logits`, if given, with the step's scored rows; one window at a
+// time then).
+PplResult evaluate_perplexity(Engine& engine, std::span<const int32_t> tokens, int ctx,
                               int stride, int batch,
                               const std::function<void(const PplProgress&)>& progress = {},
                               const PplLogitsHook& on_logits = {});
 
-}  // namespace futr
+}  // namespace futr::runtime

@@ -1,4 +1,4 @@
-// Perplexity evaluation (cli/perplexity_eval.h): the window plan, the NLL
+// Perplexity evaluation (runtime/perplexity.h): the window plan, the NLL
 // statistics, and the whole evaluation on a tiny random model against a
 // direct computation from per-window logits.
 #include <gtest/gtest.h>
@@ -7,13 +7,14 @@
 #include <random>
 #include <vector>
 
-#include "cli/backend.h"
-#include "cli/perplexity_eval.h"
 #include "core/error.h"
 #include "cpu/forward.h"
+#include "runtime/engine.h"
+#include "runtime/perplexity.h"
+#include "../cpu/quant_model.h"
 #include "../cpu/tiny_model.h"
 
-namespace futr {
+namespace futr::runtime {
 namespace {
 
 TEST(Perplexity, WindowsWithoutOverlap) {
@@ -101,7 +102,7 @@ TEST(Perplexity, EvaluationMatchesDirectComputation) {
       direct.add(token_nll({l.row(t - 1 - w.begin), size_t(cfg.vocab)}, tokens[size_t(t)]));
   }
 
-  auto backend = make_backend(m, {.kind = "cpu", .ctx = ctx, .threads = 2});
+  auto backend = make_engine(m, {.engine = EngineKind::kCpu, .ctx = ctx, .threads = 2});
   int calls = 0;
   const PplResult r = evaluate_perplexity(*backend, tokens, ctx, stride, /*batch=*/5,
                                           [&](const PplProgress& p) {
@@ -117,11 +118,61 @@ TEST(Perplexity, EvaluationMatchesDirectComputation) {
   EXPECT_THROW(evaluate_perplexity(*backend, tokens, ctx * 2, stride, 5), Error);
 }
 
-TEST(Backend, UnknownKindIsAnError) {
+// Several windows side by side (max_seqs > 1, one piece of each per step) give
+// the statistics of one window at a time bit for bit, on the FP32 and on a
+// quantized engine; a logits hook sees every scored row in scoring order.
+TEST(Perplexity, SideBySideWindowsEqualOneAtATime) {
+  const Model m = test::random_model(test::quant_config(), 5);
+  std::mt19937 rng(3);
+  std::vector<int32_t> tokens(151);
+  for (auto& t : tokens) t = int32_t(rng() % uint32_t(m.config.vocab));
+  const int ctx = 24, stride = 10, batch = 7;
+  for (const auto& [w, kv] : {std::pair{WeightFormat::kFp32, KvFormat::kFp32},
+                              std::pair{WeightFormat::kInt4, KvFormat::kInt4Rot}}) {
+    RuntimeConfig c{.engine = EngineKind::kCpu, .weights = w, .kv = kv, .ctx = ctx, .threads = 2};
+    c.max_step_tokens = batch;
+    auto one = make_engine(m, c);
+    c.max_seqs = 4;
+    c.max_step_tokens = 4 * batch;
+    auto four = make_engine(m, c);
+    int steps1 = 0, steps4 = 0;
+    const PplResult r1 = evaluate_perplexity(*one, tokens, ctx, stride, batch,
+                                             [&](const PplProgress&) { ++steps1; });
+    const PplResult r4 = evaluate_perplexity(*four, tokens, ctx, stride, batch,
+                                             [&](const PplProgress&) { ++steps4; });
+    EXPECT_EQ(r4.stats.count(), r1.stats.count());
+    EXPECT_EQ(r4.stats.mean(), r1.stats.mean()) << to_string(w);  // bit for bit
+    EXPECT_EQ(r4.stats.stderr_mean(), r1.stats.stderr_mean());
+    EXPECT_EQ(r4.evaluated, r1.evaluated);
+    EXPECT_LT(steps4, steps1);  // windows did share steps
+    EXPECT_EQ(four->free_sequences(), 4);  // every window's sequence closed
+    // With a logits hook: the rows in scoring order, their NLLs the same.
+    NllStats from_hook;
+    int64_t rows_seen = 0;
+    const PplResult rh = evaluate_perplexity(
+        *four, tokens, ctx, stride, batch, {}, [&](const Tensor& logits, int rows, const int32_t* targets) {
+          for (int i = 0; i < rows; ++i)
+            from_hook.add(token_nll({logits.row(i), size_t(logits.dim(1))}, targets[i]));
+          rows_seen += rows;
+        });
+    EXPECT_EQ(rows_seen, r1.stats.count());
+    EXPECT_EQ(rh.stats.mean(), r1.stats.mean());
+    EXPECT_EQ(from_hook.mean(), r1.stats.mean());
+  }
+}
+
+TEST(Engine, KindsOfTheFactory) {
   const Model m = test::random_model(test::tiny_config(), 1);
-  EXPECT_THROW(make_backend(m, {.kind = "tpu"}), Error);
-  EXPECT_EQ(make_backend(m, {.kind = "auto", .ctx = 16})->name(), "cpu");
+  EXPECT_THROW(parse_engine_kind("tpu"), Error);
+  EXPECT_THROW(make_engine(m, {.engine = EngineKind::kGpu, .ctx = 16}), Error);
+  std::string said;
+  EXPECT_EQ(make_engine(m, {.engine = EngineKind::kAuto, .ctx = 16},
+                        [&](const std::string& s) { said += s; })
+                ->info()
+                .name,
+            "cpu");
+  EXPECT_EQ(said.rfind("engine cpu (", 0), 0u) << said;
 }
 
 }  // namespace
-}  // namespace futr
+}  // namespace futr::runtime

@@ -33,7 +33,10 @@
 // match, the text before it is released and the stream ends (the stop string
 // itself is not output, as in OpenAI's API).
 //
-// Tests: tests/cli/sampler_test.cpp.
+// Each open sequence of an Engine has its own Sampler (Engine::open), used by
+// the RowOutput::kToken rows of a step.
+//
+// Tests: tests/runtime/sampler_test.cpp.
 #pragma once
 
 #include <cstdint>
@@ -44,7 +47,7 @@
 #include <utility>
 #include <vector>
 
-namespace futr {
+namespace futr::runtime {
 
 struct SamplerConfig {
   float temperature = 0.0f;         // 0: greedy
@@ -111,4 +114,4 @@ class StopMatcher {
 // argmax_i z_i, lowest index among ties; throws on an empty row.
 int32_t argmax(std::span<const float> logits);
 
-}  // namespace futr
+}  // namespace futr::runtime

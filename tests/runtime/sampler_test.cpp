@@ -1,4 +1,4 @@
-// Sampler (cli/sampler.h): greedy = argmax, temperature, top-k, top-p, min-p,
+// Sampler (runtime/sampler.h): greedy = argmax, temperature, top-k, top-p, min-p,
 // repetition / presence / frequency penalties, the range checks, seeded
 // reproducibility, and StopMatcher.
 #include <gtest/gtest.h>
@@ -7,10 +7,10 @@
 #include <map>
 #include <vector>
 
-#include "cli/sampler.h"
+#include "runtime/sampler.h"
 #include "core/error.h"
 
-namespace futr {
+namespace futr::runtime {
 namespace {
 
 TEST(Sampler, GreedyIsArgmaxLowestIdOnTies) {
@@ -227,4 +227,4 @@ TEST(StopMatcher, HoldsBackPossibleStartsAndCutsAtTheFirstMatch) {
 }
 
 }  // namespace
-}  // namespace futr
+}  // namespace futr::runtime

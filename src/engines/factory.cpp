@@ -1,0 +1,148 @@
+// make_engine(): engine choice, format resolution, quantizing on load (see factory.h).
+#include "engines/factory.h"
+
+#include <algorithm>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "cpu/engine.h"
+#include "cpu/threads.h"
+#if FUTR_HAVE_CUDA
+#include "cuda/device.h"
+#endif
+#include "formats/futr_file.h"
+#include "runtime/calibration.h"
+
+namespace futr {
+
+namespace engines {
+
+cpu::QuantizeOptions quantize_options(WeightFormat format, const runtime::RuntimeConfig& c) {
+  cpu::QuantizeOptions q;
+  q.format = format;
+  q.method = runtime::to_string(c.quant);
+  q.act_order = c.act_order;
+  q.group = c.group;
+  q.calib_ctx = c.calib.ctx;
+  return q;
+}
+
+std::string gpu_engine_unavailable_reason() {
+#if !FUTR_HAVE_CUDA
+  return "this futr was built without CUDA (no CUDA compiler at configure time): only the CPU engines are "
+         "in it; rebuild with the CUDA toolkit installed (nvcc on PATH) for the GPU engine";
+#endif
+  std::string why;
+#if FUTR_HAVE_CUDA
+  why = cuda::gpu_unavailable_reason();
+#endif
+  std::replace(why.begin(), why.end(), '\n', ' ');
+  // NOTE: the GPU engine (src/gpu/) is not written yet; when it is, a usable
+  // GPU makes this "" and make_engine() builds it.
+  return why.empty() ? "the GPU engine is not built yet" : "no GPU: " + why;
+}
+
+namespace {
+
+quant::DelayedScalingConfig fp8_config(const runtime::Fp8Config& f) {
+  quant::DelayedScalingConfig c;
+  c.history = f.history;
+  c.margin = f.margin;
+  c.policy = f.policy == runtime::Fp8SaturationPolicy::kClamp ? quant::SaturationPolicy::kClampRescale
+                                                              : quant::SaturationPolicy::kRecompute;
+  c.validate();
+  return c;
+}
+
+std::string format_list(const std::vector<WeightFormat>& fs) {
+  std::vector<std::string> s;
+  for (auto f : fs) s.push_back(to_string(f));
+  return fmt::format("{}", fmt::join(s, ", "));
+}
+
+}  // namespace
+
+}  // namespace engines
+
+std::unique_ptr<runtime::Engine> runtime::make_engine(const Model& model, const RuntimeConfig& c,
+                                                      const EngineLog& log) {
+  FUTR_CHECK(c.ctx >= 0, "--ctx must be positive (got {})", c.ctx);
+  FUTR_CHECK(c.threads >= 0, "--threads must be positive (got {})", c.threads);
+  // --- engine ---
+  if (c.engine == EngineKind::kGpu) {
+    const std::string why = engines::gpu_engine_unavailable_reason();
+    fail("--backend gpu: {} (use --backend cpu or auto)", why.empty() ? "unavailable" : why);
+  }
+  if (c.engine == EngineKind::kAuto && log)
+    log(fmt::format("engine cpu ({})", engines::gpu_engine_unavailable_reason()));
+
+  // --- weights ---
+  const bool futr = model.format == "futr";
+  std::unique_ptr<FutrFile> file;
+  std::vector<WeightFormat> stored;
+  if (futr) {
+    file = std::make_unique<FutrFile>(model.path);
+    stored = file->formats();
+  }
+  WeightFormat w = c.weights;
+  if (w == WeightFormat::kAuto) w = futr && !stored.empty() ? stored.front() : WeightFormat::kFp32;
+  if (c.quant_given || c.act_order) {
+    FUTR_CHECK(!futr, "{}: the weights are already quantized; --quant/--act-order apply to unquantized "
+               "models (GGUF, Hugging Face)", model.path);
+    FUTR_CHECK(w == WeightFormat::kInt4, "--quant/--act-order need --weights int4");
+  }
+  // --- KV ---
+  KvFormat kv = c.kv;
+  if (kv == KvFormat::kAuto) kv = w == WeightFormat::kFp32 ? KvFormat::kFp32 : KvFormat::kBf16;
+  FUTR_CHECK(c.kv_block == 0 || kv == KvFormat::kInt4Rot, "--kv-block applies to --kv int4-rot");
+
+  cpu::CpuEngineOptions eo;
+  eo.weights = w;
+  eo.kv = kv;
+  eo.kv_block = c.kv_block ? c.kv_block : std::min(kDefaultKvBlock, model.config.head_dim);
+  eo.ctx = c.ctx;
+  eo.max_seqs = c.max_seqs;
+  eo.max_step_tokens = c.max_step_tokens;
+  eo.threads = c.threads;
+  if (w != WeightFormat::kFp32 || kv != KvFormat::kFp32) {
+    eo.fp8 = engines::fp8_config(c.fp8);
+    eo.fp8_rms_in_cast = c.fp8.rms == Fp8RmsPlacement::kCast;
+  }
+
+  std::shared_ptr<const quant::QuantizedWeights> q;
+  if (w == WeightFormat::kFp8 || w == WeightFormat::kInt4) {
+    if (futr) {
+      FUTR_CHECK(std::find(stored.begin(), stored.end(), w) != stored.end(),
+                 "{} holds no {} weights (it holds: {}); quantize the original model instead",
+                 model.path, to_string(w), engines::format_list(stored));
+      q = std::make_shared<quant::QuantizedWeights>(file->read_weights(w));
+    } else {
+      const cpu::QuantizeOptions qo = engines::quantize_options(w, c);
+      std::vector<int32_t> calib;
+      if (cpu::needs_calibration(qo)) {
+        calib = calibration_tokens(model, c.calib);
+        if (log && w == WeightFormat::kFp8)
+          log(fmt::format("quantizing to fp8 on load; initial amax from {} held-out tokens",
+                          calib.size()));
+        else if (log)
+          log(fmt::format("calibrating {} on {} held-out tokens (this takes minutes; `futr quantize` "
+                          "once and load the .futr file to skip it)",
+                          qo.method, calib.size()));
+      } else if (log) {
+        log(fmt::format("quantizing to {} on load{}", to_string(w),
+                        w == WeightFormat::kInt4 ? " (" + qo.method + ")" : ""));
+      }
+      cpu::set_num_threads(c.threads);
+      q = std::make_shared<quant::QuantizedWeights>(cpu::quantize_model(model, qo, calib));
+    }
+  } else if (w == WeightFormat::kBf16 && futr) {
+    FUTR_CHECK(std::find(stored.begin(), stored.end(), w) != stored.end(),
+               "{} holds no bf16 weights (run --weights fp32 for its dequantized weights)", model.path);
+    q = std::make_shared<quant::QuantizedWeights>(file->read_weights(w));
+  }
+  return std::make_unique<cpu::CpuEngine>(model, std::move(q), eo);
+}
+
+}  // namespace futr

@@ -1,0 +1,66 @@
+// Calibration tokens (see calibration.h).
+#include "runtime/calibration.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+#include "tokenizer/tokenizer.h"
+
+#ifndef FUTR_DEFAULT_TEXT
+#define FUTR_DEFAULT_TEXT "data/wikitext-2-raw/wiki.test.raw"
+#endif
+
+namespace futr::runtime {
+
+namespace {
+
+std::string read_text(const std::string& path) {
+  std::error_code ec;
+  FUTR_CHECK(std::filesystem::exists(path, ec), "{}: no such file", path);
+  FUTR_CHECK(!std::filesystem::is_directory(path, ec), "{}: is a directory, not a text file", path);
+  std::ifstream f(path, std::ios::binary);
+  FUTR_CHECK(f.good(), "{}: cannot open for reading", path);
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  FUTR_CHECK(!f.bad(), "{}: read error", path);
+  return ss.str();
+}
+
+}  // namespace
+
+std::string default_text_path() {
+  std::error_code ec;
+  if (std::filesystem::exists(FUTR_DEFAULT_TEXT, ec)) return FUTR_DEFAULT_TEXT;
+  // An installed futr whose source tree is gone: the copy `cmake --install` put
+  // under <prefix>/share/futransformer, beside <prefix>/bin/futr.
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const auto installed = exe.parent_path().parent_path() / "share/futransformer/wikitext-2-raw/wiki.test.raw";
+    if (std::filesystem::exists(installed, ec)) return installed.string();
+  }
+  return FUTR_DEFAULT_TEXT;
+}
+
+std::vector<int32_t> calibration_tokens(const Model& model, const CalibrationConfig& c) {
+  const std::string file = c.file.empty() ? default_text_path() : c.file;
+  std::error_code ec;
+  FUTR_CHECK(std::filesystem::exists(file, ec), "{}: no such file (the calibration text{}; give one with --calib-file)",
+             file, c.file.empty() ? ", by default the perplexity text" : "");
+  const std::string text = read_text(file);
+  FUTR_CHECK(!model.tokenizer.tokens.empty(),
+             "{}: the model has no tokenizer (needed for calibration)", model.path);
+  const Tokenizer tok(model.tokenizer);
+  const std::vector<int32_t> all = tok.encode(text, tok.add_bos(), /*parse_special=*/false);
+  // The held-out slice: the last 10% of the tokens.
+  const size_t from = all.size() - all.size() / 10;
+  std::vector<int32_t> out(all.begin() + long(from), all.end());
+  if (out.size() > size_t(c.tokens)) out.resize(size_t(c.tokens));
+  FUTR_CHECK(out.size() >= size_t(c.ctx),
+             "{}: the calibration slice (last 10%) has {} tokens, less than --calib-ctx {}", file,
+             out.size(), c.ctx);
+  return out;
+}
+
+}  // namespace futr::runtime
