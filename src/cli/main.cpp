@@ -1,6 +1,7 @@
 // futr: the FuTransformer command-line tool.
 //
 //   futr generate [PROMPT]      continue a prompt (cli/generate.cpp)
+//   futr chat                   a conversation, one line per turn (cli/chat.cpp)
 //   futr perplexity [FILE]      perplexity on a text (cli/perplexity.cpp)
 //   futr info [MODEL]           model config and tensors (cli/info_command.h, if built)
 //   futr quantize -o OUT.futr   quantize a model into a .futr file (cli/quantize.cpp)
@@ -30,6 +31,7 @@ int main(int argc, char** argv) {
                        "Print the version, commit, build type, CUDA version and the GPU futr sees");
   app.require_subcommand(1);
   futr::cli::add_generate_command(app);
+  futr::cli::add_chat_command(app);
   futr::cli::add_perplexity_command(app);
   futr::cli::add_quantize_command(app);
 #if FUTR_HAVE_INFO_COMMAND

@@ -12,6 +12,7 @@
 #include <regex>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <fmt/format.h>
@@ -134,6 +135,27 @@ TEST(FutrE2E, ErrorsThatNeedTheModel) {
   expect_error(futr({"generate", "one two three four five six seven eight nine ten", "--ctx", "4"}),
                "context");
   expect_error(futr({"perplexity", FUTR_TEST_TEXT, "--ctx", "64", "--stride", "65"}), "stride");
+}
+
+// --stop ends the answer before the stop string (not shown); the range checks
+// of the sampling flags run before the model loads.
+TEST(FutrE2E, StopStringsAndSamplingRanges) {
+  REQUIRE_MODEL();
+  const Result r = futr({"generate", "The capital of France is", "--temperature", "0", "-n", "16", "--stop", "Par"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out.find("Par"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("generation     1 tokens"), std::string::npos) << r.err;  // " Paris" was the first
+  for (const auto& [flag, value, msg] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"--min-p", "1.5", "--min-p must be in [0, 1] (got 1.5)"},
+           {"--presence-penalty", "3", "--presence-penalty must be in [-2, 2]"},
+           {"--frequency-penalty", "-2.5", "--frequency-penalty must be in [-2, 2]"},
+           {"--repetition-penalty", "0", "--repetition-penalty must be in (0, 10]"},
+           {"--penalty-last-n", "-1", "--penalty-last-n must be in [0, 1048576]"},
+           {"--stop", "", "--stop: each stop string must have 1 to 256 bytes"}}) {
+    const Result e = futr({"generate", "x", flag, value});
+    EXPECT_EQ(e.rc, 1) << flag;
+    EXPECT_NE(e.err.find(msg), std::string::npos) << flag << ": " << e.err;
+  }
 }
 
 // `futr --version`: version, commit, build type, the CUDA line and the GPU line.
