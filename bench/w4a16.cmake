@@ -1,5 +1,5 @@
 # Decode GEMM benchmark (issue 4): INT4 W4A16 vs cuBLASLt BF16, the W8A16 path
 # and PyTorch's INT4 kernel (bench/peers/torch_decode_peer.py, same device call).
-add_executable(w4a16_bench ${CMAKE_CURRENT_LIST_DIR}/w4a16_bench.cpp ${CMAKE_CURRENT_LIST_DIR}/w4a16_flush.cu)
+add_executable(w4a16_bench ${CMAKE_CURRENT_LIST_DIR}/w4a16_bench.cpp)
 target_link_libraries(w4a16_bench PRIVATE futr_bench_common futr_cuda)
 target_include_directories(w4a16_bench PRIVATE ${CMAKE_SOURCE_DIR}/src)

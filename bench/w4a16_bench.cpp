@@ -43,7 +43,6 @@
 #include "cuda/w4a16_shapes.h"
 
 namespace futr::bench {
-void flush_l2_read(const void* buf, size_t bytes, unsigned* sink, cudaStream_t s);
 }
 
 using namespace futr;
@@ -90,44 +89,6 @@ Options parse(int argc, char** argv) {
   FUTR_CHECK(o.flush == "read" || o.flush == "memset", "--flush must be read or memset");
   return o;
 }
-
-// Median microseconds of one CUDA-graph replay of fn, cold L2 before each rep.
-class Timer {
- public:
-  Timer(int reps, bool memset_flush)
-      : reps_(reps), memset_(memset_flush), flush_(2 * cuda::require_device().l2_bytes), sink_(1) {
-    cuda::fill_random(flush_.get(), cuda::FillType::kU32, flush_.bytes() / 4, 99, 0, 0, nullptr);
-    FUTR_CUDA_CHECK(cudaDeviceSynchronize());
-  }
-  void flush(cudaStream_t s) {
-    if (memset_) FUTR_CUDA_CHECK(cudaMemsetAsync(flush_.get(), 0, flush_.bytes(), s));
-    else bench::flush_l2_read(flush_.get(), flush_.bytes(), sink_.get(), s);
-  }
-  double us(const std::function<void(cudaStream_t)>& fn, cudaStream_t s) {
-    fn(s);  // creates plans / loads modules outside the capture
-    FUTR_CUDA_CHECK(cudaStreamSynchronize(s));
-    cuda::Graph g = cuda::Graph::capture(s, fn);
-    for (int i = 0; i < 3; ++i) g.launch(s);
-    std::vector<cuda::Event> a(static_cast<size_t>(reps_)), b(static_cast<size_t>(reps_));
-    for (int r = 0; r < reps_; ++r) {
-      flush(s);
-      a[size_t(r)].record(s);
-      g.launch(s);
-      b[size_t(r)].record(s);
-    }
-    FUTR_CUDA_CHECK(cudaStreamSynchronize(s));
-    std::vector<double> t;
-    for (int r = 0; r < reps_; ++r) t.push_back(1e3 * b[size_t(r)].since(a[size_t(r)]));
-    std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
-    return t[t.size() / 2];
-  }
-
- private:
-  int reps_;
-  bool memset_;
-  cuda::DeviceBuffer<uint8_t> flush_;
-  cuda::DeviceBuffer<unsigned> sink_;
-};
 
 json num_or_null(double v) { return v > 0 ? json(v) : json(); }
 json ratio(double peer, double ours) { return peer > 0 && ours > 0 ? json(peer / ours) : json(); }
@@ -250,7 +211,7 @@ int main(int argc, char** argv) {
     std::vector<std::string> variants = cuda::decode_variants();
     meta["compiled_variants"] = variants;
 
-    Timer timer(o.reps, o.flush == "memset");
+    bench::GraphTimer timer(o.reps, o.flush == "memset");
     cuda::CublasLt lt;
     const int max_m = *std::max_element(o.ms.begin(), o.ms.end());
     int max_k = 0, max_n = 0;

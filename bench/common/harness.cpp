@@ -41,6 +41,43 @@ double time_median_ms(const std::function<void(cudaStream_t)>& fn, cudaStream_t 
   return ms[ms.size() / 2];
 }
 
+GraphTimer::GraphTimer(int reps, bool memset_flush)
+    : reps_(reps), memset_(memset_flush), bytes_(2 * cuda::require_device().l2_bytes) {
+  FUTR_CUDA_CHECK(cudaMalloc(&flush_, bytes_));
+  FUTR_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&sink_), sizeof(unsigned)));
+  cuda::fill_random(flush_, cuda::FillType::kU32, bytes_ / 4, 99, 0, 0, nullptr);
+  FUTR_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+GraphTimer::~GraphTimer() {
+  cudaFree(flush_);
+  cudaFree(sink_);
+}
+
+void GraphTimer::flush(cudaStream_t s) {
+  if (memset_) FUTR_CUDA_CHECK(cudaMemsetAsync(flush_, 0, bytes_, s));
+  else flush_l2_read(flush_, bytes_, sink_, s);
+}
+
+double GraphTimer::us(const std::function<void(cudaStream_t)>& fn, cudaStream_t s) {
+  fn(s);  // creates plans / loads modules outside the capture
+  FUTR_CUDA_CHECK(cudaStreamSynchronize(s));
+  cuda::Graph g = cuda::Graph::capture(s, fn);
+  for (int i = 0; i < 3; ++i) g.launch(s);
+  std::vector<cuda::Event> a(static_cast<size_t>(reps_)), b(static_cast<size_t>(reps_));
+  for (int r = 0; r < reps_; ++r) {
+    flush(s);
+    a[size_t(r)].record(s);
+    g.launch(s);
+    b[size_t(r)].record(s);
+  }
+  FUTR_CUDA_CHECK(cudaStreamSynchronize(s));
+  std::vector<double> t;
+  for (int r = 0; r < reps_; ++r) t.push_back(1e3 * b[size_t(r)].since(a[size_t(r)]));
+  std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
+  return t[t.size() / 2];
+}
+
 Ceilings measure_ceilings(cudaStream_t s, bool gemms) {
   Ceilings c;
   {

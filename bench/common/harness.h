@@ -56,6 +56,33 @@ class Report {
   nlohmann::json meta_ = nlohmann::json::object();
 };
 
+// A clean L2 flush: one read pass over `bytes` (2x the L2) of `buf`.
+void flush_l2_read(const void* buf, size_t bytes, unsigned* sink, cudaStream_t s);
+
+// The no-compute floor of a memory-bound kernel: one launch reading `count`
+// (<= 4) regions of 16-byte multiples with 16-byte loads, 4 in flight per thread.
+void read_regions(const void* const* ptrs, const size_t* bytes, int count, int sm_count, unsigned* sink,
+                  cudaStream_t s);
+
+// Median microseconds of one CUDA-graph replay of fn (captured once after a
+// plain warm-up call), CUDA events around each replay, L2 flushed before every
+// rep by a clean read pass (or a memset, memset_flush) over 2x the L2 size.
+class GraphTimer {
+ public:
+  GraphTimer(int reps, bool memset_flush = false);
+  ~GraphTimer();
+  double us(const std::function<void(cudaStream_t)>& fn, cudaStream_t s);
+  int reps() const { return reps_; }
+
+ private:
+  void flush(cudaStream_t s);
+  int reps_;
+  bool memset_;
+  void* flush_ = nullptr;   // 2x L2 bytes
+  unsigned* sink_ = nullptr;
+  size_t bytes_ = 0;
+};
+
 // "NVIDIA H200, 132 SMs, driver 13.0" plus the git commit baked in at build time.
 nlohmann::json environment_json();
 

@@ -21,7 +21,7 @@ QuantKvStorage::QuantKvStorage(const ModelConfig& c, int capacity, KvFormat mode
       n_heads_(c.n_heads),
       head_dim_(c.head_dim),
       capacity_(capacity),
-      slots_((capacity + quant::kKvTileSlots - 1) / quant::kKvTileSlots * quant::kKvTileSlots) {
+      slots_((capacity + layout::kKvSlotAlign - 1) / layout::kKvSlotAlign * layout::kKvSlotAlign) {
   FUTR_CHECK(mode != KvFormat::kFp32 && mode != KvFormat::kAuto,
              "QuantKvStorage: {} is not a quantized KV format", to_string(mode));
   FUTR_CHECK(capacity >= 1 && capacity <= (1 << 24),
@@ -41,7 +41,7 @@ QuantKvStorage::QuantKvStorage(const ModelConfig& c, int capacity, KvFormat mode
   if (mode == KvFormat::kInt4 || mode == KvFormat::kInt4Rot) {
     mirror_.resize(size_t(n_layers_));
     for (Mirror& m : mirror_) {
-      const size_t nb = quant::kv_nibble_bytes(n_kv_heads_, head_dim_, slots_);
+      const size_t nb = layout::kv_nibble_bytes(n_kv_heads_, head_dim_, slots_);
       m.k.assign(nb, 0);
       m.v.assign(nb, 0);
       m.ks.assign(size_t(slots_) * n_kv_heads_, 0.0f);
@@ -70,23 +70,11 @@ int64_t QuantKvStorage::bytes() const {
 
 void QuantKvStorage::store_int4(Mirror& m, bool key, int slot, int head, const float* row,
                                 float* dst) {
-  const int D = head_dim_;
-  int8_t q[1024];
-  FUTR_ASSERT(D <= 1024);
-  const float s = quant::kv_int4_quantize_row(row, D, q);
-  std::vector<uint8_t>& bytes = key ? m.k : m.v;
-  (key ? m.ks : m.vs)[quant::kv_scale_index(n_kv_heads_, slot, head)] = s;
-  for (int d = 0; d < D; ++d) {
-    const quant::NibblePos p = key ? quant::kv_key_position(n_kv_heads_, D, slot, head, d)
-                                   : quant::kv_value_position(n_kv_heads_, D, slot, head, d);
-    bytes[p.byte] = uint8_t((bytes[p.byte] & ~(0xf << p.shift)) | ((q[d] + 8) << p.shift));
-  }
+  const quant::KvInt4Half half{key ? m.k.data() : m.v.data(), key ? m.ks.data() : m.vs.data(), key, slots_,
+                               n_kv_heads_, head_dim_};
+  quant::kv_int4_store_row(half, slot, head, row);
   // What attention reads: decoded back from the mirror bytes.
-  for (int d = 0; d < D; ++d) {
-    const quant::NibblePos p = key ? quant::kv_key_position(n_kv_heads_, D, slot, head, d)
-                                   : quant::kv_value_position(n_kv_heads_, D, slot, head, d);
-    dst[d] = float(int((bytes[p.byte] >> p.shift) & 0xf) - 8) * s;
-  }
+  for (int d = 0; d < head_dim_; ++d) dst[d] = quant::kv_int4_load(half, slot, head, d);
 }
 
 void QuantKvStorage::write(int layer, int pos, int n, const float* k, const float* v) {

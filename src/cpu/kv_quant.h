@@ -47,19 +47,19 @@ class QuantKvStorage final : public KvStorage {
   void unmap_output(float* o, int64_t n, int64_t ld) const override;
   int64_t bytes() const override;
 
-  // The mirror of one layer, in the layout of quant/kv_int4.h (INT4 modes).
+  // The mirror of one layer, in the layout of device/layout/kv_cache.cuh (INT4 modes).
   const std::vector<uint8_t>& key_nibbles(int layer) const { return mirror_[size_t(layer)].k; }
   const std::vector<uint8_t>& value_nibbles(int layer) const { return mirror_[size_t(layer)].v; }
   const std::vector<float>& key_scales(int layer) const { return mirror_[size_t(layer)].ks; }
   const std::vector<float>& value_scales(int layer) const { return mirror_[size_t(layer)].vs; }
-  int slots() const { return slots_; }  // capacity rounded up to a multiple of 8
+  int slots() const { return slots_; }  // capacity rounded up to a multiple of 16
 
  private:
   struct Mirror {
     std::vector<uint8_t> k;  // [slots/8][kv_heads][32][D/8] fragment order
     std::vector<uint8_t> v;  // [slots][kv_heads][D/2] channel order
-    std::vector<float> ks;   // [slots][kv_heads]
-    std::vector<float> vs;   // [slots][kv_heads]
+    std::vector<float> ks;   // [kv_heads][slots]
+    std::vector<float> vs;   // [kv_heads][slots]
   };
   int64_t offset(int layer, int head, int pos) const;  // float index in k_/v_
   // Quantizes a row into the mirror and writes its dequantized values to dst.

@@ -16,6 +16,7 @@
 
 #include "cpu/kv_cache.h"
 #include "model/config.h"
+#include "model/rope.h"
 
 namespace futr::cpu {
 
@@ -36,24 +37,13 @@ void rmsnorm(const float* x, const float* g, float* y, int64_t n, int d, float e
 // Rotary position embedding in the Hugging Face "rotate_half" pairing: within
 // a head of dimension D, dimension i (i < D/2) pairs with i + D/2 and the pair
 // is rotated by the angle  pos * f_i:
-//   f_i       = theta^(-2i/D)                       (inverse frequency)
 //   x'_i      = x_i cos(pos f_i) - x_{i+D/2} sin(pos f_i)
 //   x'_{i+D/2}= x_{i+D/2} cos(pos f_i) + x_i sin(pos f_i)
+// with the inverse frequencies f_i of model/rope.h (rope_inv_freq, including
+// llama3 scaling: the one home of that spec).
 //
-// Llama-3 frequency scaling ("llama3", RopeScaling in model/config.h) slows
-// the low frequencies to extend the context by `factor`, using the wavelength
-// lambda_i = 2 pi / f_i of each frequency and the original context L0:
-//   lambda_high = L0 / high_freq_factor,   lambda_low = L0 / low_freq_factor
-//   lambda_i < lambda_high  (high frequency):  f_i unchanged
-//   lambda_i > lambda_low   (low frequency):   f_i / factor
-//   otherwise (in between), with s = (L0 / lambda_i - low_freq_factor)
-//                                    / (high_freq_factor - low_freq_factor):
-//                                     (1 - s) * f_i / factor + s * f_i
-//
-// The inverse frequencies are computed in double, the angles pos * f_i and
-// their cos/sin in double, then rounded to FP32 once (a table per position).
-std::vector<double> rope_inv_freq(int head_dim, float theta, const RopeScaling& scaling);
-
+// The angles pos * f_i and their cos/sin are computed in double, then rounded
+// to FP32 once (a table per position).
 struct RopeTable {
   int head_dim = 0;        // D
   int max_pos = 0;         // positions [0, max_pos) are tabulated

@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "formats/gguf.h"
 #include "formats/llama_layout.h"
+#include "model/rope.h"
 
 namespace futr {
 namespace {
@@ -121,26 +122,10 @@ std::string gguf_name(const SlotRef& r) {
   return fmt::format("blk.{}.{}.weight", r.layer, s);
 }
 
-// llama3 RoPE factors as llama.cpp computes them for rope_freqs.weight: the
-// divisor of each rotary frequency theta^(-2i/d), i < d/2.
+// llama3 RoPE factors as llama.cpp stores them in rope_freqs.weight: the
+// divisor of each rotary frequency (model/rope.h, the one home of the spec).
 std::vector<double> llama3_factors(const RopeScaling& s, double theta, int head_dim) {
-  const double low_wl = s.original_max_position / s.low_freq_factor;
-  const double high_wl = s.original_max_position / s.high_freq_factor;
-  std::vector<double> r(size_t(head_dim / 2));
-  for (int i = 0; i < head_dim / 2; ++i) {
-    const double freq = std::pow(theta, -2.0 * i / head_dim);
-    const double wl = 2 * std::numbers::pi / freq;
-    if (wl < high_wl) {
-      r[size_t(i)] = 1.0;
-    } else if (wl > low_wl) {
-      r[size_t(i)] = s.factor;
-    } else {
-      const double smooth = (s.original_max_position / wl - s.low_freq_factor) /
-                            (s.high_freq_factor - s.low_freq_factor);
-      r[size_t(i)] = 1.0 / ((1 - smooth) / s.factor + smooth);
-    }
-  }
-  return r;
+  return rope_freq_factors(head_dim, float(theta), s);
 }
 
 // Recovers llama3 scaling parameters from stored per-frequency factors. The
@@ -159,7 +144,8 @@ RopeScaling fit_llama3(const std::vector<float>& r, double theta, int head_dim, 
   FUTR_CHECK(f > 1.0, "{}: rope_freqs.weight does not look like llama3 RoPE scaling (last factor {})",
              where, f);
   std::vector<double> inv_wl(n);  // 1 / wavelength, decreasing in i
-  for (size_t i = 0; i < n; ++i) inv_wl[i] = std::pow(theta, -2.0 * double(i) / head_dim) / (2 * std::numbers::pi);
+  const std::vector<double> base = rope_inv_freq(head_dim, float(theta), RopeScaling{});
+  for (size_t i = 0; i < n; ++i) inv_wl[i] = base[i] / (2 * std::numbers::pi);
   // Intermediate points: factor strictly between 1 and f.
   std::vector<size_t> mid;
   size_t last_one = n, first_f = n;

@@ -26,22 +26,25 @@ float kv_int4_quantize_row(const float* x, int d, int8_t* q) {
   return s;
 }
 
-NibblePos kv_key_position(int kv_heads, int head_dim, int slot, int head, int d) {
-  FUTR_ASSERT(head_dim % 16 == 0 && d >= 0 && d < head_dim && head >= 0 && head < kv_heads);
-  const int tile = slot / kKvTileSlots, g = slot % kKvTileSlots;
-  const int s = d / 16, r = d % 16, e = r / 8, c = (r % 8) / 2;
-  const int lane = 4 * g + c;
-  const size_t tile_bytes = size_t(kKvTileSlots) * size_t(head_dim) / 2;  // 4 * D
-  const size_t byte = (size_t(tile) * size_t(kv_heads) + size_t(head)) * tile_bytes +
-                      size_t(lane) * size_t(head_dim / 8) + size_t(2 * s + e);
-  return {byte, (d % 2) * 4};
+float kv_int4_store_row(const KvInt4Half& m, int slot, int head, const float* x) {
+  const int D = m.head_dim;
+  FUTR_ASSERT(D % 16 == 0 && D <= 1024 && slot >= 0 && slot < m.num_slots && head >= 0 && head < m.kv_heads);
+  int8_t q[1024];
+  const float s = kv_int4_quantize_row(x, D, q);
+  m.scales[layout::kv_scale_index(m.num_slots, slot, head)] = s;
+  for (int d = 0; d < D; ++d) {
+    const layout::KvNibble p = m.key ? layout::kv_key_nibble(m.kv_heads, D, slot, head, d)
+                                     : layout::kv_value_nibble(m.kv_heads, D, slot, head, d);
+    m.nibbles[p.byte] = uint8_t((m.nibbles[p.byte] & ~(0xf << p.shift)) | ((q[d] + 8) << p.shift));
+  }
+  return s;
 }
 
-NibblePos kv_value_position(int kv_heads, int head_dim, int slot, int head, int d) {
-  FUTR_ASSERT(head_dim % 2 == 0 && d >= 0 && d < head_dim && head >= 0 && head < kv_heads);
-  const size_t byte = (size_t(slot) * size_t(kv_heads) + size_t(head)) * size_t(head_dim / 2) +
-                      size_t(d / 2);
-  return {byte, (d % 2) * 4};
+float kv_int4_load(const KvInt4Half& m, int slot, int head, int d) {
+  const layout::KvNibble p = m.key ? layout::kv_key_nibble(m.kv_heads, m.head_dim, slot, head, d)
+                                   : layout::kv_value_nibble(m.kv_heads, m.head_dim, slot, head, d);
+  const float s = m.scales[layout::kv_scale_index(m.num_slots, slot, head)];
+  return float(int((m.nibbles[p.byte] >> p.shift) & 0xf) - 8) * s;
 }
 
 }  // namespace futr::quant

@@ -75,11 +75,11 @@ TEST(KvQuant, Int4MirrorLayoutAndDequantization) {
         const float sk = quant::kv_int4_quantize_row(kr.data(), D, qk);
         const float sv = quant::kv_int4_quantize_row(vr.data(), D, qv);
         const int slot = 10 + i;
-        EXPECT_EQ(kv.key_scales(0)[quant::kv_scale_index(c.n_kv_heads, slot, h)], sk);
-        EXPECT_EQ(kv.value_scales(0)[quant::kv_scale_index(c.n_kv_heads, slot, h)], sv);
+        EXPECT_EQ(kv.key_scales(0)[layout::kv_scale_index(kv.slots(), slot, h)], sk);
+        EXPECT_EQ(kv.value_scales(0)[layout::kv_scale_index(kv.slots(), slot, h)], sv);
         for (int d = 0; d < D; ++d) {
-          const auto pk = quant::kv_key_position(c.n_kv_heads, D, slot, h, d);
-          const auto pv = quant::kv_value_position(c.n_kv_heads, D, slot, h, d);
+          const auto pk = layout::kv_key_nibble(c.n_kv_heads, D, slot, h, d);
+          const auto pv = layout::kv_value_nibble(c.n_kv_heads, D, slot, h, d);
           EXPECT_EQ((kv.key_nibbles(0)[pk.byte] >> pk.shift) & 0xf, qk[d] + 8);
           EXPECT_EQ((kv.value_nibbles(0)[pv.byte] >> pv.shift) & 0xf, qv[d] + 8);
           const int64_t ld = view.heads[size_t(h)].ld;
@@ -87,9 +87,9 @@ TEST(KvQuant, Int4MirrorLayoutAndDequantization) {
           EXPECT_EQ(view.heads[size_t(h)].v[slot * ld + d], float(qv[d]) * sv);
         }
       }
-    // Mirror bytes = 2 * slots * kv_heads * D/2 + FP32 scales, plus the BF16 primary.
+    // Mirror bytes = 2 * slots * kv_heads * D/2 + FP32 scales (slots: 19 rounded up to 32), plus the BF16 primary.
     const int64_t primary = int64_t(2) * 2 * c.n_layers * c.n_kv_heads * 19 * D;
-    const int64_t mirror = int64_t(c.n_layers) * (2 * 24 * c.n_kv_heads * D / 2 + 2 * 4 * 24 * c.n_kv_heads);
+    const int64_t mirror = int64_t(c.n_layers) * (2 * 32 * c.n_kv_heads * D / 2 + 2 * 4 * 32 * c.n_kv_heads);
     EXPECT_EQ(kv.bytes(), primary + mirror);
   }
 }

@@ -469,8 +469,13 @@ void check_qkv_rope(const Proj& p, const Weights& w, const Acts& a, const cuda::
                     std::mt19937& rng) {
   const Heads hd = heads_of(p);
   ASSERT_EQ(w.N, (hd.heads + 2 * hd.kv_heads) * hd.head_dim);
-  ref::Llama3Scaling l3;
-  const auto inv_freq = ref::rope_inv_freq(hd.head_dim, hd.theta, hd.llama3 ? &l3 : nullptr);
+  RopeScaling l3;  // Llama 3.1's
+  l3.type = "llama3";
+  l3.factor = 8.0f;
+  l3.low_freq_factor = 1.0f;
+  l3.high_freq_factor = 4.0f;
+  l3.original_max_position = 8192;
+  const auto inv_freq = ref::rope_inv_freq_f32(hd.head_dim, hd.theta, hd.llama3 ? l3 : RopeScaling{});
   const RowMapHost map = make_row_map(a.M, padded, rng);
   const int qc = hd.heads * hd.head_dim, kvc = hd.kv_heads * hd.head_dim;
   cuda::DeviceBuffer<float> freq_dev(inv_freq);

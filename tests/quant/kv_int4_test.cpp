@@ -6,6 +6,7 @@
 
 #include <bit>
 #include <cmath>
+#include <random>
 #include <set>
 
 #include "quant/hadamard.h"
@@ -92,8 +93,8 @@ TEST(KvInt4, KeyLayoutIsTheMmaBFragment) {
     for (int slot = 0; slot < slots; ++slot)
       for (int h = 0; h < heads; ++h)
         for (int d = 0; d < D; ++d) {
-          const NibblePos p = kv_key_position(heads, D, slot, h, d);
-          ASSERT_LT(p.byte, kv_nibble_bytes(heads, D, slots));
+          const layout::KvNibble p = layout::kv_key_nibble(heads, D, slot, h, d);
+          ASSERT_LT(p.byte, layout::kv_nibble_bytes(heads, D, slots));
           ASSERT_TRUE(seen.insert({p.byte, p.shift}).second) << "collision";
           // Decode the position back per the documented contract.
           const size_t tile_bytes = size_t(8) * D / 2;
@@ -105,7 +106,7 @@ TEST(KvInt4, KeyLayoutIsTheMmaBFragment) {
           // mma.m16n8k16 B fragment: b0,b1 at k rows 2c, 2c+1; b2,b3 at 2c+8, 2c+9 of step s.
           EXPECT_EQ(16 * s + 8 * e + 2 * c + p.shift / 4, d);
         }
-    EXPECT_EQ(seen.size(), size_t(2) * kv_nibble_bytes(heads, D, slots));
+    EXPECT_EQ(seen.size(), size_t(2) * layout::kv_nibble_bytes(heads, D, slots));
   }
 }
 
@@ -114,9 +115,53 @@ TEST(KvInt4, ValueLayoutIsChannelOrder) {
   for (int slot = 0; slot < 5; ++slot)
     for (int h = 0; h < heads; ++h)
       for (int d = 0; d < D; ++d) {
-        const NibblePos p = kv_value_position(heads, D, slot, h, d);
+        const layout::KvNibble p = layout::kv_value_nibble(heads, D, slot, h, d);
         EXPECT_EQ(p.byte, (size_t(slot) * heads + h) * (D / 2) + d / 2);
         EXPECT_EQ(p.shift, (d % 2) * 4);
       }
-  EXPECT_EQ(kv_scale_index(3, 5, 2), size_t(17));
+  EXPECT_EQ(layout::kv_scale_index(24, 5, 2), size_t(2 * 24 + 5));  // head-major
+}
+
+// The k permutation of S^T = K Q^T over the mirror (device/layout/kv_cache.cuh):
+// dequantizing a lane's K words the way int4x8_to_half2 does and pairing them
+// with the query dims kv_int4_query_dim gives, summed over every mma step and
+// column, exactly the dot product q . k of each token.
+TEST(KvInt4, KeyFragmentsMeetTheQueryPermutation) {
+  auto& rng = test::test_rng();
+  std::uniform_int_distribution<int> nib(1, 15);
+  for (int D : {64, 128}) {
+    const int heads = 2, slots = 16, h = 1;
+    std::vector<uint8_t> bytes(layout::kv_nibble_bytes(heads, D, slots));
+    std::vector<int> kq(size_t(slots) * D);
+    for (int t = 0; t < slots; ++t)
+      for (int d = 0; d < D; ++d) {
+        const int n = nib(rng);
+        kq[size_t(t) * D + d] = n - 8;
+        const layout::KvNibble p = layout::kv_key_nibble(heads, D, t, h, d);
+        bytes[p.byte] = uint8_t((bytes[p.byte] & ~(0xf << p.shift)) | (n << p.shift));
+      }
+    std::vector<int> q(static_cast<size_t>(D));
+    for (int& v : q) v = nib(rng) - 8;
+    // Lane (g, c) of tile `tile`: its D/8 bytes; word i -> r[0..3] (half 0, half 1).
+    for (int tile = 0; tile < 2; ++tile)
+      for (int lane = 0; lane < 32; ++lane) {
+        const int g = lane / 4, c = lane % 4, t = 8 * tile + g;
+        const size_t base = layout::kv_key_nibble(heads, D, t, h, 2 * c).byte;  // byte 0 of the lane
+        long dot = 0;
+        for (int m = 0; m < D / 16; ++m)
+          for (int col : {2 * c, 2 * c + 1, 2 * c + 8, 2 * c + 9}) {
+            // A column col of step m = 2i + hh is register r[2hh + col/8], half col%2.
+            const int i = m / 2, hh = m % 2, j = 2 * hh + col / 8, half = col % 2;
+            uint32_t w = 0;
+            for (int b = 0; b < 4; ++b) w |= uint32_t(bytes[base + size_t(4 * i + b)]) << (8 * b);
+            const int n = int((w >> (16 * half + 4 * j)) & 0xf);
+            dot += long(n - 8) * q[size_t(layout::kv_int4_query_dim(m, col))];
+          }
+        // Each lane covers a quarter of the dims (columns of its quad index c).
+        long want = 0;
+        for (int d = 0; d < D; ++d)
+          if ((d % 8) / 2 == c) want += long(kq[size_t(t) * D + d]) * q[size_t(d)];
+        EXPECT_EQ(dot, want) << "D " << D << " lane " << lane << " tile " << tile;
+      }
+  }
 }

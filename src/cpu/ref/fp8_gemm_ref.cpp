@@ -98,26 +98,9 @@ void rope_rotate(std::span<float> head, int pos, const float* inv_freq) {
   }
 }
 
-std::vector<float> rope_inv_freq(int head_dim, float theta, const Llama3Scaling* llama3) {
-  FUTR_CHECK(head_dim > 0 && head_dim % 2 == 0, "rope_inv_freq: head_dim {}", head_dim);
-  std::vector<float> f(size_t(head_dim / 2));
-  for (int i = 0; i < head_dim / 2; ++i)
-    f[size_t(i)] = 1.0f / std::pow(theta, float(2 * i) / float(head_dim));
-  if (llama3) {
-    const float low_wavelen = float(llama3->original_max_position) / llama3->low_freq_factor;
-    const float high_wavelen = float(llama3->original_max_position) / llama3->high_freq_factor;
-    for (float& x : f) {
-      const float wavelen = 2.0f * std::numbers::pi_v<float> / x;
-      if (wavelen > low_wavelen) {
-        x = x / llama3->factor;
-      } else if (wavelen >= high_wavelen) {  // medium band: interpolate
-        const float smooth = (float(llama3->original_max_position) / wavelen - llama3->low_freq_factor) /
-                             (llama3->high_freq_factor - llama3->low_freq_factor);
-        x = (1.0f - smooth) * x / llama3->factor + smooth * x;
-      }
-    }
-  }
-  return f;
+std::vector<float> rope_inv_freq_f32(int head_dim, float theta, const RopeScaling& scaling) {
+  const std::vector<double> f = rope_inv_freq(head_dim, theta, scaling);
+  return std::vector<float>(f.begin(), f.end());
 }
 
 RowInfo packed_row(std::span<const int> cu_rows, std::span<const int> start_pos,

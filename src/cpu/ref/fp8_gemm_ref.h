@@ -16,6 +16,8 @@
 #include <span>
 #include <vector>
 
+#include "model/rope.h"
+
 namespace futr::ref {
 
 // ---- operands ---------------------------------------------------------------
@@ -49,16 +51,9 @@ void swiglu_fp8(std::span<const float> row, float scale, uint8_t* out, Fp8Stats&
 // x[i], x[i + D/2] rotated by angle float(pos) * inv_freq[i] (an FP32 product).
 void rope_rotate(std::span<float> head, int pos, const float* inv_freq);
 
-// RoPE inverse frequencies, computed in FP32 as Hugging Face does:
-// inv_freq[i] = 1 / theta^(2i / D); with llama3 scaling (factor, low/high
-// frequency factors, original context) applied when `llama3` is true.
-struct Llama3Scaling {
-  float factor = 8.0f;
-  float low_freq_factor = 1.0f;
-  float high_freq_factor = 4.0f;
-  int original_max_position = 8192;
-};
-std::vector<float> rope_inv_freq(int head_dim, float theta, const Llama3Scaling* llama3 = nullptr);
+// The inverse frequencies the kernel takes: model/rope.h's rope_inv_freq (the
+// one home of the RoPE spec, llama3 scaling included) rounded to FP32.
+std::vector<float> rope_inv_freq_f32(int head_dim, float theta, const RopeScaling& scaling);
 
 // ---- row maps (QKV policy) ------------------------------------------------------
 struct RowInfo {

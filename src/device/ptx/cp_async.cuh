@@ -7,11 +7,9 @@
 
 #include <cstdint>
 
-namespace futr::device::ptx {
+#include "device/ptx/smem.cuh"
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
+namespace futr::device::ptx {
 
 // cp.async.cg.shared.global 16 B; why: L2-only (weights are read once), 16 B
 // is the widest copy and the one .cg allows.

@@ -13,11 +13,9 @@
 
 #include <cstdint>
 
-namespace futr::device::ptx {
+#include "device/ptx/smem.cuh"
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
+namespace futr::device::ptx {
 
 // mbarrier.init.shared::cta.b64: sets the expected arrival count of a barrier.
 __device__ __forceinline__ void mbarrier_init(uint64_t* bar, uint32_t count) {

@@ -1,0 +1,6 @@
+# Decode attention benchmark (issue 9); its PyTorch peer is
+# bench/peers/torch_attention_peer.py, run in the same device call by
+# scripts/device/decode_attention.sh.
+add_executable(decode_attention_bench ${CMAKE_CURRENT_LIST_DIR}/decode_attention_bench.cpp)
+target_link_libraries(decode_attention_bench PRIVATE futr_bench_common futr_warnings)
+target_include_directories(decode_attention_bench PRIVATE ${CMAKE_SOURCE_DIR}/src)

@@ -1,0 +1,308 @@
+// Decode-step KV-cache kernels (src/cuda/decode_attention.h: sm90_kv_append,
+// sm90_decode_attention, sm90_decode_attention_combine) against their CPU
+// reference (src/cpu/ref/decode_attention_ref.h) on fresh random data:
+//
+//   - the append kernel's BF16 primary, INT4 nibbles and scales byte-identical
+//     to the CPU quantizer's (rotated and not, head_dim 64/128, ragged rows);
+//   - attention over the BF16 cache, the INT4 mirror and the rotated mirror:
+//     contexts 1, 7, 64, 1000, 8192, 32768 + 13, ragged batches, SmolLM2
+//     (9/3 heads, D 64), Llama-3.1-8B (32/8, D 128) and 70B (64/8) shapes,
+//     MHA (8/8); the split count of the heuristic, 1 (no merge) and many
+//     (the last CTA merges; the counters come back zero and a second launch
+//     gives the same bytes). Slots past each sequence's length hold NaN (the contract masks
+//     them); outputs are poisoned (0xff) before each launch.
+// Errors: relative L2 of the BF16 output, bound in tests/support/tolerances.h;
+// the largest per variant is printed at the end.
+//
+// Host-only tests (run everywhere): rejection of shapes that are not compiled.
+// Run under compute-sanitizer with --gtest_filter='DecodeAttentionSmall.*'.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <random>
+#include <string>
+
+#include "core/numeric.h"
+#include "cpu/ref/decode_attention_ref.h"
+#include "cuda/buffer.h"
+#include "cuda/check.h"
+#include "cuda/decode_attention.h"
+#include "cuda/device.h"
+#include "device/layout/kv_cache.cuh"
+#include "support/compare.h"
+#include "support/expect_error.h"
+#include "support/gpu.h"
+#include "support/tolerances.h"
+
+using namespace futr;
+
+namespace {
+
+std::mt19937_64& rng() {
+  static std::mt19937_64 r(std::random_device{}());
+  return r;
+}
+
+std::map<std::string, double>& worst() {
+  static std::map<std::string, double> w;
+  return w;
+}
+
+std::vector<uint16_t> randn_bf16(size_t n, float sd) {
+  std::normal_distribution<float> d(0.0f, sd);
+  std::vector<uint16_t> x(n);
+  for (auto& v : x) v = float_to_bf16(d(rng()));
+  return x;
+}
+
+int round16(int n) { return (n + 15) / 16 * 16; }
+
+// The device copy of a host cache layer.
+struct DeviceLayer {
+  cuda::DeviceBuffer<uint16_t> k, v;
+  cuda::DeviceBuffer<uint8_t> k4, v4;
+  cuda::DeviceBuffer<float> ks, vs;
+  int num_slots = 0;
+  explicit DeviceLayer(const ref::KvLayerHost& h)
+      : k(h.k), v(h.v), k4(h.k4), v4(h.v4), ks(h.ks), vs(h.vs), num_slots(h.num_slots) {}
+  cuda::KvLayerPtrs ptrs() const {
+    cuda::KvLayerPtrs p;
+    p.k = k.get();
+    p.v = v.get();
+    p.k4 = k4.get();
+    p.v4 = v4.get();
+    p.ks = ks.get();
+    p.vs = vs.get();
+    p.num_slots = num_slots;
+    return p;
+  }
+};
+
+// A batch of sequences in one cache layer: each owns round16(len) slots, slots
+// from len on hold NaN (BF16 primary and mirror scales), K/V rows ~ N(0, 1).
+struct Batch {
+  int kv_heads, group, head_dim;
+  std::vector<int> lens, base;
+  ref::KvLayerHost cache;
+  std::vector<uint16_t> q;
+  Batch(int kvh, int g, int d, std::vector<int> lens_, bool mirror, int rot_block)
+      : kv_heads(kvh), group(g), head_dim(d), lens(std::move(lens_)), cache(total(lens), kvh, d) {
+    int b0 = 0;
+    for (int len : lens) {
+      base.push_back(b0);
+      b0 += round16(len);
+    }
+    const int64_t ld = int64_t(kvh) * d;
+    for (size_t s = 0; s < lens.size(); ++s) {
+      const int n = lens[s];
+      const auto k = randn_bf16(size_t(n) * size_t(ld), 1.0f), v = randn_bf16(size_t(n) * size_t(ld), 1.0f);
+      std::vector<int> seq(static_cast<size_t>(n), int(s)), pos(static_cast<size_t>(n));
+      for (int i = 0; i < n; ++i) pos[size_t(i)] = i;
+      ref::kv_append(cache, k.data(), v.data(), ld, n, seq.data(), pos.data(), base.data(), mirror, rot_block);
+      for (int t = n; t < round16(n); ++t)
+        for (int h = 0; h < kvh; ++h) {
+          const int slot = base[s] + t;
+          cache.ks[layout::kv_scale_index(cache.num_slots, slot, h)] = NAN;
+          cache.vs[layout::kv_scale_index(cache.num_slots, slot, h)] = NAN;
+          for (int e = 0; e < d; ++e) {
+            cache.k[layout::kv_primary_index(kvh, d, slot, h, e)] = 0x7fc0;  // BF16 NaN
+            cache.v[layout::kv_primary_index(kvh, d, slot, h, e)] = 0x7fc0;
+          }
+        }
+    }
+    // Queries ~ N(0, 2): peaked enough that the softmax is not flat.
+    q = randn_bf16(lens.size() * size_t(kvh * g) * size_t(d), 2.0f);
+  }
+  static int total(const std::vector<int>& lens) {
+    int n = 0;
+    for (int len : lens) n += round16(len);
+    return std::max(n, 16);
+  }
+};
+
+// Runs every cache kind over `b` with the given split override (0: heuristic);
+// returns nothing, asserts the error bound.
+void check_attention(int kvh, int group, int d, const std::vector<int>& lens, int splits = 0) {
+  int max_len = 1;
+  for (int len : lens) max_len = std::max(max_len, len);
+  struct Kind {
+    const char* name;
+    bool int4;
+    int rot;
+  };
+  const Kind kinds[] = {{"bf16", false, 0}, {"int4", true, 0}, {"int4-rot", true, std::min(64, d)}};
+  for (const Kind& kind : kinds) {
+    Batch b(kvh, group, d, lens, kind.int4, kind.rot);
+    DeviceLayer dev(b.cache);
+    const int batch = int(lens.size()), nh = kvh * group;
+    std::vector<float> ref(size_t(batch) * nh * d);
+    ref::decode_attention(b.cache, b.q.data(), batch, group, b.base.data(), b.lens.data(), kind.int4, kind.rot,
+                          ref.data());
+    cuda::AttentionShape s{batch, kvh, group, d, kind.int4, kind.rot, max_len};
+    cuda::AttentionConfig cfg = cuda::attention_heuristic(s, cuda::require_device().sm_count);  // its occupancy
+    if (splits > 0) cfg.splits = splits;
+    cuda::DeviceBuffer<uint16_t> q(b.q), out(ref.size());
+    cuda::DeviceBuffer<int> base(b.base), len(b.lens);
+    cuda::DeviceBuffer<float> ws(std::max<size_t>(1, cuda::attention_workspace_floats(s, cfg)));
+    cuda::DeviceBuffer<int> counters(cuda::attention_counters(s));
+    counters.fill_bytes(0);
+    out.fill_bytes(0xff);
+    cuda::AttentionArgs a{q.get(), out.get(), base.get(), len.get(), dev.ptrs(), ws.get(), ws.size(),
+                          counters.get(), counters.size()};
+    cuda::decode_attention(s, a, cfg, nullptr);
+    FUTR_CUDA_CHECK(cudaDeviceSynchronize());
+    // Counters left zero, and a second launch (a graph replay's view) gives the same bytes.
+    for (int v : counters.download()) ASSERT_EQ(v, 0);
+    const auto first16 = out.download();
+    out.fill_bytes(0xff);
+    cuda::decode_attention(s, a, cfg, nullptr);
+    FUTR_CUDA_CHECK(cudaDeviceSynchronize());
+    EXPECT_EQ(out.download(), first16) << "a second launch differs";
+    const auto o16 = out.download();
+    std::vector<float> o(o16.size());
+    for (size_t i = 0; i < o.size(); ++i) o[i] = bf16_to_float(o16[i]);
+    const test::ErrorStats e = test::compare(o, ref);
+    const std::string what = std::string(kind.name) + " d" + std::to_string(d);
+    worst()[what] = std::max(worst()[what], e.rel_l2);
+    EXPECT_EQ(e.non_finite, 0u) << what << " " << cuda::describe(cfg);
+    EXPECT_LT(e.rel_l2, test::tol::kDecodeAttention)
+        << what << " heads " << nh << "/" << kvh << " batch " << batch << " max_len " << max_len << " "
+        << cuda::describe(cfg);
+  }
+}
+
+void check_append(int kvh, int d, int rot_block) {
+  const std::vector<int> lens = {5, 16, 33};
+  Batch b(kvh, 1, d, lens, true, rot_block);  // a filled cache to append into
+  ref::KvLayerHost want = b.cache;
+  DeviceLayer dev(b.cache);
+  // New rows: one per sequence at its next position, plus a second one for sequence 1 (ragged).
+  const std::vector<int> seq = {0, 1, 1, 2}, pos = {5, 16, 17, 33};
+  std::vector<int> base = b.base;
+  base[1] = b.base[1];
+  const int rows = int(seq.size());
+  // The pool must hold the new positions: sequence 2 ends at slot base + 48 > 33.
+  ASSERT_LE(base[2] + 34, b.cache.num_slots + 16);
+  const int64_t ld = int64_t(2) * kvh * d + 64;  // rows of a wider buffer (k and v interleaved)
+  const auto kvrows = randn_bf16(size_t(rows) * size_t(ld), 3.0f);
+  // Sequence 2's slots stop at its length rounded to 16 (48): position 33 is inside.
+  ref::kv_append(want, kvrows.data(), kvrows.data() + kvh * d, ld, rows, seq.data(), pos.data(), base.data(), true,
+                 rot_block);
+  cuda::DeviceBuffer<uint16_t> src(kvrows);
+  cuda::DeviceBuffer<int> dseq(seq), dpos(pos), dbase(base), nonfinite(std::vector<int>{0});
+  cuda::KvAppendArgs a;
+  a.k = src.get();
+  a.v = src.get() + kvh * d;
+  a.ld = ld;
+  a.row_seq = dseq.get();
+  a.row_pos = dpos.get();
+  a.slot_base = dbase.get();
+  a.cache = dev.ptrs();
+  a.rows = rows;
+  a.kv_heads = kvh;
+  a.head_dim = d;
+  a.mirror = true;
+  a.rot_block = rot_block;
+  a.nonfinite = nonfinite.get();
+  cuda::kv_append(a, nullptr);
+  FUTR_CUDA_CHECK(cudaDeviceSynchronize());
+  EXPECT_EQ(dev.k.download(), want.k);
+  EXPECT_EQ(dev.v.download(), want.v);
+  EXPECT_EQ(dev.k4.download(), want.k4) << "K nibbles d" << d << " rot " << rot_block;
+  EXPECT_EQ(dev.v4.download(), want.v4) << "V nibbles d" << d << " rot " << rot_block;
+  const auto ks = dev.ks.download(), vs = dev.vs.download();
+  // Scales: bitwise (NaN placeholders compare equal bitwise).
+  EXPECT_EQ(0, std::memcmp(ks.data(), want.ks.data(), ks.size() * 4)) << "K scales";
+  EXPECT_EQ(0, std::memcmp(vs.data(), want.vs.data(), vs.size() * 4)) << "V scales";
+  EXPECT_EQ(nonfinite.download()[0], 0);
+}
+
+class Report : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    for (const auto& [k, v] : worst()) std::printf("decode attention: largest relative error %s: %.3e\n", k.c_str(), v);
+  }
+};
+const auto* const kReport = ::testing::AddGlobalTestEnvironment(new Report);
+
+}  // namespace
+
+// ---- host-only: what is not compiled is refused, naming the nearest ---------------
+TEST(DecodeAttentionHost, RejectsWhatIsNotCompiled) {
+  cuda::AttentionShape s{1, 8, 4, 96, true, 0, 128};
+  EXPECT_FUTR_ERROR(cuda::attention_heuristic(s, 132, 4), "head_dim 96 is not compiled");
+  s.head_dim = 128;
+  s.group = 16;
+  EXPECT_FUTR_ERROR(cuda::attention_heuristic(s, 132, 4), "16 query heads per KV head");
+  s.group = 4;
+  s.rot_block = 48;
+  EXPECT_FUTR_ERROR(cuda::attention_heuristic(s, 132, 4), "power of two");
+  s.rot_block = 64;
+  s.int4 = false;
+  EXPECT_FUTR_ERROR(cuda::attention_heuristic(s, 132, 4), "INT4 mirror only");
+  EXPECT_EQ(cuda::attention_variants().size(), 6u);
+}
+
+TEST(DecodeAttentionHost, HeuristicFillsWholeWavesWithLongEnoughChunks) {
+  // 5 CTAs resident per SM x 132 SMs = 660 per wave.
+  cuda::AttentionShape s{1, 8, 4, 128, true, 64, 8192};
+  const cuda::AttentionConfig c = cuda::attention_heuristic(s, 132, 5);
+  EXPECT_EQ(c.splits, 32);  // as many as 256-token chunks allow: 256 CTAs, one partial wave
+  s.batch = 32;
+  s.max_len = 32768;  // 256 (sequence, head) pairs: 3 splits = 768 CTAs = 1.16 waves, 5 = 1280 = 1.94
+  const int sp = cuda::attention_heuristic(s, 132, 5).splits;
+  const double waves = 256.0 * sp / 660.0;
+  EXPECT_GT(waves - std::floor(waves), 0.85) << sp << " splits leave a small last wave";
+  s.max_len = 100;
+  EXPECT_EQ(cuda::attention_heuristic(s, 132, 5).splits, 1);
+  EXPECT_EQ(cuda::attention_workspace_floats(s, {1}), 0u);
+}
+
+// ---- small (also the compute-sanitizer set) ----------------------------------------
+TEST(DecodeAttentionSmall, AppendIsByteIdenticalToTheCpuQuantizer) {
+  FUTR_REQUIRE_GPU();
+  for (int d : {64, 128}) {
+    check_append(3, d, 0);
+    check_append(3, d, 64);
+    check_append(8, d, 16);
+  }
+}
+
+TEST(DecodeAttentionSmall, ShortRaggedContexts) {
+  FUTR_REQUIRE_GPU();
+  check_attention(3, 3, 64, {1, 7, 64, 100});      // SmolLM2
+  check_attention(8, 4, 128, {1, 7, 64, 33});      // Llama-3.1-8B
+  check_attention(8, 4, 128, {7, 64, 300}, 1);     // no merge
+  check_attention(8, 4, 128, {7, 64, 300}, 40);    // many (partly empty) chunks
+}
+
+// ---- the matrix of the issue ----------------------------------------------------------
+TEST(DecodeAttention, LongContexts) {
+  FUTR_REQUIRE_GPU();
+  check_attention(8, 4, 128, {1000});
+  check_attention(8, 4, 128, {8192});
+  check_attention(8, 4, 128, {32768 + 13});
+  check_attention(3, 3, 64, {8192, 5, 1000});
+}
+
+TEST(DecodeAttention, GqaRatiosAndShapes) {
+  FUTR_REQUIRE_GPU();
+  check_attention(8, 8, 128, {1, 1000, 2049});    // 70B: 64/8
+  check_attention(8, 1, 128, {64, 777});          // MHA 8/8
+  check_attention(4, 1, 64, {300, 31});           // MHA, D 64
+  check_attention(2, 8, 64, {513});               // group 8, D 64
+}
+
+TEST(DecodeAttention, ManySequences) {
+  FUTR_REQUIRE_GPU();
+  std::uniform_int_distribution<int> u(1, 600);
+  std::vector<int> lens(64);
+  for (int& l : lens) l = u(rng());
+  check_attention(3, 3, 64, lens);
+  lens.resize(40);
+  check_attention(8, 4, 128, lens);
+}
