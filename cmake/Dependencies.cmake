@@ -8,7 +8,9 @@ find_package(OpenMP REQUIRED COMPONENTS CXX)
 find_package(nlohmann_json 3.10 REQUIRED)
 find_package(CLI11 REQUIRED)
 find_package(fmt REQUIRED)
-find_package(CUDAToolkit REQUIRED)
+if(FUTR_HAVE_CUDA)
+  find_package(CUDAToolkit REQUIRED)
+endif()
 
 # --- OpenBLAS (CBLAS sgemm for the CPU reference backend) ---
 find_path(FUTR_CBLAS_INCLUDE cblas.h PATH_SUFFIXES openblas x86_64-linux-gnu/openblas-pthread

@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
 # Configures and builds everything (library, futr, tests, benchmarks; all CUDA
-# code for sm_90a) into build/. Extra arguments go to CMake.
+# code for sm_90a) into build/. Extra arguments go to CMake. Without the CUDA
+# toolkit the build is CPU-only (said at configure time); FUTR_CUDA=ON in the
+# environment makes CUDA required (CI), FUTR_CUDA=OFF leaves it out.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/usr/local/cuda/bin:$PATH"
 export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/ccache}"
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
+mkdir -p build
+# Quiet unless it fails, but the line saying whether CUDA is in the build is shown.
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release ${FUTR_CUDA:+-DFUTR_CUDA=$FUTR_CUDA} "$@" \
+  > build/configure.log 2>&1 || { cat build/configure.log; exit 1; }
+grep -A3 "FuTransformer:" build/configure.log || true
 cmake --build build -j "$(nproc)"

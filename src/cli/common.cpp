@@ -16,6 +16,7 @@
 
 #include "core/error.h"
 #include "core/io.h"
+#include "cpu/threads.h"
 #include "formats/loader.h"
 
 #ifndef FUTR_DEFAULT_MODEL
@@ -24,12 +25,62 @@
 
 namespace futr::cli {
 
+CLI::Option* add_sampling_options(CLI::App* app, runtime::SamplerConfig& c) {
+  const GroupNewOptions group(app, kSamplingGroup);
+  app->add_option("--temperature", c.temperature, "Sampling temperature, [0, 100]; 0 = greedy")->capture_default_str();
+  app->add_option("--top-k", c.top_k, "Keep the k most likely tokens (0: all)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, INT32_MAX));
+  app->add_option("--top-p", c.top_p, "Nucleus, (0, 1]: keep the most likely tokens up to this probability mass")
+      ->capture_default_str();
+  app->add_option("--min-p", c.min_p, "[0, 1]: drop tokens less likely than this times the most likely (0: off)")
+      ->capture_default_str();
+  app->add_option("--repetition-penalty,--repeat-penalty", c.repetition_penalty,
+                  "(0, 10]: divide the positive (multiply the negative) logits of recent tokens (1: off)")
+      ->capture_default_str();
+  app->add_option("--presence-penalty", c.presence_penalty,
+                  "[-2, 2]: subtract from the logits of tokens generated recently (0: off)")
+      ->capture_default_str();
+  app->add_option("--frequency-penalty", c.frequency_penalty,
+                  "[-2, 2]: subtract this times each recent generated token's count (0: off)")
+      ->capture_default_str();
+  app->add_option("--penalty-last-n", c.penalty_last_n, "Recent tokens the penalties look at (0: all)")
+      ->capture_default_str();
+  app->add_option("--stop", c.stop, "Stop before this text (one per --stop; at most 16)")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  return app->add_option("--seed", c.seed, "Random seed, 0..2^64-1 (default: random)")
+      ->check([](const std::string& v) {  // NOTE: a negative value would wrap to a huge seed
+        return v.empty() || v[0] == '-' ? std::string("the seed must be in 0..18446744073709551615") : std::string();
+      });
+}
+
+void print_sampling(const runtime::SamplerConfig& c) {
+  if (c.temperature == 0.0f) {
+    fmt::print(stderr, "futr: sampling greedy");
+  } else {
+    fmt::print(stderr, "futr: sampling temperature {} top-k {} top-p {}", c.temperature, c.top_k, c.top_p);
+    if (c.min_p > 0.0f) fmt::print(stderr, " min-p {}", c.min_p);
+  }
+  if (c.repetition_penalty != 1.0f) fmt::print(stderr, " repetition-penalty {}", c.repetition_penalty);
+  if (c.presence_penalty != 0.0f) fmt::print(stderr, " presence-penalty {}", c.presence_penalty);
+  if (c.frequency_penalty != 0.0f) fmt::print(stderr, " frequency-penalty {}", c.frequency_penalty);
+  if (c.repetition_penalty != 1.0f || c.presence_penalty != 0.0f || c.frequency_penalty != 0.0f)
+    fmt::print(stderr, " (last {} tokens)", c.penalty_last_n);
+  if (!c.stop.empty()) fmt::print(stderr, " stop x{}", c.stop.size());
+  if (c.temperature > 0.0f) fmt::print(stderr, " seed {}", c.seed);
+  fmt::print(stderr, "\n");
+}
+
 void add_run_options(CLI::App* app, RunOptions& o) {
+  const GroupNewOptions group(app, kModelGroup);
   app->add_option("-m,--model", o.model,
                   "Model file or directory (GGUF, Hugging Face safetensors directory); default: " +
                       default_model_path());
   // NOTE: CLI::NonNegativeNumber prints DBL_MAX's 309 digits in its message.
-  app->add_option("-t,--threads", o.threads, fmt::format("CPU threads, 0..{} (default 0: all)", max_threads()))
+  app->add_option("-t,--threads", o.threads,
+                  fmt::format("CPU threads, 0..{} (default: the physical cores, {} here; more warns)", max_threads(),
+                              cpu::physical_cores()))
       ->check(CLI::Range(0, max_threads()));
   app->add_option("--backend", o.backend,
                   "Engine: cpu|gpu|auto (auto: the GPU engine when it can run, else cpu; says "

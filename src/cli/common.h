@@ -11,6 +11,7 @@
 
 #include "model/model.h"
 #include "runtime/engine.h"
+#include "runtime/sampler.h"
 
 namespace futr::cli {
 
@@ -18,9 +19,39 @@ namespace futr::cli {
 struct RunOptions {
   std::string model;       // "" -> default_model_path()
   int ctx = 0;             // command-specific default when 0
-  int threads = 0;         // 0: all hardware threads
+  int threads = 0;         // 0: the physical cores (cpu::physical_cores())
   std::string backend = "auto";  // auto | cpu | gpu (runtime::parse_engine_kind)
 };
+
+// `--help` groups: the options of a command fall into these three (and the
+// command's own, under "Options").
+inline constexpr const char* kSamplingGroup = "Sampling";
+inline constexpr const char* kModelGroup = "Model and engine";
+inline constexpr const char* kQuantGroup = "Quantized reference (CPU reference of the GPU formats)";
+
+// Puts every option added to `app` during its lifetime into `group`.
+class GroupNewOptions {
+ public:
+  GroupNewOptions(CLI::App* app, std::string group)
+      : app_(app), group_(std::move(group)), before_(app->get_options().size()) {}
+  ~GroupNewOptions() {
+    auto all = app_->get_options([](CLI::Option*) { return true; });
+    for (size_t i = before_; i < all.size(); ++i) all[i]->group(group_);
+  }
+
+ private:
+  CLI::App* app_;
+  std::string group_;
+  size_t before_;
+};
+
+// The sampling flags (runtime::SamplerConfig: --temperature, --top-k, --top-p,
+// --min-p, --repetition-penalty, --presence-penalty, --frequency-penalty,
+// --penalty-last-n, --stop, --seed), in kSamplingGroup. Returns --seed (to tell
+// whether it was given). The ranges are checked by runtime::Sampler.
+CLI::Option* add_sampling_options(CLI::App* app, runtime::SamplerConfig& c);
+// "futr: sampling ..." on stderr: the settings that differ from off.
+void print_sampling(const runtime::SamplerConfig& c);
 
 // Adds --model, --threads and --backend (not --ctx: its default differs per
 // command) to `app`.
@@ -28,6 +59,7 @@ void add_run_options(CLI::App* app, RunOptions& o);
 
 // FUTR_DEFAULT_MODEL (compile definition set in the top-level CMakeLists).
 std::string default_model_path();
+
 
 // Loads o.model (or the default model, with a hint to run
 // scripts/fetch-model.sh when it is missing). futr::Error on failure.

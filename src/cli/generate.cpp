@@ -5,14 +5,17 @@
 //      with the model's chat template, then special tokens in it are parsed);
 //   2. prefill: the whole prompt through the engine (runtime::SequenceRunner:
 //      steps of at most max_step_tokens rows), logits of the last position;
-//   3. repeat: sample a token (runtime/sampler.h), stop if it ends generation
-//      (EOS/EOT) or --max-tokens were produced; print its text through a
-//      StreamDecoder (UTF-8 sequences split across tokens are held back until
-//      complete) and flush; eval() the token alone (decode step).
-//   4. stderr: prompt and generation token counts, times and tokens/s.
+//   3. the token loop of cli/generation.h: sample (runtime/sampler.h: top-k,
+//      top-p, min-p, penalties), stop at EOS/EOT, --max-tokens, a --stop
+//      string or Ctrl-C; print the text through a StreamDecoder (UTF-8
+//      sequences split across tokens are held back until complete) and flush;
+//      evaluate the token alone (decode step).
+//   4. stderr: load time, prompt tokens and rate, time to first token,
+//      generation tokens and rate (also after Ctrl-C).
 //
 // A prompt longer than the context is an error; reaching the context during
-// generation stops it with a note.
+// generation stops it with a note. With no prompt argument the prompt is read
+// from stdin; on a terminal futr says so first.
 #include "cli/commands.h"
 
 #include <unistd.h>
@@ -25,6 +28,7 @@
 
 #include "cli/common.h"
 #include "cli/engine_options.h"
+#include "cli/generation.h"
 #include "core/error.h"
 #include "runtime/engine.h"
 #include "runtime/sampler.h"
@@ -55,13 +59,19 @@ void write_out(const std::string& s) {
 }
 
 void run_generate(GenerateOptions o) {
+  if (!o.prompt_given) {
+    if (isatty(STDIN_FILENO))
+      fmt::print(stderr, "futr: reading the prompt from stdin (end it with Ctrl-D; or give it as an argument)\n");
+    o.prompt = read_stdin_bytes();
+  }
   FUTR_CHECK(o.max_tokens >= 0, "--max-tokens must be >= 0 (got {})", o.max_tokens);
   FUTR_CHECK(o.run.ctx >= 0, "--ctx {} is out of range (1..the model's trained context; default: that, at most 4096)",
              o.run.ctx);
   if (!o.prompt_given) o.prompt = read_stdin_bytes();
   if (!o.seed_given) o.sampler.seed = std::random_device{}();
-  runtime::Sampler sampler(o.sampler);  // validates temperature / top-p before the model loads
+  runtime::Sampler sampler(o.sampler);  // validates every sampling flag before the model loads
 
+  const Stopwatch t_load;
   const Model model = load_model_for_cli(o.run);
   FUTR_CHECK(!model.tokenizer.tokens.empty(), "{}: the model has no tokenizer", model.path);
   const Tokenizer tok(model.tokenizer);
@@ -89,53 +99,22 @@ void run_generate(GenerateOptions o) {
              prompt.size(), rc.ctx);
   const std::unique_ptr<runtime::Engine> engine = runtime::make_engine(model, rc, stderr_log(o.quiet));
   runtime::SequenceRunner seq(*engine);
+  const double load_s = t_load.seconds();
 
-  // --- prefill ---
-  Stopwatch t_prompt;
-  Tensor logits = seq.eval(prompt, int(prompt.size()) - 1);
-  const double prompt_s = t_prompt.seconds();
-
-  // --- decode ---
-  StreamDecoder out(tok);
-  int generated = 0, steps = 0;
-  bool context_full = false;
-  Stopwatch t_gen;
-  while (generated < o.max_tokens) {
-    const std::span<float> row(logits.row(0), size_t(logits.dim(1)));
-    check_logits_finite(row, generated == 0 ? std::string("generate: the prompt's last position")
-                                            : fmt::format("generate: step {} (token {})", steps, generated + 1));
-    mask_untokenizable(row, tok.vocab_size());  // a vocabulary padded beyond the tokenizer
-    const int32_t next = sampler.sample(row);
-    if (tok.is_eog(next)) break;
-    ++generated;
-    write_out(out.push(next));
-    if (generated == o.max_tokens) break;
-    if (seq.position() >= seq.capacity()) {
-      context_full = true;
-      break;
-    }
-    const int32_t one[1] = {next};
-    logits = seq.eval(one, 0);
-    ++steps;
-  }
-  const double gen_s = t_gen.seconds();
-  write_out(out.flush());
+  const InterruptScope ctrl_c;
+  InterruptScope::begin();
+  const Generation g = generate_tokens(seq, sampler, tok, prompt, o.max_tokens, write_out);
+  InterruptScope::end();
   write_out("\n");
 
-  if (context_full)
-    fmt::print(stderr, "futr: stopped: the context of {} tokens is full (use a larger --ctx)\n",
-               seq.capacity());
-  if (!o.quiet) {
-    fmt::print(stderr, "futr: {} | {}\n", model.path, engine->info().describe);
-    fmt::print(stderr, "futr: prompt     {:5} tokens in {:7.3f} s ({:8.1f} tokens/s)\n",
-               prompt.size(), prompt_s, double(prompt.size()) / std::max(prompt_s, 1e-9));
-    fmt::print(stderr,
-               "futr: generation {:5} tokens in {:7.3f} s ({:8.1f} tokens/s, {} decode steps)\n",
-               generated, gen_s, steps > 0 ? double(steps) / std::max(gen_s, 1e-9) : 0.0, steps);
-    if (o.sampler.temperature > 0)
-      fmt::print(stderr, "futr: sampling temperature {} top-k {} top-p {} seed {}\n",
-                 o.sampler.temperature, o.sampler.top_k, o.sampler.top_p, o.sampler.seed);
+  if (o.quiet) {
+    if (g.end == Generation::End::kContextFull)
+      fmt::print(stderr, "futr: stopped: the context of {} tokens is full (use a larger --ctx)\n", seq.capacity());
+    return;
   }
+  fmt::print(stderr, "futr: {} | {}\n", model.path, engine->info().describe);
+  print_stats(g, load_s, seq.capacity());
+  print_sampling(o.sampler);
 }
 
 }  // namespace
@@ -150,25 +129,19 @@ void add_generate_command(CLI::App& app) {
   CLI::App* sub = app.add_subcommand("generate", "Continue a prompt, streaming tokens to stdout");
   CLI::Option* prompt = sub->add_option("prompt", o->prompt, "Prompt text (default: read stdin)");
   add_run_options(sub, o->run);
-  add_quant_options(sub, o->quant);
-  add_calibration_options(sub, o->quant);
-  sub->add_option("-c,--ctx", o->run.ctx,
-                  "Context length in tokens (default: the model's, at most 4096)");
+  sub->add_option("-c,--ctx", o->run.ctx, "Context length in tokens (default: the model's, at most 4096)")
+      ->group(kModelGroup);
+  {
+    const GroupNewOptions group(sub, kQuantGroup);
+    add_quant_options(sub, o->quant);
+    add_calibration_options(sub, o->quant);
+  }
   sub->add_flag("--chat", o->chat, "Format the prompt as a user message with the chat template");
   sub->add_option("--system", o->system, "System message (with --chat)");
   sub->add_option("-n,--max-tokens", o->max_tokens, "Tokens to generate at most")
-      ->capture_default_str();
-  sub->add_option("--temperature", o->sampler.temperature, "Sampling temperature; 0 = greedy")
-      ->capture_default_str();
-  sub->add_option("--top-k", o->sampler.top_k, "Keep the k most likely tokens (0: all)")
       ->capture_default_str()
-      ->check(CLI::Range(0, INT32_MAX));
-  sub->add_option("--top-p", o->sampler.top_p, "Nucleus: keep the most likely tokens up to this "
-                  "probability mass")->capture_default_str();
-  CLI::Option* seed = sub->add_option("--seed", o->sampler.seed, "Random seed, 0..2^64-1 (default: random)")
-      ->check([](const std::string& v) {  // NOTE: a negative value would wrap to a huge seed
-        return v.empty() || v[0] == '-' ? std::string("the seed must be in 0..18446744073709551615") : std::string();
-      });
+      ->group(kSamplingGroup);
+  CLI::Option* seed = add_sampling_options(sub, o->sampler);
   sub->add_flag("-q,--quiet", o->quiet, "No statistics on stderr");
   sub->callback([o, prompt, seed] {
     GenerateOptions copy = *o;

@@ -1,6 +1,7 @@
 // futr: the FuTransformer command-line tool.
 //
 //   futr generate [PROMPT]      continue a prompt (cli/generate.cpp)
+//   futr chat                   a conversation, one line per turn (cli/chat.cpp)
 //   futr perplexity [FILE]      perplexity on a text (cli/perplexity.cpp)
 //   futr info [MODEL]           model config and tensors (cli/info_command.h, if built)
 //   futr quantize -o OUT.futr   quantize a model into a .futr file (cli/quantize.cpp)
@@ -20,7 +21,7 @@
 
 #include "cli/commands.h"
 #include "cli/quantize.h"
-#include "core/build_info.h"
+#include "cli/version.h"
 #include "core/error.h"
 #include "core/text.h"
 #if FUTR_HAVE_INFO_COMMAND
@@ -33,9 +34,11 @@
 int main(int argc, char** argv) {
   CLI::App app{"futr: FuTransformer, Llama-style inference (CPU reference backend; Hopper GPU "
                "kernels in progress)"};
-  app.set_version_flag("--version", std::string("futr ") + futr::build_commit());
+  app.set_version_flag("--version", [] { return futr::cli::version_text(); },
+                       "Print the version, commit, build type, CUDA version and the GPU futr sees");
   app.require_subcommand(1);
   futr::cli::add_generate_command(app);
+  futr::cli::add_chat_command(app);
   futr::cli::add_perplexity_command(app);
   futr::cli::add_quantize_command(app);
 #if FUTR_HAVE_INFO_COMMAND

@@ -31,14 +31,11 @@
 #include "cli/common.h"
 #include "cli/engine_options.h"
 #include "core/error.h"
+#include "runtime/calibration.h"
 #include "runtime/engine.h"
 #include "runtime/perplexity.h"
 #include "quant/kl.h"
 #include "tokenizer/tokenizer.h"
-
-#ifndef FUTR_DEFAULT_TEXT
-#define FUTR_DEFAULT_TEXT "../shared/data/wikitext-2-raw/wiki.test.raw"
-#endif
 
 namespace futr::cli {
 
@@ -51,7 +48,7 @@ using runtime::PplResult;
 
 struct PerplexityOptions {
   RunOptions run;
-  std::string file = FUTR_DEFAULT_TEXT;
+  std::string file = runtime::default_text_path();
   int stride = 0;            // 0: ctx
   int64_t max_tokens = 0;    // 0: all
   int batch = 512;           // tokens per step (the engine's max_step_tokens)

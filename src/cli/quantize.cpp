@@ -15,10 +15,13 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <filesystem>
 #include <cmath>
 #include <ctime>
+#include <filesystem>
 #include <memory>
 #include <sstream>
 
@@ -121,6 +124,15 @@ void check_output(const std::string& out, const std::string& model_arg) {
 void run_quantize(const QuantizeCmdOptions& o) {
   FUTR_CHECK(!o.out.empty(), "give the output file with -o OUT.futr");
   check_output(o.out, o.run.model);
+  {
+    // A .futr file under another format's name would be mistaken for one (and
+    // other tools would fail on it with a confusing message).
+    std::string ext = std::filesystem::path(o.out).extension().string();
+    std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return char(std::tolower(c)); });
+    FUTR_CHECK(ext != ".gguf" && ext != ".safetensors",
+               "-o {}: futr quantize writes a .futr file, not {}; name it {}.futr", o.out, ext,
+               std::filesystem::path(o.out).replace_extension().string());
+  }
   const std::vector<WeightFormat> formats = parse_formats(o.weights);
   const bool has_int4 = std::find(formats.begin(), formats.end(), WeightFormat::kInt4) != formats.end();
   FUTR_CHECK(has_int4 || (o.quant.quant.empty() && !o.quant.act_order && o.quant.group == 0),

@@ -19,9 +19,20 @@
 
 namespace futr::cpu {
 
-// Uses n OpenMP threads (n <= 0: all hardware threads) and sets OpenBLAS to
-// one thread. Returns the count in use.
+// Uses n OpenMP threads (n <= 0: physical_cores()) and sets OpenBLAS to one
+// thread. Returns the count in use. When n is more than physical_cores(),
+// prints a warning to stderr once per process and count (hyperthreads and
+// oversubscribed cores slow the memory-bound GEMVs down instead of helping:
+// docs/CPU_BACKEND.md).
 int set_num_threads(int n);
+// The physical cores this process may run on: distinct (package, core) pairs
+// of the CPUs in its affinity mask, from /sys/devices/system/cpu/cpu*/topology;
+// the number of CPUs in the mask when the topology is unreadable; at least 1.
+int physical_cores();
+// The logical CPUs (hardware threads) in this process's affinity mask.
+int logical_cpus();
+// The warning set_num_threads() prints for n threads ("" when n fits).
+std::string oversubscription_warning(int n);
 // Sets OpenBLAS to one thread once per process (called by every BLAS user in
 // futr_cpu, so a program that never calls set_num_threads() is still right).
 void ensure_single_threaded_blas();

@@ -9,8 +9,10 @@
 #include "core/error.h"
 #include "cpu/engine.h"
 #include "cpu/threads.h"
+#if FUTR_HAVE_CUDA
 #include "cuda/device.h"
 #include "gpu/engine.h"
+#endif
 #include "formats/futr_file.h"
 #include "runtime/calibration.h"
 
@@ -29,7 +31,14 @@ cpu::QuantizeOptions quantize_options(WeightFormat format, const runtime::Runtim
 }
 
 std::string gpu_engine_unavailable_reason() {
-  std::string why = cuda::gpu_unavailable_reason();
+#if !FUTR_HAVE_CUDA
+  return "this futr was built without CUDA (no CUDA compiler at configure time): only the CPU engines are "
+         "in it; rebuild with the CUDA toolkit installed (nvcc on PATH) for the GPU engine";
+#endif
+  std::string why;
+#if FUTR_HAVE_CUDA
+  why = cuda::gpu_unavailable_reason();
+#endif
   std::replace(why.begin(), why.end(), '\n', ' ');
   return why.empty() ? "" : "no GPU: " + why;
 }
@@ -151,6 +160,7 @@ std::unique_ptr<runtime::Engine> runtime::make_engine(const Model& model, const 
                "{} holds no bf16 weights (run --weights fp32 for its dequantized weights)", model.path);
     q = std::make_shared<quant::QuantizedWeights>(file->read_weights(w));
   }
+#if FUTR_HAVE_CUDA
   if (use_gpu) {
     gpu::GpuEngineOptions go;
     go.kv = kv;
@@ -160,6 +170,7 @@ std::unique_ptr<runtime::Engine> runtime::make_engine(const Model& model, const 
     go.max_step_tokens = c.max_step_tokens;
     return std::make_unique<gpu::GpuEngine>(model, std::move(q), go);
   }
+#endif
   return std::make_unique<cpu::CpuEngine>(model, std::move(q), eo);
 }
 

@@ -9,7 +9,7 @@
 #include "tokenizer/tokenizer.h"
 
 #ifndef FUTR_DEFAULT_TEXT
-#define FUTR_DEFAULT_TEXT "../shared/data/wikitext-2-raw/wiki.test.raw"
+#define FUTR_DEFAULT_TEXT "data/wikitext-2-raw/wiki.test.raw"
 #endif
 
 namespace futr::runtime {
@@ -30,10 +30,24 @@ std::string read_text(const std::string& path) {
 
 }  // namespace
 
-std::string default_text_path() { return FUTR_DEFAULT_TEXT; }
+std::string default_text_path() {
+  std::error_code ec;
+  if (std::filesystem::exists(FUTR_DEFAULT_TEXT, ec)) return FUTR_DEFAULT_TEXT;
+  // An installed futr whose source tree is gone: the copy `cmake --install` put
+  // under <prefix>/share/futransformer, beside <prefix>/bin/futr.
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const auto installed = exe.parent_path().parent_path() / "share/futransformer/wikitext-2-raw/wiki.test.raw";
+    if (std::filesystem::exists(installed, ec)) return installed.string();
+  }
+  return FUTR_DEFAULT_TEXT;
+}
 
 std::vector<int32_t> calibration_tokens(const Model& model, const CalibrationConfig& c) {
   const std::string file = c.file.empty() ? default_text_path() : c.file;
+  std::error_code ec;
+  FUTR_CHECK(std::filesystem::exists(file, ec), "{}: no such file (the calibration text{}; give one with --calib-file)",
+             file, c.file.empty() ? ", by default the perplexity text" : "");
   const std::string text = read_text(file);
   FUTR_CHECK(!model.tokenizer.tokens.empty(),
              "{}: the model has no tokenizer (needed for calibration)", model.path);

@@ -15,7 +15,10 @@
 
 namespace futr::runtime {
 
-// FUTR_DEFAULT_TEXT: the perplexity text of the repository (build setting).
+// The default perplexity / calibration text: FUTR_DEFAULT_TEXT (the build
+// setting: the repository's data/wikitext-2-raw/wiki.test.raw), else the copy
+// `cmake --install` put beside this executable (<prefix>/share/futransformer/),
+// else FUTR_DEFAULT_TEXT (whose absence the reader then reports).
 std::string default_text_path();
 
 // futr::Error naming the file when it cannot be read or its slice is shorter

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <unordered_map>
 
 #include "core/error.h"
 
@@ -17,18 +18,77 @@ int32_t argmax(std::span<const float> logits) {
   return int32_t(best);
 }
 
+namespace {
+constexpr size_t kMaxStops = 16, kMaxStopBytes = 256;
+constexpr int kMaxPenaltyLastN = 1 << 20;
+}  // namespace
+
+void validate_sampler_config(const SamplerConfig& c, const std::string& p) {
+  // NOTE: written as !(in range) so that NaN fails every check.
+  FUTR_CHECK(std::isfinite(c.temperature) && c.temperature >= 0.0f && c.temperature <= 100.0f,
+             "{}temperature must be in [0, 100] (got {})", p, c.temperature);
+  FUTR_CHECK(c.top_p > 0.0f && c.top_p <= 1.0f, "{}top-p must be in (0, 1] (got {})", p, c.top_p);
+  FUTR_CHECK(c.min_p >= 0.0f && c.min_p <= 1.0f, "{}min-p must be in [0, 1] (got {})", p, c.min_p);
+  FUTR_CHECK(c.repetition_penalty > 0.0f && c.repetition_penalty <= 10.0f,
+             "{}repetition-penalty must be in (0, 10] (1 = off; got {})", p, c.repetition_penalty);
+  FUTR_CHECK(c.presence_penalty >= -2.0f && c.presence_penalty <= 2.0f,
+             "{}presence-penalty must be in [-2, 2] (got {})", p, c.presence_penalty);
+  FUTR_CHECK(c.frequency_penalty >= -2.0f && c.frequency_penalty <= 2.0f,
+             "{}frequency-penalty must be in [-2, 2] (got {})", p, c.frequency_penalty);
+  FUTR_CHECK(c.penalty_last_n >= 0 && c.penalty_last_n <= kMaxPenaltyLastN,
+             "{}penalty-last-n must be in [0, {}] (0 = the whole history; got {})", p, kMaxPenaltyLastN,
+             c.penalty_last_n);
+  FUTR_CHECK(c.stop.size() <= kMaxStops, "{}stop: at most {} stop strings (got {})", p, kMaxStops, c.stop.size());
+  for (const std::string& s : c.stop)
+    FUTR_CHECK(!s.empty() && s.size() <= kMaxStopBytes, "{}stop: each stop string must have 1 to {} bytes (got {})",
+               p, kMaxStopBytes, s.size());
+}
+
 Sampler::Sampler(const SamplerConfig& config) : config_(config), rng_(config.seed) {
-  FUTR_CHECK(std::isfinite(config.temperature) && config.temperature >= 0.0f,
-             "--temperature must be >= 0 (got {})", config.temperature);
-  FUTR_CHECK(config.top_p > 0.0f && config.top_p <= 1.0f, "--top-p must be in (0, 1] (got {})",
-             config.top_p);
+  validate_sampler_config(config);
+}
+
+bool Sampler::penalties_on() const {
+  return !history_.empty() && (config_.repetition_penalty != 1.0f || config_.presence_penalty != 0.0f ||
+                               config_.frequency_penalty != 0.0f);
+}
+
+void Sampler::accept(int32_t token, bool generated) {
+  history_.emplace_back(token, generated);
+  if (config_.penalty_last_n > 0 && history_.size() > size_t(config_.penalty_last_n)) history_.pop_front();
+}
+
+std::vector<float> Sampler::penalized(std::span<const float> logits) const {
+  std::vector<float> z(logits.begin(), logits.end());
+  if (!penalties_on()) return z;
+  std::unordered_map<int32_t, int> generated;  // id -> count among generated tokens in the window
+  std::vector<int32_t> seen;                   // distinct ids in the window
+  std::unordered_map<int32_t, bool> in_window;
+  for (const auto& [id, gen] : history_) {
+    if (id < 0 || size_t(id) >= z.size()) continue;  // not in this vocabulary: nothing to penalize
+    if (!in_window[id]) {
+      in_window[id] = true;
+      seen.push_back(id);
+    }
+    if (gen) ++generated[id];
+  }
+  const float r = config_.repetition_penalty;
+  for (int32_t id : seen) {
+    float& x = z[size_t(id)];
+    if (r != 1.0f) x = x > 0.0f ? x / r : x * r;
+    if (const auto it = generated.find(id); it != generated.end())
+      x -= config_.presence_penalty + config_.frequency_penalty * float(it->second);
+  }
+  return z;
 }
 
 double Sampler::uniform() { return double(rng_() >> 11) * 0x1.0p-53; }
 
 std::vector<std::pair<int32_t, double>> Sampler::distribution(
-    std::span<const float> logits) const {
-  FUTR_CHECK(!logits.empty(), "sampler: empty logits");
+    std::span<const float> raw) const {
+  FUTR_CHECK(!raw.empty(), "sampler: empty logits");
+  const std::vector<float> z = penalized(raw);
+  const std::span<const float> logits(z);
   FUTR_CHECK(config_.temperature > 0.0f, "sampler: distribution() needs a temperature > 0");
   // Ids in descending logit order, ties by id; only the top k are needed.
   std::vector<int32_t> ids(logits.size());
@@ -52,6 +112,18 @@ std::vector<std::pair<int32_t, double>> Sampler::distribution(
     sum += p;
   }
   for (auto& e : dist) e.second /= sum;
+  // Min-p: drop what is less likely than min_p times the most likely (dist[0]).
+  if (config_.min_p > 0.0f) {
+    const double floor = double(config_.min_p) * dist[0].second;
+    size_t keep = 1;
+    while (keep < dist.size() && dist[keep].second >= floor) ++keep;
+    if (keep < dist.size()) {
+      dist.resize(keep);
+      double kept = 0.0;
+      for (const auto& e : dist) kept += e.second;
+      for (auto& e : dist) e.second /= kept;
+    }
+  }
   // Nucleus: the shortest prefix reaching top_p.
   if (config_.top_p < 1.0f) {
     double cum = 0.0;
@@ -68,7 +140,7 @@ std::vector<std::pair<int32_t, double>> Sampler::distribution(
 }
 
 int32_t Sampler::sample(std::span<const float> logits) {
-  if (config_.temperature == 0.0f) return argmax(logits);
+  if (config_.temperature == 0.0f) return penalties_on() ? argmax(penalized(logits)) : argmax(logits);
   const auto dist = distribution(logits);
   const double u = uniform();
   double cum = 0.0;
@@ -78,5 +150,39 @@ int32_t Sampler::sample(std::span<const float> logits) {
   }
   return dist.back().first;  // u within rounding of 1
 }
+
+std::string StopMatcher::push(const std::string& piece) {
+  if (stopped_) return {};
+  pending_ += piece;
+  if (stops_.empty()) return std::exchange(pending_, {});
+  // The earliest complete match ends the stream.
+  size_t first = std::string::npos;
+  for (const std::string& s : stops_) {
+    const size_t at = pending_.find(s);
+    if (at != std::string::npos && (first == std::string::npos || at < first)) {
+      first = at;
+      matched_ = s;
+    }
+  }
+  if (first != std::string::npos) {
+    stopped_ = true;
+    std::string out = pending_.substr(0, first);
+    pending_.clear();
+    return out;
+  }
+  // Hold back the longest tail that is a proper prefix of some stop string.
+  size_t hold = 0;
+  for (const std::string& s : stops_)
+    for (size_t n = std::min(s.size() - 1, pending_.size()); n > hold; --n)
+      if (pending_.compare(pending_.size() - n, n, s, 0, n) == 0) {
+        hold = n;
+        break;
+      }
+  std::string out = pending_.substr(0, pending_.size() - hold);
+  pending_.erase(0, pending_.size() - hold);
+  return out;
+}
+
+std::string StopMatcher::flush() { return stopped_ ? std::string() : std::exchange(pending_, {}); }
 
 }  // namespace futr::runtime

@@ -1,18 +1,37 @@
-// Next-token sampling from a row of logits z[vocab].
+// Next-token sampling from a row of logits z[vocab], and stop strings.
 //
+// One draw (sample()), in this order:
+//   0. penalties over the sequence's recent history (accept() records it; the
+//      last `penalty_last_n` tokens, 0 = all of it), on a copy of z:
+//        repetition (CTRL, Keskar et al. 2019; HF transformers' rule): every id
+//          in the window, prompt tokens included: z /= r if z > 0, else z *= r;
+//        presence and frequency (OpenAI's definitions): every id generated in
+//          the window: z -= presence + frequency * count(id);
 //   temperature == 0:  greedy, argmax_i z_i (the lowest id among ties).
 //   temperature  > 0:  1. keep the top_k largest logits (top_k <= 0: all),
 //                      2. p_i = softmax(z_i / temperature) over the kept ids,
-//                      3. nucleus: keep the smallest set of most probable ids
+//                      3. min-p: drop ids with p_i < min_p * max_j p_j (min_p = 0: none),
+//                      4. nucleus: keep the smallest set of most probable ids
 //                         whose probabilities sum to >= top_p (at least one;
 //                         top_p >= 1 keeps all), renormalize,
-//                      4. draw u ~ U[0, 1) from the seeded generator and
+//                      5. draw u ~ U[0, 1) from the seeded generator and
 //                         return the first id whose cumulative probability
 //                         exceeds u (ids in descending probability, ties by id).
+//
+// Ranges (validate_sampler_config(), also what the server checks a request
+// against; the message names the field and the range):
+//   temperature [0, 100], top_p (0, 1], min_p [0, 1], repetition_penalty
+//   (0, 10] (1 = off), presence_penalty and frequency_penalty [-2, 2] (0 = off),
+//   penalty_last_n [0, 1048576], stop: at most 16 strings of 1..256 bytes.
 //
 // The generator is std::mt19937_64 with u = (bits >> 11) * 2^-53, so a seed
 // gives the same tokens on every platform (std:: distributions are
 // implementation-defined and are not used).
+//
+// StopMatcher finds the stop strings in the streamed text: text that could
+// still be the start of a stop string is held back until it is not; at a
+// match, the text before it is released and the stream ends (the stop string
+// itself is not output, as in OpenAI's API).
 //
 // Each open sequence of an Engine has its own Sampler (Engine::open), used by
 // the RowOutput::kToken rows of a step.
@@ -21,36 +40,75 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <random>
 #include <span>
+#include <string>
 #include <utility>
 #include <vector>
 
 namespace futr::runtime {
 
 struct SamplerConfig {
-  float temperature = 0.0f;  // 0: greedy
-  int top_k = 40;            // <= 0: no top-k cut
-  float top_p = 0.95f;       // (0, 1]; 1: no nucleus cut
-  uint64_t seed = 0;         // generator seed
+  float temperature = 0.0f;         // 0: greedy
+  int top_k = 40;                   // <= 0: no top-k cut
+  float top_p = 0.95f;              // (0, 1]; 1: no nucleus cut
+  uint64_t seed = 0;                // generator seed
+  float min_p = 0.0f;               // [0, 1]; 0: no min-p cut
+  float repetition_penalty = 1.0f;  // (0, 10]; 1: off
+  float presence_penalty = 0.0f;    // [-2, 2]; 0: off
+  float frequency_penalty = 0.0f;   // [-2, 2]; 0: off
+  int penalty_last_n = 64;          // [0, 2^20] tokens of history penalized; 0: all
+  std::vector<std::string> stop{};  // <= 16 strings of 1..256 bytes; generation ends before one
 };
+
+// Throws futr::Error naming the first field outside its range (and the range),
+// spelled as the CLI flag (`--min-p`); `prefix` replaces "--" (the server: "").
+void validate_sampler_config(const SamplerConfig& c, const std::string& prefix = "--");
 
 class Sampler {
  public:
-  // Throws futr::Error for a negative temperature or top_p outside (0, 1].
+  // Throws futr::Error for any field out of range (validate_sampler_config).
   explicit Sampler(const SamplerConfig& config);
   // One draw from logits[vocab] (finite or -inf; at least one finite).
   int32_t sample(std::span<const float> logits);
+  // Records a token of the sequence (prompt: generated = false) for the penalties.
+  void accept(int32_t token, bool generated);
+  // Forgets the history (a new conversation); the generator state is kept.
+  void reset_history() { history_.clear(); }
   const SamplerConfig& config() const { return config_; }
 
-  // The distribution sample() draws from after steps 1-3, as (id, p) in
+  // The distribution sample() draws from after steps 0-4, as (id, p) in
   // descending probability (exposed for tests).
   std::vector<std::pair<int32_t, double>> distribution(std::span<const float> logits) const;
+  // The logits after step 0 (a copy; the input itself when no penalty applies).
+  std::vector<float> penalized(std::span<const float> logits) const;
 
  private:
+  bool penalties_on() const;
   double uniform();  // [0, 1)
   SamplerConfig config_;
   std::mt19937_64 rng_;
+  std::deque<std::pair<int32_t, bool>> history_;  // (token, generated), oldest first, <= penalty_last_n
+};
+
+// Stop strings over a stream of text pieces.
+class StopMatcher {
+ public:
+  explicit StopMatcher(std::vector<std::string> stops) : stops_(std::move(stops)) {}
+  // Appends `piece`; returns the text that can be shown now. After a stop string
+  // is found, stopped() is true and the text before it was the last returned.
+  std::string push(const std::string& piece);
+  // The held-back text at the end of the stream (nothing after a stop).
+  std::string flush();
+  bool stopped() const { return stopped_; }
+  const std::string& matched() const { return matched_; }  // the stop string found
+
+ private:
+  std::vector<std::string> stops_;
+  std::string pending_;  // text that may still begin a stop string
+  bool stopped_ = false;
+  std::string matched_;
 };
 
 // argmax_i z_i, lowest index among ties; throws on an empty row.

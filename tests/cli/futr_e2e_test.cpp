@@ -12,6 +12,7 @@
 #include <regex>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <fmt/format.h>
@@ -83,7 +84,7 @@ TEST(FutrE2E, SampledGenerationIsSeedReproducible) {
 
 TEST(FutrE2E, PerplexityOnShortText) {
   REQUIRE_MODEL();
-  // The committed excerpt of wiki.test.raw: runs on a clean clone without ../shared.
+  // The committed 12 KiB excerpt of wiki.test.raw: quick enough for an end-to-end test.
   ASSERT_TRUE(fs::exists(FUTR_TEST_TEXT)) << FUTR_TEST_TEXT;
   const Result r = futr({"perplexity", FUTR_TEST_TEXT, "--ctx", "512", "--max-tokens", "1200",
                          "--json"});
@@ -134,6 +135,67 @@ TEST(FutrE2E, ErrorsThatNeedTheModel) {
   expect_error(futr({"generate", "one two three four five six seven eight nine ten", "--ctx", "4"}),
                "context");
   expect_error(futr({"perplexity", FUTR_TEST_TEXT, "--ctx", "64", "--stride", "65"}), "stride");
+}
+
+// --stop ends the answer before the stop string (not shown); the range checks
+// of the sampling flags run before the model loads.
+TEST(FutrE2E, StopStringsAndSamplingRanges) {
+  REQUIRE_MODEL();
+  const Result r = futr({"generate", "The capital of France is", "--temperature", "0", "-n", "16", "--stop", "Par"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out.find("Par"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("generation     1 tokens"), std::string::npos) << r.err;  // " Paris" was the first
+  for (const auto& [flag, value, msg] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"--min-p", "1.5", "--min-p must be in [0, 1] (got 1.5)"},
+           {"--presence-penalty", "3", "--presence-penalty must be in [-2, 2]"},
+           {"--frequency-penalty", "-2.5", "--frequency-penalty must be in [-2, 2]"},
+           {"--repetition-penalty", "0", "--repetition-penalty must be in (0, 10]"},
+           {"--penalty-last-n", "-1", "--penalty-last-n must be in [0, 1048576]"},
+           {"--stop", "", "--stop: each stop string must have 1 to 256 bytes"}}) {
+    const Result e = futr({"generate", "x", flag, value});
+    EXPECT_EQ(e.rc, 1) << flag;
+    EXPECT_NE(e.err.find(msg), std::string::npos) << flag << ": " << e.err;
+  }
+}
+
+// `futr --version`: version, commit, build type, the CUDA line and the GPU line.
+TEST(FutrE2E, VersionSaysWhatWasBuiltAndTheGpu) {
+  const Result r = futr({"--version"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(^futr \d+\.\d+\.\d+ \(commit ([0-9a-f]{12}(-dirty)?|unknown), \w+ build\)\n)")))
+      << r.out;
+#if FUTR_TEST_HAVE_CUDA
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(\nCUDA: nvcc \d+\.\d+\.\d+, kernels for sm_90a, runtime \d+\.\d+)")))
+      << r.out;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(\nGPU: (NVIDIA .* \(sm_\d+, \d+ SMs|none usable: .+))"))) << r.out;
+#else
+  EXPECT_NE(r.out.find("CUDA: not in this build"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("GPU: not probed"), std::string::npos) << r.out;
+#endif
+  std::printf("%s", r.out.c_str());
+}
+
+// `cmake --install` puts futr, the docs and the default text under a prefix;
+// the installed futr runs.
+TEST(FutrE2E, InstallsFutrDocsAndText) {
+  const fs::path prefix = fs::temp_directory_path() / fmt::format("futr_install_{}", ::getpid());
+  fs::remove_all(prefix);
+  const std::string cmd = ::futr::test::shell_quote(FUTR_CMAKE_COMMAND) + " --install " +
+                          ::futr::test::shell_quote(FUTR_BUILD_DIR) + " --prefix " +
+                          ::futr::test::shell_quote(prefix.string()) + " > /dev/null";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  for (const char* f : {"bin/futr", "share/doc/futransformer/README.md", "share/doc/futransformer/ARCHITECTURE.md",
+                        "share/futransformer/README.md", "share/futransformer/wikitext-2-raw/wiki.test.raw"})
+    EXPECT_TRUE(fs::exists(prefix / f)) << f;
+  EXPECT_EQ(fs::file_size(prefix / "share/futransformer/wikitext-2-raw/wiki.test.raw"),
+            fs::file_size(FUTR_DEFAULT_TEXT));
+  const std::string out = (prefix / "version.txt").string();
+  EXPECT_EQ(std::system((::futr::test::shell_quote((prefix / "bin/futr").string()) + " --version > " +
+                         ::futr::test::shell_quote(out))
+                            .c_str()),
+            0);
+  EXPECT_EQ(slurp(out).rfind("futr ", 0), 0u) << slurp(out);
+  fs::remove_all(prefix);
 }
 
 }  // namespace

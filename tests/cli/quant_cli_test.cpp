@@ -154,4 +154,13 @@ TEST(QuantCli, Errors) {
   err({"quantize", "-o", (work_dir() / "x.futr").string(), "--weights", "fp8", "--quant", "gptq"},
       "apply to int4 weights");
   err({"perplexity", t, "--kl-base", (work_dir() / "missing.klb").string(), "--ctx", "32"}, "cannot open the KL base");
+  // A .futr file is never written under a GGUF or safetensors name.
+  const std::string gguf_name = (work_dir() / "x.GGUF").string();
+  err({"quantize", "-o", gguf_name, "--weights", "int4"}, "writes a .futr file, not .gguf; name it");
+  EXPECT_FALSE(std::filesystem::exists(gguf_name));
+  err({"quantize", "-o", (work_dir() / "x.safetensors").string()}, "not .safetensors");
+  // A missing calibration text names the flag that chooses it.
+  err({"quantize", "-o", (work_dir() / "x.futr").string(), "--quant", "gptq", "--calib-file",
+       (work_dir() / "missing.txt").string()},
+      "give one with --calib-file");
 }

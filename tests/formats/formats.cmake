@@ -16,3 +16,6 @@ target_link_libraries(gguf_dump_tool PRIVATE futr_formats futr_warnings)
 
 # Issue 14: hostile inputs across every reader, loaded and inspected.
 futr_add_test(hostile_input_test SOURCES formats/hostile_input_test.cpp LIBS futr_formats)
+# The block decoders against the Python `gguf` package (ggml_reference.py, run
+# with $FUTR_PYTHON): random blocks and a model file gguf writes.
+futr_add_test(ggml_crosscheck_test SOURCES formats/ggml_crosscheck_test.cpp LIBS futr_formats futr_cli_info)

@@ -22,7 +22,17 @@ TEST(GgmlTypes, SizeTable) {
   EXPECT_EQ(ggml_type_info(2)->block_bytes, 18u);
   EXPECT_EQ(ggml_type_info(8)->block_bytes, 34u);
   EXPECT_EQ(ggml_type_info(14)->block, 256u);
-  EXPECT_FALSE(ggml_type_info(14)->supported);
+  EXPECT_TRUE(ggml_type_info(14)->supported);
+  // ggml's sizeof(block_*): Q5_0/Q5_1 22/24, Q2_K..Q8_K 84, 110, 144, 176, 210, 292.
+  const std::pair<uint32_t, uint32_t> sizes[] = {{6, 22}, {7, 24}, {10, 84}, {11, 110},
+                                                 {12, 144}, {13, 176}, {14, 210}, {15, 292}};
+  for (auto [id, bytes] : sizes) {
+    EXPECT_EQ(ggml_type_info(id)->block_bytes, bytes) << ggml_type_name(id);
+    EXPECT_TRUE(ggml_type_info(id)->supported) << ggml_type_name(id);
+  }
+  EXPECT_EQ(ggml_type_info(9)->block_bytes, 36u);  // Q8_1: fp16 d, fp16 s, int8 q[32]
+  EXPECT_FALSE(ggml_type_info(9)->supported);
+  EXPECT_FALSE(ggml_type_info(16)->supported);  // IQ2_XXS
   EXPECT_EQ(ggml_type_info(4), nullptr);
   EXPECT_EQ(ggml_type_info(12345), nullptr);
   EXPECT_EQ(ggml_type_name(30), "BF16");
@@ -78,4 +88,55 @@ TEST(GgmlTypes, HalfFormats) {
   EXPECT_EQ(y, v);
   dequantize_ggml(*ggml_type_info(30), bf16, y);
   for (size_t i = 0; i < v.size(); ++i) EXPECT_EQ(y[i], round_bf16(v[i]));
+}
+
+TEST(GgmlTypes, Q5_0HighBitFromQh) {
+  // d = 0.5, qh = 0xAAAA5555: element j has bit 4 set when bit j of qh is.
+  std::vector<uint8_t> b;
+  put16(b, float_to_fp16(0.5f));
+  const uint32_t qh = 0xAAAA5555u;
+  for (int k = 0; k < 4; ++k) b.push_back(uint8_t(qh >> (8 * k)));
+  for (int j = 0; j < 16; ++j) b.push_back(uint8_t(j | ((15 - j) << 4)));
+  std::vector<float> y(32);
+  dequantize_ggml(*ggml_type_info(6), b, y);
+  for (int j = 0; j < 16; ++j) {
+    EXPECT_EQ(y[size_t(j)], float((j | int((qh >> j) & 1) << 4) - 16) * 0.5f) << j;
+    EXPECT_EQ(y[size_t(j + 16)], float(((15 - j) | int((qh >> (j + 16)) & 1) << 4) - 16) * 0.5f) << j;
+  }
+}
+
+TEST(GgmlTypes, Q4_KSubBlockScalesAndMins) {
+  // d = 1, dmin = 0.5; sub-block j has scale j + 1 and min 2 j (6-bit packing:
+  // j < 4 in the low six bits of bytes j and j + 4, j >= 4 split over byte j + 4
+  // and the top two bits of bytes j - 4 and j); every q = 3.
+  std::vector<uint8_t> b;
+  put16(b, float_to_fp16(1.0f));
+  put16(b, float_to_fp16(0.5f));
+  uint8_t s[12] = {};
+  for (int j = 0; j < 8; ++j) {
+    const int sc = j + 1, mn = 2 * j;
+    if (j < 4) {
+      s[j] = uint8_t(s[j] | sc);
+      s[j + 4] = uint8_t(s[j + 4] | mn);
+    } else {
+      s[j + 4] = uint8_t((sc & 15) | (mn & 15) << 4);
+      s[j - 4] = uint8_t(s[j - 4] | (sc >> 4) << 6);
+      s[j] = uint8_t(s[j] | (mn >> 4) << 6);
+    }
+  }
+  b.insert(b.end(), s, s + 12);
+  b.insert(b.end(), 128, uint8_t(0x33));
+  std::vector<float> y(256);
+  dequantize_ggml(*ggml_type_info(12), b, y);
+  for (int i = 0; i < 256; ++i) EXPECT_EQ(y[size_t(i)], float(i / 32 + 1) * 3.0f - 0.5f * float(2 * (i / 32))) << i;
+}
+
+TEST(GgmlTypes, Q6_KSignedScalesAndOffset) {
+  // ql = 0, qh = 0 (q = -32 everywhere), scales[i] = i - 8, d = 0.25.
+  std::vector<uint8_t> b(192, 0);
+  for (int i = 0; i < 16; ++i) b.push_back(uint8_t(int8_t(i - 8)));
+  put16(b, float_to_fp16(0.25f));
+  std::vector<float> y(256);
+  dequantize_ggml(*ggml_type_info(14), b, y);
+  for (int i = 0; i < 256; ++i) EXPECT_EQ(y[size_t(i)], 0.25f * float(i / 16 - 8) * -32.0f) << i;
 }

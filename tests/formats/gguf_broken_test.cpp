@@ -163,7 +163,7 @@ TEST(GgufBroken, Alignment) {
 TEST(GgufBroken, UnsupportedTensorType) {
   GgufWriter g = tiny();
   g.remove_tensor("output_norm.weight");
-  g.add_tensor("output_norm.weight", T_Q6_K, {256}, Bytes(210));
+  g.add_tensor("output_norm.weight", T_IQ4_XS, {256}, Bytes(136));
   // Parsing succeeds (the type is known); loading names it.
   EXPECT_NO_THROW(parse(g.bytes()));
   TinyLlama m;
@@ -172,8 +172,13 @@ TEST(GgufBroken, UnsupportedTensorType) {
   m.make();
   GgufWriter h = m.writer();
   h.remove_tensor("output_norm.weight");
-  h.add_tensor("output_norm.weight", T_Q6_K, {256}, Bytes(210));
-  EXPECT_FUTR_ERROR(load(h.bytes()), "tensor 'output_norm.weight' has type Q6_K, which futr cannot dequantize");
+  h.add_tensor("output_norm.weight", T_IQ4_XS, {256}, Bytes(136));
+  EXPECT_FUTR_ERROR(load(h.bytes()), "tensor 'output_norm.weight' has type IQ4_XS, which futr cannot dequantize");
+  // Q8_1 (ggml: 36-byte blocks, an activation type) is sized right and refused by name.
+  GgufWriter q = m.writer();
+  q.remove_tensor("output_norm.weight");
+  q.add_tensor("output_norm.weight", T_Q8_1, {256}, Bytes(8 * 36));
+  EXPECT_FUTR_ERROR(load(q.bytes()), "tensor 'output_norm.weight' has type Q8_1, which futr cannot dequantize");
 }
 
 TEST(GgufBroken, NonFiniteValues) {

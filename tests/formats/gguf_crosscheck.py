@@ -8,7 +8,8 @@ package (gguf.quants.dequantize), recorded in docs/FORMATS.md. Not run by ctest
   python3 tests/formats/gguf_crosscheck.py build/bin/gguf_dump_tool --synthetic
 
 --synthetic writes a GGUF with gguf.GGUFWriter holding random tensors of every
-type futr reads (F32, F16, BF16, Q8_0, Q4_0, Q4_1; quantized by gguf.quants)
+type gguf.quants can quantize (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1;
+the K-quants: tests/formats/ggml_crosscheck_test.cpp)
 and checks those the same way (the real model has only F32, Q8_0 and Q4_1).
 
 For every tensor: futr's FP32 values must equal gguf's bit for bit. For Q and K:
@@ -28,7 +29,7 @@ def write_synthetic(path: str) -> None:
     rng = np.random.default_rng(0)
     w = gguf.GGUFWriter(path, "tensors")
     Q = gguf.GGMLQuantizationType
-    for i, kind in enumerate([Q.F32, Q.F16, Q.BF16, Q.Q8_0, Q.Q4_0, Q.Q4_1]):
+    for i, kind in enumerate([Q.F32, Q.F16, Q.BF16, Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1]):
         x = (rng.standard_normal((64, 256)) * (0.1 + i)).astype(np.float32)
         x[0, :32] = 0  # an all-zero block
         data = gguf.quants.quantize(x, kind)

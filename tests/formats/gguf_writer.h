@@ -42,7 +42,7 @@ inline void put_str(Bytes& b, const std::string& s) {
 enum GT : uint32_t { U8 = 0, I8, U16, I16, U32, I32, F32, BOOL, STR, ARR, U64, I64, F64 };
 // ggml tensor type ids.
 enum GGML : uint32_t { T_F32 = 0, T_F16 = 1, T_Q4_0 = 2, T_Q4_1 = 3, T_Q8_0 = 8, T_BF16 = 30,
-                       T_Q6_K = 14 };
+                       T_Q6_K = 14, T_Q8_1 = 9, T_IQ4_XS = 23 };
 
 class GgufWriter {
  public:

@@ -1,5 +1,6 @@
-// Sampler (runtime/sampler.h): greedy = argmax, temperature, top-k, top-p and
-// seeded reproducibility.
+// Sampler (runtime/sampler.h): greedy = argmax, temperature, top-k, top-p, min-p,
+// repetition / presence / frequency penalties, the range checks, seeded
+// reproducibility, and StopMatcher.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -86,6 +87,143 @@ TEST(Sampler, RejectsBadSettings) {
   EXPECT_THROW(Sampler({.temperature = 1.0f, .top_p = 0.0f}), Error);
   EXPECT_THROW(Sampler({.temperature = 1.0f, .top_p = 1.5f}), Error);
   EXPECT_THROW(Sampler({.temperature = NAN}), Error);
+}
+
+// Each new control is refused outside its range, with the range in the message.
+TEST(Sampler, RangesAreCheckedAndNamed) {
+  auto msg = [](SamplerConfig c) -> std::string {
+    try {
+      validate_sampler_config(c);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_EQ(msg({}), "");
+  EXPECT_EQ(msg({.temperature = 1.0f, .top_p = 1.0f, .min_p = 1.0f, .repetition_penalty = 10.0f,
+                 .presence_penalty = -2.0f, .frequency_penalty = 2.0f, .penalty_last_n = 0}),
+            "");
+  EXPECT_NE(msg({.temperature = 101.0f}).find("--temperature must be in [0, 100] (got 101)"), std::string::npos);
+  EXPECT_NE(msg({.min_p = -0.1f}).find("--min-p must be in [0, 1] (got -0.1)"), std::string::npos);
+  EXPECT_NE(msg({.min_p = 1.5f}).find("--min-p must be in [0, 1]"), std::string::npos);
+  EXPECT_NE(msg({.min_p = NAN}).find("--min-p"), std::string::npos);
+  EXPECT_NE(msg({.repetition_penalty = 0.0f}).find("--repetition-penalty must be in (0, 10]"), std::string::npos);
+  EXPECT_NE(msg({.repetition_penalty = 11.0f}).find("(0, 10]"), std::string::npos);
+  EXPECT_NE(msg({.presence_penalty = 2.5f}).find("--presence-penalty must be in [-2, 2] (got 2.5)"),
+            std::string::npos);
+  EXPECT_NE(msg({.frequency_penalty = -3.0f}).find("--frequency-penalty must be in [-2, 2]"), std::string::npos);
+  EXPECT_NE(msg({.penalty_last_n = -1}).find("--penalty-last-n must be in [0, 1048576]"), std::string::npos);
+  EXPECT_NE(msg({.stop = {""}}).find("--stop: each stop string must have 1 to 256 bytes (got 0)"),
+            std::string::npos);
+  EXPECT_NE(msg({.stop = {std::string(257, 'x')}}).find("(got 257)"), std::string::npos);
+  EXPECT_NE(msg({.stop = std::vector<std::string>(17, "x")}).find("--stop: at most 16 stop strings (got 17)"),
+            std::string::npos);
+  // The server spells fields without "--".
+  try {
+    validate_sampler_config({.min_p = 2.0f}, "");
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("min-p must be", 0), 0u) << e.what();
+  }
+  EXPECT_THROW(Sampler({.presence_penalty = 5.0f}), Error);
+}
+
+TEST(Sampler, MinPDropsWhatIsLessLikelyThanAFractionOfTheBest) {
+  // p = 0.5, 0.25, 0.15, 0.1; min_p 0.25 -> floor 0.125: ids 0, 1, 2 stay.
+  const std::vector<float> z = {std::log(0.5f), std::log(0.25f), std::log(0.15f), std::log(0.1f)};
+  Sampler s({.temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .seed = 1, .min_p = 0.25f});
+  const auto d = s.distribution(z);
+  ASSERT_EQ(d.size(), 3u);
+  EXPECT_EQ(d[2].first, 2);
+  EXPECT_NEAR(d[0].second, 0.5 / 0.9, 1e-6);
+  EXPECT_NEAR(d[2].second, 0.15 / 0.9, 1e-6);
+  // min_p 1 keeps only the most likely (and ties with it).
+  Sampler one({.temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .seed = 1, .min_p = 1.0f});
+  EXPECT_EQ(one.distribution(z).size(), 1u);
+  // Applied before top-p: min-p 0.25 then top-p 0.6 keeps ids 0 and 1 (0.556 + 0.278 >= 0.6).
+  Sampler both({.temperature = 1.0f, .top_k = 0, .top_p = 0.6f, .seed = 1, .min_p = 0.25f});
+  EXPECT_EQ(both.distribution(z).size(), 2u);
+}
+
+TEST(Sampler, RepetitionPenaltyDividesPositiveAndMultipliesNegativeLogits) {
+  Sampler s({.temperature = 0.0f, .repetition_penalty = 2.0f});
+  const std::vector<float> z = {3.0f, 2.0f, -1.0f, 0.5f};
+  EXPECT_EQ(s.penalized(z), z);  // no history yet
+  s.accept(0, /*generated=*/false);  // prompt tokens count for the repetition penalty
+  s.accept(2, true);
+  s.accept(2, true);  // counted once
+  EXPECT_EQ(s.penalized(z), (std::vector<float>{1.5f, 2.0f, -2.0f, 0.5f}));
+  EXPECT_EQ(s.sample(z), 1);  // greedy sees the penalized logits: 2.0 > 1.5
+  s.reset_history();
+  EXPECT_EQ(s.sample(z), 0);
+}
+
+TEST(Sampler, PresenceAndFrequencyPenaliesCountGeneratedTokens) {
+  Sampler s({.temperature = 0.0f, .presence_penalty = 0.5f, .frequency_penalty = 0.25f});
+  const std::vector<float> z = {1.0f, 1.0f, 1.0f, 1.0f};
+  s.accept(3, false);  // a prompt token: not penalized by presence / frequency
+  s.accept(1, true);
+  s.accept(2, true);
+  s.accept(2, true);
+  s.accept(2, true);
+  // id 1: 1 - 0.5 - 0.25 = 0.25; id 2: 1 - 0.5 - 0.75 = -0.25.
+  EXPECT_EQ(s.penalized(z), (std::vector<float>{1.0f, 0.25f, -0.25f, 1.0f}));
+  // Negative penalties encourage repeats.
+  Sampler e({.temperature = 0.0f, .presence_penalty = -1.0f});
+  e.accept(2, true);
+  EXPECT_EQ(e.sample(z), 2);
+  // Ids outside the vocabulary are ignored.
+  e.accept(99, true);
+  EXPECT_EQ(e.penalized(z).size(), 4u);
+}
+
+TEST(Sampler, PenaltyWindowKeepsTheLastNTokens) {
+  Sampler s({.temperature = 0.0f, .repetition_penalty = 4.0f, .penalty_last_n = 2});
+  const std::vector<float> z = {4.0f, 4.0f, 4.0f};
+  s.accept(0, true);
+  s.accept(1, true);
+  s.accept(2, true);  // 0 leaves the window
+  EXPECT_EQ(s.penalized(z), (std::vector<float>{4.0f, 1.0f, 1.0f}));
+  Sampler all({.temperature = 0.0f, .repetition_penalty = 4.0f, .penalty_last_n = 0});
+  for (int i = 0; i < 3; ++i) all.accept(i, true);
+  EXPECT_EQ(all.penalized(z), (std::vector<float>{1.0f, 1.0f, 1.0f}));
+}
+
+TEST(Sampler, PenaltiesAlsoShapeTheSampledDistribution) {
+  Sampler s({.temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .seed = 3, .frequency_penalty = 1.0f});
+  const std::vector<float> z = {0.0f, 0.0f};
+  s.accept(0, true);
+  const auto d = s.distribution(z);  // z = {-1, 0}
+  ASSERT_EQ(d.size(), 2u);
+  EXPECT_EQ(d[0].first, 1);
+  EXPECT_NEAR(d[0].second, 1.0 / (1.0 + std::exp(-1.0)), 1e-12);
+}
+
+TEST(StopMatcher, HoldsBackPossibleStartsAndCutsAtTheFirstMatch) {
+  StopMatcher m({"</s>", "\n\nUser:"});
+  std::string shown;
+  for (const char* piece : {"Hello", " wor", "ld<", "/", "s", "> ignored"}) shown += m.push(piece);
+  EXPECT_TRUE(m.stopped());
+  EXPECT_EQ(m.matched(), "</s>");
+  EXPECT_EQ(shown, "Hello world");
+  EXPECT_EQ(m.push("more"), "");
+  EXPECT_EQ(m.flush(), "");
+
+  // A held-back prefix that turns out not to be a stop string is released.
+  StopMatcher n({"\n\nUser:"});
+  EXPECT_EQ(n.push("a\n"), "a");
+  EXPECT_EQ(n.push("\nUs"), "");
+  EXPECT_EQ(n.push("ually"), "\n\nUsually");
+  EXPECT_EQ(n.push("\n"), "");
+  EXPECT_EQ(n.flush(), "\n");
+  EXPECT_FALSE(n.stopped());
+
+  // The match that starts first wins; no stops: everything passes.
+  StopMatcher e({"cd", "bcde"});
+  EXPECT_EQ(e.push("abcdef"), "a");
+  EXPECT_EQ(e.matched(), "bcde");
+  StopMatcher none({});
+  EXPECT_EQ(none.push("x"), "x");
 }
 
 }  // namespace

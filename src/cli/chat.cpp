@@ -1,0 +1,178 @@
+// `futr chat`: a multi-turn conversation on the terminal (or any stdin) with
+// the model's chat template (tokenizer/chat.h), streamed token by token.
+//
+// One line of input is one user turn; `/reset` starts a new conversation (the
+// KV cache is emptied), `/exit` (or end of input) ends the program. Ctrl-C
+// during an answer stops that answer (cli/generation.h); the conversation
+// goes on, with the partial answer as the assistant's message.
+//
+// History in the KV cache: the sequence holds the tokens of everything said so
+// far. A new turn renders the whole conversation with the template; when that
+// text starts with the text the sequence already holds (the previous render
+// plus the answer), only the rest (the end of the answer turn, the new user
+// turn and the assistant header) is tokenized and evaluated, together with
+// the last answer token (sampled, never evaluated). Otherwise (a template that
+// rewrites earlier turns, e.g. trims them) the whole conversation is
+// evaluated again, said on stderr. A conversation that no longer fits the
+// context is refused with a hint to /reset.
+//
+// stdout gets only the answers (one per turn, ending with a newline); the
+// "> " prompt is written to stderr when stdin is a terminal, and the
+// statistics of each answer to stderr unless --quiet. Tested end to end
+// through a pipe: tests/cli/chat_test.cpp.
+#include "cli/commands.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <random>
+
+#include <fmt/format.h>
+
+#include "cli/common.h"
+#include "cli/engine_options.h"
+#include "cli/generation.h"
+#include "core/error.h"
+#include "runtime/engine.h"
+#include "runtime/sampler.h"
+#include "tokenizer/chat.h"
+#include "tokenizer/tokenizer.h"
+
+namespace futr::cli {
+
+namespace {
+
+struct ChatOptions {
+  RunOptions run;
+  QuantCliOptions quant;     // --weights, --kv, ... (cli/engine_options.h)
+  std::string system;        // --system
+  int max_tokens = 512;      // per answer
+  runtime::SamplerConfig sampler;
+  bool seed_given = false;
+  bool quiet = false;
+};
+
+void write_out(const std::string& s) {
+  if (s.empty()) return;
+  std::fwrite(s.data(), 1, s.size(), stdout);
+  std::fflush(stdout);
+}
+
+void run_chat(ChatOptions o) {
+  FUTR_CHECK(o.max_tokens >= 1, "--max-tokens must be >= 1 (got {})", o.max_tokens);
+  if (!o.seed_given) o.sampler.seed = std::random_device{}();
+  runtime::Sampler sampler(o.sampler);  // validates the sampling flags before the model loads
+
+  const Stopwatch t_load;
+  const Model model = load_model_for_cli(o.run);
+  FUTR_CHECK(!model.tokenizer.tokens.empty(), "{}: the model has no tokenizer", model.path);
+  const Tokenizer tok(model.tokenizer);
+  const ChatTemplate tmpl = ChatTemplate::for_tokenizer(tok);
+  runtime::RuntimeConfig rc = runtime_config(o.run, o.quant);
+  rc.ctx = o.run.ctx > 0 ? o.run.ctx : std::min(model.config.max_context, 4096);
+  const std::unique_ptr<runtime::Engine> engine = runtime::make_engine(model, rc, stderr_log(o.quiet));
+  runtime::SequenceRunner seq(*engine);
+  const double load_s = t_load.seconds();
+  const bool tty = isatty(STDIN_FILENO) != 0;
+  if (!o.quiet) {
+    fmt::print(stderr, "futr: {} | {} | {} chat template\n", model.path, engine->info().describe, tmpl.family_name());
+    fmt::print(stderr, "futr: load {:.3f} s; one line per turn, /reset starts over, /exit (or Ctrl-D) ends; "
+                       "Ctrl-C stops an answer\n", load_s);
+    print_sampling(o.sampler);
+  }
+
+  std::vector<ChatMessage> messages;
+  std::string held;        // the text the sequence holds (plus `pending`)
+  int32_t pending = -1;    // the last answer token: in `held`, not yet evaluated
+  auto reset = [&] {
+    messages.clear();
+    if (!o.system.empty()) messages.push_back({"system", o.system});
+    held.clear();
+    pending = -1;
+    seq.reset();
+    sampler.reset_history();
+  };
+  reset();
+
+  const InterruptScope ctrl_c;
+  std::string line;
+  while (true) {
+    if (tty) {
+      fmt::print(stderr, "> ");
+      std::fflush(stderr);
+    }
+    if (!std::getline(std::cin, line)) break;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line == "/exit" || line == "/quit") break;
+    if (line == "/reset") {
+      reset();
+      if (!o.quiet) fmt::print(stderr, "futr: new conversation\n");
+      continue;
+    }
+    if (line.empty()) continue;
+
+    messages.push_back({"user", line});
+    const std::string text = tmpl.apply(messages, /*add_generation_prompt=*/true);
+    std::vector<int32_t> input;
+    if (!held.empty() && text.compare(0, held.size(), held) == 0) {
+      if (pending >= 0) input.push_back(pending);
+      const std::vector<int32_t> rest = tok.encode(text.substr(held.size()), false, /*parse_special=*/true);
+      input.insert(input.end(), rest.begin(), rest.end());
+    } else {
+      if (!held.empty() && !o.quiet)
+        fmt::print(stderr, "futr: the template rewrote earlier turns: evaluating the whole conversation again\n");
+      seq.reset();
+      input = tok.encode(text, !tmpl.emits_bos() && tok.add_bos(), /*parse_special=*/true);
+    }
+    if (seq.position() + int(input.size()) >= seq.capacity()) {
+      messages.pop_back();
+      fmt::print(stderr, "futr: this turn does not fit the context of {} tokens ({} held, {} new): /reset to start "
+                         "over (or a larger --ctx)\n", seq.capacity(), seq.position(), input.size());
+      continue;
+    }
+    InterruptScope::begin();
+    const Generation g = generate_tokens(seq, sampler, tok, input, o.max_tokens, write_out);
+    InterruptScope::end();
+    write_out("\n");
+    messages.push_back({"assistant", g.text});
+    held = text + g.text;
+    pending = g.pending;
+    if (!o.quiet) print_stats(g, -1.0, seq.capacity());
+    else if (g.end == Generation::End::kContextFull)
+      fmt::print(stderr, "futr: stopped: the context of {} tokens is full (/reset to start over)\n", seq.capacity());
+  }
+}
+
+}  // namespace
+
+void add_chat_command(CLI::App& app) {
+  auto o = std::make_shared<ChatOptions>();
+  o->sampler.temperature = 0.7f;
+  o->sampler.top_k = 40;
+  o->sampler.top_p = 0.95f;
+  CLI::App* sub = app.add_subcommand("chat", "Talk with the model: one line per turn, answers streamed; "
+                                             "/reset, /exit, Ctrl-C stops an answer");
+  add_run_options(sub, o->run);
+  sub->add_option("-c,--ctx", o->run.ctx, "Context length in tokens (default: the model's, at most 4096)")
+      ->group(kModelGroup);
+  {
+    const GroupNewOptions group(sub, kQuantGroup);
+    add_quant_options(sub, o->quant);
+    add_calibration_options(sub, o->quant);
+  }
+  sub->add_option("--system", o->system, "System message (default: the template's own, if any)");
+  sub->add_option("-n,--max-tokens", o->max_tokens, "Tokens per answer at most")
+      ->capture_default_str()
+      ->group(kSamplingGroup);
+  CLI::Option* seed = add_sampling_options(sub, o->sampler);
+  sub->add_flag("-q,--quiet", o->quiet, "No statistics on stderr");
+  sub->callback([o, seed] {
+    ChatOptions copy = *o;
+    copy.seed_given = seed->count() > 0;
+    run_chat(copy);
+  });
+}
+
+}  // namespace futr::cli

@@ -1,0 +1,73 @@
+// The token loop `futr generate` and `futr chat` share, its statistics, and
+// Ctrl-C handling.
+//
+// generate_tokens(): evaluates `prompt` (appended to what the sequence holds)
+// through the engine, then repeats: sample (the penalties see the prompt and
+// every sampled token: Sampler::accept), stop at an end-of-generation token,
+// --max-tokens, a stop string (runtime::StopMatcher: the text before it is
+// shown, not the string), a full context, or Ctrl-C; otherwise stream the
+// token's text and evaluate it (one decode step). The last sampled token is
+// not evaluated (nothing needs its logits); Generation::pending says which it
+// was, so a chat can evaluate it with the next turn.
+//
+// Statistics (print_stats(), also after Ctrl-C):
+//   load        reading the model and building the engine (s)
+//   prompt      tokens evaluated before the first draw, their time and rate;
+//               below 32 tokens the rate is marked as mostly fixed cost
+//   first token time from the start of the prompt to the first token shown
+//               (prefill + first draw): what a user waits for
+//   generation  tokens produced; the rate counts decode steps only (the first
+//               token comes from the prefill), with the time per token
+//
+// Ctrl-C: InterruptScope installs a SIGINT handler for its lifetime. While a
+// generation runs, Ctrl-C sets a flag the loop checks before each token (the
+// answer stops, the program goes on); outside one, Ctrl-C ends the program as
+// usual (exit status 130).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "runtime/engine.h"
+#include "runtime/sampler.h"
+#include "tokenizer/tokenizer.h"
+
+namespace futr::cli {
+
+struct Generation {
+  int prompt_tokens = 0;        // evaluated before the first draw
+  double prompt_seconds = 0;    // their evaluation
+  double first_token_seconds = -1;  // start -> first token shown (-1: none)
+  int generated = 0;            // tokens produced (the ending token not counted)
+  int decode_steps = 0;         // single-token evaluations
+  double decode_seconds = 0;    // from the first draw to the end
+  std::vector<int32_t> tokens;  // the generated tokens
+  std::string text;             // their full text (stop string included)
+  int32_t pending = -1;         // last generated token, not evaluated (-1: none)
+  enum class End { kEog, kMaxTokens, kStop, kContextFull, kInterrupted } end = End::kEog;
+};
+
+// `emit` receives the text to show, piece by piece (already flushed by the caller).
+Generation generate_tokens(runtime::SequenceRunner& seq, runtime::Sampler& sampler, const Tokenizer& tok,
+                           std::span<const int32_t> prompt, int max_tokens,
+                           const std::function<void(const std::string&)>& emit);
+
+// The statistics lines on stderr ("futr: ..."); load_seconds < 0: no load line.
+void print_stats(const Generation& g, double load_seconds, int capacity);
+
+// True once Ctrl-C was pressed during the current generation (cleared by
+// InterruptScope::begin()).
+bool interrupted();
+
+class InterruptScope {
+ public:
+  InterruptScope();   // installs the handler
+  ~InterruptScope();  // restores the previous one
+  static void begin();  // a generation starts: Ctrl-C now stops it
+  static void end();    // it ended: Ctrl-C ends the program again
+};
+
+}  // namespace futr::cli
