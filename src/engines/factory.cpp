@@ -69,6 +69,8 @@ std::unique_ptr<runtime::Engine> runtime::make_engine(const Model& model, const 
                                                       const EngineLog& log) {
   FUTR_CHECK(c.ctx >= 0, "--ctx must be positive (got {})", c.ctx);
   FUTR_CHECK(c.threads >= 0, "--threads must be positive (got {})", c.threads);
+  FUTR_CHECK(c.max_seqs >= 0, "the maximum number of sequences must be >= 0 (0: the engine's "
+             "default; got {})", c.max_seqs);
   // --- engine ---
   // The GPU engine runs INT4 weights over a BF16 / INT4 cache: `auto` takes it
   // when a Hopper GPU is present and the formats asked for are those.

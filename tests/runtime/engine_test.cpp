@@ -420,8 +420,10 @@ TEST(EngineFactory, BadChoicesAreErrors) {
   c.engine = EngineKind::kGpu;
   EXPECT_FUTR_ERROR(make_engine(m, c), "--backend gpu");
   c.engine = EngineKind::kCpu;
-  c.max_seqs = 0;
+  c.max_seqs = -1;
   EXPECT_FUTR_ERROR(make_engine(m, c), "sequences");
+  c.max_seqs = 0;  // the engine's default: one sequence on the CPU
+  EXPECT_EQ(make_engine(m, c)->info().max_seqs, 1);
   c.max_seqs = 1;
   c.max_step_tokens = 0;
   EXPECT_FUTR_ERROR(make_engine(m, c), "tokens per step");
