@@ -22,18 +22,7 @@ SUM=$OUT/summary.txt
 : > "$SUM"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader | tee -a "$SUM"
 
-step() {
-  local name=$1 limit=$2
-  shift 2
-  local t0=$SECONDS
-  echo "===== $name: $*" >> "$LOG"
-  timeout "$limit" "$@" > "$OUT/$name.tmp" 2>&1
-  local rc=$?
-  cat "$OUT/$name.tmp" >> "$LOG"
-  echo "$name rc=$rc $((SECONDS - t0))s | $(grep -E 'PASSED|FAILED|ERROR SUMMARY|largest|TARGET' "$OUT/$name.tmp" | tail -8 | tr '\n' ' ')" >> "$SUM"
-  rm -f "$OUT/$name.tmp"
-  return $rc
-}
+. "$(dirname "$0")/common.sh"
 
 if [[ $MODE == all || $MODE == tests ]]; then
   step attention_test 300 "$B/decode_attention_test"

@@ -35,18 +35,8 @@ for z in .devcarry/bin/*.xz; do b=.devcarry/run/$(basename "$z" .xz); [ -x "$b" 
 B=.devcarry/run
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee -a "$SUM"
 
-step() {
-  local name=$1 limit=$2
-  shift 2
-  local t0=$SECONDS
-  echo "===== $name: $*" >> "$LOG"
-  timeout "$limit" "$@" > "$OUT/$name.tmp" 2>&1
-  local rc=$?
-  cat "$OUT/$name.tmp" >> "$LOG"
-  echo "$name rc=$rc $((SECONDS - t0))s | $(grep -E 'PASSED|FAILED|largest|perplexity kv|"ppl"|Paris|futr: engine' "$OUT/$name.tmp" | tail -6 | tr '\n' ' ')" >> "$SUM"
-  rm -f "$OUT/$name.tmp"
-  return $rc
-}
+STEP_GREP='PASSED|FAILED|largest|perplexity kv|"ppl"|Paris|futr: engine'
+. "$(dirname "$0")/common.sh"
 
 if [[ $MODE == all || $MODE == tests ]]; then
   step gpu_engine_test 400 "$B/gpu_engine_test"

@@ -23,18 +23,7 @@ SUM=$OUT/summary.txt
 : > "$LOG"
 : > "$SUM"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee -a "$SUM"
-step() {
-  local name=$1 limit=$2
-  shift 2
-  local t0=$SECONDS
-  echo "===== $name: $*" >> "$LOG"
-  timeout "$limit" "$@" > "$OUT/$name.tmp" 2>&1
-  local rc=$?
-  cat "$OUT/$name.tmp" >> "$LOG"
-  echo "$name rc=$rc $((SECONDS - t0))s | $(grep -E 'PASSED|FAILED|ERROR SUMMARY|RACECHECK SUMMARY|TARGET' "$OUT/$name.tmp" | tail -6 | tr '\n' ' ')" >> "$SUM"
-  rm -f "$OUT/$name.tmp"
-  return $rc
-}
+. "$(dirname "$0")/common.sh"
 if [[ $MODE == tests || $MODE == all ]]; then
   for t in cublaslt_test decode_attention_test w4a16_test fp8_gemm_test gpu_engine_test; do
     [ -x "$R/$t" ] && step "$t" 300 "$R/$t"
