@@ -31,7 +31,7 @@
 #include <sstream>
 
 #include "cpu/engine.h"
-#include "cpu/model_quant.h"
+#include "cpu/quantize.h"
 #include "formats/loader.h"
 #include "gpu/engine.h"
 #include "runtime/perplexity.h"
