@@ -67,7 +67,6 @@ void run_generate(GenerateOptions o) {
   FUTR_CHECK(o.max_tokens >= 0, "--max-tokens must be >= 0 (got {})", o.max_tokens);
   FUTR_CHECK(o.run.ctx >= 0, "--ctx {} is out of range (1..the model's trained context; default: that, at most 4096)",
              o.run.ctx);
-  if (!o.prompt_given) o.prompt = read_stdin_bytes();
   if (!o.seed_given) o.sampler.seed = std::random_device{}();
   runtime::Sampler sampler(o.sampler);  // validates every sampling flag before the model loads
 

@@ -50,7 +50,7 @@ TEST(HostileCli, FlagsOutOfRangeAreRefused) {
       {{"generate", "hi", "--top-k", "-5"}, "-5 not in range 0 to 2147483647", false},
       {{"generate", "hi", "--seed", "-1"}, "the seed must be in 0..18446744073709551615", false},
       {{"generate", "hi", "--top-p", "1.5"}, "--top-p must be in (0, 1] (got 1.5)", false},
-      {{"generate", "hi", "--temperature", "nan"}, "--temperature must be >= 0 (got nan)", false},
+      {{"generate", "hi", "--temperature", "nan"}, "--temperature must be in [0, 100] (got nan)", false},
       {{"generate", "hi", "--max-tokens", "-2"}, "--max-tokens must be >= 0", false},
       {{"perplexity", kText, "--ctx", "-5"}, "--ctx -5 is out of range (2..", false},
       {{"perplexity", kText, "--ctx", "64", "--stride", "-3"}, "--stride -3 is out of range (1..--ctx 64", false},
