@@ -31,21 +31,36 @@ void flush_l2_read(const void* buf, size_t bytes, unsigned* sink, cudaStream_t s
 namespace {
 // Reads n16 16-byte words from each of up to 4 regions; 4 loads in flight per
 // thread; xor-folds them so nothing is optimized away.
+// With pdl, the kernel is launched as a programmatic dependent: it lets the
+// next kernel launch at once and issues its first loads before waiting for
+// the previous one (griddepcontrol), as the decode kernels do.
 struct Regions {
   const uint4* p[4];
   size_t n16[4];
+  int pdl;
+  int blocked;  // each CTA reads one contiguous 1/gridDim slice (instead of a grid-stride sweep)
 };
 __global__ void read_regions_kernel(Regions r, unsigned* sink) {
   uint32_t acc = 0;
-  const size_t stride = size_t(gridDim.x) * blockDim.x;
+  bool waited = !r.pdl;
+  if (r.pdl) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   for (int k = 0; k < 4; ++k) {
     const uint4* p = r.p[k];
-    const size_t n = r.n16[k];
+    size_t n = r.n16[k];
     size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
+    if (r.blocked) {  // CTA b: [b n / grid, (b + 1) n / grid), block-stride inside it
+      const size_t b0 = blockIdx.x * n / gridDim.x, b1 = (blockIdx.x + 1) * n / gridDim.x;
+      p += b0, n = b1 - b0, i = threadIdx.x;
+    }
+    const size_t stride = r.blocked ? size_t(blockDim.x) : size_t(gridDim.x) * blockDim.x;
     for (; i + 3 * stride < n; i += 4 * stride) {
       uint4 v[4];
 #pragma unroll
       for (int u = 0; u < 4; ++u) v[u] = __ldcs(p + i + u * stride);
+      if (!waited) {  // the first loads are in flight: now wait for the previous kernel
+        asm volatile("griddepcontrol.wait;\n" ::: "memory");
+        waited = true;
+      }
 #pragma unroll
       for (int u = 0; u < 4; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
     }
@@ -61,14 +76,24 @@ __global__ void read_regions_kernel(Regions r, unsigned* sink) {
 namespace futr::bench {
 
 void read_regions(const void* const* ptrs, const size_t* bytes, int count, int sm_count, unsigned* sink,
-                  cudaStream_t s) {
+                  cudaStream_t s, bool pdl, bool blocked) {
   Regions r{};
   for (int k = 0; k < 4; ++k) {
     r.p[k] = k < count ? static_cast<const uint4*>(ptrs[k]) : nullptr;
     r.n16[k] = k < count ? bytes[k] / 16 : 0;
   }
-  read_regions_kernel<<<unsigned(4 * sm_count), 256, 0, s>>>(r, sink);
-  FUTR_CUDA_CHECK_LAUNCH();
+  r.pdl = pdl ? 1 : 0;
+  r.blocked = blocked ? 1 : 0;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(unsigned(4 * sm_count));
+  cfg.blockDim = dim3(256);
+  cfg.stream = s;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  FUTR_CUDA_CHECK(cudaLaunchKernelEx(&cfg, read_regions_kernel, r, sink));
 }
 
 }  // namespace futr::bench

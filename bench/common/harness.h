@@ -60,9 +60,14 @@ class Report {
 void flush_l2_read(const void* buf, size_t bytes, unsigned* sink, cudaStream_t s);
 
 // The no-compute floor of a memory-bound kernel: one launch reading `count`
-// (<= 4) regions of 16-byte multiples with 16-byte loads, 4 in flight per thread.
+// (<= 4) regions of 16-byte multiples with 16-byte loads, 4 in flight per thread
+// (4 CTAs of 256 threads per SM); pdl: launched as a programmatic dependent
+// (first loads issued before griddepcontrol.wait, as the decode kernels do);
+// blocked: each CTA reads one contiguous slice of each region (the access
+// pattern of kernels that give each CTA its own run of the matrix) instead of
+// a grid-stride sweep.
 void read_regions(const void* const* ptrs, const size_t* bytes, int count, int sm_count, unsigned* sink,
-                  cudaStream_t s);
+                  cudaStream_t s, bool pdl = false, bool blocked = false);
 
 // Median microseconds of one CUDA-graph replay of fn (captured once after a
 // plain warm-up call), CUDA events around each replay, L2 flushed before every

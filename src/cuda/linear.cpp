@@ -10,7 +10,7 @@ namespace futr::cuda {
 QuantLinear::QuantLinear(DecodeWeights f, int n, int k, int group, size_t weight_bytes, size_t scale_bytes,
                          int max_m)
     : format_(f), n_(n), k_(k), group_(group), max_m_(max_m), sm_count_(require_device().sm_count) {
-  FUTR_CHECK(max_m >= 1 && max_m <= 32, "QuantLinear: max_m = {} outside 1..32", max_m);
+  FUTR_CHECK(max_m >= 1 && max_m <= 64, "QuantLinear: max_m = {} outside 1..64", max_m);
   FUTR_CHECK(n >= 16 && n % 16 == 0 && k >= 64 && k % 64 == 0,
              "QuantLinear: shape N = {}, K = {} unsupported (N % 16 == 0, K % 64 == 0 required)", n, k);
   if (f == DecodeWeights::kInt4)

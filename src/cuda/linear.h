@@ -1,5 +1,5 @@
 // W4Linear / W8Linear: a quantized linear layer on the GPU for decode,
-//   y[M,N] (BF16) = x[M,K] (BF16) * W[N,K]^T,   1 <= M <= max_m <= 32,
+//   y[M,N] (BF16) = x[M,K] (BF16) * W[N,K]^T,   1 <= M <= max_m <= 64 (M > 32: two launches),
 // owning its packed weights, scales and split-K workspace in device memory.
 //
 //   W4Linear: INT4 weights + FP16 group scales (group 128 or 64), both in the
@@ -55,18 +55,18 @@ class QuantLinear {
 class W4Linear : public QuantLinear {
  public:
   // Uninitialised device weights (fill them, e.g. with fill_random, or upload()).
-  W4Linear(int n, int k, int group, int max_m = 32);
+  W4Linear(int n, int k, int group, int max_m = 64);
   // packed: n*k/2 bytes, scales: n*k/group FP16 bits, both fragment order.
   W4Linear(int n, int k, int group, std::span<const uint8_t> packed, std::span<const uint16_t> scales,
-           int max_m = 32);
+           int max_m = 64);
   void upload(std::span<const uint8_t> packed, std::span<const uint16_t> scales);
 };
 
 class W8Linear : public QuantLinear {
  public:
-  W8Linear(int n, int k, int max_m = 32);
+  W8Linear(int n, int k, int max_m = 64);
   // packed: n*k E4M3 bytes in fragment order, scales: n FP32.
-  W8Linear(int n, int k, std::span<const uint8_t> packed, std::span<const float> scales, int max_m = 32);
+  W8Linear(int n, int k, std::span<const uint8_t> packed, std::span<const float> scales, int max_m = 64);
   void upload(std::span<const uint8_t> packed, std::span<const float> scales);
 };
 

@@ -1,5 +1,5 @@
 // Launchers, the explicit variant list and the heuristic of the decode GEMMs
-// (see w4a16.h). The kernels: src/device/kernels/sm90_w4a16_{gemv,skinny}.cuh.
+// (see w4a16.h). The kernels: src/device/kernels/sm90_w4a16_{stream,gemv,skinny}.cuh.
 #include "cuda/w4a16.h"
 
 #include <algorithm>
@@ -11,41 +11,54 @@
 
 #include "core/error.h"
 #include "cuda/check.h"
+#include "cuda/device.h"
 #include "device/kernels/sm90_w4a16_gemv.cuh"
+#include "device/kernels/sm90_w4a16_stream.cuh"
 #include "device/kernels/sm90_w4a16_skinny.cuh"
 
 namespace futr::cuda {
 
 namespace {
 
-constexpr int kThreads = 256;  // both kernels: 8 warps
-
-using KernelFn = void (*)(device::DecodeParams);
+constexpr int kThreads = 256;  // gemv and skinny: 8 warps
 
 // ---- the compiled variants ---------------------------------------------------
-// a, b = (tn, loads) for gemv, (mt, tn) for skinny.
+// a, b = (tn, loads) for gemv, (mt, tn) for skinny and stream.
 struct Variant {
   DecodeWeights format;
   int group;  // 64 / 128 for INT4, 0 for E4M3
   DecodeKernel kernel;
   int a, b;
   const void* fn;
-  size_t smem;  // skinny: dynamic shared memory (the cp.async rings); gemv: set per launch
+  size_t smem;      // dynamic shared memory (skinny: cp.async rings; stream: the bulk-copy ring)
+  int threads;      // CTA size
+  int min_blocks;   // __launch_bounds__ minimum CTAs per SM (what the heuristic plans with)
 };
 
 #define FUTR_GEMV(G, TM, U)                                      \
   Variant{DecodeWeights::kInt4, G, DecodeKernel::kGemv, TM, U, \
-          (const void*)&device::sm90_w4a16_gemv_kernel<G, TM, U>, 0}
+          (const void*)&device::sm90_w4a16_gemv_kernel<G, TM, U>, 0, kThreads, TM == 1 ? 4 : 2}
 #define FUTR_SKINNY4(G, MT, TN)                                                   \
   Variant{DecodeWeights::kInt4, G, DecodeKernel::kSkinny, MT, TN,                \
           (const void*)&device::sm90_w4a16_skinny_kernel<device::Int4Format<G>, MT, TN>, \
-          device::skinny_smem_bytes<device::Int4Format<G>, TN>()}
+          device::skinny_smem_bytes<device::Int4Format<G>, TN>(), kThreads, 2}
 #define FUTR_SKINNY8(MT, TN)                                                 \
   Variant{DecodeWeights::kE4M3, 0, DecodeKernel::kSkinny, MT, TN,           \
           (const void*)&device::sm90_w4a16_skinny_kernel<device::E4M3Format, MT, TN>, \
-          device::skinny_smem_bytes<device::E4M3Format, TN>()}
+          device::skinny_smem_bytes<device::E4M3Format, TN>(), kThreads, 2}
+#define FUTR_STREAM(WF, FMT, G, MT, TN)                                                   \
+  Variant{DecodeWeights::FMT, G, DecodeKernel::kStream, MT, TN,                           \
+          (const void*)&device::sm90_w4a16_stream_kernel<WF, MT, TN>,                     \
+          device::StreamShape<WF, MT, TN>::kSmem, device::StreamShape<WF, MT, TN>::kThreads, MT == 1 ? 3 : 2}
+#define FUTR_STREAM4(G, MT, TN) FUTR_STREAM(device::Int4Format<G>, kInt4, G, MT, TN)
+#define FUTR_STREAM8(MT, TN) FUTR_STREAM(device::E4M3Format, kE4M3, 0, MT, TN)
 
 const Variant kVariants[] = {
+    // M = 1..32, both formats: the bulk-copy stream kernel (MT row tiles of 8, TN weight tiles per warp).
+    FUTR_STREAM4(128, 1, 1), FUTR_STREAM4(128, 2, 1), FUTR_STREAM4(128, 4, 1), FUTR_STREAM4(128, 4, 2),
+    FUTR_STREAM4(128, 1, 2), FUTR_STREAM4(128, 2, 2),
+    FUTR_STREAM4(64, 1, 1), FUTR_STREAM4(64, 2, 1), FUTR_STREAM4(64, 4, 1),
+    FUTR_STREAM8(1, 1), FUTR_STREAM8(2, 1), FUTR_STREAM8(4, 1),
     // M = 1: INT4 register-ring GEMV (TM weight tiles per warp, U-chunk ring).
     FUTR_GEMV(128, 2, 4), FUTR_GEMV(128, 1, 4), FUTR_GEMV(128, 1, 8), FUTR_GEMV(64, 1, 4), FUTR_GEMV(64, 2, 4),
     // M = 2..32: INT4 skinny (MT row tiles of 8, TM weight tiles per warp).
@@ -58,8 +71,13 @@ const Variant kVariants[] = {
 #undef FUTR_GEMV
 #undef FUTR_SKINNY4
 #undef FUTR_SKINNY8
+#undef FUTR_STREAM
+#undef FUTR_STREAM4
+#undef FUTR_STREAM8
 
-const char* kind_name(DecodeKernel k) { return k == DecodeKernel::kGemv ? "gemv" : "skinny"; }
+const char* kind_name(DecodeKernel k) {
+  return k == DecodeKernel::kGemv ? "gemv" : (k == DecodeKernel::kSkinny ? "skinny" : "stream");
+}
 
 std::string variant_name(const Variant& v) {
   std::ostringstream os;
@@ -84,8 +102,8 @@ const Variant& find_variant(DecodeWeights f, int group, const DecodeConfig& c) {
     if (d < best_d) best_d = d, best = &v;
   }
   if (!best)
-    fail("decode GEMM: no compiled {} variant for {} (group {}); compiled variants: int4 g64/g128 gemv and "
-         "skinny, e4m3 skinny",
+    fail("decode GEMM: no compiled {} variant for {} (group {}); compiled variants: int4 g64/g128 stream, gemv "
+         "and skinny, e4m3 stream and skinny",
          kind_name(c.kernel), f == DecodeWeights::kInt4 ? "INT4" : "E4M3", group);
   fail("decode GEMM: no compiled variant '{}' (group {}); nearest supported: '{}'", describe(c), g,
        variant_name(*best));
@@ -103,7 +121,7 @@ int prepare(const Variant& v) {
   if (v.smem > 48 * 1024)
     FUTR_CUDA_CHECK(cudaFuncSetAttribute(v.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, int(v.smem)));
   int blocks = 0;
-  FUTR_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, v.fn, kThreads, v.smem));
+  FUTR_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, v.fn, v.threads, v.smem));
   FUTR_CHECK(blocks > 0, "decode GEMM: variant needs more resources than one SM has ({} bytes of shared memory)",
              v.smem);
   occ[v.fn] = blocks;
@@ -120,12 +138,29 @@ SplitPlan split_plan(int k, int splits) {
   return {kbps, (nblk + kbps - 1) / kbps};
 }
 
-// CTAs along N: 8 warps x tn tiles of 16 channels each.
-int col_ctas(const DecodeConfig& c, int n) { return (n / 16 + 8 * c.tn - 1) / (8 * c.tn); }
+// CTAs along N: 8 warps x tn tiles of 16 channels each (gemv, skinny); the
+// stream kernel's columns are tile groups of 8 tiles (its tn splits a group
+// between fewer warps).
+int col_ctas(const DecodeConfig& c, int n) {
+  if (c.kernel == DecodeKernel::kStream) return (n / 16 + 7) / 8;
+  return (n / 16 + 8 * c.tn - 1) / (8 * c.tn);
+}
+
+// Stream kernel: its items (tile group x k128 block) and the grid it runs with.
+int stream_items(int n, int k) { return ((n / 16 + 7) / 8) * num_blocks(k); }
+int stream_runs(const DecodeConfig& c, int n, int k) {  // 0: one per CTA
+  return c.run > 0 ? (stream_items(n, k) + c.run - 1) / c.run : 0;
+}
+int stream_grid(const DecodeConfig& c, int n, int k, int resident) {
+  int g = c.run > 0 ? stream_runs(c, n, k) : stream_items(n, k);
+  if (c.ctas > 0) g = std::min(g, c.ctas);
+  if (resident > 0) g = std::min(g, resident);
+  return std::max(g, 1);
+}
 
 void check_shape(DecodeWeights f, const DecodeArgs& a) {
   const char* fmt_name = f == DecodeWeights::kInt4 ? "W4A16" : "W8A16";
-  FUTR_CHECK(a.m >= 1 && a.m <= 32, "{} decode GEMM: M = {} outside the supported 1..32", fmt_name, a.m);
+  FUTR_CHECK(a.m >= 1 && a.m <= 64, "{} decode GEMM: M = {} outside the supported 1..64", fmt_name, a.m);
   FUTR_CHECK(a.n >= 16 && a.n % 16 == 0, "{} decode GEMM: N = {} must be a positive multiple of 16", fmt_name,
              a.n);
   FUTR_CHECK(a.k >= 64 && a.k % 64 == 0, "{} decode GEMM: K = {} must be a positive multiple of 64", fmt_name,
@@ -138,8 +173,8 @@ void check_shape(DecodeWeights f, const DecodeArgs& a) {
   }
   auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
   FUTR_CHECK(a.w && a.scales && a.x && a.y, "{} decode GEMM: null operand pointer", fmt_name);
-  FUTR_CHECK(aligned(a.w) && aligned(a.x) && aligned(a.y) && (reinterpret_cast<uintptr_t>(a.scales) & 7) == 0,
-             "{} decode GEMM: operands must be 16-byte aligned (scales 8-byte)", fmt_name);
+  FUTR_CHECK(aligned(a.w) && aligned(a.x) && aligned(a.y) && aligned(a.scales),
+             "{} decode GEMM: operands must be 16-byte aligned", fmt_name);
 }
 
 }  // namespace
@@ -149,7 +184,13 @@ std::string describe(const DecodeConfig& c) {
   os << kind_name(c.kernel);
   if (c.kernel == DecodeKernel::kGemv) os << " tn=" << c.tn << " loads=" << c.loads;
   else os << " mt=" << c.mt << " tn=" << c.tn;
-  os << " splits=" << c.splits;
+  if (c.kernel == DecodeKernel::kStream) {
+    os << " ctas=" << c.ctas;
+    if (c.run) os << " run=" << c.run;
+    if (c.pdl) os << " pdl";
+  } else {
+    os << " splits=" << c.splits;
+  }
   return os.str();
 }
 
@@ -167,8 +208,11 @@ std::vector<std::string> decode_variants() {
 // Then, for both, the split count that minimises a wave model:
 // waves(s) * (blocks_per_cta(s) + 4), the 4 standing for a CTA's fixed cost
 // (ring fill latency, epilogue), plus a penalty for the partial sums' L2
-// traffic (grows with M and s).
+// traffic (grows with M and s). M > 32 runs as launches of 32 rows (mt = 4).
+// The stream kernel (decode_stream_heuristic) measured 1.1-1.35x slower
+// (docs/PERF.md, issue 11 round 1) and is chosen only on request.
 DecodeConfig decode_heuristic(DecodeWeights f, int m, int n, int k, int sm_count) {
+  m = std::min(m, 32);
   DecodeConfig c;
   const int nblk = num_blocks(k);
   int ctas_per_sm = 2;
@@ -198,6 +242,22 @@ DecodeConfig decode_heuristic(DecodeWeights f, int m, int n, int k, int sm_count
   return c;
 }
 
+// The stream kernel's configuration for (M, N, K): mt = ceil(M/8) rounded to
+// 1, 2, 4, one weight tile per warp, as many CTAs as are resident at once (the
+// variant's __launch_bounds__ minimum per SM): stream-K then gives every CTA
+// the same bytes in one wave.
+DecodeConfig decode_stream_heuristic(DecodeWeights f, int m, int n, int k, int sm_count) {
+  m = std::min(m, 32);
+  DecodeConfig c;
+  c.kernel = DecodeKernel::kStream;
+  c.mt = m <= 8 ? 1 : (m <= 16 ? 2 : 4);
+  c.tn = 1;
+  const int per_sm = c.mt == 1 ? 3 : 2;
+  c.ctas = std::min(stream_items(n, k), per_sm * std::max(sm_count, 1));
+  (void)f;
+  return c;
+}
+
 DecodeConfig apply_overrides(DecodeConfig c, const std::string& spec) {
   std::istringstream is(spec);
   std::string item;
@@ -207,24 +267,36 @@ DecodeConfig apply_overrides(DecodeConfig c, const std::string& spec) {
     FUTR_CHECK(eq != std::string::npos, "config override '{}': expected key=value", item);
     const std::string key = item.substr(0, eq), val = item.substr(eq + 1);
     if (key == "kernel") {
-      FUTR_CHECK(val == "gemv" || val == "skinny", "config override kernel={}: expected gemv or skinny", val);
-      c.kernel = val == "gemv" ? DecodeKernel::kGemv : DecodeKernel::kSkinny;
+      FUTR_CHECK(val == "gemv" || val == "skinny" || val == "stream",
+                 "config override kernel={}: expected gemv, skinny or stream", val);
+      c.kernel = val == "gemv" ? DecodeKernel::kGemv : (val == "skinny" ? DecodeKernel::kSkinny : DecodeKernel::kStream);
+      continue;
+    }
+    if (key == "pdl") {
+      FUTR_CHECK(val == "0" || val == "1", "config override pdl={}: expected 0 or 1", val);
+      c.pdl = val == "1";
       continue;
     }
     char* end = nullptr;
     const long v = std::strtol(val.c_str(), &end, 10);
-    FUTR_CHECK(end && *end == 0 && v > 0 && v <= 1024, "config override {}={}: expected a positive integer", key,
+    FUTR_CHECK(end && *end == 0 && v >= (key == "probe" ? 0 : 1) && v <= 100000, "config override {}={}: expected a positive integer", key,
                val);
     if (key == "loads") c.loads = int(v);
     else if (key == "mt") c.mt = int(v);
     else if (key == "tn") c.tn = int(v);
     else if (key == "splits") c.splits = int(v);
-    else fail("config override: unknown key '{}' (kernel, tn, loads, mt, splits)", key);
+    else if (key == "ctas") c.ctas = int(v);
+    else if (key == "run") c.run = int(v);
+    else if (key == "probe") c.probe = int(v);
+    else fail("config override: unknown key '{}' (kernel, tn, loads, mt, splits, ctas, run, pdl)", key);
   }
   return c;
 }
 
 size_t decode_workspace_floats(const DecodeConfig& c, int m, int n, int k) {
+  m = std::min(m, 32);  // M > 32 runs as launches of at most 32 rows
+  if (c.kernel == DecodeKernel::kStream)  // ws[group + run][M][128] (runs: the grid's bound, or ceil(T/R))
+    return size_t(col_ctas(c, n) + (c.run > 0 ? stream_runs(c, n, k) : stream_grid(c, n, k, 0))) * size_t(m) * 128;
   const SplitPlan sp = split_plan(k, c.splits);
   return sp.splits > 1 ? size_t(sp.splits) * size_t(m) * size_t(n) : 0;
 }
@@ -235,20 +307,35 @@ int decode_occupancy(DecodeWeights f, int group, const DecodeConfig& c) { return
 
 void decode_gemm(DecodeWeights f, const DecodeArgs& a, const DecodeConfig& c, cudaStream_t s) {
   check_shape(f, a);
+  if (a.m > 32) {  // M = 33..64: two launches of rows [0, 32) and [32, M) (the weights are read twice)
+    DecodeArgs lo = a, hi = a;
+    lo.m = 32;
+    hi.m = a.m - 32;
+    hi.x = static_cast<const uint16_t*>(a.x) + size_t(32) * a.k;
+    hi.y = static_cast<uint16_t*>(a.y) + size_t(32) * a.n;
+    decode_gemm(f, lo, c, s);
+    decode_gemm(f, hi, c, s);
+    return;
+  }
   const Variant& v = find_variant(f, a.group, c);
   if (c.kernel == DecodeKernel::kGemv)
-    FUTR_CHECK(a.m == 1, "decode GEMM: the gemv kernel takes M = 1, got M = {}; use kernel=skinny", a.m);
+    FUTR_CHECK(a.m == 1, "decode GEMM: the gemv kernel takes M = 1, got M = {}; use kernel=stream", a.m);
   else
     FUTR_CHECK(a.m <= 8 * c.mt, "decode GEMM: M = {} needs mt >= {} (got mt = {})", a.m, (a.m + 7) / 8, c.mt);
-  const SplitPlan sp = split_plan(a.k, c.splits);
+  const bool stream = c.kernel == DecodeKernel::kStream;
+  const SplitPlan sp = split_plan(a.k, stream ? 1 : c.splits);
+  // The stream kernel's workspace is checked against its bound for c (the grid
+  // may shrink below c.ctas to what is resident, never grow).
   const size_t need_ws = decode_workspace_floats(c, a.m, a.n, a.k);
   const size_t need_ctr = decode_counters(c, a.n);
-  if (sp.splits > 1) {
+  if (stream || sp.splits > 1) {
     FUTR_CHECK(a.ws && a.ws_floats >= need_ws, "decode GEMM ({}): split-K workspace of {} floats needed, {} given",
                describe(c), need_ws, a.ws_floats);
     FUTR_CHECK(a.counters && a.n_counters >= need_ctr,
                "decode GEMM ({}): {} split-K counters needed, {} given", describe(c), need_ctr, a.n_counters);
   }
+  const int resident = prepare(v) * require_device().sm_count;
+  const int grid_x = stream ? stream_grid(c, a.n, a.k, resident) : col_ctas(c, a.n);
   device::DecodeParams p{static_cast<const uint8_t*>(a.w),
                          a.scales,
                          static_cast<const __nv_bfloat16*>(a.x),
@@ -259,11 +346,23 @@ void decode_gemm(DecodeWeights f, const DecodeArgs& a, const DecodeConfig& c, cu
                          a.n,
                          a.k,
                          sp.kb_per_split,
-                         sp.splits};
-  const dim3 grid(unsigned(col_ctas(c, a.n)), unsigned(sp.splits));
-  prepare(v);
-  reinterpret_cast<KernelFn>(const_cast<void*>(v.fn))<<<grid, kThreads, v.smem, s>>>(p);
-  FUTR_CUDA_CHECK_LAUNCH();
+                         sp.splits,
+                         stream ? c.run : 0,
+                         stream ? c.probe : 0};
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = stream ? dim3(unsigned(grid_x)) : dim3(unsigned(grid_x), unsigned(sp.splits));
+  cfg.blockDim = dim3(unsigned(v.threads));
+  cfg.dynamicSmemBytes = v.smem;
+  cfg.stream = s;
+  // PDL: every kernel issues its first weight loads before griddepcontrol.wait
+  // and touches x, ws, counters and y only after it (ptx/pdl.cuh).
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = c.pdl ? 1 : 0;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  void* args[] = {&p};
+  FUTR_CUDA_CHECK(cudaLaunchKernelExC(&cfg, v.fn, args));
 }
 
 }  // namespace futr::cuda

@@ -1,14 +1,18 @@
 // Launchers of the decode GEMMs with weight-only quantization (W4A16 and the
-// W8A16 comparison path): y[M,N] (BF16) = x[M,K] (BF16) * W[N,K]^T, 1 <= M <= 32.
+// W8A16 comparison path): y[M,N] (BF16) = x[M,K] (BF16) * W[N,K]^T, 1 <= M <= 64.
 //
 //   W4A16: W = q * s, q symmetric INT4 in [-8, 7], s FP16 per output channel per
 //          group of G = 128 or 64 inputs, both in fragment order
 //          (src/device/layout/int4_fragment.cuh, docs/LAYOUTS.md).
 //   W8A16: W = e4m3 * s, s FP32 per output channel, fragment order.
 //
-// Kernels: M = 1 -> sm90_w4a16_gemv (register ring); M = 2..32 ->
-// sm90_w4a16_skinny (lane-private cp.async ring). Both split K across CTAs with
-// a last-CTA reduction (no second pass) when the columns alone cannot fill the GPU.
+// Kernels: sm90_w4a16_gemv (M = 1, register ring) and sm90_w4a16_skinny
+// (M = 2..32, lane-private cp.async ring), both splitting K with a last-CTA
+// reduction, chosen by the heuristic; sm90_w4a16_stream (a warp-specialised
+// bulk-copy ring with stream-K over the resident CTAs) on request
+// (kernel=stream: measured 1.1-1.35x slower, docs/PERF.md). M = 33..64 runs as
+// two launches of at most 32 rows. Every kernel supports programmatic
+// dependent launch (DecodeConfig::pdl).
 // The configuration comes from a heuristic (w4a16_heuristic) or the caller; only
 // the variants listed in w4a16_variants() are compiled, and any other request
 // fails with a futr::Error naming the nearest compiled one.
@@ -26,7 +30,7 @@
 
 namespace futr::cuda {
 
-enum class DecodeKernel { kGemv, kSkinny };
+enum class DecodeKernel { kGemv, kSkinny, kStream };
 
 // One launch configuration; every field can be overridden from the benchmark's
 // command line (apply_overrides).
@@ -35,7 +39,14 @@ struct DecodeConfig {
   int tn = 2;       // weight tiles of 16 channels per warp (a CTA: 8 warps, 128 * tn channels)
   int loads = 4;    // gemv: register-ring depth in k64 chunks (tn * loads 16-byte loads in flight)
   int mt = 1;       // skinny: tiles of 8 rows of x (1: M <= 8, 2: M <= 16, 4: M <= 32)
-  int splits = 1;   // K slices over gridDim.y (1 = no workspace)
+  int splits = 1;   // gemv / skinny: K slices over gridDim.y (1 = no workspace)
+  int ctas = 0;     // stream: grid size (0 = every CTA that can be resident; clamped to that)
+  int run = 0;      // stream: 0 = one contiguous item range per CTA (stream-K); R > 0 = runs
+                    // of R items (tile group x k128 block) dealt round-robin to the CTAs
+  int probe = 0;    // stream, measurement only: 1 no scale copies, 2 no activation copies,
+                    // 4 consumers only wait and release (results are wrong when set)
+  bool pdl = false; // launch with programmatic dependent launch (every kernel streams its
+                    // first weights before griddepcontrol.wait)
 };
 
 // The weight encoding a decode GEMM reads (a kernel operand, not a model
@@ -44,14 +55,17 @@ struct DecodeConfig {
 // weights of WeightFormat::kFp8 read by the decode kernels).
 enum class DecodeWeights { kInt4, kE4M3 };
 
-// "gemv tn=2 loads=4 splits=1" / "skinny mt=1 tn=2 splits=4".
+// "gemv tn=2 loads=4 splits=1" / "skinny mt=1 tn=2 splits=4" / "stream mt=1 tn=1 ctas=396 pdl".
 std::string describe(const DecodeConfig& c);
 
 // The configuration the engine uses for (M, N, K) on a GPU with `sm_count`
-// multiprocessors. INT4 picks gemv for M = 1; E4M3 always uses the skinny kernel.
+// multiprocessors (pdl off: the caller opts in).
 DecodeConfig decode_heuristic(DecodeWeights f, int m, int n, int k, int sm_count);
+// The stream kernel's configuration (selectable, measured slower: docs/PERF.md).
+DecodeConfig decode_stream_heuristic(DecodeWeights f, int m, int n, int k, int sm_count);
 
-// Applies "key=value[,key=value...]" (kernel=gemv|skinny, tn, loads, mt, splits)
+// Applies "key=value[,key=value...]" (kernel=gemv|skinny|stream, tn, loads, mt,
+// splits, ctas, pdl=0|1)
 // on top of `base`. Throws futr::Error on an unknown key or bad value.
 DecodeConfig apply_overrides(DecodeConfig base, const std::string& spec);
 

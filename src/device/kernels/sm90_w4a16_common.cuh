@@ -37,6 +37,10 @@ struct DecodeParams {
   int m, n, k;             // rows, output channels, inputs
   int kb_per_split;        // k128 blocks per split (the last split may have fewer)
   int splits;              // gridDim.y
+  int run_items;           // stream kernel: 0 = one contiguous range per CTA (stream-K);
+                           // R > 0 = runs of R items dealt round-robin to the CTAs
+  int probe;               // stream kernel, measurement only (0 = off): bit 1 no scale copies,
+                           // bit 2 no activation copies, bit 4 consumers only wait and release
 };
 
 // ---- weight formats (the dequantizing policies) -----------------------------

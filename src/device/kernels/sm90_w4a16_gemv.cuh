@@ -17,12 +17,16 @@
 // second pass). The loop is unrolled by U so ring slots are registers with
 // constant indices, and all pointers advance by constant strides.
 //
+// PDL: launched as a programmatic dependent, the ring's first weight loads are
+// issued before griddepcontrol.wait and x is read only after it.
+//
 // Limits: N % 16 == 0, K % 64 == 0, K % 128 == 0 if G == 128; 16-byte aligned
 // pointers (checked by the launcher, src/cuda/w4a16.cu).
 // Test: tests/device/w4a16_test.cpp. Benchmark: bench/w4a16_bench.cpp.
 #pragma once
 
 #include "device/kernels/sm90_w4a16_common.cuh"
+#include "device/ptx/pdl.cuh"
 
 namespace futr::device {
 
@@ -35,6 +39,7 @@ __global__ void __launch_bounds__(256, TM == 1 ? 4 : 2) sm90_w4a16_gemv_kernel(c
   // ---- indices ------------------------------------------------------------
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, c = lane % 4;
+  ptx::griddep_launch_dependents();  // PDL: the next kernel may launch (see ptx/pdl.cuh)
   WarpTiles<WF, TM> wt(p, warp, lane);
   const int c0 = wt.c0, nj = wt.nj;
   auto& wnext = wt.wnext;
@@ -64,6 +69,9 @@ __global__ void __launch_bounds__(256, TM == 1 ? 4 : 2) sm90_w4a16_gemv_kernel(c
 #pragma unroll
   for (int u = 0; u < U; ++u)
     if (u < nj) fill(u);
+  // PDL: the ring above already streams weights; x (and y, ws) belong to the
+  // previous kernel until griddepcontrol.wait.
+  ptx::griddep_wait();
   // x is loaded one chunk ahead so its latency overlaps the MMAs of the chunk before.
   uint4 xn0 = ptx::ld_cached_v4(xrow), xn1 = ptx::ld_cached_v4(xrow + 1);
   int xoff = 0;

@@ -26,6 +26,9 @@
 // starts with a C = 0 MMA, and every operand register comes straight from a load
 // or the dequantizer.
 //
+// PDL: launched as a programmatic dependent, the ring's first cp.async copies
+// are issued before griddepcontrol.wait and x is read only after it.
+//
 // Limits: 1 <= M <= 8*MT, N % 16 == 0, K % 64 == 0 (K % 128 == 0 if G == 128),
 // 16-byte aligned pointers; one launch per workspace at a time; dynamic shared
 // memory skinny_smem_bytes<WF, TM>() (src/cuda/w4a16.cu checks and sets all of this).
@@ -33,6 +36,7 @@
 #pragma once
 
 #include "device/kernels/sm90_w4a16_common.cuh"
+#include "device/ptx/pdl.cuh"
 
 namespace futr::device {
 
@@ -54,6 +58,7 @@ __global__ void __launch_bounds__(256, TM == 1 && MT == 1 ? 4 : (TM == 1 && MT =
   // ---- indices ------------------------------------------------------------
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, c = lane % 4;
+  ptx::griddep_launch_dependents();  // PDL: the next kernel may launch (see ptx/pdl.cuh)
   WarpTiles<WF, TM> wt(p, warp, lane);
   const int c0 = wt.c0, nj = wt.nj;
   auto& wnext = wt.wnext;
@@ -96,6 +101,9 @@ __global__ void __launch_bounds__(256, TM == 1 && MT == 1 ? 4 : (TM == 1 && MT =
     if (st < nj) fill(st);
     else ptx::cp_async_commit();  // empty group: keeps the group count uniform
   }
+  // PDL: the ring above already streams weights; x (and y, ws) belong to the
+  // previous kernel until griddepcontrol.wait.
+  ptx::griddep_wait();
   // x is loaded one chunk ahead: its latency (L2 for the first warp of a CTA
   // to touch a chunk) overlaps the MMAs of the chunk before (docs/PERF.md: with
   // the load right before use, warps stalled ~10 cycles per instruction).

@@ -161,6 +161,18 @@ __device__ __forceinline__ void int4x8_to_bf16(uint32_t w, uint32_t (&a)[4]) {
   }
 }
 
+// The same word as BIASED values: a[j] = bf16(128 + n) = bf16(q + 136), 4 lop3
+// + 3 shifts = 7 instructions (no fma). A kernel using it subtracts
+// 136 * sum_k x[k] per group and row after the MMAs (the sum comes from one
+// extra MMA with an all-ones A operand, shared by every weight tile), which is
+// exact in the MMA products and costs ~1e-6 relative in the FP32 sums.
+__device__ __forceinline__ void int4x8_to_bf16_biased(uint32_t w, uint32_t (&a)[4]) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+    a[j] = device::ptx::lop3<device::ptx::kLutAndOr>(w >> (4 * j), 0x000f000fu, kBf16x2Magic128);
+}
+inline constexpr float kInt4Bias = 136.f;  // 128 (magic) + 8 (the zero point)
+
 // One E4M3 word (4 weights) to two bf16x2 registers: bytes {b0, b1} -> r[0],
 // {b2, b3} -> r[1]. prmt sign-extends bytes into 16-bit lanes; (x << 4) & 0x87f0
 // moves the sign to bit 15 and exponent+mantissa to bits 10..4 (a BF16 with the

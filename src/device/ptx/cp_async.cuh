@@ -27,6 +27,14 @@ __device__ __forceinline__ void cp_async_4_ca(void* smem, const void* gmem) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_addr(smem)), "l"(gmem) : "memory");
 }
 
+// cp.async.mbarrier.arrive.noinc: the barrier receives one arrival once all
+// of this thread's earlier cp.async copies have landed (counted in the
+// barrier's expected arrivals: .noinc); why: lets a producer warp's small
+// per-lane copies (group scales) complete the same stage barrier as its bulk copy.
+__device__ __forceinline__ void cp_async_mbarrier_arrive_noinc(uint64_t* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+}
+
 // cp.async.commit_group: closes the copies issued so far into one group.
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 

@@ -33,6 +33,19 @@ __device__ __forceinline__ void cp_async_bulk_tensor_2d_g2s(void* dst, const CUt
       : "memory");
 }
 
+// cp.async.bulk (1D, no tensor map) global->shared with mbarrier completion:
+// one thread copies `bytes` (multiple of 16, both addresses 16-byte aligned)
+// of a contiguous run; why: a CTA's weight stage of the decode GEMM is one
+// contiguous run (layout/int4_fragment.cuh), so the copy engine fills the
+// ring and no register or issue slot of the consumers holds bytes in flight.
+__device__ __forceinline__ void cp_async_bulk_g2s(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+          smem_addr(dst)),
+      "l"(reinterpret_cast<uint64_t>(src)), "r"(bytes), "r"(smem_addr(bar))
+      : "memory");
+}
+
 // cp.async.bulk.prefetch.L2: asks the copy engine to pull `bytes` (multiple of
 // 16, 16-byte aligned source) into L2 without a destination or completion, so
 // that later ordinary loads of that range hit L2 (epilogue residual reads).
