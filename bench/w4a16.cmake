@@ -3,3 +3,8 @@
 add_executable(w4a16_bench ${CMAKE_CURRENT_LIST_DIR}/w4a16_bench.cpp)
 target_link_libraries(w4a16_bench PRIVATE futr_bench_common futr_cuda)
 target_include_directories(w4a16_bench PRIVATE ${CMAKE_SOURCE_DIR}/src)
+
+# The floor with the decode GEMM's work added piece by piece (issue 11).
+add_executable(w4a16_probe_bench ${CMAKE_CURRENT_LIST_DIR}/w4a16_probe_bench.cu)
+target_link_libraries(w4a16_probe_bench PRIVATE futr_bench_common futr_cuda)
+target_include_directories(w4a16_probe_bench PRIVATE ${CMAKE_SOURCE_DIR}/src ${CMAKE_CURRENT_LIST_DIR})

@@ -118,8 +118,10 @@ int prepare(const Variant& v) {
   static std::map<const void*, int> occ;
   std::lock_guard<std::mutex> lock(mu);
   if (auto it = occ.find(v.fn); it != occ.end()) return it->second;
-  if (v.smem > 48 * 1024)
-    FUTR_CUDA_CHECK(cudaFuncSetAttribute(v.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, int(v.smem)));
+  // gemv: its split's slice of x (kb_per_split x 256 bytes, set per launch).
+  const size_t max_smem = v.kernel == DecodeKernel::kGemv ? size_t(160) * 1024 : v.smem;
+  if (max_smem > 48 * 1024)
+    FUTR_CUDA_CHECK(cudaFuncSetAttribute(v.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, int(max_smem)));
   int blocks = 0;
   FUTR_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, v.fn, v.threads, v.smem));
   FUTR_CHECK(blocks > 0, "decode GEMM: variant needs more resources than one SM has ({} bytes of shared memory)",
@@ -352,7 +354,14 @@ void decode_gemm(DecodeWeights f, const DecodeArgs& a, const DecodeConfig& c, cu
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = stream ? dim3(unsigned(grid_x)) : dim3(unsigned(grid_x), unsigned(sp.splits));
   cfg.blockDim = dim3(unsigned(v.threads));
-  cfg.dynamicSmemBytes = v.smem;
+  // gemv: its split's x (kb_per_split x 256 B) and its tiles' scales (8 tn x groups x 32 B).
+  cfg.dynamicSmemBytes = c.kernel == DecodeKernel::kGemv
+                             ? size_t(sp.kb_per_split) * 256 +
+                                   size_t(8 * c.tn) * size_t((sp.kb_per_split * 128 + a.group - 1) / a.group) * 32
+                             : v.smem;
+  FUTR_CHECK(cfg.dynamicSmemBytes <= size_t(160) * 1024,
+             "decode GEMM ({}): K = {} in {} split(s) stages {} bytes of x, more than 160 KB; use more splits",
+             describe(c), a.k, sp.splits, cfg.dynamicSmemBytes);
   cfg.stream = s;
   // PDL: every kernel issues its first weight loads before griddepcontrol.wait
   // and touches x, ws, counters and y only after it (ptx/pdl.cuh).

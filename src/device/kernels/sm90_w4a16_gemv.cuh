@@ -9,7 +9,8 @@
 // registers through a ring of U k64 chunks x TM tiles (U*TM independent 16-byte
 // loads in flight per lane) and dequantizes them into the mma.sync.m16n8k16 A
 // operand (16 output channels; layout/int4_fragment.cuh). x is the B operand:
-// every lane loads row 0 (a broadcast), so only D column 0 (lanes 0..3) is kept.
+// every lane reads row 0 (a broadcast) from the split's slice of x, staged in
+// shared memory at the start, so only D column 0 (lanes 0..3) is kept.
 // (policies, chunk MMAs and the split-K epilogue: sm90_w4a16_common.cuh)
 //
 // Work split. A CTA of 8 warps owns 8*TM tiles (warp w: tiles w, w+8, ...) and
@@ -43,10 +44,14 @@ __global__ void __launch_bounds__(256, TM == 1 ? 4 : 2) sm90_w4a16_gemv_kernel(c
   WarpTiles<WF, TM> wt(p, warp, lane);
   const int c0 = wt.c0, nj = wt.nj;
   auto& wnext = wt.wnext;
-  auto& snext = wt.snext;
   const auto& wstride = wt.wstride;
-  // x[c0*64 + 16c + ...]: the same 16 activations for every g (a broadcast).
-  const uint4* const xrow = reinterpret_cast<const uint4*>(p.x + size_t(c0) * layout::kChunkK + 16 * c);
+  // This split's activations, staged in shared memory (dynamic: kb_per_split x
+  // 256 bytes): x[c0*64 + 16c + ...], the same 16 activations for every g (a
+  // broadcast). Read from global memory, the first warp of a CTA to touch each
+  // line waited on L2 once per chunk (docs/PERF.md, issue 11: with x always in
+  // L1 the gemv's arithmetic cost the floor 6%).
+  extern __shared__ uint4 gemv_xs[];
+  const uint4* const xrow = gemv_xs + 2 * c;
 
   float acc[TM][1][4], blk[TM][1][4];
 #pragma unroll
@@ -54,26 +59,49 @@ __global__ void __launch_bounds__(256, TM == 1 ? 4 : 2) sm90_w4a16_gemv_kernel(c
 #pragma unroll
     for (int i = 0; i < 4; ++i) acc[tm][0][i] = blk[tm][0][i] = 0.f;
 
-  // ---- main loop: a register ring of U chunks x TM tiles ---------------------
+  // ---- shared memory: [x slice: nj x 64 BF16][scales: 8*TM tiles][ngrp][16 FP16] --
+  // Both staged once per CTA (docs/PERF.md, issue 11 round 2: a 4-byte scale
+  // load per chunk in the register ring cost the stream ~10%).
+  const int ngrp = (nj * layout::kChunkK + G - 1) / G;
+  uint32_t* const ss = reinterpret_cast<uint32_t*>(gemv_xs + nj * (layout::kChunkK / 8));
+  {
+    const int ntiles = p.n / layout::kTileN;
+    const int gi0 = c0 * layout::kChunkK / G;
+    const uint16_t* const sc = static_cast<const uint16_t*>(p.scales);
+    for (int i = threadIdx.x; i < 8 * TM * ngrp * 2; i += blockDim.x) {  // 16-byte pieces
+      const int t = i / (ngrp * 2), r = i % (ngrp * 2);
+      const int tile = blockIdx.x * 8 * TM + t;  // local t = 8 tm + warp (WarpTiles' order)
+      if (tile < ntiles)
+        reinterpret_cast<uint4*>(ss)[i] =
+            ptx::ld_cached_v4(sc + (size_t(tile) * (p.k / G) + gi0) * layout::kTileN + 8 * r);
+    }
+  }
+
+  // ---- main loop: batches of U chunks x TM tiles in registers -------------------
+  // The U loads of a batch are issued together and consumed in order; the next
+  // batch's loads are issued after the last use (a ring refilled one chunk at a
+  // time streamed ~9% slower in the probe, bench/kernels/w4a16_probe.cuh).
   uint32_t wr[U][TM][4];
-  uint32_t sr[U][TM];
   auto fill = [&](int u) {
 #pragma unroll
     for (int tm = 0; tm < TM; ++tm) {
       WF::load(wnext[tm], wr[u][tm]);
-      sr[u][tm] = WF::load_scale(snext[tm]);
       wnext[tm] += wstride[tm];
-      snext[tm] += WF::scale_step(u);
     }
   };
 #pragma unroll
   for (int u = 0; u < U; ++u)
     if (u < nj) fill(u);
-  // PDL: the ring above already streams weights; x (and y, ws) belong to the
+  // PDL: the loads above already stream weights; x (and y, ws) belong to the
   // previous kernel until griddepcontrol.wait.
   ptx::griddep_wait();
-  // x is loaded one chunk ahead so its latency overlaps the MMAs of the chunk before.
-  uint4 xn0 = ptx::ld_cached_v4(xrow), xn1 = ptx::ld_cached_v4(xrow + 1);
+  {
+    const uint4* const xg = reinterpret_cast<const uint4*>(p.x + size_t(c0) * layout::kChunkK);
+    for (int i = threadIdx.x; i < nj * (layout::kChunkK / 8); i += blockDim.x) gemv_xs[i] = ptx::ld_cached_v4(xg + i);
+    __syncthreads();
+  }
+  // x is read one chunk ahead so its latency overlaps the MMAs of the chunk before.
+  uint4 xn0 = xrow[0], xn1 = xrow[1];
   int xoff = 0;
   for (int j0 = 0; j0 < nj; j0 += U) {
 #pragma unroll
@@ -82,15 +110,22 @@ __global__ void __launch_bounds__(256, TM == 1 ? 4 : 2) sm90_w4a16_gemv_kernel(c
         uint4 xq[1][2] = {{xn0, xn1}};
         xoff += layout::kChunkK / 8;
         if (j0 + u + 1 < nj) {
-          xn0 = ptx::ld_cached_v4(xrow + xoff);
-          xn1 = ptx::ld_cached_v4(xrow + xoff + 1);
+          xn0 = xrow[xoff];
+          xn1 = xrow[xoff + 1];
         }
         chunk_mma<WF, 1, TM>(blk, acc, wr[u], xq, WF::group_start(u));
-        if (WF::group_end(u) || j0 + u + 1 == nj) apply_scales<1, TM>(acc, blk, sr[u]);
-        // Refill after use: the slot's registers are free; U-1 chunks stay in flight.
-        if (j0 + u + U < nj) fill(u);
+        if (WF::group_end(u) || j0 + u + 1 == nj) {
+          const int gi = (j0 + u) * layout::kChunkK / G;
+          uint32_t sv[TM];
+#pragma unroll
+          for (int tm = 0; tm < TM; ++tm) sv[tm] = ss[((tm * 8 + warp) * ngrp + gi) * 8 + g];
+          apply_scales<1, TM>(acc, blk, sv);
+        }
       }
     }
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (j0 + u + U < nj) fill(u);
   }
 
   store_output<WF, 1, TM>(p, acc, wt.tile, wt.tok, g, c);
