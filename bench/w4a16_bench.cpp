@@ -394,6 +394,13 @@ int main(int argc, char** argv) {
                 if (tn == 2 && (c.mt == 4 || sh.group == 64)) continue;
                 cands.push_back(c);
               }
+            if (m <= 8)
+              for (int u : {2, 4})
+                for (int ctas : {0, 264, 396}) {
+                  cuda::DecodeConfig c;
+                  c.kernel = cuda::DecodeKernel::kStreamK, c.loads = u, c.ctas = ctas;
+                  cands.push_back(c);
+                }
             for (int tn : {1, 2})
               for (auto [ctas, run] : {std::pair{0, 0}, {264, 0}, {0, 1}, {0, 2}, {0, 4}, {0, 8}, {264, 2}, {264, 4}}) {
                 cuda::DecodeConfig c;

@@ -13,6 +13,7 @@
 #include "cuda/check.h"
 #include "cuda/device.h"
 #include "device/kernels/sm90_w4a16_gemv.cuh"
+#include "device/kernels/sm90_w4a16_sk.cuh"
 #include "device/kernels/sm90_w4a16_stream.cuh"
 #include "device/kernels/sm90_w4a16_skinny.cuh"
 
@@ -51,9 +52,14 @@ struct Variant {
           (const void*)&device::sm90_w4a16_stream_kernel<WF, MT, TN>,                     \
           device::StreamShape<WF, MT, TN>::kSmem, device::StreamShape<WF, MT, TN>::kThreads, MT == 1 ? 3 : 2}
 #define FUTR_STREAM4(G, MT, TN) FUTR_STREAM(device::Int4Format<G>, kInt4, G, MT, TN)
+#define FUTR_SK(G, U)                                                                  \
+  Variant{DecodeWeights::kInt4, G, DecodeKernel::kStreamK, 1, U,                       \
+          (const void*)&device::sm90_w4a16_sk_kernel<G, U>, 0, kThreads, 4}
 #define FUTR_STREAM8(MT, TN) FUTR_STREAM(device::E4M3Format, kE4M3, 0, MT, TN)
 
 const Variant kVariants[] = {
+    // M = 1..8, INT4: the gemv's loads under a stream-K partition (batches of U chunks).
+    FUTR_SK(128, 2), FUTR_SK(128, 4), FUTR_SK(64, 2), FUTR_SK(64, 4),
     // M = 1..32, both formats: the bulk-copy stream kernel (MT row tiles of 8, TN weight tiles per warp).
     FUTR_STREAM4(128, 1, 1), FUTR_STREAM4(128, 2, 1), FUTR_STREAM4(128, 4, 1), FUTR_STREAM4(128, 4, 2),
     FUTR_STREAM4(128, 1, 2), FUTR_STREAM4(128, 2, 2),
@@ -74,24 +80,32 @@ const Variant kVariants[] = {
 #undef FUTR_STREAM
 #undef FUTR_STREAM4
 #undef FUTR_STREAM8
+#undef FUTR_SK
 
 const char* kind_name(DecodeKernel k) {
-  return k == DecodeKernel::kGemv ? "gemv" : (k == DecodeKernel::kSkinny ? "skinny" : "stream");
+  switch (k) {
+    case DecodeKernel::kGemv: return "gemv";
+    case DecodeKernel::kSkinny: return "skinny";
+    case DecodeKernel::kStream: return "stream";
+    default: return "sk";
+  }
 }
+bool is_stream_k(DecodeKernel k) { return k == DecodeKernel::kStream || k == DecodeKernel::kStreamK; }
 
 std::string variant_name(const Variant& v) {
   std::ostringstream os;
   os << (v.format == DecodeWeights::kInt4 ? "int4 g" + std::to_string(v.group) : std::string("e4m3")) << " "
      << kind_name(v.kernel);
   if (v.kernel == DecodeKernel::kGemv) os << " tn=" << v.a << " loads=" << v.b;
+  else if (v.kernel == DecodeKernel::kStreamK) os << " loads=" << v.b;
   else os << " mt=" << v.a << " tn=" << v.b;
   return os.str();
 }
 
 const Variant& find_variant(DecodeWeights f, int group, const DecodeConfig& c) {
   const int g = f == DecodeWeights::kInt4 ? group : 0;
-  const int a = c.kernel == DecodeKernel::kGemv ? c.tn : c.mt;
-  const int b = c.kernel == DecodeKernel::kGemv ? c.loads : c.tn;
+  const int a = c.kernel == DecodeKernel::kGemv ? c.tn : (c.kernel == DecodeKernel::kStreamK ? 1 : c.mt);
+  const int b = c.kernel == DecodeKernel::kSkinny || c.kernel == DecodeKernel::kStream ? c.tn : c.loads;
   const Variant* best = nullptr;
   double best_d = 1e30;
   for (const Variant& v : kVariants) {
@@ -144,7 +158,7 @@ SplitPlan split_plan(int k, int splits) {
 // stream kernel's columns are tile groups of 8 tiles (its tn splits a group
 // between fewer warps).
 int col_ctas(const DecodeConfig& c, int n) {
-  if (c.kernel == DecodeKernel::kStream) return (n / 16 + 7) / 8;
+  if (is_stream_k(c.kernel)) return (n / 16 + 7) / 8;
   return (n / 16 + 8 * c.tn - 1) / (8 * c.tn);
 }
 
@@ -185,8 +199,9 @@ std::string describe(const DecodeConfig& c) {
   std::ostringstream os;
   os << kind_name(c.kernel);
   if (c.kernel == DecodeKernel::kGemv) os << " tn=" << c.tn << " loads=" << c.loads;
+  else if (c.kernel == DecodeKernel::kStreamK) os << " loads=" << c.loads;
   else os << " mt=" << c.mt << " tn=" << c.tn;
-  if (c.kernel == DecodeKernel::kStream) {
+  if (is_stream_k(c.kernel)) {
     os << " ctas=" << c.ctas;
     if (c.run) os << " run=" << c.run;
     if (c.pdl) os << " pdl";
@@ -269,9 +284,12 @@ DecodeConfig apply_overrides(DecodeConfig c, const std::string& spec) {
     FUTR_CHECK(eq != std::string::npos, "config override '{}': expected key=value", item);
     const std::string key = item.substr(0, eq), val = item.substr(eq + 1);
     if (key == "kernel") {
-      FUTR_CHECK(val == "gemv" || val == "skinny" || val == "stream",
-                 "config override kernel={}: expected gemv, skinny or stream", val);
-      c.kernel = val == "gemv" ? DecodeKernel::kGemv : (val == "skinny" ? DecodeKernel::kSkinny : DecodeKernel::kStream);
+      FUTR_CHECK(val == "gemv" || val == "skinny" || val == "stream" || val == "sk",
+                 "config override kernel={}: expected gemv, skinny, stream or sk", val);
+      c.kernel = val == "gemv"     ? DecodeKernel::kGemv
+                 : val == "skinny" ? DecodeKernel::kSkinny
+                 : val == "stream" ? DecodeKernel::kStream
+                                   : DecodeKernel::kStreamK;
       continue;
     }
     if (key == "pdl") {
@@ -297,7 +315,7 @@ DecodeConfig apply_overrides(DecodeConfig c, const std::string& spec) {
 
 size_t decode_workspace_floats(const DecodeConfig& c, int m, int n, int k) {
   m = std::min(m, 32);  // M > 32 runs as launches of at most 32 rows
-  if (c.kernel == DecodeKernel::kStream)  // ws[group + run][M][128] (runs: the grid's bound, or ceil(T/R))
+  if (is_stream_k(c.kernel))  // ws[group + run][M][128] (runs: the grid's bound, or ceil(T/R))
     return size_t(col_ctas(c, n) + (c.run > 0 ? stream_runs(c, n, k) : stream_grid(c, n, k, 0))) * size_t(m) * 128;
   const SplitPlan sp = split_plan(k, c.splits);
   return sp.splits > 1 ? size_t(sp.splits) * size_t(m) * size_t(n) : 0;
@@ -322,9 +340,11 @@ void decode_gemm(DecodeWeights f, const DecodeArgs& a, const DecodeConfig& c, cu
   const Variant& v = find_variant(f, a.group, c);
   if (c.kernel == DecodeKernel::kGemv)
     FUTR_CHECK(a.m == 1, "decode GEMM: the gemv kernel takes M = 1, got M = {}; use kernel=stream", a.m);
+  else if (c.kernel == DecodeKernel::kStreamK)
+    FUTR_CHECK(a.m <= 8, "decode GEMM: the sk kernel takes M <= 8, got M = {}; use kernel=skinny", a.m);
   else
     FUTR_CHECK(a.m <= 8 * c.mt, "decode GEMM: M = {} needs mt >= {} (got mt = {})", a.m, (a.m + 7) / 8, c.mt);
-  const bool stream = c.kernel == DecodeKernel::kStream;
+  const bool stream = is_stream_k(c.kernel);
   const SplitPlan sp = split_plan(a.k, stream ? 1 : c.splits);
   // The stream kernel's workspace is checked against its bound for c (the grid
   // may shrink below c.ctas to what is resident, never grow).

@@ -30,14 +30,15 @@
 
 namespace futr::cuda {
 
-enum class DecodeKernel { kGemv, kSkinny, kStream };
+enum class DecodeKernel { kGemv, kSkinny, kStream, kStreamK };
 
 // One launch configuration; every field can be overridden from the benchmark's
 // command line (apply_overrides).
 struct DecodeConfig {
   DecodeKernel kernel = DecodeKernel::kGemv;
   int tn = 2;       // weight tiles of 16 channels per warp (a CTA: 8 warps, 128 * tn channels)
-  int loads = 4;    // gemv: register-ring depth in k64 chunks (tn * loads 16-byte loads in flight)
+  int loads = 4;    // gemv: register-ring depth in k64 chunks (tn * loads 16-byte loads in flight);
+                    // sk: chunks per load batch
   int mt = 1;       // skinny: tiles of 8 rows of x (1: M <= 8, 2: M <= 16, 4: M <= 32)
   int splits = 1;   // gemv / skinny: K slices over gridDim.y (1 = no workspace)
   int ctas = 0;     // stream: grid size (0 = every CTA that can be resident; clamped to that)

@@ -247,6 +247,14 @@ TEST(W4A16, EveryCompiledVariant) {
       c.kernel = DecodeKernel::kStream, c.mt = mt, c.tn = tn, c.ctas = ctas, c.run = run;
       vs.push_back({int4, g, c});
     }
+  // The stream-K gemv (M <= 8): every batch size and grids that cut groups.
+  for (int g : {128, 64})
+    for (int u : {2, 4})
+      for (int ctas : {0, 1, 7, 97}) {
+        DecodeConfig c;
+        c.kernel = DecodeKernel::kStreamK, c.loads = u, c.ctas = ctas;
+        vs.push_back({true, g, c});
+      }
   for (int g : {128, 64}) {
     const int n = 1024 + 16 * 5, k = g == 64 ? 1472 : 1536;  // N not a multiple of the CTA's columns
     Layer L4 = make_layer(true, n, k, g, 3);
@@ -338,6 +346,11 @@ TEST(W4A16Small, GemvSkinnySplitK) {
     DecodeConfig c;
     c.kernel = DecodeKernel::kSkinny, c.mt = 2, c.tn = 1, c.splits = 3;
     check(L, 9, &c, name(s) + " forced split", test::tol::kW4A16);
+    DecodeConfig sk;
+    sk.kernel = DecodeKernel::kStreamK, sk.loads = 2, sk.ctas = 13;
+    check(L, 1, &sk, name(s) + " sk 13 CTAs", test::tol::kW4A16);
+    sk.loads = 4, sk.ctas = 0;
+    check(L, 7, &sk, name(s) + " sk resident grid", test::tol::kW4A16);
   }
   Layer L = make_layer(true, 2048, 2048, 128, 2);
   for (int m : {1, 3, 32}) check(L, m, nullptr, "Llama-3.2-1B o", test::tol::kW4A16);
@@ -413,7 +426,7 @@ TEST(W4A16Invalid, ShapesAndConfigsAreRejected) {
   misaligned.x = fake + 2;
   rejects([&] { cuda::decode_gemm(DecodeWeights::kInt4, misaligned, gemv, nullptr); }, "aligned");
   rejects([&] { cuda::apply_overrides(gemv, "tiles=3"); }, "unknown key");
-  rejects([&] { cuda::apply_overrides(gemv, "kernel=fast"); }, "gemv, skinny or stream");
+  rejects([&] { cuda::apply_overrides(gemv, "kernel=fast"); }, "gemv, skinny, stream or sk");
   rejects([&] { cuda::apply_overrides(gemv, "pdl=2"); }, "expected 0 or 1");
   DecodeConfig st;
   st.kernel = DecodeKernel::kStream, st.mt = 1, st.tn = 1;

@@ -259,4 +259,82 @@ __device__ __forceinline__ void store_output(const DecodeParams& p, const float 
   if (threadIdx.x == 0) p.counters[blockIdx.x] = 0u;  // re-arm for the next launch
 }
 
+// ---- stream-K (sm90_w4a16_stream, sm90_w4a16_sk) -------------------------------
+// First item of CTA i of P over T items, and the CTA that owns item t.
+__device__ __forceinline__ int stream_first(int i, int total, int ctas) {
+  return int((long long)i * total / ctas);
+}
+__device__ __forceinline__ int stream_owner(int t, int total, int ctas) {
+  return int(((long long)(t + 1) * ctas - 1) / total);
+}
+
+// The segment epilogue.
+// A CTA finished a segment of tile group `grp` (gt tiles; this warp owns tiles
+// wtile .. wtile + TM - 1 of it). whole: the segment covered all of K, so y is
+// written directly. Otherwise the partial goes to ws[seg][M][128]; the last of
+// the group's contributors c_first..c_last (the arrival counter of the group)
+// sums the partials ws[grp + c_first .. grp + c_last] in order (deterministic),
+// writes y and re-arms the counter. sync() is a barrier over every thread that
+// calls this (thread 0 among them); s_last one word of shared memory. acc is
+// zeroed for the next segment.
+template <class WF, int MT, int TM, class Sync>
+__device__ __forceinline__ void segment_store(const DecodeParams& p, float (&acc)[TM][MT][4], int grp, int gt,
+                                              int wtile, bool whole, int seg, int c_first, int c_last,
+                                              uint32_t* s_last, Sync sync, int g, int c) {
+  bool tok[TM];
+  float cs[TM][2];  // per-channel scales of the E4M3 path
+#pragma unroll
+  for (int tm = 0; tm < TM; ++tm) {
+    tok[tm] = wtile + tm < gt;
+    cs[tm][0] = cs[tm][1] = 1.f;
+    if constexpr (!WF::kGroupScales)
+      if (tok[tm]) {
+        const float* sp =
+            static_cast<const float*>(p.scales) + size_t(grp * layout::kTileGroup + wtile + tm) * layout::kTileN + g;
+        cs[tm][0] = sp[0], cs[tm][1] = sp[8];
+      }
+  }
+  auto chan = [&](int tm, int i) { return (wtile + tm) * layout::kTileN + g + 8 * (i / 2); };  // in the group
+  auto row_of = [&](int mt, int i) { return 8 * mt + 2 * c + (i % 2); };
+  auto store_y = [&](int tm, int mt, int i, float v) {
+    p.y[size_t(row_of(mt, i)) * p.n + size_t(grp) * 128 + chan(tm, i)] = __float2bfloat16_rn(v * cs[tm][i / 2]);
+  };
+  auto part = [&](int sg, int tm, int mt, int i) -> float* {
+    return p.ws + (size_t(sg) * p.m + row_of(mt, i)) * 128 + chan(tm, i);
+  };
+#pragma unroll
+  for (int tm = 0; tm < TM; ++tm)
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        if (tok[tm] && row_of(mt, i) < p.m) {
+          if (whole) store_y(tm, mt, i, acc[tm][mt][i]);
+          else *part(seg, tm, mt, i) = acc[tm][mt][i];
+        }
+        acc[tm][mt][i] = 0.f;
+      }
+  if (whole) return;
+  // NOTE: release: every thread's partials are visible device-wide before the
+  // counter moves; the last contributor's fence orders its reads after the atomic.
+  __threadfence();
+  sync();
+  if (threadIdx.x == 0) *s_last = atomicAdd(&p.counters[grp], 1u) == uint32_t(c_last - c_first);
+  sync();
+  if (!*s_last) return;
+  __threadfence();
+#pragma unroll
+  for (int tm = 0; tm < TM; ++tm)
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        if (tok[tm] && row_of(mt, i) < p.m) {
+          float sum = 0.f;
+          for (int r = c_first; r <= c_last; ++r) sum += ptx::ld_l2_f32(part(grp + r, tm, mt, i));
+          store_y(tm, mt, i, sum);
+        }
+  if (threadIdx.x == 0) p.counters[grp] = 0u;  // re-arm for the next launch
+}
+
 }  // namespace futr::device

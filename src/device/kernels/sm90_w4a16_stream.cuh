@@ -77,13 +77,6 @@ struct StreamShape {
   static_assert(kStageBytes % 16 == 0, "stages must stay 16-byte aligned for cp.async.bulk");
 };
 
-// Stream-K: first item of CTA i of P over T items, and the CTA that owns item t.
-__device__ __forceinline__ int stream_first(int i, int total, int ctas) {
-  return int((long long)i * total / ctas);
-}
-__device__ __forceinline__ int stream_owner(int t, int total, int ctas) {
-  return int(((long long)(t + 1) * ctas - 1) / total);
-}
 
 // The items of one CTA, run by run: run index (stream-K: the CTA; round-robin:
 // its runs i, i + P, ...), the current item and the end of its run.
@@ -340,82 +333,10 @@ __global__ void __launch_bounds__(StreamShape<WF, MT, TM>::kThreads, MT == 1 ? 3
     const bool seg_end = this_blk + 1 == nblk || cur.done || cur.run != prev_run;
     if (!seg_end) continue;
     first_blk = blk, seg_run = cur.run;
-    int tile[TM];
-    bool tok[TM];
-#pragma unroll
-    for (int tm = 0; tm < TM; ++tm) {
-      tile[tm] = this_grp * layout::kTileGroup + warp * TM + tm;
-      tok[tm] = warp * TM + tm < gt;
-    }
-    float cs[TM][2];  // per-channel scales of the E4M3 path
-#pragma unroll
-    for (int tm = 0; tm < TM; ++tm) {
-      cs[tm][0] = cs[tm][1] = 1.f;
-      if constexpr (!WF::kGroupScales)
-        if (tok[tm]) {
-          const float* sp = static_cast<const float*>(p.scales) + size_t(tile[tm]) * layout::kTileN + g;
-          cs[tm][0] = sp[0], cs[tm][1] = sp[8];
-        }
-    }
-    auto chan = [&](int tm, int i) { return (warp * TM + tm) * layout::kTileN + g + 8 * (i / 2); };  // in group
-    auto row_of = [&](int mt, int i) { return 8 * mt + 2 * c + (i % 2); };
-    auto store_y = [&](int tm, int mt, int i, float v) {
-      p.y[size_t(row_of(mt, i)) * p.n + size_t(this_grp) * 128 + chan(tm, i)] =
-          __float2bfloat16_rn(v * cs[tm][i / 2]);
-    };
-    auto reset = [&]() {
-#pragma unroll
-      for (int tm = 0; tm < TM; ++tm)
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) acc[tm][mt][i] = 0.f;
-    };
-    if (this_first == 0 && this_blk + 1 == nblk) {  // the whole group: no partials
-#pragma unroll
-      for (int tm = 0; tm < TM; ++tm)
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-          for (int i = 0; i < 4; ++i)
-            if (tok[tm] && row_of(mt, i) < p.m) store_y(tm, mt, i, acc[tm][mt][i]);
-      reset();
-      continue;
-    }
-    // Partial: ws[seg][M][128] with seg = grp + cta (unique per (group, contributor)).
-    auto part = [&](int seg, int tm, int mt, int i) -> float* {
-      return p.ws + (size_t(seg) * p.m + row_of(mt, i)) * 128 + chan(tm, i);
-    };
-#pragma unroll
-    for (int tm = 0; tm < TM; ++tm)
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-          if (tok[tm] && row_of(mt, i) < p.m) *part(this_grp + this_run, tm, mt, i) = acc[tm][mt][i];
-    reset();
-    const int c_first = run_of(this_grp * nblk, total, R);
-    const int c_last = run_of(this_grp * nblk + nblk - 1, total, R);
-    // NOTE: release: every consumer's partials are visible device-wide before the
-    // counter moves; the last contributor's fence orders its reads after the atomic.
-    __threadfence();
-    ptx::bar_sync(1, kCThreads);
-    if (threadIdx.x == 0) *s_last = atomicAdd(&p.counters[this_grp], 1u) == uint32_t(c_last - c_first);
-    ptx::bar_sync(1, kCThreads);
-    if (!*s_last) continue;
-    __threadfence();
-#pragma unroll
-    for (int tm = 0; tm < TM; ++tm)
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-          if (tok[tm] && row_of(mt, i) < p.m) {
-            float sum = 0.f;
-            for (int r = c_first; r <= c_last; ++r) sum += ptx::ld_l2_f32(part(this_grp + r, tm, mt, i));
-            store_y(tm, mt, i, sum);
-          }
-    if (threadIdx.x == 0) p.counters[this_grp] = 0u;  // re-arm for the next launch
+    segment_store<WF, MT, TM>(p, acc, this_grp, gt, warp * TM, this_first == 0 && this_blk + 1 == nblk,
+                              this_grp + this_run, run_of(this_grp * nblk, total, R),
+                              run_of(this_grp * nblk + nblk - 1, total, R), s_last,
+                              [] { ptx::bar_sync(1, kCThreads); }, g, c);
   }
 }
 
