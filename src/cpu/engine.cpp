@@ -107,7 +107,13 @@ runtime::StepResult CpuEngine::step(std::span<const BatchRow> rows) {
     Slot& s = slots_[size_t(slot)];
     tokens.clear();
     for (int i = run.begin; i < run.end; ++i) tokens.push_back(rows[size_t(i)].token);
-    const Tensor logits = forward().eval(*s.cache, tokens, run.first_out - run.begin);
+    Tensor logits;
+    try {
+      logits = forward().eval(*s.cache, tokens, run.first_out - run.begin);
+    } catch (...) {
+      table_.set_length(slot, s.cache->length());  // the table follows the cache, whatever it kept
+      throw;
+    }
     table_.set_length(slot, s.cache->length());
     for (int i = run.first_out; i < run.end; ++i) {
       const BatchRow& row = rows[size_t(i)];
