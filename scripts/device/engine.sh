@@ -12,7 +12,9 @@
 #     static OpenBLAS is most of their 32 MB);
 #   - the binaries' compiled-in paths (/work/main/...) point at this checkout
 #     through a symlink; the perplexity text is .devcarry/wiki.test.raw.
-#   usage: scripts/device/engine.sh [tests|cli|all] [max_tokens]
+# `bench`: futr bench on SmolLM2 (GPU and CPU int4) and on the synthetic
+# Llama shapes (1B, 8B, 70B) on the GPU, graphs on and off: bench_*.json.
+#   usage: scripts/device/engine.sh [tests|cli|bench|all] [max_tokens]
 set -u
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}
 OUT=${OUT:-/tmp/engine_out}
@@ -35,11 +37,22 @@ for z in .devcarry/bin/*.xz; do b=.devcarry/run/$(basename "$z" .xz); [ -x "$b" 
 B=.devcarry/run
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee -a "$SUM"
 
-STEP_GREP='PASSED|FAILED|largest|perplexity kv|"ppl"|Paris|futr: engine'
+STEP_GREP='PASSED|FAILED|largest|perplexity kv|"ppl"|Paris|futr: engine|\| (decode|tg[0-9]|pp[0-9])'
 . "$(dirname "$0")/common.sh"
 
 if [[ $MODE == all || $MODE == tests ]]; then
+  step logits_reduce_test 120 "$B/logits_reduce_test"
   step gpu_engine_test 400 "$B/gpu_engine_test"
+fi
+if [[ $MODE == all || $MODE == bench ]]; then
+  step bench_smollm2_gpu 300 "$B/futr" bench --model "$M" --backend gpu -p 128 -n 64 -b 1,16,32 --ctx-list 0,1024 \
+    -r 3 --json "$OUT/bench_smollm2_gpu.json"
+  step bench_smollm2_gpu_eager 300 "$B/futr" bench --model "$M" --backend gpu --graphs 0 -p 0 -n 64 -b 1,16 \
+    --ctx-list 1024 -r 3 --json "$OUT/bench_smollm2_gpu_eager.json"
+  for s in llama-3.2-1b llama-3.1-8b llama-3.1-70b; do
+    step "bench_${s}_gpu" 400 "$B/futr" bench --synthetic "$s" --backend gpu -p 0 -n 32 -b 1,16,32 --ctx-list 0,1024 \
+      -r 3 --json "$OUT/bench_${s}.json"
+  done
 fi
 if [[ $MODE == all || $MODE == cli ]]; then
   P="The capital of France is"

@@ -9,5 +9,6 @@ namespace futr::cli {
 void add_generate_command(CLI::App& app);    // cli/generate.cpp
 void add_perplexity_command(CLI::App& app);  // cli/perplexity.cpp
 void add_chat_command(CLI::App& app);        // cli/chat.cpp
+void add_bench_command(CLI::App& app);       // cli/bench.cpp
 
 }  // namespace futr::cli

@@ -3,6 +3,7 @@
 //   futr generate [PROMPT]      continue a prompt (cli/generate.cpp)
 //   futr chat                   a conversation, one line per turn (cli/chat.cpp)
 //   futr perplexity [FILE]      perplexity on a text (cli/perplexity.cpp)
+//   futr bench                  prompt / generation tokens/s, decode step times (cli/bench.cpp)
 //   futr info [MODEL]           model config and tensors (cli/info_command.h, if built)
 //   futr quantize -o OUT.futr   quantize a model into a .futr file (cli/quantize.cpp)
 //   futr serve                  OpenAI-compatible HTTP server (cli/serve_command.h, if built)
@@ -40,6 +41,7 @@ int main(int argc, char** argv) {
   futr::cli::add_generate_command(app);
   futr::cli::add_chat_command(app);
   futr::cli::add_perplexity_command(app);
+  futr::cli::add_bench_command(app);
   futr::cli::add_quantize_command(app);
 #if FUTR_HAVE_INFO_COMMAND
   add_info_command(app);

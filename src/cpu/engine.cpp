@@ -58,71 +58,43 @@ CpuEngine::CpuEngine(const Model& model, std::shared_ptr<const quant::QuantizedW
   info_.max_step_tokens = o.max_step_tokens;
   info_.weights = o.weights;
   info_.kv = o.kv;
+  table_ = runtime::SequenceTable(o.max_seqs, info_.ctx);
   slots_.resize(size_t(o.max_seqs));
   slots_[0].cache = &forward().cache();
 }
 
 CpuEngine::~CpuEngine() = default;
 
-CpuEngine::Slot& CpuEngine::slot_of(SeqId id) {
-  const auto it = index_.find(id);
-  FUTR_CHECK(it != index_.end(), "sequence {} is not open", id);
-  return slots_[size_t(it->second)];
-}
-
-const CpuEngine::Slot& CpuEngine::slot_of(SeqId id) const {
-  const auto it = index_.find(id);
-  FUTR_CHECK(it != index_.end(), "sequence {} is not open", id);
-  return slots_[size_t(it->second)];
-}
-
 void CpuEngine::open(SeqId id, const runtime::SamplerConfig& sampling) {
-  FUTR_CHECK(!is_open(id), "sequence {} is already open", id);
-  FUTR_CHECK(free_sequences() > 0, "cannot open sequence {}: all {} sequences are in use", id,
-             info_.max_seqs);
-  runtime::Sampler sampler(sampling);  // validates before anything changes
-  size_t s = 0;
-  while (slots_[s].open) ++s;
-  Slot& slot = slots_[s];
+  const int s = table_.open(id, sampling);  // checks (id, free slot, sampler) before anything changes
+  Slot& slot = slots_[size_t(s)];
   if (!slot.cache) {
     const ModelConfig& c = model_.config;
-    slot.own = std::make_unique<KvCache>(make_kv_storage(c, opt_.ctx, opt_.kv, opt_.kv_block));
+    try {
+      slot.own = std::make_unique<KvCache>(make_kv_storage(c, opt_.ctx, opt_.kv, opt_.kv_block));
+    } catch (...) {
+      table_.close(id);  // out of memory: the sequence was not opened
+      throw;
+    }
     slot.cache = slot.own.get();
   }
   slot.cache->clear();
-  slot.sampler.emplace(std::move(sampler));
-  slot.open = true;
-  index_.emplace(id, int(s));
 }
 
 void CpuEngine::truncate(SeqId id, int len) {
-  Slot& s = slot_of(id);
-  FUTR_CHECK(len >= 0 && len <= s.cache->length(),
-             "cannot truncate sequence {} of {} positions to {}", id, s.cache->length(), len);
-  s.cache->truncate(len);
+  const int s = table_.truncate(id, len);
+  slots_[size_t(s)].cache->truncate(len);
 }
 
-void CpuEngine::close(SeqId id) {
-  Slot& s = slot_of(id);
-  s.cache->clear();
-  s.sampler.reset();
-  s.open = false;
-  index_.erase(id);
-}
+void CpuEngine::close(SeqId id) { slots_[size_t(table_.close(id))].cache->clear(); }
 
-int CpuEngine::length(SeqId id) const { return slot_of(id).cache->length(); }
+int CpuEngine::length(SeqId id) const { return table_.length(id); }
 
-int64_t CpuEngine::free_positions() const {
-  int64_t free = int64_t(free_sequences()) * info_.ctx;
-  for (const auto& [id, s] : index_) free += info_.ctx - slots_[size_t(s)].cache->length();
-  return free;
-}
+int64_t CpuEngine::free_positions() const { return table_.free_positions(); }
 
 runtime::StepResult CpuEngine::step(std::span<const BatchRow> rows) {
-  const runtime::BatchPlan plan = runtime::plan_batch(rows, info_, [&](SeqId id) {
-    const auto it = index_.find(id);
-    return it == index_.end() ? -1 : slots_[size_t(it->second)].cache->length();
-  });
+  const runtime::BatchPlan plan =
+      runtime::plan_batch(rows, info_, [&](SeqId id) { return table_.length_or_closed(id); });
   const size_t V = size_t(info_.vocab);
   runtime::StepResult r;
   if (plan.n_logits > 0) r.logits = Tensor({int64_t(plan.n_logits), int64_t(V)});
@@ -131,10 +103,18 @@ runtime::StepResult CpuEngine::step(std::span<const BatchRow> rows) {
   std::vector<int32_t> tokens;
   int64_t logit_row = 0;
   for (const runtime::SeqRun& run : plan.runs) {
-    Slot& s = slot_of(run.seq);
+    const int slot = table_.slot(run.seq);
+    Slot& s = slots_[size_t(slot)];
     tokens.clear();
     for (int i = run.begin; i < run.end; ++i) tokens.push_back(rows[size_t(i)].token);
-    const Tensor logits = forward().eval(*s.cache, tokens, run.first_out - run.begin);
+    Tensor logits;
+    try {
+      logits = forward().eval(*s.cache, tokens, run.first_out - run.begin);
+    } catch (...) {
+      table_.set_length(slot, s.cache->length());  // the table follows the cache, whatever it kept
+      throw;
+    }
+    table_.set_length(slot, s.cache->length());
     for (int i = run.first_out; i < run.end; ++i) {
       const BatchRow& row = rows[size_t(i)];
       const std::span<const float> z(logits.row(i - run.first_out), V);
@@ -143,7 +123,7 @@ runtime::StepResult CpuEngine::step(std::span<const BatchRow> rows) {
         case RowOutput::kLogits:
           std::memcpy(r.logits.row(logit_row++), z.data(), V * sizeof(float));
           break;
-        case RowOutput::kToken: r.tokens.push_back(s.sampler->sample(z)); break;
+        case RowOutput::kToken: r.tokens.push_back(table_.sampler(slot).sample(z)); break;
         case RowOutput::kLogprob: r.logprobs.push_back(-runtime::token_nll(z, row.target)); break;
       }
     }
@@ -154,13 +134,13 @@ runtime::StepResult CpuEngine::step(std::span<const BatchRow> rows) {
 nlohmann::json CpuEngine::stats() const {
   nlohmann::json j;
   int64_t used = 0, bytes = 0;
-  for (const auto& [id, s] : index_) used += slots_[size_t(s)].cache->length();
+  used = table_.positions_used();
   for (const Slot& s : slots_)
     if (s.cache) bytes += s.cache->storage().bytes();
   j["engine"] = info_.name;
   j["weights"] = to_string(info_.weights);
   j["kv"] = to_string(info_.kv);
-  j["sequences_open"] = index_.size();
+  j["sequences_open"] = table_.open_count();
   j["max_seqs"] = info_.max_seqs;
   j["ctx"] = info_.ctx;
   j["kv_positions_used"] = used;

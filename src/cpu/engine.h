@@ -3,10 +3,11 @@
 // quantized reference (cpu::QuantForward: BF16 / FP8 / INT4 weights, BF16 /
 // INT4 / rotated INT4 KV storage, docs/QUANTIZATION.md).
 //
-// Sequences: up to max_seqs open at once, each in a slot with its own KV
-// cache of ctx positions (allocated when the slot is first used, kept for the
-// next sequence) and its own Sampler. The weights, the RoPE table and the
-// activation buffers are shared (one Forward).
+// Sequences: up to max_seqs open at once (runtime::SequenceTable: ids, slots,
+// lengths, samplers, the misuse checks), each slot with its own KV cache of
+// ctx positions (allocated when the slot is first used, kept for the next
+// sequence). The weights, the RoPE table and the activation buffers are
+// shared (one Forward).
 //
 // A step: runtime::plan_batch() checks every row first (misuse changes
 // nothing), then each run of rows (one sequence) is one Forward::eval() on
@@ -37,6 +38,7 @@
 #include "quant/delayed_scaling.h"
 #include "quant/quantized_model.h"
 #include "runtime/engine.h"
+#include "runtime/sequence_table.h"
 
 namespace futr::cpu {
 
@@ -64,11 +66,11 @@ class CpuEngine final : public runtime::Engine {
   void open(runtime::SeqId id, const runtime::SamplerConfig& sampling = {}) override;
   void truncate(runtime::SeqId id, int len) override;
   void close(runtime::SeqId id) override;
-  bool is_open(runtime::SeqId id) const override { return index_.count(id) != 0; }
+  bool is_open(runtime::SeqId id) const override { return table_.is_open(id); }
   int length(runtime::SeqId id) const override;
   runtime::StepResult step(std::span<const runtime::BatchRow> rows) override;
   int64_t free_positions() const override;
-  int free_sequences() const override { return info_.max_seqs - int(index_.size()); }
+  int free_sequences() const override { return table_.free_sequences(); }
   const runtime::EngineInfo& info() const override { return info_; }
   nlohmann::json stats() const override;
 
@@ -82,19 +84,15 @@ class CpuEngine final : public runtime::Engine {
   struct Slot {
     std::unique_ptr<KvCache> own;  // the slot's cache (slot 0 uses the Forward's own)
     KvCache* cache = nullptr;      // null until first used
-    std::optional<runtime::Sampler> sampler;
-    bool open = false;
   };
-  Slot& slot_of(runtime::SeqId id);
-  const Slot& slot_of(runtime::SeqId id) const;
 
   const Model& model_;
   CpuEngineOptions opt_;
   std::unique_ptr<Forward> fp32_;        // the FP32 reference, or
   std::unique_ptr<QuantForward> quant_;  // the quantized reference
   runtime::EngineInfo info_;
-  std::vector<Slot> slots_;                          // [max_seqs]
-  std::unordered_map<runtime::SeqId, int> index_;    // open id -> slot
+  runtime::SequenceTable table_;  // ids -> slots, lengths (== the slot caches' lengths), samplers
+  std::vector<Slot> slots_;       // [max_seqs]
 };
 
 }  // namespace futr::cpu

@@ -2,9 +2,11 @@
 #include "cuda/decode_ops.h"
 
 #include <algorithm>
+#include <cstddef>
 
 #include "core/error.h"
 #include "cuda/check.h"
+#include "device/kernels/sm90_logits_reduce.cuh"
 #include "device/kernels/sm90_rmsnorm.cuh"
 #include "device/kernels/sm90_rope.cuh"
 #include "device/kernels/sm90_swiglu.cuh"
@@ -44,6 +46,31 @@ void swiglu(const void* gu, void* out, int rows, int I, cudaStream_t s) {
   device::SwigluParams p{static_cast<const uint16_t*>(gu), static_cast<uint16_t*>(out), rows, I};
   const long n = long(rows) * I;
   device::sm90_swiglu_kernel<<<unsigned(std::min<long>((n + 255) / 256, 4096)), 256, 0, s>>>(p);
+  FUTR_CUDA_CHECK(cudaGetLastError());
+}
+
+// The host and device row layouts are one layout (the engine copies the device array back as is).
+static_assert(sizeof(LogitsRowStats) == sizeof(device::LogitsRowStats) &&
+                  offsetof(LogitsRowStats, lse) == offsetof(device::LogitsRowStats, lse) &&
+                  offsetof(LogitsRowStats, logprob) == offsetof(device::LogitsRowStats, logprob) &&
+                  offsetof(LogitsRowStats, max) == offsetof(device::LogitsRowStats, max) &&
+                  offsetof(LogitsRowStats, argmax) == offsetof(device::LogitsRowStats, argmax) &&
+                  offsetof(LogitsRowStats, nonfinite) == offsetof(device::LogitsRowStats, nonfinite),
+              "cuda::LogitsRowStats must mirror device::LogitsRowStats");
+
+void logits_reduce(const LogitsReduceArgs& a, cudaStream_t s) {
+  FUTR_CHECK(a.vocab >= 1 && a.rows >= 0, "logits reduce: vocab {} rows {}", a.vocab, a.rows);
+  const int64_t ld = a.ld ? a.ld : a.vocab;
+  FUTR_CHECK(ld >= a.vocab, "logits reduce: row stride {} below the vocabulary {}", ld, a.vocab);
+  FUTR_CHECK(a.logits && a.out, "logits reduce: a pointer is null");
+  if (a.rows == 0) return;
+  device::LogitsReduceParams p;
+  p.logits = a.logits;
+  p.ld = ld;
+  p.vocab = a.vocab;
+  p.targets = a.targets;
+  p.out = reinterpret_cast<device::LogitsRowStats*>(a.out);
+  device::sm90_logits_reduce_kernel<<<unsigned(a.rows), device::kLogitsThreads, 0, s>>>(p);
   FUTR_CUDA_CHECK(cudaGetLastError());
 }
 

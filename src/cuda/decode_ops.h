@@ -1,8 +1,11 @@
 // Launchers of the decode path's small kernels (the GEMMs are cuda/w4a16.h and
 // cuBLASLt, attention cuda/decode_attention.h): the residual + RMSNorm step
-// (with the embedding gather), RoPE in place, SwiGLU. Graph-capturable.
-// Kernels: src/device/kernels/sm90_{rmsnorm,rope,swiglu}.cuh; their CPU
-// reference is cpu/ops.h. Test: tests/device/decode_ops_test.cpp.
+// (with the embedding gather), RoPE in place, SwiGLU, and the logits
+// reductions of the step's output rows (argmax, log-sum-exp, log p(target)).
+// Graph-capturable. Kernels: src/device/kernels/sm90_{rmsnorm,rope,swiglu,
+// logits_reduce}.cuh; their CPU references are cpu/ops.h and
+// cpu/ref/logits_reduce_ref.h. Tests: tests/device/decode_ops_test.cpp,
+// tests/device/logits_reduce_test.cpp.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -30,5 +33,25 @@ void rope(void* x, int64_t ld, const int* pos, const float* cos, const float* si
 
 // out[rows][I] = bf16(silu(gate) * up) of gu[rows][2I] (gate columns first).
 void swiglu(const void* gu, void* out, int rows, int I, cudaStream_t s);
+
+// One row's reductions (layout of device::LogitsRowStats; see
+// sm90_logits_reduce.cuh for the exact rules on ties, -inf and NaN).
+struct LogitsRowStats {
+  double lse = 0;      // log sum_i exp(z_i)
+  double logprob = 0;  // z[target] - lse (0 without a target)
+  float max = 0;       // max_i z_i
+  int argmax = 0;      // lowest id reaching max
+  int nonfinite = 0;   // NaN or +inf entries
+  int pad = 0;
+};
+
+struct LogitsReduceArgs {
+  const float* logits = nullptr;  // [rows][ld] FP32 device
+  int64_t ld = 0;                 // 0: vocab
+  int vocab = 0, rows = 0;
+  const int* targets = nullptr;   // [rows] device, < 0: no target; null: none has one
+  LogitsRowStats* out = nullptr;  // [rows] device
+};
+void logits_reduce(const LogitsReduceArgs& a, cudaStream_t s);
 
 }  // namespace futr::cuda

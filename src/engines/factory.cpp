@@ -14,6 +14,7 @@
 #include "gpu/engine.h"
 #endif
 #include "formats/futr_file.h"
+#include "model/synthetic.h"
 #include "runtime/calibration.h"
 
 namespace futr {
@@ -41,6 +42,44 @@ std::string gpu_engine_unavailable_reason() {
 #endif
   std::replace(why.begin(), why.end(), '\n', ' ');
   return why.empty() ? "" : "no GPU: " + why;
+}
+
+std::unique_ptr<runtime::Engine> make_synthetic_engine(const std::string& name, const runtime::RuntimeConfig& c,
+                                                       uint64_t seed, std::unique_ptr<Model>& host_model,
+                                                       const runtime::EngineLog& log) {
+  const ModelConfig config = synthetic_config(name);  // refuses unknown names first
+  const std::string no_gpu = gpu_engine_unavailable_reason();
+  const bool gpu_formats = (c.weights == WeightFormat::kAuto || c.weights == WeightFormat::kInt4) &&
+                           c.kv != KvFormat::kFp32;
+  const bool use_gpu = c.engine == runtime::EngineKind::kGpu ||
+                       (c.engine == runtime::EngineKind::kAuto && no_gpu.empty() && gpu_formats);
+  if (!use_gpu) {
+    FUTR_CHECK(name == "tiny" || c.engine != runtime::EngineKind::kAuto || no_gpu.empty(),
+               "--synthetic {}: its weights are generated on the GPU, and there is none here ({}); on the CPU only "
+               "--synthetic tiny exists", name, no_gpu);
+    host_model = std::make_unique<Model>(synthetic_host_model(name, seed));
+    return runtime::make_engine(*host_model, c, log);
+  }
+  FUTR_CHECK(no_gpu.empty(), "--synthetic {} --backend gpu: {} (use --backend cpu with --synthetic tiny)", name,
+             no_gpu);
+  FUTR_CHECK(gpu_formats, "--synthetic {} on the GPU runs int4 weights with a bf16, int4 or int4-rot KV cache (asked: "
+             "--weights {} --kv {})", name, to_string(c.weights), to_string(c.kv));
+  FUTR_CHECK(!c.quant_given && !c.act_order, "--synthetic: the weights are drawn directly as INT4; --quant and "
+             "--act-order do not apply");
+#if FUTR_HAVE_CUDA
+  if (log) log(fmt::format("engine gpu, synthetic {} (random int4 weights drawn on the device, seed {})", name, seed));
+  gpu::GpuEngineOptions go;
+  go.kv = c.kv == KvFormat::kAuto ? KvFormat::kBf16 : c.kv;
+  FUTR_CHECK(c.kv_block == 0 || go.kv == KvFormat::kInt4Rot, "--kv-block applies to --kv int4-rot");
+  go.kv_block = c.kv_block ? c.kv_block : std::min(runtime::kDefaultKvBlock, config.head_dim);
+  go.ctx = c.ctx;
+  go.max_seqs = c.max_seqs > 0 ? c.max_seqs : gpu::GpuEngine::kMaxMicroBatch;
+  go.max_step_tokens = c.max_step_tokens;
+  go.graphs = c.gpu_graphs;
+  return std::make_unique<gpu::GpuEngine>(config, seed, go);
+#else
+  fail("--synthetic {}: this build has no GPU engine", name);
+#endif
 }
 
 namespace {
@@ -170,6 +209,7 @@ std::unique_ptr<runtime::Engine> runtime::make_engine(const Model& model, const 
     go.ctx = c.ctx;
     go.max_seqs = c.max_seqs > 0 ? c.max_seqs : gpu::GpuEngine::kMaxMicroBatch;
     go.max_step_tokens = c.max_step_tokens;
+    go.graphs = c.gpu_graphs;
     return std::make_unique<gpu::GpuEngine>(model, std::move(q), go);
   }
 #endif

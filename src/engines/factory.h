@@ -21,7 +21,11 @@
 // make_engine() and by `futr quantize`).
 #pragma once
 
+#include <memory>
+#include <string>
+
 #include "cpu/quantize.h"
+#include "model/model.h"
 #include "runtime/config.h"
 #include "runtime/engine.h"
 
@@ -34,5 +38,16 @@ cpu::QuantizeOptions quantize_options(WeightFormat format, const runtime::Runtim
 // The one-line reason why `auto` does not pick the GPU engine ("the GPU engine
 // is not built yet" or "no GPU: <cuda::gpu_unavailable_reason()>"); "" when it does.
 std::string gpu_engine_unavailable_reason();
+
+// The engine of `--synthetic NAME` (model/synthetic.h): random weights of a
+// real model's shapes. The GPU engine (--backend gpu, or auto with a GPU)
+// draws every weight on the device, for any name; it runs int4 weights (auto
+// or int4) and a bf16/int4/int4-rot cache. The CPU engines get `tiny` only,
+// as a host model placed in `host_model` (which must outlive the engine) and
+// going through make_engine() like a loaded one; the others are refused with
+// the reason. `seed` draws the weights.
+std::unique_ptr<runtime::Engine> make_synthetic_engine(const std::string& name, const runtime::RuntimeConfig& c,
+                                                       uint64_t seed, std::unique_ptr<Model>& host_model,
+                                                       const runtime::EngineLog& log = {});
 
 }  // namespace futr::engines

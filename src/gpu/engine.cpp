@@ -2,23 +2,28 @@
 #include "gpu/engine.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <limits>
+#include <string>
 
 #include <fmt/format.h>
 
 #include "core/error.h"
-#include "model/projection.h"
 #include "core/numeric.h"
-#include "model/rope.h"
 #include "cuda/buffer.h"
 #include "cuda/check.h"
 #include "cuda/cublaslt.h"
 #include "cuda/decode_attention.h"
 #include "cuda/decode_ops.h"
 #include "cuda/device.h"
+#include "cuda/fill.h"
 #include "cuda/linear.h"
 #include "cuda/stream.h"
 #include "device/layout/kv_cache.cuh"
+#include "model/projection.h"
+#include "model/rope.h"
 #include "quant/int4_pack.h"
 #include "runtime/batch.h"
 #include "runtime/perplexity.h"
@@ -61,6 +66,56 @@ std::unique_ptr<cuda::W4Linear> fused(const quant::QuantizedWeights& q, const st
                                           GpuEngine::kMaxMicroBatch);
 }
 
+// A random INT4 layer drawn on the device: nibbles uniform over 0..15 (values
+// -8..7, standard deviation ~4.6) and FP16 group scales around
+// 1 / (4.6 sqrt(K)), so y = x W^T has about x's RMS for any K: the residual
+// stream of a synthetic model stays O(1) over 80 layers (no overflow, no NaN).
+std::unique_ptr<cuda::W4Linear> synthetic_linear(int n, int k, uint64_t seed, cudaStream_t s) {
+  const int group = k % 128 == 0 ? 128 : 64;
+  FUTR_CHECK(k % group == 0, "synthetic model: K {} is not a multiple of 64", k);
+  auto w = std::make_unique<cuda::W4Linear>(n, k, group, GpuEngine::kMaxMicroBatch);
+  cuda::fill_random(w->weights(), cuda::FillType::kU8, uint64_t(w->weight_bytes() - w->scale_bytes()), seed, 0, 0, s);
+  const float s0 = 1.0f / (4.6f * std::sqrt(float(k)));
+  cuda::fill_random(w->scales(), cuda::FillType::kF16, uint64_t(w->scale_bytes() / 2), seed + 1, 0.5f * s0, 1.5f * s0,
+                    s);
+  return w;
+}
+
+// Pinned host memory (the copies around a graph launch are asynchronous only
+// from page-locked memory).
+template <class T>
+class Pinned {
+ public:
+  Pinned() = default;
+  explicit Pinned(size_t n) : n_(n) {
+    FUTR_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&p_), std::max<size_t>(n, 1) * sizeof(T)));
+  }
+  ~Pinned() {
+    if (p_) cudaFreeHost(p_);
+  }
+  Pinned(Pinned&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  Pinned& operator=(Pinned&& o) noexcept {
+    std::swap(p_, o.p_);
+    std::swap(n_, o.n_);
+    return *this;
+  }
+  T* get() const { return p_; }
+  T& operator[](size_t i) const { return p_[i]; }
+  size_t size() const { return n_; }
+
+ private:
+  T* p_ = nullptr;
+  size_t n_ = 0;
+};
+
+// The row map's arrays in `ints` ([kMapRows][kMaxMicroBatch]).
+enum MapRow : int { kTok, kPos, kBase, kLen, kRow, kTarget, kMapRows };
+
+bool graphs_disabled_by_env() {
+  const char* e = std::getenv("FUTR_GPU_GRAPHS");
+  return e && std::string(e) == "0";
+}
+
 }  // namespace
 
 // ---- device state -------------------------------------------------------------------
@@ -80,7 +135,7 @@ struct GpuEngine::Impl {
   cuda::DeviceBuffer<uint16_t> embd;      // [vocab][H] BF16
   cuda::DeviceBuffer<uint16_t> lm_head;   // [vocab][H] BF16 (empty when tied: embd)
   cuda::DeviceBuffer<uint16_t> out_norm;  // [H]
-  cuda::DeviceBuffer<float> rope_cos, rope_sin;  // [ctx][D/2]
+  cuda::DeviceBuffer<float> rope_cos, rope_sin;  // [max(ctx, 32)][D/2]
   std::vector<Layer> layers;
   // Activations of one micro-step (kMaxMicroBatch rows).
   cuda::DeviceBuffer<float> x;        // [B][H] FP32 residual
@@ -91,71 +146,50 @@ struct GpuEngine::Impl {
   cuda::DeviceBuffer<uint16_t> gu;    // [B][2I]
   cuda::DeviceBuffer<uint16_t> sw;    // [B][I]
   cuda::DeviceBuffer<float> logits;   // [B][vocab]
-  cuda::DeviceBuffer<int> ints;       // [5][B]: tokens, positions, slot bases, kv lengths, row index
+  cuda::DeviceBuffer<int> ints;       // [kMapRows][B]: the row map (MapRow), the graphs' static input
+  cuda::DeviceBuffer<cuda::LogitsRowStats> row_stats;  // [B] the reductions' output
   cuda::DeviceBuffer<int> nonfinite;  // [1] append's count of non-finite K/V rows
   cuda::DeviceBuffer<float> attn_ws;
   cuda::DeviceBuffer<int> attn_counters;
   std::vector<cuda::AttentionConfig> attn_cfg;  // [B] for B = 1..kMaxMicroBatch (index B - 1)
+  // Host side of the copies around a micro-step (pinned).
+  Pinned<int> h_ints;                          // [kMapRows][B]
+  Pinned<cuda::LogitsRowStats> h_stats;        // [B]
+  Pinned<float> h_logits;                      // [B][vocab] (only the rows asked for are written)
+  Pinned<int> h_nonfinite;                     // [1]
+  // One graph per bucket (kBuckets order); warm: the bucket ran eagerly once.
+  std::array<cuda::Graph, kBuckets.size()> graphs;
+  std::array<bool, kBuckets.size()> warm{};
+  int last_bucket = 0;                         // the bucket of the last micro-step
   int num_slots = 0, slots_per_seq = 0;
+  int scratch_base = 0;                        // first slot of the padding rows' scratch region
   size_t kv_bytes = 0, weight_bytes = 0;
+  int64_t micro_steps = 0, graph_launches = 0, logits_rows_copied = 0, host_sampled = 0;
 };
+
+int GpuEngine::bucket_of(int rows) {
+  FUTR_ASSERT(rows >= 1 && rows <= kMaxMicroBatch);
+  for (int b : kBuckets)
+    if (b >= rows) return b;
+  return kMaxMicroBatch;
+}
 
 GpuEngine::GpuEngine(const Model& model, std::shared_ptr<const quant::QuantizedWeights> q,
                      const GpuEngineOptions& o)
-    : model_(model), opt_(o), impl_(std::make_unique<Impl>()) {
-  const ModelConfig& c = model.config;
-  const cuda::DeviceInfo& dev = cuda::require_device();
+    : config_(model.config), opt_(o), impl_(std::make_unique<Impl>()) {
+  const ModelConfig& c = config_;
   FUTR_CHECK(q && q->format == WeightFormat::kInt4,
              "GPU engine: runs INT4 weights (--weights int4, or a .futr file with INT4 weights)");
-  FUTR_CHECK(o.kv == KvFormat::kBf16 || o.kv == KvFormat::kInt4 || o.kv == KvFormat::kInt4Rot,
-             "GPU engine: KV cache {} is not supported (bf16, int4, int4-rot)", to_string(o.kv));
-  FUTR_CHECK(o.max_seqs >= 1 && o.max_seqs <= 4096, "the maximum number of sequences must be in 1..4096 (got {})",
-             o.max_seqs);
-  FUTR_CHECK(o.max_step_tokens >= 1 && o.max_step_tokens <= (1 << 20),
-             "the maximum tokens per step must be in 1..1048576 (got {})", o.max_step_tokens);
-  FUTR_CHECK(c.n_heads % c.n_kv_heads == 0, "GPU engine: {} heads over {} KV heads", c.n_heads, c.n_kv_heads);
-  opt_.ctx = o.ctx > 0 ? o.ctx : c.max_context;
-  FUTR_CHECK(opt_.ctx >= 1 && opt_.ctx <= (1 << 22), "--ctx {} out of range 1..4194304", opt_.ctx);
-  const bool int4 = o.kv != KvFormat::kBf16;
-  const int rot = o.kv == KvFormat::kInt4Rot ? o.kv_block : 0;
-  // Refuse what the kernels do not compile before allocating anything.
-  cuda::AttentionShape shape{1, c.n_kv_heads, c.n_heads / c.n_kv_heads, c.head_dim, int4, rot, opt_.ctx};
-  cuda::attention_heuristic(shape, dev.sm_count);
-
-  Impl& m = *impl_;
-  const int H = c.hidden, D = c.head_dim, q_dim = c.q_dim(), kv_dim = c.kv_dim(), I = c.intermediate;
-  const int B = kMaxMicroBatch;
-
-  // ---- KV cache: does it fit? ----------------------------------------------------
-  m.slots_per_seq = (opt_.ctx + layout::kKvSlotAlign - 1) / layout::kKvSlotAlign * layout::kKvSlotAlign;
-  const int64_t all_slots = int64_t(m.slots_per_seq) * o.max_seqs;
-  FUTR_CHECK(all_slots <= (int64_t(1) << 30), "GPU engine: {} sequences x ctx {} = {} KV slots, more than the "
-             "cache addresses (2^30); what fits: fewer sequences or a smaller --ctx", o.max_seqs, opt_.ctx, all_slots);
-  m.num_slots = int(all_slots);
-  const size_t per_slot = size_t(c.n_layers) * c.n_kv_heads *
-                          (size_t(D) * 2 * 2 + (int4 ? size_t(D) + 8 : 0));  // BF16 K+V, + nibbles and scales
-  m.kv_bytes = per_slot * size_t(m.num_slots);
-  size_t free_b = 0, total_b = 0;
-  FUTR_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
   size_t weights_est = 0;
   for (const auto& [name, t] : q->tensors) weights_est += size_t(t.n) * t.k / 2 + size_t(t.n) * (t.k / t.int4.group) * 2;
-  weights_est += size_t(c.vocab) * H * 2 * (c.tied_embeddings ? 1 : 2);
-  const size_t reserve = size_t(1) << 30;  // activations, workspaces, cuBLASLt, the CUDA context
-  if (m.kv_bytes + weights_est + reserve > free_b) {
-    const size_t room = free_b > weights_est + reserve ? free_b - weights_est - reserve : 0;
-    const long fit_seqs = long(room / (per_slot * size_t(m.slots_per_seq)));
-    const long fit_ctx = long(room / (per_slot * size_t(o.max_seqs))) / 16 * 16;
-    fail("GPU engine: the KV cache for {} sequences x ctx {} needs {:.1f} GiB, but {:.1f} GiB of GPU memory are "
-         "free after the weights ({:.1f} GiB); what fits: {} sequences at ctx {}, or ctx {} for {} sequences",
-         o.max_seqs, opt_.ctx, double(m.kv_bytes) / (1ull << 30), double(free_b) / (1ull << 30),
-         double(weights_est) / (1ull << 30), fit_seqs, opt_.ctx, fit_ctx, o.max_seqs);
-  }
+  weights_est += size_t(c.vocab) * c.hidden * 2 * (c.tied_embeddings ? 1 : 2);
+  init(fmt::format("int4 weights ({})", q->method), weights_est);
 
   // ---- weights --------------------------------------------------------------------
+  Impl& m = *impl_;
   m.embd = cuda::DeviceBuffer<uint16_t>(to_bf16(model.weights.tok_embd));
   if (!model.weights.lm_head.empty()) m.lm_head = cuda::DeviceBuffer<uint16_t>(to_bf16(model.weights.lm_head));
   m.out_norm = cuda::DeviceBuffer<uint16_t>(to_bf16(model.weights.out_norm));
-  m.layers.resize(size_t(c.n_layers));
   for (int l = 0; l < c.n_layers; ++l) {
     Impl::Layer& L = m.layers[size_t(l)];
     std::vector<ProjId> n;  // q k v o gate up down
@@ -167,6 +201,105 @@ GpuEngine::GpuEngine(const Model& model, std::shared_ptr<const quant::QuantizedW
     L.gate_up = fused(*q, {n[4], n[5]});
     L.down = fused(*q, {n[6]});
     m.weight_bytes += L.qkv->weight_bytes() + L.o->weight_bytes() + L.gate_up->weight_bytes() + L.down->weight_bytes();
+  }
+  FUTR_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+GpuEngine::GpuEngine(const ModelConfig& config, uint64_t seed, const GpuEngineOptions& o)
+    : config_(config), opt_(o), impl_(std::make_unique<Impl>()) {
+  const ModelConfig& c = config_;
+  c.validate("synthetic model");
+  const size_t per_layer = size_t(c.q_dim() + 2 * c.kv_dim()) * c.hidden + size_t(c.hidden) * c.q_dim() +
+                           size_t(3) * c.intermediate * c.hidden;
+  const size_t weights_est = size_t(c.n_layers) * per_layer * 17 / 32 +  // nibbles + FP16 scales per 128
+                             size_t(c.vocab) * c.hidden * 2 * (c.tied_embeddings ? 1 : 2);
+  init(fmt::format("synthetic int4 weights (seed {})", seed), weights_est);
+
+  // ---- weights, drawn on the device ------------------------------------------------
+  Impl& m = *impl_;
+  cudaStream_t st = m.stream;
+  const int H = c.hidden;
+  uint64_t sd = seed * 0x9e3779b97f4a7c15ull + 17;
+  auto next = [&] { return sd += 0x632be59bd9b4e019ull; };
+  auto bf16 = [&](size_t n, float lo, float hi) {
+    cuda::DeviceBuffer<uint16_t> b(n);
+    cuda::fill_random(b.get(), cuda::FillType::kBF16, n, next(), lo, hi, st);
+    return b;
+  };
+  m.embd = bf16(size_t(c.vocab) * H, -1.0f, 1.0f);
+  // The head's rows of RMS ~1/sqrt(H) give logits of RMS ~1 for normalized inputs.
+  const float head = std::sqrt(3.0f / float(H));
+  if (!c.tied_embeddings) m.lm_head = bf16(size_t(c.vocab) * H, -head, head);
+  m.out_norm = bf16(size_t(H), 0.8f, 1.2f);
+  for (int l = 0; l < c.n_layers; ++l) {
+    Impl::Layer& L = m.layers[size_t(l)];
+    L.attn_norm = bf16(size_t(H), 0.8f, 1.2f);
+    L.ffn_norm = bf16(size_t(H), 0.8f, 1.2f);
+    L.qkv = synthetic_linear(c.q_dim() + 2 * c.kv_dim(), H, next(), st);
+    L.o = synthetic_linear(H, c.q_dim(), next(), st);
+    L.gate_up = synthetic_linear(2 * c.intermediate, H, next(), st);
+    L.down = synthetic_linear(H, c.intermediate, next(), st);
+    m.weight_bytes += L.qkv->weight_bytes() + L.o->weight_bytes() + L.gate_up->weight_bytes() + L.down->weight_bytes();
+  }
+  FUTR_CUDA_CHECK(cudaStreamSynchronize(st));
+  FUTR_CUDA_CHECK(cudaGetLastError());
+}
+
+void GpuEngine::init(const std::string& weights_what, size_t weights_est) {
+  const ModelConfig& c = config_;
+  const GpuEngineOptions& o = opt_;
+  const cuda::DeviceInfo& dev = cuda::require_device();
+  FUTR_CHECK(o.kv == KvFormat::kBf16 || o.kv == KvFormat::kInt4 || o.kv == KvFormat::kInt4Rot,
+             "GPU engine: KV cache {} is not supported (bf16, int4, int4-rot)", to_string(o.kv));
+  FUTR_CHECK(o.max_seqs >= 1 && o.max_seqs <= 4096, "the maximum number of sequences must be in 1..4096 (got {})",
+             o.max_seqs);
+  FUTR_CHECK(o.max_step_tokens >= 1 && o.max_step_tokens <= (1 << 20),
+             "the maximum tokens per step must be in 1..1048576 (got {})", o.max_step_tokens);
+  FUTR_CHECK(c.n_kv_heads >= 1 && c.n_heads % c.n_kv_heads == 0, "GPU engine: {} heads over {} KV heads", c.n_heads,
+             c.n_kv_heads);
+  opt_.ctx = o.ctx > 0 ? o.ctx : c.max_context;
+  FUTR_CHECK(opt_.ctx >= 1 && opt_.ctx <= (1 << 22), "--ctx {} out of range 1..4194304", opt_.ctx);
+  if (graphs_disabled_by_env()) opt_.graphs = false;
+  const bool int4 = o.kv != KvFormat::kBf16;
+  const int rot = o.kv == KvFormat::kInt4Rot ? o.kv_block : 0;
+  // Refuse what the kernels do not compile before allocating anything. The
+  // longest length a launch sees: ctx, or a padding row's 32 (engine.h).
+  cuda::AttentionShape shape{1, c.n_kv_heads, c.n_heads / c.n_kv_heads, c.head_dim, int4, rot,
+                             std::max(opt_.ctx, kMaxMicroBatch)};
+  cuda::attention_heuristic(shape, dev.sm_count);
+
+  Impl& m = *impl_;
+  const int H = c.hidden, D = c.head_dim, q_dim = c.q_dim(), kv_dim = c.kv_dim(), I = c.intermediate;
+  const int B = kMaxMicroBatch;
+
+  // ---- KV cache: does it fit? ----------------------------------------------------
+  m.slots_per_seq = (opt_.ctx + layout::kKvSlotAlign - 1) / layout::kKvSlotAlign * layout::kKvSlotAlign;
+  const int64_t seq_slots = int64_t(m.slots_per_seq) * o.max_seqs;
+  FUTR_CHECK(seq_slots + B <= (int64_t(1) << 30), "GPU engine: {} sequences x ctx {} = {} KV slots, more than the "
+             "cache addresses (2^30); what fits: fewer sequences or a smaller --ctx", o.max_seqs, opt_.ctx, seq_slots);
+  // The padding rows' scratch region (engine.h): kMaxMicroBatch slots past every sequence's.
+  m.scratch_base = int(seq_slots);
+  m.num_slots = int(seq_slots) + B;
+  static_assert(kMaxMicroBatch % layout::kKvSlotAlign == 0, "the scratch region keeps num_slots a multiple of 16");
+  const size_t per_slot = size_t(c.n_layers) * c.n_kv_heads *
+                          (size_t(D) * 2 * 2 + (int4 ? size_t(D) + 8 : 0));  // BF16 K+V, + nibbles and scales
+  m.kv_bytes = per_slot * size_t(m.num_slots);
+  size_t free_b = 0, total_b = 0;
+  FUTR_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  const size_t reserve = size_t(1) << 30;  // activations, workspaces, cuBLASLt, the CUDA context
+  if (m.kv_bytes + weights_est + reserve > free_b) {
+    const size_t room = free_b > weights_est + reserve ? free_b - weights_est - reserve : 0;
+    const long fit_seqs = long(room / (per_slot * size_t(m.slots_per_seq)));
+    const long fit_ctx = long(room / (per_slot * size_t(o.max_seqs))) / 16 * 16;
+    fail("GPU engine: the KV cache for {} sequences x ctx {} needs {:.1f} GiB, but {:.1f} GiB of GPU memory are "
+         "free after the weights ({:.1f} GiB); what fits: {} sequences at ctx {}, or ctx {} for {} sequences",
+         o.max_seqs, opt_.ctx, double(m.kv_bytes) / (1ull << 30), double(free_b) / (1ull << 30),
+         double(weights_est) / (1ull << 30), fit_seqs, opt_.ctx, fit_ctx, o.max_seqs);
+  }
+
+  m.layers.resize(size_t(c.n_layers));
+  for (int l = 0; l < c.n_layers; ++l) {
+    Impl::Layer& L = m.layers[size_t(l)];
     const size_t e = size_t(m.num_slots) * c.n_kv_heads * D;
     L.k = cuda::DeviceBuffer<uint16_t>(e);
     L.v = cuda::DeviceBuffer<uint16_t>(e);
@@ -184,7 +317,8 @@ GpuEngine::GpuEngine(const Model& model, std::shared_ptr<const quant::QuantizedW
       L.vs.fill_bytes(0);
     }
   }
-  const RopeTable rope = make_rope_table(D, c.rope_theta, c.rope_scaling, opt_.ctx);
+  // Positions [0, 32) exist even for ctx < 32: the padding rows use them.
+  const RopeTable rope = make_rope_table(D, c.rope_theta, c.rope_scaling, std::max(opt_.ctx, B));
   m.rope_cos = cuda::DeviceBuffer<float>(rope.cos);
   m.rope_sin = cuda::DeviceBuffer<float>(rope.sin);
 
@@ -197,7 +331,8 @@ GpuEngine::GpuEngine(const Model& model, std::shared_ptr<const quant::QuantizedW
   m.gu = cuda::DeviceBuffer<uint16_t>(size_t(B) * 2 * I);
   m.sw = cuda::DeviceBuffer<uint16_t>(size_t(B) * I);
   m.logits = cuda::DeviceBuffer<float>(size_t(B) * c.vocab);
-  m.ints = cuda::DeviceBuffer<int>(size_t(5) * B);
+  m.ints = cuda::DeviceBuffer<int>(size_t(kMapRows) * B);
+  m.row_stats = cuda::DeviceBuffer<cuda::LogitsRowStats>(size_t(B));
   m.nonfinite = cuda::DeviceBuffer<int>(1);
   m.nonfinite.fill_bytes(0);
   size_t ws = 1;
@@ -210,16 +345,20 @@ GpuEngine::GpuEngine(const Model& model, std::shared_ptr<const quant::QuantizedW
   m.attn_ws = cuda::DeviceBuffer<float>(ws);
   m.attn_counters = cuda::DeviceBuffer<int>(cuda::attention_counters(shape));
   m.attn_counters.fill_bytes(0);
+  m.h_ints = Pinned<int>(size_t(kMapRows) * B);
+  m.h_stats = Pinned<cuda::LogitsRowStats>(size_t(B));
+  m.h_logits = Pinned<float>(size_t(B) * c.vocab);
+  m.h_nonfinite = Pinned<int>(1);
   FUTR_CUDA_CHECK(cudaDeviceSynchronize());
 
-  host_logits_.resize(size_t(B) * c.vocab);
-  slots_.resize(size_t(o.max_seqs));
+  table_ = runtime::SequenceTable(o.max_seqs, opt_.ctx);
   info_.name = "gpu";
   info_.describe = fmt::format(
-      "gpu ({}, {} SMs; int4 weights {:.1f} MiB ({}), KV {}{} {:.1f} MiB, ctx {} x {} sequences; prompts run "
-      "through the decode step one position at a time)",
-      dev.name, dev.sm_count, double(m.weight_bytes) / (1 << 20), q->method, to_string(o.kv),
-      rot ? fmt::format(" (Hadamard block {})", rot) : "", double(m.kv_bytes) / (1 << 20), opt_.ctx, o.max_seqs);
+      "gpu ({}, {} SMs; {}, KV {}{} {:.1f} MiB, ctx {} x {} sequences; {}; prompts run through the decode step one "
+      "position at a time)",
+      dev.name, dev.sm_count, weights_what, to_string(o.kv), rot ? fmt::format(" (Hadamard block {})", rot) : "",
+      double(m.kv_bytes) / (1 << 20), opt_.ctx, o.max_seqs,
+      opt_.graphs ? "CUDA graphs per batch bucket" : "eager launches (graphs off)");
   info_.vocab = c.vocab;
   info_.ctx = opt_.ctx;
   info_.max_seqs = o.max_seqs;
@@ -230,73 +369,25 @@ GpuEngine::GpuEngine(const Model& model, std::shared_ptr<const quant::QuantizedW
 
 GpuEngine::~GpuEngine() = default;
 
-GpuEngine::Slot& GpuEngine::slot_of(SeqId id) {
-  const auto it = index_.find(id);
-  FUTR_CHECK(it != index_.end(), "sequence {} is not open", id);
-  return slots_[size_t(it->second)];
-}
-const GpuEngine::Slot& GpuEngine::slot_of(SeqId id) const {
-  const auto it = index_.find(id);
-  FUTR_CHECK(it != index_.end(), "sequence {} is not open", id);
-  return slots_[size_t(it->second)];
-}
+void GpuEngine::open(SeqId id, const runtime::SamplerConfig& sampling) { table_.open(id, sampling); }
 
-void GpuEngine::open(SeqId id, const runtime::SamplerConfig& sampling) {
-  FUTR_CHECK(!is_open(id), "sequence {} is already open", id);
-  FUTR_CHECK(free_sequences() > 0, "cannot open sequence {}: all {} sequences are in use", id, info_.max_seqs);
-  runtime::Sampler sampler(sampling);  // validates before anything changes
-  size_t s = 0;
-  while (slots_[s].open) ++s;
-  slots_[s].sampler.emplace(std::move(sampler));
-  slots_[s].len = 0;
-  slots_[s].open = true;
-  index_.emplace(id, int(s));
-}
+// The cache rows past len are overwritten before they are read again (attention masks t >= len).
+void GpuEngine::truncate(SeqId id, int len) { table_.truncate(id, len); }
 
-void GpuEngine::truncate(SeqId id, int len) {
-  Slot& s = slot_of(id);
-  FUTR_CHECK(len >= 0 && len <= s.len, "cannot truncate sequence {} of {} positions to {}", id, s.len, len);
-  s.len = len;  // the cache rows past len are overwritten before they are read again
-}
+void GpuEngine::close(SeqId id) { table_.close(id); }
 
-void GpuEngine::close(SeqId id) {
-  Slot& s = slot_of(id);
-  s.sampler.reset();
-  s.len = 0;
-  s.open = false;
-  index_.erase(id);
-}
-
-int GpuEngine::length(SeqId id) const { return slot_of(id).len; }
-
-int64_t GpuEngine::free_positions() const {
-  int64_t free = int64_t(free_sequences()) * info_.ctx;
-  for (const auto& [id, s] : index_) free += info_.ctx - slots_[size_t(s)].len;
-  return free;
-}
-
-void GpuEngine::micro_step(const std::vector<int>& tokens, const std::vector<int>& slots, const std::vector<int>& pos) {
+void GpuEngine::enqueue(int bucket, cudaStream_t st) {
   Impl& m = *impl_;
-  const ModelConfig& c = model_.config;
-  const int B = int(tokens.size()), Bm = kMaxMicroBatch;
+  const ModelConfig& c = config_;
+  const int B = bucket, Bm = kMaxMicroBatch;
   const int H = c.hidden, D = c.head_dim, q_dim = c.q_dim(), kv_dim = c.kv_dim(), I = c.intermediate;
   const int qkv_n = q_dim + 2 * kv_dim;
-  cudaStream_t st = m.stream;
-  // ---- the row map: tokens, positions, slot bases, lengths, row index -----------------
-  std::vector<int> h(size_t(5) * Bm, 0);
-  for (int i = 0; i < B; ++i) {
-    h[size_t(i)] = tokens[size_t(i)];
-    h[size_t(Bm + i)] = pos[size_t(i)];
-    h[size_t(2 * Bm + i)] = slots[size_t(i)] * m.slots_per_seq;
-    h[size_t(3 * Bm + i)] = pos[size_t(i)] + 1;
-    h[size_t(4 * Bm + i)] = i;
-  }
-  FUTR_CUDA_CHECK(cudaMemcpyAsync(m.ints.get(), h.data(), h.size() * sizeof(int), cudaMemcpyHostToDevice, st));
-  const int* d_tok = m.ints.get();
-  const int* d_pos = d_tok + Bm;
-  const int* d_base = d_tok + 2 * Bm;
-  const int* d_len = d_tok + 3 * Bm;
-  const int* d_row = d_tok + 4 * Bm;
+  const int* d_tok = m.ints.get() + kTok * Bm;
+  const int* d_pos = m.ints.get() + kPos * Bm;
+  const int* d_base = m.ints.get() + kBase * Bm;
+  const int* d_len = m.ints.get() + kLen * Bm;
+  const int* d_row = m.ints.get() + kRow * Bm;
+  const int* d_target = m.ints.get() + kTarget * Bm;
   const bool int4 = opt_.kv != KvFormat::kBf16;
   const int rot = opt_.kv == KvFormat::kInt4Rot ? opt_.kv_block : 0;
 
@@ -315,7 +406,8 @@ void GpuEngine::micro_step(const std::vector<int>& tokens, const std::vector<int
   norm.add = m.y.get();
   norm.ld_add = H;
 
-  const cuda::AttentionShape shape{B, c.n_kv_heads, c.n_heads / c.n_kv_heads, D, int4, rot, opt_.ctx};
+  const cuda::AttentionShape shape{B, c.n_kv_heads, c.n_heads / c.n_kv_heads, D, int4, rot,
+                                   std::max(opt_.ctx, kMaxMicroBatch)};
   for (int l = 0; l < c.n_layers; ++l) {
     Impl::Layer& L = m.layers[size_t(l)];
     const cuda::KvLayerPtrs cache = L.ptrs(m.num_slots);
@@ -351,21 +443,80 @@ void GpuEngine::micro_step(const std::vector<int>& tokens, const std::vector<int
   const uint16_t* lm = m.lm_head.size() ? m.lm_head.get() : m.embd.get();
   m.lt.matmul(cuda::LtInput::kBF16, m.a.get(), lm, m.logits.get(), B, c.vocab, H, nullptr, nullptr, st,
               cuda::LtOutput::kF32);
-  FUTR_CUDA_CHECK(cudaMemcpyAsync(host_logits_.data(), m.logits.get(), size_t(B) * c.vocab * sizeof(float),
+  cuda::LogitsReduceArgs ra;
+  ra.logits = m.logits.get();
+  ra.vocab = c.vocab;
+  ra.rows = B;
+  ra.targets = d_target;
+  ra.out = m.row_stats.get();
+  cuda::logits_reduce(ra, st);
+}
+
+void GpuEngine::micro_step(const std::vector<MicroRow>& rows) {
+  Impl& m = *impl_;
+  const int n = int(rows.size()), Bm = kMaxMicroBatch;
+  const int bucket = bucket_of(n);
+  const size_t V = size_t(config_.vocab);
+  cudaStream_t st = m.stream;
+  // ---- the row map: real rows, then the padding rows (engine.h) -----------------------
+  int* h = m.h_ints.get();
+  for (int i = 0; i < bucket; ++i) {
+    const bool real = i < n;
+    const MicroRow& r = real ? rows[size_t(i)] : MicroRow{};
+    h[kTok * Bm + i] = real ? r.token : 0;
+    h[kPos * Bm + i] = real ? r.pos : i;
+    h[kBase * Bm + i] = real ? r.slot * impl_->slots_per_seq : m.scratch_base;
+    h[kLen * Bm + i] = (real ? r.pos : i) + 1;
+    h[kRow * Bm + i] = i;
+    h[kTarget * Bm + i] = real ? r.target : -1;
+  }
+  FUTR_CUDA_CHECK(cudaMemcpyAsync(m.ints.get(), h, size_t(kMapRows) * Bm * sizeof(int), cudaMemcpyHostToDevice, st));
+  // ---- the step: a graph replay, or the same launches eagerly -------------------------
+  const size_t k = size_t(std::find(kBuckets.begin(), kBuckets.end(), bucket) - kBuckets.begin());
+  if (opt_.graphs && m.warm[k]) {
+    if (!m.graphs[k].valid()) m.graphs[k] = cuda::Graph::capture(st, [&](cudaStream_t s) { enqueue(bucket, s); });
+    m.graphs[k].launch(st);
+    ++m.graph_launches;
+  } else {
+    enqueue(bucket, st);
+    m.warm[k] = true;
+  }
+  // ---- results: row stats, the logits rows asked for, the K/V check -------------------
+  FUTR_CUDA_CHECK(cudaMemcpyAsync(m.h_stats.get(), m.row_stats.get(), size_t(bucket) * sizeof(cuda::LogitsRowStats),
                                   cudaMemcpyDeviceToHost, st));
-  int nonfinite = 0;
-  FUTR_CUDA_CHECK(cudaMemcpyAsync(&nonfinite, m.nonfinite.get(), sizeof(int), cudaMemcpyDeviceToHost, st));
-  FUTR_CUDA_CHECK(cudaStreamSynchronize(st));
-  if (nonfinite != 0) m.nonfinite.fill_bytes(0);
+  for (int i = 0; i < n; ++i)
+    if (rows[size_t(i)].logits) {
+      FUTR_CUDA_CHECK(cudaMemcpyAsync(m.h_logits.get() + size_t(i) * V, m.logits.get() + size_t(i) * V,
+                                      V * sizeof(float), cudaMemcpyDeviceToHost, st));
+      ++m.logits_rows_copied;
+    }
+  FUTR_CUDA_CHECK(cudaMemcpyAsync(m.h_nonfinite.get(), m.nonfinite.get(), sizeof(int), cudaMemcpyDeviceToHost, st));
+  FUTR_CUDA_CHECK(cudaStreamSynchronize(st));  // the one synchronization of a micro-step
+  m.last_bucket = bucket;
+  ++m.micro_steps;
+  const int nonfinite = m.h_nonfinite[0];
+  if (nonfinite != 0) {
+    m.nonfinite.fill_bytes(0, st);
+    FUTR_CUDA_CHECK(cudaStreamSynchronize(st));
+  }
   FUTR_CHECK(nonfinite == 0, "GPU engine: a key or value row was not finite (the weights or the input produce "
              "NaN/Inf)");
 }
 
+const float* GpuEngine::fetch_logits_row(int k) {
+  Impl& m = *impl_;
+  const size_t V = size_t(config_.vocab);
+  FUTR_CUDA_CHECK(cudaMemcpyAsync(m.h_logits.get() + size_t(k) * V, m.logits.get() + size_t(k) * V, V * sizeof(float),
+                                  cudaMemcpyDeviceToHost, m.stream));
+  FUTR_CUDA_CHECK(cudaStreamSynchronize(m.stream));
+  ++m.logits_rows_copied;
+  return m.h_logits.get() + size_t(k) * V;
+}
+
 runtime::StepResult GpuEngine::step(std::span<const BatchRow> rows) {
-  const runtime::BatchPlan plan = runtime::plan_batch(rows, info_, [&](SeqId id) {
-    const auto it = index_.find(id);
-    return it == index_.end() ? -1 : slots_[size_t(it->second)].len;
-  });
+  const runtime::BatchPlan plan =
+      runtime::plan_batch(rows, info_, [&](SeqId id) { return table_.length_or_closed(id); });
+  Impl& m = *impl_;
   const size_t V = size_t(info_.vocab);
   runtime::StepResult r;
   if (plan.n_logits > 0) r.logits = Tensor({int64_t(plan.n_logits), int64_t(V)});
@@ -387,29 +538,54 @@ runtime::StepResult GpuEngine::step(std::span<const BatchRow> rows) {
     int slot;
   };
   std::vector<Cursor> live;
-  for (const runtime::SeqRun& run : plan.runs) live.push_back({&run, run.begin, index_.at(run.seq)});
-  std::vector<int> tokens, slots, pos, which;
+  for (const runtime::SeqRun& run : plan.runs) live.push_back({&run, run.begin, table_.slot(run.seq)});
+  std::vector<MicroRow> micro;
+  std::vector<int> which;
   while (!live.empty()) {
-    tokens.clear(), slots.clear(), pos.clear(), which.clear();
+    micro.clear(), which.clear();
     for (size_t k = 0; k < live.size() && k < size_t(kMaxMicroBatch); ++k) {
       const BatchRow& row = rows[size_t(live[k].next)];
-      tokens.push_back(row.token);
-      slots.push_back(live[k].slot);
-      pos.push_back(row.pos);
+      MicroRow mr;
+      mr.token = row.token;
+      mr.slot = live[k].slot;
+      mr.pos = row.pos;
+      mr.target = row.out == RowOutput::kLogprob ? row.target : -1;
+      // Only kLogits rows and the rows the host samples need their logits (engine.h).
+      mr.logits = row.out == RowOutput::kLogits ||
+                  (row.out == RowOutput::kToken && !table_.sampler(live[k].slot).plain_greedy());
+      micro.push_back(mr);
       which.push_back(live[k].next);
     }
-    micro_step(tokens, slots, pos);
+    micro_step(micro);
     for (size_t k = 0; k < which.size(); ++k) {
       const int i = which[k];
       const BatchRow& row = rows[size_t(i)];
-      Slot& s = slots_[size_t(slots[k])];
-      s.len = row.pos + 1;
-      const std::span<const float> z(host_logits_.data() + k * V, V);
+      const int slot = micro[k].slot;
+      table_.set_length(slot, row.pos + 1);
+      const cuda::LogitsRowStats& s = m.h_stats[k];
+      const float* z = m.h_logits.get() + k * V;
       switch (row.out) {
         case RowOutput::kNone: break;
-        case RowOutput::kLogits: std::memcpy(r.logits.row(rank[size_t(i)]), z.data(), V * sizeof(float)); break;
-        case RowOutput::kToken: r.tokens[size_t(rank[size_t(i)])] = s.sampler->sample(z); break;
-        case RowOutput::kLogprob: r.logprobs[size_t(rank[size_t(i)])] = -runtime::token_nll(z, row.target); break;
+        case RowOutput::kLogits: std::memcpy(r.logits.row(rank[size_t(i)]), z, V * sizeof(float)); break;
+        case RowOutput::kToken: {
+          runtime::Sampler& sampler = table_.sampler(slot);
+          int32_t t = 0;
+          if (micro[k].logits) {
+            t = sampler.sample({z, V});
+            ++m.host_sampled;
+          } else if (s.nonfinite == 0) {
+            t = s.argmax;
+          } else {
+            t = sampler.sample({fetch_logits_row(int(k)), V});  // NaN/+inf: the host's rule
+          }
+          r.tokens[size_t(rank[size_t(i)])] = t;
+          break;
+        }
+        case RowOutput::kLogprob:
+          // NaN/+inf in the row: what the host's token_nll gives (NaN), never a finite number.
+          r.logprobs[size_t(rank[size_t(i)])] =
+              s.nonfinite == 0 ? s.logprob : -runtime::token_nll({fetch_logits_row(int(k)), V}, row.target);
+          break;
       }
     }
     // Advance the cursors of this micro-step's runs; drop the finished ones.
@@ -425,19 +601,26 @@ runtime::StepResult GpuEngine::step(std::span<const BatchRow> rows) {
 }
 
 nlohmann::json GpuEngine::stats() const {
+  const Impl& m = *impl_;
   nlohmann::json j;
-  int64_t used = 0;
-  for (const auto& [id, s] : index_) used += slots_[size_t(s)].len;
   j["engine"] = info_.name;
   j["weights"] = to_string(info_.weights);
   j["kv"] = to_string(info_.kv);
-  j["sequences_open"] = index_.size();
+  j["sequences_open"] = table_.open_count();
   j["max_seqs"] = info_.max_seqs;
   j["ctx"] = info_.ctx;
-  j["kv_positions_used"] = used;
+  j["kv_positions_used"] = table_.positions_used();
   j["kv_positions_free"] = free_positions();
-  j["kv_bytes"] = impl_->kv_bytes;
-  j["weight_bytes"] = impl_->weight_bytes;
+  j["kv_bytes"] = m.kv_bytes;
+  j["weight_bytes"] = m.weight_bytes;
+  j["graphs"] = opt_.graphs;
+  int captured = 0;
+  for (const cuda::Graph& g : m.graphs) captured += g.valid() ? 1 : 0;
+  j["graphs_captured"] = captured;
+  j["micro_steps"] = m.micro_steps;
+  j["graph_launches"] = m.graph_launches;
+  j["logits_rows_copied"] = m.logits_rows_copied;
+  j["host_sampled_rows"] = m.host_sampled;
   return j;
 }
 

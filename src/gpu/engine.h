@@ -4,44 +4,95 @@
 // computes the same formats.
 //
 // Per micro-step of B <= 32 rows (one row per sequence, distinct sequences),
-// with the FP32 residual x [B][H] and BF16 activations:
+// padded to a bucket b in {1, 2, 4, 8, 16, 32} (below), with the FP32 residual
+// x [b][H] and BF16 activations:
 //
 //   x = E[token]; a = bf16(RMSNorm(x) g_attn[0])                  sm90_rmsnorm (gather)
 //   for each layer l:
-//     qkv = a Wqkv^T                                 INT4 GEMM   [B][q + 2 kv] BF16
+//     qkv = a Wqkv^T                                 INT4 GEMM   [b][q + 2 kv] BF16
 //     RoPE(q, k) in place; K/V -> the cache (BF16 + mirror)      sm90_rope, sm90_kv_append
 //     o   = attention(q, cache)                                   sm90_decode_attention
 //     x  += o Wo^T; a = bf16(RMSNorm(x) g_ffn)                   INT4 GEMM, sm90_rmsnorm (add)
 //     gu  = a Wgu^T; s = bf16(silu(g) u)                          INT4 GEMM, sm90_swiglu
 //     x  += s Wdown^T; a = bf16(RMSNorm(x) g_next)               INT4 GEMM, sm90_rmsnorm (add)
 //   logits = a Wlm^T                                  cuBLASLt BF16 x BF16 -> FP32
+//   per row: argmax, log-sum-exp, log p(target)       sm90_logits_reduce
+//
+// What comes back per output row (only what the row asked for):
+//   kLogprob                 one double (log p(target) from the reduction);
+//   kToken, greedy sampler   one int (the argmax: lowest id among ties, as
+//                            runtime::argmax), when Sampler::plain_greedy();
+//   kToken, any other sampler  the row's FP32 logits, and the HOST sampler draws
+//                            (temperature / top-k / top-p / min-p / penalties run
+//                            on the host: the GPU has no sampler yet, and the host
+//                            one defines the seeded draws, mt19937_64);
+//   kLogits                  the row's FP32 logits.
+// Only the rows that need logits are copied (one row each), never the whole
+// [b][vocab] block. A row whose logits hold NaN or +inf gets the host's answer
+// (its logits are copied after the check: token_nll gives NaN, the sampler
+// its own rule), so the GPU path never hides a broken row behind a finite number.
+//
+// CUDA graphs (GpuEngineOptions::graphs, default on; FUTR_GPU_GRAPHS=0 in the
+// environment turns them off for debugging): the whole micro-step above, from
+// the embedding gather through the reductions, is captured once per bucket
+// and replayed with cudaGraphLaunch. Its inputs are static device buffers (the
+// row map: tokens, positions, slot bases, KV lengths, row index, targets),
+// written by one host-to-device copy before the launch; the results (row
+// stats, the logits rows asked for, the K/V non-finite counter) come back by
+// copies after it, then ONE stream synchronization per micro-step. Inside the
+// graph: no allocation, no host synchronization, no host-side decision.
+//   - The first micro-step of each bucket runs eagerly (it creates cuBLASLt's
+//     plan for M = b and loads the kernels' modules, neither of which may
+//     happen during capture); the next ones capture and replay.
+//   - The eager path (graphs off) issues the same launches with the same
+//     bucket padding, so graph replay and eager runs give the same bits
+//     (tests/gpu/engine_test.cpp checks bitwise equality).
+//   - Padding: rows B..b-1 of a bucket are dummies (token 0, target -1) whose
+//     results are discarded. Dummy row j writes its K/V at position j of a
+//     scratch region of kMaxMicroBatch slots past every sequence's slots
+//     (num_slots = max_seqs x slots_per_seq + 32), attends over positions
+//     [0, j] of that region, and so never reads or writes a slot any sequence
+//     owns; distinct j write distinct slots (no write races). The RoPE table
+//     covers max(ctx, 32) positions for them.
+//   - Graph validity for any sequence lengths: the INT4 GEMMs' configuration
+//     depends only on (M = b, N, K) and their split-K counters re-arm
+//     themselves; the attention's split count is chosen once per bucket for
+//     the maximum context (ctx) and the kernel cuts each sequence's own length
+//     into that many chunks at run time (kv_len is read on the device), so one
+//     capture is valid for every length <= ctx. The price: short contexts run
+//     with the long context's split count (extra, nearly empty CTAs).
 //
 // Weights stay in the layouts the .futr file stores: the INT4 projections of a
 // layer are fused (q|k|v, gate|up) by concatenating their logical INT4 rows and
 // packing once on the host (no FP32); embedding, norm gains and the LM head
-// are BF16. The KV cache is one slot region of round_up(ctx, 16) slots per
-// sequence slot (device/layout/kv_cache.cuh), allocated up front; a cache that
-// does not fit in GPU memory is refused naming what would fit.
+// are BF16. Synthetic models (the second constructor) draw every weight on
+// the device (cuda/fill.h): random INT4 nibbles and FP16 group scales sized so
+// activations stay O(1), BF16 norms near 1, embedding and head: benchmarks of
+// real shapes with no checkpoint and no host buffer of the model's size.
+// The KV cache is one slot region of round_up(ctx, 16) slots per sequence slot
+// (device/layout/kv_cache.cuh), allocated up front; a cache that does not fit
+// in GPU memory is refused naming what would fit.
 //
 // A step: runtime::plan_batch() checks every row first; prompt rows run one
 // position per micro-step, batched across sequences (the prefill path is
 // issue 12): so a step of runs of lengths n_1..n_S costs max_i n_i micro-steps
-// of up to 32 rows. The rows that asked for output get their logits row
-// (FP32, copied to the host), a token from the sequence's sampler, or log
-// softmax[target].
+// of up to 32 rows.
 //
-// Tests: tests/gpu/engine_test.cpp (against the CPU quantized reference).
+// Tests: tests/gpu/engine_test.cpp (against the CPU quantized reference; graph
+// replay vs eager; GPU greedy / log-probabilities vs the host's).
 #pragma once
 
+#include <array>
 #include <memory>
-#include <optional>
-#include <unordered_map>
 #include <vector>
 
 #include "core/formats.h"
 #include "model/model.h"
 #include "quant/quantized_model.h"
 #include "runtime/engine.h"
+#include "runtime/sequence_table.h"
+
+struct CUstream_st;  // cudaStream_t, without the CUDA headers (factory.cpp includes this file)
 
 namespace futr::gpu {
 
@@ -51,48 +102,59 @@ struct GpuEngineOptions {
   int ctx = 0;                    // positions per sequence; 0: the model's
   int max_seqs = 1;               // sequences open at once
   int max_step_tokens = 256;      // rows per step()
+  bool graphs = true;             // replay one CUDA graph per bucket (FUTR_GPU_GRAPHS=0 forces false)
 };
 
 class GpuEngine final : public runtime::Engine {
  public:
   // q: INT4 projections of every layer (quantized on load or from a .futr
-  // file). `model` (embedding, norms, LM head, tokenizer) must outlive the engine.
+  // file). `model` (embedding, norms, LM head) must outlive the constructor only.
   GpuEngine(const Model& model, std::shared_ptr<const quant::QuantizedWeights> q, const GpuEngineOptions& o);
+  // A synthetic model of `config`'s shapes: every weight drawn on the device
+  // from `seed` (INT4 group 128, or 64 where K % 128 != 0).
+  GpuEngine(const ModelConfig& config, uint64_t seed, const GpuEngineOptions& o);
   ~GpuEngine() override;
 
   void open(runtime::SeqId id, const runtime::SamplerConfig& sampling = {}) override;
   void truncate(runtime::SeqId id, int len) override;
   void close(runtime::SeqId id) override;
-  bool is_open(runtime::SeqId id) const override { return index_.count(id) != 0; }
-  int length(runtime::SeqId id) const override;
+  bool is_open(runtime::SeqId id) const override { return table_.is_open(id); }
+  int length(runtime::SeqId id) const override { return table_.length(id); }
   runtime::StepResult step(std::span<const runtime::BatchRow> rows) override;
-  int64_t free_positions() const override;
-  int free_sequences() const override { return info_.max_seqs - int(index_.size()); }
+  int64_t free_positions() const override { return table_.free_positions(); }
+  int free_sequences() const override { return table_.free_sequences(); }
   const runtime::EngineInfo& info() const override { return info_; }
   nlohmann::json stats() const override;
 
   static constexpr int kMaxMicroBatch = 32;  // rows of one decode micro-step
+  static constexpr std::array<int, 6> kBuckets = {1, 2, 4, 8, 16, 32};
+  // The smallest bucket holding `rows` (1..kMaxMicroBatch) rows.
+  static int bucket_of(int rows);
+  bool graphs() const { return opt_.graphs; }
 
  private:
-  struct Impl;  // device buffers, kernels' arguments (engine.cpp)
-  struct Slot {
-    std::optional<runtime::Sampler> sampler;
-    int len = 0;
-    bool open = false;
+  struct Impl;  // device buffers, kernels' arguments, graphs (engine.cpp)
+  // One row of a micro-step.
+  struct MicroRow {
+    int token = 0, slot = 0, pos = 0;
+    int target = -1;      // kLogprob target, else -1
+    bool logits = false;  // copy its logits row back
   };
-  Slot& slot_of(runtime::SeqId id);
-  const Slot& slot_of(runtime::SeqId id) const;
-  // One micro-step: rows[i] = (token, slot, position); logits of all rows
-  // come back into host_logits_ ([n][vocab]).
-  void micro_step(const std::vector<int>& tokens, const std::vector<int>& slots, const std::vector<int>& pos);
+  // Common construction: validation, KV cache, activations, workspaces, info.
+  void init(const std::string& weights_what, size_t weights_bytes_estimate);
+  // The launches of one micro-step of `bucket` rows (what a graph captures).
+  void enqueue(int bucket, CUstream_st* s);
+  // Runs rows (<= kMaxMicroBatch): row stats into host stats, the logits of
+  // the rows with .logits into host logits row k.
+  void micro_step(const std::vector<MicroRow>& rows);
+  // The logits row k of the last micro-step, copied now (a rare fallback).
+  const float* fetch_logits_row(int k);
 
-  const Model& model_;
+  ModelConfig config_;
   GpuEngineOptions opt_;
   runtime::EngineInfo info_;
   std::unique_ptr<Impl> impl_;
-  std::vector<Slot> slots_;                        // [max_seqs]
-  std::unordered_map<runtime::SeqId, int> index_;  // open id -> slot
-  std::vector<float> host_logits_;                 // [kMaxMicroBatch][vocab]
+  runtime::SequenceTable table_;
 };
 
 }  // namespace futr::gpu

@@ -89,6 +89,7 @@ struct RuntimeConfig {
   int max_seqs = 1;          // sequences open at once (each gets ctx positions); 0: the engine's default
   int max_step_tokens = 256; // rows per step() at most
   int threads = 0;           // CPU threads; 0 = the default (cpu/threads.h)
+  bool gpu_graphs = true;    // GPU engine: one CUDA graph per batch bucket (false: eager; FUTR_GPU_GRAPHS=0 too)
   Fp8Config fp8;
   CalibrationConfig calib;
 };

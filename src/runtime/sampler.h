@@ -77,6 +77,11 @@ class Sampler {
   // Forgets the history (a new conversation); the generator state is kept.
   void reset_history() { history_.clear(); }
   const SamplerConfig& config() const { return config_; }
+  // True when the next sample() is argmax(logits) itself: temperature 0 and
+  // no penalty applies (none configured, or no history yet). An engine may
+  // then compute the draw where the logits are (the GPU engine's argmax)
+  // without handing the row to sample().
+  bool plain_greedy() const { return config_.temperature == 0.0f && !penalties_on(); }
 
   // The distribution sample() draws from after steps 0-4, as (id, p) in
   // descending probability (exposed for tests).

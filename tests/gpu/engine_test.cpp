@@ -15,6 +15,16 @@
 //     mixed), each against the reference run alone;
 //   - the Engine contract's bookkeeping: lengths, truncate and re-run,
 //     free_positions, misuse refused (shared plan_batch checks);
+//   - CUDA graph replay against the same launches run eagerly (graphs off):
+//     bitwise equal logits, tokens and log-probabilities, over micro-steps of
+//     every bucket (1..32 rows, padded), each bucket replayed several times;
+//   - what comes back without logits: greedy tokens (the GPU's argmax) equal
+//     runtime::argmax of the same engine's logits, log-probabilities equal
+//     -token_nll of them within tol::kLogitsReduce, and a temperature sampler
+//     (the host path) draws what a host Sampler with the same seed draws;
+//   - synthetic models (model/synthetic.h: tiny, Llama-3.2-1B, 3.1-8B, 3.1-70B
+//     shapes, weights drawn on the device): 32 sequences step together with
+//     finite logits, greedy tokens are the logits' argmax, graph == eager;
 //   - perplexity over windows of the committed WikiText excerpt: the GPU as
 //     close to the reference as the reference run one position per step is
 //     (times kGpuEngineVsSpread, at least 0.2%); the |delta ppl| <= 0.001
@@ -29,11 +39,13 @@
 #include <map>
 #include <memory>
 #include <sstream>
+#include <cstring>
 
 #include "cpu/engine.h"
 #include "cpu/quantize.h"
 #include "formats/loader.h"
 #include "gpu/engine.h"
+#include "model/synthetic.h"
 #include "runtime/perplexity.h"
 #include "support/compare.h"
 #include "support/expect_error.h"
@@ -70,8 +82,9 @@ Shared& shared() {
   return *s;
 }
 
-std::unique_ptr<runtime::Engine> make_gpu(KvFormat kv, int ctx, int seqs) {
+std::unique_ptr<runtime::Engine> make_gpu(KvFormat kv, int ctx, int seqs, bool graphs = true) {
   gpu::GpuEngineOptions o;
+  o.graphs = graphs;
   o.kv = kv;
   o.kv_block = 64;
   o.ctx = ctx;
@@ -216,6 +229,87 @@ TEST_P(GpuEngineVsCpu, PerplexityOfTheExcerpt) {
             std::max(test::tol::kGpuEngineVsSpread * spread, 2e-3 * pc.stats.ppl()));
 }
 
+// Prompts of lengths 1..n for n sequences in one step: micro-steps of n, n-1,
+// ..., 1 rows, so every bucket runs (eagerly first, then replayed), each row
+// asking for `out`. Round r continues round r - 1 (sequence s holds r (s + 1) positions).
+std::vector<BatchRow> staircase(int n, RowOutput out, int round = 0) {
+  std::vector<BatchRow> rows;
+  for (int s = 0; s < n; ++s)
+    for (int i = 0; i <= s; ++i) {
+      const int p = round * (s + 1) + i;
+      rows.push_back({shared().text[size_t(37 * s + p)], s, p, out, shared().text[size_t(37 * s + p + 1)]});
+    }
+  return rows;
+}
+
+TEST_P(GpuEngineVsCpu, GraphReplayEqualsEagerLaunchesBitwise) {
+  FUTR_REQUIRE_GPU();
+  const KvFormat kv = GetParam();
+  const int n = 20;
+  auto graph = make_gpu(kv, 128, n, true);
+  auto eager = make_gpu(kv, 128, n, false);
+  for (int s = 0; s < n; ++s) graph->open(s), eager->open(s);
+  for (int round = 0; round < 3; ++round) {  // round 0 warms every bucket up; 1 and 2 replay graphs
+    const RowOutput out = round == 2 ? RowOutput::kLogprob : RowOutput::kLogits;
+    const std::vector<BatchRow> rows = staircase(n, out, round);
+    const runtime::StepResult g = graph->step(rows), e = eager->step(rows);
+    ASSERT_EQ(g.logits.numel(), e.logits.numel());
+    EXPECT_EQ(0, std::memcmp(g.logits.ptr(), e.logits.ptr(), size_t(g.logits.numel()) * sizeof(float)))
+        << "round " << round << ": graph replay and eager logits differ";
+    ASSERT_EQ(g.logprobs.size(), e.logprobs.size());
+    for (size_t i = 0; i < g.logprobs.size(); ++i) EXPECT_EQ(g.logprobs[i], e.logprobs[i]) << "row " << i;
+  }
+  const nlohmann::json st = graph->stats();
+  std::printf("graph engine stats: %s\n", st.dump().c_str());
+  EXPECT_EQ(st["graphs_captured"].get<int>(), 6);  // every bucket
+  EXPECT_GT(st["graph_launches"].get<int64_t>(), 0);
+  EXPECT_EQ(eager->stats()["graph_launches"].get<int64_t>(), 0);
+}
+
+TEST_P(GpuEngineVsCpu, TokensAndLogprobsComputedOnTheGpuMatchTheHost) {
+  FUTR_REQUIRE_GPU();
+  const KvFormat kv = GetParam();
+  const int n = 12;
+  auto logits_engine = make_gpu(kv, 64, n);
+  auto greedy_engine = make_gpu(kv, 64, n);
+  auto logprob_engine = make_gpu(kv, 64, n);
+  auto sampled_engine = make_gpu(kv, 64, n);
+  runtime::SamplerConfig hot;
+  hot.temperature = 0.8f;
+  hot.top_k = 20;
+  hot.top_p = 0.9f;
+  for (int s = 0; s < n; ++s) {
+    hot.seed = uint64_t(1000 + s);
+    logits_engine->open(s), greedy_engine->open(s), logprob_engine->open(s), sampled_engine->open(s, hot);
+  }
+  const std::vector<BatchRow> rows_l = staircase(n, RowOutput::kLogits);
+  const Tensor z = logits_engine->step(rows_l).logits;
+  const runtime::StepResult t = greedy_engine->step(staircase(n, RowOutput::kToken));
+  const runtime::StepResult p = logprob_engine->step(staircase(n, RowOutput::kLogprob));
+  const runtime::StepResult h = sampled_engine->step(staircase(n, RowOutput::kToken));
+  ASSERT_EQ(t.tokens.size(), rows_l.size());
+  ASSERT_EQ(p.logprobs.size(), rows_l.size());
+  std::map<int64_t, runtime::Sampler> host;
+  for (int s = 0; s < n; ++s) {
+    hot.seed = uint64_t(1000 + s);
+    host.emplace(s, runtime::Sampler(hot));
+  }
+  double worst_lp = 0;
+  for (size_t i = 0; i < rows_l.size(); ++i) {
+    const std::span<const float> row(z.row(int64_t(i)), size_t(z.dim(1)));
+    EXPECT_EQ(t.tokens[i], runtime::argmax(row)) << "row " << i;
+    const double want = -runtime::token_nll(row, rows_l[i].target);
+    worst_lp = std::max(worst_lp, std::fabs(p.logprobs[i] - want));
+    EXPECT_NEAR(p.logprobs[i], want, test::tol::kLogitsReduce) << "row " << i;
+    EXPECT_EQ(h.tokens[i], host.at(rows_l[i].seq).sample(row)) << "row " << i;
+  }
+  std::printf("kv %s: largest |logprob gpu - host| %.3e\n", to_string(kv).c_str(), worst_lp);
+  // Greedy and log-probability rows bring no logits back; sampled rows one each.
+  EXPECT_EQ(greedy_engine->stats()["logits_rows_copied"].get<int64_t>(), 0);
+  EXPECT_EQ(logprob_engine->stats()["logits_rows_copied"].get<int64_t>(), 0);
+  EXPECT_EQ(sampled_engine->stats()["host_sampled_rows"].get<int64_t>(), int64_t(rows_l.size()));
+}
+
 INSTANTIATE_TEST_SUITE_P(Kv, GpuEngineVsCpu, ::testing::Values(KvFormat::kBf16, KvFormat::kInt4, KvFormat::kInt4Rot),
                          [](const auto& i) {
                            std::string s = to_string(i.param);
@@ -243,6 +337,55 @@ TEST(GpuEngine, RefusesWhatItCannotRun) {
   EXPECT_EQ(e.length(1), 0);
   EXPECT_THROW(e.open(2), Error);  // max_seqs = 1
 }
+
+class SyntheticGpuEngine : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(SyntheticGpuEngine, RealShapesRunWithFiniteLogits) {
+  FUTR_REQUIRE_GPU();
+  const ModelConfig c = synthetic_config(GetParam());
+  gpu::GpuEngineOptions o;
+  o.kv = KvFormat::kInt4Rot;
+  o.ctx = 64;
+  o.max_seqs = 32;
+  o.max_step_tokens = 4096;
+  gpu::GpuEngine g(c, 7, o);
+  o.graphs = false;
+  gpu::GpuEngine e(c, 7, o);  // the same weights (same seed), eager
+  std::printf("%s: %s\n", GetParam().c_str(), g.info().describe.c_str());
+  std::vector<BatchRow> rows, greedy;
+  for (int s = 0; s < 32; ++s) {
+    g.open(s), e.open(s);
+    for (int i = 0; i < 3; ++i) rows.push_back({(s * 7919 + i * 104729) % c.vocab, s, i, RowOutput::kLogits, -1});
+    greedy.push_back({(s * 31) % c.vocab, s, 3, RowOutput::kToken, -1});
+  }
+  for (int round = 0; round < 2; ++round) {  // round 1 replays the captured graphs
+    if (round == 1)
+      for (int s = 0; s < 32; ++s) g.truncate(s, 0), e.truncate(s, 0);
+    const Tensor z = g.step(rows).logits, ze = e.step(rows).logits;
+    ASSERT_EQ(z.numel(), int64_t(rows.size()) * c.vocab);
+    size_t bad = 0;
+    for (float v : z.data) bad += std::isfinite(v) ? 0 : 1;
+    EXPECT_EQ(bad, 0u) << GetParam();
+    EXPECT_EQ(0, std::memcmp(z.ptr(), ze.ptr(), size_t(z.numel()) * sizeof(float))) << "graph vs eager, round " << round;
+  }
+  const runtime::StepResult t = g.step(greedy);
+  ASSERT_EQ(t.tokens.size(), 32u);
+  for (int s = 0; s < 32; ++s) g.truncate(s, 3);
+  std::vector<BatchRow> as_logits = greedy;
+  for (BatchRow& r : as_logits) r.out = RowOutput::kLogits;
+  const Tensor z = g.step(as_logits).logits;
+  for (int s = 0; s < 32; ++s)
+    EXPECT_EQ(t.tokens[size_t(s)], runtime::argmax({z.row(s), size_t(c.vocab)})) << GetParam() << " seq " << s;
+}
+
+INSTANTIATE_TEST_SUITE_P(Synthetic, SyntheticGpuEngine,
+                         ::testing::Values("tiny", "llama-3.2-1b", "llama-3.1-8b", "llama-3.1-70b"),
+                         [](const auto& i) {
+                           std::string s = i.param;
+                           std::replace(s.begin(), s.end(), '-', '_');
+                           std::replace(s.begin(), s.end(), '.', '_');
+                           return s;
+                         });
 
 class Report : public ::testing::Environment {
  public:

@@ -4,3 +4,5 @@ futr_add_test(runtime_sampler_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/sampler_tes
 futr_add_test(runtime_perplexity_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/perplexity_test.cpp
               LIBS futr_engines)
 futr_add_test(runtime_engine_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_test.cpp LIBS futr_engines)
+futr_add_test(runtime_sequence_table_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/sequence_table_test.cpp
+              LIBS futr_runtime)
