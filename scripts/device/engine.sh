@@ -16,7 +16,9 @@
 # Llama shapes (1B, 8B, 70B) on the GPU, graphs on and off: bench_*.json.
 #   usage: scripts/device/engine.sh [tests|cli|bench|all] [max_tokens]
 set -u
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}
+# .devcarry/lib: the shared libraries futr links that the GPU machine lacks
+# (cpp-httplib, prometheus-cpp, brotli), copied from this machine's Debian packages.
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/lib:$PWD/.devcarry/lib:${LD_LIBRARY_PATH:-}
 OUT=${OUT:-/tmp/engine_out}
 mkdir -p "$OUT" models
 MODE=${1:-all}
@@ -33,7 +35,7 @@ if ! echo "$SHA  $M" | sha256sum -c --status 2>/dev/null; then
 fi
 [ -e /work/main ] || { mkdir -p /work && ln -sfn "$PWD" /work/main; }
 mkdir -p .devcarry/run
-for z in .devcarry/bin/*.xz; do b=.devcarry/run/$(basename "$z" .xz); [ -x "$b" ] || { xz -dc "$z" > "$b" && chmod +x "$b"; }; done
+for z in .devcarry/bin/*.xz; do b=.devcarry/run/$(basename "$z" .xz); xz -dc "$z" > "$b" && chmod +x "$b"; done
 B=.devcarry/run
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee -a "$SUM"
 
@@ -49,7 +51,7 @@ if [[ $MODE == all || $MODE == bench ]]; then
     -r 3 --json "$OUT/bench_smollm2_gpu.json"
   step bench_smollm2_gpu_eager 300 "$B/futr" bench --model "$M" --backend gpu --graphs 0 -p 0 -n 64 -b 1,16 \
     --ctx-list 1024 -r 3 --json "$OUT/bench_smollm2_gpu_eager.json"
-  for s in llama-3.2-1b llama-3.1-8b llama-3.1-70b; do
+  for s in ${SYNTHETIC:-llama-3.2-1b llama-3.1-8b llama-3.1-70b}; do
     step "bench_${s}_gpu" 400 "$B/futr" bench --synthetic "$s" --backend gpu -p 0 -n 32 -b 1,16,32 --ctx-list 0,1024 \
       -r 3 --json "$OUT/bench_${s}.json"
   done
@@ -57,11 +59,11 @@ fi
 if [[ $MODE == all || $MODE == cli ]]; then
   P="The capital of France is"
   step gen_gpu 120 "$B/futr" generate --model "$M" --backend gpu --temperature 0 -n 48 "$P"
-  step gen_cpu 120 "$B/futr" generate --model "$M" --backend cpu --weights int4 --temperature 0 -n 48 "$P"
+  [ -n "${SKIP_CPU_PPL:-}" ] || step gen_cpu 120 "$B/futr" generate --model "$M" --backend cpu --weights int4 --temperature 0 -n 48 "$P"
   for kv in bf16 int4 int4-rot; do
     step "ppl_gpu_$kv" 300 "$B/futr" perplexity --model "$M" .devcarry/wiki.test.raw --backend gpu --weights int4 \
       --kv "$kv" --ctx 1024 --max-tokens "$NTOK" --json -q
-    step "ppl_cpu_$kv" 300 "$B/futr" perplexity --model "$M" .devcarry/wiki.test.raw --backend cpu --weights int4 \
+    [ -n "${SKIP_CPU_PPL:-}" ] || step "ppl_cpu_$kv" 300 "$B/futr" perplexity --model "$M" .devcarry/wiki.test.raw --backend cpu --weights int4 \
       --kv "$kv" --ctx 1024 --max-tokens "$NTOK" --json -q
   done
   grep -h -A1 "===== ppl_" "$LOG" | head -40 > "$OUT/ppl.txt"
