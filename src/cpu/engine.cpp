@@ -171,8 +171,7 @@ nlohmann::json CpuEngine::stats() const {
     nlohmann::json f;
     f["history"] = bank->config().history;
     f["margin"] = bank->config().margin;
-    f["policy"] =
-        bank->config().policy == quant::SaturationPolicy::kClampRescale ? "clamp" : "recompute";
+    f["policy"] = to_string(bank->config().policy);
     f["calls"] = t.calls;
     f["saturated_calls"] = t.saturated_calls;
     f["saturated_values"] = t.saturated_values;
