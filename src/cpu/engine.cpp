@@ -81,6 +81,7 @@ void CpuEngine::open(SeqId id, const runtime::SamplerConfig& sampling) {
   FUTR_CHECK(free_sequences() > 0, "cannot open sequence {}: all {} sequences are in use", id,
              info_.max_seqs);
   runtime::Sampler sampler(sampling);  // validates before anything changes
+  sampler.limit_vocab(model_.sampleable_vocab());  // padded LM-head rows are never drawn
   size_t s = 0;
   while (slots_[s].open) ++s;
   Slot& slot = slots_[s];
