@@ -5,6 +5,11 @@
 # -DFUTR_SANITIZE=ON, builds the CPU tests (label "cpu": every test that does
 # not link futr_cuda) and the fuzz targets, runs them (ctest -L 'cpu|fuzz'). Part of CI
 # (.ci/run). Extra arguments go to ctest. See docs/RELIABILITY.md.
+#
+# Environment: FUTR_SANITIZE_DIR (build directory, default build-asan),
+# FUTR_CUDA=OFF (leave the CUDA code out: the CPU tests do not need it, and
+# the kernels are not instrumented anyway; saves their compile on small
+# machines), JOBS (parallel compile jobs, default nproc).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/usr/local/cuda/bin:$PATH"
@@ -15,12 +20,14 @@ export ASAN_OPTIONS="protect_shadow_gap=0:detect_leaks=1:abort_on_error=1:strict
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 export LSAN_OPTIONS="suppressions=$PWD/scripts/lsan.supp"
 if [ -x build/venv/bin/python ]; then export FUTR_PYTHON="$PWD/build/venv/bin/python"; fi
-cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+B="${FUTR_SANITIZE_DIR:-build-asan}"
+JOBS="${JOBS:-$(nproc)}"
+cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DFUTR_SANITIZE=ON \
-  -DFUTR_BUILD_BENCH=OFF >/dev/null
+  -DFUTR_BUILD_BENCH=OFF ${FUTR_CUDA:+-DFUTR_CUDA=$FUTR_CUDA} >/dev/null
 # The CPU tests, futr and the fuzz targets (GPU tests and kernels are left to
 # the normal build: they skip without a GPU and their device code is not
 # instrumented anyway).
-cmake --build build-asan -j "$(nproc)" --target cpu_tests gguf_fuzz safetensors_fuzz hf_config_fuzz futr_fuzz \
+cmake --build "$B" -j "$JOBS" --target cpu_tests gguf_fuzz safetensors_fuzz hf_config_fuzz futr_fuzz \
   tokenizer_json_fuzz
-cd build-asan && ctest --output-on-failure -j "$(nproc)" -L 'cpu|fuzz' "$@"
+cd "$B" && ctest --output-on-failure -j "$JOBS" -L 'cpu|fuzz' "$@"

@@ -50,7 +50,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw,te
 SUMMARY+=("sass: $(grep -c GMMA "$OUT/sass.txt") kernel lines with GMMA; LDL/STL in gemm kernels: $(awk '{s+=$3} END{print s+0}' "$OUT/sass.txt")")
 
 if [[ $MODE == all || $MODE == tests ]]; then
-  step smoke 60 "$OUT/tests.log" "$BIN/fp8_gemm_test" --gtest_filter='Fp8GemmArgs.*:Fp8GemmSanitizer.*'
+  step smoke 60 "$OUT/tests.log" "$BIN/fp8_gemm_test" --gtest_filter='Fp8GemmArgs.*:Fp8GemmVariants.*:Fp8GemmSanitizer.*'
   rc=$?
   if [[ $rc == 124 || $rc == 137 ]]; then echo "smoke test timed out: kernel hang? stopping"; MODE=none; fi
   [[ $MODE != none ]] && step tests 240 "$OUT/tests.log" "$BIN/fp8_gemm_test" --gtest_filter="Fp8Gemm.$FILTER"

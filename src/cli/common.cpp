@@ -123,10 +123,6 @@ void check_ctx(const Model& model, int64_t ctx, int seqs, const char* flag, int6
   }
 }
 
-void mask_untokenizable(std::span<float> logits, int32_t tokenizer_size) {
-  for (size_t i = size_t(std::max(tokenizer_size, 0)); i < logits.size(); ++i) logits[i] = -INFINITY;
-}
-
 void check_logits_finite(std::span<const float> logits, const std::string& what) {
   for (size_t i = 0; i < logits.size(); ++i)
     FUTR_CHECK(!std::isnan(logits[i]) && logits[i] != INFINITY,

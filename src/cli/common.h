@@ -86,10 +86,6 @@ std::string read_stdin_bytes();
 // `flag` names the option in messages ("--ctx").
 void check_ctx(const Model& model, int64_t ctx, int seqs, const char* flag, int64_t min = 1);
 
-// Sets logits[id] = -inf for the ids the tokenizer has no token for (a
-// vocabulary padded beyond the tokenizer), so they are never sampled.
-void mask_untokenizable(std::span<float> logits, int32_t tokenizer_size);
-
 // futr::Error naming `what` (e.g. "generate: step 3 (token 2)") if a logit is NaN or +inf.
 void check_logits_finite(std::span<const float> logits, const std::string& what);
 

@@ -14,7 +14,8 @@ void add_quant_options(CLI::App* app, QuantCliOptions& o) {
       ->check(CLI::IsMember(runtime::weight_format_names()))
       ->capture_default_str();
   app->add_option("--quant", o.quant,
-                  "INT4 quantizer when quantizing on load: rtn|clip|clip-act|gptq|gptq-clip (default rtn)")
+                  fmt::format("INT4 quantizer when quantizing on load: {} (default {})",
+                              fmt::join(runtime::quant_method_names(), "|"), to_string(runtime::QuantMethod::kRtn)))
       ->check(CLI::IsMember(runtime::quant_method_names()));
   app->add_flag("--act-order", o.act_order, "GPTQ: quantize inputs by decreasing activity");
   app->add_option("--group", o.group, "INT4 group size 64|128 (default: 128, 64 where K % 128 != 0)")
@@ -35,12 +36,12 @@ void add_quant_options(CLI::App* app, QuantCliOptions& o) {
       ->capture_default_str();
   app->add_option("--fp8-policy", o.fp8_policy,
                   "FP8 on saturation: clamp (count, clamp, re-scale next call) | recompute")
-      ->check(CLI::IsMember({"clamp", "recompute"}))
+      ->check(CLI::IsMember(runtime::fp8_policy_names()))
       ->capture_default_str();
   app->add_option("--fp8-rms", o.fp8_rms,
                   "FP8 folded RMSNorm: 1/rms applied in the GEMM epilogue (the design) or before "
                   "the E4M3 cast")
-      ->check(CLI::IsMember({"epilogue", "cast"}))
+      ->check(CLI::IsMember(runtime::fp8_rms_names()))
       ->capture_default_str();
 }
 

@@ -52,6 +52,7 @@ Generation generate_tokens(runtime::SequenceRunner& seq, runtime::Sampler& sampl
                            const std::function<void(const std::string&)>& emit) {
   Generation g;
   g.prompt_tokens = int(prompt.size());
+  sampler.limit_vocab(tok.vocab_size());  // a vocabulary padded beyond the tokenizer: never drawn
   for (int32_t t : prompt) sampler.accept(t, /*generated=*/false);
   const Stopwatch start;
   Tensor logits = seq.eval(prompt, int(prompt.size()) - 1);
@@ -71,10 +72,9 @@ Generation generate_tokens(runtime::SequenceRunner& seq, runtime::Sampler& sampl
       g.end = Generation::End::kInterrupted;
       break;
     }
-    const std::span<float> row(logits.row(0), size_t(logits.dim(1)));
+    const std::span<const float> row(logits.row(0), size_t(logits.dim(1)));
     check_logits_finite(row, g.generated == 0 ? std::string("generate: the prompt's last position")
                                               : fmt::format("generate: token {}", g.generated + 1));
-    mask_untokenizable(row, tok.vocab_size());  // a vocabulary padded beyond the tokenizer
     const int32_t next = sampler.sample(row);
     if (tok.is_eog(next)) {
       g.end = Generation::End::kEog;

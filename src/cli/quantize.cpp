@@ -180,6 +180,7 @@ void run_quantize(const QuantizeCmdOptions& o) {
     s["method"] = sets.back()->method;
     s["seconds"] = t.seconds();
     if (f == WeightFormat::kInt4) {
+      s["quant"] = to_string(qo.method);
       s["damp"] = qo.damp;
       s["act_order"] = qo.act_order;
       s["clip_steps"] = qo.clip.steps;
@@ -218,7 +219,9 @@ void add_quantize_command(CLI::App& app) {
   sub->add_option("-o,--output", o->out, "Output .futr file")->required();
   sub->add_option("--weights", o->weights, "Formats to store: a comma-separated list of int4, fp8, bf16")
       ->capture_default_str();
-  sub->add_option("--quant", o->quant.quant, "INT4 quantizer: rtn|clip|clip-act|gptq|gptq-clip (default rtn)")
+  sub->add_option("--quant", o->quant.quant,
+                  fmt::format("INT4 quantizer: {} (default {})", fmt::join(runtime::quant_method_names(), "|"),
+                              to_string(runtime::QuantMethod::kRtn)))
       ->check(CLI::IsMember(runtime::quant_method_names()));
   sub->add_flag("--act-order", o->quant.act_order, "GPTQ: quantize inputs by decreasing activity");
   sub->add_option("--group", o->quant.group, "INT4 group size 64|128 (default: 128, 64 where K % 128 != 0)")

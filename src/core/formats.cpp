@@ -1,9 +1,20 @@
-// Names of the number formats (see formats.h).
+// Names of the number formats and quantization choices (see formats.h).
 #include "core/formats.h"
 
-#include "core/error.h"
+#include "core/enum_names.h"
 
 namespace futr {
+
+namespace {
+
+constexpr auto kWeights = {WeightFormat::kAuto, WeightFormat::kFp32, WeightFormat::kBf16, WeightFormat::kFp8,
+                           WeightFormat::kInt4};
+constexpr auto kKv = {KvFormat::kAuto, KvFormat::kFp32, KvFormat::kBf16, KvFormat::kInt4, KvFormat::kInt4Rot};
+constexpr auto kMethods = {QuantMethod::kRtn, QuantMethod::kClip, QuantMethod::kClipAct, QuantMethod::kGptq,
+                           QuantMethod::kGptqClip};
+constexpr auto kPolicies = {Fp8SaturationPolicy::kClampRescale, Fp8SaturationPolicy::kRecompute};
+
+}  // namespace
 
 std::string to_string(WeightFormat f) {
   switch (f) {
@@ -27,18 +38,52 @@ std::string to_string(KvFormat f) {
   return "?";
 }
 
-WeightFormat parse_weight_format(const std::string& s) {
-  for (WeightFormat f : {WeightFormat::kAuto, WeightFormat::kFp32, WeightFormat::kBf16,
-                         WeightFormat::kFp8, WeightFormat::kInt4})
-    if (s == to_string(f)) return f;
-  fail("unknown weight format '{}' (choose auto, fp32, bf16, fp8, int4)", s);
+std::string to_string(QuantMethod m) {
+  switch (m) {
+    case QuantMethod::kRtn: return "rtn";
+    case QuantMethod::kClip: return "clip";
+    case QuantMethod::kClipAct: return "clip-act";
+    case QuantMethod::kGptq: return "gptq";
+    case QuantMethod::kGptqClip: return "gptq-clip";
+  }
+  return "?";
 }
 
-KvFormat parse_kv_format(const std::string& s) {
-  for (KvFormat f : {KvFormat::kAuto, KvFormat::kFp32, KvFormat::kBf16, KvFormat::kInt4,
-                     KvFormat::kInt4Rot})
-    if (s == to_string(f)) return f;
-  fail("unknown KV format '{}' (choose auto, fp32, bf16, int4, int4-rot)", s);
+std::string to_string(Fp8SaturationPolicy p) {
+  switch (p) {
+    case Fp8SaturationPolicy::kClampRescale: return "clamp";
+    case Fp8SaturationPolicy::kRecompute: return "recompute";
+  }
+  return "?";
+}
+
+WeightFormat parse_weight_format(const std::string& s) { return parse_enum(s, kWeights, "weight format"); }
+KvFormat parse_kv_format(const std::string& s) { return parse_enum(s, kKv, "KV format"); }
+QuantMethod parse_quant_method(const std::string& s) { return parse_enum(s, kMethods, "INT4 quantizer"); }
+Fp8SaturationPolicy parse_fp8_policy(const std::string& s) {
+  return parse_enum(s, kPolicies, "FP8 saturation policy");
+}
+
+std::vector<std::string> weight_format_names() { return enum_names(kWeights); }
+std::vector<std::string> kv_format_names() { return enum_names(kKv); }
+std::vector<std::string> quant_method_names() { return enum_names(kMethods); }
+std::vector<std::string> fp8_policy_names() { return enum_names(kPolicies); }
+
+bool is_gptq(QuantMethod m) { return m == QuantMethod::kGptq || m == QuantMethod::kGptqClip; }
+
+bool needs_activations(QuantMethod m) { return is_gptq(m) || m == QuantMethod::kClipAct; }
+
+std::string quant_method_label(QuantMethod m, bool act_order) {
+  std::string s;
+  switch (m) {
+    case QuantMethod::kRtn: s = "rtn"; break;
+    case QuantMethod::kClip: s = "rtn+clip"; break;
+    case QuantMethod::kClipAct: s = "rtn+clip(act)"; break;
+    case QuantMethod::kGptq: s = "gptq"; break;
+    case QuantMethod::kGptqClip: s = "gptq+clip"; break;
+  }
+  if (act_order && is_gptq(m)) s += ",act-order";
+  return s;
 }
 
 }  // namespace futr

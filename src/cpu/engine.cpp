@@ -67,6 +67,7 @@ CpuEngine::~CpuEngine() = default;
 
 void CpuEngine::open(SeqId id, const runtime::SamplerConfig& sampling) {
   const int s = table_.open(id, sampling);  // checks (id, free slot, sampler) before anything changes
+  table_.sampler(s).limit_vocab(model_.sampleable_vocab());  // padded LM-head rows are never drawn
   Slot& slot = slots_[size_t(s)];
   if (!slot.cache) {
     const ModelConfig& c = model_.config;
@@ -151,8 +152,7 @@ nlohmann::json CpuEngine::stats() const {
     nlohmann::json f;
     f["history"] = bank->config().history;
     f["margin"] = bank->config().margin;
-    f["policy"] =
-        bank->config().policy == quant::SaturationPolicy::kClampRescale ? "clamp" : "recompute";
+    f["policy"] = to_string(bank->config().policy);
     f["calls"] = t.calls;
     f["saturated_calls"] = t.saturated_calls;
     f["saturated_values"] = t.saturated_values;

@@ -69,14 +69,7 @@ class CaptureLinear final : public Linear {
   std::vector<float>* out_;
 };
 
-std::string int4_method_name(const QuantizeOptions& o) {
-  std::string m = o.method == "clip"        ? "rtn+clip"
-                  : o.method == "clip-act"  ? "rtn+clip(act)"
-                  : o.method == "gptq-clip" ? "gptq+clip"
-                                            : o.method;
-  if (o.act_order && o.method.rfind("gptq", 0) == 0) m += ",act-order";
-  return m;
-}
+std::string int4_method_name(const QuantizeOptions& o) { return quant_method_label(o.method, o.act_order); }
 
 quant::QuantizedTensor int4_tensor(ProjId id, quant::Int4Weights w, const std::string& method) {
   quant::QuantizedTensor t;
@@ -167,7 +160,7 @@ void gptq_model(const Model& model, const QuantizeOptions& o, std::span<const in
   go.damp = o.damp;
   go.act_order = o.act_order;
   go.clip = o.clip;
-  go.clip.enabled = o.method == "gptq-clip";
+  go.clip.enabled = o.method == QuantMethod::kGptqClip;
   const std::string method = int4_method_name(o);
 
   for (int l = 0; l < c.n_layers; ++l) {
@@ -268,7 +261,7 @@ void gptq_model(const Model& model, const QuantizeOptions& o, std::span<const in
 
 bool needs_calibration(const QuantizeOptions& o) {
   if (o.format == WeightFormat::kFp8) return true;
-  return o.format == WeightFormat::kInt4 && (o.method.rfind("gptq", 0) == 0 || o.method == "clip-act");
+  return o.format == WeightFormat::kInt4 && needs_activations(o.method);
 }
 
 quant::QuantizedWeights quantize_model(const Model& model, const QuantizeOptions& o,
@@ -280,10 +273,7 @@ quant::QuantizedWeights quantize_model(const Model& model, const QuantizeOptions
   FUTR_CHECK(o.format != WeightFormat::kFp32 && o.format != WeightFormat::kAuto,
              "quantize: {} is not a quantized format", to_string(o.format));
   if (o.format == WeightFormat::kInt4) {
-    FUTR_CHECK(o.method == "rtn" || o.method == "clip" || o.method == "clip-act" || o.method == "gptq" ||
-                   o.method == "gptq-clip",
-               "unknown INT4 quantizer '{}' (choose rtn, clip, clip-act, gptq, gptq-clip)", o.method);
-    FUTR_CHECK(!o.act_order || o.method.rfind("gptq", 0) == 0, "--act-order applies to gptq only");
+    FUTR_CHECK(!o.act_order || is_gptq(o.method), "--act-order applies to gptq only");
     FUTR_CHECK(o.group == 0 || o.group == 64 || o.group == 128, "INT4 group {} (choose 64 or 128)",
                o.group);
   }
@@ -291,9 +281,9 @@ quant::QuantizedWeights quantize_model(const Model& model, const QuantizeOptions
   const int64_t steps = int64_t(layers) * 7;
 
   std::map<ProjId, std::vector<float>> act_diag;  // clip-act: E[x_k^2] per projection input
-  if (o.format == WeightFormat::kInt4 && o.method == "clip-act")
+  if (o.format == WeightFormat::kInt4 && o.method == QuantMethod::kClipAct)
     act_diag = input_second_moments(model, o, calib, progress);
-  if (o.format == WeightFormat::kInt4 && o.method.rfind("gptq", 0) == 0) {
+  if (o.format == WeightFormat::kInt4 && is_gptq(o.method)) {
     gptq_model(model, o, calib, out, progress);
   } else {
     int64_t done = 0;
@@ -324,7 +314,7 @@ quant::QuantizedWeights quantize_model(const Model& model, const QuantizeOptions
           }
         } else {
           quant::ClipSearch clip = o.clip;
-          clip.enabled = o.method == "clip" || o.method == "clip-act";
+          clip.enabled = o.method == QuantMethod::kClip || o.method == QuantMethod::kClipAct;
           const std::vector<float>* diag = act_diag.empty() ? nullptr : &act_diag.at(id);
           t = int4_tensor(id,
                           quant::quantize_int4(w.data, n, k, o.group, clip,

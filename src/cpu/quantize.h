@@ -7,11 +7,13 @@
 //           per output channel (quant/fp8_weights.h); with calibration tokens,
 //           the largest activation amax seen per site becomes the site's
 //           initial delayed-scaling amax (stored in .futr files);
-//   - int4: "rtn", "clip" (RTN + clipping search on the weight MSE),
-//           "clip-act" (the search's error weighted per input by E[x_k^2] from
-//           one FP32 pass over the calibration tokens), "gptq", "gptq-clip"
-//           (GPTQ whose group scales come from the search weighted by H_kk)
-//           (quant/int4_quant.h, quant/gptq.h), optional act-order.
+//   - int4: QuantMethod (core/formats.h): rtn, clip (RTN + clipping search
+//           on the weight MSE), clip-act (the search's error weighted per
+//           input by E[x_k^2] from one FP32 pass over the calibration
+//           tokens), gptq, gptq-clip (GPTQ whose group scales come from the
+//           search weighted by H_kk) (quant/int4_quant.h, quant/gptq.h),
+//           optional act-order; each tensor's metadata label is
+//           quant_method_label().
 //
 // GPTQ calibration runs the CPU forward layer by layer through the already
 // quantized prefix (the paper's sequential scheme):
@@ -49,7 +51,7 @@ namespace futr::cpu {
 
 struct QuantizeOptions {
   WeightFormat format = WeightFormat::kInt4;
-  std::string method = "rtn";  // int4: rtn | clip | clip-act | gptq | gptq-clip
+  QuantMethod method = QuantMethod::kRtn;  // int4 quantizer (core/formats.h)
   bool act_order = false;      // int4 gptq: process inputs by decreasing activity
   int group = 0;               // int4: 0 = 128 where K % 128 == 0, else 64
   quant::ClipSearch clip;      // grid of the clipping search (enabled by the method)

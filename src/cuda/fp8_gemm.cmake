@@ -1,5 +1,5 @@
 # FP8 prefill GEMM (issue 5): host launcher + one .cu per epilogue policy
-# holding its explicitly listed kernel variants (fp8_gemm.cpp has the list).
+# instantiating its policies' rows of the one variant list (fp8_gemm_variants.h).
 target_sources(futr_cuda PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/tensor_map.cpp
   ${CMAKE_CURRENT_LIST_DIR}/fp8_gemm.cpp

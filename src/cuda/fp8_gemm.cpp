@@ -1,5 +1,6 @@
-// Host launcher of the FP8 prefill GEMM: the explicit variant list, the tile
-// heuristic, argument validation and tensor maps (see fp8_gemm.h).
+// Host launcher of the FP8 prefill GEMM: validation against the explicit
+// variant list (cuda/fp8_gemm_variants.h), the tile heuristic, argument
+// validation and tensor maps (see fp8_gemm.h).
 #include "cuda/fp8_gemm.h"
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include "cuda/check.h"
 #include "cuda/device.h"
 #include "cuda/fp8_gemm_launch.h"
+#include "cuda/fp8_gemm_variants.h"
 #include "cuda/tensor_map.h"
 
 namespace futr::cuda {
@@ -17,32 +19,10 @@ namespace {
 using E = GemmEpilogue;
 using I = GemmInput;
 
-// The compiled kernel instances. Each line must match an instantiation in
-// fp8_gemm_<policy>.cu (and nothing else is compiled): keep this list short,
-// CI compiles every entry on two cores.
-constexpr bool kCoop = false, kPingPong = true;
-constexpr GemmVariant kVariants[] = {
-    {E::kScaledOut, I::kE4M3, 128, 256, 4, kCoop},          // the paper's configuration
-    {E::kScaledOut, I::kE4M3, 128, 128, 6, kCoop},          // small M x N: twice the CTAs
-    {E::kScaledOut, I::kE4M3, 128, 128, 6, kPingPong},      // epilogue overlapped with MMAs
-    {E::kScaledOut, I::kBF16, 128, 256, 4, kCoop},          // BF16 comparison path
-    {E::kResidualSumSq, I::kE4M3, 128, 256, 4, kCoop},      // O / down
-    {E::kResidualSumSq, I::kE4M3, 128, 128, 6, kCoop},
-    {E::kResidualSumSq, I::kE4M3, 128, 128, 6, kPingPong},
-    {E::kRmsScaledOut, I::kE4M3, 128, 256, 4, kCoop},
-    {E::kSwiGluFp8, I::kE4M3, 128, 256, 4, kCoop},          // gate/up
-    {E::kSwiGluFp8, I::kE4M3, 128, 128, 6, kCoop},
-    {E::kSwiGluFp8, I::kE4M3, 128, 128, 6, kPingPong},
-    {E::kQkvRopePacked, I::kE4M3, 128, 256, 4, kCoop},      // QKV, packed rows
-    {E::kQkvRopePadded, I::kE4M3, 128, 256, 4, kCoop},      // QKV, padded rows (separately compiled)
-};
-
 std::string list_variants(E e, I in) {
   std::string s;
-  for (const auto& v : kVariants)
-    if (v.epilogue == e && v.input == in)
-      s += fmt::format("{}{}x{} stages {}{}", s.empty() ? "" : ", ", v.bm, v.bn, v.stages,
-                       v.pingpong ? " ping-pong" : "");
+  for (const auto& v : kGemmVariants)
+    if (v.epilogue == e && v.input == in) s += (s.empty() ? "" : ", ") + to_string(v);
   return s.empty() ? "none" : s;
 }
 
@@ -72,15 +52,17 @@ void check_bf16_out(const void* out, int& ld, int N, const char* what) {
   FUTR_CHECK(reinterpret_cast<uintptr_t>(out) % 8 == 0, "FP8 GEMM: {} must be 8-byte aligned", what);
 }
 
-// The compiled variant of `cfg`; futr::Error naming the compiled ones otherwise.
+// The compiled variant of `cfg`; futr::Error naming the nearest compiled one
+// and all of this (epilogue, input) otherwise.
 const GemmVariant& find_variant(E e, const GemmOperands& op, const GemmConfig& cfg) {
-  for (const auto& v : kVariants)
-    if (v.epilogue == e && v.input == op.input && v.bm == cfg.bm && v.bn == cfg.bn &&
-        v.stages == cfg.stages && v.pingpong == cfg.pingpong)
-      return v;
-  fail("FP8 GEMM: no compiled variant {} {} tile {}x{} stages {}{}; compiled for this epilogue and input: {}",
+  const GemmVariant want{e, op.input, cfg.bm, cfg.bn, cfg.stages, cfg.pingpong};
+  for (const auto& v : kGemmVariants)
+    if (v == want) return v;
+  const GemmVariant* near = nearest_gemm_variant(e, op.input, cfg);
+  fail("FP8 GEMM: no compiled variant {} {} tile {}x{} stages {}{}; nearest supported: {}; compiled for this "
+       "epilogue and input: {}",
        to_string(e), to_string(op.input), cfg.bm, cfg.bn, cfg.stages, cfg.pingpong ? " ping-pong" : "",
-       list_variants(e, op.input));
+       near ? to_string(*near) : std::string("none"), list_variants(e, op.input));
 }
 
 const GemmVariant& resolve(E e, const GemmOperands& op, const GemmConfig* config, GemmConfig& cfg,
@@ -117,7 +99,23 @@ detail::GemmLaunch prepare(E e, const GemmOperands& op, const GemmConfig* config
 }
 }  // namespace
 
-std::span<const GemmVariant> gemm_variants() { return kVariants; }
+std::span<const GemmVariant> gemm_variants() { return kGemmVariants; }
+
+const GemmVariant* nearest_gemm_variant(GemmEpilogue e, GemmInput in, const GemmConfig& c) {
+  // Distance: tile shape and depth on a log scale, a schedule mismatch counts as one doubling.
+  auto dist = [&](const GemmVariant& v) {
+    auto l = [](int a, int b) { return std::fabs(std::log2(double(std::max(a, 1)) / std::max(b, 1))); };
+    return l(v.bm, c.bm) + l(v.bn, c.bn) + l(v.stages, c.stages) + (v.pingpong != c.pingpong ? 1.0 : 0.0);
+  };
+  const GemmVariant* best = nullptr;
+  for (const auto& v : kGemmVariants)
+    if (v.epilogue == e && v.input == in && (!best || dist(v) < dist(*best))) best = &v;
+  return best;
+}
+
+std::string to_string(const GemmVariant& v) {
+  return fmt::format("{}x{} stages {}{}", v.bm, v.bn, v.stages, v.pingpong ? " ping-pong" : "");
+}
 
 std::string to_string(GemmEpilogue e) {
   switch (e) {
@@ -140,7 +138,7 @@ GemmConfig choose_gemm_config(GemmEpilogue e, GemmInput in, int M, int N, int K,
   FUTR_CHECK(sm_count >= 1, "choose_gemm_config: sm_count={}", sm_count);
   const GemmVariant* best = nullptr;
   double best_cost = 0;
-  for (const auto& v : kVariants) {
+  for (const auto& v : kGemmVariants) {
     if (v.epilogue != e || v.input != in) continue;
     // Time ~ waves x per-tile time, per-tile time ~ tile area / efficiency.
     // Efficiencies relative to cooperative 128x256, fitted to the H200 runs in

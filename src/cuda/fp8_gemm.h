@@ -19,7 +19,8 @@
 //
 // Configuration: choose_gemm_config() is the heuristic (tile shape from the
 // problem and the SM count); pass a GemmConfig to override it (bench flags
-// --bn --stages --pingpong --group-m --grid). Compiled variants: gemm_variants().
+// --bn --stages --pingpong --group-m --grid). Compiled variants: gemm_variants(),
+// the table in cuda/fp8_gemm_variants.h.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -43,16 +44,23 @@ struct GemmConfig {
                           // true = ping-pong (alternate tiles; epilogue overlaps MMAs; bn = 128)
 };
 
-// One compiled kernel instance.
+// One compiled kernel instance (a row of kGemmVariants, cuda/fp8_gemm_variants.h).
 struct GemmVariant {
   GemmEpilogue epilogue;
   GemmInput input;
   int bm, bn, stages;
   bool pingpong;
+  friend constexpr bool operator==(const GemmVariant&, const GemmVariant&) = default;
 };
 
-// The explicit list of compiled (epilogue, input, tile) variants.
+// The explicit list of compiled (epilogue, input, tile) variants: the table in
+// cuda/fp8_gemm_variants.h, the one place it is written.
 std::span<const GemmVariant> gemm_variants();
+// The compiled variant of (epilogue, input) closest to `c` (tile shape, stages,
+// schedule); nullptr when that (epilogue, input) has none. What the error for
+// an uncompiled configuration names.
+const GemmVariant* nearest_gemm_variant(GemmEpilogue e, GemmInput in, const GemmConfig& c);
+std::string to_string(const GemmVariant& v);  // "128x256 stages 4" (+ " ping-pong")
 std::string to_string(GemmEpilogue e);
 std::string to_string(GemmInput i);
 std::string to_string(const GemmConfig& c);

@@ -19,9 +19,9 @@ struct GemmLaunch {
   cudaStream_t stream;
 };
 
-// Each dispatches `v` to its explicit instantiation; FUTR_ASSERT if the
-// variant is not instantiated (the list in fp8_gemm.cpp and the .cu files
-// must agree).
+// Each dispatches `v` (a row of kGemmVariants, cuda/fp8_gemm_variants.h) to
+// its instantiation; the dispatch is generated from that list
+// (fp8_gemm_launch.cuh), so a listed variant is always instantiated.
 void launch_scaled_out(const GemmVariant& v, const GemmLaunch& l, const ScaledOutArgs& a);
 void launch_residual_sumsq(const GemmVariant& v, const GemmLaunch& l, const ResidualSumSqArgs& a);
 void launch_rms_scaled_out(const GemmVariant& v, const GemmLaunch& l, const RmsScaledOutArgs& a);

@@ -1,6 +1,6 @@
 // Compiled variants of the QkvRope policy: packed rows (variable-length
-// requests concatenated) and padded rows, separately compiled. The full list:
-// fp8_gemm.cpp.
+// requests concatenated) and padded rows, separately compiled; the rows of
+// kGemmVariants (cuda/fp8_gemm_variants.h) with these epilogues.
 #include "cuda/fp8_gemm_launch.cuh"
 
 namespace futr::cuda::detail {
@@ -28,8 +28,7 @@ void launch_qkv_rope_packed(const GemmVariant& v, const GemmLaunch& l, const Qkv
   Epi::Params p{};
   set_qkv<Rows>(p, a);
   p.rows = {rows.cu_rows, rows.start_pos, rows.slot_base, rows.num_requests};
-  if (is_variant(v, GemmInput::kE4M3, 256, 4)) launch_kernel<E4M3_256x4, Epi>(l, p);
-  else FUTR_ASSERT(!"QkvRope<Packed> variant listed but not instantiated");
+  dispatch<GemmEpilogue::kQkvRopePacked, Epi>(v, l, p);
 }
 
 void launch_qkv_rope_padded(const GemmVariant& v, const GemmLaunch& l, const QkvRopeArgs& a,
@@ -39,8 +38,7 @@ void launch_qkv_rope_padded(const GemmVariant& v, const GemmLaunch& l, const Qkv
   Epi::Params p{};
   set_qkv<Rows>(p, a);
   p.rows = {rows.lengths, rows.start_pos, rows.slot_base, rows.num_requests, rows.max_len};
-  if (is_variant(v, GemmInput::kE4M3, 256, 4)) launch_kernel<E4M3_256x4, Epi>(l, p);
-  else FUTR_ASSERT(!"QkvRope<Padded> variant listed but not instantiated");
+  dispatch<GemmEpilogue::kQkvRopePadded, Epi>(v, l, p);
 }
 
 }  // namespace futr::cuda::detail

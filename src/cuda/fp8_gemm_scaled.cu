@@ -1,5 +1,6 @@
 // Compiled variants of the ScaledOut and RmsScaledOut policies (plain GEMM with
-// BF16 output; folded-RMSNorm row factor). The full list: fp8_gemm.cpp.
+// BF16 output; folded-RMSNorm row factor): the rows of kGemmVariants
+// (cuda/fp8_gemm_variants.h) with these epilogues.
 #include "cuda/fp8_gemm_launch.cuh"
 
 namespace futr::cuda::detail {
@@ -10,11 +11,7 @@ void launch_scaled_out(const GemmVariant& v, const GemmLaunch& l, const ScaledOu
   set_scales(p, a.scales);
   p.out = a.out;
   p.ld_out = a.ld_out;
-  if (is_variant(v, GemmInput::kE4M3, 256, 4)) launch_kernel<E4M3_256x4, Epi>(l, p);
-  else if (is_variant(v, GemmInput::kE4M3, 128, 6)) launch_kernel<E4M3_128x6, Epi>(l, p);
-  else if (is_variant(v, GemmInput::kE4M3, 128, 6, true)) launch_kernel<E4M3_128x6_pp, Epi>(l, p);
-  else if (is_variant(v, GemmInput::kBF16, 256, 4)) launch_kernel<BF16_256x4, Epi>(l, p);
-  else FUTR_ASSERT(!"ScaledOut variant listed but not instantiated");
+  dispatch<GemmEpilogue::kScaledOut, Epi>(v, l, p);
 }
 
 void launch_rms_scaled_out(const GemmVariant& v, const GemmLaunch& l, const RmsScaledOutArgs& a) {
@@ -26,8 +23,7 @@ void launch_rms_scaled_out(const GemmVariant& v, const GemmLaunch& l, const RmsS
   p.rms_eps = a.eps;
   p.out = a.out;
   p.ld_out = a.ld_out;
-  if (is_variant(v, GemmInput::kE4M3, 256, 4)) launch_kernel<E4M3_256x4, Epi>(l, p);
-  else FUTR_ASSERT(!"RmsScaledOut variant listed but not instantiated");
+  dispatch<GemmEpilogue::kRmsScaledOut, Epi>(v, l, p);
 }
 
 }  // namespace futr::cuda::detail

@@ -1,5 +1,6 @@
 // Compiled variants of the SwiGluFp8 policy (gate/up projection, delayed-scaling
-// FP8 output). The full list: fp8_gemm.cpp.
+// FP8 output): the rows of kGemmVariants (cuda/fp8_gemm_variants.h) with this
+// epilogue.
 #include "cuda/fp8_gemm_launch.cuh"
 
 namespace futr::cuda::detail {
@@ -13,10 +14,7 @@ void launch_swiglu_fp8(const GemmVariant& v, const GemmLaunch& l, const SwiGluFp
   p.scale_in = a.scale_in;
   p.amax_out = a.amax_out;
   p.saturation_out = a.saturation_out;
-  if (is_variant(v, GemmInput::kE4M3, 256, 4)) launch_kernel<E4M3_256x4, Epi>(l, p);
-  else if (is_variant(v, GemmInput::kE4M3, 128, 6)) launch_kernel<E4M3_128x6, Epi>(l, p);
-  else if (is_variant(v, GemmInput::kE4M3, 128, 6, true)) launch_kernel<E4M3_128x6_pp, Epi>(l, p);
-  else FUTR_ASSERT(!"SwiGluFp8 variant listed but not instantiated");
+  dispatch<GemmEpilogue::kSwiGluFp8, Epi>(v, l, p);
 }
 
 }  // namespace futr::cuda::detail

@@ -24,7 +24,7 @@ namespace engines {
 cpu::QuantizeOptions quantize_options(WeightFormat format, const runtime::RuntimeConfig& c) {
   cpu::QuantizeOptions q;
   q.format = format;
-  q.method = runtime::to_string(c.quant);
+  q.method = c.quant;
   q.act_order = c.act_order;
   q.group = c.group;
   q.calib_ctx = c.calib.ctx;
@@ -88,8 +88,7 @@ quant::DelayedScalingConfig fp8_config(const runtime::Fp8Config& f) {
   quant::DelayedScalingConfig c;
   c.history = f.history;
   c.margin = f.margin;
-  c.policy = f.policy == runtime::Fp8SaturationPolicy::kClamp ? quant::SaturationPolicy::kClampRescale
-                                                              : quant::SaturationPolicy::kRecompute;
+  c.policy = f.policy;
   c.validate();
   return c;
 }
@@ -188,10 +187,10 @@ std::unique_ptr<runtime::Engine> runtime::make_engine(const Model& model, const 
         else if (log)
           log(fmt::format("calibrating {} on {} held-out tokens (this takes minutes; `futr quantize` "
                           "once and load the .futr file to skip it)",
-                          qo.method, calib.size()));
+                          to_string(qo.method), calib.size()));
       } else if (log) {
         log(fmt::format("quantizing to {} on load{}", to_string(w),
-                        w == WeightFormat::kInt4 ? " (" + qo.method + ")" : ""));
+                        w == WeightFormat::kInt4 ? " (" + to_string(qo.method) + ")" : ""));
       }
       cpu::set_num_threads(c.threads);
       q = std::make_shared<quant::QuantizedWeights>(cpu::quantize_model(model, qo, calib));

@@ -176,7 +176,7 @@ int GpuEngine::bucket_of(int rows) {
 
 GpuEngine::GpuEngine(const Model& model, std::shared_ptr<const quant::QuantizedWeights> q,
                      const GpuEngineOptions& o)
-    : config_(model.config), opt_(o), impl_(std::make_unique<Impl>()) {
+    : config_(model.config), sampleable_vocab_(model.sampleable_vocab()), opt_(o), impl_(std::make_unique<Impl>()) {
   const ModelConfig& c = config_;
   FUTR_CHECK(q && q->format == WeightFormat::kInt4,
              "GPU engine: runs INT4 weights (--weights int4, or a .futr file with INT4 weights)");
@@ -206,7 +206,7 @@ GpuEngine::GpuEngine(const Model& model, std::shared_ptr<const quant::QuantizedW
 }
 
 GpuEngine::GpuEngine(const ModelConfig& config, uint64_t seed, const GpuEngineOptions& o)
-    : config_(config), opt_(o), impl_(std::make_unique<Impl>()) {
+    : config_(config), sampleable_vocab_(config.vocab), opt_(o), impl_(std::make_unique<Impl>()) {
   const ModelConfig& c = config_;
   c.validate("synthetic model");
   const size_t per_layer = size_t(c.q_dim() + 2 * c.kv_dim()) * c.hidden + size_t(c.hidden) * c.q_dim() +
@@ -369,7 +369,10 @@ void GpuEngine::init(const std::string& weights_what, size_t weights_est) {
 
 GpuEngine::~GpuEngine() = default;
 
-void GpuEngine::open(SeqId id, const runtime::SamplerConfig& sampling) { table_.open(id, sampling); }
+void GpuEngine::open(SeqId id, const runtime::SamplerConfig& sampling) {
+  const int s = table_.open(id, sampling);
+  table_.sampler(s).limit_vocab(sampleable_vocab_);  // padded LM-head rows are never drawn
+}
 
 // The cache rows past len are overwritten before they are read again (attention masks t >= len).
 void GpuEngine::truncate(SeqId id, int len) { table_.truncate(id, len); }

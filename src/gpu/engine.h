@@ -151,6 +151,7 @@ class GpuEngine final : public runtime::Engine {
   const float* fetch_logits_row(int k);
 
   ModelConfig config_;
+  int32_t sampleable_vocab_;  // ids a sampler may draw (the tokenizer's; padded LM-head rows excluded)
   GpuEngineOptions opt_;
   runtime::EngineInfo info_;
   std::unique_ptr<Impl> impl_;

@@ -14,4 +14,9 @@ int64_t Model::parameter_count() const {
   return n;
 }
 
+int32_t Model::sampleable_vocab() const {
+  const size_t known = tokenizer.tokens.size();
+  return known > 0 && known < size_t(config.vocab) ? int32_t(known) : config.vocab;
+}
+
 }  // namespace futr

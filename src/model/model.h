@@ -6,7 +6,8 @@
 //   - Q and K rows in the Hugging Face "rotate_half" RoPE order: within a head,
 //     dimension i pairs with i + head_dim/2 (GGUF's interleaved order is undone
 //     by the GGUF reader);
-//   - tok_embd [vocab, hidden]; lm_head empty when the embedding is tied.
+//   - tok_embd [vocab, hidden]; lm_head empty when the embedding is tied;
+//     vocab may exceed the tokenizer's vocabulary (padded rows, never sampled).
 #pragma once
 
 #include <string>
@@ -56,6 +57,11 @@ struct Model {
   std::vector<SourceTensor> sources;  // tensors as stored in the file
 
   int64_t parameter_count() const;
+  // Ids that can be generated: [0, sampleable_vocab()), the tokenizer's
+  // vocabulary where it is known and smaller than config.vocab (an LM head
+  // padded with rows no token has), else config.vocab. Engines mask the rest
+  // when they sample (runtime/sampler.h).
+  int32_t sampleable_vocab() const;
 };
 
 }  // namespace futr

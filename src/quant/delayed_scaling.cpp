@@ -63,7 +63,7 @@ DelayedScale::Action DelayedScale::record(float amax, uint64_t saturated) {
   next_ = (next_ + 1) % ring_.size();
   const float m = *std::max_element(ring_.begin(), ring_.end());
   if (m > 0.0f) scale_ = next_scale(m, config_.margin);  // all-zero window: keep the scale
-  if (saturated > 0 && config_.policy == SaturationPolicy::kRecompute) {
+  if (saturated > 0 && config_.policy == Fp8SaturationPolicy::kRecompute) {
     ++stats_.recomputes;
     return Action::kRecompute;
   }

@@ -5,12 +5,15 @@
 // the only place a flag's spelling is known; futr::Error names the flag and
 // the accepted values).
 //
-// Formats have one home each, core/formats.h (re-exported here):
+// Formats and quantization choices have one home each, core/formats.h
+// (re-exported here):
 //   WeightFormat  how the seven projections of every layer are stored and run
 //                 (fp32 reference, bf16, fp8 prefill, int4 decode);
 //   KvFormat      how the KV cache is stored (fp32 reference, the BF16
 //                 primary, the INT4 mirror, the INT4 mirror with the block
-//                 Walsh-Hadamard rotation).
+//                 Walsh-Hadamard rotation);
+//   QuantMethod   the INT4 quantizer used when a model is quantized on load;
+//   Fp8SaturationPolicy  what a saturating FP8 activation does.
 // quant/, cpu/, cuda/ and gpu/ use the same enums without depending on the
 // runtime; nothing else defines a format enum.
 #pragma once
@@ -23,10 +26,18 @@
 
 namespace futr::runtime {
 
+using futr::Fp8SaturationPolicy;
+using futr::fp8_policy_names;
 using futr::KvFormat;
+using futr::kv_format_names;
+using futr::parse_fp8_policy;
 using futr::parse_kv_format;
+using futr::parse_quant_method;
 using futr::parse_weight_format;
+using futr::quant_method_names;
+using futr::QuantMethod;
 using futr::to_string;
+using futr::weight_format_names;
 using futr::WeightFormat;
 
 enum class EngineKind {
@@ -35,26 +46,17 @@ enum class EngineKind {
   kGpu,   // the GPU engine (src/gpu/); a clear error where there is none
 };
 
-// The INT4 quantizer used when an unquantized model is quantized on load.
-enum class QuantMethod { kRtn, kClip, kClipAct, kGptq, kGptqClip };
+enum class Fp8RmsPlacement { kEpilogue, kCast };  // folded RMSNorm: after the GEMM | before the cast
 
-enum class Fp8SaturationPolicy { kClamp, kRecompute };  // quant/delayed_scaling.h
-enum class Fp8RmsPlacement { kEpilogue, kCast };        // folded RMSNorm: after the GEMM | before the cast
-
-std::string to_string(EngineKind k);           // "auto" | "cpu" | "gpu"
-std::string to_string(QuantMethod m);          // "rtn" | "clip" | "clip-act" | "gptq" | "gptq-clip"
-std::string to_string(Fp8SaturationPolicy p);  // "clamp" | "recompute"
-std::string to_string(Fp8RmsPlacement p);      // "epilogue" | "cast"
+std::string to_string(EngineKind k);        // "auto" | "cpu" | "gpu"
+std::string to_string(Fp8RmsPlacement p);   // "epilogue" | "cast"
 // The spellings above; futr::Error naming the accepted values for anything else.
 EngineKind parse_engine_kind(const std::string& s);
-QuantMethod parse_quant_method(const std::string& s);
-Fp8SaturationPolicy parse_fp8_policy(const std::string& s);
 Fp8RmsPlacement parse_fp8_rms(const std::string& s);
-// The accepted spellings, for help texts and CLI11 checks ({"auto", "cpu", "gpu"}, ...).
+// The accepted spellings, for help texts and CLI11 checks ({"auto", "cpu", "gpu"}, ...);
+// those of the formats, the INT4 quantizer and the FP8 policy come from core/formats.h.
 std::vector<std::string> engine_kind_names();
-std::vector<std::string> weight_format_names();
-std::vector<std::string> kv_format_names();
-std::vector<std::string> quant_method_names();
+std::vector<std::string> fp8_rms_names();
 
 // The Hadamard block of int4-rot when none is given (the best of the sweep in
 // docs/ACCURACY.md), capped at head_dim.
@@ -63,7 +65,7 @@ inline constexpr int kDefaultKvBlock = 64;
 struct Fp8Config {
   int history = 16;                                     // amax history length (calls)
   float margin = 1.0f;                                  // headroom factor >= 1
-  Fp8SaturationPolicy policy = Fp8SaturationPolicy::kClamp;
+  Fp8SaturationPolicy policy = Fp8SaturationPolicy::kClampRescale;
   Fp8RmsPlacement rms = Fp8RmsPlacement::kEpilogue;
 };
 

@@ -82,12 +82,28 @@ std::vector<float> Sampler::penalized(std::span<const float> logits) const {
   return z;
 }
 
+std::span<const float> Sampler::drawable(std::span<const float> logits) const {
+  FUTR_CHECK(!logits.empty(), "sampler: empty logits");
+  if (vocab_limit_ > 0 && size_t(vocab_limit_) < logits.size()) logits = logits.first(size_t(vocab_limit_));
+  bool any_finite = false;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    const float z = logits[i];
+    // NOTE: -inf is a masked id (allowed); NaN and +inf mean the forward pass broke.
+    FUTR_CHECK(!std::isnan(z) && z != INFINITY,
+               "sampler: logit of id {} is {}: the model's logits are not finite (NaN or +inf come from the "
+               "weights or the forward pass), refusing to sample",
+               i, z);
+    any_finite = any_finite || std::isfinite(z);
+  }
+  FUTR_CHECK(any_finite, "sampler: all {} drawable logits are -inf: nothing can be sampled", logits.size());
+  return logits;
+}
+
 double Sampler::uniform() { return double(rng_() >> 11) * 0x1.0p-53; }
 
 std::vector<std::pair<int32_t, double>> Sampler::distribution(
-    std::span<const float> raw) const {
-  FUTR_CHECK(!raw.empty(), "sampler: empty logits");
-  const std::vector<float> z = penalized(raw);
+    std::span<const float> row) const {
+  const std::vector<float> z = penalized(drawable(row));
   const std::span<const float> logits(z);
   FUTR_CHECK(config_.temperature > 0.0f, "sampler: distribution() needs a temperature > 0");
   // Ids in descending logit order, ties by id; only the top k are needed.
@@ -140,7 +156,10 @@ std::vector<std::pair<int32_t, double>> Sampler::distribution(
 }
 
 int32_t Sampler::sample(std::span<const float> logits) {
-  if (config_.temperature == 0.0f) return penalties_on() ? argmax(penalized(logits)) : argmax(logits);
+  if (config_.temperature == 0.0f) {
+    const std::span<const float> z = drawable(logits);
+    return penalties_on() ? argmax(penalized(z)) : argmax(z);
+  }
   const auto dist = distribution(logits);
   const double u = uniform();
   double cum = 0.0;

@@ -24,6 +24,13 @@
 //   (0, 10] (1 = off), presence_penalty and frequency_penalty [-2, 2] (0 = off),
 //   penalty_last_n [0, 1048576], stop: at most 16 strings of 1..256 bytes.
 //
+// What can be drawn: ids [0, limit) where limit_vocab() set one (a vocabulary
+// padded beyond the tokenizer: the LM head has rows for ids no token has; the
+// engines set the limit from the model's tokenizer), else the whole row. The
+// ids beyond it are masked (never drawn, never counted in the distribution).
+// Logits are checked before every draw: a NaN or +inf among the drawable ids,
+// or no finite one, is a futr::Error naming the id (never a silent token 0).
+//
 // The generator is std::mt19937_64 with u = (bits >> 11) * 2^-53, so a seed
 // gives the same tokens on every platform (std:: distributions are
 // implementation-defined and are not used).
@@ -70,7 +77,11 @@ class Sampler {
  public:
   // Throws futr::Error for any field out of range (validate_sampler_config).
   explicit Sampler(const SamplerConfig& config);
-  // One draw from logits[vocab] (finite or -inf; at least one finite).
+  // Ids >= n are never drawn (n <= 0: no limit; a limit beyond the row is the row).
+  void limit_vocab(int32_t n) { vocab_limit_ = n; }
+  int32_t vocab_limit() const { return vocab_limit_; }
+  // One draw from logits[vocab]: the drawable ids must be finite or -inf, at
+  // least one finite; futr::Error naming the id otherwise.
   int32_t sample(std::span<const float> logits);
   // Records a token of the sequence (prompt: generated = false) for the penalties.
   void accept(int32_t token, bool generated);
@@ -84,17 +95,20 @@ class Sampler {
   bool plain_greedy() const { return config_.temperature == 0.0f && !penalties_on(); }
 
   // The distribution sample() draws from after steps 0-4, as (id, p) in
-  // descending probability (exposed for tests).
+  // descending probability, over the drawable ids (exposed for tests).
   std::vector<std::pair<int32_t, double>> distribution(std::span<const float> logits) const;
   // The logits after step 0 (a copy; the input itself when no penalty applies).
   std::vector<float> penalized(std::span<const float> logits) const;
 
  private:
   bool penalties_on() const;
+  // The drawable prefix of a row, checked (see sample()).
+  std::span<const float> drawable(std::span<const float> logits) const;
   double uniform();  // [0, 1)
   SamplerConfig config_;
   std::mt19937_64 rng_;
   std::deque<std::pair<int32_t, bool>> history_;  // (token, generated), oldest first, <= penalty_last_n
+  int32_t vocab_limit_ = 0;                        // ids >= this are never drawn; <= 0: none
 };
 
 // Stop strings over a stream of text pieces.

@@ -1,4 +1,5 @@
-# Reliability helpers of src/core/: escaping, JSON limits, limited input reads.
+# src/core/: escaping, JSON limits, limited input reads; the format enums.
 futr_add_test(core_text_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/text_test.cpp LIBS futr_core)
 futr_add_test(core_json_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/json_test.cpp LIBS futr_core)
 futr_add_test(core_io_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/io_test.cpp LIBS futr_core)
+futr_add_test(core_formats_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/formats_test.cpp LIBS futr_core)

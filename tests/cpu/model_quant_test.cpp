@@ -12,6 +12,7 @@
 #include "core/numeric.h"
 #include "cpu/quant_model.h"
 #include "support/compare.h"
+#include "support/expect_error.h"
 
 using namespace futr;
 using namespace futr::cpu;
@@ -110,21 +111,40 @@ TEST(ModelQuant, GptqBeatsRtnOnTheModel) {
   QuantizeOptions o;
   o.format = WeightFormat::kInt4;
   o.calib_ctx = 64;
-  auto err_of = [&](const std::string& method) {
+  auto err_of = [&](QuantMethod method) {
     o.method = method;
     auto q = std::make_shared<quant::QuantizedWeights>(quantize_model(m, o, calib));
-    EXPECT_EQ(q->method.rfind(method == "gptq-clip" ? "gptq+clip" : method, 0), 0u) << q->method;
+    EXPECT_EQ(q->method.rfind(quant_method_label(method, false), 0), 0u) << q->method;
     return test::compare(run(m, q, WeightFormat::kInt4, eval).data, ref.data).rel_l2;
   };
-  const double rtn = err_of("rtn"), gptq = err_of("gptq"), gclip = err_of("gptq-clip");
+  const double rtn = err_of(QuantMethod::kRtn), gptq = err_of(QuantMethod::kGptq),
+               gclip = err_of(QuantMethod::kGptqClip);
   EXPECT_LT(gptq, rtn) << "gptq " << gptq << " rtn " << rtn;
   EXPECT_LT(gclip, rtn);
-  o.method = "clip-act";  // needs calibration (second moments), then quantizes
+  o.method = QuantMethod::kClipAct;  // needs calibration (second moments), then quantizes
   EXPECT_EQ(quantize_model(m, o, calib).method.rfind("rtn+clip(act)", 0), 0u);
-  o.method = "gptq";
+  o.method = QuantMethod::kGptq;
   EXPECT_THROW(quantize_model(m, o, std::span<const int32_t>(calib).first(10)), Error);  // < one window
-  o.method = "awq";
-  EXPECT_THROW(quantize_model(m, o, {}), Error);
+  // An unknown quantizer cannot reach quantize_model: parsing refuses it, naming the valid ones.
+  EXPECT_FUTR_ERROR(parse_quant_method("awq"), "unknown INT4 quantizer 'awq' (choose rtn, clip, clip-act, gptq, gptq-clip)");
+}
+
+// The metadata label of each quantizer (what .futr files record per tensor).
+TEST(ModelQuant, MethodLabelsInTheMetadata) {
+  const ModelConfig c = test::quant_config();
+  const Model m = tame_model(c, 5);
+  QuantizeOptions o;
+  o.format = WeightFormat::kInt4;
+  for (QuantMethod q : {QuantMethod::kRtn, QuantMethod::kClip}) {
+    o.method = q;
+    const quant::QuantizedWeights w = quantize_model(m, o, {});
+    EXPECT_EQ(w.at({0, Projection::kQ}).method, quant_method_label(q, false));
+  }
+  EXPECT_FALSE(needs_calibration(o));
+  o.method = QuantMethod::kClipAct;
+  EXPECT_TRUE(needs_calibration(o));
+  o.act_order = true;  // GPTQ only
+  EXPECT_FUTR_ERROR(quantize_model(m, o, {}), "--act-order applies to gptq only");
 }
 
 TEST(ModelQuant, Fp8CalibrationRecordsInitialAmax) {

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <numbers>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "model/model.h"
@@ -64,6 +65,20 @@ inline Model random_model(const ModelConfig& c, uint32_t seed) {
   }
   m.weights.out_norm = random_tensor({H}, rng, 1.0f, 0.2f);
   if (!c.tied_embeddings) m.weights.lm_head = random_tensor({c.vocab, H}, rng, 0.0f, s);
+  return m;
+}
+
+// A model whose vocabulary is padded beyond its tokenizer: a tokenizer of
+// `tokenizer_size` tokens ("t0", "t1", ...) and config.vocab LM-head rows, the
+// padded ones (ids >= tokenizer_size) scaled by `pad_gain` so that their
+// logits dominate: an engine that does not mask them samples them.
+inline Model padded_vocab_model(ModelConfig c, uint32_t seed, int tokenizer_size, float pad_gain = 60.0f) {
+  c.tied_embeddings = false;
+  Model m = random_model(c, seed);
+  for (int i = 0; i < tokenizer_size; ++i) m.tokenizer.tokens.push_back("t" + std::to_string(i));
+  const int64_t H = c.hidden;
+  for (int64_t id = tokenizer_size; id < c.vocab; ++id)
+    for (int64_t k = 0; k < H; ++k) m.weights.lm_head.data[size_t(id * H + k)] *= pad_gain;
   return m;
 }
 

@@ -12,7 +12,8 @@
 // On a failure the test prints a compact diagnosis (which rows/columns/tiles
 // are wrong and how) so that one device run says what to fix.
 //
-// Groups: Fp8GemmArgs.* (no GPU: invalid calls rejected), Fp8Gemm.* (the
+// Groups: Fp8GemmArgs.* (no GPU: invalid calls rejected), Fp8GemmVariants.*
+// (no GPU: everything derives from the one variant list), Fp8Gemm.* (the
 // full matrix), Fp8GemmSanitizer.* (small shapes, run under compute-sanitizer
 // memcheck/racecheck/synccheck by scripts/device/fp8_gemm.sh).
 #include "cuda/fp8_gemm.h"
@@ -34,6 +35,7 @@
 #include "cuda/buffer.h"
 #include "cuda/check.h"
 #include "cuda/fill.h"
+#include "cuda/fp8_gemm_variants.h"
 #include "support/compare.h"
 #include "support/gpu.h"
 #include "support/tolerances.h"
@@ -611,6 +613,128 @@ TEST(Fp8GemmArgs, HeuristicPrefersFullWaves) {
   // QKV has no ping-pong variant: cooperative 128x256.
   const auto qkv = cuda::choose_gemm_config(GemmEpilogue::kQkvRopePacked, GemmInput::kE4M3, 8192, 6144, 4096, kH200SmCount);
   EXPECT_EQ(qkv.bn, 256);
+}
+
+// The one variant list (cuda/fp8_gemm_variants.h) is what the listing, the
+// validation, the nearest-variant error and the heuristic read.
+namespace {
+constexpr cuda::GemmEpilogue kAllEpilogues[] = {
+    cuda::GemmEpilogue::kScaledOut, cuda::GemmEpilogue::kResidualSumSq, cuda::GemmEpilogue::kRmsScaledOut,
+    cuda::GemmEpilogue::kSwiGluFp8, cuda::GemmEpilogue::kQkvRopePacked, cuda::GemmEpilogue::kQkvRopePadded};
+cuda::GemmConfig config_of(const cuda::GemmVariant& v) {
+  cuda::GemmConfig c;
+  c.bm = v.bm;
+  c.bn = v.bn;
+  c.stages = v.stages;
+  c.pingpong = v.pingpong;
+  return c;
+}
+}  // namespace
+
+TEST(Fp8GemmVariants, ListingIsTheTable) {
+  const auto list = cuda::gemm_variants();
+  ASSERT_EQ(list.size(), cuda::kNumGemmVariants);
+  for (size_t i = 0; i < list.size(); ++i) {
+    EXPECT_TRUE(list[i] == cuda::kGemmVariants[i]) << i;
+    for (size_t j = 0; j < i; ++j) EXPECT_FALSE(list[i] == list[j]) << "listed twice: " << i << ", " << j;
+  }
+  // Every epilogue has at least one compiled variant (the engine needs them all).
+  for (auto e : kAllEpilogues)
+    EXPECT_TRUE(std::any_of(list.begin(), list.end(), [&](const auto& v) { return v.epilogue == e; }))
+        << cuda::to_string(e);
+}
+
+TEST(Fp8GemmVariants, NearestIsExactForListedAndNamedInTheError) {
+  for (const auto& v : cuda::gemm_variants()) {
+    const cuda::GemmVariant* n = cuda::nearest_gemm_variant(v.epilogue, v.input, config_of(v));
+    ASSERT_NE(n, nullptr);
+    EXPECT_TRUE(*n == v) << cuda::to_string(v.epilogue) << " " << cuda::to_string(v);
+  }
+  // (epilogue, input) pairs without any row have no nearest variant.
+  EXPECT_EQ(cuda::nearest_gemm_variant(cuda::GemmEpilogue::kRmsScaledOut, GemmInput::kBF16, {}), nullptr);
+  // Not compiled: the error names the nearest row (128 wide, 6 stages: one
+  // doubling + log2(6/4) away) and every row of the pair, from the table.
+  const void* fake = reinterpret_cast<const void*>(uintptr_t(1) << 20);
+  uint16_t* out = reinterpret_cast<uint16_t*>(uintptr_t(1) << 21);
+  cuda::GemmConfig bad;
+  bad.bn = 64;
+  try {
+    cuda::gemm_scaled_out({fake, fake, 16, 256, 128}, {{}, out, 0}, nullptr, &bad);
+    ADD_FAILURE() << "no error for an uncompiled tile";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("nearest supported: 128x128 stages 6;"), std::string::npos) << msg;
+    for (const auto& v : cuda::gemm_variants())
+      if (v.epilogue == cuda::GemmEpilogue::kScaledOut && v.input == GemmInput::kE4M3)
+        EXPECT_NE(msg.find(cuda::to_string(v)), std::string::npos) << cuda::to_string(v) << " in " << msg;
+  }
+}
+
+TEST(Fp8GemmVariants, HeuristicChoosesOnlyListedVariants) {
+  const int shapes[][3] = {{1, 256, 128}, {512, 4096, 4096}, {8192, 28672, 4096}, {8192, 4096, 14336}};
+  for (auto e : kAllEpilogues)
+    for (auto in : {GemmInput::kE4M3, GemmInput::kBF16}) {
+      const auto list = cuda::gemm_variants();
+      const bool any = std::any_of(list.begin(), list.end(),
+                                   [&](const auto& v) { return v.epilogue == e && v.input == in; });
+      for (const auto& s : shapes)
+        for (int sms : {1, 78, kH200SmCount}) {
+          if (!any) {
+            EXPECT_THROW(cuda::choose_gemm_config(e, in, s[0], s[1], s[2], sms), Error);
+            continue;
+          }
+          const cuda::GemmConfig c = cuda::choose_gemm_config(e, in, s[0], s[1], s[2], sms);
+          const cuda::GemmVariant chosen{e, in, c.bm, c.bn, c.stages, c.pingpong};
+          EXPECT_TRUE(std::any_of(list.begin(), list.end(), [&](const auto& v) { return v == chosen; }))
+              << cuda::to_string(e) << " " << cuda::to_string(in) << " " << cuda::to_string(c);
+        }
+    }
+}
+
+// Without a GPU, a listed configuration passes the variant check and stops
+// only at the device check (the check runs before any device work).
+TEST(Fp8GemmVariants, EveryListedConfigPassesTheVariantCheck) {
+  if (cuda::probe_device()) GTEST_SKIP() << "needs a machine without a GPU (the call would launch)";
+  const void* fake = reinterpret_cast<const void*>(uintptr_t(1) << 20);
+  uint16_t* out = reinterpret_cast<uint16_t*>(uintptr_t(1) << 21);
+  const auto* f32 = reinterpret_cast<const float*>(fake);
+  const auto* i32 = reinterpret_cast<const int*>(fake);
+  for (const auto& v : cuda::gemm_variants()) {
+    const cuda::GemmConfig cfg = config_of(v);
+    const cuda::GemmOperands op{fake, fake, 16, v.epilogue == cuda::GemmEpilogue::kQkvRopePacked ||
+                                                        v.epilogue == cuda::GemmEpilogue::kQkvRopePadded
+                                                    ? 512
+                                                    : 256,
+                                128, v.input};
+    cuda::QkvRopeArgs qa{{}, f32, 2, 1, 128, out, 0, out, out, 10};
+    try {
+      switch (v.epilogue) {
+        case cuda::GemmEpilogue::kScaledOut: cuda::gemm_scaled_out(op, {{}, out, 0}, nullptr, &cfg); break;
+        case cuda::GemmEpilogue::kResidualSumSq:
+          cuda::gemm_residual_sumsq(op, {{}, out, 0, out, 0, reinterpret_cast<float*>(out)}, nullptr, &cfg);
+          break;
+        case cuda::GemmEpilogue::kRmsScaledOut:
+          cuda::gemm_rms_scaled_out(op, {{}, f32, 128, 1e-5f, out, 0}, nullptr, &cfg);
+          break;
+        case cuda::GemmEpilogue::kSwiGluFp8: {
+          cuda::SwiGluFp8Args sa{{}, reinterpret_cast<uint8_t*>(out), 0, f32, reinterpret_cast<float*>(out),
+                                 reinterpret_cast<uint32_t*>(out)};
+          cuda::gemm_swiglu_fp8(op, sa, nullptr, &cfg);
+          break;
+        }
+        case cuda::GemmEpilogue::kQkvRopePacked:
+          cuda::gemm_qkv_rope(op, qa, cuda::PackedRowMap{i32, i32, i32, 1}, nullptr, &cfg);
+          break;
+        case cuda::GemmEpilogue::kQkvRopePadded:
+          cuda::gemm_qkv_rope(op, qa, cuda::PaddedRowMap{i32, i32, i32, 1, 16}, nullptr, &cfg);
+          break;
+      }
+      ADD_FAILURE() << "no error without a GPU";
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()).find("no compiled variant"), std::string::npos)
+          << cuda::to_string(v.epilogue) << " " << cuda::to_string(v) << ": " << e.what();
+    }
+  }
 }
 
 // ================================================================ GPU: full matrix

@@ -104,7 +104,7 @@ class GgufWriter {
   void add_f32_tensor(const std::string& name, const std::vector<int64_t>& shape,
                       const std::vector<float>& v) {
     Bytes b(v.size() * 4);
-    std::memcpy(b.data(), v.data(), b.size());
+    if (!b.empty()) std::memcpy(b.data(), v.data(), b.size());
     add_tensor(name, T_F32, reversed(shape), std::move(b));
   }
 
@@ -137,7 +137,8 @@ class GgufWriter {
       const auto& t = tensors_[i];
       if (offs[i] > (1u << 30)) continue;  // a deliberately absurd offset: write no data
       if (b.size() < data_start + offs[i] + t.data.size()) b.resize(data_start + offs[i] + t.data.size(), 0);
-      std::memcpy(b.data() + data_start + offs[i], t.data.data(), t.data.size());
+      // NOTE: memcpy's pointers must be valid even for 0 bytes (UBSan: nonnull); empty tensors copy nothing.
+      if (!t.data.empty()) std::memcpy(b.data() + data_start + offs[i], t.data.data(), t.data.size());
     }
     return b;
   }
@@ -306,7 +307,7 @@ struct TinyLlama {
       Bytes b;
       if (t == T_F32) {
         b.resize(v.size() * 4);
-        std::memcpy(b.data(), v.data(), b.size());
+        if (!b.empty()) std::memcpy(b.data(), v.data(), b.size());
       } else if (t == T_F16 || t == T_BF16) {
         for (float f : v) put<uint16_t>(b, t == T_F16 ? float_to_fp16(f) : float_to_bf16(f));
       } else if (t == T_Q8_0) {

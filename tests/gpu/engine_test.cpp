@@ -71,7 +71,7 @@ Shared& shared() {
     auto* p = new Shared{load_model(FUTR_DEFAULT_MODEL), nullptr, {}};
     cpu::QuantizeOptions qo;
     qo.format = WeightFormat::kInt4;
-    qo.method = "rtn";
+    qo.method = QuantMethod::kRtn;
     p->q = std::make_shared<quant::QuantizedWeights>(cpu::quantize_model(p->model, qo, {}));
     std::ifstream f(FUTR_TEST_TEXT);
     std::stringstream ss;

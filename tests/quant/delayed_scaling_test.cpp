@@ -171,7 +171,7 @@ TEST(DelayedScaling, ClampPolicyOutputValues) {
 TEST(DelayedScaling, RecomputePolicyReRunsWithoutSaturation) {
   DelayedScalingConfig c;
   c.initial_amax = 1.0f;
-  c.policy = SaturationPolicy::kRecompute;
+  c.policy = Fp8SaturationPolicy::kRecompute;
   DelayedScale st(c);
   bool re = false;
   std::vector<float> out;

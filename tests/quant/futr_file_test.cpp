@@ -344,7 +344,10 @@ TEST(FutrFile, StrictHeaderTable) {
   for (const Case& c : cases) {
     SCOPED_TRACE(c.what);
     try {
-      const FutrFile f(with_header(good, c.edit), "bad.futr");
+      // NOTE: FutrFile keeps a span of the caller's bytes: they must outlive it
+      // (a temporary here was a use-after-free, found by the ASan suite).
+      const std::vector<uint8_t> bytes = with_header(good, c.edit);
+      const FutrFile f(bytes, "bad.futr");
       f.read_weights(WeightFormat::kFp8);
       f.read_weights(WeightFormat::kInt4);
       f.to_model(true);

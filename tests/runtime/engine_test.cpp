@@ -409,6 +409,66 @@ TEST(EngineStats, Fp8CountersAndKvUse) {
   EXPECT_FALSE(i4->stats().contains("fp8"));
 }
 
+// A vocabulary padded beyond the tokenizer (LM-head rows no token has): kToken
+// rows never draw a padded id, greedy or sampled, on the FP32 and the
+// quantized references, although those ids have the largest logits.
+TEST(EngineSampling, PaddedVocabularyIsNeverSampled) {
+  constexpr int kTokenizer = 90;  // of vocab 97 (tiny_config) / 101 (quant_config)
+  for (const bool quant : {false, true}) {
+    const Model m = test::padded_vocab_model(quant ? test::quant_config() : test::tiny_config(), 21, kTokenizer);
+    ASSERT_EQ(m.sampleable_vocab(), kTokenizer);
+    RuntimeConfig c;
+    c.engine = EngineKind::kCpu;
+    c.weights = quant ? WeightFormat::kInt4 : WeightFormat::kFp32;
+    c.ctx = 32;
+    c.max_seqs = 3;
+    c.threads = 2;
+    auto e = make_engine(m, c);
+    std::mt19937 rng(5);
+    std::vector<int32_t> t(16);
+    for (auto& x : t) x = int32_t(rng() % kTokenizer);
+    e->open(1);  // logits, to show the test has teeth
+    e->open(2);  // greedy
+    e->open(3, {.temperature = 1.5f, .top_k = 0, .top_p = 1.0f, .seed = 9});
+    std::vector<BatchRow> rows;
+    append(rows, rows_of(1, t, 0, RowOutput::kLogits));
+    append(rows, rows_of(2, t, 0, RowOutput::kToken));
+    append(rows, rows_of(3, t, 0, RowOutput::kToken));
+    const StepResult r = e->step(rows);
+    int padded_argmax = 0;
+    for (int i = 0; i < int(t.size()); ++i)
+      padded_argmax += argmax({r.logits.row(i), size_t(m.config.vocab)}) >= kTokenizer;
+    EXPECT_GE(padded_argmax, int(t.size()) / 2) << "the padded rows should dominate the unmasked logits";
+    ASSERT_EQ(r.tokens.size(), 2 * t.size());
+    for (int32_t tok : r.tokens) EXPECT_LT(tok, kTokenizer) << (quant ? "int4" : "fp32");
+    // The greedy draw is the argmax over the tokenizer's ids.
+    for (int i = 0; i < int(t.size()); ++i)
+      EXPECT_EQ(r.tokens[size_t(i)], argmax({r.logits.row(i), size_t(kTokenizer)}));
+  }
+  // Without a tokenizer (or one as large as the vocabulary) every id can be drawn.
+  EXPECT_EQ(test::random_model(test::tiny_config(), 1).sampleable_vocab(), test::tiny_config().vocab);
+}
+
+// NaN logits (here: a NaN in one LM-head row) are a clear error on a kToken
+// row, never a silent token; the engine stays usable for other sequences.
+TEST(EngineSampling, NonFiniteLogitsAreAnError) {
+  Model m = test::random_model(test::tiny_config(), 4);
+  const int64_t H = m.config.hidden;
+  m.weights.lm_head.data[size_t(17 * H + 3)] = NAN;  // id 17's logit is NaN at every position
+  auto e = make_engine(m, {.engine = EngineKind::kCpu, .ctx = 16, .max_seqs = 2, .threads = 2});
+  for (const SamplerConfig& sc : {SamplerConfig{.temperature = 0.0f},
+                                  SamplerConfig{.temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .seed = 1}}) {
+    e->open(1, sc);
+    const std::vector<int32_t> t = {1, 2, 3};
+    EXPECT_FUTR_ERROR(e->step(rows_of(1, t, 0, RowOutput::kToken, 2)), "logit of id 17 is nan");
+    e->close(1);
+  }
+  // kLogits rows hand the NaN back as is (the caller checks, e.g. the CLI names the step).
+  e->open(2);
+  const StepResult r = e->step(rows_of(2, {5}, 0, RowOutput::kLogits));
+  EXPECT_TRUE(std::isnan(r.logits.row(0)[17]));
+}
+
 TEST(EngineFactory, BadChoicesAreErrors) {
   const Model m = test::random_model(test::tiny_config(), 3);
   RuntimeConfig c;

@@ -1,6 +1,6 @@
 // Perplexity evaluation (runtime/perplexity.h): the window plan, the NLL
-// statistics, and the whole evaluation on a tiny random model against a
-// direct computation from per-window logits.
+// statistics, the whole evaluation on a tiny random model against a direct
+// computation from per-window logits, and non-finite logits refused.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "support/expect_error.h"
 #include "cpu/forward.h"
 #include "runtime/engine.h"
 #include "runtime/perplexity.h"
@@ -116,6 +117,27 @@ TEST(Perplexity, EvaluationMatchesDirectComputation) {
   EXPECT_GT(calls, 10);
   // A context larger than the backend's is refused.
   EXPECT_THROW(evaluate_perplexity(*backend, tokens, ctx * 2, stride, 5), Error);
+}
+
+// NaN or Inf logits make the evaluation fail naming the token, on the
+// log-probability path and on the logits-hook path, instead of reporting
+// perplexity = nan with exit status 0; sequences it opened are closed.
+TEST(Perplexity, NonFiniteLogitsAreAnError) {
+  const ModelConfig cfg = test::tiny_config();
+  for (const float bad : {NAN, INFINITY}) {
+    Model m = test::random_model(cfg, 11);
+    const int64_t H = cfg.hidden;
+    for (int64_t k = 0; k < H; ++k) m.weights.lm_head.data[size_t(40 * H + k)] = bad;  // id 40's logit
+    std::vector<int32_t> tokens(30);
+    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t(i % 20);  // 40 never a target
+    auto e = make_engine(m, {.engine = EngineKind::kCpu, .ctx = 16, .max_seqs = 2, .threads = 2});
+    EXPECT_FUTR_ERROR(evaluate_perplexity(*e, tokens, 16, 8, 4),
+                      "perplexity: token 1 of the text has a non-finite log-probability");
+    EXPECT_EQ(e->free_sequences(), 2);
+    const PplLogitsHook hook = [](const Tensor&, int, const int32_t*) {};
+    EXPECT_FUTR_ERROR(evaluate_perplexity(*e, tokens, 16, 8, 4, {}, hook), "the model's logits hold NaN or Inf");
+    EXPECT_EQ(e->free_sequences(), 2);
+  }
 }
 
 // Several windows side by side (max_seqs > 1, one piece of each per step) give

@@ -1,6 +1,7 @@
 // Sampler (runtime/sampler.h): greedy = argmax, temperature, top-k, top-p, min-p,
 // repetition / presence / frequency penalties, the range checks, seeded
-// reproducibility, and StopMatcher.
+// reproducibility, non-finite logits refused, the vocabulary limit (padded
+// LM-head rows never drawn), and StopMatcher.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,6 +10,7 @@
 
 #include "runtime/sampler.h"
 #include "core/error.h"
+#include "support/expect_error.h"
 
 namespace futr::runtime {
 namespace {
@@ -197,6 +199,59 @@ TEST(Sampler, PenaltiesAlsoShapeTheSampledDistribution) {
   ASSERT_EQ(d.size(), 2u);
   EXPECT_EQ(d[0].first, 1);
   EXPECT_NEAR(d[0].second, 1.0 / (1.0 + std::exp(-1.0)), 1e-12);
+}
+
+// NaN or +inf among the logits is a clear error naming the id, whatever the
+// settings (greedy, temperature, penalties); -inf is a masked id and allowed.
+TEST(Sampler, NonFiniteLogitsAreRefusedNamingTheId) {
+  const std::vector<SamplerConfig> configs = {
+      {.temperature = 0.0f},
+      {.temperature = 0.8f, .top_k = 0, .top_p = 1.0f, .seed = 3},
+      {.temperature = 0.8f, .top_k = 2, .top_p = 0.5f, .seed = 3, .min_p = 0.1f},
+      {.temperature = 0.0f, .repetition_penalty = 1.3f, .presence_penalty = 0.5f}};
+  for (const SamplerConfig& c : configs) {
+    Sampler s(c);
+    s.accept(1, true);  // penalties have a history
+    EXPECT_FUTR_ERROR(s.sample(std::vector<float>{0.5f, NAN, 1.0f}), "logit of id 1 is nan");
+    EXPECT_FUTR_ERROR(s.sample(std::vector<float>{NAN, NAN, NAN}), "not finite");
+    EXPECT_FUTR_ERROR(s.sample(std::vector<float>{0.5f, 2.0f, INFINITY}), "logit of id 2 is inf");
+    EXPECT_FUTR_ERROR(s.sample(std::vector<float>{-INFINITY, -INFINITY}), "all 2 drawable logits are -inf");
+    EXPECT_FUTR_ERROR(s.sample(std::vector<float>{}), "empty logits");
+    // -inf entries are allowed and never drawn.
+    for (int i = 0; i < 20; ++i) EXPECT_EQ(s.sample(std::vector<float>{-INFINITY, 0.0f, -INFINITY}), 1);
+  }
+  Sampler t({.temperature = 1.0f, .top_k = 0, .top_p = 1.0f});
+  EXPECT_FUTR_ERROR(t.distribution(std::vector<float>{NAN, 1.0f}), "logit of id 0 is nan");
+}
+
+// Ids at or beyond limit_vocab() (a vocabulary padded beyond the tokenizer)
+// are never drawn, even where their logits are the largest; what lies there
+// is not even looked at.
+TEST(Sampler, VocabularyLimitMasksPaddedIds) {
+  std::vector<float> z = {0.0f, 1.0f, 0.5f, 9.0f, 8.0f, NAN};  // ids 3.. are padding
+  Sampler greedy({.temperature = 0.0f});
+  EXPECT_EQ(greedy.sample(std::vector<float>(z.begin(), z.begin() + 5)), 3);  // unmasked: a padded id wins
+  greedy.limit_vocab(3);
+  EXPECT_EQ(greedy.vocab_limit(), 3);
+  EXPECT_EQ(greedy.sample(z), 1);
+  Sampler warm({.temperature = 5.0f, .top_k = 0, .top_p = 1.0f, .seed = 11, .repetition_penalty = 1.2f});
+  warm.limit_vocab(3);
+  warm.accept(4, true);  // a padded id in the history changes nothing
+  const auto d = warm.distribution(z);
+  ASSERT_EQ(d.size(), 3u);
+  double sum = 0;
+  for (const auto& [id, p] : d) {
+    EXPECT_LT(id, 3);
+    sum += p;
+  }
+  EXPECT_NEAR(sum, 1.0, 1e-12);
+  for (int i = 0; i < 500; ++i) EXPECT_LT(warm.sample(z), 3);
+  // A limit at or beyond the row is the row; <= 0 is no limit.
+  Sampler wide({.temperature = 0.0f});
+  wide.limit_vocab(100);
+  EXPECT_EQ(wide.sample(std::vector<float>{0.0f, 2.0f}), 1);
+  wide.limit_vocab(0);
+  EXPECT_EQ(wide.sample(std::vector<float>{0.0f, 2.0f}), 1);
 }
 
 TEST(StopMatcher, HoldsBackPossibleStartsAndCutsAtTheFirstMatch) {
