@@ -29,20 +29,8 @@ SUM=$OUT/summary.txt
 : > "$SUM"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader | tee -a "$SUM"
 
-# step NAME TIMEOUT CMD...: runs CMD with a time limit, appends its output to
-# logs.txt and one line (rc, seconds, last line) to the summary.
-step() {
-  local name=$1 limit=$2
-  shift 2
-  local t0=$SECONDS
-  echo "===== $name: $*" >> "$LOG"
-  timeout "$limit" "$@" > "$OUT/$name.tmp" 2>&1
-  local rc=$?
-  cat "$OUT/$name.tmp" >> "$LOG"
-  echo "$name rc=$rc $((SECONDS - t0))s | $(grep -E 'PASSED|FAILED|ERROR SUMMARY|torch peer|TARGET' "$OUT/$name.tmp" | tail -3 | tr '\n' ' ')" >> "$SUM"
-  rm -f "$OUT/$name.tmp"
-  return $rc
-}
+STEP_GREP='PASSED|FAILED|ERROR SUMMARY|torch peer|TARGET'
+. "$(dirname "$0")/common.sh"  # step NAME LIMIT CMD...
 
 if [[ $MODE == all || $MODE == tests ]]; then
   if ! step cublaslt_test 90 "$B/cublaslt_test"; then
