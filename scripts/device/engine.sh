@@ -14,7 +14,10 @@
 #     through a symlink; the perplexity text is .devcarry/wiki.test.raw.
 # `bench`: futr bench on SmolLM2 (GPU and CPU int4) and on the synthetic
 # Llama shapes (1B, 8B, 70B) on the GPU, graphs on and off: bench_*.json.
-#   usage: scripts/device/engine.sh [tests|cli|bench|all] [max_tokens]
+# `breakdown`: the decode step per kernel (futr bench --breakdown) on SmolLM2
+# and the synthetic 8B at batch 1 and 16, ctx 1024, with PDL, and the same
+# steps without PDL: bench_breakdown_*.json / .md.
+#   usage: scripts/device/engine.sh [tests|cli|bench|breakdown|all] [max_tokens]
 set -u
 # .devcarry/lib: the shared libraries futr links that the GPU machine lacks
 # (cpp-httplib, prometheus-cpp, brotli), copied from this machine's Debian packages.
@@ -54,6 +57,20 @@ if [[ $MODE == all || $MODE == bench ]]; then
   for s in ${SYNTHETIC:-llama-3.2-1b llama-3.1-8b llama-3.1-70b}; do
     step "bench_${s}_gpu" 400 "$B/futr" bench --synthetic "$s" --backend gpu -p 0 -n 32 -b 1,16,32 --ctx-list 0,1024 \
       -r 3 --json "$OUT/bench_${s}.json"
+  done
+fi
+if [[ $MODE == breakdown ]]; then
+  for who in smollm2 llama-3.1-8b; do
+    if [[ $who == smollm2 ]]; then src=(--model "$M"); else src=(--synthetic "$who"); fi
+    timeout 300 "$B/futr" bench "${src[@]}" --backend gpu -p 0 -n 0 -b 1,16 --ctx-list 1024 -r 3 \
+      --steps 32 --breakdown --json "$OUT/bench_breakdown_${who}.json" > "$OUT/bench_breakdown_${who}.md" 2>&1
+    echo "breakdown_${who} rc=$?" >> "$SUM"
+    step "nopdl_${who}" 300 "$B/futr" bench "${src[@]}" --backend gpu --pdl 0 -p 0 -n 0 -b 1,16 --ctx-list 1024 \
+      -r 3 --steps 32 --json "$OUT/bench_nopdl_${who}.json"
+  done
+  for f in "$OUT"/bench_breakdown_*.md; do echo "== $f" >> "$SUM"; grep -E "^\| |sum of|breakdown" "$f" >> "$SUM"; done
+  for f in "$OUT"/bench_nopdl_*.json; do
+    python3 -c "import json,sys; j=json.load(open(sys.argv[1])); [print(sys.argv[1].split('/')[-1], r['batch'], r['ctx'], round(r['ms_per_step']['mean'],4)) for r in j['results']]" "$f" >> "$SUM"
   done
 fi
 if [[ $MODE == all || $MODE == cli ]]; then

@@ -2,7 +2,7 @@
 # Every GPU test of a commit on the GPU machine, in one call: the binaries in
 # $B (default .devcarry/bin; `name.xz` files are decompressed first: carried
 # binaries travel xz-compressed, docs/DEVICE.md) that exist among
-#   decode_attention_test w4a16_test fp8_gemm_test cublaslt_test logits_reduce_test gpu_engine_test
+#   decode_attention_test decode_ops_test w4a16_test fp8_gemm_test cublaslt_test logits_reduce_test gpu_engine_test
 # then compute-sanitizer memcheck / racecheck / synccheck on the small sets,
 # and, with `bench`, the decode attention benchmark with its SDPA peer.
 # Logs and JSON under $OUT; a short summary is printed last.
@@ -25,7 +25,7 @@ SUM=$OUT/summary.txt
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee -a "$SUM"
 . "$(dirname "$0")/common.sh"
 if [[ $MODE == tests || $MODE == all ]]; then
-  for t in cublaslt_test decode_attention_test w4a16_test fp8_gemm_test logits_reduce_test gpu_engine_test; do
+  for t in cublaslt_test decode_attention_test decode_ops_test w4a16_test fp8_gemm_test logits_reduce_test gpu_engine_test; do
     [ -x "$R/$t" ] && step "$t" 300 "$R/$t"
   done
   for tool in memcheck racecheck synccheck; do
@@ -33,6 +33,8 @@ if [[ $MODE == tests || $MODE == all ]]; then
       "$R/logits_reduce_test"
     [ -x "$R/decode_attention_test" ] && step "attn_$tool" 200 compute-sanitizer --tool "$tool" --error-exitcode 3 \
       "$R/decode_attention_test" --gtest_filter='DecodeAttentionSmall.*'
+    [ -x "$R/decode_ops_test" ] && step "ops_$tool" 200 compute-sanitizer --tool "$tool" --error-exitcode 3 \
+      "$R/decode_ops_test" --gtest_filter='-DecodeOps.RmsNormMatchesTheCpu'
   done
 fi
 if [[ $MODE == bench || $MODE == all ]]; then

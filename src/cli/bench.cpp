@@ -15,6 +15,11 @@
 //                      across the sequences; every repetition truncates back
 //                      to C), then --steps steps of B rows (one per sequence,
 //                      greedy): ms per step, tokens/s = B x steps / t.
+//   --breakdown        after each decode test, --steps more steps with the
+//                      engine's per-kernel profiling on (GPU engine; launches
+//                      timed one by one, runtime::Engine::set_profiling):
+//                      microseconds per step of each kind of launch, its %
+//                      of their sum, and the sum against the measured step.
 //
 // Load time: reading the model (or drawing it) and building the engine.
 // Tokens are random ids (seeded by --seed; results never depend on them).
@@ -63,6 +68,8 @@ struct BenchOptions {
   std::string json;                // --json FILE ("-": stdout)
   uint64_t seed = 1;
   int graphs = 1;                  // GPU engine: CUDA graphs on (1) or off (0)
+  int pdl = 1;                     // GPU engine: programmatic dependent launch on (1) or off (0)
+  bool breakdown = false;          // per-kernel profile of each decode test
   bool quiet = false;
 };
 
@@ -72,6 +79,7 @@ struct Measurement {
   double tokens = 0;             // tokens processed per repetition
   int steps_per_rep = 1;         // step() calls a repetition times (ms/step)
   std::vector<double> seconds;   // per repetition
+  nlohmann::json profile;        // --breakdown: the engine's stats()["profile"] (decode tests)
 };
 
 struct MeanStd {
@@ -196,6 +204,7 @@ void run_bench(const BenchOptions& o) {
   rc.max_step_tokens = std::max({max_p, max_b * std::max(max_c, 1), 1});
   rc.max_step_tokens = std::min(rc.max_step_tokens, 1 << 16);
   rc.gpu_graphs = o.graphs != 0;
+  rc.gpu_pdl = o.pdl != 0;
 
   const Stopwatch t_load;
   std::unique_ptr<Model> model;
@@ -261,6 +270,14 @@ void run_bench(const BenchOptions& o) {
       m.steps_per_rep = o.steps;
       measure(m, [&] { return bench.decode(seqs, c, o.steps); },
               [&] { bench.decode(seqs, c, std::min(std::max(o.steps, 2), rc.ctx - c)); });
+      if (o.breakdown) {
+        FUTR_CHECK(engine->set_profiling(true), "--breakdown: the {} engine has no per-kernel profiling", info.name);
+        bench.decode(seqs, c, 1);    // creates the profiler's events
+        engine->set_profiling(true);  // new sums
+        bench.decode(seqs, c, o.steps);
+        results.back().profile = engine->stats().value("profile", nlohmann::json());
+        engine->set_profiling(false);
+      }
       for (runtime::SeqId s : seqs) engine->close(s);
     }
 
@@ -281,6 +298,7 @@ void run_bench(const BenchOptions& o) {
                     {"ctx", m.ctx}, {"steps", m.steps}, {"reps", m.seconds.size()}, {"seconds", m.seconds},
                     {"tokens_per_s", {{"mean", r.mean}, {"stdev", r.stdev}}},
                     {"ms_per_step", {{"mean", ms.mean}, {"stdev", ms.stdev}}}});
+    if (!m.profile.is_null()) rows.back()["profile"] = m.profile;
   }
   j["results"] = rows;
   if (!o.json.empty() && o.json != "-") {
@@ -299,6 +317,22 @@ void run_bench(const BenchOptions& o) {
     fmt::print("| {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", model_name, info.name, to_string(info.weights),
                to_string(info.kv), m.test, m.batch, m.ctx, cell(rate(m), 1), cell(ms_per_step(m), 3));
   fmt::print("\nload {:.2f} s; {} repetitions after one warm-up; {}\n", load_s, o.reps, info.describe);
+  for (const Measurement& m : results) {
+    if (m.profile.is_null()) continue;
+    const double step_us = 1e3 * ms_per_step(m).mean;
+    double sum = 0;
+    for (const auto& op : m.profile["ops"]) sum += op["us_per_micro_step"].get<double>();
+    fmt::print("\nbreakdown: decode batch {} ctx {} (bucket {}; launches timed one by one, per micro-step)\n\n",
+               m.batch, m.ctx, m.profile.value("bucket", 0));
+    fmt::print("| launch | per step | us | % of sum |\n|---|---:|---:|---:|\n");
+    for (const auto& op : m.profile["ops"]) {
+      const double us = op["us_per_micro_step"].get<double>();
+      fmt::print("| {} | {:.0f} | {:.1f} | {:.1f} |\n", op["op"].get<std::string>(),
+                 op["launches_per_micro_step"].get<double>(), us, sum > 0 ? 100.0 * us / sum : 0.0);
+    }
+    fmt::print("\nsum of the launches one by one {:.1f} us; measured step {:.1f} us ({:.2f}x the sum)\n", sum,
+               step_us, sum > 0 ? step_us / sum : 0.0);
+  }
 }
 
 }  // namespace
@@ -338,6 +372,11 @@ void add_bench_command(CLI::App& app) {
   sub->add_option("--graphs", o->graphs, "GPU engine: 1 replays a CUDA graph per batch bucket, 0 launches eagerly")
       ->check(CLI::IsMember({0, 1}))
       ->capture_default_str();
+  sub->add_option("--pdl", o->pdl, "GPU engine: 1 launches the step's kernels as programmatic dependents, 0 not")
+      ->check(CLI::IsMember({0, 1}))
+      ->capture_default_str();
+  sub->add_flag("--breakdown", o->breakdown,
+                "After each decode test: per-kernel times of --steps more steps, launched one by one (GPU engine)");
   sub->add_flag("-q,--quiet", o->quiet, "Nothing on stderr");
   sub->callback([o] { run_bench(*o); });
 }

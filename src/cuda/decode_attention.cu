@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "cuda/check.h"
+#include "cuda/launch.cuh"
 #include "device/kernels/sm90_decode_attention.cuh"
 #include "device/kernels/sm90_kv_append.cuh"
 
@@ -156,7 +157,8 @@ size_t attention_workspace_floats(const AttentionShape& s, const AttentionConfig
   return size_t(s.batch) * s.kv_heads * s.group * size_t(c.splits) * size_t(s.head_dim + 2);
 }
 
-void decode_attention(const AttentionShape& s, const AttentionArgs& a, const AttentionConfig& c, cudaStream_t st) {
+void decode_attention(const AttentionShape& s, const AttentionArgs& a, const AttentionConfig& c, cudaStream_t st,
+                      bool pdl) {
   check_shape(s);
   const Variant& v = find_variant(s.head_dim, s.int4);
   FUTR_CHECK(c.splits >= 1 && c.splits <= device::kAttnMaxSplits, "decode attention: splits {} out of range 1..{}",
@@ -177,13 +179,13 @@ void decode_attention(const AttentionShape& s, const AttentionArgs& a, const Att
                attention_counters(s));
   }
   const device::DecodeAttentionParams p = params(s, a, c);
-  v.attn<<<dim3(unsigned(c.splits), unsigned(s.kv_heads), unsigned(s.batch)), device::kAttnWarps * 32, 0, st>>>(p);
-  FUTR_CUDA_CHECK(cudaGetLastError());
+  launch(v.attn, dim3(unsigned(c.splits), unsigned(s.kv_heads), unsigned(s.batch)), dim3(device::kAttnWarps * 32), 0,
+         st, pdl, p);
 }
 
 size_t attention_counters(const AttentionShape& s) { return size_t(s.batch) * size_t(s.kv_heads); }
 
-void kv_append(const KvAppendArgs& a, cudaStream_t st) {
+void kv_append(const KvAppendArgs& a, cudaStream_t st, bool pdl) {
   const Variant& v = find_variant(a.head_dim, true);
   FUTR_CHECK(a.rows >= 0 && a.rows <= (1 << 24), "KV append: rows {} out of range", a.rows);
   FUTR_CHECK(a.kv_heads >= 1 && a.kv_heads <= 16, "KV append: kv_heads {} is not compiled (1..16)", a.kv_heads);
@@ -195,6 +197,9 @@ void kv_append(const KvAppendArgs& a, cudaStream_t st) {
     FUTR_CHECK(a.mirror && a.rot_block >= 2 && (a.rot_block & (a.rot_block - 1)) == 0 && a.head_dim % a.rot_block == 0,
                "KV append: Hadamard block {} must be a power of two dividing head_dim {} (mirror only)", a.rot_block,
                a.head_dim);
+  FUTR_CHECK(!a.rope_cos == !a.rope_sin, "KV append: RoPE needs both the cos and the sin table");
+  FUTR_CHECK(a.q_heads >= 0 && (a.q_heads == 0 || (a.q && a.rope_cos)),
+             "KV append: {} query heads to rotate need q and the RoPE tables", a.q_heads);
   if (a.rows == 0) return;
   device::KvAppendParams p;
   p.k = static_cast<const __nv_bfloat16*>(a.k);
@@ -209,8 +214,11 @@ void kv_append(const KvAppendArgs& a, cudaStream_t st) {
   p.rot_block = a.rot_block;
   p.mirror = a.mirror;
   p.nonfinite = a.nonfinite;
-  v.append<<<unsigned(a.rows), unsigned(64 * a.kv_heads), 0, st>>>(p);
-  FUTR_CUDA_CHECK(cudaGetLastError());
+  p.rope_cos = a.rope_cos;
+  p.rope_sin = a.rope_sin;
+  p.q = static_cast<__nv_bfloat16*>(a.q);
+  p.q_heads = a.q_heads;
+  launch(v.append, dim3(unsigned(a.rows)), dim3(unsigned(64 * a.kv_heads)), 0, st, pdl, p);
 }
 
 }  // namespace futr::cuda

@@ -81,8 +81,9 @@ size_t attention_workspace_floats(const AttentionShape& s, const AttentionConfig
 size_t attention_counters(const AttentionShape& s);
 
 // Validates shape, configuration, pointers and workspace, then launches on `st`.
+// pdl: launched as a programmatic dependent (cuda/launch.cuh); the kernel waits first.
 void decode_attention(const AttentionShape& s, const AttentionArgs& a, const AttentionConfig& c,
-                      cudaStream_t st);
+                      cudaStream_t st, bool pdl = false);
 
 struct KvAppendArgs {
   const void* k = nullptr;         // [rows] rows of kv_heads * D BF16, stride ld elements
@@ -96,8 +97,16 @@ struct KvAppendArgs {
   bool mirror = false;             // write the INT4 mirror too
   int rot_block = 0;               // its Hadamard block (0: not rotated)
   int* nonfinite = nullptr;        // optional device counter of non-finite rows
+  // Optional RoPE fused in (sm90_kv_append.cuh): with rope_cos/rope_sin set
+  // ([max_pos][D/2] FP32, model/rope.h), K is rotated at row_pos before it is
+  // written and the q_heads heads at q (row stride ld) are rotated in place:
+  // the same bits as cuda::rope over q and k followed by kv_append.
+  const float* rope_cos = nullptr;
+  const float* rope_sin = nullptr;
+  void* q = nullptr;
+  int q_heads = 0;
 };
 
-void kv_append(const KvAppendArgs& a, cudaStream_t st);
+void kv_append(const KvAppendArgs& a, cudaStream_t st, bool pdl = false);
 
 }  // namespace futr::cuda

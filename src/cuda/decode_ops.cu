@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "cuda/check.h"
+#include "cuda/launch.cuh"
 #include "device/kernels/sm90_logits_reduce.cuh"
 #include "device/kernels/sm90_rmsnorm.cuh"
 #include "device/kernels/sm90_rope.cuh"
@@ -13,7 +14,7 @@
 
 namespace futr::cuda {
 
-void rmsnorm(const RmsNormArgs& a, cudaStream_t s) {
+void rmsnorm(const RmsNormArgs& a, cudaStream_t s, bool pdl) {
   FUTR_CHECK(a.H >= 1 && a.H <= device::kRmsThreads * device::kRmsMaxPerThread,
              "RMSNorm: hidden size {} out of range 1..{}", a.H, device::kRmsThreads * device::kRmsMaxPerThread);
   FUTR_CHECK(a.x && a.gain && a.out && (!a.tokens || a.embd), "RMSNorm: a pointer is null");
@@ -28,25 +29,22 @@ void rmsnorm(const RmsNormArgs& a, cudaStream_t s) {
   p.out = static_cast<uint16_t*>(a.out);
   p.H = a.H;
   p.eps = a.eps;
-  device::sm90_rmsnorm_kernel<<<unsigned(a.rows), device::kRmsThreads, 0, s>>>(p);
-  FUTR_CUDA_CHECK(cudaGetLastError());
+  launch(device::sm90_rmsnorm_kernel, dim3(unsigned(a.rows)), dim3(device::kRmsThreads), 0, s, pdl, p);
 }
 
 void rope(void* x, int64_t ld, const int* pos, const float* cos, const float* sin, int rows, int heads, int D,
-          cudaStream_t s) {
+          cudaStream_t s, bool pdl) {
   FUTR_CHECK(D % 2 == 0 && int64_t(heads) * D <= ld, "RoPE: {} heads of {} do not fit a row of {}", heads, D, ld);
   if (rows == 0) return;
   device::RopeParams p{static_cast<uint16_t*>(x), ld, pos, cos, sin, heads, D};
-  device::sm90_rope_kernel<<<unsigned(rows), 256, 0, s>>>(p);
-  FUTR_CUDA_CHECK(cudaGetLastError());
+  launch(device::sm90_rope_kernel, dim3(unsigned(rows)), dim3(256), 0, s, pdl, p);
 }
 
-void swiglu(const void* gu, void* out, int rows, int I, cudaStream_t s) {
+void swiglu(const void* gu, void* out, int rows, int I, cudaStream_t s, bool pdl) {
   if (rows == 0) return;
   device::SwigluParams p{static_cast<const uint16_t*>(gu), static_cast<uint16_t*>(out), rows, I};
   const long n = long(rows) * I;
-  device::sm90_swiglu_kernel<<<unsigned(std::min<long>((n + 255) / 256, 4096)), 256, 0, s>>>(p);
-  FUTR_CUDA_CHECK(cudaGetLastError());
+  launch(device::sm90_swiglu_kernel, dim3(unsigned(std::min<long>((n + 255) / 256, 4096))), dim3(256), 0, s, pdl, p);
 }
 
 // The host and device row layouts are one layout (the engine copies the device array back as is).
@@ -58,7 +56,7 @@ static_assert(sizeof(LogitsRowStats) == sizeof(device::LogitsRowStats) &&
                   offsetof(LogitsRowStats, nonfinite) == offsetof(device::LogitsRowStats, nonfinite),
               "cuda::LogitsRowStats must mirror device::LogitsRowStats");
 
-void logits_reduce(const LogitsReduceArgs& a, cudaStream_t s) {
+void logits_reduce(const LogitsReduceArgs& a, cudaStream_t s, bool pdl) {
   FUTR_CHECK(a.vocab >= 1 && a.rows >= 0, "logits reduce: vocab {} rows {}", a.vocab, a.rows);
   const int64_t ld = a.ld ? a.ld : a.vocab;
   FUTR_CHECK(ld >= a.vocab, "logits reduce: row stride {} below the vocabulary {}", ld, a.vocab);
@@ -70,8 +68,7 @@ void logits_reduce(const LogitsReduceArgs& a, cudaStream_t s) {
   p.vocab = a.vocab;
   p.targets = a.targets;
   p.out = reinterpret_cast<device::LogitsRowStats*>(a.out);
-  device::sm90_logits_reduce_kernel<<<unsigned(a.rows), device::kLogitsThreads, 0, s>>>(p);
-  FUTR_CUDA_CHECK(cudaGetLastError());
+  launch(device::sm90_logits_reduce_kernel, dim3(unsigned(a.rows)), dim3(device::kLogitsThreads), 0, s, pdl, p);
 }
 
 }  // namespace futr::cuda

@@ -2,7 +2,8 @@
 // cuBLASLt, attention cuda/decode_attention.h): the residual + RMSNorm step
 // (with the embedding gather), RoPE in place, SwiGLU, and the logits
 // reductions of the step's output rows (argmax, log-sum-exp, log p(target)).
-// Graph-capturable. Kernels: src/device/kernels/sm90_{rmsnorm,rope,swiglu,
+// Graph-capturable. `pdl`: launched as a programmatic dependent of the kernel
+// before it (cuda/launch.cuh; each kernel waits before it reads activations). Kernels: src/device/kernels/sm90_{rmsnorm,rope,swiglu,
 // logits_reduce}.cuh; their CPU references are cpu/ops.h and
 // cpu/ref/logits_reduce_ref.h. Tests: tests/device/decode_ops_test.cpp,
 // tests/device/logits_reduce_test.cpp.
@@ -25,14 +26,14 @@ struct RmsNormArgs {
   int rows = 0, H = 0;
   float eps = 1e-5f;
 };
-void rmsnorm(const RmsNormArgs& a, cudaStream_t s);
+void rmsnorm(const RmsNormArgs& a, cudaStream_t s, bool pdl = false);
 
 // Rotates the first `heads` heads of each BF16 row (stride ld) at its position.
 void rope(void* x, int64_t ld, const int* pos, const float* cos, const float* sin, int rows, int heads, int D,
-          cudaStream_t s);
+          cudaStream_t s, bool pdl = false);
 
 // out[rows][I] = bf16(silu(gate) * up) of gu[rows][2I] (gate columns first).
-void swiglu(const void* gu, void* out, int rows, int I, cudaStream_t s);
+void swiglu(const void* gu, void* out, int rows, int I, cudaStream_t s, bool pdl = false);
 
 // One row's reductions (layout of device::LogitsRowStats; see
 // sm90_logits_reduce.cuh for the exact rules on ties, -inf and NaN).
@@ -52,6 +53,6 @@ struct LogitsReduceArgs {
   const int* targets = nullptr;   // [rows] device, < 0: no target; null: none has one
   LogitsRowStats* out = nullptr;  // [rows] device
 };
-void logits_reduce(const LogitsReduceArgs& a, cudaStream_t s);
+void logits_reduce(const LogitsReduceArgs& a, cudaStream_t s, bool pdl = false);
 
 }  // namespace futr::cuda

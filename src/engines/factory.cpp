@@ -76,6 +76,7 @@ std::unique_ptr<runtime::Engine> make_synthetic_engine(const std::string& name, 
   go.max_seqs = c.max_seqs > 0 ? c.max_seqs : gpu::GpuEngine::kMaxMicroBatch;
   go.max_step_tokens = c.max_step_tokens;
   go.graphs = c.gpu_graphs;
+  go.pdl = c.gpu_pdl;
   return std::make_unique<gpu::GpuEngine>(config, seed, go);
 #else
   fail("--synthetic {}: this build has no GPU engine", name);
@@ -209,6 +210,7 @@ std::unique_ptr<runtime::Engine> runtime::make_engine(const Model& model, const 
     go.max_seqs = c.max_seqs > 0 ? c.max_seqs : gpu::GpuEngine::kMaxMicroBatch;
     go.max_step_tokens = c.max_step_tokens;
     go.graphs = c.gpu_graphs;
+    go.pdl = c.gpu_pdl;
     return std::make_unique<gpu::GpuEngine>(model, std::move(q), go);
   }
 #endif

@@ -111,10 +111,59 @@ class Pinned {
 // The row map's arrays in `ints` ([kMapRows][kMaxMicroBatch]).
 enum MapRow : int { kTok, kPos, kBase, kLen, kRow, kTarget, kMapRows };
 
-bool graphs_disabled_by_env() {
-  const char* e = std::getenv("FUTR_GPU_GRAPHS");
+bool disabled_by_env(const char* name) {
+  const char* e = std::getenv(name);
   return e && std::string(e) == "0";
 }
+
+// The kinds of launch of a micro-step, in step order (the profile's rows).
+enum Op : int { kEmbedNorm, kQkv, kRopeAppend, kAttention, kOProj, kNormAttn, kGateUp, kSwiglu, kDown, kNormFfn,
+                kLmHead, kReduce, kOps };
+constexpr const char* kOpNames[kOps] = {"embedding + rmsnorm", "qkv gemm", "rope + kv append", "attention", "o gemm",
+                                        "residual + rmsnorm (attn)", "gate_up gemm", "swiglu", "down gemm",
+                                        "residual + rmsnorm (ffn)", "lm head (cublaslt)", "logits reduce"};
+
+// Events after each launch of a profiled micro-step (GpuEngine::set_profiling).
+struct Profiler {
+  std::vector<cudaEvent_t> events;  // [0]: the start; [i + 1]: after launch i
+  std::vector<int> ops;             // [launches] Op of launch i
+  std::array<double, kOps> us{};    // summed over the profiled micro-steps
+  std::array<int64_t, kOps> calls{};
+  int64_t micro_steps = 0;
+  double step_us = 0;               // start to last event, summed
+  ~Profiler() {
+    for (cudaEvent_t e : events) cudaEventDestroy(e);
+  }
+  void begin(cudaStream_t st) {
+    ops.clear();
+    record(st);
+  }
+  void mark(Op op, cudaStream_t st) {
+    ops.push_back(op);
+    record(st);
+  }
+  void record(cudaStream_t st) {
+    const size_t i = ops.size();
+    if (i >= events.size()) {
+      cudaEvent_t e;
+      FUTR_CUDA_CHECK(cudaEventCreate(&e));
+      events.push_back(e);
+    }
+    FUTR_CUDA_CHECK(cudaEventRecord(events[i], st));
+  }
+  void accumulate() {  // after the stream synchronized
+    for (size_t i = 0; i < ops.size(); ++i) {
+      float ms = 0;
+      FUTR_CUDA_CHECK(cudaEventElapsedTime(&ms, events[i], events[i + 1]));
+      us[size_t(ops[i])] += 1e3 * ms;
+      ++calls[size_t(ops[i])];
+    }
+    float ms = 0;
+    FUTR_CUDA_CHECK(cudaEventElapsedTime(&ms, events[0], events[ops.size()]));
+    step_us += 1e3 * ms;
+    ++micro_steps;
+  }
+};
 
 }  // namespace
 
@@ -165,6 +214,7 @@ struct GpuEngine::Impl {
   int scratch_base = 0;                        // first slot of the padding rows' scratch region
   size_t kv_bytes = 0, weight_bytes = 0;
   int64_t micro_steps = 0, graph_launches = 0, logits_rows_copied = 0, host_sampled = 0;
+  std::unique_ptr<Profiler> prof;              // set while profiling (set_profiling)
 };
 
 int GpuEngine::bucket_of(int rows) {
@@ -259,7 +309,8 @@ void GpuEngine::init(const std::string& weights_what, size_t weights_est) {
              c.n_kv_heads);
   opt_.ctx = o.ctx > 0 ? o.ctx : c.max_context;
   FUTR_CHECK(opt_.ctx >= 1 && opt_.ctx <= (1 << 22), "--ctx {} out of range 1..4194304", opt_.ctx);
-  if (graphs_disabled_by_env()) opt_.graphs = false;
+  if (disabled_by_env("FUTR_GPU_GRAPHS")) opt_.graphs = false;
+  if (disabled_by_env("FUTR_GPU_PDL")) opt_.pdl = false;
   const bool int4 = o.kv != KvFormat::kBf16;
   const int rot = o.kv == KvFormat::kInt4Rot ? o.kv_block : 0;
   // Refuse what the kernels do not compile before allocating anything. The
@@ -354,11 +405,12 @@ void GpuEngine::init(const std::string& weights_what, size_t weights_est) {
   table_ = runtime::SequenceTable(o.max_seqs, opt_.ctx);
   info_.name = "gpu";
   info_.describe = fmt::format(
-      "gpu ({}, {} SMs; {}, KV {}{} {:.1f} MiB, ctx {} x {} sequences; {}; prompts run through the decode step one "
+      "gpu ({}, {} SMs; {}, KV {}{} {:.1f} MiB, ctx {} x {} sequences; {}, {}; prompts run through the decode step one "
       "position at a time)",
       dev.name, dev.sm_count, weights_what, to_string(o.kv), rot ? fmt::format(" (Hadamard block {})", rot) : "",
       double(m.kv_bytes) / (1 << 20), opt_.ctx, o.max_seqs,
-      opt_.graphs ? "CUDA graphs per batch bucket" : "eager launches (graphs off)");
+      opt_.graphs ? "CUDA graphs per batch bucket" : "eager launches (graphs off)",
+      opt_.pdl ? "programmatic dependent launch" : "no PDL");
   info_.vocab = c.vocab;
   info_.ctx = opt_.ctx;
   info_.max_seqs = o.max_seqs;
@@ -393,6 +445,19 @@ void GpuEngine::enqueue(int bucket, cudaStream_t st) {
   const int* d_target = m.ints.get() + kTarget * Bm;
   const bool int4 = opt_.kv != KvFormat::kBf16;
   const int rot = opt_.kv == KvFormat::kInt4Rot ? opt_.kv_block : 0;
+  // PDL for every kernel but the first (engine.h); a profiled step launches
+  // one by one with an event after each (set_profiling).
+  const bool pdl = opt_.pdl && !m.prof;
+  Profiler* const prof = m.prof.get();
+  auto mark = [&](Op op) {
+    if (prof) prof->mark(op, st);
+  };
+  auto gemm = [&](const cuda::W4Linear& w, const void* x, void* y) {
+    cuda::DecodeConfig cfg = w.config(B);
+    cfg.pdl = pdl;
+    w.forward(x, y, B, cfg, st);
+  };
+  if (prof) prof->begin(st);
 
   cuda::RmsNormArgs norm;
   norm.x = m.x.get();
@@ -404,7 +469,8 @@ void GpuEngine::enqueue(int bucket, cudaStream_t st) {
   norm.tokens = d_tok;
   norm.embd = m.embd.get();
   norm.gain = m.layers[0].attn_norm.get();
-  cuda::rmsnorm(norm, st);
+  cuda::rmsnorm(norm, st);  // the first kernel: after the host's copy of the row map
+  mark(kEmbedNorm);
   norm.tokens = nullptr;
   norm.add = m.y.get();
   norm.ld_add = H;
@@ -414,8 +480,9 @@ void GpuEngine::enqueue(int bucket, cudaStream_t st) {
   for (int l = 0; l < c.n_layers; ++l) {
     Impl::Layer& L = m.layers[size_t(l)];
     const cuda::KvLayerPtrs cache = L.ptrs(m.num_slots);
-    L.qkv->forward(m.a.get(), m.qkv.get(), B, st);
-    cuda::rope(m.qkv.get(), qkv_n, d_pos, m.rope_cos.get(), m.rope_sin.get(), B, c.n_heads + c.n_kv_heads, D, st);
+    gemm(*L.qkv, m.a.get(), m.qkv.get());
+    mark(kQkv);
+    // RoPE of q and k fused into the append (bit-identical to cuda::rope + kv_append).
     cuda::KvAppendArgs ap;
     ap.k = m.qkv.get() + q_dim;
     ap.v = m.qkv.get() + q_dim + kv_dim;
@@ -430,29 +497,43 @@ void GpuEngine::enqueue(int bucket, cudaStream_t st) {
     ap.mirror = int4;
     ap.rot_block = rot;
     ap.nonfinite = m.nonfinite.get();
-    cuda::kv_append(ap, st);
+    ap.rope_cos = m.rope_cos.get();
+    ap.rope_sin = m.rope_sin.get();
+    ap.q = m.qkv.get();
+    ap.q_heads = c.n_heads;
+    cuda::kv_append(ap, st, pdl);
+    mark(kRopeAppend);
     cuda::AttentionArgs aa{m.qkv.get(), m.attn.get(), d_base, d_len, cache, m.attn_ws.get(), m.attn_ws.size(),
                            m.attn_counters.get(), m.attn_counters.size(), qkv_n};
-    cuda::decode_attention(shape, aa, m.attn_cfg[size_t(B - 1)], st);
-    L.o->forward(m.attn.get(), m.y.get(), B, st);
+    cuda::decode_attention(shape, aa, m.attn_cfg[size_t(B - 1)], st, pdl);
+    mark(kAttention);
+    gemm(*L.o, m.attn.get(), m.y.get());
+    mark(kOProj);
     norm.gain = L.ffn_norm.get();
-    cuda::rmsnorm(norm, st);  // x += o; a = RMSNorm(x) g_ffn
-    L.gate_up->forward(m.a.get(), m.gu.get(), B, st);
-    cuda::swiglu(m.gu.get(), m.sw.get(), B, I, st);
-    L.down->forward(m.sw.get(), m.y.get(), B, st);
+    cuda::rmsnorm(norm, st, pdl);  // x += o; a = RMSNorm(x) g_ffn
+    mark(kNormAttn);
+    gemm(*L.gate_up, m.a.get(), m.gu.get());
+    mark(kGateUp);
+    cuda::swiglu(m.gu.get(), m.sw.get(), B, I, st, pdl);
+    mark(kSwiglu);
+    gemm(*L.down, m.sw.get(), m.y.get());
+    mark(kDown);
     norm.gain = l + 1 < c.n_layers ? m.layers[size_t(l + 1)].attn_norm.get() : m.out_norm.get();
-    cuda::rmsnorm(norm, st);  // x += down; a = RMSNorm(x) g_next
+    cuda::rmsnorm(norm, st, pdl);  // x += down; a = RMSNorm(x) g_next
+    mark(kNormFfn);
   }
   const uint16_t* lm = m.lm_head.size() ? m.lm_head.get() : m.embd.get();
   m.lt.matmul(cuda::LtInput::kBF16, m.a.get(), lm, m.logits.get(), B, c.vocab, H, nullptr, nullptr, st,
               cuda::LtOutput::kF32);
+  mark(kLmHead);
   cuda::LogitsReduceArgs ra;
   ra.logits = m.logits.get();
   ra.vocab = c.vocab;
   ra.rows = B;
   ra.targets = d_target;
   ra.out = m.row_stats.get();
-  cuda::logits_reduce(ra, st);
+  cuda::logits_reduce(ra, st, pdl);
+  mark(kReduce);
 }
 
 void GpuEngine::micro_step(const std::vector<MicroRow>& rows) {
@@ -476,7 +557,7 @@ void GpuEngine::micro_step(const std::vector<MicroRow>& rows) {
   FUTR_CUDA_CHECK(cudaMemcpyAsync(m.ints.get(), h, size_t(kMapRows) * Bm * sizeof(int), cudaMemcpyHostToDevice, st));
   // ---- the step: a graph replay, or the same launches eagerly -------------------------
   const size_t k = size_t(std::find(kBuckets.begin(), kBuckets.end(), bucket) - kBuckets.begin());
-  if (opt_.graphs && m.warm[k]) {
+  if (opt_.graphs && m.warm[k] && !m.prof) {
     if (!m.graphs[k].valid()) m.graphs[k] = cuda::Graph::capture(st, [&](cudaStream_t s) { enqueue(bucket, s); });
     m.graphs[k].launch(st);
     ++m.graph_launches;
@@ -495,6 +576,7 @@ void GpuEngine::micro_step(const std::vector<MicroRow>& rows) {
     }
   FUTR_CUDA_CHECK(cudaMemcpyAsync(m.h_nonfinite.get(), m.nonfinite.get(), sizeof(int), cudaMemcpyDeviceToHost, st));
   FUTR_CUDA_CHECK(cudaStreamSynchronize(st));  // the one synchronization of a micro-step
+  if (m.prof) m.prof->accumulate();
   m.last_bucket = bucket;
   ++m.micro_steps;
   const int nonfinite = m.h_nonfinite[0];
@@ -624,7 +706,36 @@ nlohmann::json GpuEngine::stats() const {
   j["graph_launches"] = m.graph_launches;
   j["logits_rows_copied"] = m.logits_rows_copied;
   j["host_sampled_rows"] = m.host_sampled;
+  j["pdl"] = opt_.pdl;
+  if (m.prof && m.prof->micro_steps > 0) {
+    const Profiler& p = *m.prof;
+    nlohmann::json ops = nlohmann::json::array();
+    for (int i = 0; i < kOps; ++i)
+      if (p.calls[size_t(i)] > 0)
+        ops.push_back({{"op", kOpNames[i]},
+                       {"us_per_micro_step", p.us[size_t(i)] / double(p.micro_steps)},
+                       {"launches_per_micro_step", double(p.calls[size_t(i)]) / double(p.micro_steps)}});
+    j["profile"] = {{"micro_steps", p.micro_steps},
+                    {"bucket", m.last_bucket},
+                    {"us_per_micro_step", p.step_us / double(p.micro_steps)},
+                    {"ops", ops}};
+  }
   return j;
+}
+
+bool GpuEngine::set_profiling(bool on) {
+  Impl& m = *impl_;
+  if (on && m.prof) {  // on again: new sums, the same events (created on first use, outside later timings)
+    m.prof->us = {};
+    m.prof->calls = {};
+    m.prof->micro_steps = 0;
+    m.prof->step_us = 0;
+  } else if (on) {
+    m.prof = std::make_unique<Profiler>();
+  } else {
+    m.prof.reset();
+  }
+  return true;
 }
 
 }  // namespace futr::gpu

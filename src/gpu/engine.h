@@ -10,7 +10,7 @@
 //   x = E[token]; a = bf16(RMSNorm(x) g_attn[0])                  sm90_rmsnorm (gather)
 //   for each layer l:
 //     qkv = a Wqkv^T                                 INT4 GEMM   [b][q + 2 kv] BF16
-//     RoPE(q, k) in place; K/V -> the cache (BF16 + mirror)      sm90_rope, sm90_kv_append
+//     RoPE(q, k); K/V -> the cache (BF16 + mirror)               sm90_kv_append (RoPE fused in)
 //     o   = attention(q, cache)                                   sm90_decode_attention
 //     x  += o Wo^T; a = bf16(RMSNorm(x) g_ffn)                   INT4 GEMM, sm90_rmsnorm (add)
 //     gu  = a Wgu^T; s = bf16(silu(g) u)                          INT4 GEMM, sm90_swiglu
@@ -31,6 +31,12 @@
 // [b][vocab] block. A row whose logits hold NaN or +inf gets the host's answer
 // (its logits are copied after the check: token_nll gives NaN, the sampler
 // its own rule), so the GPU path never hides a broken row behind a finite number.
+//
+// PDL (GpuEngineOptions::pdl, default on): every kernel of the step after the
+// first is launched as a programmatic dependent of the one before (the GEMMs
+// stream their first weights before griddepcontrol.wait; the small kernels
+// wait first), inside the graphs too; the LM head (cuBLASLt) is launched
+// normally. Off, the same kernels run with plain stream order (same bits).
 //
 // CUDA graphs (GpuEngineOptions::graphs, default on; FUTR_GPU_GRAPHS=0 in the
 // environment turns them off for debugging): the whole micro-step above, from
@@ -103,6 +109,7 @@ struct GpuEngineOptions {
   int max_seqs = 1;               // sequences open at once
   int max_step_tokens = 256;      // rows per step()
   bool graphs = true;             // replay one CUDA graph per bucket (FUTR_GPU_GRAPHS=0 forces false)
+  bool pdl = true;                // programmatic dependent launch between the step's kernels (FUTR_GPU_PDL=0: false)
 };
 
 class GpuEngine final : public runtime::Engine {
@@ -125,6 +132,10 @@ class GpuEngine final : public runtime::Engine {
   int free_sequences() const override { return table_.free_sequences(); }
   const runtime::EngineInfo& info() const override { return info_; }
   nlohmann::json stats() const override;
+  // Profiling (runtime::Engine::set_profiling): while on, micro-steps run
+  // eagerly with an event after every launch; stats()["profile"] sums each
+  // kind of launch (over layers and micro-steps) in microseconds.
+  bool set_profiling(bool on) override;
 
   static constexpr int kMaxMicroBatch = 32;  // rows of one decode micro-step
   static constexpr std::array<int, 6> kBuckets = {1, 2, 4, 8, 16, 32};

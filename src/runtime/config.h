@@ -92,6 +92,7 @@ struct RuntimeConfig {
   int max_step_tokens = 256; // rows per step() at most
   int threads = 0;           // CPU threads; 0 = the default (cpu/threads.h)
   bool gpu_graphs = true;    // GPU engine: one CUDA graph per batch bucket (false: eager; FUTR_GPU_GRAPHS=0 too)
+  bool gpu_pdl = true;       // GPU engine: programmatic dependent launch between the step's kernels (FUTR_GPU_PDL=0: off)
   Fp8Config fp8;
   CalibrationConfig calib;
 };

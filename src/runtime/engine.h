@@ -108,6 +108,17 @@ class Engine {
   // Engine state as JSON: KV positions in use, FP8 delayed-scaling counters
   // (calls, saturations, recomputes, max amax) where FP8 runs, ...
   virtual nlohmann::json stats() const = 0;
+
+  // Per-kernel profiling of the steps that follow (on: true), for benchmarks:
+  // an engine that supports it times each launch of its steps one by one
+  // (eagerly, no overlap between launches) and reports the sums in stats()
+  // ["profile"]; off again restores its normal launches. Returns false (and
+  // does nothing) where the engine cannot profile (the CPU engines). On
+  // while on starts new sums.
+  virtual bool set_profiling(bool on) {
+    (void)on;
+    return false;
+  }
 };
 
 // One-line notes for the user (engine chosen and why, quantizing on load,

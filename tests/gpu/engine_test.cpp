@@ -83,9 +83,10 @@ Shared& shared() {
   return *s;
 }
 
-std::unique_ptr<runtime::Engine> make_gpu(KvFormat kv, int ctx, int seqs, bool graphs = true) {
+std::unique_ptr<runtime::Engine> make_gpu(KvFormat kv, int ctx, int seqs, bool graphs = true, bool pdl = true) {
   gpu::GpuEngineOptions o;
   o.graphs = graphs;
+  o.pdl = pdl;
   o.kv = kv;
   o.kv_block = 64;
   o.ctx = ctx;
@@ -272,6 +273,42 @@ TEST_P(GpuEngineVsCpu, GraphReplayEqualsEagerLaunchesBitwise) {
   EXPECT_EQ(st["graphs_captured"].get<int>(), 6);  // every bucket
   EXPECT_GT(st["graph_launches"].get<int64_t>(), 0);
   EXPECT_EQ(eager->stats()["graph_launches"].get<int64_t>(), 0);
+}
+
+// PDL between the step's kernels (the default) changes when kernels start,
+// never what they compute: graphs with PDL equal eager launches without it,
+// bit for bit. Profiling (launches one by one with events) computes the same
+// too, and accounts for every launch of the step.
+TEST_P(GpuEngineVsCpu, PdlAndProfilingEqualPlainLaunchesBitwise) {
+  FUTR_REQUIRE_GPU();
+  const KvFormat kv = GetParam();
+  const int n = 9;
+  auto pdl = make_gpu(kv, 128, n, true, true);
+  auto plain = make_gpu(kv, 128, n, false, false);
+  for (int s = 0; s < n; ++s) pdl->open(s), plain->open(s);
+  for (int round = 0; round < 4; ++round) {  // round 0 warms up; 1, 2 replay graphs; 3 profiles
+    if (round == 3) ASSERT_TRUE(pdl->set_profiling(true));
+    const std::vector<BatchRow> rows = staircase(n, RowOutput::kLogits, round);
+    const runtime::StepResult a = pdl->step(rows), b = plain->step(rows);
+    ASSERT_EQ(a.logits.data.size(), b.logits.data.size());
+    EXPECT_EQ(0, std::memcmp(a.logits.data.data(), b.logits.data.data(), a.logits.data.size() * sizeof(float)))
+        << "round " << round << ": PDL" << (round == 3 ? " (profiled)" : "") << " and plain launches differ";
+  }
+  const nlohmann::json p = pdl->stats()["profile"];
+  std::printf("profile: %s\n", p.dump().c_str());
+  const int layers = shared().model.config.n_layers;
+  double sum = 0;
+  int launches = 0;
+  for (const auto& op : p["ops"]) {
+    sum += op["us_per_micro_step"].get<double>();
+    launches += int(op["launches_per_micro_step"].get<double>() + 0.5);
+    EXPECT_GT(op["us_per_micro_step"].get<double>(), 0.0) << op["op"];
+  }
+  EXPECT_EQ(launches, 9 * layers + 3) << "every launch of a micro-step timed once";
+  EXPECT_NEAR(sum, p["us_per_micro_step"].get<double>(), 1e-3 * sum + 1.0) << "the ops cover the micro-step";
+  EXPECT_TRUE(pdl->set_profiling(false));
+  EXPECT_FALSE(pdl->stats().contains("profile"));
+  EXPECT_FALSE(make_cpu(kv, 16, 1)->set_profiling(true)) << "the CPU engine cannot profile";
 }
 
 TEST_P(GpuEngineVsCpu, TokensAndLogprobsComputedOnTheGpuMatchTheHost) {

@@ -45,6 +45,7 @@
 #include "device/kernels/sm90_kv_common.cuh"
 #include "device/ptx/cp_async.cuh"
 #include "device/ptx/mma.cuh"
+#include "device/ptx/pdl.cuh"
 
 namespace futr::device {
 
@@ -242,6 +243,9 @@ struct Step<D, KvKind::kBf16> {
 
 template <int D, KvKind KIND>
 __global__ void __launch_bounds__(kAttnWarps * 32) sm90_decode_attention_kernel(const DecodeAttentionParams p) {
+  ptx::griddep_launch_dependents();  // PDL (ptx/pdl.cuh): the next kernel may launch
+  ptx::griddep_wait();               // q, the cache and the row map come from earlier kernels
+
   static_assert(D == 64 || D == 128, "head_dim 64 or 128");
   constexpr int kSteps = D / 16;       // mma k-steps of Q K^T, m-tiles of V^T P^T
   constexpr int kThreads = kAttnWarps * 32;

@@ -17,11 +17,22 @@
 // still written (the kernel cannot throw) and counted in *nonfinite, which the
 // engine checks after the step (the CPU storage refuses such rows).
 //
+// RoPE fused in (optional, rope_cos != null): K is rotated at the row's
+// position before it is written, by the rule of sm90_rope.cuh (dim i pairs
+// with i + D/2, FP32 with each op rounded, then BF16), and the q_heads query
+// heads of the row (at q, same row stride) are rotated in place, spread over
+// the CTA's warps: one launch instead of sm90_rope + this kernel, bit-identical
+// to the two (a lane holds both dims of each of its pairs: d and d + D/2).
+//
+// PDL: launched as a programmatic dependent, it waits (griddepcontrol.wait)
+// before it reads anything.
+//
 // Limits: D in {64, 128}; kv_heads <= 16. Launcher: src/cuda/decode_attention.cu.
 // Test: tests/device/decode_attention_test.cpp (byte-identical to the CPU).
 #pragma once
 
 #include "device/kernels/sm90_kv_common.cuh"
+#include "device/ptx/pdl.cuh"
 
 namespace futr::device {
 
@@ -37,7 +48,20 @@ struct KvAppendParams {
   int rot_block = 0;                 // 0: mirror not rotated; else the Hadamard block
   bool mirror = false;               // write the INT4 mirror too
   int* nonfinite = nullptr;          // optional: += 1 per (row, head, K|V) with a non-finite value
+  const float* rope_cos = nullptr;   // optional [max_pos][D/2]: RoPE fused in (model/rope.h's table)
+  const float* rope_sin = nullptr;
+  __nv_bfloat16* q = nullptr;        // [rows] rows of q_heads * D, stride ld: rotated in place (rope only)
+  int q_heads = 0;
 };
+
+// RoPE of one pair (x_d, x_{d+D/2}) at angle (c, s), each op rounded as in
+// sm90_rope.cuh, the results rounded to BF16.
+__device__ __forceinline__ void rope_pair(float& a, float& b, float c, float s) {
+  const float lo = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
+  const float hi = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));
+  a = __bfloat162float(__float2bfloat16_rn(lo));
+  b = __bfloat162float(__float2bfloat16_rn(hi));
+}
 
 template <int D>
 __global__ void __launch_bounds__(1024) sm90_kv_append_kernel(const KvAppendParams p) {
@@ -49,21 +73,47 @@ __global__ void __launch_bounds__(1024) sm90_kv_append_kernel(const KvAppendPara
   const int r = blockIdx.x;
   const int head = warp / 2;
   const bool is_v = warp % 2;
+  ptx::griddep_launch_dependents();  // PDL (ptx/pdl.cuh): the next kernel may launch
+  ptx::griddep_wait();               // k, v, q and the row map come from earlier kernels
   if (head >= p.kv_heads) return;
   const int slot = p.slot_base[p.row_seq[r]] + p.row_pos[r];
+  const bool rope = p.rope_cos != nullptr;
+  const float* rc = rope ? p.rope_cos + size_t(p.row_pos[r]) * (D / 2) : nullptr;
+  const float* rs = rope ? p.rope_sin + size_t(p.row_pos[r]) * (D / 2) : nullptr;
+
+  // ---- the query heads' RoPE, in place (fused path only) ---------------------------
+  if (rope && p.q) {
+    for (int h = warp; h < p.q_heads; h += 2 * p.kv_heads) {
+      __nv_bfloat16* qh = p.q + size_t(r) * size_t(p.ld) + size_t(h) * D;
+#pragma unroll
+      for (int i = 0; i < kPer / 2; ++i) {
+        const int d = lane + 32 * i;
+        float a = __bfloat162float(qh[d]), b = __bfloat162float(qh[d + D / 2]);
+        rope_pair(a, b, rc[d], rs[d]);
+        qh[d] = __float2bfloat16_rn(a);
+        qh[d + D / 2] = __float2bfloat16_rn(b);
+      }
+    }
+  }
 
   // ---- the BF16 primary -----------------------------------------------------
   const __nv_bfloat16* src = (is_v ? p.v : p.k) + size_t(r) * size_t(p.ld) + size_t(head) * D;
   __nv_bfloat16* dst = reinterpret_cast<__nv_bfloat16*>(is_v ? p.cache.v : p.cache.k) +
                        layout::kv_primary_index(p.kv_heads, D, slot, head, 0);
   float* x = rows_smem[warp];
+  float e[kPer];
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) e[i] = __bfloat162float(src[lane + 32 * i]);
+  if (rope && !is_v) {
+#pragma unroll
+    for (int i = 0; i < kPer / 2; ++i) rope_pair(e[i], e[i + kPer / 2], rc[lane + 32 * i], rs[lane + 32 * i]);
+  }
   bool finite = true;
 #pragma unroll
   for (int i = 0; i < kPer; ++i) {
     const int d = lane + 32 * i;
-    const __nv_bfloat16 e = src[d];
-    dst[d] = e;
-    x[d] = __bfloat162float(e);
+    dst[d] = __float2bfloat16_rn(e[i]);  // exact: e[i] is a BF16 value
+    x[d] = e[i];
     finite = finite && isfinite(x[d]);
   }
   finite = __all_sync(0xffffffffu, finite);

@@ -30,6 +30,7 @@
 #include <math_constants.h>
 
 #include <cstdint>
+#include "device/ptx/pdl.cuh"
 
 namespace futr::device {
 
@@ -65,6 +66,9 @@ __device__ __forceinline__ bool beats(float v, int i, float bv, int bi) {
 }  // namespace logits
 
 __global__ void __launch_bounds__(kLogitsThreads) sm90_logits_reduce_kernel(const LogitsReduceParams p) {
+  ptx::griddep_launch_dependents();  // PDL (ptx/pdl.cuh): the next kernel may launch
+  ptx::griddep_wait();               // everything it reads may come from the kernel before
+
   static_assert(kLogitsThreads % 32 == 0 && kLogitsThreads <= 1024, "whole warps, one CTA");
   constexpr int kWarps = kLogitsThreads / 32;
   const int row = blockIdx.x, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;

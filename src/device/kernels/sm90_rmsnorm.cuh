@@ -14,6 +14,7 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
+#include "device/ptx/pdl.cuh"
 
 namespace futr::device {
 
@@ -33,6 +34,9 @@ inline constexpr int kRmsThreads = 256;
 inline constexpr int kRmsMaxPerThread = 32;
 
 __global__ void __launch_bounds__(kRmsThreads) sm90_rmsnorm_kernel(const RmsNormParams p) {
+  ptx::griddep_launch_dependents();  // PDL (ptx/pdl.cuh): the next kernel may launch
+  ptx::griddep_wait();               // everything it reads may come from the kernel before
+
   const int row = blockIdx.x, tid = threadIdx.x;
   float* x = p.x + size_t(row) * p.H;
   const uint16_t* src = p.tokens ? p.embd + size_t(p.tokens[row]) * p.H : nullptr;

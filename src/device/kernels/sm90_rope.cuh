@@ -15,6 +15,7 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
+#include "device/ptx/pdl.cuh"
 
 namespace futr::device {
 
@@ -28,6 +29,9 @@ struct RopeParams {
 };
 
 __global__ void __launch_bounds__(256) sm90_rope_kernel(const RopeParams p) {
+  ptx::griddep_launch_dependents();  // PDL (ptx/pdl.cuh): the next kernel may launch
+  ptx::griddep_wait();               // everything it reads may come from the kernel before
+
   const int row = blockIdx.x, half = p.D / 2;
   uint16_t* x = p.x + size_t(row) * size_t(p.ld);
   const float* c = p.cos + size_t(p.pos[row]) * half;

@@ -10,6 +10,7 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
+#include "device/ptx/pdl.cuh"
 
 namespace futr::device {
 
@@ -20,6 +21,9 @@ struct SwigluParams {
 };
 
 __global__ void __launch_bounds__(256) sm90_swiglu_kernel(const SwigluParams p) {
+  ptx::griddep_launch_dependents();  // PDL (ptx/pdl.cuh): the next kernel may launch
+  ptx::griddep_wait();               // everything it reads may come from the kernel before
+
   const size_t n = size_t(p.rows) * p.I;
   for (size_t t = blockIdx.x * size_t(blockDim.x) + threadIdx.x; t < n; t += size_t(gridDim.x) * blockDim.x) {
     const size_t r = t / p.I, j = t % p.I;
