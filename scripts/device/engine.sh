@@ -14,7 +14,14 @@
 #     through a symlink; the perplexity text is .devcarry/wiki.test.raw.
 # `bench`: futr bench on SmolLM2 (GPU and CPU int4) and on the synthetic
 # Llama shapes (1B, 8B, 70B) on the GPU, graphs on and off: bench_*.json.
-#   usage: scripts/device/engine.sh [tests|cli|bench|all] [max_tokens]
+# With PEERS=1 the bench mode also runs the PyTorch peers of the full decode
+# step (docs/ANCHORS "Decode: full model step"), on the machine's own torch:
+#   bench/peers/torch_step_peer.py  -> torch_step_peer.json  (~30-90 s; TORCH_PEER_ARGS
+#                                      adds flags, e.g. "--mode compile --models smollm2")
+#   bench/peers/hf_generate_peer.py -> hf_generate_peer.json (~60 s; HF_PEER_ARGS)
+# and prints their tables after the summary. `peers` runs only the peers (no
+# binaries or model needed: nothing to carry but the checkout).
+#   usage: [PEERS=1] scripts/device/engine.sh [tests|cli|bench|all|peers] [max_tokens]
 set -u
 # .devcarry/lib: the shared libraries futr links that the GPU machine lacks
 # (cpp-httplib, prometheus-cpp, brotli), copied from this machine's Debian packages.
@@ -27,20 +34,11 @@ LOG=$OUT/logs.txt
 SUM=$OUT/summary.txt
 : > "$LOG"
 : > "$SUM"
-M=models/SmolLM2-135M-Instruct.Q4_1.gguf
-SHA=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
-if ! echo "$SHA  $M" | sha256sum -c --status 2>/dev/null; then
-  cat .devcarry/m1/* .devcarry/m2/* .devcarry/m3/* > "$M" 2>/dev/null
-  echo "$SHA  $M" | sha256sum -c --status || { echo "model parts missing or corrupt" | tee -a "$SUM"; ls -la .devcarry/*; exit 3; }
-fi
-[ -e /work/main ] || { mkdir -p /work && ln -sfn "$PWD" /work/main; }
-mkdir -p .devcarry/run
-for z in .devcarry/bin/*.xz; do b=.devcarry/run/$(basename "$z" .xz); xz -dc "$z" > "$b" && chmod +x "$b"; done
-B=.devcarry/run
+. "$(dirname "$0")/common.sh"  # step, engine_setup
+[[ $MODE == peers ]] || engine_setup  # M, B
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee -a "$SUM"
 
-STEP_GREP='PASSED|FAILED|largest|perplexity kv|"ppl"|Paris|futr: engine|\| (decode|tg[0-9]|pp[0-9])'
-. "$(dirname "$0")/common.sh"
+STEP_GREP='PASSED|FAILED|largest|perplexity kv|"ppl"|Paris|futr: engine|\| (decode|tg[0-9]|pp[0-9])|step peer:|generate peer:|PEER ERROR'
 
 if [[ $MODE == all || $MODE == tests ]]; then
   step logits_reduce_test 120 "$B/logits_reduce_test"
@@ -55,6 +53,13 @@ if [[ $MODE == all || $MODE == bench ]]; then
     step "bench_${s}_gpu" 400 "$B/futr" bench --synthetic "$s" --backend gpu -p 0 -n 32 -b 1,16,32 --ctx-list 0,1024 \
       -r 3 --json "$OUT/bench_${s}.json"
   done
+fi
+RUN_PEERS=
+[[ $MODE == peers || ( -n ${PEERS:-} && ( $MODE == all || $MODE == bench ) ) ]] && RUN_PEERS=1
+if [[ -n $RUN_PEERS ]]; then
+  export PYTHONUNBUFFERED=1
+  step torch_step_peer 300 python3 bench/peers/torch_step_peer.py --out "$OUT/torch_step_peer.json" ${TORCH_PEER_ARGS:-}
+  step hf_generate_peer 240 python3 bench/peers/hf_generate_peer.py --out "$OUT/hf_generate_peer.json" ${HF_PEER_ARGS:-}
 fi
 if [[ $MODE == all || $MODE == cli ]]; then
   P="The capital of France is"
@@ -72,3 +77,7 @@ echo "----- failures"
 grep -E "FAILED|Failure|error:|Error" "$LOG" | head -20
 echo "----- summary"
 cat "$SUM"
+if [[ -n $RUN_PEERS ]]; then
+  echo "----- peers (full decode step; HF generate)"
+  awk '/^===== /{p = ($2 == "torch_step_peer:" || $2 == "hf_generate_peer:")} p && /^\|/' "$LOG"
+fi
