@@ -2,8 +2,17 @@
 """Load run against `futr serve`: N streaming completions, C at a time.
 
 Starts `futr serve` itself (--futr PATH, extra server flags after --) or uses a
-running one (--url). Every request is a streaming /v1/completions through the
-official `openai` client with stream_options.include_usage; it records
+running one (--url). Every request is a streaming /v1/completions with
+stream_options.include_usage, sent by one of two clients (--client):
+
+  openai  the official `openai` client (the default where it is importable);
+  raw     the standard library only (http.client, one loopback connection per
+          request, the server-sent events parsed line by line: each
+          "data: {chunk}" with choices[0].text is a text chunk, the usage chunk
+          gives the token count, "data: [DONE]" ends it). Chosen automatically,
+          with a note on stderr, where `openai` is missing (the GPU machine).
+
+Both record the same things:
 
   TTFT  time from sending the request to its first text chunk,
   TPOT  (time of the last text chunk - time of the first) / (tokens - 1),
@@ -15,12 +24,14 @@ flight finish). Exit status 1 if any request got a 5xx or failed to connect.
 
   build/venv/bin/python bench/serve_load.py --futr build/bin/futr -- --backend cpu --max-seqs 16
   build/venv/bin/python bench/serve_load.py --url http://127.0.0.1:8080
+  python3 bench/serve_load.py --futr build/bin/futr --client raw -n 8 -c 4 -- --backend cpu --max-seqs 4
 
 Used by tests/server/serve_openai_test.py (the same load, smaller) and for
 docs/PERF.md ("Server").
 """
 import argparse
 import concurrent.futures as cf
+import http.client
 import json
 import os
 import random
@@ -31,16 +42,22 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.parse
 
-import openai
+try:
+    import openai
+except ImportError:  # the GPU machine: --client raw
+    openai = None
 
 WORDS = ("the quick brown fox jumps over a lazy dog while seven wizards quietly "
          "judge boxing matches in the old town square every summer").split()
 
 
-def start_server(futr, args, timeout=300):
-    """Starts `futr serve --port 0 ARGS`; returns (process, base_url, log_path)."""
-    log = tempfile.NamedTemporaryFile(prefix="futr-serve-", suffix=".log", delete=False)
+def start_server(futr, args, timeout=300, log_path=None):
+    """Starts `futr serve --port 0 ARGS` (its output to log_path or a temporary file);
+    returns (process, base_url, log_path)."""
+    log = (open(log_path, "wb") if log_path else
+           tempfile.NamedTemporaryFile(prefix="futr-serve-", suffix=".log", delete=False))
     proc = subprocess.Popen([futr, "serve", "--port", "0", *args], stdout=log, stderr=log)
     t0 = time.time()
     while time.time() - t0 < timeout:
@@ -68,7 +85,84 @@ def stop_server(proc, timeout=120):
 
 
 def model_id(base_url, api_key="none"):
+    if openai is None:
+        return raw_model_id(base_url, api_key)
     return openai.OpenAI(base_url=base_url + "/v1", api_key=api_key).models.list().data[0].id
+
+
+# ---- the standard-library client (--client raw)
+class RawClient:
+    """POSTs /v1/completions with http.client and reads the SSE stream as it arrives."""
+
+    def __init__(self, base_url, api_key="none", timeout=600):
+        u = urllib.parse.urlsplit(base_url)
+        self.host, self.port = u.hostname, u.port or 80
+        self.headers = {"Content-Type": "application/json", "Accept": "text/event-stream",
+                        "Authorization": f"Bearer {api_key}"}
+        self.timeout = timeout
+
+    def connect(self):
+        return http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+
+
+def raw_model_id(base_url, api_key="none"):
+    c = RawClient(base_url, api_key)
+    conn = c.connect()
+    try:
+        conn.request("GET", "/v1/models", headers=c.headers)
+        r = conn.getresponse()
+        body = r.read()
+        if r.status != 200:
+            raise RuntimeError(f"GET /v1/models: {r.status} {body[:200]!r}")
+        return json.loads(body)["data"][0]["id"]
+    finally:
+        conn.close()
+
+
+def raw_one_request(client, model, prompt, max_tokens):
+    """one_request's measurements through RawClient."""
+    body = json.dumps({"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
+                       "stream": True, "stream_options": {"include_usage": True}})
+    t0 = time.perf_counter()
+    first = last = None
+    tokens = 0
+    conn = client.connect()
+    try:
+        conn.request("POST", "/v1/completions", body=body, headers=client.headers)
+        resp = conn.getresponse()
+        if resp.status != 200:
+            resp.read()
+            return {"status": resp.status}
+        while True:
+            line = resp.readline()  # http.client undoes the chunked encoding
+            if not line:
+                break  # the server closed the stream without [DONE]
+            line = line.strip()
+            if not line.startswith(b"data:"):
+                continue  # blank separators, ": keep-alive" comments
+            data = line[5:].strip()
+            if data == b"[DONE]":
+                break
+            chunk = json.loads(data)
+            if "error" in chunk:  # an error after the stream started (the openai client raises)
+                return {"status": 500}
+            choices = chunk.get("choices") or []
+            if choices and choices[0].get("text"):
+                now = time.perf_counter()
+                first = first if first is not None else now
+                last = now
+            if chunk.get("usage"):
+                tokens = chunk["usage"]["completion_tokens"]
+    except (OSError, http.client.HTTPException, ValueError):
+        return {"status": 599}
+    finally:
+        conn.close()
+    r = {"status": 200, "tokens": tokens}
+    if first is not None:
+        r["ttft"] = first - t0
+        if tokens >= 2:
+            r["tpot"] = (last - first) / (tokens - 1)
+    return r
 
 
 def one_request(client, model, prompt, max_tokens):
@@ -90,6 +184,8 @@ def one_request(client, model, prompt, max_tokens):
         return {"status": e.status_code}
     except openai.APIConnectionError:
         return {"status": 599}
+    except openai.APIError:  # an error chunk inside the stream (the raw client counts it as 500 too)
+        return {"status": 500}
     r = {"status": 200, "tokens": tokens}
     if first is not None:
         r["ttft"] = first - t0
@@ -107,12 +203,31 @@ def percentile(xs, p):
     return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
 
 
+def pick_client(name="auto"):
+    """'openai' or 'raw' for --client NAME ('auto': openai where importable)."""
+    if name == "auto":
+        if openai is not None:
+            return "openai"
+        print("serve_load: the openai package is not importable: using the standard-library "
+              "client (--client raw)", file=sys.stderr)
+        return "raw"
+    if name == "openai" and openai is None:
+        raise RuntimeError("--client openai: the openai package is not importable")
+    return name
+
+
 def run_load(base_url, requests=200, concurrency=32, max_tokens=16, prompt_words=(4, 24),
-             time_limit=600.0, seed=0, api_key="none"):
+             time_limit=600.0, seed=0, api_key="none", client="auto"):
     """The load run; returns a dict of results."""
-    model = model_id(base_url, api_key)
-    client = openai.OpenAI(base_url=base_url + "/v1", api_key=api_key, max_retries=0,
-                           timeout=600)
+    kind = pick_client(client)
+    if kind == "raw":
+        model = raw_model_id(base_url, api_key)
+        client, request = RawClient(base_url, api_key), raw_one_request
+    else:
+        model = openai.OpenAI(base_url=base_url + "/v1", api_key=api_key).models.list().data[0].id
+        client = openai.OpenAI(base_url=base_url + "/v1", api_key=api_key, max_retries=0,
+                               timeout=600)
+        request = one_request
     rng = random.Random(seed)
     prompts = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(*prompt_words)))
                for _ in range(requests)]
@@ -124,7 +239,7 @@ def run_load(base_url, requests=200, concurrency=32, max_tokens=16, prompt_words
     def work(p):
         if time.perf_counter() - t0 > time_limit:
             return None
-        r = one_request(client, model, p, max_tokens)
+        r = request(client, model, p, max_tokens)
         with lock:
             results.append(r)
         return r
@@ -139,7 +254,7 @@ def run_load(base_url, requests=200, concurrency=32, max_tokens=16, prompt_words
     tpot = [r["tpot"] for r in ok if "tpot" in r]
     tokens = sum(r.get("tokens", 0) for r in ok)
     return {
-        "requests": launched, "concurrency": concurrency, "max_tokens": max_tokens,
+        "client": kind, "requests": launched, "concurrency": concurrency, "max_tokens": max_tokens,
         "ok": len(ok),
         "4xx": sum(1 for r in results if 400 <= r["status"] < 500),
         "5xx": sum(1 for r in results if r["status"] >= 500),
@@ -165,12 +280,15 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--url", help="a running server (else --futr starts one)")
     ap.add_argument("--futr", help="the futr binary to start (`futr serve --port 0 ARGS`)")
-    ap.add_argument("--requests", type=int, default=200)
-    ap.add_argument("--concurrency", type=int, default=32)
+    ap.add_argument("-n", "--requests", type=int, default=200)
+    ap.add_argument("-c", "--concurrency", type=int, default=32)
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--time-limit", type=float, default=600.0)
     ap.add_argument("--api-key", default="none")
+    ap.add_argument("--client", choices=("auto", "openai", "raw"), default="auto",
+                    help="auto: openai where importable, else raw (standard library)")
     ap.add_argument("--json", help="also write the results here")
+    ap.add_argument("--server-log", help="with --futr: the server's output goes here (default: a temporary file)")
     ap.add_argument("server_args", nargs="*", help="after --: flags for futr serve")
     a = ap.parse_args()
     if not a.url and not a.futr:
@@ -178,11 +296,11 @@ def main():
     proc = None
     url = a.url
     if not url:
-        proc, url, log = start_server(a.futr, a.server_args)
+        proc, url, log = start_server(a.futr, a.server_args, log_path=a.server_log)
         print(f"futr serve at {url} (log {log})", file=sys.stderr)
     try:
         r = run_load(url, a.requests, a.concurrency, a.max_tokens, time_limit=a.time_limit,
-                     api_key=a.api_key)
+                     api_key=a.api_key, client=a.client)
     finally:
         if proc:
             stop_server(proc)

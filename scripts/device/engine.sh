@@ -17,7 +17,14 @@
 # `breakdown`: the decode step per kernel (futr bench --breakdown) on SmolLM2
 # and the synthetic 8B at batch 1 and 16, ctx 1024, with PDL, and the same
 # steps without PDL: bench_breakdown_*.json / .md.
-#   usage: scripts/device/engine.sh [tests|cli|bench|breakdown|all] [max_tokens]
+# With PEERS=1 the bench mode also runs the PyTorch peers of the full decode
+# step (docs/ANCHORS "Decode: full model step"), on the machine's own torch:
+#   bench/peers/torch_step_peer.py  -> torch_step_peer.json  (~30-90 s; TORCH_PEER_ARGS
+#                                      adds flags, e.g. "--mode compile --models smollm2")
+#   bench/peers/hf_generate_peer.py -> hf_generate_peer.json (~60 s; HF_PEER_ARGS)
+# and prints their tables after the summary. `peers` runs only the peers (no
+# binaries or model needed: nothing to carry but the checkout).
+#   usage: [PEERS=1] scripts/device/engine.sh [tests|cli|bench|breakdown|all|peers] [max_tokens]
 set -u
 # .devcarry/lib: the shared libraries futr links that the GPU machine lacks
 # (cpp-httplib, prometheus-cpp, brotli), copied from this machine's Debian packages.
@@ -30,20 +37,11 @@ LOG=$OUT/logs.txt
 SUM=$OUT/summary.txt
 : > "$LOG"
 : > "$SUM"
-M=models/SmolLM2-135M-Instruct.Q4_1.gguf
-SHA=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
-if ! echo "$SHA  $M" | sha256sum -c --status 2>/dev/null; then
-  cat .devcarry/m1/* .devcarry/m2/* .devcarry/m3/* > "$M" 2>/dev/null
-  echo "$SHA  $M" | sha256sum -c --status || { echo "model parts missing or corrupt" | tee -a "$SUM"; ls -la .devcarry/*; exit 3; }
-fi
-[ -e /work/main ] || { mkdir -p /work && ln -sfn "$PWD" /work/main; }
-mkdir -p .devcarry/run
-for z in .devcarry/bin/*.xz; do b=.devcarry/run/$(basename "$z" .xz); xz -dc "$z" > "$b" && chmod +x "$b"; done
-B=.devcarry/run
+. "$(dirname "$0")/common.sh"  # step, engine_setup
+[[ $MODE == peers ]] || engine_setup  # M, B
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee -a "$SUM"
 
-STEP_GREP='PASSED|FAILED|largest|perplexity kv|"ppl"|Paris|futr: engine|\| (decode|tg[0-9]|pp[0-9])'
-. "$(dirname "$0")/common.sh"
+STEP_GREP='PASSED|FAILED|largest|perplexity kv|"ppl"|Paris|futr: engine|\| (decode|tg[0-9]|pp[0-9])|step peer:|generate peer:|PEER ERROR'
 
 if [[ $MODE == all || $MODE == tests ]]; then
   step logits_reduce_test 120 "$B/logits_reduce_test"
@@ -73,6 +71,13 @@ if [[ $MODE == breakdown ]]; then
     python3 -c "import json,sys; j=json.load(open(sys.argv[1])); [print(sys.argv[1].split('/')[-1], r['batch'], r['ctx'], round(r['ms_per_step']['mean'],4)) for r in j['results']]" "$f" >> "$SUM"
   done
 fi
+RUN_PEERS=
+[[ $MODE == peers || ( -n ${PEERS:-} && ( $MODE == all || $MODE == bench || $MODE == breakdown ) ) ]] && RUN_PEERS=1
+if [[ -n $RUN_PEERS ]]; then
+  export PYTHONUNBUFFERED=1
+  step torch_step_peer 300 python3 bench/peers/torch_step_peer.py --out "$OUT/torch_step_peer.json" ${TORCH_PEER_ARGS:-}
+  step hf_generate_peer 240 python3 bench/peers/hf_generate_peer.py --out "$OUT/hf_generate_peer.json" ${HF_PEER_ARGS:-}
+fi
 if [[ $MODE == all || $MODE == cli ]]; then
   P="The capital of France is"
   step gen_gpu 120 "$B/futr" generate --model "$M" --backend gpu --temperature 0 -n 48 "$P"
@@ -89,3 +94,7 @@ echo "----- failures"
 grep -E "FAILED|Failure|error:|Error" "$LOG" | head -20
 echo "----- summary"
 cat "$SUM"
+if [[ -n $RUN_PEERS ]]; then
+  echo "----- peers (full decode step; HF generate)"
+  awk '/^===== /{p = ($2 == "torch_step_peer:" || $2 == "hf_generate_peer:")} p && /^\|/' "$LOG"
+fi

@@ -16,8 +16,9 @@
 //                      to C), then --steps steps of B rows (one per sequence,
 //                      greedy): ms per step, tokens/s = B x steps / t.
 //   --breakdown        after each decode test, --steps more steps with the
-//                      engine's per-kernel profiling on (GPU engine; launches
-//                      timed one by one, runtime::Engine::set_profiling):
+//                      engine's per-kernel profiling on (GPU engine: the step
+//                      in a graph with an event after each launch, no PDL;
+//                      runtime::Engine::set_profiling):
 //                      microseconds per step of each kind of launch, its %
 //                      of their sum, and the sum against the measured step.
 //
@@ -322,7 +323,8 @@ void run_bench(const BenchOptions& o) {
     const double step_us = 1e3 * ms_per_step(m).mean;
     double sum = 0;
     for (const auto& op : m.profile["ops"]) sum += op["us_per_micro_step"].get<double>();
-    fmt::print("\nbreakdown: decode batch {} ctx {} (bucket {}; launches timed one by one, per micro-step)\n\n",
+    fmt::print("\nbreakdown: decode batch {} ctx {} (bucket {}; per micro-step; launches timed one by one, no "
+               "PDL overlap)\n\n",
                m.batch, m.ctx, m.profile.value("bucket", 0));
     fmt::print("| launch | per step | us | % of sum |\n|---|---:|---:|---:|\n");
     for (const auto& op : m.profile["ops"]) {

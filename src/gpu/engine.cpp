@@ -557,7 +557,11 @@ void GpuEngine::micro_step(const std::vector<MicroRow>& rows) {
   FUTR_CUDA_CHECK(cudaMemcpyAsync(m.ints.get(), h, size_t(kMapRows) * Bm * sizeof(int), cudaMemcpyHostToDevice, st));
   // ---- the step: a graph replay, or the same launches eagerly -------------------------
   const size_t k = size_t(std::find(kBuckets.begin(), kBuckets.end(), bucket) - kBuckets.begin());
-  if (opt_.graphs && m.warm[k] && !m.prof) {
+  if (m.prof && m.warm[k]) {
+    // Profiled: the step captured with an event node after every launch (no
+    // PDL), replayed once: GPU times without the host's launch costs.
+    cuda::Graph::capture(st, [&](cudaStream_t s) { enqueue(bucket, s); }).launch(st);
+  } else if (opt_.graphs && m.warm[k]) {
     if (!m.graphs[k].valid()) m.graphs[k] = cuda::Graph::capture(st, [&](cudaStream_t s) { enqueue(bucket, s); });
     m.graphs[k].launch(st);
     ++m.graph_launches;

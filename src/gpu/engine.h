@@ -132,9 +132,11 @@ class GpuEngine final : public runtime::Engine {
   int free_sequences() const override { return table_.free_sequences(); }
   const runtime::EngineInfo& info() const override { return info_; }
   nlohmann::json stats() const override;
-  // Profiling (runtime::Engine::set_profiling): while on, micro-steps run
-  // eagerly with an event after every launch; stats()["profile"] sums each
-  // kind of launch (over layers and micro-steps) in microseconds.
+  // Profiling (runtime::Engine::set_profiling): while on, each micro-step is
+  // captured into a graph with an event node after every launch (PDL off) and
+  // replayed once (a bucket's first micro-step still runs eagerly);
+  // stats()["profile"] sums each kind of launch (over layers and
+  // micro-steps) in microseconds.
   bool set_profiling(bool on) override;
 
   static constexpr int kMaxMicroBatch = 32;  // rows of one decode micro-step

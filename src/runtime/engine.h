@@ -111,7 +111,7 @@ class Engine {
 
   // Per-kernel profiling of the steps that follow (on: true), for benchmarks:
   // an engine that supports it times each launch of its steps one by one
-  // (eagerly, no overlap between launches) and reports the sums in stats()
+  // (no overlap between launches) and reports the sums in stats()
   // ["profile"]; off again restores its normal launches. Returns false (and
   // does nothing) where the engine cannot profile (the CPU engines). On
   // while on starts new sums.

@@ -183,8 +183,9 @@ TEST(DecodeOps, AppendWithRopeFusedEqualsRopeThenAppend) {
         const RopeTable t = make_rope_table(D, 10000.0f, {}, max_pos);
         const auto x = to_bf16(randn(size_t(rows) * ld, 1.0f));
         std::vector<int> seq(static_cast<size_t>(rows)), pos(static_cast<size_t>(rows)), base = {0, 208, 416};
-        for (int r = 0; r < rows; ++r) seq[size_t(r)] = r % 3, pos[size_t(r)] = int(rng()() % max_pos);
-        pos[1] = pos[4] == pos[1] ? (pos[1] + 1) % max_pos : pos[1];  // rows 1 and 4 share sequence 1
+        // Rows r and r + 3 share sequence r % 3: distinct positions (two rows
+        // writing one slot would race), r < 3 in [0, 100), the others in [100, 200).
+        for (int r = 0; r < rows; ++r) seq[size_t(r)] = r % 3, pos[size_t(r)] = (r / 3) * 100 + int(rng()() % 100);
         cuda::DeviceBuffer<float> dc(t.cos), ds(t.sin);
         cuda::DeviceBuffer<int> dseq(seq), dpos(pos), dbase(base);
         auto run = [&](bool fused, bool pdl, std::vector<uint16_t>& q_out, Cache& c) {

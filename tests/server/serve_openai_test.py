@@ -212,6 +212,19 @@ class Served(unittest.TestCase):
         self.assertGreaterEqual(r["ok"], 32)
         self.assertEqual(r["ok"], r["requests"])
 
+    def test_load_raw_client_matches_openai(self):
+        # serve_load's standard-library client (the GPU machine has no openai package) counts
+        # the same completion tokens as the openai client on the same greedy load.
+        kw = dict(requests=8, concurrency=4, max_tokens=6, prompt_words=(4, 12), time_limit=60)
+        a = serve_load.run_load(self.url, client="openai", **kw)
+        b = serve_load.run_load(self.url, client="raw", **kw)
+        self.assertEqual((a["client"], b["client"]), ("openai", "raw"))
+        for r in (a, b):
+            self.assertEqual((r["ok"], r["4xx"], r["5xx"]), (8, 0, 0))
+            self.assertGreater(r["ttft_p50_ms"], 0)
+            self.assertGreater(r["tpot_p50_ms"], 0)
+        self.assertEqual(a["tokens"], b["tokens"])
+
     def test_models_health_metrics(self):
         self.assertEqual(json.load(urllib.request.urlopen(self.url + "/health"))["status"], "ok")
         body = urllib.request.urlopen(self.url + "/metrics").read().decode()
