@@ -135,6 +135,16 @@ AttentionConfig attention_heuristic(const AttentionShape& s, int sm_count, int r
       best.splits = int(sp);
     }
   }
+  // Few (sequence, KV head) pairs at a short context: the wave model leaves
+  // most SMs idle, and the kernel is latency-bound there. Measured on the
+  // H200 (8B shape, batch 1, ctx 1024, BF16; docs/PERF.md): 4 splits 15.3 us,
+  // 8: 12.0, 16: 11.2, 32: 12.3. So fill up to one CTA per SM, with at least
+  // kShortSplitTokens keys per CTA (longer contexts reach whole waves above).
+  constexpr long kShortSplitTokens = 64;
+  if (base * best.splits < sm_count) {
+    const long fill = std::min(long(sm_count) / base, long(std::ceil(double(s.max_len) / kShortSplitTokens)));
+    best.splits = int(std::clamp(std::max(fill, long(best.splits)), 1L, long(device::kAttnMaxSplits)));
+  }
   return best;
 }
 

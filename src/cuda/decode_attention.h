@@ -52,6 +52,8 @@ std::string describe(const AttentionConfig& c);
 //     T(splits) = ceil(CTAs / resident) * (max_len / splits + overhead_tokens)
 // (whole waves: a partial last wave costs a full one), with chunks of at least
 // min_tokens tokens; ties go to fewer splits (a smaller combine pass).
+// When that leaves SMs idle (batch x KV heads x splits < SMs), the count is
+// raised to one CTA per SM, at least 64 keys each (short contexts, small batches).
 // resident_per_sm = 0: the variant's occupancy on the current device.
 AttentionConfig attention_heuristic(const AttentionShape& s, int sm_count, int resident_per_sm = 0,
                                     int min_tokens = 256, int overhead_tokens = 128);

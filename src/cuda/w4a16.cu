@@ -338,6 +338,8 @@ void decode_gemm(DecodeWeights f, const DecodeArgs& a, const DecodeConfig& c, cu
     return;
   }
   const Variant& v = find_variant(f, a.group, c);
+  FUTR_CHECK(!a.x_swiglu || c.kernel == DecodeKernel::kGemv,
+             "decode GEMM ({}): the SwiGLU input is fused into the gemv kernel only (M = 1)", describe(c));
   if (c.kernel == DecodeKernel::kGemv)
     FUTR_CHECK(a.m == 1, "decode GEMM: the gemv kernel takes M = 1, got M = {}; use kernel=stream", a.m);
   else if (c.kernel == DecodeKernel::kStreamK)
@@ -370,7 +372,8 @@ void decode_gemm(DecodeWeights f, const DecodeArgs& a, const DecodeConfig& c, cu
                          sp.kb_per_split,
                          sp.splits,
                          stream ? c.run : 0,
-                         stream ? c.probe : 0};
+                         stream ? c.probe : 0,
+                         a.x_swiglu ? 1 : 0};
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = stream ? dim3(unsigned(grid_x)) : dim3(unsigned(grid_x), unsigned(sp.splits));
   cfg.blockDim = dim3(unsigned(v.threads));

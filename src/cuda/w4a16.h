@@ -85,6 +85,7 @@ struct DecodeArgs {
   size_t n_counters = 0;
   int m = 0, n = 0, k = 0;
   int group = 128;                // INT4 group size (64 or 128); ignored for E4M3
+  bool x_swiglu = false;          // gemv only: x is [1, 2K] gate|up, the input bf16(silu(gate) * up)
 };
 
 // Workspace the configuration needs for M rows (0 unless it splits K).

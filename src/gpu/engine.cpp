@@ -120,7 +120,7 @@ bool disabled_by_env(const char* name) {
 enum Op : int { kEmbedNorm, kQkv, kRopeAppend, kAttention, kOProj, kNormAttn, kGateUp, kSwiglu, kDown, kNormFfn,
                 kLmHead, kReduce, kOps };
 constexpr const char* kOpNames[kOps] = {"embedding + rmsnorm", "qkv gemm", "rope + kv append", "attention", "o gemm",
-                                        "residual + rmsnorm (attn)", "gate_up gemm", "swiglu", "down gemm",
+                                        "residual + rmsnorm (attn)", "gate_up gemm", "swiglu", "down gemm (+ swiglu at M = 1)",
                                         "residual + rmsnorm (ffn)", "lm head (cublaslt)", "logits reduce"};
 
 // Events after each launch of a profiled micro-step (GpuEngine::set_profiling).
@@ -149,7 +149,9 @@ struct Profiler {
       FUTR_CUDA_CHECK(cudaEventCreate(&e));
       events.push_back(e);
     }
-    FUTR_CUDA_CHECK(cudaEventRecord(events[i], st));
+    // External: inside a stream capture this becomes an event record node of the
+    // graph (a plain record would only be a capture-internal dependency).
+    FUTR_CUDA_CHECK(cudaEventRecordWithFlags(events[i], st, cudaEventRecordExternal));
   }
   void accumulate() {  // after the stream synchronized
     for (size_t i = 0; i < ops.size(); ++i) {
@@ -452,11 +454,14 @@ void GpuEngine::enqueue(int bucket, cudaStream_t st) {
   auto mark = [&](Op op) {
     if (prof) prof->mark(op, st);
   };
-  auto gemm = [&](const cuda::W4Linear& w, const void* x, void* y) {
+  auto gemm = [&](const cuda::W4Linear& w, const void* x, void* y, bool x_swiglu = false) {
     cuda::DecodeConfig cfg = w.config(B);
     cfg.pdl = pdl;
-    w.forward(x, y, B, cfg, st);
+    w.forward(x, y, B, cfg, st, x_swiglu);
   };
+  // M = 1 runs the down projection on the gemv kernel, which takes the SwiGLU
+  // into its input staging (same bits as the separate kernel; one launch less).
+  const bool swiglu_in_down = m.layers[0].down->config(B).kernel == cuda::DecodeKernel::kGemv;
   if (prof) prof->begin(st);
 
   cuda::RmsNormArgs norm;
@@ -514,9 +519,13 @@ void GpuEngine::enqueue(int bucket, cudaStream_t st) {
     mark(kNormAttn);
     gemm(*L.gate_up, m.a.get(), m.gu.get());
     mark(kGateUp);
-    cuda::swiglu(m.gu.get(), m.sw.get(), B, I, st, pdl);
-    mark(kSwiglu);
-    gemm(*L.down, m.sw.get(), m.y.get());
+    if (swiglu_in_down) {
+      gemm(*L.down, m.gu.get(), m.y.get(), true);
+    } else {
+      cuda::swiglu(m.gu.get(), m.sw.get(), B, I, st, pdl);
+      mark(kSwiglu);
+      gemm(*L.down, m.sw.get(), m.y.get());
+    }
     mark(kDown);
     norm.gain = l + 1 < c.n_layers ? m.layers[size_t(l + 1)].attn_norm.get() : m.out_norm.get();
     cuda::rmsnorm(norm, st, pdl);  // x += down; a = RMSNorm(x) g_next

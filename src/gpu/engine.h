@@ -15,6 +15,7 @@
 //     x  += o Wo^T; a = bf16(RMSNorm(x) g_ffn)                   INT4 GEMM, sm90_rmsnorm (add)
 //     gu  = a Wgu^T; s = bf16(silu(g) u)                          INT4 GEMM, sm90_swiglu
 //     x  += s Wdown^T; a = bf16(RMSNorm(x) g_next)               INT4 GEMM, sm90_rmsnorm (add)
+//       (b = 1: the down GEMM's gemv stages s = bf16(silu(g) u) itself: no sm90_swiglu launch)
 //   logits = a Wlm^T                                  cuBLASLt BF16 x BF16 -> FP32
 //   per row: argmax, log-sum-exp, log p(target)       sm90_logits_reduce
 //

@@ -10,7 +10,9 @@
 
 namespace futr {
 
-std::vector<std::string> synthetic_model_names() { return {"tiny", "llama-3.2-1b", "llama-3.1-8b", "llama-3.1-70b"}; }
+std::vector<std::string> synthetic_model_names() {
+  return {"tiny", "smollm2-135m", "llama-3.2-1b", "llama-3.1-8b", "llama-3.1-70b"};
+}
 
 ModelConfig synthetic_config(const std::string& name) {
   ModelConfig c;
@@ -43,6 +45,17 @@ ModelConfig synthetic_config(const std::string& name) {
     c.vocab = 512;
     c.max_context = 4096;
     c.rope_theta = 10000.0f;
+  } else if (name == "smollm2-135m") {  // SmolLM2-135M-Instruct's config.json
+    c.hidden = 576;
+    c.n_layers = 30;
+    c.n_heads = 9;
+    c.n_kv_heads = 3;
+    c.head_dim = 64;
+    c.intermediate = 1536;
+    c.vocab = 49152;
+    c.max_context = 8192;
+    c.rope_theta = 100000.0f;
+    c.tied_embeddings = true;
   } else if (name == "llama-3.2-1b") {
     llama3(2048, 16, 32, 64, 8192, 32.0f, true);
   } else if (name == "llama-3.1-8b") {

@@ -4,11 +4,13 @@
 //
 //   name           hidden layers heads/kv head_dim intermediate vocab  tied
 //   tiny              256     2     4 / 2     64        512       512   no
+//   smollm2-135m      576    30     9 / 3     64       1536     49152   yes
 //   llama-3.2-1b     2048    16    32 / 8     64       8192    128256   yes
 //   llama-3.1-8b     4096    32    32 / 8    128      14336    128256   no
 //   llama-3.1-70b    8192    80    64 / 8    128      28672    128256   no
 // (Llama 3.x: rope theta 500000 with llama3 scaling, factor 32 for 3.2 and 8
-// for 3.1; trained context 131072; tiny: theta 10000, context 4096.)
+// for 3.1; trained context 131072; tiny: theta 10000, context 4096;
+// smollm2-135m: theta 100000, context 8192, the default model's shapes.)
 //
 // Where the weights come from:
 //   - the GPU engine draws them on the device (gpu::GpuEngine's synthetic
@@ -28,7 +30,7 @@
 
 namespace futr {
 
-// {"tiny", "llama-3.2-1b", "llama-3.1-8b", "llama-3.1-70b"}.
+// {"tiny", "smollm2-135m", "llama-3.2-1b", "llama-3.1-8b", "llama-3.1-70b"}.
 std::vector<std::string> synthetic_model_names();
 
 // The configuration of `name`; futr::Error naming the accepted names otherwise.

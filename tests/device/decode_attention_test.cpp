@@ -252,6 +252,13 @@ TEST(DecodeAttentionHost, HeuristicFillsWholeWavesWithLongEnoughChunks) {
   cuda::AttentionShape s{1, 8, 4, 128, true, 64, 8192};
   const cuda::AttentionConfig c = cuda::attention_heuristic(s, 132, 5);
   EXPECT_EQ(c.splits, 32);  // as many as 256-token chunks allow: 256 CTAs, one partial wave
+  s.max_len = 1024;         // 4 splits leave 100 of 132 SMs idle: one CTA per SM, >= 64 keys each
+  EXPECT_EQ(cuda::attention_heuristic(s, 132, 5).splits, 16);
+  s.kv_heads = 3;
+  s.group = 3;
+  s.head_dim = 64;
+  EXPECT_EQ(cuda::attention_heuristic(s, 132, 5).splits, 16) << "1024 keys in chunks of 64";
+  s = {1, 8, 4, 128, true, 64, 8192};
   s.batch = 32;
   s.max_len = 32768;  // 256 (sequence, head) pairs: 3 splits = 768 CTAs = 1.16 waves, 5 = 1280 = 1.94
   const int sp = cuda::attention_heuristic(s, 132, 5).splits;

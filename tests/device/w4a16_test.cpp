@@ -20,12 +20,14 @@
 #include <random>
 #include <set>
 #include <string>
+#include <tuple>
 
 #include "core/error.h"
 #include "core/numeric.h"
 #include "cpu/ref/w4a16_ref.h"
 #include "cuda/buffer.h"
 #include "cuda/check.h"
+#include "cuda/decode_ops.h"
 #include "cuda/device.h"
 #include "cuda/fill.h"
 #include "cuda/linear.h"
@@ -34,6 +36,7 @@
 #include "cuda/w4a16_shapes.h"
 #include "quant/int4_pack.h"
 #include "support/compare.h"
+#include "support/expect_error.h"
 #include "support/gpu.h"
 #include "support/tolerances.h"
 
@@ -332,6 +335,31 @@ TEST(W4A16, PdlChainInGraphEqualsEager) {
       EXPECT_EQ(y1.download(), e1) << "PDL replay " << r << " M=" << m << " (first kernel)";
       EXPECT_EQ(y3.download(), e3) << "PDL replay " << r << " M=" << m << " (third kernel: reads PDL outputs)";
     }
+  }
+}
+
+// The SwiGLU fused into the gemv's input staging (the decode step's down
+// projection at M = 1) equals the separate sm90_swiglu kernel followed by the
+// plain gemv, bit for bit, for every split count; M > 1 kernels refuse it.
+TEST(W4A16, GemvWithSwigluInputEqualsSwigluThenGemv) {
+  FUTR_REQUIRE_GPU();
+  for (auto [n, k, g] : {std::tuple{576, 1536, 64}, {4096, 14336, 128}}) {
+    Layer L = make_layer(true, n, k, g, 1);
+    const auto gu = random_x(1, 2 * k);
+    cuda::DeviceBuffer<uint16_t> dgu(gu), s(static_cast<size_t>(k)), want(static_cast<size_t>(n)), got(static_cast<size_t>(n));
+    cuda::swiglu(dgu.get(), s.get(), 1, k, nullptr);
+    for (int sp : {1, 2, 4, 8}) {
+      DecodeConfig c = L.lin->config(1);
+      ASSERT_EQ(c.kernel, cuda::DecodeKernel::kGemv);
+      c.splits = sp;
+      L.lin->reserve(c, 1);
+      L.lin->forward(s.get(), want.get(), 1, c, nullptr);
+      L.lin->forward(dgu.get(), got.get(), 1, c, nullptr, true);
+      FUTR_CUDA_CHECK(cudaDeviceSynchronize());
+      EXPECT_EQ(got.download(), want.download()) << "N " << n << " K " << k << " splits " << sp;
+    }
+    DecodeConfig skinny = L.lin->config(2);
+    EXPECT_FUTR_ERROR(L.lin->forward(dgu.get(), got.get(), 2, skinny, nullptr, true), "gemv kernel only");
   }
 }
 

@@ -424,7 +424,7 @@ TEST_P(SyntheticGpuEngine, RealShapesRunWithFiniteLogits) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Synthetic, SyntheticGpuEngine,
-                         ::testing::Values("tiny", "llama-3.2-1b", "llama-3.1-8b", "llama-3.1-70b"),
+                         ::testing::Values("tiny", "smollm2-135m", "llama-3.2-1b", "llama-3.1-8b", "llama-3.1-70b"),
                          [](const auto& i) {
                            std::string s = i.param;
                            std::replace(s.begin(), s.end(), '-', '_');

@@ -4,12 +4,16 @@
 //   out[r][j] = bf16(silu(g) * u),  g = gu[r][j], u = gu[r][I + j],  silu(g) = g / (1 + exp(-g))
 //
 // gu is the fused gate/up GEMM's BF16 output [rows][2I] (gate columns first).
+// The value and its rounding: device/epilogue/swiglu_bf16.cuh (shared with the
+// gemv's fused input, sm90_w4a16_gemv.cuh).
 // Launcher: src/cuda/decode_ops.cu. Test: tests/device/decode_ops_test.cpp.
 #pragma once
 
 #include <cuda_bf16.h>
 
 #include <cstdint>
+
+#include "device/epilogue/swiglu_bf16.cuh"
 #include "device/ptx/pdl.cuh"
 
 namespace futr::device {
@@ -27,10 +31,7 @@ __global__ void __launch_bounds__(256) sm90_swiglu_kernel(const SwigluParams p) 
   const size_t n = size_t(p.rows) * p.I;
   for (size_t t = blockIdx.x * size_t(blockDim.x) + threadIdx.x; t < n; t += size_t(gridDim.x) * blockDim.x) {
     const size_t r = t / p.I, j = t % p.I;
-    const float g = __uint_as_float(uint32_t(p.gu[r * 2 * p.I + j]) << 16);
-    const float u = __uint_as_float(uint32_t(p.gu[r * 2 * p.I + p.I + j]) << 16);
-    const __nv_bfloat16 o = __float2bfloat16_rn(g / (1.f + expf(-g)) * u);
-    p.out[t] = *reinterpret_cast<const uint16_t*>(&o);
+    p.out[t] = swiglu_bf16(p.gu[r * 2 * p.I + j], p.gu[r * 2 * p.I + p.I + j]);
   }
 }
 

@@ -41,6 +41,7 @@ struct DecodeParams {
                            // R > 0 = runs of R items dealt round-robin to the CTAs
   int probe;               // stream kernel, measurement only (0 = off): bit 1 no scale copies,
                            // bit 2 no activation copies, bit 4 consumers only wait and release
+  int x_swiglu;            // gemv only: x is [1, 2K] gate|up and the input is bf16(silu(gate) * up)
 };
 
 // ---- weight formats (the dequantizing policies) -----------------------------

@@ -21,11 +21,17 @@
 // PDL: launched as a programmatic dependent, the ring's first weight loads are
 // issued before griddepcontrol.wait and x is read only after it.
 //
+// SwiGLU fused in (p.x_swiglu, the down projection of the decode step): x is
+// the gate/up GEMM's output [1, 2K] and the slice staged in shared memory is
+// bf16(silu(gate) * up), rounded as sm90_swiglu rounds it (one launch less,
+// the same bits).
+//
 // Limits: N % 16 == 0, K % 64 == 0, K % 128 == 0 if G == 128; 16-byte aligned
 // pointers (checked by the launcher, src/cuda/w4a16.cu).
 // Test: tests/device/w4a16_test.cpp. Benchmark: bench/w4a16_bench.cpp.
 #pragma once
 
+#include "device/epilogue/swiglu_bf16.cuh"
 #include "device/kernels/sm90_w4a16_common.cuh"
 #include "device/ptx/pdl.cuh"
 
@@ -95,7 +101,23 @@ __global__ void __launch_bounds__(256, TM == 1 ? 4 : 2) sm90_w4a16_gemv_kernel(c
   // PDL: the loads above already stream weights; x (and y, ws) belong to the
   // previous kernel until griddepcontrol.wait.
   ptx::griddep_wait();
-  {
+  if (p.x_swiglu) {  // the SwiGLU fused in: x = bf16(silu(gate) * up), the rounding of sm90_swiglu
+    const uint4* const gg = reinterpret_cast<const uint4*>(p.x + size_t(c0) * layout::kChunkK);
+    const uint4* const ug = reinterpret_cast<const uint4*>(p.x + size_t(p.k) + size_t(c0) * layout::kChunkK);
+    for (int i = threadIdx.x; i < nj * (layout::kChunkK / 8); i += blockDim.x) {
+      const uint4 g4 = ptx::ld_cached_v4(gg + i), u4 = ptx::ld_cached_v4(ug + i);
+      const uint32_t* g = &g4.x;
+      const uint32_t* u = &u4.x;
+      uint4 o;
+      uint32_t* ow = &o.x;
+#pragma unroll
+      for (int w = 0; w < 4; ++w)
+        ow[w] = uint32_t(swiglu_bf16(uint16_t(g[w]), uint16_t(u[w]))) |
+                (uint32_t(swiglu_bf16(uint16_t(g[w] >> 16), uint16_t(u[w] >> 16))) << 16);
+      gemv_xs[i] = o;
+    }
+    __syncthreads();
+  } else {
     const uint4* const xg = reinterpret_cast<const uint4*>(p.x + size_t(c0) * layout::kChunkK);
     for (int i = threadIdx.x; i < nj * (layout::kChunkK / 8); i += blockDim.x) gemv_xs[i] = ptx::ld_cached_v4(xg + i);
     __syncthreads();
