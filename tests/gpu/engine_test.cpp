@@ -157,7 +157,9 @@ void expect_within_spread(const Tensor& gpu, const Tensor& ref, const Tensor& re
               what.c_str(), g.mean_rel, g.max_rel, g.argmax_agree, self.mean_rel, self.max_rel, self.argmax_agree);
   worst()[what] = std::max(worst()[what], g.mean_rel / std::max(self.mean_rel, 1e-6));
   EXPECT_LE(g.mean_rel, test::tol::kGpuEngineVsSpread * self.mean_rel + 1e-3) << what;
-  EXPECT_GE(g.argmax_agree, std::min(self.argmax_agree, 1.0) - 0.05) << what;
+  const double margin =
+      what.find("int4") != std::string::npos ? test::tol::kGpuEngineArgmaxMarginInt4Kv : test::tol::kGpuEngineArgmaxMargin;
+  EXPECT_GE(g.argmax_agree, std::min(self.argmax_agree, 1.0) - margin) << what;
 }
 
 class GpuEngineVsCpu : public ::testing::TestWithParam<KvFormat> {};
@@ -297,14 +299,20 @@ TEST_P(GpuEngineVsCpu, PdlAndProfilingEqualPlainLaunchesBitwise) {
   const nlohmann::json p = pdl->stats()["profile"];
   std::printf("profile: %s\n", p.dump().c_str());
   const int layers = shared().model.config.n_layers;
+  const int64_t steps = p["micro_steps"].get<int64_t>();
   double sum = 0;
-  int launches = 0;
+  int64_t launches = 0, swiglu = 0;
   for (const auto& op : p["ops"]) {
     sum += op["us_per_micro_step"].get<double>();
-    launches += int(op["launches_per_micro_step"].get<double>() + 0.5);
+    const int64_t n = std::llround(op["launches_per_micro_step"].get<double>() * double(steps));
+    launches += n;
+    if (op["op"] == "swiglu") swiglu = n;
     EXPECT_GT(op["us_per_micro_step"].get<double>(), 0.0) << op["op"];
   }
-  EXPECT_EQ(launches, 9 * layers + 3) << "every launch of a micro-step timed once";
+  // 9 launches per layer + 3, less the SwiGLU of the micro-steps of one row
+  // (fused into the down GEMM there): every launch of a micro-step timed once.
+  EXPECT_EQ(swiglu % layers, 0);
+  EXPECT_EQ(launches, steps * (8 * layers + 3) + swiglu) << "micro-steps " << steps;
   EXPECT_NEAR(sum, p["us_per_micro_step"].get<double>(), 1e-3 * sum + 1.0) << "the ops cover the micro-step";
   EXPECT_TRUE(pdl->set_profiling(false));
   EXPECT_FALSE(pdl->stats().contains("profile"));

@@ -65,6 +65,16 @@ inline constexpr double kLogitsReduce = 2e-6;  // observed on the H200: (first r
 // layers, and with the mirror every K/V requantization, turns one-ulp
 // differences into visible ones. The GPU (other summation orders, FP16/BF16
 // attention operands) must stay within this factor of that spread.
-inline constexpr double kGpuEngineVsSpread = 2.0;  // observed on the H200: (first run pending)
+inline constexpr double kGpuEngineVsSpread = 2.0;  // largest observed on the H200 (2026-12-01): 1.70
+// Greedy agreement (argmax of a row) of the GPU with the CPU, allowed below the
+// CPU's own stepwise-vs-chunk agreement by this margin. BF16 cache: 0.05 (the
+// self agreement is 0.98-1.0). With the INT4 mirror the agreement itself is
+// chaotic (the requantization above), so the margin is 0.10: measured on the
+// H200 (2026-12-01) the GPU was at self +0.08 (int4, 0.828 vs 0.750) down to
+// self -0.06 (int4-rot, 0.785 vs 0.845) when only the attention's split count
+// (the FP32 order of its sums) changed at small batches, with the mean
+// deviation still within 1.7x the CPU's own spread.
+inline constexpr double kGpuEngineArgmaxMargin = 0.05;
+inline constexpr double kGpuEngineArgmaxMarginInt4Kv = 0.10;
 
 }  // namespace futr::test::tol
