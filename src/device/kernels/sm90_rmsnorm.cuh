@@ -35,22 +35,39 @@ inline constexpr int kRmsMaxPerThread = 32;
 
 __global__ void __launch_bounds__(kRmsThreads) sm90_rmsnorm_kernel(const RmsNormParams p) {
   ptx::griddep_launch_dependents();  // PDL (ptx/pdl.cuh): the next kernel may launch
-  ptx::griddep_wait();               // everything it reads may come from the kernel before
-
   const int row = blockIdx.x, tid = threadIdx.x;
+  // The gain is a weight (no kernel writes it): loaded before griddepcontrol.wait.
+  float g[kRmsMaxPerThread];
+#pragma unroll
+  for (int i = 0; i < kRmsMaxPerThread; ++i) {
+    const int j = tid + i * kRmsThreads;
+    g[i] = j < p.H ? __uint_as_float(uint32_t(p.gain[j]) << 16) : 0.f;
+  }
+  ptx::griddep_wait();  // x, add and the tokens may come from the kernel before
+
+  // Every load of the row is issued before the first store: a load after a
+  // store to x could alias it, so interleaving them serialized the row into
+  // one memory round trip per element (~10 us at H = 4096, docs/PERF.md).
   float* x = p.x + size_t(row) * p.H;
   const uint16_t* src = p.tokens ? p.embd + size_t(p.tokens[row]) * p.H : nullptr;
   float v[kRmsMaxPerThread];
+#pragma unroll
+  for (int i = 0; i < kRmsMaxPerThread; ++i) {
+    const int j = tid + i * kRmsThreads;
+    if (j < p.H) {
+      float a = src ? __uint_as_float(uint32_t(src[j]) << 16) : x[j];
+      if (p.add) a = __fadd_rn(a, __uint_as_float(uint32_t(p.add[size_t(row) * p.ld_add + j]) << 16));
+      v[i] = a;
+    }
+  }
   float ss = 0.f;
 #pragma unroll
   for (int i = 0; i < kRmsMaxPerThread; ++i) {
     const int j = tid + i * kRmsThreads;
-    if (j >= p.H) break;
-    float a = src ? __uint_as_float(uint32_t(src[j]) << 16) : x[j];
-    if (p.add) a = __fadd_rn(a, __uint_as_float(uint32_t(p.add[size_t(row) * p.ld_add + j]) << 16));
-    v[i] = a;
-    x[j] = a;
-    ss = fmaf(a, a, ss);
+    if (j < p.H) {
+      x[j] = v[i];
+      ss = fmaf(v[i], v[i], ss);
+    }
   }
   // ---- block sum of squares --------------------------------------------------
   __shared__ float part[kRmsThreads / 32];
@@ -66,10 +83,10 @@ __global__ void __launch_bounds__(kRmsThreads) sm90_rmsnorm_kernel(const RmsNorm
 #pragma unroll
   for (int i = 0; i < kRmsMaxPerThread; ++i) {
     const int j = tid + i * kRmsThreads;
-    if (j >= p.H) break;
-    const float g = __uint_as_float(uint32_t(p.gain[j]) << 16);
-    const __nv_bfloat16 o = __float2bfloat16_rn(v[i] * r * g);
-    p.out[size_t(row) * p.H + j] = *reinterpret_cast<const uint16_t*>(&o);
+    if (j < p.H) {
+      const __nv_bfloat16 o = __float2bfloat16_rn(v[i] * r * g[i]);
+      p.out[size_t(row) * p.H + j] = *reinterpret_cast<const uint16_t*>(&o);
+    }
   }
 }
 
