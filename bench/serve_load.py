@@ -119,6 +119,16 @@ def raw_model_id(base_url, api_key="none"):
         conn.close()
 
 
+def stream_result(t0, first, last, tokens):
+    """One completed stream: TTFT from the request to the first text chunk, TPOT between text chunks."""
+    r = {"status": 200, "tokens": tokens}
+    if first is not None:
+        r["ttft"] = first - t0
+        if tokens >= 2:
+            r["tpot"] = (last - first) / (tokens - 1)
+    return r
+
+
 def raw_one_request(client, model, prompt, max_tokens):
     """one_request's measurements through RawClient."""
     body = json.dumps({"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
@@ -157,12 +167,7 @@ def raw_one_request(client, model, prompt, max_tokens):
         return {"status": 599}
     finally:
         conn.close()
-    r = {"status": 200, "tokens": tokens}
-    if first is not None:
-        r["ttft"] = first - t0
-        if tokens >= 2:
-            r["tpot"] = (last - first) / (tokens - 1)
-    return r
+    return stream_result(t0, first, last, tokens)
 
 
 def one_request(client, model, prompt, max_tokens):
@@ -186,12 +191,7 @@ def one_request(client, model, prompt, max_tokens):
         return {"status": 599}
     except openai.APIError:  # an error chunk inside the stream (the raw client counts it as 500 too)
         return {"status": 500}
-    r = {"status": 200, "tokens": tokens}
-    if first is not None:
-        r["ttft"] = first - t0
-        if tokens >= 2:
-            r["tpot"] = (last - first) / (tokens - 1)
-    return r
+    return stream_result(t0, first, last, tokens)
 
 
 def percentile(xs, p):

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "cuda/check.h"
+#include "cuda/launch.cuh"
 
 namespace {
 __global__ void read_flush_kernel(const uint4* p, size_t n, unsigned* sink) {
@@ -84,16 +85,7 @@ void read_regions(const void* const* ptrs, const size_t* bytes, int count, int s
   }
   r.pdl = pdl ? 1 : 0;
   r.blocked = blocked ? 1 : 0;
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(unsigned(4 * sm_count));
-  cfg.blockDim = dim3(256);
-  cfg.stream = s;
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
-  cfg.attrs = &attr;
-  cfg.numAttrs = 1;
-  FUTR_CUDA_CHECK(cudaLaunchKernelEx(&cfg, read_regions_kernel, r, sink));
+  cuda::launch(read_regions_kernel, dim3(unsigned(4 * sm_count)), dim3(256), 0, s, pdl, r, sink);
 }
 
 }  // namespace futr::bench

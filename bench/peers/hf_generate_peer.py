@@ -42,6 +42,8 @@ import sys
 import time
 import traceback
 
+from peer_common import cudagraph_skips
+
 # SmolLM2-135M-Instruct's config.json (the fields that shape the work)
 SMOLLM2 = dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
                num_attention_heads=9, num_key_value_heads=3, head_dim=64, hidden_act="silu",
@@ -57,15 +59,6 @@ def note(what, e):
     errors.append(msg[:2000])
     print("PEER ERROR", msg[:2000], file=sys.stderr, flush=True)
     return msg[:300]
-
-
-def cudagraph_skips():
-    """Inductor's count of compiled graphs it ran without CUDA graphs."""
-    try:
-        from torch._dynamo.utils import counters
-        return int(counters["inductor"].get("cudagraph_skips", 0))
-    except Exception:  # noqa: BLE001
-        return None
 
 
 def table(rows):

@@ -71,6 +71,8 @@ import sys
 import time
 import traceback
 
+from peer_common import cudagraph_skips
+
 try:  # --dry-run and --help work without torch
     import torch
     import torch.nn.functional as F
@@ -320,15 +322,6 @@ def make_runner(a, m, tok, pos, attn_len):
         torch.cuda.synchronize()
     print(f"  compiled in {time.time() - t0:.1f} s", file=sys.stderr, flush=True)
     return run
-
-
-def cudagraph_skips():
-    """Inductor's count of graphs it ran without CUDA graphs (e.g. for a mutated input); 0 is what we want."""
-    try:
-        from torch._dynamo.utils import counters
-        return int(counters["inductor"].get("cudagraph_skips", 0))
-    except Exception:  # noqa: BLE001
-        return None
 
 
 # --------------------------------------------------------------------------- table
