@@ -14,10 +14,11 @@ void add_quant_options(CLI::App* app, QuantCliOptions& o) {
       ->check(CLI::IsMember(runtime::weight_format_names()))
       ->capture_default_str();
   app->add_option("--quant", o.quant,
-                  fmt::format("INT4 quantizer when quantizing on load: {} (default {})",
+                  fmt::format("INT4 quantizer when quantizing on load: {} (default {}: fast, uncalibrated; "
+                              "`futr quantize` defaults to gptq-clip with act-order)",
                               fmt::join(runtime::quant_method_names(), "|"), to_string(runtime::QuantMethod::kRtn)))
       ->check(CLI::IsMember(runtime::quant_method_names()));
-  app->add_flag("--act-order", o.act_order, "GPTQ: quantize inputs by decreasing activity");
+  app->add_flag("--act-order", o.act_order, "GPTQ on load: quantize inputs by decreasing activity (off by default)");
   app->add_option("--group", o.group, "INT4 group size 64|128 (default: 128, 64 where K % 128 != 0)")
       ->check(CLI::IsMember({0, 64, 128}));
   app->add_option("--kv", o.kv,

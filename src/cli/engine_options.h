@@ -11,10 +11,12 @@
 //       An unquantized model is quantized on load (fp8 per channel; bf16; int4
 //       with --quant). A .futr file is used as stored: it must hold the format
 //       asked for, and --quant is refused (no double quantization).
-//   --quant rtn|clip|clip-act|gptq|gptq-clip   INT4 quantizer on load (default rtn);
-//       clip-act and gptq* run the calibration (see --calib-*) first, which
-//       takes minutes: `futr quantize` once and load the .futr file instead.
-//   --act-order                     GPTQ processes inputs by decreasing activity.
+//   --quant rtn|clip|clip-act|gptq|gptq-clip   INT4 quantizer on load (default rtn,
+//       fast and uncalibrated); clip-act and gptq* run the calibration (see
+//       --calib-*) first, which takes minutes: `futr quantize` once (its default
+//       is gptq-clip with act-order, cli/quantize.cpp) and load the .futr file.
+//   --act-order                     GPTQ processes inputs by decreasing activity
+//       (off on load; `futr quantize` has it on for gptq*, --no-act-order there).
 //   --kv auto|fp32|bf16|int4|int4-rot   KV cache format (auto: fp32 with fp32
 //       weights, else bf16).
 //   --kv-block N                    Hadamard block of int4-rot (16, 32, 64 ...;
@@ -39,7 +41,8 @@ namespace futr::cli {
 
 struct QuantCliOptions {
   std::string weights = "auto";  // auto | fp32 | bf16 | fp8 | int4
-  std::string quant;             // rtn | clip | clip-act | gptq | gptq-clip ("" = rtn, not given)
+  std::string quant;             // rtn | clip | clip-act | gptq | gptq-clip ("" = not given: rtn on load,
+                                 // gptq-clip in `futr quantize`)
   bool act_order = false;
   int group = 0;                 // INT4 group (0: 128, or 64 where K % 128 != 0)
   std::string kv = "auto";       // auto | fp32 | bf16 | int4 | int4-rot

@@ -3,14 +3,21 @@
 // one or more formats and writes a .futr file (formats/futr_file.h) with the
 // tensors already in the kernels' layouts.
 //
-//   futr quantize -o smollm2-int4.futr --weights int4 --quant gptq-clip
-//   futr quantize -o smollm2.futr --weights int4,fp8 --quant gptq
+//   futr quantize -o smollm2-int4.futr                  # int4, gptq-clip, act-order
+//   futr quantize -o smollm2.futr --weights int4,fp8 --quant gptq --no-act-order
+//   futr quantize -o fast.futr --quant rtn               # seconds, no calibration
 //
 // --weights takes a comma-separated list of bf16, fp8, int4 (one weight set
-// per format in the file). INT4 uses --quant rtn|clip|clip-act|gptq|gptq-clip (default
-// rtn), --act-order, --group; gptq calibrates on the held-out last 10% of
-// --calib-file (runtime/calibration.h), FP8 records each activation site's
-// initial amax on the same tokens. A progress bar on stderr shows each stage.
+// per format in the file). INT4 uses --quant rtn|clip|clip-act|gptq|gptq-clip,
+// --act-order / --no-act-order, --group. The default INT4 recipe is
+// kDefaultQuant (gptq-clip) with act-order on for the GPTQ methods: the one
+// that keeps <= 60% of RTN's perplexity loss across calibration/evaluation
+// domains (docs/ACCURACY.md, "Cross-domain"); it takes ~15 minutes on one
+// core for SmolLM2-135M, where --quant rtn takes seconds. Quantizing on load
+// (`futr generate/perplexity --weights int4` on a GGUF / HF model) stays RTN.
+// gptq* and clip-act calibrate on the held-out last 10% of --calib-file
+// (runtime/calibration.h), FP8 records each activation site's initial amax on
+// the same tokens. A progress bar on stderr shows each stage.
 #include "cli/quantize.h"
 
 #include <unistd.h>
@@ -41,11 +48,16 @@ namespace futr::cli {
 
 namespace {
 
+// The default INT4 recipe of `futr quantize` (not of quantizing on load, which
+// is RTN): GPTQ with MSE clipping of the group scales, act-order on.
+constexpr QuantMethod kDefaultQuant = QuantMethod::kGptqClip;
+
 struct QuantizeCmdOptions {
   RunOptions run;
   std::string out;
   std::string weights = "int4";
-  QuantCliOptions quant;
+  QuantCliOptions quant;     // quant "" = kDefaultQuant; act_order: see act_order_given
+  bool act_order_given = false;  // --act-order or --no-act-order was given (else: on for gptq*)
   bool quiet = false;
 };
 
@@ -135,16 +147,34 @@ void run_quantize(const QuantizeCmdOptions& o) {
   }
   const std::vector<WeightFormat> formats = parse_formats(o.weights);
   const bool has_int4 = std::find(formats.begin(), formats.end(), WeightFormat::kInt4) != formats.end();
-  FUTR_CHECK(has_int4 || (o.quant.quant.empty() && !o.quant.act_order && o.quant.group == 0),
+  FUTR_CHECK(has_int4 || (o.quant.quant.empty() && !o.act_order_given && o.quant.group == 0),
              "--quant/--act-order/--group apply to int4 weights");
+  // The default recipe: kDefaultQuant, act-order on for the GPTQ methods unless
+  // --no-act-order (and refused by the quantizer for the others if asked for).
+  QuantCliOptions q = o.quant;
+  if (has_int4) {
+    if (q.quant.empty()) q.quant = to_string(kDefaultQuant);
+    if (!o.act_order_given) q.act_order = is_gptq(runtime::parse_quant_method(q.quant));
+  } else {
+    q.act_order = false;
+  }
   runtime::RuntimeConfig rc;
-  parse_quantizer_options(o.quant, rc);
+  parse_quantizer_options(q, rc);
+  FUTR_CHECK(!rc.act_order || is_gptq(rc.quant), "--act-order applies to gptq and gptq-clip (asked: --quant {})",
+             to_string(rc.quant));
   Stopwatch total;
   const Model model = load_model_for_cli(o.run);
   const int threads = cpu::set_num_threads(o.run.threads);
-  if (!o.quiet)
+  if (!o.quiet) {
     fmt::print(stderr, "futr: quantizing {} ({}, {} layers) with {} threads\n", model.path, model.format,
                model.config.n_layers, threads);
+    if (has_int4)
+      fmt::print(stderr, "futr: int4 recipe --quant {}{}{}{}\n", to_string(rc.quant),
+                 rc.act_order ? " --act-order" : "",
+                 o.quant.quant.empty() ? " (the default: docs/ACCURACY.md, \"Cross-domain\")" : "",
+                 is_gptq(rc.quant) ? "; GPTQ takes minutes (~15 on one core for SmolLM2-135M; --quant rtn: seconds)"
+                                   : "");
+  }
 
   // Calibration tokens: GPTQ and the FP8 initial amax.
   std::vector<int32_t> calib;
@@ -220,15 +250,20 @@ void add_quantize_command(CLI::App& app) {
   sub->add_option("--weights", o->weights, "Formats to store: a comma-separated list of int4, fp8, bf16")
       ->capture_default_str();
   sub->add_option("--quant", o->quant.quant,
-                  fmt::format("INT4 quantizer: {} (default {})", fmt::join(runtime::quant_method_names(), "|"),
-                              to_string(runtime::QuantMethod::kRtn)))
+                  fmt::format("INT4 quantizer: {} (default {}, calibrated, minutes; rtn: seconds, no calibration)",
+                              fmt::join(runtime::quant_method_names(), "|"), to_string(kDefaultQuant)))
       ->check(CLI::IsMember(runtime::quant_method_names()));
-  sub->add_flag("--act-order", o->quant.act_order, "GPTQ: quantize inputs by decreasing activity");
+  CLI::Option* act_order = sub->add_flag("--act-order,!--no-act-order", o->quant.act_order,
+                                         "GPTQ: quantize inputs by decreasing activity (default on for gptq and "
+                                         "gptq-clip; --no-act-order turns it off)");
   sub->add_option("--group", o->quant.group, "INT4 group size 64|128 (default: 128, 64 where K % 128 != 0)")
       ->check(CLI::IsMember({0, 64, 128}));
   add_calibration_options(sub, o->quant);
   sub->add_flag("-q,--quiet", o->quiet, "No progress or log lines on stderr");
-  sub->callback([o] { run_quantize(*o); });
+  sub->callback([o, act_order] {
+    o->act_order_given = act_order->count() > 0;
+    run_quantize(*o);
+  });
 }
 
 }  // namespace futr::cli

@@ -189,6 +189,10 @@ std::unique_ptr<runtime::Engine> runtime::make_engine(const Model& model, const 
           log(fmt::format("calibrating {} on {} held-out tokens (this takes minutes; `futr quantize` "
                           "once and load the .futr file to skip it)",
                           to_string(qo.method), calib.size()));
+      } else if (log && w == WeightFormat::kInt4 && qo.method == QuantMethod::kRtn) {
+        // The fast path, said once: `futr quantize` has another default recipe.
+        log("quantizing to int4 on load (rtn: fast, uncalibrated; `futr quantize` writes the calibrated "
+            "recipe, gptq-clip with act-order, to a .futr file)");
       } else if (log) {
         log(fmt::format("quantizing to {} on load{}", to_string(w),
                         w == WeightFormat::kInt4 ? " (" + to_string(qo.method) + ")" : ""));

@@ -1,6 +1,8 @@
 // End to end: `futr quantize`, the quantized-reference options of `futr
 // perplexity` / `futr generate`, the .futr file as a model, and the KL tool,
-// on the default model (skipped with a reason when it is absent). Short
+// on the default model (skipped with a reason when it is absent), and the
+// default INT4 recipe of `futr quantize` on the tiny model of tests/data (never
+// a default, GPTQ, quantization of the default model: ~15 minutes). Short
 // texts and contexts keep it to seconds.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -15,7 +17,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "formats/futr_file.h"
 #include "support/run_futr.h"
+#include "tokenizer/test_util.h"
 
 namespace {
 
@@ -82,7 +86,86 @@ bool have_model() { return fs::exists(FUTR_DEFAULT_MODEL); }
   if (!have_model())                                                                       \
   GTEST_SKIP() << "default model " << FUTR_DEFAULT_MODEL << " is absent: run scripts/fetch-model.sh"
 
+// The tiny Hugging Face model of tests/data (2 layers, hidden 256) with a
+// byte-level tokenizer.json (256 byte tokens, no merges), so that it can
+// calibrate: a GPTQ quantization of it takes well under a second.
+fs::path tiny_model_with_tokenizer() {
+  const fs::path d = work_dir() / "tiny_hf";
+  if (!fs::exists(d)) {
+    fs::copy(fs::path(FUTR_TEST_DATA) / "hf_tiny" / "gqa_hd64_tied_bf16", d, fs::copy_options::recursive);
+    nlohmann::json vocab = nlohmann::json::object();
+    for (int b = 0; b < 256; ++b) vocab[futr::test::byte_char(uint8_t(b))] = b;
+    const nlohmann::json tok = {
+        {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}},
+        {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}}};
+    std::ofstream(d / "tokenizer.json") << tok.dump();
+  }
+  return d;
+}
+
+// `futr quantize` of the tiny model with `extra`; returns the INT4 step of
+// the file's provenance ({} on failure) and the stderr in `err`.
+nlohmann::json quantize_tiny(const std::string& name, const std::vector<std::string>& extra, std::string& err) {
+  const fs::path out = work_dir() / name;
+  std::vector<std::string> a = {"quantize", "-m", tiny_model_with_tokenizer().string(), "-o", out.string(),
+                                "--calib-file", text_file().string(), "--calib-tokens", "128", "--calib-ctx",
+                                "32", "-t", "1"};
+  a.insert(a.end(), extra.begin(), extra.end());
+  const Result r = run(a);
+  err = r.err;
+  EXPECT_EQ(r.rc, 0) << r.err;
+  if (r.rc != 0) return {};
+  const futr::FutrFile f(out);
+  for (const auto& s : f.header().at("provenance").at("steps"))
+    if (s.at("format") == "int4") return s;
+  ADD_FAILURE() << "no int4 step in the provenance of " << out;
+  return {};
+}
+
 }  // namespace
+
+// The default INT4 recipe of `futr quantize` is the calibrated one that meets
+// issue 15's cross-domain target (docs/ACCURACY.md): gptq-clip, act-order on.
+TEST(QuantCli, DefaultRecipeIsGptqClipWithActOrder) {
+  std::string err;
+  const auto d = quantize_tiny("default.futr", {}, err);
+  EXPECT_EQ(d.value("quant", ""), "gptq-clip") << d;
+  EXPECT_EQ(d.value("act_order", false), true) << d;
+  EXPECT_EQ(d.value("method", "").rfind("gptq+clip,act-order g", 0), 0u) << d;
+  EXPECT_TRUE(d.contains("calibration")) << d;
+  EXPECT_NE(err.find("int4 recipe --quant gptq-clip --act-order (the default"), std::string::npos) << err;
+  // --no-act-order turns act-order off; --quant rtn needs no calibration and has none.
+  const auto n = quantize_tiny("noao.futr", {"--no-act-order"}, err);
+  EXPECT_EQ(n.value("quant", ""), "gptq-clip") << n;
+  EXPECT_EQ(n.value("act_order", true), false) << n;
+  EXPECT_EQ(n.value("method", "").rfind("gptq+clip g", 0), 0u) << n;
+  const auto g = quantize_tiny("gptq.futr", {"--quant", "gptq"}, err);  // act-order on for every GPTQ method
+  EXPECT_EQ(g.value("method", "").rfind("gptq,act-order g", 0), 0u) << g;
+  const auto r = quantize_tiny("rtn.futr", {"--quant", "rtn"}, err);
+  EXPECT_EQ(r.value("quant", ""), "rtn") << r;
+  EXPECT_EQ(r.value("act_order", true), false) << r;
+  EXPECT_FALSE(r.contains("calibration")) << r;
+  EXPECT_EQ(err.find("calibration:"), std::string::npos) << err;
+  // Act-order is refused where it does not apply, before the model is read.
+  const Result bad = run({"quantize", "-m", tiny_model_with_tokenizer().string(), "-o",
+                          (work_dir() / "bad.futr").string(), "--quant", "rtn", "--act-order"});
+  EXPECT_EQ(bad.rc, 1);
+  EXPECT_NE(bad.err.find("--act-order applies to gptq and gptq-clip (asked: --quant rtn)"), std::string::npos)
+      << bad.err;
+  const Result fp8 = run({"quantize", "-m", tiny_model_with_tokenizer().string(), "-o",
+                          (work_dir() / "bad.futr").string(), "--weights", "fp8", "--no-act-order"});
+  EXPECT_EQ(fp8.rc, 1);
+  EXPECT_NE(fp8.err.find("apply to int4 weights"), std::string::npos) << fp8.err;
+}
+
+// Quantizing on load stays RTN (fast) and says which recipe it used.
+TEST(QuantCli, QuantizingOnLoadIsRtnAndSaysSo) {
+  const Result r = run({"perplexity", text_file().string(), "-m", tiny_model_with_tokenizer().string(),
+                        "--weights", "int4", "--ctx", "32", "--max-tokens", "96", "-t", "1", "--backend", "cpu"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find("quantizing to int4 on load (rtn: fast, uncalibrated; `futr quantize`"), std::string::npos)
+      << r.err;
+}
 
 TEST(QuantCli, FutrFileComputesExactlyWhatQuantizingOnLoadComputes) {
   REQUIRE_MODEL();
