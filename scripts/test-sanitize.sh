@@ -5,7 +5,7 @@
 # its committed corpus and regression inputs, then a few seconds of
 # mutations). Sets up what test.sh sets up (packages, the model, the test
 # venv), configures build-asan/ with clang and -DFUTR_SANITIZE=ON, builds the
-# CPU tests (label "cpu": every test that does not link futr_cuda) and the
+# CPU tests (label "cpu": every test that does not need CUDA) and the
 # fuzz targets, runs them (ctest -L 'cpu|fuzz'). Extra arguments go to ctest.
 # See docs/RELIABILITY.md.
 #
