@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages FuTransformer builds against (idempotent: does
 # nothing when they are all present). The CUDA 13 toolkit (nvcc, cuBLASLt) must
-# already be installed; it is not a Debian package here.
+# already be installed; it is not a Debian package here. With FUTR_CUDA=OFF
+# (a CPU-only build: scripts/test-sanitize.sh in CI) it is not needed.
 set -euo pipefail
 PKGS=(build-essential cmake ninja-build ccache pkg-config git unzip python3-pip
       libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev libfmt-dev
@@ -16,6 +17,7 @@ if ((${#missing[@]})); then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
+if [ "${FUTR_CUDA:-}" = OFF ]; then exit 0; fi
 if ! command -v nvcc >/dev/null; then
   for d in /usr/local/cuda/bin /usr/local/cuda-13.0/bin; do [ -x "$d/nvcc" ] && export PATH="$d:$PATH"; done
 fi

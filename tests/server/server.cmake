@@ -9,10 +9,14 @@ futr_add_test(server_http_test SOURCES server/http_server_test.cpp
               LIBS futr_server futr_formats PkgConfig::FUTR_HTTPLIB)
 
 # futr serve end to end with the openai client (test venv: scripts/test.sh).
+# Label "cpu" like every test that does not need CUDA (--backend cpu), so the
+# sanitizer suite runs it too; the highest COST starts it first, as the
+# longest test (75 s; 95 s under ASan), instead of last and alone.
 if(TARGET futr_cli_serve)
   add_test(NAME serve_openai_test
            COMMAND sh -c "exec \"\${FUTR_PYTHON:-python3}\" \"$0\" \"$1\" \"$2\""
                    ${CMAKE_CURRENT_SOURCE_DIR}/server/serve_openai_test.py $<TARGET_FILE:futr>
                    ${FUTR_DEFAULT_MODEL})
-  set_tests_properties(serve_openai_test PROPERTIES TIMEOUT 900 SKIP_REGULAR_EXPRESSION "SKIP:")
+  set_tests_properties(serve_openai_test PROPERTIES TIMEOUT 900 SKIP_REGULAR_EXPRESSION "SKIP:"
+                       LABELS cpu COST 1000)
 endif()
