@@ -395,10 +395,10 @@ int main(int argc, char** argv) {
                 cands.push_back(c);
               }
             if (m <= 8)
-              for (int u : {2, 4})
+              for (auto [u, nb] : {std::pair{2, 1}, {4, 1}, {4, 2}})
                 for (int ctas : {0, 264, 396}) {
                   cuda::DecodeConfig c;
-                  c.kernel = cuda::DecodeKernel::kStreamK, c.loads = u, c.ctas = ctas;
+                  c.kernel = cuda::DecodeKernel::kStreamK, c.loads = u, c.batches = nb, c.ctas = ctas;
                   cands.push_back(c);
                 }
             for (int tn : {1, 2})

@@ -1,6 +1,8 @@
 #include "cuda/linear.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 
 #include "core/error.h"
 #include "cuda/device.h"
@@ -32,7 +34,17 @@ QuantLinear::QuantLinear(DecodeWeights f, int n, int k, int group, size_t weight
   FUTR_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
-DecodeConfig QuantLinear::config(int m) const { return decode_heuristic(format_, m, n_, k_, sm_count_); }
+// FUTR_DECODE_CONFIG_M8 (a measurement knob, docs/PERF.md): overrides in
+// apply_overrides' syntax for the launches of M <= 8 rows, e.g. "kernel=gemv,splits=2".
+DecodeConfig QuantLinear::config(int m) const {
+  DecodeConfig c = decode_heuristic(format_, m, n_, k_, sm_count_, group_);
+  static const std::string override_m8 = [] {
+    const char* e = std::getenv("FUTR_DECODE_CONFIG_M8");
+    return std::string(e ? e : "");
+  }();
+  if (m <= 8 && !override_m8.empty()) c = apply_overrides(c, override_m8);
+  return c;
+}
 
 void QuantLinear::forward(const void* x, void* y, int m, cudaStream_t s) const {
   forward(x, y, m, config(m), s);

@@ -22,6 +22,7 @@ namespace futr::cuda {
 namespace {
 
 constexpr int kThreads = 256;  // gemv and skinny: 8 warps
+constexpr size_t kSkMaxSmem = size_t(96) * 1024;  // sk: dynamic shared memory per CTA, at most
 
 // ---- the compiled variants ---------------------------------------------------
 // a, b = (tn, loads) for gemv, (mt, tn) for skinny and stream.
@@ -52,14 +53,15 @@ struct Variant {
           (const void*)&device::sm90_w4a16_stream_kernel<WF, MT, TN>,                     \
           device::StreamShape<WF, MT, TN>::kSmem, device::StreamShape<WF, MT, TN>::kThreads, MT == 1 ? 3 : 2}
 #define FUTR_STREAM4(G, MT, TN) FUTR_STREAM(device::Int4Format<G>, kInt4, G, MT, TN)
-#define FUTR_SK(G, U)                                                                  \
-  Variant{DecodeWeights::kInt4, G, DecodeKernel::kStreamK, 1, U,                       \
-          (const void*)&device::sm90_w4a16_sk_kernel<G, U>, 0, kThreads, 4}
+#define FUTR_SK(G, U, NB)                                                              \
+  Variant{DecodeWeights::kInt4, G, DecodeKernel::kStreamK, NB, U,                      \
+          (const void*)&device::sm90_w4a16_sk_kernel<G, U, NB>, 0, kThreads, NB == 1 ? 4 : 3}
 #define FUTR_STREAM8(MT, TN) FUTR_STREAM(device::E4M3Format, kE4M3, 0, MT, TN)
 
 const Variant kVariants[] = {
-    // M = 1..8, INT4: the gemv's loads under a stream-K partition (batches of U chunks).
-    FUTR_SK(128, 2), FUTR_SK(128, 4), FUTR_SK(64, 2), FUTR_SK(64, 4),
+    // M = 1..8, INT4: per-lane loads under a stream-K partition (NB batches of U chunks in flight).
+    FUTR_SK(128, 2, 1), FUTR_SK(128, 4, 1), FUTR_SK(64, 2, 1), FUTR_SK(64, 4, 1),
+    FUTR_SK(128, 4, 2), FUTR_SK(64, 4, 2),
     // M = 1..32, both formats: the bulk-copy stream kernel (MT row tiles of 8, TN weight tiles per warp).
     FUTR_STREAM4(128, 1, 1), FUTR_STREAM4(128, 2, 1), FUTR_STREAM4(128, 4, 1), FUTR_STREAM4(128, 4, 2),
     FUTR_STREAM4(128, 1, 2), FUTR_STREAM4(128, 2, 2),
@@ -97,14 +99,14 @@ std::string variant_name(const Variant& v) {
   os << (v.format == DecodeWeights::kInt4 ? "int4 g" + std::to_string(v.group) : std::string("e4m3")) << " "
      << kind_name(v.kernel);
   if (v.kernel == DecodeKernel::kGemv) os << " tn=" << v.a << " loads=" << v.b;
-  else if (v.kernel == DecodeKernel::kStreamK) os << " loads=" << v.b;
+  else if (v.kernel == DecodeKernel::kStreamK) os << " loads=" << v.b << " batches=" << v.a;
   else os << " mt=" << v.a << " tn=" << v.b;
   return os.str();
 }
 
 const Variant& find_variant(DecodeWeights f, int group, const DecodeConfig& c) {
   const int g = f == DecodeWeights::kInt4 ? group : 0;
-  const int a = c.kernel == DecodeKernel::kGemv ? c.tn : (c.kernel == DecodeKernel::kStreamK ? 1 : c.mt);
+  const int a = c.kernel == DecodeKernel::kGemv ? c.tn : (c.kernel == DecodeKernel::kStreamK ? c.batches : c.mt);
   const int b = c.kernel == DecodeKernel::kSkinny || c.kernel == DecodeKernel::kStream ? c.tn : c.loads;
   const Variant* best = nullptr;
   double best_d = 1e30;
@@ -133,7 +135,9 @@ int prepare(const Variant& v) {
   std::lock_guard<std::mutex> lock(mu);
   if (auto it = occ.find(v.fn); it != occ.end()) return it->second;
   // gemv: its split's slice of x (kb_per_split x 256 bytes, set per launch).
-  const size_t max_smem = v.kernel == DecodeKernel::kGemv ? size_t(160) * 1024 : v.smem;
+  const size_t max_smem = v.kernel == DecodeKernel::kGemv      ? size_t(160) * 1024
+                          : v.kernel == DecodeKernel::kStreamK ? kSkMaxSmem
+                                                               : v.smem;
   if (max_smem > 48 * 1024)
     FUTR_CUDA_CHECK(cudaFuncSetAttribute(v.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, int(max_smem)));
   int blocks = 0;
@@ -167,10 +171,29 @@ int stream_items(int n, int k) { return ((n / 16 + 7) / 8) * num_blocks(k); }
 int stream_runs(const DecodeConfig& c, int n, int k) {  // 0: one per CTA
   return c.run > 0 ? (stream_items(n, k) + c.run - 1) / c.run : 0;
 }
-int stream_grid(const DecodeConfig& c, int n, int k, int resident) {
-  int g = c.run > 0 ? stream_runs(c, n, k) : stream_items(n, k);
+// The sk kernel stages its chunks' x rows and scales in shared memory
+// (device::sk_smem_bytes, at most kSkMaxSmem per CTA), so a grid too small for
+// that is raised (ctas= below it is honoured as far as it fits).
+int sk_max_items(int group, int m) {
+  int items = 1;
+  auto bytes = [&](int it) {
+    return group == 64 ? device::sk_smem_bytes<64>(m, 2 * it) : device::sk_smem_bytes<128>(m, 2 * it);
+  };
+  while (bytes(2 * items) <= kSkMaxSmem) items *= 2;
+  while (bytes(items + 1) <= kSkMaxSmem) ++items;
+  return items;
+}
+int stream_grid(const DecodeConfig& c, int n, int k, int resident, int group = 0, int m = 1) {
+  const int items = stream_items(n, k);
+  int g = c.run > 0 ? stream_runs(c, n, k) : items;
   if (c.ctas > 0) g = std::min(g, c.ctas);
   if (resident > 0) g = std::min(g, resident);
+  if (c.kernel == DecodeKernel::kStreamK) {
+    // At most a group's items per CTA (the kernel has two segments at most),
+    // and what its shared memory holds.
+    const int per = std::min(sk_max_items(group, m), num_blocks(k));
+    g = std::max(g, (items + per - 1) / per);
+  }
   return std::max(g, 1);
 }
 
@@ -199,7 +222,7 @@ std::string describe(const DecodeConfig& c) {
   std::ostringstream os;
   os << kind_name(c.kernel);
   if (c.kernel == DecodeKernel::kGemv) os << " tn=" << c.tn << " loads=" << c.loads;
-  else if (c.kernel == DecodeKernel::kStreamK) os << " loads=" << c.loads;
+  else if (c.kernel == DecodeKernel::kStreamK) os << " loads=" << c.loads << " batches=" << c.batches;
   else os << " mt=" << c.mt << " tn=" << c.tn;
   if (is_stream_k(c.kernel)) {
     os << " ctas=" << c.ctas;
@@ -218,22 +241,31 @@ std::vector<std::string> decode_variants() {
 }
 
 // ---- the heuristic -------------------------------------------------------------
-// Measured on the H200 (docs/PERF.md): the kernels are latency-bound, so the
-// configuration that fits the most warps per SM wins: one weight tile per warp.
-// M = 1 (INT4): gemv, TM = 1, a 4-chunk register ring (63 registers: 4 CTAs/SM).
-// M >= 2: skinny, MT = ceil(M/8) rounded to 1, 2, 4, TM = 1 (4, 3, 2 CTAs/SM).
-// Then, for both, the split count that minimises a wave model:
-// waves(s) * (blocks_per_cta(s) + 4), the 4 standing for a CTA's fixed cost
-// (ring fill latency, epilogue), plus a penalty for the partial sums' L2
-// traffic (grows with M and s). M > 32 runs as launches of 32 rows (mt = 4).
-// The stream kernel (decode_stream_heuristic) measured 1.1-1.35x slower
-// (docs/PERF.md, issue 11 round 1) and is chosen only on request.
-DecodeConfig decode_heuristic(DecodeWeights f, int m, int n, int k, int sm_count) {
+// Measured on the H200 (docs/PERF.md; w4a16_bench --sweep, issue 11 round 3):
+// the kernels are latency-bound, so the configuration that keeps the most
+// bytes in flight per SM wins. Kernel and tiles per warp:
+//   M = 1 (INT4): the gemv (TM = 1, a 4-chunk register ring, 4 CTAs/SM).
+//     (The sweep measured two tiles per warp 6-13% faster on the 8B / 70B
+//     gate_up and down projections alone, but the decode step got slower
+//     with them: 8B batch 1 2.68 -> 2.78 ms; not applied.)
+//   M >= 2: skinny, MT = ceil(M/8) rounded to 1, 2, 4; two tiles per warp
+//     (2 CTAs/SM; group 128, the compiled variants) at M = 9..16 and
+//     N >= 8192 (8B gate_up M = 16: 50.3 -> 41.3 us, 70B gate_up 152 -> 92 us).
+// Then the split count that minimises a wave model, waves(s) *
+// (blocks_per_cta(s) + 4) (the 4: a CTA's fixed cost, ring fill and epilogue),
+// plus a penalty for the partial sums' L2 traffic (grows with M and s); with
+// 9 or more rows and at most 8 k128 blocks, no split (SmolLM2's K = 576 at
+// M = 16 / 32: one split 1.15-1.45x faster than the model's five). M > 32
+// runs as launches of 32 rows (mt = 4). The stream (bulk copy) and sk
+// (stream-K) kernels measured slower (docs/PERF.md) and are chosen only on
+// request.
+DecodeConfig decode_heuristic(DecodeWeights f, int m, int n, int k, int sm_count, int group) {
   m = std::min(m, 32);
   DecodeConfig c;
   const int nblk = num_blocks(k);
   int ctas_per_sm = 2;
-  if (f == DecodeWeights::kInt4 && m == 1) {
+  const bool int4 = f == DecodeWeights::kInt4;
+  if (int4 && m == 1) {
     c.kernel = DecodeKernel::kGemv;
     c.tn = 1;
     c.loads = 4;
@@ -241,14 +273,20 @@ DecodeConfig decode_heuristic(DecodeWeights f, int m, int n, int k, int sm_count
   } else {
     c.kernel = DecodeKernel::kSkinny;
     c.mt = m <= 8 ? 1 : (m <= 16 ? 2 : 4);
-    c.tn = f == DecodeWeights::kInt4 ? 1 : (c.mt == 4 ? 1 : 2);
-    ctas_per_sm = f == DecodeWeights::kInt4 ? (c.mt == 1 ? 4 : (c.mt == 2 ? 3 : 2)) : 2;
+    if (int4) {
+      const bool wide = group == 128 && c.mt == 2 && n >= 8192;
+      c.tn = wide ? 2 : 1;
+      ctas_per_sm = c.tn == 2 ? 2 : (c.mt == 1 ? 4 : (c.mt == 2 ? 3 : 2));
+    } else {
+      c.tn = c.mt == 4 ? 1 : 2;
+    }
   }
   const int slots = ctas_per_sm * std::max(sm_count, 1);
   const int cc = col_ctas(c, n);
   double best = 1e30;
   int best_s = 1;
-  for (int s = 1; s <= std::min(16, nblk); ++s) {
+  const int max_s = m >= 9 && nblk <= 8 ? 1 : std::min(16, nblk);
+  for (int s = 1; s <= max_s; ++s) {
     const SplitPlan sp = split_plan(k, s);
     if (sp.splits != s) continue;  // equivalent to a smaller count
     const int waves = (cc * s + slots - 1) / slots;
@@ -303,12 +341,13 @@ DecodeConfig apply_overrides(DecodeConfig c, const std::string& spec) {
                val);
     if (key == "loads") c.loads = int(v);
     else if (key == "mt") c.mt = int(v);
+    else if (key == "batches") c.batches = int(v);
     else if (key == "tn") c.tn = int(v);
     else if (key == "splits") c.splits = int(v);
     else if (key == "ctas") c.ctas = int(v);
     else if (key == "run") c.run = int(v);
     else if (key == "probe") c.probe = int(v);
-    else fail("config override: unknown key '{}' (kernel, tn, loads, mt, splits, ctas, run, pdl)", key);
+    else fail("config override: unknown key '{}' (kernel, tn, loads, batches, mt, splits, ctas, run, pdl)", key);
   }
   return c;
 }
@@ -316,7 +355,8 @@ DecodeConfig apply_overrides(DecodeConfig c, const std::string& spec) {
 size_t decode_workspace_floats(const DecodeConfig& c, int m, int n, int k) {
   m = std::min(m, 32);  // M > 32 runs as launches of at most 32 rows
   if (is_stream_k(c.kernel))  // ws[group + run][M][128] (runs: the grid's bound, or ceil(T/R))
-    return size_t(col_ctas(c, n) + (c.run > 0 ? stream_runs(c, n, k) : stream_grid(c, n, k, 0))) * size_t(m) * 128;
+    return size_t(col_ctas(c, n) + (c.run > 0 ? stream_runs(c, n, k) : stream_grid(c, n, k, 0, 64, m))) *
+           size_t(m) * 128;
   const SplitPlan sp = split_plan(k, c.splits);
   return sp.splits > 1 ? size_t(sp.splits) * size_t(m) * size_t(n) : 0;
 }
@@ -338,8 +378,9 @@ void decode_gemm(DecodeWeights f, const DecodeArgs& a, const DecodeConfig& c, cu
     return;
   }
   const Variant& v = find_variant(f, a.group, c);
-  FUTR_CHECK(!a.x_swiglu || c.kernel == DecodeKernel::kGemv,
-             "decode GEMM ({}): the SwiGLU input is fused into the gemv kernel only (M = 1)", describe(c));
+  FUTR_CHECK(!a.x_swiglu || c.kernel == DecodeKernel::kGemv || c.kernel == DecodeKernel::kStreamK,
+             "decode GEMM ({}): the SwiGLU input is fused into the gemv (M = 1) and sk (M <= 8) kernels only",
+             describe(c));
   if (c.kernel == DecodeKernel::kGemv)
     FUTR_CHECK(a.m == 1, "decode GEMM: the gemv kernel takes M = 1, got M = {}; use kernel=stream", a.m);
   else if (c.kernel == DecodeKernel::kStreamK)
@@ -359,7 +400,7 @@ void decode_gemm(DecodeWeights f, const DecodeArgs& a, const DecodeConfig& c, cu
                "decode GEMM ({}): {} split-K counters needed, {} given", describe(c), need_ctr, a.n_counters);
   }
   const int resident = prepare(v) * require_device().sm_count;
-  const int grid_x = stream ? stream_grid(c, a.n, a.k, resident) : col_ctas(c, a.n);
+  const int grid_x = stream ? stream_grid(c, a.n, a.k, resident, a.group, a.m) : col_ctas(c, a.n);
   device::DecodeParams p{static_cast<const uint8_t*>(a.w),
                          a.scales,
                          static_cast<const __nv_bfloat16*>(a.x),
@@ -378,10 +419,14 @@ void decode_gemm(DecodeWeights f, const DecodeArgs& a, const DecodeConfig& c, cu
   cfg.gridDim = stream ? dim3(unsigned(grid_x)) : dim3(unsigned(grid_x), unsigned(sp.splits));
   cfg.blockDim = dim3(unsigned(v.threads));
   // gemv: its split's x (kb_per_split x 256 B) and its tiles' scales (8 tn x groups x 32 B).
-  cfg.dynamicSmemBytes = c.kernel == DecodeKernel::kGemv
-                             ? size_t(sp.kb_per_split) * 256 +
-                                   size_t(8 * c.tn) * size_t((sp.kb_per_split * 128 + a.group - 1) / a.group) * 32
-                             : v.smem;
+  if (c.kernel == DecodeKernel::kGemv)
+    cfg.dynamicSmemBytes = size_t(sp.kb_per_split) * 256 +
+                           size_t(8 * c.tn) * size_t((sp.kb_per_split * 128 + a.group - 1) / a.group) * 32;
+  else if (c.kernel == DecodeKernel::kStreamK) {  // the CTA's x rows and scales (at most 2 x ceil(T/P) chunks)
+    const int maxc = 2 * ((stream_items(a.n, a.k) + grid_x - 1) / grid_x);
+    cfg.dynamicSmemBytes = a.group == 64 ? device::sk_smem_bytes<64>(a.m, maxc) : device::sk_smem_bytes<128>(a.m, maxc);
+  } else
+    cfg.dynamicSmemBytes = v.smem;
   FUTR_CHECK(cfg.dynamicSmemBytes <= size_t(160) * 1024,
              "decode GEMM ({}): K = {} in {} split(s) stages {} bytes of x, more than 160 KB; use more splits",
              describe(c), a.k, sp.splits, cfg.dynamicSmemBytes);

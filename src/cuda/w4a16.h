@@ -39,6 +39,7 @@ struct DecodeConfig {
   int tn = 2;       // weight tiles of 16 channels per warp (a CTA: 8 warps, 128 * tn channels)
   int loads = 4;    // gemv: register-ring depth in k64 chunks (tn * loads 16-byte loads in flight);
                     // sk: chunks per load batch
+  int batches = 1;  // sk: batches of `loads` chunks in flight (1: 4 CTAs/SM; 2: 3 CTAs/SM)
   int mt = 1;       // skinny: tiles of 8 rows of x (1: M <= 8, 2: M <= 16, 4: M <= 32)
   int splits = 1;   // gemv / skinny: K slices over gridDim.y (1 = no workspace)
   int ctas = 0;     // stream: grid size (0 = every CTA that can be resident; clamped to that)
@@ -60,8 +61,8 @@ enum class DecodeWeights { kInt4, kE4M3 };
 std::string describe(const DecodeConfig& c);
 
 // The configuration the engine uses for (M, N, K) on a GPU with `sm_count`
-// multiprocessors (pdl off: the caller opts in).
-DecodeConfig decode_heuristic(DecodeWeights f, int m, int n, int k, int sm_count);
+// multiprocessors and INT4 group size `group` (pdl off: the caller opts in).
+DecodeConfig decode_heuristic(DecodeWeights f, int m, int n, int k, int sm_count, int group = 128);
 // The stream kernel's configuration (selectable, measured slower: docs/PERF.md).
 DecodeConfig decode_stream_heuristic(DecodeWeights f, int m, int n, int k, int sm_count);
 

@@ -459,9 +459,10 @@ void GpuEngine::enqueue(int bucket, cudaStream_t st) {
     cfg.pdl = pdl;
     w.forward(x, y, B, cfg, st, x_swiglu);
   };
-  // M = 1 runs the down projection on the gemv kernel, which takes the SwiGLU
-  // into its input staging (same bits as the separate kernel; one launch less).
-  const bool swiglu_in_down = m.layers[0].down->config(B).kernel == cuda::DecodeKernel::kGemv;
+  // The gemv (M = 1) and sk (M <= 8) kernels take the SwiGLU into the down
+  // projection's input staging (same bits as the separate kernel; one launch less).
+  const cuda::DecodeKernel down_kernel = m.layers[0].down->config(B).kernel;
+  const bool swiglu_in_down = down_kernel == cuda::DecodeKernel::kGemv || down_kernel == cuda::DecodeKernel::kStreamK;
   if (prof) prof->begin(st);
 
   cuda::RmsNormArgs norm;

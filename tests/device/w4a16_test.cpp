@@ -252,10 +252,10 @@ TEST(W4A16, EveryCompiledVariant) {
     }
   // The stream-K gemv (M <= 8): every batch size and grids that cut groups.
   for (int g : {128, 64})
-    for (int u : {2, 4})
+    for (auto [u, nb] : {std::pair{2, 1}, {4, 1}, {4, 2}})
       for (int ctas : {0, 1, 7, 97}) {
         DecodeConfig c;
-        c.kernel = DecodeKernel::kStreamK, c.loads = u, c.ctas = ctas;
+        c.kernel = DecodeKernel::kStreamK, c.loads = u, c.batches = nb, c.ctas = ctas;
         vs.push_back({true, g, c});
       }
   for (int g : {128, 64}) {
@@ -359,7 +359,33 @@ TEST(W4A16, GemvWithSwigluInputEqualsSwigluThenGemv) {
       EXPECT_EQ(got.download(), want.download()) << "N " << n << " K " << k << " splits " << sp;
     }
     DecodeConfig skinny = L.lin->config(2);
-    EXPECT_FUTR_ERROR(L.lin->forward(dgu.get(), got.get(), 2, skinny, nullptr, true), "gemv kernel only");
+    skinny.kernel = cuda::DecodeKernel::kSkinny;
+    EXPECT_FUTR_ERROR(L.lin->forward(dgu.get(), got.get(), 2, skinny, nullptr, true), "SwiGLU input is fused");
+  }
+}
+
+// The same for the stream-K kernel (sk, M <= 8): SwiGLU staged with x, bit for
+// bit equal to the separate kernel then sk, for several grids and batch sizes.
+TEST(W4A16, StreamKWithSwigluInputEqualsSwigluThenStreamK) {
+  FUTR_REQUIRE_GPU();
+  for (auto [n, k, g] : {std::tuple{576, 1536, 64}, {4096, 14336, 128}}) {
+    Layer L = make_layer(true, n, k, g, 1);
+    for (int m : {1, 3, 8}) {
+      const auto gu = random_x(m, 2 * k);
+      cuda::DeviceBuffer<uint16_t> dgu(gu), s(static_cast<size_t>(m) * k), want(static_cast<size_t>(m) * n),
+          got(static_cast<size_t>(m) * n);
+      cuda::swiglu(dgu.get(), s.get(), m, k, nullptr);
+      for (auto [u, nb, ctas] : {std::tuple{4, 1, 0}, {2, 1, 97}, {4, 2, 13}}) {
+        DecodeConfig c;
+        c.kernel = DecodeKernel::kStreamK, c.loads = u, c.batches = nb, c.ctas = ctas;
+        L.lin->reserve(c, m);
+        L.lin->forward(s.get(), want.get(), m, c, nullptr);
+        L.lin->forward(dgu.get(), got.get(), m, c, nullptr, true);
+        FUTR_CUDA_CHECK(cudaDeviceSynchronize());
+        EXPECT_EQ(got.download(), want.download()) << "N " << n << " K " << k << " M " << m << " loads " << u
+                                                   << " ctas " << ctas;
+      }
+    }
   }
 }
 
@@ -379,6 +405,8 @@ TEST(W4A16Small, GemvSkinnySplitK) {
     check(L, 1, &sk, name(s) + " sk 13 CTAs", test::tol::kW4A16);
     sk.loads = 4, sk.ctas = 0;
     check(L, 7, &sk, name(s) + " sk resident grid", test::tol::kW4A16);
+    sk.batches = 2;
+    check(L, 1, &sk, name(s) + " sk 2 batches", test::tol::kW4A16);
   }
   Layer L = make_layer(true, 2048, 2048, 128, 2);
   for (int m : {1, 3, 32}) check(L, m, nullptr, "Llama-3.2-1B o", test::tol::kW4A16);
@@ -470,9 +498,10 @@ TEST(W4A16Invalid, HeuristicStaysInsideTheCompiledList) {
   const auto variants = cuda::decode_variants();
   for (const DecodeShape& s : cuda::kDecodeShapes)
     for (int m = 1; m <= 64; ++m)
-      for (auto f : {cuda::DecodeWeights::kInt4, cuda::DecodeWeights::kE4M3}) {
-        const DecodeConfig c = cuda::decode_heuristic(f, m, s.n, s.k, kH200SmCount);
-        std::string want = f == cuda::DecodeWeights::kInt4 ? "int4 g" + std::to_string(s.group) : "e4m3";
+      for (auto [f, group] : {std::pair{cuda::DecodeWeights::kInt4, s.group}, {cuda::DecodeWeights::kInt4, 64},
+                              {cuda::DecodeWeights::kE4M3, 0}}) {
+        const DecodeConfig c = cuda::decode_heuristic(f, m, s.n, s.k, kH200SmCount, group);
+        std::string want = f == cuda::DecodeWeights::kInt4 ? "int4 g" + std::to_string(group) : "e4m3";
         const std::string d = cuda::describe(c);
         want += " " + d.substr(0, std::min(d.find(" splits"), d.find(" ctas")));  // minus the grid
         EXPECT_NE(std::find(variants.begin(), variants.end(), want), variants.end())

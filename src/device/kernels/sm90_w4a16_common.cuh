@@ -198,6 +198,37 @@ __device__ __forceinline__ void apply_scales(float (&acc)[TM][MT][4], const floa
 }
 
 // ---- the epilogue -------------------------------------------------------------
+// The last contributor's reduction, shared by both epilogues: y[row, c0 + ch]
+// for the `rows` x `width` outputs of a tile range = sum over r = 0..count-1
+// of part(r, row, ch), in r order (deterministic: the same bits as a plain
+// loop), spread over the `nthreads` threads that run it (one output each,
+// adjacent channels on adjacent threads: coalesced) with 8 partials loaded
+// before they are summed. Measured (docs/PERF.md, issue 11 round 3): the
+// per-fragment loop it replaces waited one L2 round trip per partial (~8 us
+// of a 26 us down projection at 17 partials); a variant taking two outputs
+// per thread with predicated batches of 8 measured slower in the decode step
+// (SmolLM2 batch 8: 1.40 -> 1.54 ms).
+template <class WF, class Part>
+__device__ __forceinline__ void reduce_partials(const DecodeParams& p, Part part, int count, int rows, int width,
+                                                size_t c0, int nthreads) {
+  for (int o = threadIdx.x; o < rows * width; o += nthreads) {
+    const int row = o / width, ch = o % width;
+    float sum = 0.f;
+    int r = 0;
+    for (; r + 8 <= count; r += 8) {
+      float v[8];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) v[i] = ptx::ld_l2_f32(part(r + i, row, ch));
+#pragma unroll
+      for (int i = 0; i < 8; ++i) sum += v[i];
+    }
+    for (; r < count; ++r) sum += ptx::ld_l2_f32(part(r, row, ch));
+    float cs = 1.f;  // the E4M3 path's per-channel scale
+    if constexpr (!WF::kGroupScales) cs = static_cast<const float*>(p.scales)[c0 + ch];
+    p.y[size_t(row) * p.n + c0 + ch] = __float2bfloat16_rn(sum * cs);
+  }
+}
+
 // acc[tm][mt][i]: channel tile[tm]*16 + g + 8*(i/2), row of x 8mt + 2c + i%2.
 template <class WF, int MT, int TM>
 __device__ __forceinline__ void store_output(const DecodeParams& p, const float (&acc)[TM][MT][4],
@@ -246,17 +277,13 @@ __device__ __forceinline__ void store_output(const DecodeParams& p, const float 
   __syncthreads();
   if (!s_last) return;
   __threadfence();
-#pragma unroll
-  for (int tm = 0; tm < TM; ++tm)
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-        if (tok[tm] && row_of(mt, i) < p.m) {
-          float sum = 0.f;
-          for (int sp = 0; sp < p.splits; ++sp) sum += ptx::ld_l2_f32(part(sp, tm, mt, i));  // split order
-          p.y[size_t(row_of(mt, i)) * p.n + channel(tm, i)] = __float2bfloat16_rn(sum * cs[tm][i / 2]);
-        }
+  {  // the CTA's tiles are 8 TM consecutive ones (WarpTiles), the last range clipped to N
+    const size_t c0 = size_t(blockIdx.x) * 8 * TM * layout::kTileN;
+    const int width = int(min(size_t(8 * TM * layout::kTileN), size_t(p.n) - c0));
+    reduce_partials<WF>(
+        p, [&](int sp, int row, int ch) { return p.ws + (size_t(sp) * p.m + row) * p.n + c0 + ch; }, p.splits,
+        p.m, width, c0, blockDim.x);
+  }
   if (threadIdx.x == 0) p.counters[blockIdx.x] = 0u;  // re-arm for the next launch
 }
 
@@ -277,11 +304,12 @@ __device__ __forceinline__ int stream_owner(int t, int total, int ctas) {
 // sums the partials ws[grp + c_first .. grp + c_last] in order (deterministic),
 // writes y and re-arms the counter. sync() is a barrier over every thread that
 // calls this (thread 0 among them); s_last one word of shared memory. acc is
-// zeroed for the next segment.
+// zeroed for the next segment. nthreads: the threads that call this (threads
+// 0..nthreads-1), which share the reduction.
 template <class WF, int MT, int TM, class Sync>
 __device__ __forceinline__ void segment_store(const DecodeParams& p, float (&acc)[TM][MT][4], int grp, int gt,
                                               int wtile, bool whole, int seg, int c_first, int c_last,
-                                              uint32_t* s_last, Sync sync, int g, int c) {
+                                              uint32_t* s_last, Sync sync, int nthreads, int g, int c) {
   bool tok[TM];
   float cs[TM][2];  // per-channel scales of the E4M3 path
 #pragma unroll
@@ -324,17 +352,9 @@ __device__ __forceinline__ void segment_store(const DecodeParams& p, float (&acc
   sync();
   if (!*s_last) return;
   __threadfence();
-#pragma unroll
-  for (int tm = 0; tm < TM; ++tm)
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-        if (tok[tm] && row_of(mt, i) < p.m) {
-          float sum = 0.f;
-          for (int r = c_first; r <= c_last; ++r) sum += ptx::ld_l2_f32(part(grp + r, tm, mt, i));
-          store_y(tm, mt, i, sum);
-        }
+  reduce_partials<WF>(
+      p, [&](int r, int row, int ch) { return p.ws + (size_t(grp + c_first + r) * p.m + row) * 128 + ch; },
+      c_last - c_first + 1, p.m, gt * layout::kTileN, size_t(grp) * 128, nthreads);
   if (threadIdx.x == 0) p.counters[grp] = 0u;  // re-arm for the next launch
 }
 

@@ -336,7 +336,7 @@ __global__ void __launch_bounds__(StreamShape<WF, MT, TM>::kThreads, MT == 1 ? 3
     segment_store<WF, MT, TM>(p, acc, this_grp, gt, warp * TM, this_first == 0 && this_blk + 1 == nblk,
                               this_grp + this_run, run_of(this_grp * nblk, total, R),
                               run_of(this_grp * nblk + nblk - 1, total, R), s_last,
-                              [] { ptx::bar_sync(1, kCThreads); }, g, c);
+                              [] { ptx::bar_sync(1, kCThreads); }, kCThreads, g, c);
   }
 }
 
