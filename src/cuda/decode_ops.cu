@@ -10,6 +10,7 @@
 #include "device/kernels/sm90_logits_reduce.cuh"
 #include "device/kernels/sm90_rmsnorm.cuh"
 #include "device/kernels/sm90_rope.cuh"
+#include "device/kernels/sm90_sample_topk.cuh"
 #include "device/kernels/sm90_swiglu.cuh"
 
 namespace futr::cuda {
@@ -69,6 +70,24 @@ void logits_reduce(const LogitsReduceArgs& a, cudaStream_t s, bool pdl) {
   p.targets = a.targets;
   p.out = reinterpret_cast<device::LogitsRowStats*>(a.out);
   launch(device::sm90_logits_reduce_kernel, dim3(unsigned(a.rows)), dim3(device::kLogitsThreads), 0, s, pdl, p);
+}
+
+void sample_topk(const SampleArgs& a, cudaStream_t s, bool pdl) {
+  static_assert(sizeof(SampleRow) == sizeof(device::SampleRow) && offsetof(SampleRow, top_k) ==
+                offsetof(device::SampleRow, top_k), "cuda::SampleRow must mirror device::SampleRow");
+  static_assert(kSampleMaxTopK == device::kSampleMaxTopK, "one top-k limit");
+  FUTR_CHECK(a.vocab >= 1 && a.rows >= 0, "sampling: vocab {} rows {}", a.vocab, a.rows);
+  const int64_t ld = a.ld ? a.ld : a.vocab;
+  FUTR_CHECK(ld >= a.vocab, "sampling: row stride {} below the vocabulary {}", ld, a.vocab);
+  FUTR_CHECK(a.logits && a.samplers && a.out, "sampling: a pointer is null");
+  if (a.rows == 0) return;
+  device::SampleParams p;
+  p.logits = a.logits;
+  p.ld = ld;
+  p.vocab = a.vocab;
+  p.rows = reinterpret_cast<const device::SampleRow*>(a.samplers);
+  p.out = a.out;
+  launch(device::sm90_sample_topk_kernel, dim3(unsigned(a.rows)), dim3(device::kSampleThreads), 0, s, pdl, p);
 }
 
 }  // namespace futr::cuda

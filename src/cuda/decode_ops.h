@@ -4,8 +4,8 @@
 // reductions of the step's output rows (argmax, log-sum-exp, log p(target)).
 // Graph-capturable. `pdl`: launched as a programmatic dependent of the kernel
 // before it (cuda/launch.cuh; each kernel waits before it reads activations). Kernels: src/device/kernels/sm90_{rmsnorm,rope,swiglu,
-// logits_reduce}.cuh; their CPU references are cpu/ops.h and
-// cpu/ref/logits_reduce_ref.h. Tests: tests/device/decode_ops_test.cpp,
+// logits_reduce,sample_topk}.cuh; their CPU references are cpu/ops.h,
+// cpu/ref/logits_reduce_ref.h and runtime::Sampler. Tests: tests/device/decode_ops_test.cpp,
 // tests/device/logits_reduce_test.cpp.
 #pragma once
 
@@ -54,5 +54,26 @@ struct LogitsReduceArgs {
   LogitsRowStats* out = nullptr;  // [rows] device
 };
 void logits_reduce(const LogitsReduceArgs& a, cudaStream_t s, bool pdl = false);
+
+// One row's sampler for sample_topk (layout of device::SampleRow): the host
+// sampler's temperature / top-k / min-p / top-p and the uniform u it drew.
+struct SampleRow {
+  double u = 0;           // [0, 1)
+  float temperature = 1;  // > 0
+  float top_p = 1;        // (0, 1]
+  float min_p = 0;        // [0, 1]
+  int top_k = 0;          // 1..kSampleMaxTopK; 0: the row is not sampled (out -1)
+};
+inline constexpr int kSampleMaxTopK = 1024;
+
+struct SampleArgs {
+  const float* logits = nullptr;  // [rows][ld] FP32 device
+  int64_t ld = 0;                 // 0: vocab
+  int vocab = 0, rows = 0;        // drawable ids [0, vocab)
+  const SampleRow* samplers = nullptr;  // [rows] device
+  int* out = nullptr;             // [rows] device: the token; -1 not sampled; -2 no drawable logit
+};
+// The next token of each row with runtime::Sampler's rule (sm90_sample_topk.cuh).
+void sample_topk(const SampleArgs& a, cudaStream_t s, bool pdl = false);
 
 }  // namespace futr::cuda

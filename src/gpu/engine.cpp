@@ -118,10 +118,10 @@ bool disabled_by_env(const char* name) {
 
 // The kinds of launch of a micro-step, in step order (the profile's rows).
 enum Op : int { kEmbedNorm, kQkv, kRopeAppend, kAttention, kOProj, kNormAttn, kGateUp, kSwiglu, kDown, kNormFfn,
-                kLmHead, kReduce, kOps };
+                kLmHead, kReduce, kSample, kOps };
 constexpr const char* kOpNames[kOps] = {"embedding + rmsnorm", "qkv gemm", "rope + kv append", "attention", "o gemm",
                                         "residual + rmsnorm (attn)", "gate_up gemm", "swiglu", "down gemm (+ swiglu at M = 1)",
-                                        "residual + rmsnorm (ffn)", "lm head (cublaslt)", "logits reduce"};
+                                        "residual + rmsnorm (ffn)", "lm head (cublaslt)", "logits reduce", "sampling"};
 
 // Events after each launch of a profiled micro-step (GpuEngine::set_profiling).
 struct Profiler {
@@ -199,6 +199,8 @@ struct GpuEngine::Impl {
   cuda::DeviceBuffer<float> logits;   // [B][vocab]
   cuda::DeviceBuffer<int> ints;       // [kMapRows][B]: the row map (MapRow), the graphs' static input
   cuda::DeviceBuffer<cuda::LogitsRowStats> row_stats;  // [B] the reductions' output
+  cuda::DeviceBuffer<cuda::SampleRow> samplers;        // [B] the rows' GPU samplers (top_k 0: none), static input
+  cuda::DeviceBuffer<int> sampled;                     // [B] sample_topk's tokens
   cuda::DeviceBuffer<int> nonfinite;  // [1] append's count of non-finite K/V rows
   cuda::DeviceBuffer<float> attn_ws;
   cuda::DeviceBuffer<int> attn_counters;
@@ -206,6 +208,8 @@ struct GpuEngine::Impl {
   // Host side of the copies around a micro-step (pinned).
   Pinned<int> h_ints;                          // [kMapRows][B]
   Pinned<cuda::LogitsRowStats> h_stats;        // [B]
+  Pinned<cuda::SampleRow> h_samplers;          // [B]
+  Pinned<int> h_sampled;                       // [B]
   Pinned<float> h_logits;                      // [B][vocab] (only the rows asked for are written)
   Pinned<int> h_nonfinite;                     // [1]
   // One graph per bucket (kBuckets order); warm: the bucket ran eagerly once.
@@ -215,7 +219,7 @@ struct GpuEngine::Impl {
   int num_slots = 0, slots_per_seq = 0;
   int scratch_base = 0;                        // first slot of the padding rows' scratch region
   size_t kv_bytes = 0, weight_bytes = 0;
-  int64_t micro_steps = 0, graph_launches = 0, logits_rows_copied = 0, host_sampled = 0;
+  int64_t micro_steps = 0, graph_launches = 0, logits_rows_copied = 0, host_sampled = 0, gpu_sampled = 0;
   std::unique_ptr<Profiler> prof;              // set while profiling (set_profiling)
 };
 
@@ -312,6 +316,7 @@ void GpuEngine::init(const std::string& weights_what, size_t weights_est) {
   opt_.ctx = o.ctx > 0 ? o.ctx : c.max_context;
   FUTR_CHECK(opt_.ctx >= 1 && opt_.ctx <= (1 << 22), "--ctx {} out of range 1..4194304", opt_.ctx);
   if (disabled_by_env("FUTR_GPU_GRAPHS")) opt_.graphs = false;
+  if (disabled_by_env("FUTR_GPU_SAMPLING")) opt_.gpu_sampling = false;
   if (disabled_by_env("FUTR_GPU_PDL")) opt_.pdl = false;
   const bool int4 = o.kv != KvFormat::kBf16;
   const int rot = o.kv == KvFormat::kInt4Rot ? o.kv_block : 0;
@@ -386,6 +391,9 @@ void GpuEngine::init(const std::string& weights_what, size_t weights_est) {
   m.logits = cuda::DeviceBuffer<float>(size_t(B) * c.vocab);
   m.ints = cuda::DeviceBuffer<int>(size_t(kMapRows) * B);
   m.row_stats = cuda::DeviceBuffer<cuda::LogitsRowStats>(size_t(B));
+  m.samplers = cuda::DeviceBuffer<cuda::SampleRow>(size_t(B));
+  m.samplers.fill_bytes(0);
+  m.sampled = cuda::DeviceBuffer<int>(size_t(B));
   m.nonfinite = cuda::DeviceBuffer<int>(1);
   m.nonfinite.fill_bytes(0);
   size_t ws = 1;
@@ -400,6 +408,8 @@ void GpuEngine::init(const std::string& weights_what, size_t weights_est) {
   m.attn_counters.fill_bytes(0);
   m.h_ints = Pinned<int>(size_t(kMapRows) * B);
   m.h_stats = Pinned<cuda::LogitsRowStats>(size_t(B));
+  m.h_samplers = Pinned<cuda::SampleRow>(size_t(B));
+  m.h_sampled = Pinned<int>(size_t(B));
   m.h_logits = Pinned<float>(size_t(B) * c.vocab);
   m.h_nonfinite = Pinned<int>(1);
   FUTR_CUDA_CHECK(cudaDeviceSynchronize());
@@ -544,6 +554,17 @@ void GpuEngine::enqueue(int bucket, cudaStream_t st) {
   ra.out = m.row_stats.get();
   cuda::logits_reduce(ra, st, pdl);
   mark(kReduce);
+  if (opt_.gpu_sampling) {  // the sampled rows' tokens (rows with top_k 0 return at once)
+    cuda::SampleArgs sa;
+    sa.logits = m.logits.get();
+    sa.ld = c.vocab;
+    sa.vocab = sampleable_vocab_;
+    sa.rows = B;
+    sa.samplers = m.samplers.get();
+    sa.out = m.sampled.get();
+    cuda::sample_topk(sa, st, pdl);
+    mark(kSample);
+  }
 }
 
 void GpuEngine::micro_step(const std::vector<MicroRow>& rows) {
@@ -565,6 +586,18 @@ void GpuEngine::micro_step(const std::vector<MicroRow>& rows) {
     h[kTarget * Bm + i] = real ? r.target : -1;
   }
   FUTR_CUDA_CHECK(cudaMemcpyAsync(m.ints.get(), h, size_t(kMapRows) * Bm * sizeof(int), cudaMemcpyHostToDevice, st));
+  if (opt_.gpu_sampling) {
+    for (int i = 0; i < bucket; ++i) {
+      cuda::SampleRow& sr = m.h_samplers[size_t(i)];
+      sr = cuda::SampleRow{};
+      if (i < n && rows[size_t(i)].top_k > 0) {
+        const MicroRow& r = rows[size_t(i)];
+        sr.u = r.u, sr.temperature = r.temperature, sr.top_p = r.top_p, sr.min_p = r.min_p, sr.top_k = r.top_k;
+      }
+    }
+    FUTR_CUDA_CHECK(cudaMemcpyAsync(m.samplers.get(), m.h_samplers.get(), size_t(bucket) * sizeof(cuda::SampleRow),
+                                    cudaMemcpyHostToDevice, st));
+  }
   // ---- the step: a graph replay, or the same launches eagerly -------------------------
   const size_t k = size_t(std::find(kBuckets.begin(), kBuckets.end(), bucket) - kBuckets.begin());
   if (m.prof && m.warm[k]) {
@@ -582,6 +615,9 @@ void GpuEngine::micro_step(const std::vector<MicroRow>& rows) {
   // ---- results: row stats, the logits rows asked for, the K/V check -------------------
   FUTR_CUDA_CHECK(cudaMemcpyAsync(m.h_stats.get(), m.row_stats.get(), size_t(bucket) * sizeof(cuda::LogitsRowStats),
                                   cudaMemcpyDeviceToHost, st));
+  if (opt_.gpu_sampling)
+    FUTR_CUDA_CHECK(
+        cudaMemcpyAsync(m.h_sampled.get(), m.sampled.get(), size_t(bucket) * sizeof(int), cudaMemcpyDeviceToHost, st));
   for (int i = 0; i < n; ++i)
     if (rows[size_t(i)].logits) {
       FUTR_CUDA_CHECK(cudaMemcpyAsync(m.h_logits.get() + size_t(i) * V, m.logits.get() + size_t(i) * V,
@@ -649,9 +685,19 @@ runtime::StepResult GpuEngine::step(std::span<const BatchRow> rows) {
       mr.slot = live[k].slot;
       mr.pos = row.pos;
       mr.target = row.out == RowOutput::kLogprob ? row.target : -1;
-      // Only kLogits rows and the rows the host samples need their logits (engine.h).
-      mr.logits = row.out == RowOutput::kLogits ||
-                  (row.out == RowOutput::kToken && !table_.sampler(live[k].slot).plain_greedy());
+      // Only kLogits rows and the rows the host samples need their logits (engine.h);
+      // the rows sample_topk draws take their uniform from the sequence's generator now.
+      mr.logits = row.out == RowOutput::kLogits;
+      if (row.out == RowOutput::kToken) {
+        runtime::Sampler& sampler = table_.sampler(live[k].slot);
+        if (opt_.gpu_sampling && sampler.engine_drawable(cuda::kSampleMaxTopK)) {
+          const runtime::SamplerConfig& sc = sampler.config();
+          mr.u = sampler.next_uniform();
+          mr.temperature = sc.temperature, mr.top_p = sc.top_p, mr.min_p = sc.min_p, mr.top_k = sc.top_k;
+        } else {
+          mr.logits = !sampler.plain_greedy();
+        }
+      }
       micro.push_back(mr);
       which.push_back(live[k].next);
     }
@@ -672,6 +718,10 @@ runtime::StepResult GpuEngine::step(std::span<const BatchRow> rows) {
           if (micro[k].logits) {
             t = sampler.sample({z, V});
             ++m.host_sampled;
+          } else if (micro[k].top_k > 0) {  // drawn by sample_topk; NaN/+inf or nothing drawable: the host's rule
+            const int g = m.h_sampled[k];
+            t = s.nonfinite == 0 && g >= 0 ? g : sampler.sample({fetch_logits_row(int(k)), V});
+            ++m.gpu_sampled;
           } else if (s.nonfinite == 0) {
             t = s.argmax;
           } else {
@@ -720,6 +770,8 @@ nlohmann::json GpuEngine::stats() const {
   j["graph_launches"] = m.graph_launches;
   j["logits_rows_copied"] = m.logits_rows_copied;
   j["host_sampled_rows"] = m.host_sampled;
+  j["gpu_sampled_rows"] = m.gpu_sampled;
+  j["gpu_sampling"] = opt_.gpu_sampling;
   j["pdl"] = opt_.pdl;
   if (m.prof && m.prof->micro_steps > 0) {
     const Profiler& p = *m.prof;

@@ -18,15 +18,21 @@
 //       (b = 1: the down GEMM's gemv stages s = bf16(silu(g) u) itself: no sm90_swiglu launch)
 //   logits = a Wlm^T                                  cuBLASLt BF16 x BF16 -> FP32
 //   per row: argmax, log-sum-exp, log p(target)       sm90_logits_reduce
+//   per sampled row: the drawn token                   sm90_sample_topk
 //
 // What comes back per output row (only what the row asked for):
 //   kLogprob                 one double (log p(target) from the reduction);
 //   kToken, greedy sampler   one int (the argmax: lowest id among ties, as
 //                            runtime::argmax), when Sampler::plain_greedy();
+//   kToken, a sampler with temperature > 0, no penalty in force and
+//                            1 <= top_k <= 1024: one int, drawn by sm90_sample_topk
+//                            with the host sampler's rule and a uniform the host
+//                            drew from the sequence's generator (mt19937_64), so
+//                            the token is the one the host would draw from the
+//                            same logits (Sampler::engine_drawable; off with
+//                            GpuEngineOptions::gpu_sampling / FUTR_GPU_SAMPLING=0);
 //   kToken, any other sampler  the row's FP32 logits, and the HOST sampler draws
-//                            (temperature / top-k / top-p / min-p / penalties run
-//                            on the host: the GPU has no sampler yet, and the host
-//                            one defines the seeded draws, mt19937_64);
+//                            (penalties, top_k <= 0 or > 1024);
 //   kLogits                  the row's FP32 logits.
 // Only the rows that need logits are copied (one row each), never the whole
 // [b][vocab] block. A row whose logits hold NaN or +inf gets the host's answer
@@ -111,6 +117,7 @@ struct GpuEngineOptions {
   int max_step_tokens = 256;      // rows per step()
   bool graphs = true;             // replay one CUDA graph per bucket (FUTR_GPU_GRAPHS=0 forces false)
   bool pdl = true;                // programmatic dependent launch between the step's kernels (FUTR_GPU_PDL=0: false)
+  bool gpu_sampling = true;       // temperature / top-k / min-p / top-p draws on the GPU (FUTR_GPU_SAMPLING=0: host)
 };
 
 class GpuEngine final : public runtime::Engine {
@@ -153,6 +160,10 @@ class GpuEngine final : public runtime::Engine {
     int token = 0, slot = 0, pos = 0;
     int target = -1;      // kLogprob target, else -1
     bool logits = false;  // copy its logits row back
+    // A row sample_topk draws (top_k > 0): the sequence's sampler and its uniform.
+    int top_k = 0;
+    float temperature = 1, top_p = 1, min_p = 0;
+    double u = 0;
   };
   // Common construction: validation, KV cache, activations, workspaces, info.
   void init(const std::string& weights_what, size_t weights_bytes_estimate);

@@ -161,7 +161,15 @@ int32_t Sampler::sample(std::span<const float> logits) {
     return penalties_on() ? argmax(penalized(z)) : argmax(z);
   }
   const auto dist = distribution(logits);
-  const double u = uniform();
+  return pick(dist, uniform());
+}
+
+int32_t Sampler::sample_with(std::span<const float> logits, double u) const {
+  FUTR_CHECK(u >= 0.0 && u < 1.0, "sampler: the uniform must be in [0, 1) (got {})", u);
+  return pick(distribution(logits), u);
+}
+
+int32_t Sampler::pick(const std::vector<std::pair<int32_t, double>>& dist, double u) {
   double cum = 0.0;
   for (const auto& [id, p] : dist) {
     cum += p;

@@ -93,6 +93,17 @@ class Sampler {
   // then compute the draw where the logits are (the GPU engine's argmax)
   // without handing the row to sample().
   bool plain_greedy() const { return config_.temperature == 0.0f && !penalties_on(); }
+  // True when an engine can make the next sample() itself from a uniform the
+  // sampler hands it (next_uniform()): temperature > 0, no penalty applies,
+  // and 1 <= top_k <= max_top_k (the GPU engine's sm90_sample_topk). The
+  // engine's token must be sample_with(logits, u) for the same u.
+  bool engine_drawable(int max_top_k) const {
+    return config_.temperature > 0.0f && !penalties_on() && config_.top_k >= 1 && config_.top_k <= max_top_k;
+  }
+  // The uniform the next sample() would draw (advances the generator the same way).
+  double next_uniform() { return uniform(); }
+  // sample()'s draw for temperature > 0 with a given u in [0, 1) (the generator is not touched).
+  int32_t sample_with(std::span<const float> logits, double u) const;
 
   // The distribution sample() draws from after steps 0-4, as (id, p) in
   // descending probability, over the drawable ids (exposed for tests).
@@ -105,6 +116,8 @@ class Sampler {
   // The drawable prefix of a row, checked (see sample()).
   std::span<const float> drawable(std::span<const float> logits) const;
   double uniform();  // [0, 1)
+  // Step 5: the first id whose cumulative probability exceeds u (else the last).
+  static int32_t pick(const std::vector<std::pair<int32_t, double>>& dist, double u);
   SamplerConfig config_;
   std::mt19937_64 rng_;
   std::deque<std::pair<int32_t, bool>> history_;  // (token, generated), oldest first, <= penalty_last_n

@@ -21,7 +21,9 @@
 //   - what comes back without logits: greedy tokens (the GPU's argmax) equal
 //     runtime::argmax of the same engine's logits, log-probabilities equal
 //     -token_nll of them within tol::kLogitsReduce, and a temperature sampler
-//     (the host path) draws what a host Sampler with the same seed draws;
+//     draws what a host Sampler with the same seed draws, on the GPU
+//     (top-k rows: sm90_sample_topk, no logits copied) and on the host (no
+//     top-k cut);
 //   - synthetic models (model/synthetic.h: tiny, Llama-3.2-1B, 3.1-8B, 3.1-70B
 //     shapes, weights drawn on the device): 32 sequences step together with
 //     finite logits, greedy tokens are the logits' argmax, graph == eager;
@@ -309,10 +311,11 @@ TEST_P(GpuEngineVsCpu, PdlAndProfilingEqualPlainLaunchesBitwise) {
     if (op["op"] == "swiglu") swiglu = n;
     EXPECT_GT(op["us_per_micro_step"].get<double>(), 0.0) << op["op"];
   }
-  // 9 launches per layer + 3, less the SwiGLU of the micro-steps of one row
-  // (fused into the down GEMM there): every launch of a micro-step timed once.
+  // 9 launches per layer + 4 (embedding, LM head, reductions, sampling), less
+  // the SwiGLU of the micro-steps of one row (fused into the down GEMM there):
+  // every launch of a micro-step timed once.
   EXPECT_EQ(swiglu % layers, 0);
-  EXPECT_EQ(launches, steps * (8 * layers + 3) + swiglu) << "micro-steps " << steps;
+  EXPECT_EQ(launches, steps * (8 * layers + 4) + swiglu) << "micro-steps " << steps;
   EXPECT_NEAR(sum, p["us_per_micro_step"].get<double>(), 1e-3 * sum + 1.0) << "the ops cover the micro-step";
   EXPECT_TRUE(pdl->set_profiling(false));
   EXPECT_FALSE(pdl->stats().contains("profile"));
@@ -327,25 +330,32 @@ TEST_P(GpuEngineVsCpu, TokensAndLogprobsComputedOnTheGpuMatchTheHost) {
   auto greedy_engine = make_gpu(kv, 64, n);
   auto logprob_engine = make_gpu(kv, 64, n);
   auto sampled_engine = make_gpu(kv, 64, n);
+  auto host_sampled_engine = make_gpu(kv, 64, n);
   runtime::SamplerConfig hot;
   hot.temperature = 0.8f;
   hot.top_k = 20;
   hot.top_p = 0.9f;
+  hot.min_p = 0.02f;
+  runtime::SamplerConfig all = hot;  // no top-k cut: drawn on the host
+  all.top_k = 0;
   for (int s = 0; s < n; ++s) {
-    hot.seed = uint64_t(1000 + s);
+    hot.seed = all.seed = uint64_t(1000 + s);
     logits_engine->open(s), greedy_engine->open(s), logprob_engine->open(s), sampled_engine->open(s, hot);
+    host_sampled_engine->open(s, all);
   }
   const std::vector<BatchRow> rows_l = staircase(n, RowOutput::kLogits);
   const Tensor z = logits_engine->step(rows_l).logits;
   const runtime::StepResult t = greedy_engine->step(staircase(n, RowOutput::kToken));
   const runtime::StepResult p = logprob_engine->step(staircase(n, RowOutput::kLogprob));
   const runtime::StepResult h = sampled_engine->step(staircase(n, RowOutput::kToken));
+  const runtime::StepResult ha = host_sampled_engine->step(staircase(n, RowOutput::kToken));
   ASSERT_EQ(t.tokens.size(), rows_l.size());
   ASSERT_EQ(p.logprobs.size(), rows_l.size());
-  std::map<int64_t, runtime::Sampler> host;
+  std::map<int64_t, runtime::Sampler> host, host_all;
   for (int s = 0; s < n; ++s) {
-    hot.seed = uint64_t(1000 + s);
+    hot.seed = all.seed = uint64_t(1000 + s);
     host.emplace(s, runtime::Sampler(hot));
+    host_all.emplace(s, runtime::Sampler(all));
   }
   double worst_lp = 0;
   for (size_t i = 0; i < rows_l.size(); ++i) {
@@ -354,13 +364,19 @@ TEST_P(GpuEngineVsCpu, TokensAndLogprobsComputedOnTheGpuMatchTheHost) {
     const double want = -runtime::token_nll(row, rows_l[i].target);
     worst_lp = std::max(worst_lp, std::fabs(p.logprobs[i] - want));
     EXPECT_NEAR(p.logprobs[i], want, test::tol::kLogitsReduce) << "row " << i;
-    EXPECT_EQ(h.tokens[i], host.at(rows_l[i].seq).sample(row)) << "row " << i;
+    EXPECT_EQ(h.tokens[i], host.at(rows_l[i].seq).sample(row)) << "row " << i << " (drawn on the GPU)";
+    EXPECT_EQ(ha.tokens[i], host_all.at(rows_l[i].seq).sample(row)) << "row " << i << " (drawn on the host)";
   }
   std::printf("kv %s: largest |logprob gpu - host| %.3e\n", to_string(kv).c_str(), worst_lp);
   // Greedy and log-probability rows bring no logits back; sampled rows one each.
   EXPECT_EQ(greedy_engine->stats()["logits_rows_copied"].get<int64_t>(), 0);
   EXPECT_EQ(logprob_engine->stats()["logits_rows_copied"].get<int64_t>(), 0);
-  EXPECT_EQ(sampled_engine->stats()["host_sampled_rows"].get<int64_t>(), int64_t(rows_l.size()));
+  // Top-k rows are drawn on the GPU (sm90_sample_topk): no logits come back;
+  // without a top-k cut the host draws from the row's logits.
+  EXPECT_EQ(sampled_engine->stats()["gpu_sampled_rows"].get<int64_t>(), int64_t(rows_l.size()));
+  EXPECT_EQ(sampled_engine->stats()["host_sampled_rows"].get<int64_t>(), 0);
+  EXPECT_EQ(sampled_engine->stats()["logits_rows_copied"].get<int64_t>(), 0);
+  EXPECT_EQ(host_sampled_engine->stats()["host_sampled_rows"].get<int64_t>(), int64_t(rows_l.size()));
 }
 
 INSTANTIATE_TEST_SUITE_P(Kv, GpuEngineVsCpu, ::testing::Values(KvFormat::kBf16, KvFormat::kInt4, KvFormat::kInt4Rot),
