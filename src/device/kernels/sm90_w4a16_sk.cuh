@@ -18,14 +18,15 @@
 // walk them in step, warp w reading tile w of the group. Because a group is
 // stored chunk-major and the groups follow each other (layout/int4_fragment.cuh),
 // chunk j of a full group lives at j * 4 KB + w * 512 B: the pointer moves by
-// 4 KB per chunk, recomputed only on entering a group with fewer than 8 tiles
-// (the last one; its surplus warps re-read its last tile and store nothing).
+// 4 KB per chunk; entering a last group of fewer than 8 tiles only changes the
+// stride (its surplus warps load nothing and store nothing).
 // Loads go in batches of U chunks issued together and then consumed (the
 // probe's order: a ring refilled one chunk at a time measured ~9% slower);
 // NB = 2 keeps a second batch in flight while one is consumed (3 CTAs/SM).
-// At a group's last chunk or the CTA's last one, segment_store
-// (sm90_w4a16_common.cuh) writes y or the partial sum and runs the
-// last-contributor reduction.
+// A CTA's chunks span at most two groups (the launcher keeps its items within
+// one group's count): the first segment's sums are parked in registers when
+// it ends, and after the stream segment_store (sm90_w4a16_common.cuh) writes
+// y or each segment's partial and runs the last-contributor reduction.
 //
 // Shared memory (dynamic; host: sk_smem_bytes): [scales: nsg x 8 tiles x 16
 // FP16][x: M rows x (nj x 64 + 8) BF16] for the CTA's nsg scale groups and nj
