@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the README's commands, in the README's order, in a fresh clone of this
-# repository in DIR (a directory with no ../shared beside the clone: what a
-# new user has), and records each command's exit status, wall time and last
+# repository in DIR/futr (with no DIR/shared, the clone has no ../shared: what
+# a new user has), and records each command's exit status, wall time and last
 # lines in DIR/readme-check.log; a summary table is printed last. Issue 15's
 # check ("in a fresh clone in a temporary directory with no ../shared, the
 # README's commands all work"). The README's order, except that the two test
@@ -28,7 +28,8 @@ done
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$DIR"
 DIR=$(cd "$DIR" && pwd)
-[ -e "$DIR/../shared" ] && echo "readme-check: note: $DIR/../shared exists (a fresh machine has none)" >&2
+# The clone is DIR/futr: its ../shared is DIR/shared.
+[ -e "$DIR/shared" ] && echo "readme-check: note: $DIR/shared exists beside the clone (a fresh machine has none)" >&2
 rm -rf "$DIR/futr"
 git clone -q "$SRC" "$DIR/futr" || exit 1
 cd "$DIR/futr"
