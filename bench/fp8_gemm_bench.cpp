@@ -2,9 +2,15 @@
 // projection shapes, against cuBLASLt FP8 and the FP8 peak measured in the
 // same run. One row per (model, projection, M, policy):
 //
-//   plain      our GEMM with the scaled BF16 epilogue (C = a_s b_s[n] A B^T)
+//   plain      our GEMM with the scaled BF16 epilogue (C = a_s b_s[n] A B^T),
+//              promoted accumulation (the default: each K stage's tensor-core
+//              sum added in FP32)
+//   fast       the same with fast accumulation (the whole K sum in the tensor
+//              cores; GemmConfig::fast_accum), its own heuristic's tile
 //   cuBLASLt   cuBLASLt E4M3 x E4M3, per-tensor scales, BF16 out (the same
-//              operation up to the per-channel scale, which only costs us)
+//              operation up to the per-channel scale, which only costs us), in
+//              its default mode (promoted: lt_ms, x_lt) and with
+//              CUBLASLT_MATMUL_DESC_FAST_ACCUM (lt_fast_ms, x_lt_fast)
 //   policy     the projection's fused epilogue: QKV -> RoPE + KV-cache write
 //              (and folded-RMSNorm scaled output), O and down -> residual +
 //              row sums of squares, gate/up -> SwiGLU + delayed-scaling FP8
@@ -17,7 +23,7 @@
 //
 //   usage: fp8_gemm_bench [--models 8b,70b] [--proj qkv,o,gateup,down]
 //                         [--m 512,2048,8192,16384] [--bn 256 --stages 4]
-//                         [--group-m 8] [--grid 0] [--pingpong] [--bf16] [--no-lt]
+//                         [--group-m 8] [--grid 0] [--pingpong] [--fast-accum] [--bf16] [--no-lt]
 //                         [--compare-schedules] [--res-pad 0] [--reps 30] [--json PATH]
 //
 // --compare-schedules also times the other consumer schedule (alt_* columns):
@@ -107,6 +113,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--group-m") { o.cfg.group_m = std::stoi(next(i)); o.override_cfg = true; }
     else if (a == "--grid") { o.cfg.grid = std::stoi(next(i)); o.override_cfg = true; }
     else if (a == "--pingpong") { o.cfg.pingpong = true; o.override_cfg = true; }
+    else if (a == "--fast-accum") { o.cfg.fast_accum = true; o.override_cfg = true; }
     else if (a == "--bf16") o.bf16 = true;
     else if (a == "--compare-schedules") o.compare = true;
     else if (a == "--res-pad") o.res_pad = std::stoi(next(i));
@@ -144,8 +151,9 @@ int main(int argc, char** argv) {
 
     bench::Report rep("FP8 prefill GEMM (ours vs cuBLASLt)",
                       {"model", "proj", "M", "N", "K", "policy", "input", "config", "plain_ms", "plain_tflops",
-                       "pct_peak", "lt_ms", "x_lt", "policy_config", "policy_ms", "policy_tflops", "policy_vs_plain",
-                       "alt_config", "alt_plain_ms", "alt_policy_ms"});
+                       "pct_peak", "lt_ms", "x_lt", "fast_config", "fast_ms", "lt_fast_ms", "x_lt_fast",
+                       "policy_config", "policy_ms", "policy_tflops", "policy_vs_plain", "alt_config",
+                       "alt_plain_ms", "alt_policy_ms"});
     rep.set_meta("fp8_peak_tflops", peak);
     rep.set_meta("bf16_peak_tflops", ceil.bf16_tflops);
     rep.set_meta("copy_gbs", ceil.copy_gbs);
@@ -203,20 +211,28 @@ int main(int argc, char** argv) {
               opt.compare && !opt.bf16
                   ? try_time([&](cudaStream_t st) { cuda::gemm_scaled_out(op, {sc, out.get(), 0}, st, &alt); })
                   : 0.0;
-          double lt_ms = 0;
-          if (opt.lt) {
+          // Fast accumulation, its heuristic's tile (E4M3 only).
+          const cuda::GemmConfig fcfg =
+              cuda::choose_gemm_config(cuda::GemmEpilogue::kScaledOut, in, M, N, K, dev.sm_count, true);
+          const double fast_ms =
+              opt.bf16 ? 0.0
+                       : try_time([&](cudaStream_t st) { cuda::gemm_scaled_out(op, {sc, out.get(), 0}, st, &fcfg); });
+          auto time_lt = [&](cuda::LtInput li) {
             try {
-              lt_ms = bench::time_median_ms(
+              return bench::time_median_ms(
                   [&](cudaStream_t st) {
-                    lt.matmul(opt.bf16 ? cuda::LtInput::kBF16 : cuda::LtInput::kE4M3, a.get(), b.get(), out.get(),
-                              M, N, K, opt.bf16 ? nullptr : a_scale, opt.bf16 ? nullptr : lt_b_scale, st);
+                    lt.matmul(li, a.get(), b.get(), out.get(), M, N, K, opt.bf16 ? nullptr : a_scale,
+                              opt.bf16 ? nullptr : lt_b_scale, st);
                   },
                   s, topt);
             } catch (const std::exception& e) {
               lt_error = e.what();
               cudaGetLastError();
+              return 0.0;
             }
-          }
+          };
+          const double lt_ms = opt.lt ? time_lt(opt.bf16 ? cuda::LtInput::kBF16 : cuda::LtInput::kE4M3) : 0.0;
+          const double lt_fast_ms = opt.lt && !opt.bf16 ? time_lt(cuda::LtInput::kE4M3FastAccum) : 0.0;
           auto row = [&](const std::string& policy, double pol_ms, const cuda::GemmConfig& pcfg, double alt_pol_ms,
                          const cuda::GemmConfig& palt) {
             nlohmann::json r{{"model", mdl.name}, {"proj", sh.proj}, {"M", M}, {"N", N}, {"K", K},
@@ -226,6 +242,14 @@ int main(int argc, char** argv) {
             if (lt_ms > 0) {
               r["lt_ms"] = lt_ms;
               r["x_lt"] = lt_ms / plain_ms;
+            }
+            if (fast_ms > 0) {
+              r["fast_config"] = cuda::to_string(fcfg);
+              r["fast_ms"] = fast_ms;
+            }
+            if (lt_fast_ms > 0 && fast_ms > 0) {
+              r["lt_fast_ms"] = lt_fast_ms;
+              r["x_lt_fast"] = lt_fast_ms / fast_ms;
             }
             if (opt.compare) {
               r["alt_config"] = cuda::to_string(palt);
@@ -239,9 +263,11 @@ int main(int argc, char** argv) {
               r["policy_vs_plain"] = plain_ms / pol_ms;
             }
             rep.add(r);
-            std::fprintf(stderr, "  %s %s M=%d: plain %.3f ms (alt %.3f), lt %.3f ms, %s %.3f ms (alt %.3f)\n",
-                         mdl.name.c_str(), sh.proj.c_str(), M, plain_ms, alt_plain_ms, lt_ms, policy.c_str(), pol_ms,
-                         alt_pol_ms);
+            std::fprintf(stderr,
+                         "  %s %s M=%d: plain %.3f ms (alt %.3f, fast %.3f), lt %.3f ms (fast %.3f), %s %.3f ms "
+                         "(alt %.3f)\n",
+                         mdl.name.c_str(), sh.proj.c_str(), M, plain_ms, alt_plain_ms, fast_ms, lt_ms, lt_fast_ms,
+                         policy.c_str(), pol_ms, alt_pol_ms);
           };
           if (opt.bf16) {
             row("plain", 0, cfg, 0, alt);

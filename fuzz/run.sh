@@ -5,13 +5,16 @@
 # build-fuzz/artifacts/. Usage: fuzz/run.sh [SECONDS] [TARGET...]
 # (targets: gguf safetensors hf_config futr tokenizer_json). Inputs up to
 # 1.2 MB (deep JSON nesting needs large inputs). Runs at nice 19 on one core.
-# RUNS=N stops each target after N executions instead. See fuzz/README.md.
+# RUNS=N stops each target after N executions instead; MAX_LEN=B caps inputs
+# at B bytes instead of 1.2 MB (the 10-million runs: fuzz/README.md says why).
+# See fuzz/README.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-120}
 shift || true
 targets=${*:-gguf safetensors hf_config futr tokenizer_json}
 runs=${RUNS:+-runs=$RUNS}
+max_len=${MAX_LEN:-1200000}
 export PATH="/usr/local/cuda/bin:$PATH"
 cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DFUTR_BUILD_FUZZ=ON \
@@ -22,7 +25,7 @@ status=0
 for t in $targets; do
   mkdir -p "build-fuzz/corpus/$t"
   echo "fuzz: $t for ${secs}s"
-  OMP_NUM_THREADS=1 nice -n 19 "build-fuzz/bin/${t}_fuzz" -max_total_time="$secs" $runs -max_len=1200000 \
+  OMP_NUM_THREADS=1 nice -n 19 "build-fuzz/bin/${t}_fuzz" -max_total_time="$secs" $runs -max_len="$max_len" \
     -rss_limit_mb=2048 -timeout=10 \
     -dict="fuzz/$t.dict" -artifact_prefix="build-fuzz/artifacts/$t-" -print_final_stats=1 \
     "build-fuzz/corpus/$t" "fuzz/corpus/$t" $([ -d "fuzz/regressions/$t" ] && echo "fuzz/regressions/$t") \

@@ -8,7 +8,10 @@
 namespace futr::cuda {
 
 namespace {
-const char* name(LtInput in) { return in == LtInput::kBF16 ? "BF16" : "E4M3"; }
+const char* name(LtInput in) {
+  return in == LtInput::kBF16 ? "BF16" : (in == LtInput::kE4M3 ? "E4M3" : "E4M3 (fast accumulation)");
+}
+bool is_fp8(LtInput in) { return in != LtInput::kBF16; }
 // Largest power of two (<= 256) dividing the address: the alignment cuBLASLt may assume.
 int alignment(const void* p) {
   const auto u = reinterpret_cast<uintptr_t>(p);
@@ -44,6 +47,10 @@ CublasLt::Plan& CublasLt::plan(LtInput in, LtOutput out, int M, int N, int K, in
   const cublasOperation_t tA = CUBLAS_OP_T, tB = CUBLAS_OP_N;
   FUTR_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &tA, sizeof(tA)));
   FUTR_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tB, sizeof(tB)));
+  if (is_fp8(in)) {  // 0 (the default): cuBLASLt promotes the FP8 sums; 1: the whole sum in the tensor cores
+    const int8_t fast = in == LtInput::kE4M3FastAccum ? 1 : 0;
+    FUTR_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof(fast)));
+  }
   FUTR_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.la, t, K, N, K));
   FUTR_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.lb, t, K, M, K));
   FUTR_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.lc, out == LtOutput::kF32 ? CUDA_R_32F : CUDA_R_16BF, N, M, N));
@@ -58,7 +65,7 @@ CublasLt::Plan& CublasLt::plan(LtInput in, LtOutput out, int M, int N, int K, in
     FUTR_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &al, sizeof(al)));
   // The scale pointers are part of the problem cuBLASLt plans for: set them
   // (to a placeholder) before asking for algorithms, as every call will.
-  if (in == LtInput::kE4M3) {
+  if (is_fp8(in)) {
     const float* any = reinterpret_cast<const float*>(ws_.get());
     FUTR_CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &any, sizeof(any)));
@@ -87,7 +94,7 @@ void CublasLt::matmul(LtInput in, const void* a, const void* b, void* c, int M, 
                       const float* a_scale, const float* b_scale, cudaStream_t s, LtOutput out) {
   const int align = std::min({alignment(a), alignment(b), alignment(c)});
   Plan& p = plan(in, out, M, N, K, align);
-  if (in == LtInput::kE4M3) {
+  if (is_fp8(in)) {
     auto aligned_scale = [&](const float* p, int slot) -> const float* {
       if (!p || (reinterpret_cast<uintptr_t>(p) & 15) == 0) return p;
       float* dst = scale_slots_.get() + 64 * slot;

@@ -34,7 +34,9 @@
 
 namespace futr::cuda {
 
-enum class LtInput { kBF16, kE4M3 };
+// E4M3 x E4M3 in cuBLASLt's default mode (its FP8 sums promoted to FP32) or
+// with CUBLASLT_MATMUL_DESC_FAST_ACCUM (the whole K sum in the tensor cores).
+enum class LtInput { kBF16, kE4M3, kE4M3FastAccum };
 enum class LtOutput { kBF16, kF32 };  // C's type (FP32: the LM head's logits)
 
 class CublasLt {

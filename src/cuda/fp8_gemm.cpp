@@ -54,14 +54,18 @@ void check_bf16_out(const void* out, int& ld, int N, const char* what) {
 
 // The compiled variant of `cfg`; futr::Error naming the nearest compiled one
 // and all of this (epilogue, input) otherwise.
+// Promotion applies to E4M3 inputs (BF16 WGMMAs accumulate in FP32).
+bool wants_promoted(I in, const GemmConfig& cfg) { return in == I::kE4M3 && !cfg.fast_accum; }
+
 const GemmVariant& find_variant(E e, const GemmOperands& op, const GemmConfig& cfg) {
-  const GemmVariant want{e, op.input, cfg.bm, cfg.bn, cfg.stages, cfg.pingpong};
+  const GemmVariant want{e, op.input, cfg.bm, cfg.bn, cfg.stages, cfg.pingpong, wants_promoted(op.input, cfg)};
   for (const auto& v : kGemmVariants)
     if (v == want) return v;
   const GemmVariant* near = nearest_gemm_variant(e, op.input, cfg);
-  fail("FP8 GEMM: no compiled variant {} {} tile {}x{} stages {}{}; nearest supported: {}; compiled for this "
+  fail("FP8 GEMM: no compiled variant {} {} tile {}x{} stages {}{}{}; nearest supported: {}; compiled for this "
        "epilogue and input: {}",
        to_string(e), to_string(op.input), cfg.bm, cfg.bn, cfg.stages, cfg.pingpong ? " ping-pong" : "",
+       want.promoted ? " promoted" : (op.input == I::kE4M3 ? " fast-accum" : ""),
        near ? to_string(*near) : std::string("none"), list_variants(e, op.input));
 }
 
@@ -105,7 +109,8 @@ const GemmVariant* nearest_gemm_variant(GemmEpilogue e, GemmInput in, const Gemm
   // Distance: tile shape and depth on a log scale, a schedule mismatch counts as one doubling.
   auto dist = [&](const GemmVariant& v) {
     auto l = [](int a, int b) { return std::fabs(std::log2(double(std::max(a, 1)) / std::max(b, 1))); };
-    return l(v.bm, c.bm) + l(v.bn, c.bn) + l(v.stages, c.stages) + (v.pingpong != c.pingpong ? 1.0 : 0.0);
+    return l(v.bm, c.bm) + l(v.bn, c.bn) + l(v.stages, c.stages) + (v.pingpong != c.pingpong ? 1.0 : 0.0) +
+           (v.promoted != wants_promoted(in, c) ? 4.0 : 0.0);  // the accumulation mode first
   };
   const GemmVariant* best = nullptr;
   for (const auto& v : kGemmVariants)
@@ -114,7 +119,8 @@ const GemmVariant* nearest_gemm_variant(GemmEpilogue e, GemmInput in, const Gemm
 }
 
 std::string to_string(const GemmVariant& v) {
-  return fmt::format("{}x{} stages {}{}", v.bm, v.bn, v.stages, v.pingpong ? " ping-pong" : "");
+  return fmt::format("{}x{} stages {}{}{}", v.bm, v.bn, v.stages, v.pingpong ? " ping-pong" : "",
+                     v.promoted ? " promoted" : "");
 }
 
 std::string to_string(GemmEpilogue e) {
@@ -130,16 +136,20 @@ std::string to_string(GemmEpilogue e) {
 }
 std::string to_string(GemmInput i) { return i == I::kE4M3 ? "e4m3" : "bf16"; }
 std::string to_string(const GemmConfig& c) {
-  return fmt::format("{}x{}x128B s{} g{}{}{}", c.bm, c.bn, c.stages, c.group_m, c.pingpong ? " pp" : "",
-                     c.grid ? fmt::format(" grid{}", c.grid) : std::string());
+  return fmt::format("{}x{}x128B s{} g{}{}{}{}", c.bm, c.bn, c.stages, c.group_m, c.pingpong ? " pp" : "",
+                     c.fast_accum ? " fast" : "", c.grid ? fmt::format(" grid{}", c.grid) : std::string());
 }
 
-GemmConfig choose_gemm_config(GemmEpilogue e, GemmInput in, int M, int N, int K, int sm_count) {
+GemmConfig choose_gemm_config(GemmEpilogue e, GemmInput in, int M, int N, int K, int sm_count,
+                              bool fast_accum) {
   FUTR_CHECK(sm_count >= 1, "choose_gemm_config: sm_count={}", sm_count);
+  GemmConfig mode;
+  mode.fast_accum = fast_accum;
+  const bool promoted = wants_promoted(in, mode);
   const GemmVariant* best = nullptr;
   double best_cost = 0;
   for (const auto& v : kGemmVariants) {
-    if (v.epilogue != e || v.input != in) continue;
+    if (v.epilogue != e || v.input != in || v.promoted != promoted) continue;
     // Time ~ waves x per-tile time, per-tile time ~ tile area / efficiency.
     // Efficiencies relative to cooperative 128x256, fitted to the H200 runs in
     // docs/PERF.md: a 128-wide cooperative tile re-reads B twice as often and
@@ -158,9 +168,10 @@ GemmConfig choose_gemm_config(GemmEpilogue e, GemmInput in, int M, int N, int K,
       best_cost = cost;
     }
   }
-  FUTR_CHECK(best != nullptr, "FP8 GEMM: no compiled variant for {} with {} inputs", to_string(e),
-             to_string(in));
+  FUTR_CHECK(best != nullptr, "FP8 GEMM: no compiled variant for {} with {} inputs{}", to_string(e),
+             to_string(in), promoted ? " and promoted accumulation" : "");
   GemmConfig c;
+  c.fast_accum = fast_accum;
   c.bm = best->bm;
   c.bn = best->bn;
   c.stages = best->stages;

@@ -3,6 +3,13 @@
 //
 //   C[M, N] = A[M, K] x B[N, K]^T   (FP32 accumulation on WGMMA), then one epilogue:
 //
+// Accumulation (E4M3 inputs): by default the tensor cores' sum of each 128-wide
+// K stage is added into FP32 registers ("promoted": the FP8 WGMMA accumulator
+// keeps fewer bits than FP32, so the error of a long K sum grows with K);
+// GemmConfig::fast_accum keeps the whole K sum in the accumulator (cuBLASLt's
+// fast-accumulation mode; the variants without the promotion). BF16 inputs
+// accumulate in FP32 either way.
+//
 //   gemm_scaled_out      out = bf16(a_s * b_s[n] * C)                          plain GEMM
 //   gemm_residual_sumsq  out = bf16(residual + a_s b_s[n] C); sumsq[m] = sum_n out^2   O / down
 //   gemm_rms_scaled_out  out = bf16(a_s b_s[n] C / sqrt(sumsq[m]/hidden + eps))       folded RMSNorm
@@ -42,6 +49,7 @@ struct GemmConfig {
   int grid = 0;      // persistent CTAs; 0 = min(tiles, SM count)
   bool pingpong = false;  // consumer schedule: false = cooperative (both warpgroups on one tile),
                           // true = ping-pong (alternate tiles; epilogue overlaps MMAs; bn = 128)
+  bool fast_accum = false;  // E4M3: the whole K sum in the WGMMA accumulator (no FP32 promotion)
 };
 
 // One compiled kernel instance (a row of kGemmVariants, cuda/fp8_gemm_variants.h).
@@ -50,6 +58,7 @@ struct GemmVariant {
   GemmInput input;
   int bm, bn, stages;
   bool pingpong;
+  bool promoted = false;  // E4M3: each K stage's tensor-core sum added into FP32 registers
   friend constexpr bool operator==(const GemmVariant&, const GemmVariant&) = default;
 };
 
@@ -60,15 +69,17 @@ std::span<const GemmVariant> gemm_variants();
 // schedule); nullptr when that (epilogue, input) has none. What the error for
 // an uncompiled configuration names.
 const GemmVariant* nearest_gemm_variant(GemmEpilogue e, GemmInput in, const GemmConfig& c);
-std::string to_string(const GemmVariant& v);  // "128x256 stages 4" (+ " ping-pong")
+std::string to_string(const GemmVariant& v);  // "128x256 stages 4" (+ " ping-pong", " promoted")
 std::string to_string(GemmEpilogue e);
 std::string to_string(GemmInput i);
 std::string to_string(const GemmConfig& c);
 
-// The heuristic: among the compiled tiles of (epilogue, input), the one with
-// the best estimated wave efficiency on `sm_count` SMs; ties go to the larger
-// tile (fewer bytes per FLOP). Throws if no variant exists.
-GemmConfig choose_gemm_config(GemmEpilogue e, GemmInput in, int M, int N, int K, int sm_count);
+// The heuristic: among the compiled tiles of (epilogue, input) and the
+// accumulation mode (promoted unless fast_accum; BF16 inputs: every tile), the
+// one with the best estimated wave efficiency on `sm_count` SMs; ties go to the
+// larger tile (fewer bytes per FLOP). Throws if no variant exists.
+GemmConfig choose_gemm_config(GemmEpilogue e, GemmInput in, int M, int N, int K, int sm_count,
+                              bool fast_accum = false);
 
 struct GemmOperands {
   const void* a = nullptr;  // [M, K] E4M3 (or BF16) row-major

@@ -42,7 +42,8 @@ struct ListedTile {
   static constexpr GemmVariant v = kGemmVariants[I];
   using type = device::GemmTile<v.bm, v.bn, v.stages,
                                 std::conditional_t<v.input == GemmInput::kE4M3, device::E4M3In, device::BF16In>,
-                                v.pingpong ? device::Schedule::kPingPong : device::Schedule::kCooperative>;
+                                v.pingpong ? device::Schedule::kPingPong : device::Schedule::kCooperative,
+                                v.promoted>;
 };
 
 // Row I, when it is `v` and belongs to epilogue kEpi: launch it (true). Rows

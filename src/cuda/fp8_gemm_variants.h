@@ -27,9 +27,23 @@ using E = GemmEpilogue;
 using I = GemmInput;
 inline constexpr bool kCoop = false, kPingPong = true;
 
-// {epilogue, input, bm, bn, stages, pingpong}
+inline constexpr bool kPromoted = true;
+
+// {epilogue, input, bm, bn, stages, pingpong, promoted}
+// Promoted rows (the default for E4M3, GemmConfig::fast_accum = false): the
+// cooperative 128x128 tile only: its 64 x 128 slice per warpgroup holds the
+// stage's WGMMA sum and the FP32 sum in 2 x 64 registers per thread (a 128x256
+// or ping-pong tile would need 256, more than the 232 a consumer has). The
+// other E4M3 rows keep the whole sum in the WGMMA accumulator (fast accumulation).
 inline constexpr GemmVariant kGemmVariants[] = {
     // clang-format off
+    {E::kScaledOut,     I::kE4M3, 128, 128, 6, kCoop, kPromoted},
+    {E::kResidualSumSq, I::kE4M3, 128, 128, 6, kCoop, kPromoted},
+    {E::kRmsScaledOut,  I::kE4M3, 128, 128, 6, kCoop, kPromoted},
+    {E::kSwiGluFp8,     I::kE4M3, 128, 128, 6, kCoop, kPromoted},
+    {E::kQkvRopePacked, I::kE4M3, 128, 128, 6, kCoop, kPromoted},
+    {E::kQkvRopePadded, I::kE4M3, 128, 128, 6, kCoop, kPromoted},
+    // fast accumulation (GemmConfig::fast_accum) and the BF16 path:
     {E::kScaledOut,     I::kE4M3, 128, 256, 4, kCoop},      // the paper's configuration
     {E::kScaledOut,     I::kE4M3, 128, 128, 6, kCoop},      // small M x N: twice the CTAs
     {E::kScaledOut,     I::kE4M3, 128, 128, 6, kPingPong},  // epilogue overlapped with MMAs

@@ -24,7 +24,7 @@
 //   The mirror's V scale of token t multiplies p_t before the FP16 cast; the K
 //   scale multiplies the score. Mirror operands are FP16 (n - 8 exact); the
 //   BF16 cache uses BF16 operands (the query rounded to BF16, as the CPU's
-//   bf16 storage does), P in BF16.
+//   bf16 storage does), P in BF16 (kAttnSplitP: as two BF16 halves, hi + lo).
 //
 // Work split: grid (splits, kv_heads, batch); a sequence's iterations (two
 // 16-token steps for the mirror, one for BF16) are cut into `splits` equal
@@ -70,6 +70,14 @@ struct DecodeAttentionParams {
                                      // first launch, left zero by every launch
 };
 
+// P of the BF16 path as hi + lo (two BF16 MMAs per step, 16 significant bits
+// instead of 8). Why: P in BF16 alone moved the 32k-token perplexity by ~0.006
+// against the reference's FP32 softmax when the split count changed
+// (docs/ACCURACY.md), and the sum l is then the sum of the weights the MMAs
+// apply. Off until measured on the H200 (docs/PERF.md, "Decode attention":
+// the test, the benchmark's bf16 rows and the GPU perplexity decide).
+inline constexpr bool kAttnSplitP = false;
+
 namespace attn {
 
 __device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
@@ -79,6 +87,12 @@ __device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
 __device__ __forceinline__ uint32_t pack_bf162(float lo, float hi) {
   const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&h);
+}
+// The pair (a, b) as two BF16 pairs h + l equal to it to 16 significant bits:
+// h = bf16(x), l = bf16(x - h) (the subtraction is exact in FP32).
+__device__ __forceinline__ void split_bf162(float a, float b, uint32_t& h, uint32_t& l) {
+  h = pack_bf162(a, b);
+  l = pack_bf162(a - __uint_as_float(h << 16), b - __uint_as_float(h & 0xffff0000u));
 }
 // ex2.approx.ftz.f32: 2^x in one MUFU op; why: exp2f's subnormal handling adds
 // a compare and two multiplies per call, and results below 2^-126 weigh nothing.
@@ -433,14 +447,24 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sm90_decode_attention_kernel(
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
       // P^T as the B operand: rows (token g | g+8) x heads (2c, 2c+1), transposed.
-      uint32_t pb[2];
+      uint32_t pb[2], pl[2];  // pl: the BF16 path's low halves (kAttnSplitP)
       if constexpr (kInt4) {
         const float w0 = valid[u][0] ? cur[u].vs[0] : 0.f, w1 = valid[u][1] ? cur[u].vs[1] : 0.f;
         pb[0] = ptx::movmatrix_trans(attn::pack_half2(pr[u][0] * w0, pr[u][1] * w0));
         pb[1] = ptx::movmatrix_trans(attn::pack_half2(pr[u][2] * w1, pr[u][3] * w1));
       } else {
-        pb[0] = ptx::movmatrix_trans(attn::pack_bf162(pr[u][0], pr[u][1]));
-        pb[1] = ptx::movmatrix_trans(attn::pack_bf162(pr[u][2], pr[u][3]));
+        if constexpr (kAttnSplitP) {
+          uint32_t h[2], l[2];
+          attn::split_bf162(pr[u][0], pr[u][1], h[0], l[0]);
+          attn::split_bf162(pr[u][2], pr[u][3], h[1], l[1]);
+          pb[0] = ptx::movmatrix_trans(h[0]);
+          pb[1] = ptx::movmatrix_trans(h[1]);
+          pl[0] = ptx::movmatrix_trans(l[0]);
+          pl[1] = ptx::movmatrix_trans(l[1]);
+        } else {
+          pb[0] = ptx::movmatrix_trans(attn::pack_bf162(pr[u][0], pr[u][1]));
+          pb[1] = ptx::movmatrix_trans(attn::pack_bf162(pr[u][2], pr[u][3]));
+        }
         const int t0 = 16 * step_of(i, u);
         if (t0 + 16 > len) {  // last step: masked V rows may hold anything (NaN * 0 = NaN)
 #pragma unroll
@@ -475,6 +499,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sm90_decode_attention_kernel(
                                  attn::prmt(cur[u].v[2][mt], cur[u].v[3][mt], 0x5410u),
                                  attn::prmt(cur[u].v[2][mt], cur[u].v[3][mt], 0x7632u)};
           ptx::mma_m16n8k16_bf16(o[mt], a, pb);
+          if constexpr (kAttnSplitP) ptx::mma_m16n8k16_bf16(o[mt], a, pl);
         }
       }
     }

@@ -30,6 +30,14 @@
 // Consumers keep one WGMMA group in flight and release a stage when the next
 // group is issued and the previous one retired.
 //
+// Promoted accumulation (Cfg::kPromote; cooperative, BN = 128, E4M3): the FP8
+// tensor cores' accumulator keeps fewer bits than FP32, so a K sum of
+// thousands of products drifts (the error grows with K). Each stage's 4
+// WGMMAs (128 K) start a fresh sum in `part` (64 registers), which is added
+// into the FP32 sum acc once the group has retired; while one consumer
+// warpgroup adds, the other's group keeps the tensor cores busy (both work on
+// the same stage). 2 x 64 accumulator registers per thread.
+//
 // Limits: K % (16 / sizeof(input)) == 0 (TMA row strides are multiples of 16
 // bytes), N % 8 == 0; M, N, K tails are zero-filled by TMA and masked in the
 // epilogue. The launcher (src/cuda/fp8_gemm.cpp) checks these and the list of
@@ -41,6 +49,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "device/epilogue/epilogue.cuh"
 #include "device/ptx/fence.cuh"
@@ -64,8 +73,11 @@ enum class Schedule {
                  // overlaps the other's main loop; BN = 128 (2 x 64 accumulator registers)
 };
 
-// Compile-time tile configuration.
-template <int BM_, int BN_, int STAGES_, class In_, Schedule S_ = Schedule::kCooperative>
+// Compile-time tile configuration. Promote_: each stage's WGMMA sum (128 bytes
+// of K) goes into its own accumulator and is then added into FP32 registers
+// (below, "promoted accumulation"); otherwise the whole K sum stays in the
+// WGMMA accumulator (fast accumulation).
+template <int BM_, int BN_, int STAGES_, class In_, Schedule S_ = Schedule::kCooperative, bool Promote_ = false>
 struct GemmTile {
   static constexpr int BM = BM_;          // rows per tile
   static constexpr int BN = BN_;          // columns per tile (WGMMA N)
@@ -78,6 +90,7 @@ struct GemmTile {
   static constexpr int kWgmmaPerStage = 4;               // each WGMMA consumes 32 bytes of K
   static constexpr int kHalves = kPingPong ? 2 : 1;      // 64-row halves per consumer warpgroup
   static constexpr int kNReg = BN / 2;                   // accumulator registers per 64-row half
+  static constexpr bool kPromote = Promote_;
 };
 
 // Static persistent tile order. Tiles are visited in groups of group_m M-tiles;
@@ -135,6 +148,48 @@ __device__ __forceinline__ void mma_stage(float (&acc)[Cfg::kNReg], const uint8_
     } else {
       if constexpr (Cfg::BN == 256) ptx::wgmma_m64n256k16_f32_bf16(acc, da, db, accumulate);
       else ptx::wgmma_m64n128k16_f32_bf16(acc, da, db, accumulate);
+    }
+  }
+}
+
+// acc += part, register by register (the promotion of one stage's sum).
+template <int N>
+__device__ __forceinline__ void add_into(float (&acc)[N], const float (&part)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) acc[i] += part[i];
+}
+
+// The main loop of one tile with promoted accumulation (see the file comment):
+// acc (64-row slice starting at A row a_row0 of each stage) = the FP32 sum of
+// the k_iters stages' WGMMA sums. s / phase: the ring position of the tile's
+// first stage (advanced past its last). Releases every stage it read.
+template <class Cfg, class SmemA, class SmemB>
+__device__ __forceinline__ void mainloop_promoted(float (&acc)[Cfg::kNReg], SmemA smem_a, SmemB smem_b,
+                                                  uint64_t* full, uint64_t* empty, int k_iters, int a_row0,
+                                                  int& s, uint32_t& phase, int lane) {
+  static_assert(Cfg::kPromote && !Cfg::kPingPong && Cfg::BN == 128 && Cfg::In::kBytes == 1,
+                "promoted accumulation: cooperative E4M3 tiles of 128 x 128 (2 x 64 accumulator registers)");
+  float part[Cfg::kNReg];
+#pragma unroll
+  for (int i = 0; i < Cfg::kNReg; ++i) acc[i] = 0.0f;
+  for (int k = 0; k < k_iters; ++k) {
+    ptx::mbarrier_wait_parity(&full[s], phase);
+    ptx::fence_operands(part);
+    ptx::wgmma_fence();  // part was read by the previous stage's adds
+    mma_stage<Cfg>(part, smem_a(s) + a_row0 * Cfg::kKBytes, smem_b(s), /*k=*/0);  // a fresh sum
+    ptx::wgmma_commit_group();
+    // NOTE: wait for this group itself before the adds. A second part buffer,
+    // added under wait_group 1 while the next stage's group runs, made ptxas
+    // serialize every WGMMA of the kernel (warning C7514: accumulators read by
+    // other instructions while a group is in flight). The tensor cores stay
+    // busy with the other consumer warpgroup's group meanwhile.
+    ptx::wgmma_wait_group<0>();
+    ptx::fence_operands(part);
+    if (lane == 0) ptx::mbarrier_arrive(&empty[s]);
+    add_into(acc, part);
+    if (++s == Cfg::STAGES) {
+      s = 0;
+      phase ^= 1;
     }
   }
 }
@@ -312,6 +367,9 @@ __global__ void __launch_bounds__(kGemmThreads, 1)
         }
       }
       int prev_s = 0;
+      if constexpr (Cfg::kPromote) {
+        sm90_gemm::mainloop_promoted<Cfg>(acc[0], smem_a, smem_b, full, empty, k_iters, 64 * cw, s, phase, lane);
+      } else {
       for (int k = 0; k < k_iters; ++k) {
         ptx::mbarrier_wait_parity(&full[s], phase);
         if constexpr (Cfg::kPingPong) {
@@ -343,6 +401,7 @@ __global__ void __launch_bounds__(kGemmThreads, 1)
 #pragma unroll
       for (int h = 0; h < H; ++h) ptx::fence_operands(acc[h]);
       if (lane == 0) ptx::mbarrier_arrive(&empty[prev_s]);
+      }  // fast accumulation
 
       // ---------------------------------------------------------- epilogue
 #pragma unroll
