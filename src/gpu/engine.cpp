@@ -417,12 +417,12 @@ void GpuEngine::init(const std::string& weights_what, size_t weights_est) {
   table_ = runtime::SequenceTable(o.max_seqs, opt_.ctx);
   info_.name = "gpu";
   info_.describe = fmt::format(
-      "gpu ({}, {} SMs; {}, KV {}{} {:.1f} MiB, ctx {} x {} sequences; {}, {}; prompts run through the decode step one "
-      "position at a time)",
+      "gpu ({}, {} SMs; {}, KV {}{} {:.1f} MiB, ctx {} x {} sequences; {}, {}; prompts run through the decode kernels, "
+      "up to {} rows per micro-step)",
       dev.name, dev.sm_count, weights_what, to_string(o.kv), rot ? fmt::format(" (Hadamard block {})", rot) : "",
       double(m.kv_bytes) / (1 << 20), opt_.ctx, o.max_seqs,
       opt_.graphs ? "CUDA graphs per batch bucket" : "eager launches (graphs off)",
-      opt_.pdl ? "programmatic dependent launch" : "no PDL");
+      opt_.pdl ? "programmatic dependent launch" : "no PDL", kMaxMicroBatch);
   info_.vocab = c.vocab;
   info_.ctx = opt_.ctx;
   info_.max_seqs = o.max_seqs;
@@ -676,10 +676,29 @@ runtime::StepResult GpuEngine::step(std::span<const BatchRow> rows) {
   for (const runtime::SeqRun& run : plan.runs) live.push_back({&run, run.begin, table_.slot(run.seq)});
   std::vector<MicroRow> micro;
   std::vector<int> which;
+  std::vector<int> take;  // [live] rows of each run in this micro-step
   while (!live.empty()) {
     micro.clear(), which.clear();
-    for (size_t k = 0; k < live.size() && k < size_t(kMaxMicroBatch); ++k) {
-      const BatchRow& row = rows[size_t(live[k].next)];
+    // Rows per run: one from every run first (up to kMaxMicroBatch runs), then
+    // more of the runs that have more (prompt chunks), round by round, until
+    // the micro-step is full. A run's rows go in together and in order: row
+    // i of a run attends to the K/V its earlier rows append in the same
+    // micro-step (the append kernel completes before the attention reads).
+    take.assign(live.size(), 0);
+    {
+      int total = 0;
+      for (bool more = true; more && total < kMaxMicroBatch;) {
+        more = false;
+        for (size_t k = 0; k < live.size() && total < kMaxMicroBatch; ++k)
+          if (live[k].next + take[k] < live[k].run->end && (take[k] > 0 || k < size_t(kMaxMicroBatch))) {
+            ++take[k], ++total;
+            more = true;
+          }
+      }
+    }
+    for (size_t k = 0; k < live.size(); ++k)
+      for (int j = 0; j < take[k]; ++j) {
+      const BatchRow& row = rows[size_t(live[k].next + j)];
       MicroRow mr;
       mr.token = row.token;
       mr.slot = live[k].slot;
@@ -699,8 +718,8 @@ runtime::StepResult GpuEngine::step(std::span<const BatchRow> rows) {
         }
       }
       micro.push_back(mr);
-      which.push_back(live[k].next);
-    }
+      which.push_back(live[k].next + j);
+      }
     micro_step(micro);
     for (size_t k = 0; k < which.size(); ++k) {
       const int i = which[k];
@@ -738,12 +757,13 @@ runtime::StepResult GpuEngine::step(std::span<const BatchRow> rows) {
       }
     }
     // Advance the cursors of this micro-step's runs; drop the finished ones.
-    const size_t taken = which.size();
-    for (size_t k = 0; k < taken; ++k) ++live[k].next;
-    std::vector<Cursor> rest;
-    for (size_t k = 0; k < live.size(); ++k)
-      if (live[k].next < live[k].run->end) rest.push_back(live[k]);
     // Runs not in this micro-step keep their order, after the ones that were.
+    std::vector<Cursor> rest, waiting;
+    for (size_t k = 0; k < live.size(); ++k) {
+      live[k].next += take[k];
+      if (live[k].next < live[k].run->end) (take[k] > 0 ? rest : waiting).push_back(live[k]);
+    }
+    rest.insert(rest.end(), waiting.begin(), waiting.end());
     live.swap(rest);
   }
   return r;

@@ -3,8 +3,9 @@
 // KV cache, checked against the CPU quantized reference (cpu/engine.h) that
 // computes the same formats.
 //
-// Per micro-step of B <= 32 rows (one row per sequence, distinct sequences),
-// padded to a bucket b in {1, 2, 4, 8, 16, 32} (below), with the FP32 residual
+// Per micro-step of B <= 32 rows (of one or several sequences; a sequence's
+// rows consecutive positions, in order), padded to a bucket b in
+// {1, 2, 4, 8, 16, 32} (below), with the FP32 residual
 // x [b][H] and BF16 activations:
 //
 //   x = E[token]; a = bf16(RMSNorm(x) g_attn[0])                  sm90_rmsnorm (gather)
@@ -86,10 +87,13 @@
 // (device/layout/kv_cache.cuh), allocated up front; a cache that does not fit
 // in GPU memory is refused naming what would fit.
 //
-// A step: runtime::plan_batch() checks every row first; prompt rows run one
-// position per micro-step, batched across sequences (the prefill path is
-// issue 12): so a step of runs of lengths n_1..n_S costs max_i n_i micro-steps
-// of up to 32 rows.
+// A step: runtime::plan_batch() checks every row first; then micro-steps of
+// up to 32 rows: one row of every run (sequence) first, then more rows of the
+// runs that have more (prompt chunks), so a step of runs of lengths n_1..n_S
+// costs about max(ceil(sum_i n_i / 32), ...) micro-steps instead of max_i n_i.
+// A row attends to the K/V the earlier rows of its run append in the same
+// micro-step (the append kernel completes before the attention reads). The
+// FP8 prefill path (issue 12) is to replace this for long prompts.
 //
 // Tests: tests/gpu/engine_test.cpp (against the CPU quantized reference; graph
 // replay vs eager; GPU greedy / log-probabilities vs the host's).

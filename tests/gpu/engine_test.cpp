@@ -178,18 +178,21 @@ TEST_P(GpuEngineVsCpu, PromptLogitsMatchTheQuantizedReference) {
   const Tensor want = all_logits(*c, 0, prompt);
   expect_within_spread(all_logits(*g, 0, prompt), want, stepwise_logits(*c, 1, prompt), "prompt kv " + to_string(kv));
   EXPECT_EQ(g->length(0), 200);
-  // Truncate and re-run the tail: the logits of the first run again.
-  g->truncate(0, 150);
+  // Truncate and re-run the tail: the logits of the first run again. The
+  // prompt ran as micro-steps of 32 rows from position 0, so a tail from 128
+  // runs as the same micro-steps (128..159, 160..191, 192..199): the same
+  // kernels on the same inputs, bit for bit.
+  g->truncate(0, 128);
   std::vector<BatchRow> tail;
-  for (int i = 150; i < 200; ++i) tail.push_back({prompt[size_t(i)], 0, i, RowOutput::kLogits, -1});
+  for (int i = 128; i < 200; ++i) tail.push_back({prompt[size_t(i)], 0, i, RowOutput::kLogits, -1});
   const Tensor again = g->step(tail).logits;
   auto g2 = make_gpu(kv, 512, 1);
   g2->open(0);
   const Tensor first = all_logits(*g2, 0, prompt);
-  // One row per micro-step in both runs: the same kernels on the same inputs, bit for bit.
-  for (int i = 150; i < 200; ++i)
-    EXPECT_EQ(0, std::memcmp(again.row(i - 150), first.row(i), size_t(again.dim(1)) * sizeof(float)))
+  for (int i = 128; i < 200; ++i)
+    EXPECT_EQ(0, std::memcmp(again.row(i - 128), first.row(i), size_t(again.dim(1)) * sizeof(float)))
         << "row " << i << " after truncate differs";
+  EXPECT_EQ(g2->stats()["micro_steps"].get<int64_t>(), 7) << "200 prompt rows: 7 micro-steps of up to 32 rows";
 }
 
 TEST_P(GpuEngineVsCpu, SeveralSequencesInOneStep) {
@@ -240,17 +243,45 @@ TEST_P(GpuEngineVsCpu, PerplexityOfTheExcerpt) {
   EXPECT_LE(nearest, std::max(test::tol::kGpuEngineVsSpread * spread, 2e-3 * pc.stats.ppl()));
 }
 
-// Prompts of lengths 1..n for n sequences in one step: micro-steps of n, n-1,
-// ..., 1 rows, so every bucket runs (eagerly first, then replayed), each row
-// asking for `out`. Round r continues round r - 1 (sequence s holds r (s + 1) positions).
+// Prompts of lengths 1..n for n sequences, each row asking for `out`. Round r
+// continues round r - 1 (sequence s holds r (s + 1) positions). As one step
+// (staircase) the engine packs them into micro-steps of up to 32 rows; as
+// staircase_steps, n steps of n, n-1, ..., 1 rows (one row per sequence:
+// step t holds the sequences s >= t), so every bucket runs (eagerly first,
+// then replayed).
+BatchRow stair_row(int s, int i, RowOutput out, int round) {
+  const int p = round * (s + 1) + i;
+  return {shared().text[size_t(37 * s + p)], s, p, out, shared().text[size_t(37 * s + p + 1)]};
+}
 std::vector<BatchRow> staircase(int n, RowOutput out, int round = 0) {
   std::vector<BatchRow> rows;
   for (int s = 0; s < n; ++s)
-    for (int i = 0; i <= s; ++i) {
-      const int p = round * (s + 1) + i;
-      rows.push_back({shared().text[size_t(37 * s + p)], s, p, out, shared().text[size_t(37 * s + p + 1)]});
-    }
+    for (int i = 0; i <= s; ++i) rows.push_back(stair_row(s, i, out, round));
   return rows;
+}
+std::vector<std::vector<BatchRow>> staircase_steps(int n, RowOutput out, int round = 0) {
+  std::vector<std::vector<BatchRow>> steps(static_cast<size_t>(n));
+  for (int t = 0; t < n; ++t)
+    for (int s = t; s < n; ++s) steps[size_t(t)].push_back(stair_row(s, t, out, round));
+  return steps;
+}
+// The steps' results, concatenated (logits rows, log-probabilities, tokens).
+runtime::StepResult run_steps(runtime::Engine& e, const std::vector<std::vector<BatchRow>>& steps) {
+  runtime::StepResult all;
+  std::vector<float> logits;
+  int64_t rows = 0, vocab = 0;
+  for (const auto& st : steps) {
+    const runtime::StepResult r = e.step(st);
+    logits.insert(logits.end(), r.logits.data.begin(), r.logits.data.end());
+    if (!r.logits.data.empty()) rows += r.logits.dim(0), vocab = r.logits.dim(1);
+    all.logprobs.insert(all.logprobs.end(), r.logprobs.begin(), r.logprobs.end());
+    all.tokens.insert(all.tokens.end(), r.tokens.begin(), r.tokens.end());
+  }
+  if (rows > 0) {
+    all.logits = Tensor({rows, vocab});
+    std::memcpy(all.logits.ptr(), logits.data(), logits.size() * sizeof(float));
+  }
+  return all;
 }
 
 TEST_P(GpuEngineVsCpu, GraphReplayEqualsEagerLaunchesBitwise) {
@@ -262,8 +293,8 @@ TEST_P(GpuEngineVsCpu, GraphReplayEqualsEagerLaunchesBitwise) {
   for (int s = 0; s < n; ++s) graph->open(s), eager->open(s);
   for (int round = 0; round < 3; ++round) {  // round 0 warms every bucket up; 1 and 2 replay graphs
     const RowOutput out = round == 2 ? RowOutput::kLogprob : RowOutput::kLogits;
-    const std::vector<BatchRow> rows = staircase(n, out, round);
-    const runtime::StepResult g = graph->step(rows), e = eager->step(rows);
+    const auto steps = staircase_steps(n, out, round);
+    const runtime::StepResult g = run_steps(*graph, steps), e = run_steps(*eager, steps);
     // NOTE: data.size(), not numel(): a default Tensor (no kLogits rows) has
     // shape {} and numel() 1 but no data.
     ASSERT_EQ(g.logits.data.size(), e.logits.data.size());
@@ -292,8 +323,8 @@ TEST_P(GpuEngineVsCpu, PdlAndProfilingEqualPlainLaunchesBitwise) {
   for (int s = 0; s < n; ++s) pdl->open(s), plain->open(s);
   for (int round = 0; round < 4; ++round) {  // round 0 warms up; 1, 2 replay graphs; 3 profiles
     if (round == 3) ASSERT_TRUE(pdl->set_profiling(true));
-    const std::vector<BatchRow> rows = staircase(n, RowOutput::kLogits, round);
-    const runtime::StepResult a = pdl->step(rows), b = plain->step(rows);
+    const auto steps = staircase_steps(n, RowOutput::kLogits, round);
+    const runtime::StepResult a = run_steps(*pdl, steps), b = run_steps(*plain, steps);
     ASSERT_EQ(a.logits.data.size(), b.logits.data.size());
     EXPECT_EQ(0, std::memcmp(a.logits.data.data(), b.logits.data.data(), a.logits.data.size() * sizeof(float)))
         << "round " << round << ": PDL" << (round == 3 ? " (profiled)" : "") << " and plain launches differ";
