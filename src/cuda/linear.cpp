@@ -50,7 +50,8 @@ void QuantLinear::forward(const void* x, void* y, int m, cudaStream_t s) const {
   forward(x, y, m, config(m), s);
 }
 
-void QuantLinear::forward(const void* x, void* y, int m, const DecodeConfig& c, cudaStream_t s, bool x_swiglu) const {
+void QuantLinear::forward(const void* x, void* y, int m, const DecodeConfig& c, cudaStream_t s, bool x_swiglu,
+                          const DecodeNormInput* norm) const {
   FUTR_CHECK(m >= 1 && m <= max_m_, "QuantLinear::forward: M = {} outside 1..{}", m, max_m_);
   DecodeArgs a;
   a.w = w_.get();
@@ -66,6 +67,7 @@ void QuantLinear::forward(const void* x, void* y, int m, const DecodeConfig& c, 
   a.k = k_;
   a.group = group_;
   a.x_swiglu = x_swiglu;
+  a.norm = norm;
   decode_gemm(format_, a, c, s);
 }
 

@@ -34,7 +34,9 @@ class QuantLinear {
   // y = x W^T with the heuristic's configuration / an explicit one.
   void forward(const void* x, void* y, int m, cudaStream_t s) const;
   // x_swiglu: x is [1, 2K] gate|up and the input bf16(silu(gate) * up) (the gemv kernel only, M = 1).
-  void forward(const void* x, void* y, int m, const DecodeConfig& c, cudaStream_t s, bool x_swiglu = false) const;
+  // norm: the input is bf16(RMSNorm(norm->x + norm->add) gain) (the gemv only, M = 1; x unused).
+  void forward(const void* x, void* y, int m, const DecodeConfig& c, cudaStream_t s, bool x_swiglu = false,
+               const DecodeNormInput* norm = nullptr) const;
   // Grows the split-K workspace so that `c` can run with m rows (not during capture).
   void reserve(const DecodeConfig& c, int m);
   // Weight and scale bytes read by one forward (the bandwidth numerator).

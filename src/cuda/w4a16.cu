@@ -211,9 +211,22 @@ void check_shape(DecodeWeights f, const DecodeArgs& a) {
                "nearest supported: group 64", a.k, a.group);
   }
   auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
-  FUTR_CHECK(a.w && a.scales && a.x && a.y, "{} decode GEMM: null operand pointer", fmt_name);
-  FUTR_CHECK(aligned(a.w) && aligned(a.x) && aligned(a.y) && aligned(a.scales),
+  const void* x = a.norm ? a.norm->x : a.x;
+  FUTR_CHECK(a.w && a.scales && x && a.y, "{} decode GEMM: null operand pointer", fmt_name);
+  FUTR_CHECK(aligned(a.w) && aligned(x) && aligned(a.y) && aligned(a.scales),
              "{} decode GEMM: operands must be 16-byte aligned", fmt_name);
+  if (a.norm) {
+    const DecodeNormInput& n = *a.norm;
+    auto aligned8 = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 7) == 0; };
+    FUTR_CHECK(n.add && n.gain && n.x_out && n.x_out != n.x && aligned(n.x_out) && aligned8(n.add) &&
+                   aligned8(n.gain) && std::isfinite(n.eps) && n.eps >= 0,
+               "W4A16 decode GEMM (RMSNorm input): x, add, gain and x_out (another buffer than x) must be "
+               "non-null and aligned (x, x_out 16 bytes, add, gain 8), eps finite >= 0");
+    FUTR_CHECK(a.m == 1 && a.k <= kDecodeNormMaxK && f == DecodeWeights::kInt4,
+               "W4A16 decode GEMM (RMSNorm input): fused into the INT4 gemv only (M = 1, K <= {}); got M = {}, "
+               "K = {}",
+               kDecodeNormMaxK, a.m, a.k);
+  }
 }
 
 }  // namespace
@@ -381,6 +394,9 @@ void decode_gemm(DecodeWeights f, const DecodeArgs& a, const DecodeConfig& c, cu
   FUTR_CHECK(!a.x_swiglu || c.kernel == DecodeKernel::kGemv || c.kernel == DecodeKernel::kStreamK,
              "decode GEMM ({}): the SwiGLU input is fused into the gemv (M = 1) and sk (M <= 8) kernels only",
              describe(c));
+  FUTR_CHECK(!a.norm || (c.kernel == DecodeKernel::kGemv && !a.x_swiglu),
+             "decode GEMM ({}): the RMSNorm input is fused into the gemv kernel only (and not with the SwiGLU input)",
+             describe(c));
   if (c.kernel == DecodeKernel::kGemv)
     FUTR_CHECK(a.m == 1, "decode GEMM: the gemv kernel takes M = 1, got M = {}; use kernel=stream", a.m);
   else if (c.kernel == DecodeKernel::kStreamK)
@@ -414,7 +430,13 @@ void decode_gemm(DecodeWeights f, const DecodeArgs& a, const DecodeConfig& c, cu
                          sp.splits,
                          stream ? c.run : 0,
                          stream ? c.probe : 0,
-                         a.x_swiglu ? 1 : 0};
+                         a.x_swiglu ? 1 : 0,
+                         a.norm ? 1 : 0,
+                         a.norm ? a.norm->x : nullptr,
+                         a.norm ? a.norm->add : nullptr,
+                         a.norm ? a.norm->gain : nullptr,
+                         a.norm ? a.norm->x_out : nullptr,
+                         a.norm ? a.norm->eps : 0.f};
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = stream ? dim3(unsigned(grid_x)) : dim3(unsigned(grid_x), unsigned(sp.splits));
   cfg.blockDim = dim3(unsigned(v.threads));

@@ -75,6 +75,18 @@ DecodeConfig apply_overrides(DecodeConfig base, const std::string& spec);
 std::vector<std::string> decode_variants();
 
 // Device operands of one launch.
+// gemv only (M = 1): the input is bf16(RMSNorm(v) g), v = x + bf16(add) (the
+// residual step of cuda::rmsnorm's add mode, fused into the GEMM that reads
+// its output); v is stored to x_out, a buffer other than x. K <= 8192.
+inline constexpr int kDecodeNormMaxK = 8192;  // the widest row the fused RMSNorm input takes (70B's hidden size)
+struct DecodeNormInput {
+  const float* x = nullptr;         // [1, K] FP32 residual
+  const uint16_t* add = nullptr;    // [1, K] BF16
+  const uint16_t* gain = nullptr;   // [K] BF16
+  float* x_out = nullptr;           // [1, K] FP32: x + add
+  float eps = 1e-5f;
+};
+
 struct DecodeArgs {
   const void* w = nullptr;        // packed weights (fragment order)
   const void* scales = nullptr;   // INT4: FP16 [N/8][K/G][8] fragment order; E4M3: FP32 [N]
@@ -87,6 +99,7 @@ struct DecodeArgs {
   int m = 0, n = 0, k = 0;
   int group = 128;                // INT4 group size (64 or 128); ignored for E4M3
   bool x_swiglu = false;          // gemv only: x is [1, 2K] gate|up, the input bf16(silu(gate) * up)
+  const DecodeNormInput* norm = nullptr;  // gemv only: the RMSNorm fused in (x unused then)
 };
 
 // Workspace the configuration needs for M rows (0 unless it splits K).

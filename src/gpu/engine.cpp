@@ -190,6 +190,7 @@ struct GpuEngine::Impl {
   std::vector<Layer> layers;
   // Activations of one micro-step (kMaxMicroBatch rows).
   cuda::DeviceBuffer<float> x;        // [B][H] FP32 residual
+  cuda::DeviceBuffer<float> x2;       // [1][H] the residual's other buffer (fuse_norm, one-row micro-steps)
   cuda::DeviceBuffer<uint16_t> a;     // [B][H] BF16 GEMM input
   cuda::DeviceBuffer<uint16_t> qkv;   // [B][q + 2 kv]
   cuda::DeviceBuffer<uint16_t> attn;  // [B][q]
@@ -318,6 +319,7 @@ void GpuEngine::init(const std::string& weights_what, size_t weights_est) {
   if (disabled_by_env("FUTR_GPU_GRAPHS")) opt_.graphs = false;
   if (disabled_by_env("FUTR_GPU_SAMPLING")) opt_.gpu_sampling = false;
   if (disabled_by_env("FUTR_GPU_PDL")) opt_.pdl = false;
+  if (const char* e = std::getenv("FUTR_GPU_FUSE_NORM"); e && std::string(e) == "1") opt_.fuse_norm = true;
   const bool int4 = o.kv != KvFormat::kBf16;
   const int rot = o.kv == KvFormat::kInt4Rot ? o.kv_block : 0;
   // Refuse what the kernels do not compile before allocating anything. The
@@ -382,6 +384,7 @@ void GpuEngine::init(const std::string& weights_what, size_t weights_est) {
 
   // ---- activations and workspaces --------------------------------------------------
   m.x = cuda::DeviceBuffer<float>(size_t(B) * H);
+  m.x2 = cuda::DeviceBuffer<float>(size_t(H));
   m.a = cuda::DeviceBuffer<uint16_t>(size_t(B) * H);
   m.qkv = cuda::DeviceBuffer<uint16_t>(size_t(B) * (q_dim + 2 * kv_dim));
   m.attn = cuda::DeviceBuffer<uint16_t>(size_t(B) * q_dim);
@@ -473,6 +476,20 @@ void GpuEngine::enqueue(int bucket, cudaStream_t st) {
   // projection's input staging (same bits as the separate kernel; one launch less).
   const cuda::DecodeKernel down_kernel = m.layers[0].down->config(B).kernel;
   const bool swiglu_in_down = down_kernel == cuda::DecodeKernel::kGemv || down_kernel == cuda::DecodeKernel::kStreamK;
+  // One-row micro-steps with fuse_norm: the residual + RMSNorm in the QKV and
+  // gate/up gemv (engine.h); x alternates between m.x and m.x2 (xr: current).
+  const bool fuse = opt_.fuse_norm && B == 1 && H <= cuda::kDecodeNormMaxK &&
+                    m.layers[0].qkv->config(1).kernel == cuda::DecodeKernel::kGemv &&
+                    m.layers[0].gate_up->config(1).kernel == cuda::DecodeKernel::kGemv;
+  float* xr = m.x.get();
+  float* xo = m.x2.get();
+  auto gemm_norm = [&](const cuda::W4Linear& w, const uint16_t* gain, void* y) {
+    cuda::DecodeConfig cfg = w.config(B);
+    cfg.pdl = pdl;
+    const cuda::DecodeNormInput n{xr, m.y.get(), gain, xo, c.rms_eps};
+    w.forward(nullptr, y, B, cfg, st, false, &n);
+    std::swap(xr, xo);
+  };
   if (prof) prof->begin(st);
 
   cuda::RmsNormArgs norm;
@@ -496,7 +513,8 @@ void GpuEngine::enqueue(int bucket, cudaStream_t st) {
   for (int l = 0; l < c.n_layers; ++l) {
     Impl::Layer& L = m.layers[size_t(l)];
     const cuda::KvLayerPtrs cache = L.ptrs(m.num_slots);
-    gemm(*L.qkv, m.a.get(), m.qkv.get());
+    if (fuse && l > 0) gemm_norm(*L.qkv, L.attn_norm.get(), m.qkv.get());  // x += down; RMSNorm g_attn
+    else gemm(*L.qkv, m.a.get(), m.qkv.get());
     mark(kQkv);
     // RoPE of q and k fused into the append (bit-identical to cuda::rope + kv_append).
     cuda::KvAppendArgs ap;
@@ -525,10 +543,14 @@ void GpuEngine::enqueue(int bucket, cudaStream_t st) {
     mark(kAttention);
     gemm(*L.o, m.attn.get(), m.y.get());
     mark(kOProj);
-    norm.gain = L.ffn_norm.get();
-    cuda::rmsnorm(norm, st, pdl);  // x += o; a = RMSNorm(x) g_ffn
-    mark(kNormAttn);
-    gemm(*L.gate_up, m.a.get(), m.gu.get());
+    if (fuse) {
+      gemm_norm(*L.gate_up, L.ffn_norm.get(), m.gu.get());  // x += o; RMSNorm g_ffn
+    } else {
+      norm.gain = L.ffn_norm.get();
+      cuda::rmsnorm(norm, st, pdl);  // x += o; a = RMSNorm(x) g_ffn
+      mark(kNormAttn);
+      gemm(*L.gate_up, m.a.get(), m.gu.get());
+    }
     mark(kGateUp);
     if (swiglu_in_down) {
       gemm(*L.down, m.gu.get(), m.y.get(), true);
@@ -538,9 +560,12 @@ void GpuEngine::enqueue(int bucket, cudaStream_t st) {
       gemm(*L.down, m.sw.get(), m.y.get());
     }
     mark(kDown);
-    norm.gain = l + 1 < c.n_layers ? m.layers[size_t(l + 1)].attn_norm.get() : m.out_norm.get();
-    cuda::rmsnorm(norm, st, pdl);  // x += down; a = RMSNorm(x) g_next
-    mark(kNormFfn);
+    if (!fuse || l + 1 == c.n_layers) {
+      norm.x = xr;
+      norm.gain = l + 1 < c.n_layers ? m.layers[size_t(l + 1)].attn_norm.get() : m.out_norm.get();
+      cuda::rmsnorm(norm, st, pdl);  // x += down; a = RMSNorm(x) g_next
+      mark(kNormFfn);
+    }
   }
   const uint16_t* lm = m.lm_head.size() ? m.lm_head.get() : m.embd.get();
   m.lt.matmul(cuda::LtInput::kBF16, m.a.get(), lm, m.logits.get(), B, c.vocab, H, nullptr, nullptr, st,

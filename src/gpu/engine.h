@@ -16,7 +16,10 @@
 //     x  += o Wo^T; a = bf16(RMSNorm(x) g_ffn)                   INT4 GEMM, sm90_rmsnorm (add)
 //     gu  = a Wgu^T; s = bf16(silu(g) u)                          INT4 GEMM, sm90_swiglu
 //     x  += s Wdown^T; a = bf16(RMSNorm(x) g_next)               INT4 GEMM, sm90_rmsnorm (add)
-//       (b = 1: the down GEMM's gemv stages s = bf16(silu(g) u) itself: no sm90_swiglu launch)
+//       (b = 1: the down GEMM's gemv stages s = bf16(silu(g) u) itself: no sm90_swiglu launch;
+//        with fuse_norm also the QKV and gate/up gemv compute a = bf16(RMSNorm(x + y) g)
+//        from the residual themselves, x alternating between two buffers: no sm90_rmsnorm
+//        launch but the first and the last)
 //   logits = a Wlm^T                                  cuBLASLt BF16 x BF16 -> FP32
 //   per row: argmax, log-sum-exp, log p(target)       sm90_logits_reduce
 //   per sampled row: the drawn token                   sm90_sample_topk
@@ -122,6 +125,10 @@ struct GpuEngineOptions {
   bool graphs = true;             // replay one CUDA graph per bucket (FUTR_GPU_GRAPHS=0 forces false)
   bool pdl = true;                // programmatic dependent launch between the step's kernels (FUTR_GPU_PDL=0: false)
   bool gpu_sampling = true;       // temperature / top-k / min-p / top-p draws on the GPU (FUTR_GPU_SAMPLING=0: host)
+  // Micro-steps of one row: the residual add + RMSNorm fused into the QKV and
+  // gate/up gemv (cuda::DecodeNormInput; 6 launches per layer instead of 8).
+  // Off until measured on the H200 (FUTR_GPU_FUSE_NORM=1 turns it on).
+  bool fuse_norm = false;
 };
 
 class GpuEngine final : public runtime::Engine {

@@ -364,6 +364,54 @@ TEST(W4A16, GemvWithSwigluInputEqualsSwigluThenGemv) {
   }
 }
 
+// The residual add + RMSNorm fused into the gemv's input (the decode step's
+// QKV and gate/up projections at M = 1) against the separate kernel then the
+// gemv: the stored residual x + add bit for bit; y equal but where the two
+// reductions' orders of the sum of squares move an input across a BF16
+// rounding (both are the reference's rule), for several split counts (every
+// CTA must compute the same factor) and the shapes' hidden sizes.
+TEST(W4A16, GemvWithNormInputMatchesRmsnormThenGemv) {
+  FUTR_REQUIRE_GPU();
+  std::mt19937 rng{12345u + uint32_t(std::random_device{}())};
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (auto [n, k, g] : {std::tuple{1728, 576, 64}, {6144, 4096, 128}, {2048, 8192, 128}}) {
+    Layer L = make_layer(true, n, k, g, 1);
+    std::vector<float> x(static_cast<size_t>(k));
+    for (float& v : x) v = 3.f * nd(rng);
+    const auto add = random_x(1, k), gain = random_x(1, k);
+    cuda::DeviceBuffer<float> dx(x), x_sep(x), x_out(static_cast<size_t>(k));
+    cuda::DeviceBuffer<uint16_t> dadd(add), dgain(gain), a(static_cast<size_t>(k)), want(static_cast<size_t>(n)),
+        got(static_cast<size_t>(n));
+    cuda::RmsNormArgs rn;
+    rn.x = x_sep.get(), rn.add = dadd.get(), rn.ld_add = k, rn.gain = dgain.get(), rn.out = a.get();
+    rn.rows = 1, rn.H = k, rn.eps = 1e-5f;
+    cuda::rmsnorm(rn, nullptr);
+    const cuda::DecodeNormInput ni{dx.get(), dadd.get(), dgain.get(), x_out.get(), 1e-5f};
+    for (int sp : {1, 2, 5}) {
+      DecodeConfig c = L.lin->config(1);
+      ASSERT_EQ(c.kernel, cuda::DecodeKernel::kGemv);
+      c.splits = sp;
+      L.lin->reserve(c, 1);
+      L.lin->forward(a.get(), want.get(), 1, c, nullptr);
+      x_out.fill_bytes(0xff);
+      L.lin->forward(nullptr, got.get(), 1, c, nullptr, false, &ni);
+      FUTR_CUDA_CHECK(cudaDeviceSynchronize());
+      const std::string what = "N " + std::to_string(n) + " K " + std::to_string(k) + " splits " + std::to_string(sp);
+      EXPECT_EQ(x_out.download(), x_sep.download()) << what << ": the stored residual";
+      EXPECT_EQ(dx.download(), x) << what << ": the input residual must not change";
+      const auto gy = got.download(), wy = want.download();
+      std::vector<float> gf, wf;
+      for (size_t i = 0; i < gy.size(); ++i) gf.push_back(bf16_to_float(gy[i])), wf.push_back(bf16_to_float(wy[i]));
+      const auto st = test::compare(gf, wf);
+      EXPECT_EQ(st.non_finite, 0u) << what;
+      EXPECT_LE(st.rel_l2, test::tol::kW4A16) << what;
+    }
+    DecodeConfig skinny = L.lin->config(2);
+    skinny.kernel = cuda::DecodeKernel::kSkinny;
+    EXPECT_FUTR_ERROR(L.lin->forward(nullptr, got.get(), 2, skinny, nullptr, false, &ni), "RMSNorm input");
+  }
+}
+
 // The same for the stream-K kernel (sk, M <= 8): SwiGLU staged with x, bit for
 // bit equal to the separate kernel then sk, for several grids and batch sizes.
 TEST(W4A16, StreamKWithSwigluInputEqualsSwigluThenStreamK) {

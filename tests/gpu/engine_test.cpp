@@ -85,10 +85,12 @@ Shared& shared() {
   return *s;
 }
 
-std::unique_ptr<runtime::Engine> make_gpu(KvFormat kv, int ctx, int seqs, bool graphs = true, bool pdl = true) {
+std::unique_ptr<runtime::Engine> make_gpu(KvFormat kv, int ctx, int seqs, bool graphs = true, bool pdl = true,
+                                          bool fuse_norm = false) {
   gpu::GpuEngineOptions o;
   o.graphs = graphs;
   o.pdl = pdl;
+  o.fuse_norm = fuse_norm;
   o.kv = kv;
   o.kv_block = 64;
   o.ctx = ctx;
@@ -193,6 +195,28 @@ TEST_P(GpuEngineVsCpu, PromptLogitsMatchTheQuantizedReference) {
     EXPECT_EQ(0, std::memcmp(again.row(i - 128), first.row(i), size_t(again.dim(1)) * sizeof(float)))
         << "row " << i << " after truncate differs";
   EXPECT_EQ(g2->stats()["micro_steps"].get<int64_t>(), 7) << "200 prompt rows: 7 micro-steps of up to 32 rows";
+}
+
+// The residual + RMSNorm fused into the one-row gemv (GpuEngineOptions::fuse_norm):
+// decode one position per step against the reference within its spread, and
+// against the unfused engine as close as two reduction orders allow; graph
+// replay equal to eager launches bit for bit.
+TEST_P(GpuEngineVsCpu, FusedNormDecodeMatchesTheReference) {
+  FUTR_REQUIRE_GPU();
+  const KvFormat kv = GetParam();
+  auto fused = make_gpu(kv, 256, 2, true, true, true);
+  auto fused_eager = make_gpu(kv, 256, 2, false, true, true);
+  auto plain = make_gpu(kv, 256, 2);
+  auto c = make_cpu(kv, 256, 2);
+  const std::span<const int32_t> toks(shared().text.data() + 300, 96);
+  fused->open(0), fused_eager->open(0), plain->open(0), c->open(0), c->open(1);
+  const Tensor f = stepwise_logits(*fused, 0, toks), fe = stepwise_logits(*fused_eager, 0, toks);
+  EXPECT_EQ(0, std::memcmp(f.ptr(), fe.ptr(), size_t(f.numel()) * sizeof(float))) << "fused: graph vs eager";
+  expect_within_spread(f, all_logits(*c, 0, toks), stepwise_logits(*c, 1, toks), "fused norm kv " + to_string(kv));
+  const Deviation d = deviation(f, stepwise_logits(*plain, 0, toks));
+  std::printf("fused vs unfused kv %s: mean rel %.3e max %.3e argmax %.3f\n", to_string(kv).c_str(), d.mean_rel,
+              d.max_rel, d.argmax_agree);
+  EXPECT_GE(d.argmax_agree, 0.9);
 }
 
 TEST_P(GpuEngineVsCpu, SeveralSequencesInOneStep) {
@@ -322,7 +346,9 @@ TEST_P(GpuEngineVsCpu, PdlAndProfilingEqualPlainLaunchesBitwise) {
   auto plain = make_gpu(kv, 128, n, false, false);
   for (int s = 0; s < n; ++s) pdl->open(s), plain->open(s);
   for (int round = 0; round < 4; ++round) {  // round 0 warms up; 1, 2 replay graphs; 3 profiles
-    if (round == 3) ASSERT_TRUE(pdl->set_profiling(true));
+    if (round == 3) {
+      ASSERT_TRUE(pdl->set_profiling(true));
+    }
     const auto steps = staircase_steps(n, RowOutput::kLogits, round);
     const runtime::StepResult a = run_steps(*pdl, steps), b = run_steps(*plain, steps);
     ASSERT_EQ(a.logits.data.size(), b.logits.data.size());

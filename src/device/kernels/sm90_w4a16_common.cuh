@@ -42,7 +42,17 @@ struct DecodeParams {
   int probe;               // stream kernel, measurement only (0 = off): bit 1 no scale copies,
                            // bit 2 no activation copies, bit 4 consumers only wait and release
   int x_swiglu;            // gemv only: x is [1, 2K] gate|up and the input is bf16(silu(gate) * up)
+  // gemv only, the RMSNorm fused in (x_norm = 1): the input is
+  // bf16(RMSNorm(v) g) with v = nx + bf16 nadd, the row [1, K] (x unused);
+  // CTA (0, 0) stores v to nx_out (another buffer: every CTA reads nx).
+  int x_norm;
+  const float* nx;         // [1, K] FP32 residual before the add
+  const uint16_t* nadd;    // [1, K] BF16 (the previous GEMM's y)
+  const uint16_t* ngain;   // [K] BF16 RMSNorm gain
+  float* nx_out;           // [1, K] FP32: v
+  float neps;              // RMSNorm epsilon
 };
+
 
 // ---- weight formats (the dequantizing policies) -----------------------------
 // The loop unit of both kernels is a k64 chunk of a 16-channel tile: kWords

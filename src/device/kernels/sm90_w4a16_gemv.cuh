@@ -26,6 +26,14 @@
 // bf16(silu(gate) * up), rounded as sm90_swiglu rounds it (one launch less,
 // the same bits).
 //
+// RMSNorm fused in (p.x_norm, the QKV and gate/up projections of the decode
+// step at M = 1): the input is bf16(RMSNorm(v) g) with v = nx + bf16(nadd) (the
+// residual add of sm90_rmsnorm, the same bits). Every CTA reads the whole row
+// (K <= cuda::kDecodeNormMaxK, checked by the launcher) and reduces its sum of squares in the same order, so all
+// CTAs use the same factor; CTA (0, 0) stores v to nx_out. Two launches less
+// per layer (the residual + RMSNorm kernels); the factor's summation order is
+// this kernel's, not sm90_rmsnorm's (equal to rounding).
+//
 // Limits: N % 16 == 0, K % 64 == 0, K % 128 == 0 if G == 128; 16-byte aligned
 // pointers (checked by the launcher, src/cuda/w4a16.cu).
 // Test: tests/device/w4a16_test.cpp. Benchmark: bench/w4a16_bench.cpp.
@@ -36,6 +44,61 @@
 #include "device/ptx/pdl.cuh"
 
 namespace futr::device {
+
+// The fused RMSNorm input of the gemv (p.x_norm): stages bf16(v r g) for the
+// split's slice [c0 * 64, c0 * 64 + n_in) into xs (BF16), v = nx + bf16(nadd).
+// All 256 threads call it; it ends with a barrier. Two passes over the row
+// (the sum of squares, then the slice recomputed: the same bits), so the row
+// never sits in registers (the gemv has 64 per thread).
+__device__ __forceinline__ void gemv_stage_norm(const DecodeParams& p, uint16_t* xs, int c0, int n_in) {
+  const float4* __restrict__ x4 = reinterpret_cast<const float4*>(p.nx);
+  const uint2* __restrict__ a4 = reinterpret_cast<const uint2*>(p.nadd);
+  float4* __restrict__ out4 = blockIdx.x == 0 && blockIdx.y == 0 ? reinterpret_cast<float4*>(p.nx_out) : nullptr;
+  const int n4 = p.k / 4;
+  auto bf = [](uint32_t h) { return __uint_as_float(h << 16); };
+  auto value = [&](int j) {  // v[4j .. 4j + 3]
+    const float4 xv = x4[j];
+    const uint2 av = a4[j];
+    return make_float4(__fadd_rn(xv.x, bf(av.x & 0xffffu)), __fadd_rn(xv.y, bf(av.x >> 16)),
+                       __fadd_rn(xv.z, bf(av.y & 0xffffu)), __fadd_rn(xv.w, bf(av.y >> 16)));
+  };
+  float ss = 0.f;
+#pragma unroll 4
+  for (int j = threadIdx.x; j < n4; j += 256) {
+    const float4 v = value(j);
+    ss = fmaf(v.x, v.x, ss);
+    ss = fmaf(v.y, v.y, ss);
+    ss = fmaf(v.z, v.z, ss);
+    ss = fmaf(v.w, v.w, ss);
+    if (out4) out4[j] = v;
+  }
+  // Block sum of squares in a fixed order: the same factor in every CTA.
+  __shared__ float part[8];
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+  if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = ss;
+  __syncthreads();
+  float tot = 0.f;
+#pragma unroll
+  for (int w = 0; w < 8; ++w) tot += part[w];
+  const float r = rsqrtf(tot / float(p.k) + p.neps);
+  // The slice, rounded as sm90_rmsnorm rounds it.
+  const int j0 = c0 * layout::kChunkK / 4;
+  for (int j = j0 + int(threadIdx.x); j < j0 + n_in / 4; j += 256) {
+    const float4 v = value(j);
+    const uint2 g4 = reinterpret_cast<const uint2*>(p.ngain)[j];
+    const float vv[4] = {v.x, v.y, v.z, v.w}, g[4] = {bf(g4.x & 0xffffu), bf(g4.x >> 16), bf(g4.y & 0xffffu),
+                                                        bf(g4.y >> 16)};
+    uint32_t o[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const __nv_bfloat16 h = __float2bfloat16_rn(vv[e] * r * g[e]);
+      o[e] = *reinterpret_cast<const uint16_t*>(&h);
+    }
+    *reinterpret_cast<uint2*>(xs + 4 * (j - j0)) = make_uint2(o[0] | (o[1] << 16), o[2] | (o[3] << 16));
+  }
+  __syncthreads();
+}
 
 template <int G, int TM, int U>
 __global__ void __launch_bounds__(256, TM == 1 ? 4 : 2) sm90_w4a16_gemv_kernel(const DecodeParams p) {
@@ -101,7 +164,9 @@ __global__ void __launch_bounds__(256, TM == 1 ? 4 : 2) sm90_w4a16_gemv_kernel(c
   // PDL: the loads above already stream weights; x (and y, ws) belong to the
   // previous kernel until griddepcontrol.wait.
   ptx::griddep_wait();
-  if (p.x_swiglu) {  // the SwiGLU fused in: x = bf16(silu(gate) * up), the rounding of sm90_swiglu
+  if (p.x_norm) {
+    gemv_stage_norm(p, reinterpret_cast<uint16_t*>(gemv_xs), c0, nj * layout::kChunkK);
+  } else if (p.x_swiglu) {  // the SwiGLU fused in: x = bf16(silu(gate) * up), the rounding of sm90_swiglu
     const uint4* const gg = reinterpret_cast<const uint4*>(p.x + size_t(c0) * layout::kChunkK);
     const uint4* const ug = reinterpret_cast<const uint4*>(p.x + size_t(p.k) + size_t(c0) * layout::kChunkK);
     for (int i = threadIdx.x; i < nj * (layout::kChunkK / 8); i += blockDim.x) {
