@@ -25,10 +25,12 @@ M=models/SmolLM2-135M-Instruct.Q4_1.gguf
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee -a "$SUM"
 STEP_GREP='PASSED|FAILED|ERROR SUMMARY|RACECHECK SUMMARY|largest|"ppl"'
 . "$(dirname "$0")/common.sh"
-W4='W4A16.GemvWithSwigluInputEqualsSwigluThenGemv:W4A16.AllShapesHeuristic:W4A16.PdlChainInGraphEqualsEager:W4A16Small.*'
+W4='W4A16.GemvWithSwigluInputEqualsSwigluThenGemv:W4A16.GemvWithNormInputMatchesRmsnormThenGemv:W4A16.AllShapesHeuristic:W4A16.PdlChainInGraphEqualsEager:W4A16Small.*'
 step w4a16_test 200 "$R/w4a16_test" --gtest_filter="$W4"
 step w4a16_memcheck 200 compute-sanitizer --tool memcheck --error-exitcode 3 "$R/w4a16_test" \
-  --gtest_filter='W4A16Small.*:W4A16.GemvWithSwigluInputEqualsSwigluThenGemv'
+  --gtest_filter='W4A16Small.*:W4A16.GemvWithSwigluInputEqualsSwigluThenGemv:W4A16.GemvWithNormInputMatchesRmsnormThenGemv'
+step w4a16_racecheck 200 compute-sanitizer --tool racecheck --error-exitcode 3 "$R/w4a16_test" \
+  --gtest_filter='W4A16.GemvWithNormInputMatchesRmsnormThenGemv'
 step decode_attention_test 120 "$R/decode_attention_test"
 step decode_ops_test 60 "$R/decode_ops_test"
 for tool in memcheck racecheck synccheck; do
@@ -43,6 +45,16 @@ for s in smollm2-135m llama-3.1-8b; do
 done
 timeout 120 "$R/futr" bench --model "$M" --backend gpu -p 0 -n 0 -b 1,16 --ctx-list 1024 -r 3 --steps 32 \
   --json "$OUT/bench_smollm2.json" > "$OUT/bench_smollm2.md" 2>&1
+# The residual + RMSNorm fused into the one-row gemv (GpuEngineOptions::fuse_norm), batch 1:
+for s in smollm2-135m llama-3.1-8b; do
+  FUTR_GPU_FUSE_NORM=1 timeout 120 "$R/futr" bench --synthetic "$s" --backend gpu -p 0 -n 0 -b 1 --ctx-list 1024 \
+    -r 3 --steps 32 --json "$OUT/bench_fused_$s.json" > "$OUT/bench_fused_$s.md" 2>&1
+  echo "bench_fused_$s rc=$?" >> "$SUM"
+done
+# Prompts through the decode kernels in chunks of 32 rows (time to first token):
+timeout 120 "$R/futr" bench --model "$M" --backend gpu -p 512 -n 16 -b 1 --ctx-list 0 -r 3 \
+  --json "$OUT/bench_prompt_smollm2.json" > "$OUT/bench_prompt_smollm2.md" 2>&1
+echo "bench_prompt_smollm2 rc=$?" >> "$SUM"
 step w4a16_sweep 200 "$R/w4a16_bench" --models SmolLM2-135M --m 1,16 --sweep SmolLM2-135M --json "$OUT/w4a16_sweep.json"
 step ppl_gpu_bf16 200 "$R/futr" perplexity --model "$M" .devcarry/wiki.test.raw --backend gpu --weights int4 --kv bf16 \
   --ctx 1024 --max-tokens 32768 --json -q
@@ -50,7 +62,8 @@ echo "----- failures"
 grep -E "FAILED|Failure|error:|Error" "$LOG" | head -20
 echo "----- summary"
 cat "$SUM"
-grep -h -E "^\| (synthetic|Smol)|sum of" "$OUT"/breakdown_*.md "$OUT/bench_smollm2.md"
+grep -h -E "^\| (synthetic|Smol)|sum of" "$OUT"/breakdown_*.md "$OUT/bench_smollm2.md" "$OUT"/bench_fused_*.md \
+  "$OUT/bench_prompt_smollm2.md"
 grep -A14 "Sweep" "$LOG" | head -24
 # The server's load row (issue 13): futr serve --backend gpu, 32 at a time.
 OUT=$OUT/serve timeout 150 scripts/device/serve.sh > "$OUT/serve.txt" 2>&1
