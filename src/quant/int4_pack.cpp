@@ -1,5 +1,7 @@
 #include "quant/int4_pack.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "core/numeric.h"
 #include "device/layout/int4_fragment.cuh"
@@ -74,6 +76,45 @@ std::vector<uint8_t> unpack_e4m3(int n, int k, std::span<const uint8_t> packed) 
   std::vector<uint8_t> out(packed.size());
   for (int r = 0; r < n; ++r)
     for (int c = 0; c < k; ++c) out[size_t(r) * k + c] = packed[layout::e4m3_position(n, k, r, c)];
+  return out;
+}
+
+Int4Weights int4_take_rows(const Int4Weights& w, std::span<const std::pair<int, int>> ranges) {
+  Int4Weights out;
+  out.k = w.k;
+  out.group = w.group;
+  const size_t gk = size_t(w.k / w.group);
+  for (const auto& [b, e] : ranges) {
+    FUTR_CHECK(0 <= b && b <= e && e <= w.n, "INT4 row slice [{}, {}) outside the {} rows", b, e, w.n);
+    out.q.insert(out.q.end(), w.q.begin() + ptrdiff_t(size_t(b) * size_t(w.k)),
+                 w.q.begin() + ptrdiff_t(size_t(e) * size_t(w.k)));
+    out.scale.insert(out.scale.end(), w.scale.begin() + ptrdiff_t(size_t(b) * gk),
+                     w.scale.begin() + ptrdiff_t(size_t(e) * gk));
+    out.n += e - b;
+  }
+  return out;
+}
+
+Int4Weights int4_take_cols(const Int4Weights& w, int begin, int end) {
+  FUTR_CHECK(0 <= begin && begin < end && end <= w.k, "INT4 column slice [{}, {}) outside the {} inputs", begin,
+             end, w.k);
+  FUTR_CHECK(begin % w.group == 0 && end % w.group == 0,
+             "INT4 column slice [{}, {}) does not fall on group boundaries (group {}): a shard must hold whole "
+             "scale groups",
+             begin, end, w.group);
+  Int4Weights out;
+  out.n = w.n;
+  out.k = end - begin;
+  out.group = w.group;
+  const int gk = w.k / w.group, g0 = begin / w.group, g1 = end / w.group;
+  out.q.resize(size_t(out.n) * size_t(out.k));
+  out.scale.resize(size_t(out.n) * size_t(g1 - g0));
+  for (int r = 0; r < w.n; ++r) {
+    std::copy_n(w.q.begin() + ptrdiff_t(size_t(r) * size_t(w.k) + size_t(begin)), out.k,
+                out.q.begin() + ptrdiff_t(size_t(r) * size_t(out.k)));
+    std::copy_n(w.scale.begin() + ptrdiff_t(size_t(r) * size_t(gk) + size_t(g0)), g1 - g0,
+                out.scale.begin() + ptrdiff_t(size_t(r) * size_t(g1 - g0)));
+  }
   return out;
 }
 

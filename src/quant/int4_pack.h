@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 namespace futr::quant {
@@ -42,6 +43,14 @@ struct Int4Packed {
 
 // Throws futr::Error naming the problem if (n, k, group) is not supported.
 void check_int4_shape(int n, int k, int group);
+
+// Slices of the logical form (tensor parallelism: a rank's shard of a
+// projection; runtime/tensor_parallel.h gives the ranges). take_rows: the
+// output channels [begin, end) of each range, concatenated in order.
+// take_cols: the inputs [begin, end), which must start and end on group
+// boundaries (a group's scale belongs to one shard); futr::Error otherwise.
+Int4Weights int4_take_rows(const Int4Weights& w, std::span<const std::pair<int, int>> ranges);
+Int4Weights int4_take_cols(const Int4Weights& w, int begin, int end);
 
 Int4Packed pack_int4(const Int4Weights& w);
 Int4Weights unpack_int4(const Int4Packed& p);

@@ -8,6 +8,9 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/formats.h"
+#include "model/projection.h"
+#include "quant/int4_pack.h"
 
 namespace futr::runtime {
 
@@ -163,6 +166,107 @@ ShardMax combine_shard_argmax(std::span<const ShardMax> shards) {
   for (const ShardMax& s : shards.subspan(1))
     if (s.value > best.value || (s.value == best.value && s.id < best.id)) best = s;
   return best;
+}
+
+ModelConfig rank_config(const ModelConfig& c, const TensorParallelPlan& p) {
+  FUTR_CHECK(p.tp >= 1 && int(p.ranks.size()) == p.tp, "rank_config: a plan of {} ranks", p.tp);
+  ModelConfig r = c;
+  r.n_heads = p.q_heads_per_rank();
+  r.n_kv_heads = p.kv_heads_per_rank();
+  r.intermediate = p.ffn_per_rank();
+  return r;
+}
+
+namespace {
+
+using Ranges = std::vector<std::pair<int, int>>;
+
+// Rows `rows` (output channels) or input columns `cols` of one tensor.
+quant::QuantizedTensor take(const quant::QuantizedTensor& t, const Ranges& rows, const IndexRange* cols) {
+  quant::QuantizedTensor o;
+  o.id = t.id;
+  o.format = t.format;
+  o.method = t.method;
+  const std::string name = projection_name(t.id);
+  switch (t.format) {
+    case WeightFormat::kInt4:
+      try {
+        o.int4 = cols ? quant::int4_take_cols(t.int4, int(cols->begin), int(cols->end))
+                      : quant::int4_take_rows(t.int4, rows);
+      } catch (const Error& e) {
+        fail("tensor parallelism: {} [{} x {}]: {}", name, t.n, t.k, e.what());
+      }
+      o.n = o.int4.n, o.k = o.int4.k;
+      break;
+    case WeightFormat::kFp8: {
+      const quant::Fp8Weights& w = t.fp8;
+      o.fp8.folded_gain = w.folded_gain;
+      if (cols) {
+        o.fp8.n = w.n, o.fp8.k = int(cols->size());
+        o.fp8.scale = w.scale;
+        for (int r = 0; r < w.n; ++r)
+          o.fp8.w.insert(o.fp8.w.end(), w.w.begin() + ptrdiff_t(size_t(r) * size_t(w.k) + size_t(cols->begin)),
+                         w.w.begin() + ptrdiff_t(size_t(r) * size_t(w.k) + size_t(cols->end)));
+      } else {
+        o.fp8.k = w.k;
+        for (const auto& [b, e] : rows) {
+          o.fp8.w.insert(o.fp8.w.end(), w.w.begin() + ptrdiff_t(size_t(b) * size_t(w.k)),
+                         w.w.begin() + ptrdiff_t(size_t(e) * size_t(w.k)));
+          o.fp8.scale.insert(o.fp8.scale.end(), w.scale.begin() + b, w.scale.begin() + e);
+          o.fp8.n += e - b;
+        }
+      }
+      o.n = o.fp8.n, o.k = o.fp8.k;
+      break;
+    }
+    case WeightFormat::kBf16: {
+      if (cols) {
+        o.n = t.n, o.k = int(cols->size());
+        for (int r = 0; r < t.n; ++r)
+          o.bf16.insert(o.bf16.end(), t.bf16.begin() + ptrdiff_t(size_t(r) * size_t(t.k) + size_t(cols->begin)),
+                        t.bf16.begin() + ptrdiff_t(size_t(r) * size_t(t.k) + size_t(cols->end)));
+      } else {
+        o.k = t.k;
+        for (const auto& [b, e] : rows) {
+          o.bf16.insert(o.bf16.end(), t.bf16.begin() + ptrdiff_t(size_t(b) * size_t(t.k)),
+                        t.bf16.begin() + ptrdiff_t(size_t(e) * size_t(t.k)));
+          o.n += e - b;
+        }
+      }
+      break;
+    }
+    default:
+      fail("tensor parallelism: {} is {}; the shards are cut from INT4, FP8 or BF16 projections", name,
+           to_string(t.format));
+  }
+  return o;
+}
+
+}  // namespace
+
+quant::QuantizedWeights shard_quantized_weights(const quant::QuantizedWeights& q, const TensorParallelPlan& p,
+                                               int rank) {
+  FUTR_CHECK(rank >= 0 && rank < p.tp, "tensor parallelism: rank {} of {}", rank, p.tp);
+  const RankShard& s = p.ranks[size_t(rank)];
+  quant::QuantizedWeights out;
+  out.format = q.format;
+  out.method = q.method;
+  out.fp8_initial_amax = q.fp8_initial_amax;
+  auto rows = [](IndexRange r, int64_t minus = 0) { return Ranges{{int(r.begin - minus), int(r.end - minus)}}; };
+  for (const auto& [id, t] : q.tensors) {
+    if (id.layer < 0) continue;  // the LM head: sharded by vocabulary where it is used
+    switch (id.proj) {
+      case Projection::kQ: out.tensors[id] = take(t, rows(s.q_rows), nullptr); break;
+      case Projection::kK: out.tensors[id] = take(t, rows(s.k_rows, p.q_dim), nullptr); break;
+      case Projection::kV: out.tensors[id] = take(t, rows(s.v_rows, int64_t(p.q_dim) + p.kv_dim), nullptr); break;
+      case Projection::kO: out.tensors[id] = take(t, {}, &s.o_cols); break;
+      case Projection::kGate: out.tensors[id] = take(t, rows(s.gate_rows), nullptr); break;
+      case Projection::kUp: out.tensors[id] = take(t, rows(s.up_rows, p.intermediate), nullptr); break;
+      case Projection::kDown: out.tensors[id] = take(t, {}, &s.down_cols); break;
+      case Projection::kLmHead: break;
+    }
+  }
+  return out;
 }
 
 }  // namespace futr::runtime

@@ -60,6 +60,7 @@
 
 #include "core/tensor.h"
 #include "model/config.h"
+#include "quant/quantized_model.h"
 
 namespace futr::runtime {
 
@@ -141,6 +142,26 @@ Tensor take_cols(const Tensor& w, IndexRange cols);
 // Matrices stacked by rows (equal widths): [sum of rows, k]. Makes the fused
 // Wqkv = [Wq; Wk; Wv] and Wgu = [Wgate; Wup] from the canonical weights.
 Tensor stack_rows(std::initializer_list<const Tensor*> parts);
+
+// --- A rank's model: its configuration and its quantized weights ---
+
+// The configuration a rank's engine runs: n_heads / N query heads, n_kv_heads / N
+// KV heads and intermediate / N units per layer (hidden, head_dim, vocabulary
+// and everything else as the model's). Its O and down projections then make
+// partial sums (all-reduced before the residual add) and its attention sees
+// only its own heads.
+ModelConfig rank_config(const ModelConfig& c, const TensorParallelPlan& p);
+
+// Rank `rank`'s shard of every layer's projections, in the unfused form the
+// engines read (quant/quantized_model.h): wq / wk / wv rows of its heads,
+// wgate / wup rows of its units (column-parallel), wo / wdown input columns
+// of its heads / units (row-parallel). INT4, FP8 and BF16 tensors; an INT4
+// column shard must hold whole scale groups (futr::Error naming the projection,
+// the width and the group otherwise, e.g. TP 8 of a 512-unit FFN at group 128).
+// The LM head and the embedding are not here (BF16 in the model; the head's
+// rows are RankShard::vocab).
+quant::QuantizedWeights shard_quantized_weights(const quant::QuantizedWeights& q, const TensorParallelPlan& p,
+                                               int rank);
 
 // --- The vocabulary-sharded argmax ---
 struct ShardMax {

@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <memory>
 #include <random>
 #include <vector>
@@ -20,6 +21,8 @@
 #include "cpu/kv_cache.h"
 #include "cpu/linear.h"
 #include "cpu/ops.h"
+#include "cpu/quant_linear.h"
+#include "quant/int4_quant.h"
 #include "cpu/tiny_model.h"
 #include "model/synthetic.h"
 #include "runtime/sampler.h"
@@ -324,6 +327,111 @@ TEST(TensorParallel, SlicingHelpers) {
   EXPECT_EQ(m[1].id, 1);
   EXPECT_EQ(runtime::combine_shard_argmax(m).id, 1);
   EXPECT_FUTR_ERROR(runtime::shard_argmax(a, {0, 2}), "3 logits for the vocabulary shard [0, 2)");
+}
+
+// A rank's INT4 shard (shard_quantized_weights) runs what the rank's part of
+// the unsplit projection computes: the column-parallel projections' outputs
+// are the matching slice of the full output (bit for bit: the same rows, the
+// same per-group sums), the row-parallel ones' partial sums add up to the
+// full output (FP32 rounding of the order). RTN weights, group 64.
+TEST(TensorParallel, Int4ShardsComputeTheRanksPart) {
+  ModelConfig c = tp_config(false);
+  c.head_dim = 64;        // q_dim 1024, kv_dim 512: every rank's O columns are whole groups at TP 8
+  c.intermediate = 1024;  // 128 units per rank at TP 8
+  c.n_layers = 1;
+  std::mt19937 rng(std::random_device{}());
+  std::normal_distribution<float> nd(0.f, 1.f);
+  const int H = c.hidden, Q = c.q_dim(), KV = c.kv_dim(), I = c.intermediate, G = 64;
+  quant::QuantizedWeights q;
+  q.format = WeightFormat::kInt4;
+  auto add = [&](Projection p, int n, int k) {
+    std::vector<float> w(size_t(n) * size_t(k));
+    for (float& v : w) v = nd(rng);
+    quant::QuantizedTensor t;
+    t.id = {0, p};
+    t.format = WeightFormat::kInt4;
+    t.n = n, t.k = k, t.method = "rtn";
+    t.int4 = quant::quantize_int4(w, n, k, G, quant::ClipSearch{});
+    q.tensors[t.id] = std::move(t);
+  };
+  add(Projection::kQ, Q, H), add(Projection::kK, KV, H), add(Projection::kV, KV, H), add(Projection::kO, H, Q);
+  add(Projection::kGate, I, H), add(Projection::kUp, I, H), add(Projection::kDown, H, I);
+  const int M = 3;
+  auto run = [&](const quant::Int4Weights& w, const std::vector<float>& x) {
+    std::vector<float> y(size_t(M) * size_t(w.n));
+    cpu::Int4Linear(w, "w").forward_grouped(x.data(), M, y.data());
+    return y;
+  };
+  auto random_x = [&](int k) {
+    std::vector<float> x(size_t(M) * size_t(k));
+    for (float& v : x) v = nd(rng);
+    return x;
+  };
+  const std::vector<float> xh = random_x(H), xq = random_x(Q), xi = random_x(I);
+  std::map<Projection, std::vector<float>> full;
+  for (Projection p : kLayerProjections) {
+    const Projection in = p;
+    full[p] = run(q.at({0, p}).int4, in == Projection::kO ? xq : (in == Projection::kDown ? xi : xh));
+  }
+  for (int tp : {1, 2, 4, 8}) {
+    const TensorParallelPlan plan = runtime::make_tensor_parallel_plan(c, tp);
+    std::vector<float> o_sum(size_t(M) * size_t(H), 0.f), down_sum(o_sum.size(), 0.f);
+    for (int r = 0; r < tp; ++r) {
+      const RankShard& s = plan.ranks[size_t(r)];
+      const quant::QuantizedWeights sh = runtime::shard_quantized_weights(q, plan, r);
+      const ModelConfig rc = runtime::rank_config(c, plan);
+      EXPECT_EQ(sh.at({0, Projection::kQ}).n, rc.q_dim());
+      EXPECT_EQ(sh.at({0, Projection::kO}).k, rc.q_dim());
+      EXPECT_EQ(sh.at({0, Projection::kDown}).k, rc.intermediate);
+      // Column-parallel: the slice of the full output, bit for bit.
+      auto expect_slice = [&](Projection p, IndexRange rows, int64_t base) {
+        const std::vector<float> got = run(sh.at({0, p}).int4, xh);
+        const std::vector<float>& f = full[p];
+        const int n_full = q.at({0, p}).n;
+        for (int m = 0; m < M; ++m)
+          for (int64_t j = rows.begin; j < rows.end; ++j)
+            ASSERT_EQ(got[size_t(m) * size_t(rows.size()) + size_t(j - rows.begin)],
+                      f[size_t(m) * size_t(n_full) + size_t(j - base)])
+                << "tp " << tp << " rank " << r << " proj " << int(p) << " row " << j;
+      };
+      expect_slice(Projection::kQ, s.q_rows, 0);
+      expect_slice(Projection::kK, s.k_rows, Q);
+      expect_slice(Projection::kV, s.v_rows, int64_t(Q) + KV);
+      expect_slice(Projection::kGate, s.gate_rows, 0);
+      expect_slice(Projection::kUp, s.up_rows, I);
+      // Row-parallel: the rank's input columns -> a partial sum of the full output.
+      auto cols_of = [&](const std::vector<float>& x, int k, IndexRange cols) {
+        std::vector<float> out;
+        for (int m = 0; m < M; ++m)
+          out.insert(out.end(), x.begin() + ptrdiff_t(size_t(m) * size_t(k) + size_t(cols.begin)),
+                     x.begin() + ptrdiff_t(size_t(m) * size_t(k) + size_t(cols.end)));
+        return out;
+      };
+      const std::vector<float> po = run(sh.at({0, Projection::kO}).int4, cols_of(xq, Q, s.o_cols));
+      const std::vector<float> pd = run(sh.at({0, Projection::kDown}).int4, cols_of(xi, I, s.down_cols));
+      for (size_t i = 0; i < o_sum.size(); ++i) o_sum[i] += po[i], down_sum[i] += pd[i];
+    }
+    const auto eo = test::compare(o_sum, full[Projection::kO]), ed = test::compare(down_sum, full[Projection::kDown]);
+    EXPECT_LT(eo.rel_l2, 1e-6) << "tp " << tp << ": O partial sums";
+    EXPECT_LT(ed.rel_l2, 1e-6) << "tp " << tp << ": down partial sums";
+  }
+  // A column shard that would split a scale group is refused, naming the projection.
+  ModelConfig narrow = c;
+  narrow.intermediate = 512;  // 64 units per rank at TP 8: fine at group 64, not at 128
+  quant::QuantizedWeights q128;
+  q128.format = WeightFormat::kInt4;
+  {
+    std::vector<float> w(size_t(H) * 512);
+    for (float& v : w) v = nd(rng);
+    quant::QuantizedTensor t;
+    t.id = {0, Projection::kDown};
+    t.format = WeightFormat::kInt4;
+    t.n = H, t.k = 512, t.method = "rtn";
+    t.int4 = quant::quantize_int4(w, H, 512, 128, quant::ClipSearch{});
+    q128.tensors[t.id] = std::move(t);
+  }
+  EXPECT_FUTR_ERROR(runtime::shard_quantized_weights(q128, runtime::make_tensor_parallel_plan(narrow, 8), 1),
+                    "blk.0.ffn_down [256 x 512]: INT4 column slice [64, 128) does not fall on group boundaries");
 }
 
 }  // namespace
