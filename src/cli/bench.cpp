@@ -345,6 +345,7 @@ void add_bench_command(CLI::App& app) {
       "bench", "Benchmark an engine: prompt and generation tokens/s, decode step time per batch and context "
                "(llama-bench style; markdown or JSON)");
   add_run_options(sub, o->run);
+  add_tp_option(sub, o->run);
   sub->add_option("-c,--ctx", o->run.ctx, "Context length (default: what the tests need)")->group(kModelGroup);
   sub->add_option("--synthetic", o->synthetic,
                   "Random weights of a real model's shapes instead of --model (drawn on the GPU; the CPU has tiny "

@@ -155,6 +155,7 @@ void add_chat_command(CLI::App& app) {
   CLI::App* sub = app.add_subcommand("chat", "Talk with the model: one line per turn, answers streamed; "
                                              "/reset, /exit, Ctrl-C stops an answer");
   add_run_options(sub, o->run);
+  add_tp_option(sub, o->run);
   sub->add_option("-c,--ctx", o->run.ctx, "Context length in tokens (default: the model's, at most 4096)")
       ->group(kModelGroup);
   {

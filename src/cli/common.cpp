@@ -89,6 +89,15 @@ void add_run_options(CLI::App* app, RunOptions& o) {
       ->capture_default_str();
 }
 
+void add_tp_option(CLI::App* app, RunOptions& o) {
+  const GroupNewOptions group(app, kModelGroup);
+  app->add_option("--tp", o.tp,
+                  "Tensor parallelism: split the model over N GPUs of this machine (GPU engine; N divides the "
+                  "query heads, the KV heads and the FFN width)")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+}
+
 std::string default_model_path() { return FUTR_DEFAULT_MODEL; }
 
 Model load_model_for_cli(const RunOptions& o) {

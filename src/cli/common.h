@@ -21,6 +21,7 @@ struct RunOptions {
   int ctx = 0;             // command-specific default when 0
   int threads = 0;         // 0: the physical cores (cpu::physical_cores())
   std::string backend = "auto";  // auto | cpu | gpu (runtime::parse_engine_kind)
+  int tp = 1;              // GPUs, tensor parallel (add_tp_option; the commands that run a model)
 };
 
 // `--help` groups: the options of a command fall into these three (and the
@@ -56,6 +57,8 @@ void print_sampling(const runtime::SamplerConfig& c);
 // Adds --model, --threads and --backend (not --ctx: its default differs per
 // command) to `app`.
 void add_run_options(CLI::App* app, RunOptions& o);
+// --tp N: tensor parallelism over N GPUs (generate, chat, perplexity, bench, serve).
+void add_tp_option(CLI::App* app, RunOptions& o);
 
 // FUTR_DEFAULT_MODEL (compile definition set in the top-level CMakeLists).
 std::string default_model_path();

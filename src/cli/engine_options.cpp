@@ -72,6 +72,7 @@ runtime::RuntimeConfig runtime_config(const RunOptions& run, const QuantCliOptio
   c.engine = runtime::parse_engine_kind(run.backend);
   c.ctx = run.ctx;
   c.threads = run.threads;
+  c.tp = run.tp;
   c.weights = runtime::parse_weight_format(q.weights);
   c.kv = runtime::parse_kv_format(q.kv);
   c.kv_block = q.kv_block;

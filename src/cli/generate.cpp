@@ -128,6 +128,7 @@ void add_generate_command(CLI::App& app) {
   CLI::App* sub = app.add_subcommand("generate", "Continue a prompt, streaming tokens to stdout");
   CLI::Option* prompt = sub->add_option("prompt", o->prompt, "Prompt text (default: read stdin)");
   add_run_options(sub, o->run);
+  add_tp_option(sub, o->run);
   sub->add_option("-c,--ctx", o->run.ctx, "Context length in tokens (default: the model's, at most 4096)")
       ->group(kModelGroup);
   {

@@ -244,6 +244,7 @@ void add_perplexity_command(CLI::App& app) {
   CLI::App* sub = app.add_subcommand("perplexity", "Perplexity of the model on a text file");
   sub->add_option("file", o->file, "Text file, read as bytes")->capture_default_str();
   add_run_options(sub, o->run);
+  add_tp_option(sub, o->run);
   sub->add_option("-c,--ctx", o->run.ctx, "Context window in tokens")->capture_default_str();
   sub->add_option("--stride", o->stride,
                   "Window stride (default: ctx); with stride < ctx each window after the first "

@@ -151,6 +151,7 @@ void add_serve_command(CLI::App& app) {
   CLI::App* sub = app.add_subcommand(
       "serve", "Serve the model over an OpenAI-compatible HTTP API (continuous batching)");
   add_run_options(sub, o->run);
+  add_tp_option(sub, o->run);
   add_quant_options(sub, o->quant);
   sub->add_option("--host", o->host, "Address to bind (default 127.0.0.1: this machine only)");
   sub->add_option("--port", o->port, "TCP port (0: any free port, printed)")->check(CLI::Range(0, 65535));

@@ -12,6 +12,7 @@
 #if FUTR_HAVE_CUDA
 #include "cuda/device.h"
 #include "gpu/engine.h"
+#include "gpu/tp_engine.h"
 #endif
 #include "formats/futr_file.h"
 #include "model/synthetic.h"
@@ -53,6 +54,8 @@ std::unique_ptr<runtime::Engine> make_synthetic_engine(const std::string& name, 
                            c.kv != KvFormat::kFp32;
   const bool use_gpu = c.engine == runtime::EngineKind::kGpu ||
                        (c.engine == runtime::EngineKind::kAuto && no_gpu.empty() && gpu_formats);
+  FUTR_CHECK(c.tp == 1 || use_gpu, "--tp {}: tensor parallelism runs the GPU engine ({})", c.tp,
+             no_gpu.empty() ? "asked: --backend " + to_string(c.engine) : no_gpu);
   if (!use_gpu) {
     FUTR_CHECK(name == "tiny" || c.engine != runtime::EngineKind::kAuto || no_gpu.empty(),
                "--synthetic {}: its weights are generated on the GPU, and there is none here ({}); on the CPU only "
@@ -77,6 +80,10 @@ std::unique_ptr<runtime::Engine> make_synthetic_engine(const std::string& name, 
   go.max_step_tokens = c.max_step_tokens;
   go.graphs = c.gpu_graphs;
   go.pdl = c.gpu_pdl;
+  if (c.tp > 1) {
+    if (log) log(fmt::format("tensor parallel over {} GPUs (each rank draws its own shard)", c.tp));
+    return std::make_unique<gpu::TpGpuEngine>(config, seed, go, c.tp);
+  }
   return std::make_unique<gpu::GpuEngine>(config, seed, go);
 #else
   fail("--synthetic {}: this build has no GPU engine", name);
@@ -132,6 +139,11 @@ std::unique_ptr<runtime::Engine> runtime::make_engine(const Model& model, const 
                            "{} --kv {})", to_string(c.weights), to_string(c.kv)));
     }
   }
+
+  FUTR_CHECK(c.tp == 1 || use_gpu, "--tp {}: tensor parallelism runs the GPU engine ({})", c.tp,
+             no_gpu.empty() ? fmt::format("asked: --backend {} --weights {} --kv {}", to_string(c.engine),
+                                          to_string(c.weights), to_string(c.kv))
+                            : no_gpu);
 
   // --- weights ---
   const bool futr = model.format == "futr";
@@ -215,6 +227,10 @@ std::unique_ptr<runtime::Engine> runtime::make_engine(const Model& model, const 
     go.max_step_tokens = c.max_step_tokens;
     go.graphs = c.gpu_graphs;
     go.pdl = c.gpu_pdl;
+    if (c.tp > 1) {
+      if (log) log(fmt::format("tensor parallel over {} GPUs", c.tp));
+      return std::make_unique<gpu::TpGpuEngine>(model, std::move(q), go, c.tp);
+    }
     return std::make_unique<gpu::GpuEngine>(model, std::move(q), go);
   }
 #endif

@@ -1,6 +1,8 @@
 // The GPU engine's decode path (see engine.h).
 #include "gpu/engine.h"
 
+#include "gpu/nccl.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -233,7 +235,8 @@ int GpuEngine::bucket_of(int rows) {
 
 GpuEngine::GpuEngine(const Model& model, std::shared_ptr<const quant::QuantizedWeights> q,
                      const GpuEngineOptions& o)
-    : config_(model.config), sampleable_vocab_(model.sampleable_vocab()), opt_(o), impl_(std::make_unique<Impl>()) {
+    : config_(o.rank_config ? *o.rank_config : model.config), sampleable_vocab_(model.sampleable_vocab()), opt_(o),
+      impl_(std::make_unique<Impl>()) {
   const ModelConfig& c = config_;
   FUTR_CHECK(q && q->format == WeightFormat::kInt4,
              "GPU engine: runs INT4 weights (--weights int4, or a .futr file with INT4 weights)");
@@ -245,7 +248,13 @@ GpuEngine::GpuEngine(const Model& model, std::shared_ptr<const quant::QuantizedW
   // ---- weights --------------------------------------------------------------------
   Impl& m = *impl_;
   m.embd = cuda::DeviceBuffer<uint16_t>(to_bf16(model.weights.tok_embd));
-  if (!model.weights.lm_head.empty()) m.lm_head = cuda::DeviceBuffer<uint16_t>(to_bf16(model.weights.lm_head));
+  if (!model.weights.lm_head.empty()) {  // the rows [lm_begin_, lm_begin_ + lm_rows_) (all without TP)
+    const Tensor& h = model.weights.lm_head;
+    std::vector<uint16_t> rows(size_t(lm_rows_) * size_t(c.hidden));
+    const float* src = h.ptr() + size_t(lm_begin_) * size_t(c.hidden);
+    for (size_t i = 0; i < rows.size(); ++i) rows[i] = float_to_bf16(src[i]);
+    m.lm_head = cuda::DeviceBuffer<uint16_t>(rows);
+  }
   m.out_norm = cuda::DeviceBuffer<uint16_t>(to_bf16(model.weights.out_norm));
   for (int l = 0; l < c.n_layers; ++l) {
     Impl::Layer& L = m.layers[size_t(l)];
@@ -286,7 +295,16 @@ GpuEngine::GpuEngine(const ModelConfig& config, uint64_t seed, const GpuEngineOp
   m.embd = bf16(size_t(c.vocab) * H, -1.0f, 1.0f);
   // The head's rows of RMS ~1/sqrt(H) give logits of RMS ~1 for normalized inputs.
   const float head = std::sqrt(3.0f / float(H));
-  if (!c.tied_embeddings) m.lm_head = bf16(size_t(c.vocab) * H, -head, head);
+  if (!c.tied_embeddings) {
+    m.lm_head = bf16(size_t(c.vocab) * H, -head, head);  // the whole head: every rank draws the same one
+    if (lm_rows_ < c.vocab) {                             // then keeps its rows [lm_begin_, + lm_rows_)
+      cuda::DeviceBuffer<uint16_t> rows(size_t(lm_rows_) * H);
+      FUTR_CUDA_CHECK(cudaMemcpyAsync(rows.get(), m.lm_head.get() + size_t(lm_begin_) * H,
+                                      rows.size() * sizeof(uint16_t), cudaMemcpyDeviceToDevice, st));
+      FUTR_CUDA_CHECK(cudaStreamSynchronize(st));
+      m.lm_head = std::move(rows);
+    }
+  }
   m.out_norm = bf16(size_t(H), 0.8f, 1.2f);
   for (int l = 0; l < c.n_layers; ++l) {
     Impl::Layer& L = m.layers[size_t(l)];
@@ -306,6 +324,16 @@ void GpuEngine::init(const std::string& weights_what, size_t weights_est) {
   const ModelConfig& c = config_;
   const GpuEngineOptions& o = opt_;
   const cuda::DeviceInfo& dev = cuda::require_device();
+  lm_begin_ = o.lm_rows > 0 ? o.lm_begin : 0;
+  lm_rows_ = o.lm_rows > 0 ? o.lm_rows : c.vocab;
+  FUTR_CHECK(lm_begin_ >= 0 && lm_rows_ >= 1 && int64_t(lm_begin_) + lm_rows_ <= c.vocab,
+             "GPU engine: LM head rows [{}, {}) outside the vocabulary of {}", lm_begin_, int64_t(lm_begin_) + lm_rows_,
+             c.vocab);
+  if (o.tp_comms) {
+    opt_.gpu_sampling = false;  // the TP engine samples from the gathered logits
+    FUTR_CHECK(o.tp_rank >= 0 && o.tp_rank < o.tp_comms->size(), "GPU engine: rank {} of {}", o.tp_rank,
+               o.tp_comms->size());
+  }
   FUTR_CHECK(o.kv == KvFormat::kBf16 || o.kv == KvFormat::kInt4 || o.kv == KvFormat::kInt4Rot,
              "GPU engine: KV cache {} is not supported (bf16, int4, int4-rot)", to_string(o.kv));
   FUTR_CHECK(o.max_seqs >= 1 && o.max_seqs <= 4096, "the maximum number of sequences must be in 1..4096 (got {})",
@@ -391,7 +419,7 @@ void GpuEngine::init(const std::string& weights_what, size_t weights_est) {
   m.y = cuda::DeviceBuffer<uint16_t>(size_t(B) * H);
   m.gu = cuda::DeviceBuffer<uint16_t>(size_t(B) * 2 * I);
   m.sw = cuda::DeviceBuffer<uint16_t>(size_t(B) * I);
-  m.logits = cuda::DeviceBuffer<float>(size_t(B) * c.vocab);
+  m.logits = cuda::DeviceBuffer<float>(size_t(B) * size_t(lm_rows_));
   m.ints = cuda::DeviceBuffer<int>(size_t(kMapRows) * B);
   m.row_stats = cuda::DeviceBuffer<cuda::LogitsRowStats>(size_t(B));
   m.samplers = cuda::DeviceBuffer<cuda::SampleRow>(size_t(B));
@@ -413,7 +441,7 @@ void GpuEngine::init(const std::string& weights_what, size_t weights_est) {
   m.h_stats = Pinned<cuda::LogitsRowStats>(size_t(B));
   m.h_samplers = Pinned<cuda::SampleRow>(size_t(B));
   m.h_sampled = Pinned<int>(size_t(B));
-  m.h_logits = Pinned<float>(size_t(B) * c.vocab);
+  m.h_logits = Pinned<float>(size_t(B) * size_t(lm_rows_));
   m.h_nonfinite = Pinned<int>(1);
   FUTR_CUDA_CHECK(cudaDeviceSynchronize());
 
@@ -542,6 +570,7 @@ void GpuEngine::enqueue(int bucket, cudaStream_t st) {
     cuda::decode_attention(shape, aa, m.attn_cfg[size_t(B - 1)], st, pdl);
     mark(kAttention);
     gemm(*L.o, m.attn.get(), m.y.get());
+    if (opt_.tp_comms) opt_.tp_comms->all_reduce_bf16(m.y.get(), size_t(B) * size_t(H), opt_.tp_rank, st);
     mark(kOProj);
     if (fuse) {
       gemm_norm(*L.gate_up, L.ffn_norm.get(), m.gu.get());  // x += o; RMSNorm g_ffn
@@ -559,6 +588,7 @@ void GpuEngine::enqueue(int bucket, cudaStream_t st) {
       mark(kSwiglu);
       gemm(*L.down, m.sw.get(), m.y.get());
     }
+    if (opt_.tp_comms) opt_.tp_comms->all_reduce_bf16(m.y.get(), size_t(B) * size_t(H), opt_.tp_rank, st);
     mark(kDown);
     if (!fuse || l + 1 == c.n_layers) {
       norm.x = xr;
@@ -567,13 +597,14 @@ void GpuEngine::enqueue(int bucket, cudaStream_t st) {
       mark(kNormFfn);
     }
   }
-  const uint16_t* lm = m.lm_head.size() ? m.lm_head.get() : m.embd.get();
-  m.lt.matmul(cuda::LtInput::kBF16, m.a.get(), lm, m.logits.get(), B, c.vocab, H, nullptr, nullptr, st,
+  // The head's rows [lm_begin_, +lm_rows_): its own copy, or the tied embedding's rows.
+  const uint16_t* lm = m.lm_head.size() ? m.lm_head.get() : m.embd.get() + size_t(lm_begin_) * size_t(H);
+  m.lt.matmul(cuda::LtInput::kBF16, m.a.get(), lm, m.logits.get(), B, lm_rows_, H, nullptr, nullptr, st,
               cuda::LtOutput::kF32);
   mark(kLmHead);
   cuda::LogitsReduceArgs ra;
   ra.logits = m.logits.get();
-  ra.vocab = c.vocab;
+  ra.vocab = lm_rows_;
   ra.rows = B;
   ra.targets = d_target;
   ra.out = m.row_stats.get();
@@ -582,7 +613,7 @@ void GpuEngine::enqueue(int bucket, cudaStream_t st) {
   if (opt_.gpu_sampling) {  // the sampled rows' tokens (rows with top_k 0 return at once)
     cuda::SampleArgs sa;
     sa.logits = m.logits.get();
-    sa.ld = c.vocab;
+    sa.ld = lm_rows_;
     sa.vocab = sampleable_vocab_;
     sa.rows = B;
     sa.samplers = m.samplers.get();
@@ -596,7 +627,7 @@ void GpuEngine::micro_step(const std::vector<MicroRow>& rows) {
   Impl& m = *impl_;
   const int n = int(rows.size()), Bm = kMaxMicroBatch;
   const int bucket = bucket_of(n);
-  const size_t V = size_t(config_.vocab);
+  const size_t V = size_t(lm_rows_);
   cudaStream_t st = m.stream;
   // ---- the row map: real rows, then the padding rows (engine.h) -----------------------
   int* h = m.h_ints.get();
@@ -650,7 +681,9 @@ void GpuEngine::micro_step(const std::vector<MicroRow>& rows) {
       ++m.logits_rows_copied;
     }
   FUTR_CUDA_CHECK(cudaMemcpyAsync(m.h_nonfinite.get(), m.nonfinite.get(), sizeof(int), cudaMemcpyDeviceToHost, st));
-  FUTR_CUDA_CHECK(cudaStreamSynchronize(st));  // the one synchronization of a micro-step
+  // The one synchronization of a micro-step (with TP: polled, with a timeout).
+  if (opt_.tp_comms) opt_.tp_comms->synchronize(opt_.tp_rank, st, opt_.tp_timeout_s);
+  else FUTR_CUDA_CHECK(cudaStreamSynchronize(st));
   if (m.prof) m.prof->accumulate();
   m.last_bucket = bucket;
   ++m.micro_steps;
@@ -665,7 +698,7 @@ void GpuEngine::micro_step(const std::vector<MicroRow>& rows) {
 
 const float* GpuEngine::fetch_logits_row(int k) {
   Impl& m = *impl_;
-  const size_t V = size_t(config_.vocab);
+  const size_t V = size_t(lm_rows_);
   FUTR_CUDA_CHECK(cudaMemcpyAsync(m.h_logits.get() + size_t(k) * V, m.logits.get() + size_t(k) * V, V * sizeof(float),
                                   cudaMemcpyDeviceToHost, m.stream));
   FUTR_CUDA_CHECK(cudaStreamSynchronize(m.stream));
@@ -677,7 +710,7 @@ runtime::StepResult GpuEngine::step(std::span<const BatchRow> rows) {
   const runtime::BatchPlan plan =
       runtime::plan_batch(rows, info_, [&](SeqId id) { return table_.length_or_closed(id); });
   Impl& m = *impl_;
-  const size_t V = size_t(info_.vocab);
+  const size_t V = size_t(lm_rows_);  // the logits' width (the rank's vocabulary rows with TP)
   runtime::StepResult r;
   if (plan.n_logits > 0) r.logits = Tensor({int64_t(plan.n_logits), int64_t(V)});
   r.tokens.resize(size_t(plan.n_tokens));

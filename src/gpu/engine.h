@@ -104,6 +104,7 @@
 
 #include <array>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "core/formats.h"
@@ -115,6 +116,8 @@
 struct CUstream_st;  // cudaStream_t, without the CUDA headers (factory.cpp includes this file)
 
 namespace futr::gpu {
+
+class NcclComms;  // gpu/nccl.h
 
 struct GpuEngineOptions {
   KvFormat kv = KvFormat::kBf16;  // bf16 | int4 | int4-rot (resolved)
@@ -129,6 +132,20 @@ struct GpuEngineOptions {
   // gate/up gemv (cuda::DecodeNormInput; 6 launches per layer instead of 8).
   // Off until measured on the H200 (FUTR_GPU_FUSE_NORM=1 turns it on).
   bool fuse_norm = false;
+
+  // Tensor parallelism (gpu/tp_engine.h drives the ranks): this engine is rank
+  // tp_rank of tp_comms (null: none). Its weights are the rank's shard and its
+  // configuration rank_config (runtime::rank_config: heads, KV heads and FFN
+  // units / N); the O and down outputs are summed over the ranks (NCCL
+  // all-reduce, in the graph) before the residual add; the LM head computes the
+  // logits of vocabulary rows [lm_begin, lm_begin + lm_rows) only (StepResult
+  // logits are that wide; GPU sampling is off). The calls must come from a
+  // thread whose current device is the rank's.
+  NcclComms* tp_comms = nullptr;
+  int tp_rank = 0;
+  std::optional<ModelConfig> rank_config;  // the model's config when empty
+  int lm_begin = 0, lm_rows = 0;           // 0 rows: the whole vocabulary
+  double tp_timeout_s = 60;                // a micro-step's collectives must finish within this
 };
 
 class GpuEngine final : public runtime::Engine {
@@ -187,6 +204,7 @@ class GpuEngine final : public runtime::Engine {
   const float* fetch_logits_row(int k);
 
   ModelConfig config_;
+  int lm_begin_ = 0, lm_rows_ = 0;  // the LM head's vocabulary rows (the whole vocabulary without TP)
   int32_t sampleable_vocab_;  // ids a sampler may draw (the tokenizer's; padded LM-head rows excluded)
   GpuEngineOptions opt_;
   runtime::EngineInfo info_;

@@ -11,7 +11,7 @@
 namespace futr {
 
 std::vector<std::string> synthetic_model_names() {
-  return {"tiny", "smollm2-135m", "llama-3.2-1b", "llama-3.1-8b", "llama-3.1-70b"};
+  return {"tiny", "smollm2-135m", "llama-3.2-1b", "llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b"};
 }
 
 ModelConfig synthetic_config(const std::string& name) {
@@ -62,6 +62,8 @@ ModelConfig synthetic_config(const std::string& name) {
     llama3(4096, 32, 32, 128, 14336, 8.0f, false);
   } else if (name == "llama-3.1-70b") {
     llama3(8192, 80, 64, 128, 28672, 8.0f, false);
+  } else if (name == "llama-3.1-405b") {  // ~203 GB in INT4: tensor parallel only (--tp 2 and more)
+    llama3(16384, 126, 128, 128, 53248, 8.0f, false);
   } else {
     fail("--synthetic {}: unknown synthetic model (accepted: {})", name, fmt::join(synthetic_model_names(), ", "));
   }

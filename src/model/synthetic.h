@@ -8,6 +8,7 @@
 //   llama-3.2-1b     2048    16    32 / 8     64       8192    128256   yes
 //   llama-3.1-8b     4096    32    32 / 8    128      14336    128256   no
 //   llama-3.1-70b    8192    80    64 / 8    128      28672    128256   no
+//   llama-3.1-405b  16384   126   128 / 8    128      53248    128256   no   (INT4 ~203 GB: --tp)
 // (Llama 3.x: rope theta 500000 with llama3 scaling, factor 32 for 3.2 and 8
 // for 3.1; trained context 131072; tiny: theta 10000, context 4096;
 // smollm2-135m: theta 100000, context 8192, the default model's shapes.)
@@ -30,7 +31,7 @@
 
 namespace futr {
 
-// {"tiny", "smollm2-135m", "llama-3.2-1b", "llama-3.1-8b", "llama-3.1-70b"}.
+// {"tiny", "smollm2-135m", "llama-3.2-1b", "llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b"}.
 std::vector<std::string> synthetic_model_names();
 
 // The configuration of `name`; futr::Error naming the accepted names otherwise.

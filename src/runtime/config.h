@@ -91,6 +91,7 @@ struct RuntimeConfig {
   int max_seqs = 1;          // sequences open at once (each gets ctx positions); 0: the engine's default
   int max_step_tokens = 256; // rows per step() at most
   int threads = 0;           // CPU threads; 0 = the default (cpu/threads.h)
+  int tp = 1;                // GPUs the model is split over (tensor parallelism, gpu/tp_engine.h); 1: none
   bool gpu_graphs = true;    // GPU engine: one CUDA graph per batch bucket (false: eager; FUTR_GPU_GRAPHS=0 too)
   bool gpu_pdl = true;       // GPU engine: programmatic dependent launch between the step's kernels (FUTR_GPU_PDL=0: off)
   Fp8Config fp8;

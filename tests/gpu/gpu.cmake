@@ -2,3 +2,7 @@
 # they skip without a Hopper GPU.
 futr_add_test(gpu_engine_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_test.cpp
               LIBS futr_gpu futr_cpu futr_formats futr_tokenizer)
+# Tensor parallelism (issue 16): TP 1 through NCCL against the single-GPU
+# engine, TP 2 against TP 1 where two GPUs exist; skips without a GPU or NCCL.
+futr_add_test(gpu_tp_engine_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/tp_engine_test.cpp
+              LIBS futr_gpu futr_cpu)
