@@ -742,13 +742,16 @@ runtime::StepResult GpuEngine::step(std::span<const BatchRow> rows) {
     // the micro-step is full. A run's rows go in together and in order: row
     // i of a run attends to the K/V its earlier rows append in the same
     // micro-step (the append kernel completes before the attention reads).
+    // A row asking for a token ends its run's rows of the micro-step, so a
+    // sequence's draws happen in row order (the sampler's generator and history).
     take.assign(live.size(), 0);
     {
       int total = 0;
       for (bool more = true; more && total < kMaxMicroBatch;) {
         more = false;
         for (size_t k = 0; k < live.size() && total < kMaxMicroBatch; ++k)
-          if (live[k].next + take[k] < live[k].run->end && (take[k] > 0 || k < size_t(kMaxMicroBatch))) {
+          if (live[k].next + take[k] < live[k].run->end && (take[k] > 0 || k < size_t(kMaxMicroBatch)) &&
+              (take[k] == 0 || rows[size_t(live[k].next + take[k] - 1)].out != RowOutput::kToken)) {
             ++take[k], ++total;
             more = true;
           }

@@ -58,6 +58,12 @@ TEST(HostileCli, FlagsOutOfRangeAreRefused) {
        true},
       {{"perplexity", kText, "--ctx", "100000"}, "--ctx 100000 is out of range (2..8192", true},
       {{"generate", "hi", "--kv-block", "32"}, "--kv-block applies to --kv int4-rot", true},
+      {{"generate", "hi", "--tp", "0"}, "0 not in range 1 to 64", false},
+      {{"bench", "--tp", "65"}, "65 not in range 1 to 64", false},
+      // Tensor parallelism runs the GPU engine: on the CPU backend it is refused, naming why.
+      {{"generate", "hi", "--tp", "2", "--backend", "cpu"}, "--tp 2: tensor parallelism runs the GPU engine", true},
+      {{"bench", "--synthetic", "tiny", "--backend", "cpu", "--tp", "4", "-p", "0", "-n", "1"},
+       "--tp 4: tensor parallelism runs the GPU engine", false},
   };
   for (const Case& c : cases)
     if (!c.needs_model || have_model()) check(c);

@@ -135,7 +135,7 @@ TEST(TpGpuEngine, Refusals) {
   const int n = gpu_count();
   EXPECT_FUTR_ERROR(gpu::TpGpuEngine(tiny().model, tiny().q, options(), n + 1), "GPUs; this machine has");
   if (n >= 3) {  // 4 heads over 3 ranks: not whole heads
-    EXPECT_FUTR_ERROR(gpu::TpGpuEngine(tiny().model, tiny().q, options(), 3), "tp");
+    EXPECT_FUTR_ERROR(gpu::TpGpuEngine(tiny().model, tiny().q, options(), 3), "cannot split the model over TP 3");
   }
 }
 
