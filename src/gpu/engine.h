@@ -148,7 +148,7 @@ struct GpuEngineOptions {
   double tp_timeout_s = 60;                // a micro-step's collectives must finish within this
 };
 
-class GpuEngine final : public runtime::Engine {
+class GpuEngine final : public runtime::TableEngine {
  public:
   // q: INT4 projections of every layer (quantized on load or from a .futr
   // file). `model` (embedding, norms, LM head) must outlive the constructor only.
@@ -161,12 +161,7 @@ class GpuEngine final : public runtime::Engine {
   void open(runtime::SeqId id, const runtime::SamplerConfig& sampling = {}) override;
   void truncate(runtime::SeqId id, int len) override;
   void close(runtime::SeqId id) override;
-  bool is_open(runtime::SeqId id) const override { return table_.is_open(id); }
-  int length(runtime::SeqId id) const override { return table_.length(id); }
   runtime::StepResult step(std::span<const runtime::BatchRow> rows) override;
-  int64_t free_positions() const override { return table_.free_positions(); }
-  int free_sequences() const override { return table_.free_sequences(); }
-  const runtime::EngineInfo& info() const override { return info_; }
   nlohmann::json stats() const override;
   // Profiling (runtime::Engine::set_profiling): while on, each micro-step is
   // captured into a graph with an event node after every launch (PDL off) and
@@ -207,9 +202,7 @@ class GpuEngine final : public runtime::Engine {
   int lm_begin_ = 0, lm_rows_ = 0;  // the LM head's vocabulary rows (the whole vocabulary without TP)
   int32_t sampleable_vocab_;  // ids a sampler may draw (the tokenizer's; padded LM-head rows excluded)
   GpuEngineOptions opt_;
-  runtime::EngineInfo info_;
   std::unique_ptr<Impl> impl_;
-  runtime::SequenceTable table_;
 };
 
 }  // namespace futr::gpu

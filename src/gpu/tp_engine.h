@@ -43,7 +43,7 @@ namespace futr::gpu {
 
 class NcclComms;
 
-class TpGpuEngine final : public runtime::Engine {
+class TpGpuEngine final : public runtime::TableEngine {
  public:
   // `tp` ranks on GPUs 0..tp-1. futr::Error when the machine has fewer GPUs,
   // when tp does not divide the model (runtime::make_tensor_parallel_plan), or
@@ -56,12 +56,7 @@ class TpGpuEngine final : public runtime::Engine {
   void open(runtime::SeqId id, const runtime::SamplerConfig& sampling = {}) override;
   void truncate(runtime::SeqId id, int len) override;
   void close(runtime::SeqId id) override;
-  bool is_open(runtime::SeqId id) const override { return table_.is_open(id); }
-  int length(runtime::SeqId id) const override { return table_.length(id); }
   runtime::StepResult step(std::span<const runtime::BatchRow> rows) override;
-  int64_t free_positions() const override { return table_.free_positions(); }
-  int free_sequences() const override { return table_.free_sequences(); }
-  const runtime::EngineInfo& info() const override { return info_; }
   nlohmann::json stats() const override;
 
   int tp() const { return plan_.tp; }
@@ -76,11 +71,10 @@ class TpGpuEngine final : public runtime::Engine {
   GpuEngineOptions rank_options(const GpuEngineOptions& o, const ModelConfig& c, int rank) const;
 
   ModelConfig config_;
+  // (table_, from TableEngine: lengths and the sequences' samplers; the ranks keep lengths too)
   runtime::TensorParallelPlan plan_;
   std::unique_ptr<NcclComms> comms_;
   std::vector<std::unique_ptr<GpuEngine>> ranks_;
-  runtime::SequenceTable table_;  // lengths and the sequences' samplers (the ranks keep lengths too)
-  runtime::EngineInfo info_;
   int32_t sampleable_vocab_ = 0;
   int64_t steps_ = 0;
 };

@@ -72,4 +72,19 @@ class SequenceTable {
   std::unordered_map<SeqId, int> index_;   // open id -> slot
 };
 
+// An Engine whose bookkeeping is a SequenceTable and an EngineInfo (the GPU
+// engines): the queries of the contract answered from them.
+class TableEngine : public Engine {
+ public:
+  bool is_open(SeqId id) const override { return table_.is_open(id); }
+  int length(SeqId id) const override { return table_.length(id); }
+  int64_t free_positions() const override { return table_.free_positions(); }
+  int free_sequences() const override { return table_.free_sequences(); }
+  const EngineInfo& info() const override { return info_; }
+
+ protected:
+  SequenceTable table_;
+  EngineInfo info_;
+};
+
 }  // namespace futr::runtime
