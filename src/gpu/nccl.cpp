@@ -98,11 +98,13 @@ NcclComms::NcclComms(const std::vector<int>& devices) : devices_(devices) {
 }
 
 NcclComms::~NcclComms() {
+  if (aborted_) return;  // abort() freed them
   for (void* c : comms_)
-    if (c) (aborted_ ? lib().comm_abort : lib().comm_destroy)(static_cast<ncclComm_t>(c));
+    if (c) lib().comm_destroy(static_cast<ncclComm_t>(c));
 }
 
 void NcclComms::all_reduce_bf16(void* buf, size_t count, int rank, cudaStream_t stream) {
+  const std::lock_guard<std::mutex> lock(mu_);
   FUTR_CHECK(!aborted_, "NCCL: the communicators were aborted (a rank failed)");
   check(lib().all_reduce(buf, buf, count, ncclBfloat16, ncclSum, static_cast<ncclComm_t>(comms_[size_t(rank)]),
                          stream),
@@ -110,11 +112,10 @@ void NcclComms::all_reduce_bf16(void* buf, size_t count, int rank, cudaStream_t 
 }
 
 void NcclComms::abort() {
-  if (aborted_) return;
-  aborted_ = true;
+  const std::lock_guard<std::mutex> lock(mu_);
+  if (aborted_.exchange(true)) return;
   for (void* c : comms_)
     if (c) lib().comm_abort(static_cast<ncclComm_t>(c));
-  comms_.assign(comms_.size(), nullptr);
 }
 
 void NcclComms::synchronize(int rank, cudaStream_t stream, double timeout_s) {
@@ -123,14 +124,15 @@ void NcclComms::synchronize(int rank, cudaStream_t stream, double timeout_s) {
     const cudaError_t q = cudaStreamQuery(stream);
     if (q == cudaSuccess) return;
     FUTR_CHECK(q == cudaErrorNotReady, "GPU rank {}: {}", rank, cudaGetErrorString(q));
-    if (!aborted_) {
-      ncclResult_t e = ncclSuccess;
-      check(lib().async_error(static_cast<ncclComm_t>(comms_[size_t(rank)]), &e), "ncclCommGetAsyncError");
-      if (e != ncclSuccess && e != ncclInProgress) {
-        abort();
-        fail("NCCL: rank {}'s communicator reported {} ({}); every rank aborted", rank, lib().error_string(e),
-             int(e));
-      }
+    ncclResult_t e = ncclSuccess;
+    {
+      const std::lock_guard<std::mutex> lock(mu_);  // the communicator is not freed meanwhile
+      if (!aborted_)
+        check(lib().async_error(static_cast<ncclComm_t>(comms_[size_t(rank)]), &e), "ncclCommGetAsyncError");
+    }
+    if (e != ncclSuccess && e != ncclInProgress) {
+      abort();
+      fail("NCCL: rank {}'s communicator reported {} ({}); every rank aborted", rank, lib().error_string(e), int(e));
     }
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     FUTR_CHECK(!aborted_, "tensor parallelism: rank {}'s step was aborted (another rank failed)", rank);
@@ -159,7 +161,7 @@ NcclComms::NcclComms(const std::vector<int>& devices) : devices_(devices) {
 NcclComms::~NcclComms() = default;
 void NcclComms::all_reduce_bf16(void*, size_t, int, cudaStream_t) { fail("no NCCL in this build"); }
 void NcclComms::synchronize(int, cudaStream_t, double) { fail("no NCCL in this build"); }
-void NcclComms::abort() { aborted_ = true; }
+void NcclComms::abort() { aborted_ = true; }  // nothing to free
 
 #endif
 

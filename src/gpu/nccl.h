@@ -18,8 +18,10 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstddef>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -46,7 +48,7 @@ class NcclComms {
   // Aborts every communicator (a rank failed: the others' collectives end
   // with an error instead of waiting). Idempotent.
   void abort();
-  bool aborted() const { return aborted_; }
+  bool aborted() const { return aborted_.load(); }
 
   // Whether NCCL can be used here; `why` says what is missing otherwise.
   static bool available(std::string* why = nullptr);
@@ -54,8 +56,9 @@ class NcclComms {
 
  private:
   std::vector<int> devices_;
-  std::vector<void*> comms_;  // ncclComm_t per rank
-  bool aborted_ = false;
+  std::vector<void*> comms_;  // ncclComm_t per rank (freed by abort(): never used after it)
+  std::atomic<bool> aborted_{false};
+  std::mutex mu_;             // abort() against the error queries of other ranks' threads
 };
 
 }  // namespace futr::gpu
