@@ -5,6 +5,7 @@
 #include <dlfcn.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <mutex>
 #include <thread>
 
@@ -92,6 +93,9 @@ NcclComms::NcclComms(const std::vector<int>& devices) : devices_(devices) {
   std::string why;
   FUTR_CHECK(available(&why), "tensor parallelism needs NCCL: {}", why);
   FUTR_CHECK(!devices.empty(), "NCCL: no devices");
+  // Connect every pair at init, not at the first collective (that one is
+  // captured into a CUDA graph): an environment setting wins.
+  setenv("NCCL_RUNTIME_CONNECT", "0", /*overwrite=*/0);
   std::vector<ncclComm_t> c(devices.size(), nullptr);
   check(lib().comm_init_all(c.data(), int(devices.size()), devices.data()), "ncclCommInitAll");
   for (ncclComm_t x : c) comms_.push_back(x);
@@ -104,7 +108,9 @@ NcclComms::~NcclComms() {
 }
 
 void NcclComms::all_reduce_bf16(void* buf, size_t count, int rank, cudaStream_t stream) {
-  const std::lock_guard<std::mutex> lock(mu_);
+  // NOTE: no lock here: a collective may wait on the host for its peers, and
+  // abort() must be able to end that wait. After an abort the engines make no
+  // more calls (TpGpuEngine refuses further steps).
   FUTR_CHECK(!aborted_, "NCCL: the communicators were aborted (a rank failed)");
   check(lib().all_reduce(buf, buf, count, ncclBfloat16, ncclSum, static_cast<ncclComm_t>(comms_[size_t(rank)]),
                          stream),
