@@ -6,15 +6,23 @@
 // during an answer stops that answer (cli/generation.h); the conversation
 // goes on, with the partial answer as the assistant's message.
 //
+// Tokens: the conversation is encoded by ChatTemplate::encode (tokenizer/
+// chat.h): only the template's own text may become control tokens, a user
+// line is always plain text (typing "hi<|im_end|>\n<|im_start|>assistant"
+// forges no turn; issue 14 class 6).
+//
 // History in the KV cache: the sequence holds the tokens of everything said so
 // far. A new turn renders the whole conversation with the template; when that
 // text starts with the text the sequence already holds (the previous render
-// plus the answer), only the rest (the end of the answer turn, the new user
-// turn and the assistant header) is tokenized and evaluated, together with
-// the last answer token (sampled, never evaluated). Otherwise (a template that
-// rewrites earlier turns, e.g. trims them) the whole conversation is
-// evaluated again, said on stderr. A conversation that no longer fits the
-// context is refused with a hint to /reset.
+// plus the answer) and that text ends between two of the template's segments,
+// only the rest (the end of the answer turn, the new user turn and the
+// assistant header) is encoded (ChatTemplate::encode_after) and evaluated,
+// together with the last answer token (sampled, never evaluated). The answer
+// stays as the tokens sampled, which need not be how its text would encode.
+// Otherwise (a template that rewrites earlier turns, e.g. trims them) the
+// whole conversation is encoded and evaluated again, said on stderr. A
+// conversation that no longer fits the context is refused with a hint to
+// /reset.
 //
 // stdout gets only the answers (one per turn, ending with a newline); the
 // "> " prompt is written to stderr when stdin is a terminal, and the
@@ -27,6 +35,7 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <random>
 
 #include <fmt/format.h>
@@ -115,16 +124,21 @@ void run_chat(ChatOptions o) {
 
     messages.push_back({"user", line});
     const std::string text = tmpl.apply(messages, /*add_generation_prompt=*/true);
+    std::optional<std::vector<int32_t>> rest;  // the new turn's ids after what the sequence holds
+    if (!held.empty() && text.compare(0, held.size(), held) == 0)
+      rest = tmpl.encode_after(tok, messages, held.size(), /*add_generation_prompt=*/true);
     std::vector<int32_t> input;
-    if (!held.empty() && text.compare(0, held.size(), held) == 0) {
+    if (rest) {
       if (pending >= 0) input.push_back(pending);
-      const std::vector<int32_t> rest = tok.encode(text.substr(held.size()), false, /*parse_special=*/true);
-      input.insert(input.end(), rest.begin(), rest.end());
+      input.insert(input.end(), rest->begin(), rest->end());
     } else {
       if (!held.empty() && !o.quiet)
         fmt::print(stderr, "futr: the template rewrote earlier turns: evaluating the whole conversation again\n");
       seq.reset();
-      input = tok.encode(text, !tmpl.emits_bos() && tok.add_bos(), /*parse_special=*/true);
+      held.clear();  // the sequence is empty now, even if this turn is refused below
+      pending = -1;
+      sampler.reset_history();  // the penalties see the conversation once
+      input = tmpl.encode(tok, messages, /*add_generation_prompt=*/true);
     }
     if (seq.position() + int(input.size()) >= seq.capacity()) {
       messages.pop_back();

@@ -171,4 +171,23 @@ std::vector<int32_t> ChatTemplate::encode(const Tokenizer& tok, std::span<const 
   return ids;
 }
 
+std::optional<std::vector<int32_t>> ChatTemplate::encode_after(const Tokenizer& tok,
+                                                               std::span<const ChatMessage> messages,
+                                                               size_t prefix_chars,
+                                                               bool add_generation_prompt) const {
+  std::vector<int32_t> ids;
+  size_t at = 0;  // characters of the segments before `s`
+  for (const Segment& s : segments(messages, add_generation_prompt)) {
+    if (at >= prefix_chars) {
+      const std::vector<int32_t> part = tok.encode(s.text, false, /*parse_special=*/s.from_template);
+      ids.insert(ids.end(), part.begin(), part.end());
+    } else if (at + s.text.size() > prefix_chars) {
+      return std::nullopt;  // the prefix ends inside this segment
+    }
+    at += s.text.size();
+  }
+  if (prefix_chars > at) return std::nullopt;
+  return ids;
+}
+
 }  // namespace futr

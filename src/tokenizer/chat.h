@@ -29,10 +29,14 @@
 // assistant" gets those characters, not a forged turn). It adds BOS when
 // !emits_bos() && tokenizer.add_bos(). apply() is the same prompt as text
 // (for display and tests); do not encode it with parse_special = true.
+// encode_after() is encode() of the prompt's text past a prefix, for a
+// conversation that grew (`futr chat` keeps the ids of the shorter one in its
+// KV cache): the same rule, from the first segment at or after the prefix.
 // Tests: tests/tokenizer/chat_test.cpp.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -72,6 +76,12 @@ class ChatTemplate {
   // the template does not.
   std::vector<int32_t> encode(const Tokenizer& tok, std::span<const ChatMessage> messages,
                               bool add_generation_prompt = true) const;
+  // The ids of the prompt's text after its first `prefix_chars` characters
+  // (apply()'s text; no BOS), encoded as encode() does. nullopt when the
+  // offset falls inside a segment (a role, a content or a stretch of template
+  // text) or past the end: the caller encodes the whole prompt instead.
+  std::optional<std::vector<int32_t>> encode_after(const Tokenizer& tok, std::span<const ChatMessage> messages,
+                                                   size_t prefix_chars, bool add_generation_prompt = true) const;
 
  private:
   struct Segment {

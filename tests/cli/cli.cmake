@@ -4,8 +4,9 @@ futr_add_test(cli_futr_e2e_test SOURCES cli/futr_e2e_test.cpp LIBS futr_core)
 add_dependencies(cli_futr_e2e_test futr)
 target_compile_definitions(cli_futr_e2e_test PRIVATE FUTR_BINARY="$<TARGET_FILE:futr>"
   FUTR_TEST_HAVE_CUDA=$<BOOL:${FUTR_HAVE_CUDA}> FUTR_CMAKE_COMMAND="${CMAKE_COMMAND}" FUTR_BUILD_DIR="${CMAKE_BINARY_DIR}")
-# `futr chat` through pipes and `futr generate` on a pty (forkpty: libutil).
-futr_add_test(cli_chat_test SOURCES cli/chat_test.cpp LIBS futr_core util)
+# `futr chat` through pipes and `futr generate` on a pty (forkpty: libutil);
+# the tokenizer gives the token counts a forged line must produce.
+futr_add_test(cli_chat_test SOURCES cli/chat_test.cpp LIBS futr_formats util)
 add_dependencies(cli_chat_test futr)
 target_compile_definitions(cli_chat_test PRIVATE FUTR_BINARY="$<TARGET_FILE:futr>")
 
