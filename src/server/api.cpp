@@ -61,9 +61,7 @@ void check_neutral(const std::string& k, const json& v) {
   auto unsupported = [&] {
     bad(k, fmt::format("'{}' = {} is not supported by this server", k, v.dump()));
   };
-  if (k == "frequency_penalty" || k == "presence_penalty") {
-    if (get_number(v, k) != 0.0) unsupported();
-  } else if (k == "logprobs") {
+  if (k == "logprobs") {
     if (!(v.is_boolean() && !v.get<bool>()) && !(v.is_number_integer() && v.get<int64_t>() == 0))
       unsupported();
   } else if (k == "top_logprobs") {
@@ -196,14 +194,15 @@ ApiRequest parse_request(Endpoint endpoint, std::string_view body, const ApiCont
 
   static const std::set<std::string> common = {
       "model", "max_tokens", "temperature", "top_p", "top_k", "n", "stream", "stream_options",
-      "stop", "seed", "user", "frequency_penalty", "presence_penalty", "logprobs", "logit_bias"};
+      "stop", "seed", "user", "frequency_penalty", "presence_penalty", "min_p", "repetition_penalty",
+      "logprobs", "logit_bias"};
   static const std::set<std::string> completions_only = {"prompt", "echo", "best_of", "suffix"};
   static const std::set<std::string> chat_only = {
       "messages", "max_completion_tokens", "top_logprobs", "response_format", "tools",
       "tool_choice", "parallel_tool_calls", "store", "metadata"};
   static const std::set<std::string> neutral = {
-      "frequency_penalty", "presence_penalty", "logprobs", "top_logprobs", "echo", "best_of",
-      "logit_bias", "suffix", "response_format", "tools", "tool_choice"};
+      "logprobs", "top_logprobs", "echo", "best_of", "logit_bias", "suffix", "response_format", "tools",
+      "tool_choice"};
 
   ApiRequest r;
   r.endpoint = endpoint;
@@ -211,6 +210,7 @@ ApiRequest parse_request(Endpoint endpoint, std::string_view body, const ApiCont
   s.temperature = 1.0f;  // OpenAI's defaults
   s.top_p = 1.0f;
   s.top_k = 0;
+  s.penalty_last_n = 0;  // the penalties see the whole sequence (OpenAI, vLLM)
   std::optional<int64_t> max_tokens, seed;
   bool have_model = false, have_input = false;
   const json* input = nullptr;
@@ -246,13 +246,26 @@ ApiRequest parse_request(Endpoint endpoint, std::string_view body, const ApiCont
       s.temperature = float(t);
     } else if (k == "top_p") {
       const double p = get_number(v, k);
-      if (!(p > 0 && p <= 1)) bad(k, fmt::format("'top_p' must be in (0, 1] (got {})", p));
+      if (!(float(p) > 0 && p <= 1)) bad(k, fmt::format("'top_p' must be in (0, 1] (got {})", p));
       s.top_p = float(p);
     } else if (k == "top_k") {
       const int64_t t = get_int(v, k);
       if (t < -1 || t > ctx.tok->vocab_size())
         bad(k, fmt::format("'top_k' must be -1, 0 (off) or in [1, {}] (got {})", ctx.tok->vocab_size(), t));
       s.top_k = t <= 0 ? 0 : int(t);
+    } else if (k == "min_p") {
+      const double p = get_number(v, k);
+      if (p < 0 || p > 1) bad(k, fmt::format("'min_p' must be in [0, 1] (0 = off; got {})", p));
+      s.min_p = float(p);
+    } else if (k == "repetition_penalty") {
+      const double r = get_number(v, k);
+      if (!(float(r) > 0 && r <= 10))
+        bad(k, fmt::format("'repetition_penalty' must be in (0, 10] (1 = off; got {})", r));
+      s.repetition_penalty = float(r);
+    } else if (k == "presence_penalty" || k == "frequency_penalty") {
+      const double x = get_number(v, k);
+      if (x < -2 || x > 2) bad(k, fmt::format("'{}' must be in [-2, 2] (0 = off; got {})", k, x));
+      (k == "presence_penalty" ? s.presence_penalty : s.frequency_penalty) = float(x);
     } else if (k == "n") {
       if (get_int(v, k) != 1) bad(k, "only n = 1 is supported");
     } else if (k == "stream") {
@@ -304,6 +317,13 @@ ApiRequest parse_request(Endpoint endpoint, std::string_view body, const ApiCont
                     ctx.max_request_positions, n + mt, n, mt));
   r.gen.max_tokens = int(mt);
   s.seed = seed ? uint64_t(*seed) : uint64_t(std::random_device{}()) << 32 | std::random_device{}();
+  // The ranges above are the sampler's (runtime/sampler.h; temperature is
+  // OpenAI's narrower [0, 2]); the engine would refuse anything else.
+  try {
+    runtime::validate_sampler_config(s, "");
+  } catch (const Error& e) {
+    bad("", e.what());
+  }
   return r;
 }
 

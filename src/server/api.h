@@ -11,13 +11,20 @@
 //   temperature  number in [0, 2], default 1 (0 = greedy)
 //   top_p        number in (0, 1], default 1
 //   top_k        integer, -1 or 0 = off (default), else >= 1 (an extension, as in vLLM)
+//   min_p        number in [0, 1], default 0 = off (an extension, as in vLLM / llama-server)
+//   repetition_penalty  number in (0, 10], default 1 = off (extension, as in vLLM):
+//                over the prompt and the completion
+//   presence_penalty, frequency_penalty  numbers in [-2, 2] (OpenAI's range),
+//                default 0: over the tokens generated so far
+//   (the ranges of runtime/sampler.h, checked again with it; the penalties
+//   see the whole sequence: penalty_last_n = 0)
 //   seed         integer; default: a random seed
 //   stop         string | [string] (at most 4, not empty)
 //   n            1 only;  stream  bool;  stream_options {include_usage: bool}
-//   accepted at their neutral value only: frequency_penalty, presence_penalty
-//   (0), logprobs (null/false/0), echo (false), best_of (1), logit_bias ({}),
-//   suffix (null), response_format ({"type": "text"}), tools ([]), tool_choice
-//   ("none"), user, store, metadata, parallel_tool_calls (ignored);
+//   accepted at their neutral value only: logprobs (null/false/0), echo
+//   (false), best_of (1), logit_bias ({}), suffix (null), response_format
+//   ({"type": "text"}), tools ([]), tool_choice ("none"); user, store,
+//   metadata, parallel_tool_calls: accepted and ignored;
 //   anything else: 400 "Unrecognized request argument supplied: X".
 // A null value counts as absent (as in OpenAI's API).
 //

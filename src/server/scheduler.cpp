@@ -2,6 +2,8 @@
 #include "server/scheduler.h"
 
 #include <algorithm>
+#include <optional>
+#include <span>
 
 #include <fmt/format.h>
 
@@ -63,6 +65,16 @@ void Request::end(Finish f, int completion_tokens, std::string error) {
 
 // --- Scheduler ---
 
+namespace {
+
+// Penalties look at the sequence's history, which the scheduler holds and the
+// engine's sampler does not (see scheduler.h, step 3).
+bool needs_history(const SamplerConfig& c) {
+  return c.repetition_penalty != 1.0f || c.presence_penalty != 0.0f || c.frequency_penalty != 0.0f;
+}
+
+}  // namespace
+
 // A request admitted into the engine (scheduler thread only).
 struct Scheduler::Active {
   std::shared_ptr<Request> req;
@@ -72,6 +84,7 @@ struct Scheduler::Active {
   int generated = 0;           // tokens sampled (EOS/EOT not counted)
   int32_t last = -1;           // the token to feed next (decode phase)
   bool decoding = false;       // the prompt is done
+  std::optional<runtime::Sampler> sampler;  // penalties: drawn here from kLogits rows (else the engine draws)
   TextStream text;
   Clock::time_point first_token{}, last_token{};
 
@@ -223,8 +236,15 @@ void Scheduler::admit() {
     const int64_t need = int64_t(head->params_.prompt.size()) + head->params_.max_tokens;
     if (engine_.free_positions() - committed < need) return;  // waits for a finish
     const runtime::SeqId id = next_id_++;
+    std::optional<runtime::Sampler> sampler;
     try {
-      engine_.open(id, head->params_.sampling);
+      const SamplerConfig& sc = head->params_.sampling;
+      if (needs_history(sc)) {
+        sampler.emplace(sc);
+        sampler->limit_vocab(tok_.vocab_size());  // as futr generate: ids without a token are never drawn
+        for (int32_t t : head->params_.prompt) sampler->accept(t, /*generated=*/false);
+      }
+      engine_.open(id, sc);
     } catch (const std::exception& e) {
       // A sampler setting the engine refuses: this request fails, no other.
       {
@@ -242,6 +262,7 @@ void Scheduler::admit() {
       n_waiting_.store(int(waiting_.size()));
     }
     running_.push_back(std::make_unique<Active>(std::move(head), id, tok_));
+    running_.back()->sampler = std::move(sampler);
     n_running_.store(int(running_.size()));
   }
 }
@@ -257,9 +278,10 @@ void Scheduler::run_step() {
   for (auto& a : running_)
     if (a->decoding) decoding.push_back(a.get());
   const size_t nd = decoding.size();
+  auto ask_out = [](const Active* a) { return a->sampler ? runtime::RowOutput::kLogits : runtime::RowOutput::kToken; };
   for (size_t k = 0; k < nd && budget > 0; ++k) {
     Active* a = decoding[(decode_rr_ + k) % nd];
-    rows.push_back({a->last, a->id, a->stored, runtime::RowOutput::kToken, -1});
+    rows.push_back({a->last, a->id, a->stored, ask_out(a), -1});
     asked.push_back(a);
     --budget;
   }
@@ -275,7 +297,7 @@ void Scheduler::run_step() {
     for (int j = 0; j < n; ++j) {
       const bool ask = last && j == n - 1;
       rows.push_back({prompt[size_t(a->prefilled + j)], a->id, a->stored + j,
-                      ask ? runtime::RowOutput::kToken : runtime::RowOutput::kNone, -1});
+                      ask ? ask_out(a.get()) : runtime::RowOutput::kNone, -1});
     }
     if (last) asked.push_back(a.get());
     chunks.emplace_back(a.get(), n);
@@ -311,14 +333,38 @@ void Scheduler::run_step() {
     if (metrics_) metrics_->add_prompt_tokens(n);
   }
 
-  // 4. The sampled tokens.
-  FUTR_CHECK(result.tokens.size() == asked.size(), "the engine returned {} tokens for {} rows",
-             result.tokens.size(), asked.size());
+  // 4. The sampled tokens: the engine's (kToken rows), or drawn here from the
+  // logits (kLogits rows: requests with penalties), both in batch order.
+  size_t n_logits = 0;
+  for (const Active* a : asked) n_logits += a->sampler ? 1 : 0;
+  FUTR_CHECK(result.tokens.size() == asked.size() - n_logits, "the engine returned {} tokens for {} rows",
+             result.tokens.size(), asked.size() - n_logits);
+  FUTR_CHECK(n_logits == 0 || (result.logits.rank() == 2 && result.logits.dim(0) == int64_t(n_logits) &&
+                               result.logits.dim(1) == info_.vocab),
+             "the engine returned no [{}, {}] logits", n_logits, info_.vocab);
   const auto now = Clock::now();
-  std::vector<std::pair<Active*, Finish>> done;
+  struct Done {
+    Active* a;
+    Finish f;
+    std::string error;
+  };
+  std::vector<Done> done;
+  size_t next_token = 0, next_logits = 0;
   for (size_t k = 0; k < asked.size(); ++k) {
     Active* a = asked[k];
-    const int32_t t = result.tokens[k];
+    int32_t t = -1;
+    if (a->sampler) {
+      const std::span<const float> z(result.logits.row(int64_t(next_logits++)), size_t(info_.vocab));
+      try {
+        t = a->sampler->sample(z);  // checks the logits (NaN, +inf) and names the id
+      } catch (const std::exception& e) {
+        done.push_back({a, Finish::kError, e.what()});
+        continue;
+      }
+      if (!tok_.is_eog(t)) a->sampler->accept(t, /*generated=*/true);
+    } else {
+      t = result.tokens[next_token++];
+    }
     a->decoding = true;
     if (a->generated == 0) {
       a->first_token = now;
@@ -326,7 +372,7 @@ void Scheduler::run_step() {
     }
     a->last_token = now;
     if (tok_.is_eog(t)) {
-      done.emplace_back(a, Finish::kStop);
+      done.push_back({a, Finish::kStop, {}});
       continue;
     }
     ++a->generated;
@@ -335,15 +381,15 @@ void Scheduler::run_step() {
     std::string text = a->text.push(t);
     if (a->text.stopped()) {
       if (!text.empty()) a->req->emit(text, a->generated);
-      done.emplace_back(a, Finish::kStop);
+      done.push_back({a, Finish::kStop, {}});
     } else if (a->generated >= a->req->params_.max_tokens) {
       a->req->emit(text + a->text.finish(), a->generated);
-      done.emplace_back(a, Finish::kLength);
+      done.push_back({a, Finish::kLength, {}});
     } else if (!text.empty()) {
       a->req->emit(text, a->generated);
     }
   }
-  for (auto& [a, f] : done) finish(*a, f);
+  for (Done& d : done) finish(*d.a, d.f, std::move(d.error));
 }
 
 void Scheduler::finish(Active& a, Finish f, std::string error) {

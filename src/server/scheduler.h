@@ -13,7 +13,11 @@
 //      sequence whose prompt is done (its last token, RowOutput::kToken: the
 //      engine samples with the sequence's SamplerConfig), then prompt chunks
 //      of the sequences still prefilling, in admission order, filling the
-//      rest of the budget (the chunk that ends a prompt asks for a token);
+//      rest of the budget (the chunk that ends a prompt asks for a token).
+//      A request with a penalty (repetition, presence, frequency) asks for
+//      RowOutput::kLogits instead and the scheduler draws with its own
+//      runtime::Sampler, which has seen the prompt and every token drawn
+//      (Sampler::accept): the engine's samplers see no history;
 //   4. each sampled token: EOS/EOT -> finish "stop"; else its text goes
 //      through the request's TextStream (stop strings) to the client; a stop
 //      string -> "stop"; max_tokens reached -> "length".

@@ -3,6 +3,7 @@
 // its parameter; good ones give the prompt ids, limits and sampling asked for.
 #include "server/api.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "server/prompt.h"
@@ -82,7 +83,16 @@ TEST_F(ApiTest, BadRequestsGet4xxNamingTheParameter) {
       {C, R"({"model": "m", "prompt": "hi", "stop": ["a","b","c","d","e"]})", 400, "stop"},
       {C, R"({"model": "m", "prompt": "hi", "stop": 3})", 400, "stop"},
       {C, R"({"model": "m", "prompt": "hi", "seed": 1.5})", 400, "seed"},
-      {C, R"({"model": "m", "prompt": "hi", "presence_penalty": 0.5})", 400, "presence_penalty"},
+      {C, R"({"model": "m", "prompt": "hi", "presence_penalty": 2.5})", 400, "presence_penalty"},
+      {C, R"({"model": "m", "prompt": "hi", "presence_penalty": "high"})", 400, "presence_penalty"},
+      {C, R"({"model": "m", "prompt": "hi", "frequency_penalty": -2.5})", 400, "frequency_penalty"},
+      {C, R"({"model": "m", "prompt": "hi", "min_p": 1.5})", 400, "min_p"},
+      {C, R"({"model": "m", "prompt": "hi", "min_p": -0.1})", 400, "min_p"},
+      {C, R"({"model": "m", "prompt": "hi", "repetition_penalty": 0})", 400, "repetition_penalty"},
+      {C, R"({"model": "m", "prompt": "hi", "repetition_penalty": 1e-50})", 400, "repetition_penalty"},
+      {C, R"({"model": "m", "prompt": "hi", "repetition_penalty": 11})", 400, "repetition_penalty"},
+      {C, R"({"model": "m", "prompt": "hi", "top_p": 1e-50})", 400, "top_p"},
+      {H, R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "frequency_penalty": 3})", 400, "frequency_penalty"},
       {C, R"({"model": "m", "prompt": "hi", "echo": true})", 400, "echo"},
       {C, R"({"model": "m", "prompt": "hi", "logprobs": 3})", 400, "logprobs"},
       {H, R"({"model": "m", "messages": []})", 400, "messages"},
@@ -123,6 +133,71 @@ TEST_F(ApiTest, CompletionDefaultsAndFields) {
   EXPECT_EQ(s.gen.stop, (std::vector<std::string>{"x", "yz"}));
   EXPECT_TRUE(s.stream);
   EXPECT_TRUE(s.include_usage);
+}
+
+// min_p, repetition_penalty, presence_penalty and frequency_penalty land in
+// the SamplerConfig (penalties over the whole sequence); absent, they are off.
+TEST_F(ApiTest, PenaltiesAndMinPReachTheSampler) {
+  const ApiRequest d = parse_request(Endpoint::kCompletions, R"({"model": "m", "prompt": "Hello"})", ctx_);
+  EXPECT_EQ(d.gen.sampling.min_p, 0.0f);
+  EXPECT_EQ(d.gen.sampling.repetition_penalty, 1.0f);
+  EXPECT_EQ(d.gen.sampling.presence_penalty, 0.0f);
+  EXPECT_EQ(d.gen.sampling.frequency_penalty, 0.0f);
+  for (Endpoint e : {Endpoint::kCompletions, Endpoint::kChat}) {
+    const std::string input = e == Endpoint::kChat ? R"("messages": [{"role": "user", "content": "Hi"}])"
+                                                   : R"("prompt": "Hi")";
+    const ApiRequest r = parse_request(e, R"({"model": "m", )" + input + R"(, "min_p": 0.05,
+        "repetition_penalty": 1.3, "presence_penalty": -0.5, "frequency_penalty": 2})", ctx_);
+    const SamplerConfig& s = r.gen.sampling;
+    EXPECT_EQ(s.min_p, 0.05f);
+    EXPECT_EQ(s.repetition_penalty, 1.3f);
+    EXPECT_EQ(s.presence_penalty, -0.5f);
+    EXPECT_EQ(s.frequency_penalty, 2.0f);
+    EXPECT_EQ(s.penalty_last_n, 0);
+  }
+  // The message names the field and its range.
+  try {
+    parse_request(Endpoint::kCompletions, R"({"model": "m", "prompt": "hi", "presence_penalty": 2.5})", ctx_);
+    ADD_FAILURE() << "presence_penalty 2.5 was accepted";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status(), 400);
+    EXPECT_EQ(e.body()["error"]["type"], "invalid_request_error");
+    EXPECT_NE(std::string(e.what()).find("'presence_penalty' must be in [-2, 2]"), std::string::npos) << e.what();
+  }
+}
+
+// The server accepts a value exactly when the sampler (and so `futr generate`'s
+// flags and the engine) does: one set of ranges, runtime/sampler.h's.
+TEST_F(ApiTest, SamplingRangesAreTheSamplersRanges) {
+  struct Field {
+    const char* name;
+    float SamplerConfig::*member;
+    std::vector<double> values;
+  };
+  const std::vector<Field> fields = {
+      {"min_p", &SamplerConfig::min_p, {-0.01, 0, 0.5, 1, 1.01}},
+      {"repetition_penalty", &SamplerConfig::repetition_penalty, {-1, 0, 1e-50, 0.01, 1, 10, 10.01}},
+      {"presence_penalty", &SamplerConfig::presence_penalty, {-2.01, -2, 0, 2, 2.01}},
+      {"frequency_penalty", &SamplerConfig::frequency_penalty, {-2.01, -2, 0, 2, 2.01}},
+      {"top_p", &SamplerConfig::top_p, {-1, 0, 1e-50, 0.5, 1, 1.01}},
+  };
+  for (const Field& f : fields)
+    for (double v : f.values) {
+      SamplerConfig c;
+      c.*f.member = float(v);
+      bool sampler_ok = true;
+      try {
+        runtime::validate_sampler_config(c, "");
+      } catch (const Error&) {
+        sampler_ok = false;
+      }
+      const auto [status, param] =
+          error_of(Endpoint::kCompletions, fmt::format(R"({{"model": "m", "prompt": "hi", "{}": {}}})", f.name, v));
+      EXPECT_EQ(status == 0, sampler_ok) << f.name << " = " << v;
+      if (status != 0) {
+        EXPECT_EQ(param, f.name) << v;
+      }
+    }
 }
 
 TEST_F(ApiTest, ChatUsesTheTemplateAndTheRestOfTheContext) {

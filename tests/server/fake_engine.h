@@ -8,8 +8,11 @@
 // or the EOS id when eos_every > 0 and h % eos_every == 0. So a sequence gets
 // the same tokens whatever else is in the batch, and any token fed out of
 // order, lost or given to another sequence changes everything after it.
+// A kLogits row gets logits that make that token the argmax: 1 for it, 0 for
+// the other words, -100 for every other id (logits_for()).
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <mutex>
@@ -96,10 +99,18 @@ class FakeEngine : public runtime::Engine {
     if (o_.step_time.count() || o_.row_time.count())
       std::this_thread::sleep_for(o_.step_time + o_.row_time * int64_t(rows.size()));
     runtime::StepResult out;
+    int64_t n_logits = 0;
+    for (const auto& r : rows) n_logits += r.out == runtime::RowOutput::kLogits ? 1 : 0;
+    if (n_logits > 0) out.logits = Tensor({n_logits, int64_t(o_.vocab)});
+    int64_t logit_row = 0;
     for (const auto& r : rows) {
       auto& s = seqs_[r.seq];
       s.tokens.push_back(r.token);
       if (r.out == runtime::RowOutput::kToken) out.tokens.push_back(draw(s));
+      if (r.out == runtime::RowOutput::kLogits) {
+        const std::vector<float> z = logits_for(draw(s));
+        std::copy(z.begin(), z.end(), out.logits.row(logit_row++));
+      }
     }
     ++steps_;
     max_rows_ = std::max<int>(max_rows_, int(rows.size()));
@@ -121,6 +132,14 @@ class FakeEngine : public runtime::Engine {
   int32_t draw_for(uint64_t seed, std::span<const int32_t> history) const {
     Seq s{{history.begin(), history.end()}, seed};
     return draw(s);
+  }
+
+  // The logits of a kLogits row whose kToken draw would be `token`.
+  std::vector<float> logits_for(int32_t token) const {
+    std::vector<float> z(size_t(o_.vocab), -100.0f);
+    for (int32_t w : o_.words) z[size_t(w)] = 0.0f;
+    z[size_t(token)] = 1.0f;
+    return z;
   }
 
   // Statistics (read them when the scheduler is idle).

@@ -127,6 +127,30 @@ TEST_F(HttpTest, CompletionStreamedAndNotGiveTheSameText) {
   EXPECT_EQ(json::parse(ev[ev.size() - 2])["usage"]["completion_tokens"], 12);
 }
 
+// Penalties and min_p run end to end (the scheduler draws from logits rows);
+// out of range they are an OpenAI error naming the field and the range.
+TEST_F(HttpTest, PenaltiesAndMinPRunOrAreRefused) {
+  start({});
+  json body = {{"model", "fake"}, {"messages", json::array({{{"role", "user"}, {"content", "Hi"}}})},
+               {"max_tokens", 12}, {"temperature", 0}, {"seed", 5}, {"presence_penalty", 1.5},
+               {"frequency_penalty", 0.5}, {"repetition_penalty", 1.2}, {"min_p", 0.05}};
+  auto r = post("/v1/chat/completions", body);
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json j = json::parse(r->body);
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(j["usage"]["completion_tokens"], 12);
+  EXPECT_FALSE(j["choices"][0]["message"]["content"].get<std::string>().empty());
+  body["presence_penalty"] = 2.5;
+  auto bad = post("/v1/chat/completions", body);
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 400);
+  const json e = json::parse(bad->body)["error"];
+  EXPECT_EQ(e["param"], "presence_penalty");
+  EXPECT_EQ(e["type"], "invalid_request_error");
+  EXPECT_NE(e["message"].get<std::string>().find("[-2, 2]"), std::string::npos) << e;
+}
+
 TEST_F(HttpTest, ChatStreamStartsWithTheRole) {
   start({});
   const json body = {{"model", "fake"}, {"messages", {{{"role", "user"}, {"content", "Hi"}}}},

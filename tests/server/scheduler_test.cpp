@@ -7,7 +7,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <random>
+#include <set>
 
 #include "server/fake_engine.h"
 #include "server/metrics.h"
@@ -162,6 +165,58 @@ TEST_F(SchedulerTest, LongPromptIsChunkedBesideDecodeRows) {
   EXPECT_GE(steps_b, 10);
   a->cancel();
   collect(*a);
+}
+
+// Requests with penalties: the scheduler asks for logits and draws with a
+// sampler that has seen the prompt and the tokens so far. A repetition
+// penalty too small to move an argmax gives the engine's own tokens (the
+// logits rows reach their requests, beside other requests' kToken rows in
+// the same steps); a presence penalty of 2 makes greedy decoding avoid every
+// word it has already produced, exactly as the sampler's rule says.
+TEST_F(SchedulerTest, PenaltiesDrawFromTheSequencesHistory) {
+  auto eo = engine_options();
+  eo.max_seqs = 4;
+  eo.max_step_tokens = 16;
+  test::FakeEngine engine(eo);
+  Scheduler s(engine, *tok_, {});
+  std::mt19937 rng(3);
+  const int n = int(words_.size());
+  std::vector<GenerationParams> ps;
+  std::vector<std::shared_ptr<Request>> rs;
+  for (int i = 0; i < 6; ++i) {
+    ps.push_back(params(random_prompt(rng, 1 + int(rng() % 20)), n, rng()));
+    if (i % 2 == 0) ps.back().sampling.repetition_penalty = 1.001f;  // 1 -> 0.999, still above the 0s
+    rs.push_back(s.submit(ps.back()));
+  }
+  auto pp = params(random_prompt(rng, 5), n, 11);
+  pp.sampling.presence_penalty = 2.0f;
+  auto rp = s.submit(pp);
+  for (size_t i = 0; i < rs.size(); ++i)
+    EXPECT_EQ(collect(*rs[i]).text, tok_->decode(reference_tokens(engine, ps[i], -1))) << "request " << i;
+
+  // Greedy with the presence penalty, by the sampler's definition: z -= 2
+  // for every id generated so far, argmax (lowest id among ties).
+  std::vector<int32_t> history = pp.prompt, want;
+  while (int(want.size()) < n) {
+    const std::vector<float> z = engine.logits_for(engine.draw_for(pp.sampling.seed, history));
+    int32_t best = 0;
+    float best_z = -INFINITY;
+    for (int32_t id = 0; id < int32_t(z.size()); ++id) {
+      const bool seen = std::find(want.begin(), want.end(), id) != want.end();
+      const float zi = z[size_t(id)] - (seen ? 2.0f : 0.0f);
+      if (zi > best_z) best = id, best_z = zi;
+    }
+    want.push_back(best);
+    history.push_back(best);
+  }
+  EXPECT_EQ(std::set<int32_t>(want.begin(), want.end()).size(), want.size());  // no word twice
+  const auto plain = reference_tokens(engine, pp, -1);
+  ASSERT_LT(std::set<int32_t>(plain.begin(), plain.end()).size(), plain.size()) << "no repeat to avoid";
+  const Outcome o = collect(*rp);
+  EXPECT_EQ(o.text, tok_->decode(want));
+  EXPECT_EQ(o.finish, Finish::kLength);
+  s.wait_idle();
+  EXPECT_EQ(engine.open_now(), 0);
 }
 
 TEST_F(SchedulerTest, RequestThatCanNeverFitIsRefused) {
