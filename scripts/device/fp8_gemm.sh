@@ -69,7 +69,7 @@ if [[ $MODE == all || $MODE == bench ]]; then
     step "tune group-m 16" 40 "$OUT/bench.log" "$BIN/fp8_gemm_bench" --models 8b --proj gateup,down,o \
       --m 2048,8192 --no-lt --group-m 16
   fi
-  if [[ -s $OUT/ours.json ]]; then
+  if [[ -s $OUT/ours.json && ${FP8_PEER:-1} == 1 ]]; then  # FP8_PEER=0: no torch.compile peer (minutes)
     step bench_bf16 60 "$OUT/bench.log" "$BIN/fp8_gemm_bench" --bf16 --models 8b --m 8192 --json /tmp/bf16.json
     step peer 300 "$OUT/bench.log" python3 bench/peers/torch_prefill_peer.py --ours "$OUT/ours.json" \
       --bf16 /tmp/bf16.json --out "$OUT/fp8_gemm_h200.json" --md "$OUT/fp8_gemm_h200.md" --peer-json "$OUT/peer.json"

@@ -46,6 +46,23 @@ __device__ __forceinline__ uint64_t make_wgmma_desc_sw128(const void* smem_ptr) 
   return desc;
 }
 
+// The descriptor of an MN-major ("transposed"), 128B-swizzled B operand (used
+// with imm-trans-b = 1): the tile is stored K rows of 128 bytes (64 BF16 of
+// N each), 8-row groups 1024 bytes apart (stride byte offset), and the next
+// 64 N columns (the next 128-byte panel) `panel_bytes` further (leading byte
+// offset). Why: V of attention sits in shared memory as TMA brings it, one
+// key per 128-byte row ([keys][dims]); O = P V needs it as B[N = dims][K =
+// keys], which is that storage read MN-major, so no transpose pass is needed.
+__device__ __forceinline__ uint64_t make_wgmma_desc_sw128_mn(const void* smem_ptr, uint32_t panel_bytes) {
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem_ptr));
+  uint64_t desc = 0;
+  desc |= uint64_t((addr & 0x3ffff) >> 4);        // start address
+  desc |= uint64_t((panel_bytes >> 4) & 0x3fff) << 16;  // leading byte offset: the next 64 N columns
+  desc |= uint64_t(1024 >> 4) << 32;               // stride byte offset: the next 8 K rows
+  desc |= uint64_t(1) << 62;                       // 128B swizzle
+  return desc;
+}
+
 // wgmma.fence: orders earlier register writes of the accumulators (zeroing,
 // epilogue reads) before the next wgmma reads them.
 __device__ __forceinline__ void wgmma_fence() {
@@ -179,6 +196,48 @@ __device__ __forceinline__ void wgmma_m64n128k16_f32_bf16(float (&d)[64], uint64
       : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 }
 
+// ---- A from registers, B MN-major (imm-trans-b = 1): D (+)= A * B -----------
+// The A fragment of m64nNk16 (4 registers of two BF16 each, per thread) is laid
+// out like the accumulator's columns 16t..16t+15 (see the contract above):
+//   a[0] = row 16w + l/4, k 2(l%4) + {0,1};   a[1] = row + 8, same k;
+//   a[2] = row, k 8 + 2(l%4) + {0,1};          a[3] = row + 8, k 8 + ...
+// so a softmax computed in the accumulator registers of S = Q K^T feeds
+// O += P V without passing through shared memory.
+#define FUTR_WGMMA_REGS_32 \
+  "%0, %1, %2, %3, %4, %5, %6, %7, " \
+  "%8, %9, %10, %11, %12, %13, %14, %15, " \
+  "%16, %17, %18, %19, %20, %21, %22, %23, " \
+  "%24, %25, %26, %27, %28, %29, %30, %31"
+#define FUTR_WGMMA_D32(d) FUTR_WGMMA_D8(d, 0), FUTR_WGMMA_D8(d, 8), FUTR_WGMMA_D8(d, 16), FUTR_WGMMA_D8(d, 24)
+
+__device__ __forceinline__ void wgmma_m64n128k16_f32_bf16_rs_tb(float (&d)[64], const uint32_t (&a)[4],
+                                                                uint64_t desc_b, int scale_d) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{" FUTR_WGMMA_REGS_64 "}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n"
+      "}\n"
+      : FUTR_WGMMA_D64(d)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
+}
+
+__device__ __forceinline__ void wgmma_m64n64k16_f32_bf16_rs_tb(float (&d)[32], const uint32_t (&a)[4],
+                                                               uint64_t desc_b, int scale_d) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{" FUTR_WGMMA_REGS_32 "}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n"
+      "}\n"
+      : FUTR_WGMMA_D32(d)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
+}
+
+#undef FUTR_WGMMA_D32
+#undef FUTR_WGMMA_REGS_32
 #undef FUTR_WGMMA_D128
 #undef FUTR_WGMMA_D64
 #undef FUTR_WGMMA_D8
