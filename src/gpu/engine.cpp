@@ -347,7 +347,7 @@ void GpuEngine::init(const std::string& weights_what, size_t weights_est) {
   if (disabled_by_env("FUTR_GPU_GRAPHS")) opt_.graphs = false;
   if (disabled_by_env("FUTR_GPU_SAMPLING")) opt_.gpu_sampling = false;
   if (disabled_by_env("FUTR_GPU_PDL")) opt_.pdl = false;
-  if (const char* e = std::getenv("FUTR_GPU_FUSE_NORM"); e && std::string(e) == "1") opt_.fuse_norm = true;
+  if (disabled_by_env("FUTR_GPU_FUSE_NORM")) opt_.fuse_norm = false;
   const bool int4 = o.kv != KvFormat::kBf16;
   const int rot = o.kv == KvFormat::kInt4Rot ? o.kv_block : 0;
   // Refuse what the kernels do not compile before allocating anything. The

@@ -130,8 +130,9 @@ struct GpuEngineOptions {
   bool gpu_sampling = true;       // temperature / top-k / min-p / top-p draws on the GPU (FUTR_GPU_SAMPLING=0: host)
   // Micro-steps of one row: the residual add + RMSNorm fused into the QKV and
   // gate/up gemv (cuda::DecodeNormInput; 6 launches per layer instead of 8).
-  // Off until measured on the H200 (FUTR_GPU_FUSE_NORM=1 turns it on).
-  bool fuse_norm = false;
+  // Measured on the H200 (docs/PERF.md, 2026-12-02): SmolLM2 batch 1 0.929 ->
+  // 0.825 ms, Llama-3.1-8B 2.541 -> 2.397 ms per step. FUTR_GPU_FUSE_NORM=0 turns it off.
+  bool fuse_norm = true;
 
   // Tensor parallelism (gpu/tp_engine.h drives the ranks): this engine is rank
   // tp_rank of tp_comms (null: none). Its weights are the rank's shard and its

@@ -154,16 +154,29 @@ Tensor stepwise_logits(runtime::Engine& e, runtime::SeqId id, std::span<const in
   return out;
 }
 
-// GPU vs reference within kGpuEngineVsSpread x the reference's own spread.
+// How far below the reference's own argmax agreement `self` (over `rows`
+// rows) another rounding order's agreement may fall: the table's margin, or
+// three standard deviations of the difference of two agreement fractions
+// measured on `rows` rows each (sqrt(2 p (1 - p) / rows)), whichever is
+// larger. Why: with the INT4 mirror p is 0.6-0.85, and on a few dozen rows the
+// fraction alone moves by 0.1 between two equally good orders.
+double argmax_margin(double self, int64_t rows) {
+  const double p = std::clamp(self, 0.0, 1.0);
+  return std::max(test::tol::kGpuEngineArgmaxMargin, 3.0 * std::sqrt(2.0 * p * (1.0 - p) / double(rows)));
+}
+
+// GPU vs reference within kGpuEngineVsSpread x the reference's own spread
+// (kGpuEngineVsSpreadInt4Kv with the INT4 mirror), argmax agreement within
+// argmax_margin() of the reference's own.
 void expect_within_spread(const Tensor& gpu, const Tensor& ref, const Tensor& ref_stepwise, const std::string& what) {
   const Deviation g = deviation(gpu, ref), self = deviation(ref_stepwise, ref);
   std::printf("%s: gpu vs cpu mean %.3e max %.3e argmax %.3f | cpu stepwise vs cpu mean %.3e max %.3e argmax %.3f\n",
               what.c_str(), g.mean_rel, g.max_rel, g.argmax_agree, self.mean_rel, self.max_rel, self.argmax_agree);
   worst()[what] = std::max(worst()[what], g.mean_rel / std::max(self.mean_rel, 1e-6));
-  EXPECT_LE(g.mean_rel, test::tol::kGpuEngineVsSpread * self.mean_rel + 1e-3) << what;
-  const double margin =
-      what.find("int4") != std::string::npos ? test::tol::kGpuEngineArgmaxMarginInt4Kv : test::tol::kGpuEngineArgmaxMargin;
-  EXPECT_GE(g.argmax_agree, std::min(self.argmax_agree, 1.0) - margin) << what;
+  const bool int4 = what.find("int4") != std::string::npos;
+  const double bound = int4 ? test::tol::kGpuEngineVsSpreadInt4Kv : test::tol::kGpuEngineVsSpread;
+  EXPECT_LE(g.mean_rel, bound * self.mean_rel + 1e-3) << what;
+  EXPECT_GE(g.argmax_agree, std::min(self.argmax_agree, 1.0) - argmax_margin(self.argmax_agree, ref.dim(0))) << what;
 }
 
 class GpuEngineVsCpu : public ::testing::TestWithParam<KvFormat> {};
@@ -212,11 +225,14 @@ TEST_P(GpuEngineVsCpu, FusedNormDecodeMatchesTheReference) {
   fused->open(0), fused_eager->open(0), plain->open(0), c->open(0), c->open(1);
   const Tensor f = stepwise_logits(*fused, 0, toks), fe = stepwise_logits(*fused_eager, 0, toks);
   EXPECT_EQ(0, std::memcmp(f.ptr(), fe.ptr(), size_t(f.numel()) * sizeof(float))) << "fused: graph vs eager";
-  expect_within_spread(f, all_logits(*c, 0, toks), stepwise_logits(*c, 1, toks), "fused norm kv " + to_string(kv));
-  const Deviation d = deviation(f, stepwise_logits(*plain, 0, toks));
+  const Tensor want = all_logits(*c, 0, toks), want_stepwise = stepwise_logits(*c, 1, toks);
+  expect_within_spread(f, want, want_stepwise, "fused norm kv " + to_string(kv));
+  // Fused against unfused: another reduction order of the same engine, as far
+  // apart as the reference from itself under a change of order.
+  const Deviation d = deviation(f, stepwise_logits(*plain, 0, toks)), self = deviation(want_stepwise, want);
   std::printf("fused vs unfused kv %s: mean rel %.3e max %.3e argmax %.3f\n", to_string(kv).c_str(), d.mean_rel,
               d.max_rel, d.argmax_agree);
-  EXPECT_GE(d.argmax_agree, 0.9);
+  EXPECT_GE(d.argmax_agree, std::min(self.argmax_agree, 1.0) - argmax_margin(self.argmax_agree, want.dim(0)));
 }
 
 TEST_P(GpuEngineVsCpu, SeveralSequencesInOneStep) {
@@ -264,7 +280,8 @@ TEST_P(GpuEngineVsCpu, PerplexityOfTheExcerpt) {
   // 2026-12-01: BF16 0.087 from the stepwise, 0.151 from the chunked one).
   const double spread = std::fabs(ps.stats.ppl() - pc.stats.ppl());
   const double nearest = std::min(std::fabs(pg.stats.ppl() - pc.stats.ppl()), std::fabs(pg.stats.ppl() - ps.stats.ppl()));
-  EXPECT_LE(nearest, std::max(test::tol::kGpuEngineVsSpread * spread, 2e-3 * pc.stats.ppl()));
+  const double floor = (kv == KvFormat::kBf16 ? 2e-3 : test::tol::kGpuEnginePplExcerptInt4Kv) * pc.stats.ppl();
+  EXPECT_LE(nearest, std::max(test::tol::kGpuEngineVsSpread * spread, floor));
 }
 
 // Prompts of lengths 1..n for n sequences, each row asking for `out`. Round r
@@ -400,12 +417,22 @@ TEST_P(GpuEngineVsCpu, TokensAndLogprobsComputedOnTheGpuMatchTheHost) {
     logits_engine->open(s), greedy_engine->open(s), logprob_engine->open(s), sampled_engine->open(s, hot);
     host_sampled_engine->open(s, all);
   }
-  const std::vector<BatchRow> rows_l = staircase(n, RowOutput::kLogits);
-  const Tensor z = logits_engine->step(rows_l).logits;
-  const runtime::StepResult t = greedy_engine->step(staircase(n, RowOutput::kToken));
-  const runtime::StepResult p = logprob_engine->step(staircase(n, RowOutput::kLogprob));
-  const runtime::StepResult h = sampled_engine->step(staircase(n, RowOutput::kToken));
-  const runtime::StepResult ha = host_sampled_engine->step(staircase(n, RowOutput::kToken));
+  // Steps of one row per sequence (staircase_steps): every engine then packs
+  // the same micro-steps whatever the rows ask for (a row asking for a token
+  // ends its sequence's rows in a micro-step, a logits row does not), so the
+  // logits the draws start from are the same bits as the logits engine's.
+  const auto flat = [](const std::vector<std::vector<BatchRow>>& steps) {
+    std::vector<BatchRow> all;
+    for (const auto& st : steps) all.insert(all.end(), st.begin(), st.end());
+    return all;
+  };
+  const std::vector<BatchRow> rows_l = flat(staircase_steps(n, RowOutput::kLogits));
+  const runtime::StepResult zl = run_steps(*logits_engine, staircase_steps(n, RowOutput::kLogits));
+  const Tensor& z = zl.logits;
+  const runtime::StepResult t = run_steps(*greedy_engine, staircase_steps(n, RowOutput::kToken));
+  const runtime::StepResult p = run_steps(*logprob_engine, staircase_steps(n, RowOutput::kLogprob));
+  const runtime::StepResult h = run_steps(*sampled_engine, staircase_steps(n, RowOutput::kToken));
+  const runtime::StepResult ha = run_steps(*host_sampled_engine, staircase_steps(n, RowOutput::kToken));
   ASSERT_EQ(t.tokens.size(), rows_l.size());
   ASSERT_EQ(p.logprobs.size(), rows_l.size());
   std::map<int64_t, runtime::Sampler> host, host_all;
