@@ -31,6 +31,9 @@
 //                    layout is the A fragment layout) and V read MN-major from
 //                    the same [keys][dims] tile (no transpose);
 //                    the stage is released once both are retired.
+//   Per warpgroup, S of block j + 1 is issued before O += P V of block j, and
+//   the softmax of j + 1 runs while the tensor cores work on P V of j (two
+//   WGMMA groups in flight; O is rescaled once P V of j has retired).
 //   Causal mask on the blocks that reach past the tile's first position.
 //
 // Shared memory (D = 128): Q 32 KB, K and V 2 x 32 KB each = 160 KB (D = 64:
@@ -205,19 +208,15 @@ __global__ void __launch_bounds__(kPrefillThreads, 1)
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
   float m_lo = -INFINITY, m_hi = -INFINITY, l_lo = 0.f, l_hi = 0.f;
+  float sc[64];       // S of a block (64 x 128 per warpgroup), then its weights P in place
+  uint32_t pa[8][4];  // P as BF16 A fragments of the 8 k16 steps of O += P V
 
   const uint8_t* q_wg = smem + L::kQ + cw * 64 * 128;
-  ptx::mbarrier_wait_parity(q_full, 0);
-
-  for (int j = 0; j < n_blocks; ++j) {
+  // S = Q K_j^T into sc (issued, not waited for).
+  auto issue_s = [&](int j) {
     const int s = j % kStages;
-    const uint32_t par = (j / kStages) & 1;
     const uint8_t* kb = smem + L::kK + s * L::kKvBytes;
-    const uint8_t* vb = smem + L::kV + s * L::kKvBytes;
-
-    // S = Q K^T (64 x 128 per warpgroup)
-    float sc[64];
-    ptx::mbarrier_wait_parity(&k_full[s], par);
+    ptx::mbarrier_wait_parity(&k_full[s], (j / kStages) & 1);
     ptx::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
@@ -226,10 +225,43 @@ __global__ void __launch_bounds__(kPrefillThreads, 1)
                                      ptx::make_wgmma_desc_sw128(kb + c * L::kPanelBytes + off), kk > 0);
     }
     ptx::wgmma_commit_group();
-    ptx::wgmma_wait_group<0>();
-    ptx::fence_operands(sc);
-
-    // mask, scale, online softmax (rows r_lo: sc[4i], sc[4i+1]; r_hi: sc[4i+2], sc[4i+3])
+  };
+  // O += P V_j (issued, not waited for).
+  auto issue_pv = [&](int j) {
+    const int s = j % kStages;
+    ptx::mbarrier_wait_parity(&v_full[s], (j / kStages) & 1);
+    uint8_t* vb = smem + L::kV + s * L::kKvBytes;
+    if (j == n_blocks - 1 && n_keys % kPrefillBN != 0) {
+      // Keys n_keys.. of the last block are no position's (their weights are
+      // 0), but their slots may hold anything, and 0 x NaN is NaN: zero those
+      // V rows. Both warpgroups read the stage, so both write their half of
+      // the rows, then meet before either multiplies.
+      const int r0 = n_keys % kPrefillBN, chunks = (kPrefillBN - r0) * 8 * kPanels;  // 16-byte chunks
+      for (int i = threadIdx.x - 128; i < chunks; i += 256) {
+        const int c = i / ((kPrefillBN - r0) * 8), rest = i % ((kPrefillBN - r0) * 8);
+        *reinterpret_cast<uint4*>(vb + c * L::kPanelBytes + (r0 + rest / 8) * 128 + 16 * (rest % 8)) =
+            make_uint4(0, 0, 0, 0);
+      }
+      ptx::fence_proxy_async_shared_cta();
+      ptx::bar_sync(1, 256);
+    }
+    ptx::wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const uint64_t dv = ptx::make_wgmma_desc_sw128_mn(vb + k * 2 * 1024, L::kPanelBytes);
+      if constexpr (D == 128)
+        ptx::wgmma_m64n128k16_f32_bf16_rs_tb(o, pa[k], dv, 1);
+      else
+        ptx::wgmma_m64n64k16_f32_bf16_rs_tb(o, pa[k], dv, 1);
+    }
+    ptx::wgmma_commit_group();
+  };
+  // The online softmax of block j over sc (rows r_lo: sc[4i], sc[4i+1]; r_hi:
+  // sc[4i+2], sc[4i+3]): masked, scaled, the new row maxima, sc replaced by the
+  // weights rounded to BF16 (the values the MMA applies), their row sums
+  // (this thread's columns; the quad's are added at the end) into l, and the
+  // factors c that O must be scaled by once the previous P V has retired.
+  auto softmax = [&](int j, float& c_lo, float& c_hi) {
     const int key0 = j * kPrefillBN + 2 * (lane % 4);
     const bool masked = j * kPrefillBN + kPrefillBN - 1 > first_pos;
     float mx_lo = m_lo, mx_hi = m_hi;
@@ -254,28 +286,57 @@ __global__ void __launch_bounds__(kPrefillThreads, 1)
     mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, 1));
     mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, 2));
     // Key 0 is visible to every row, so after block 0 the maxima are finite.
-    const float c_lo = prefill::exp2_approx(m_lo - mx_lo), c_hi = prefill::exp2_approx(m_hi - mx_hi);
+    c_lo = prefill::exp2_approx(m_lo - mx_lo);
+    c_hi = prefill::exp2_approx(m_hi - mx_hi);
     m_lo = mx_lo;
     m_hi = mx_hi;
-    uint32_t pa[8][4];  // P as the A fragments of the 8 k16 steps
     float sum_lo = 0.f, sum_hi = 0.f;
 #pragma unroll
-    for (int k = 0; k < 8; ++k) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {  // column blocks 2k (a[0], a[1]) and 2k + 1 (a[2], a[3])
-        const int i = 2 * k + h;
-        const uint32_t plo = prefill::pack_bf162(prefill::exp2_approx(sc[4 * i] - mx_lo),
-                                                 prefill::exp2_approx(sc[4 * i + 1] - mx_lo));
-        const uint32_t phi = prefill::pack_bf162(prefill::exp2_approx(sc[4 * i + 2] - mx_hi),
-                                                 prefill::exp2_approx(sc[4 * i + 3] - mx_hi));
-        sum_lo += prefill::bf16_lo(plo) + prefill::bf16_hi(plo);
-        sum_hi += prefill::bf16_lo(phi) + prefill::bf16_hi(phi);
-        pa[k][2 * h] = plo;
-        pa[k][2 * h + 1] = phi;
-      }
+    for (int i = 0; i < 16; ++i) {
+      const uint32_t plo = prefill::pack_bf162(prefill::exp2_approx(sc[4 * i] - mx_lo),
+                                               prefill::exp2_approx(sc[4 * i + 1] - mx_lo));
+      const uint32_t phi = prefill::pack_bf162(prefill::exp2_approx(sc[4 * i + 2] - mx_hi),
+                                               prefill::exp2_approx(sc[4 * i + 3] - mx_hi));
+      sc[4 * i] = prefill::bf16_lo(plo), sc[4 * i + 1] = prefill::bf16_hi(plo);
+      sc[4 * i + 2] = prefill::bf16_lo(phi), sc[4 * i + 3] = prefill::bf16_hi(phi);
+      sum_lo += sc[4 * i] + sc[4 * i + 1];
+      sum_hi += sc[4 * i + 2] + sc[4 * i + 3];
     }
-    l_lo = l_lo * c_lo + sum_lo;  // the quad's partial sums are added at the end
+    l_lo = l_lo * c_lo + sum_lo;
     l_hi = l_hi * c_hi + sum_hi;
+  };
+  // sc's weights (exact BF16 values) as the A fragments: column blocks 2k
+  // (a[0], a[1]) and 2k + 1 (a[2], a[3]) of k16 step k.
+  auto pack_p = [&] {
+#pragma unroll
+    for (int k = 0; k < 8; ++k)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int i = 2 * k + h;
+        pa[k][2 * h] = prefill::pack_bf162(sc[4 * i], sc[4 * i + 1]);
+        pa[k][2 * h + 1] = prefill::pack_bf162(sc[4 * i + 2], sc[4 * i + 3]);
+      }
+  };
+
+  // The pipeline (per warpgroup): S of block j + 1 is issued before P V of
+  // block j, so the softmax of j + 1 runs while the tensor cores do P V of j;
+  // O is rescaled and P repacked only once that P V has retired.
+  ptx::mbarrier_wait_parity(q_full, 0);
+  float c_lo, c_hi;
+  issue_s(0);
+  ptx::wgmma_wait_group<0>();
+  ptx::fence_operands(sc);
+  softmax(0, c_lo, c_hi);  // O = 0: nothing to rescale
+  pack_p();
+  for (int j = 0; j + 1 < n_blocks; ++j) {
+    issue_s(j + 1);
+    issue_pv(j);
+    ptx::wgmma_wait_group<1>();  // S of j + 1 (the older group) has retired
+    ptx::fence_operands(sc);
+    softmax(j + 1, c_lo, c_hi);
+    ptx::wgmma_wait_group<0>();  // P V of j has retired: stage j % 2 is free
+    ptx::fence_operands(o);
+    if (lane == 0) ptx::mbarrier_arrive(&empty[j % kStages]);
 #pragma unroll
     for (int i = 0; i < D / 8; ++i) {
       o[4 * i] *= c_lo;
@@ -283,38 +344,11 @@ __global__ void __launch_bounds__(kPrefillThreads, 1)
       o[4 * i + 2] *= c_hi;
       o[4 * i + 3] *= c_hi;
     }
-
-    // O += P V
-    ptx::mbarrier_wait_parity(&v_full[s], par);
-    if (j == n_blocks - 1 && n_keys % kPrefillBN != 0) {
-      // Keys n_keys.. of the last block are no position's (their weights are
-      // 0), but their slots may hold anything, and 0 x NaN is NaN: zero those
-      // V rows. Both warpgroups read the stage, so both write their half of
-      // the rows, then meet before either multiplies.
-      const int r0 = n_keys % kPrefillBN, chunks = (kPrefillBN - r0) * 8 * kPanels;  // 16-byte chunks
-      uint8_t* vw = smem + L::kV + s * L::kKvBytes;
-      for (int i = threadIdx.x - 128; i < chunks; i += 256) {
-        const int c = i / ((kPrefillBN - r0) * 8), rest = i % ((kPrefillBN - r0) * 8);
-        *reinterpret_cast<uint4*>(vw + c * L::kPanelBytes + (r0 + rest / 8) * 128 + 16 * (rest % 8)) =
-            make_uint4(0, 0, 0, 0);
-      }
-      ptx::fence_proxy_async_shared_cta();
-      ptx::bar_sync(1, 256);
-    }
-    ptx::wgmma_fence();
-#pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      const uint64_t dv = ptx::make_wgmma_desc_sw128_mn(vb + k * 2 * 1024, L::kPanelBytes);
-      if constexpr (D == 128)
-        ptx::wgmma_m64n128k16_f32_bf16_rs_tb(o, pa[k], dv, 1);
-      else
-        ptx::wgmma_m64n64k16_f32_bf16_rs_tb(o, pa[k], dv, 1);
-    }
-    ptx::wgmma_commit_group();
-    ptx::wgmma_wait_group<0>();
-    ptx::fence_operands(o);
-    if (lane == 0) ptx::mbarrier_arrive(&empty[s]);
+    pack_p();
   }
+  issue_pv(n_blocks - 1);
+  ptx::wgmma_wait_group<0>();
+  ptx::fence_operands(o);
 
   // ---- epilogue: normalize, store the rows of this request --------------------------
   l_lo += __shfl_xor_sync(0xffffffffu, l_lo, 1);
