@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "cuda/check.h"
+#include "cuda/device.h"
 #include "cuda/launch.cuh"
 #include "cuda/tensor_map.h"
 #include "device/kernels/sm90_prefill_attention.cuh"
@@ -67,8 +68,8 @@ void prefill_attention(const PrefillAttentionArgs& a, cudaStream_t st, bool pdl)
   FUTR_CHECK(a.kv_heads >= 1 && a.n_heads >= a.kv_heads && a.n_heads % a.kv_heads == 0,
              "prefill attention: {} query heads are not a multiple of {} KV heads", a.n_heads, a.kv_heads);
   FUTR_CHECK(a.n_heads <= 65535, "prefill attention: {} heads out of range", a.n_heads);
-  FUTR_CHECK(a.rows >= 1 && a.n_tiles >= 1 && a.n_tiles <= 65535,
-             "prefill attention: {} rows in {} tiles (1..65535 tiles)", a.rows, a.n_tiles);
+  FUTR_CHECK(a.rows >= 1 && a.n_tiles >= 1 && int64_t(a.n_tiles) * a.n_heads <= (int64_t(1) << 30),
+             "prefill attention: {} rows in {} tiles x {} heads (1..2^30 items)", a.rows, a.n_tiles, a.n_heads);
   FUTR_CHECK(a.q && a.out && a.k && a.v && a.row_begin && a.n_rows && a.pos0 && a.slot_base && a.tiles,
              "prefill attention: a pointer is null");
   const int64_t width = int64_t(a.n_heads) * a.head_dim;
@@ -95,6 +96,8 @@ void prefill_attention(const PrefillAttentionArgs& a, cudaStream_t st, bool pdl)
   p.out = static_cast<__nv_bfloat16*>(a.out);
   p.out_ld = out_ld;
   p.group = a.n_heads / a.kv_heads;
+  p.n_heads = a.n_heads;
+  p.n_items = a.n_tiles * a.n_heads;
   p.scale_log2 = float(1.4426950408889634 / std::sqrt(double(a.head_dim)));
 
   static bool attr_set[2] = {false, false};  // per variant, once per process (one device)
@@ -103,7 +106,10 @@ void prefill_attention(const PrefillAttentionArgs& a, cudaStream_t st, bool pdl)
     FUTR_CUDA_CHECK(cudaFuncSetAttribute(v.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, v.smem));
     set = true;
   }
-  launch(v.kernel, dim3(a.n_heads, a.n_tiles), dim3(device::kPrefillThreads), v.smem, st, pdl, qmap, kmap, vmap, p);
+  // Persistent: one CTA per SM (the shared memory holds one), items strided over them.
+  FUTR_CHECK(a.max_ctas >= 0, "prefill attention: max_ctas {} < 0", a.max_ctas);
+  const int grid = std::min(p.n_items, a.max_ctas > 0 ? a.max_ctas : require_device().sm_count);
+  launch(v.kernel, dim3(grid), dim3(device::kPrefillThreads), v.smem, st, pdl, qmap, kmap, vmap, p);
 }
 
 }  // namespace futr::cuda

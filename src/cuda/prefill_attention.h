@@ -53,6 +53,7 @@ struct PrefillAttentionArgs {
   const int* slot_base = nullptr;
   const int* tiles = nullptr;
   int n_tiles = 0;
+  int max_ctas = 0;  // persistent CTAs; 0: one per SM (tests use a few, so each takes many items)
 };
 
 // pdl: launched as a programmatic dependent (cuda/launch.cuh); the kernel waits first.

@@ -7,7 +7,8 @@
 // request owns a run of slots; the slots past its last position hold NaN (the
 // kernel's contract masks their scores and zeroes their V rows), and the
 // cache's other slots random values; outputs are poisoned (0xff) before each
-// launch, and rows of no request must stay poisoned.
+// launch, and rows of no request must stay poisoned. The persistent kernel
+// runs with one CTA per SM and, in FewCtasManyItems, with 1-3 CTAs.
 // Errors: relative L2 of the BF16 output (tests/support/tolerances.h);
 // the largest per head dim is printed at the end.
 //
@@ -58,7 +59,7 @@ struct Req {
 };
 
 // Runs one packed batch and checks it against the reference.
-void check_prefill(int kvh, int group, int d, const std::vector<Req>& reqs) {
+void check_prefill(int kvh, int group, int d, const std::vector<Req>& reqs, int max_ctas = 0) {
   const int nh = kvh * group;
   // Slot runs: each request owns round_up(pos0 + n, 16) slots, plus 16 so the
   // NaN slots after it are inside its run; a spare run of 128 slots at the end
@@ -119,6 +120,7 @@ void check_prefill(int kvh, int group, int d, const std::vector<Req>& reqs) {
   a.slot_base = ds.get();
   a.tiles = dt.get();
   a.n_tiles = int(tiles.size() / 2);
+  a.max_ctas = max_ctas;
   dout.fill_bytes(0xff);
   cuda::prefill_attention(a, nullptr);
   FUTR_CUDA_CHECK(cudaDeviceSynchronize());
@@ -197,6 +199,16 @@ TEST(PrefillAttentionSmall, PackedWithPrefixes) {
   FUTR_REQUIRE_GPU();
   check_prefill(3, 3, 64, {{0, 1}, {100, 64}, {1, 129}});
   check_prefill(2, 4, 128, {{37, 5}, {0, 128}, {200, 1}});
+}
+
+// Few persistent CTAs: each runs many items back to back (the Q buffers and
+// the K/V ring carried from one item to the next, the V tail zeroed in a
+// stage a later item reuses).
+TEST(PrefillAttentionSmall, FewCtasManyItems) {
+  FUTR_REQUIRE_GPU();
+  check_prefill(3, 3, 64, {{0, 1}, {100, 64}, {1, 129}, {0, 300}}, 2);
+  check_prefill(2, 4, 128, {{37, 5}, {0, 257}, {200, 1}}, 3);
+  check_prefill(2, 2, 128, {{0, 7}}, 1);
 }
 
 TEST(PrefillAttention, SmolLM2Shapes) {
