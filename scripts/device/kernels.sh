@@ -5,7 +5,8 @@
 #   ours in both accumulation modes against cuBLASLt in both: FP8_BENCH_ARGS),
 #   cuBLASLt, decode attention, decode ops, logits reduce, top-k sampling,
 #   the INT4 decode GEMMs, tensor parallelism at TP 1 through NCCL (the NCCL of
-#   the machine's PyTorch), the prefill attention (+ sanitizers, benchmark
+#   the machine's PyTorch), the FP8 activation quantizer and its delayed
+#   scaling (+ sanitizers), the prefill attention (+ sanitizers, benchmark
 #   against PyTorch SDPA where its binaries are carried).
 # Binaries: $BIN/*.xz (default .devcarry/bin; docs/DEVICE.md). Logs under $OUT (one archive
 # kernels.tgz); failures and a summary printed last.
@@ -61,6 +62,10 @@ if has w4a16_test && ! skip w4a16; then
     --gtest_filter='W4A16.GemvWithNormInputMatchesRmsnormThenGemv'
 fi
 has gpu_tp_engine_test && step gpu_tp_engine_test 200 "$R/gpu_tp_engine_test"
+if has fp8_scaling_test; then
+  step fp8_scaling_test 120 "$R/fp8_scaling_test"
+  san fp8scale fp8_scaling_test 'Fp8ScalingSmall.*'
+fi
 if has prefill_attention_test; then
   step prefill_attention_test 300 "$R/prefill_attention_test"
   san prefill prefill_attention_test 'PrefillAttentionSmall.*'
