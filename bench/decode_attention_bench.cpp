@@ -15,7 +15,6 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -35,18 +34,6 @@ using json = nlohmann::json;
 
 namespace {
 
-std::vector<int> ints(const std::string& s) {
-  std::vector<int> v;
-  std::stringstream ss(s);
-  for (std::string x; std::getline(ss, x, ',');) v.push_back(std::stoi(x));
-  return v;
-}
-std::vector<std::string> words(const std::string& s) {
-  std::vector<std::string> v;
-  std::stringstream ss(s);
-  for (std::string x; std::getline(ss, x, ',');) v.push_back(x);
-  return v;
-}
 
 struct Options {
   std::vector<int> batch{1, 8, 32}, ctx{1024, 8192, 32768};
@@ -64,10 +51,10 @@ Options parse(int argc, char** argv) {
       FUTR_CHECK(i + 1 < argc, "{} needs a value", a);
       return argv[++i];
     };
-    if (a == "--batch") o.batch = ints(next());
-    else if (a == "--ctx") o.ctx = ints(next());
-    else if (a == "--kinds") o.kinds = words(next());
-    else if (a == "--splits") o.splits = ints(next());
+    if (a == "--batch") o.batch = bench::split_ints(next());
+    else if (a == "--ctx") o.ctx = bench::split_ints(next());
+    else if (a == "--kinds") o.kinds = bench::split_list(next());
+    else if (a == "--splits") o.splits = bench::split_ints(next());
     else if (a == "--min-tokens") o.min_tokens = std::stoi(next());
     else if (a == "--overhead-tokens") o.overhead = std::stoi(next());
     else if (a == "--reps") o.reps = std::stoi(next());

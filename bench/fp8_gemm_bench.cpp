@@ -34,7 +34,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -70,13 +69,6 @@ std::vector<Shape> shapes_of(const Model& m) {
           {"gateup", 2 * m.inter, m.hidden}, {"down", m.hidden, m.inter}};
 }
 
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  for (std::string t; std::getline(ss, t, ',');)
-    if (!t.empty()) out.push_back(t);
-  return out;
-}
 bool contains(const std::vector<std::string>& v, const std::string& x) {
   for (const auto& s : v)
     if (s == x) return true;
@@ -103,12 +95,10 @@ Options parse(int argc, char** argv) {
   };
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--models") o.models = split(next(i));
-    else if (a == "--proj") o.projs = split(next(i));
-    else if (a == "--m") {
-      o.ms.clear();
-      for (const auto& s : split(next(i))) o.ms.push_back(std::stoi(s));
-    } else if (a == "--bn") { o.cfg.bn = std::stoi(next(i)); o.override_cfg = true; }
+    if (a == "--models") o.models = bench::split_list(next(i));
+    else if (a == "--proj") o.projs = bench::split_list(next(i));
+    else if (a == "--m") o.ms = bench::split_ints(next(i));
+    else if (a == "--bn") { o.cfg.bn = std::stoi(next(i)); o.override_cfg = true; }
     else if (a == "--stages") { o.cfg.stages = std::stoi(next(i)); o.override_cfg = true; }
     else if (a == "--group-m") { o.cfg.group_m = std::stoi(next(i)); o.override_cfg = true; }
     else if (a == "--grid") { o.cfg.grid = std::stoi(next(i)); o.override_cfg = true; }

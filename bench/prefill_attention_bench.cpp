@@ -15,7 +15,6 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -35,13 +34,6 @@ using json = nlohmann::json;
 
 namespace {
 
-std::vector<std::string> words(const std::string& s) {
-  std::vector<std::string> v;
-  std::stringstream ss(s);
-  for (std::string x; std::getline(ss, x, ',');)
-    if (!x.empty()) v.push_back(x);
-  return v;
-}
 
 struct Options {
   std::vector<std::string> shapes{"1x8192", "4x2048", "16x512"}, chunks{"4x512+1536", "1x2048+6144"};
@@ -58,9 +50,9 @@ Options parse(int argc, char** argv) {
       FUTR_CHECK(i + 1 < argc, "{} needs a value", a);
       return argv[++i];
     };
-    if (a == "--shapes") o.shapes = words(next());
-    else if (a == "--chunks") o.chunks = words(next());
-    else if (a == "--models") o.models = words(next());
+    if (a == "--shapes") o.shapes = bench::split_list(next());
+    else if (a == "--chunks") o.chunks = bench::split_list(next());
+    else if (a == "--models") o.models = bench::split_list(next());
     else if (a == "--reps") o.reps = std::stoi(next());
     else if (a == "--peers") o.peers = next();
     else if (a == "--json") o.json_path = next();

@@ -27,7 +27,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -60,13 +59,6 @@ struct Options {
   int reps = 30;
 };
 
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> v;
-  std::stringstream ss(s);
-  for (std::string x; std::getline(ss, x, ',');)
-    if (!x.empty()) v.push_back(x);
-  return v;
-}
 
 Options parse(int argc, char** argv) {
   Options o;
@@ -78,11 +70,9 @@ Options parse(int argc, char** argv) {
     };
     if (a == "--json") o.json_path = next();
     else if (a == "--peers") o.peers_path = next();
-    else if (a == "--models") o.models = split(next());
-    else if (a == "--m") {
-      o.ms.clear();
-      for (const auto& m : split(next())) o.ms.push_back(std::stoi(m));
-    } else if (a == "--config") o.config = next();
+    else if (a == "--models") o.models = bench::split_list(next());
+    else if (a == "--m") o.ms = bench::split_ints(next());
+    else if (a == "--config") o.config = next();
     else if (a == "--sweep") o.sweep_model = next();
     else if (a == "--reps") o.reps = std::stoi(next());
     else if (a == "--flush") o.flush = next();

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <ctime>
 #include <fstream>
+#include <sstream>
 
 #include <fmt/format.h>
 
@@ -180,6 +181,20 @@ nlohmann::json environment_json() {
           {"driver", d.driver_version},
           {"commit", futr::build_commit()},
           {"date", date}};
+}
+
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string t; std::getline(ss, t, ',');)
+    if (!t.empty()) out.push_back(t);
+  return out;
+}
+
+std::vector<int> split_ints(const std::string& s) {
+  std::vector<int> out;
+  for (const std::string& t : split_list(s)) out.push_back(std::stoi(t));
+  return out;
 }
 
 }  // namespace futr::bench

@@ -91,4 +91,8 @@ class GraphTimer {
 // "NVIDIA H200, 132 SMs, driver 13.0" plus the git commit baked in at build time.
 nlohmann::json environment_json();
 
+// Command-line lists: "a,b,c" -> {"a", "b", "c"} (empty items dropped), and as ints.
+std::vector<std::string> split_list(const std::string& s);
+std::vector<int> split_ints(const std::string& s);
+
 }  // namespace futr::bench

@@ -17,13 +17,11 @@ import argparse
 import json
 import os
 import sys
-import traceback
 
 import torch
-import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from peer_common import time_sdpa_backends  # noqa: E402
 from torch_decode_peer import Timer  # noqa: E402
 
 HEADS, KV_HEADS, D = 32, 8, 128
@@ -45,18 +43,7 @@ def main():
             k = torch.randn(b, KV_HEADS, ctx, D, dtype=torch.bfloat16, device="cuda")
             v = torch.randn(b, KV_HEADS, ctx, D, dtype=torch.bfloat16, device="cuda")
             row = {"batch": b, "ctx": ctx}
-            for name, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
-                def fn(backend=backend):
-                    with sdpa_kernel([backend]):
-                        return F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
-                try:
-                    row[name + "_us"] = timer.us(fn)
-                except Exception as e:  # noqa: BLE001
-                    errors.append(f"{name} b{b} ctx{ctx}: {type(e).__name__}: {e}")
-                    traceback.print_exc()
-                    row[name + "_us"] = None
-            print(f"torch peer sdpa batch {b} ctx {ctx}: flash {row['flash_us']} us, cudnn {row['cudnn_us']} us",
-                  flush=True)
+            time_sdpa_backends(timer, q, k, v, row, f"batch {b} ctx {ctx}", errors)
             rows.append(row)
             del q, k, v
             torch.cuda.empty_cache()

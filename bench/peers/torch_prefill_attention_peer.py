@@ -20,13 +20,11 @@ import argparse
 import json
 import os
 import sys
-import traceback
 
 import torch
-import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from peer_common import time_sdpa_backends  # noqa: E402
 from torch_decode_peer import Timer  # noqa: E402
 
 MODELS = {"llama-3.1-8b": (32, 8, 128), "smollm2-135m": (9, 3, 64)}
@@ -50,18 +48,7 @@ def main():
             k = torch.randn(b, kv_heads, n, d, dtype=torch.bfloat16, device="cuda")
             v = torch.randn(b, kv_heads, n, d, dtype=torch.bfloat16, device="cuda")
             row = {"model": model, "requests": b, "len": n}
-            for name, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
-                def fn(backend=backend):
-                    with sdpa_kernel([backend]):
-                        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-                try:
-                    row[name + "_us"] = timer.us(fn)
-                except Exception as e:  # noqa: BLE001
-                    errors.append(f"{name} {model} {shape}: {type(e).__name__}: {e}")
-                    traceback.print_exc()
-                    row[name + "_us"] = None
-            print(f"torch peer prefill sdpa {model} {shape}: flash {row['flash_us']} us, cudnn {row['cudnn_us']} us",
-                  flush=True)
+            time_sdpa_backends(timer, q, k, v, row, f"prefill {model} {shape}", errors, is_causal=True)
             rows.append(row)
             del q, k, v
             torch.cuda.empty_cache()

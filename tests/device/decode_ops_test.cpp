@@ -23,15 +23,13 @@
 #include "support/compare.h"
 #include "support/gpu.h"
 #include "support/tolerances.h"
+#include "support/random.h"
 
 using namespace futr;
 
 namespace {
 
-std::mt19937_64& rng() {
-  static std::mt19937_64 r(std::random_device{}());
-  return r;
-}
+using test::rng;
 
 std::vector<float> randn(size_t n, float sd) {
   std::normal_distribution<float> d(0.0f, sd);

@@ -27,15 +27,13 @@
 #include "quant/delayed_scaling.h"
 #include "support/expect_error.h"
 #include "support/gpu.h"
+#include "support/random.h"
 
 using namespace futr;
 
 namespace {
 
-std::mt19937_64& rng() {
-  static std::mt19937_64 r(std::random_device{}());
-  return r;
-}
+using test::rng;
 
 // Rows ~ N(0, sd) with a few outliers (x 100), as a residual stream has.
 std::vector<uint16_t> rows_bf16(size_t n, float sd) {

@@ -32,26 +32,18 @@
 #include "support/expect_error.h"
 #include "support/gpu.h"
 #include "support/tolerances.h"
+#include "support/random.h"
 
 using namespace futr;
 
 namespace {
 
-std::mt19937_64& rng() {
-  static std::mt19937_64 r(std::random_device{}());
-  return r;
-}
+using test::rng;
+using test::randn_bf16;
 
 std::map<std::string, double>& worst() {
   static std::map<std::string, double> w;
   return w;
-}
-
-std::vector<uint16_t> randn_bf16(size_t n, float sd) {
-  std::normal_distribution<float> d(0.0f, sd);
-  std::vector<uint16_t> x(n);
-  for (auto& v : x) v = float_to_bf16(d(rng()));
-  return x;
 }
 
 struct Req {

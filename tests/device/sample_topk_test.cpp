@@ -29,17 +29,15 @@
 #include "runtime/sampler.h"
 #include "support/expect_error.h"
 #include "support/gpu.h"
+#include "support/random.h"
 
 using namespace futr;
 
 namespace {
 
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+using test::rng;
 
-std::mt19937_64& rng() {
-  static std::mt19937_64 r(std::random_device{}());
-  return r;
-}
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 enum class Kind { kRandom, kCoarseTies, kNegInf, kMostlyNegInf };
 

@@ -39,6 +39,7 @@
 #include "support/expect_error.h"
 #include "support/gpu.h"
 #include "support/tolerances.h"
+#include "support/random.h"
 
 using namespace futr;
 using cuda::DecodeConfig;
@@ -47,10 +48,7 @@ using cuda::DecodeShape;
 
 namespace {
 
-std::mt19937_64& rng() {
-  static std::mt19937_64 r(std::random_device{}());
-  return r;
-}
+using test::rng;
 
 // Largest relative error seen per family (printed by the environment below).
 std::map<std::string, double>& worst() {
