@@ -38,7 +38,11 @@ const Variant& find_variant(int head_dim) {
 
 }  // namespace
 
-std::vector<std::string> prefill_attention_variants() { return {"bf16 d64", "bf16 d128"}; }
+std::vector<std::string> prefill_attention_variants() {
+  std::vector<std::string> out;
+  for (const Variant& v : kVariants) out.push_back("bf16 d" + std::to_string(v.head_dim));
+  return out;
+}
 
 std::vector<int> prefill_tiles(const std::vector<PrefillRequest>& reqs) {
   struct T {
@@ -100,12 +104,12 @@ void prefill_attention(const PrefillAttentionArgs& a, cudaStream_t st, bool pdl)
   p.n_items = a.n_tiles * a.n_heads;
   p.scale_log2 = float(1.4426950408889634 / std::sqrt(double(a.head_dim)));
 
-  static bool attr_set[2] = {false, false};  // per variant, once per process (one device)
-  bool& set = attr_set[a.head_dim == 128];
-  if (!set) {
-    FUTR_CUDA_CHECK(cudaFuncSetAttribute(v.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, v.smem));
-    set = true;
-  }
+  static const bool attr_set = [] {  // every variant, once per process (thread-safe), as the FP8 GEMM's
+    for (const Variant& w : kVariants)
+      FUTR_CUDA_CHECK(cudaFuncSetAttribute(w.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, w.smem));
+    return true;
+  }();
+  (void)attr_set;
   // Persistent: one CTA per SM (the shared memory holds one), items strided over them.
   FUTR_CHECK(a.max_ctas >= 0, "prefill attention: max_ctas {} < 0", a.max_ctas);
   const int grid = std::min(p.n_items, a.max_ctas > 0 ? a.max_ctas : require_device().sm_count);
