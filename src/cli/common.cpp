@@ -87,6 +87,11 @@ void add_run_options(CLI::App* app, RunOptions& o) {
                   "which on stderr)")
       ->check(CLI::IsMember(runtime::engine_kind_names()))
       ->capture_default_str();
+  app->add_flag("--prefill{on}", o.prefill,
+                "GPU engine: prompts through the FP8 prefill path (FP8 GEMMs, prefill attention, delayed "
+                "scaling): --prefill (= on), --prefill=off (prompts through the decode step), auto (default: "
+                "on when FP8 weights can be had: quantized on load, or stored in the .futr file)")
+      ->check(CLI::IsMember({"auto", "on", "off"}));
 }
 
 void add_tp_option(CLI::App* app, RunOptions& o) {

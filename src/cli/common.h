@@ -22,6 +22,7 @@ struct RunOptions {
   int threads = 0;         // 0: the physical cores (cpu::physical_cores())
   std::string backend = "auto";  // auto | cpu | gpu (runtime::parse_engine_kind)
   int tp = 1;              // GPUs, tensor parallel (add_tp_option; the commands that run a model)
+  std::string prefill = "auto";  // auto | on | off: the GPU engine's FP8 prefill path (runtime::PrefillMode)
 };
 
 // `--help` groups: the options of a command fall into these three (and the

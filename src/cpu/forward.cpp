@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/numeric.h"
 
 namespace futr::cpu {
 
@@ -73,6 +74,12 @@ void Forward::eval_chunk(KvCache& cache, std::span<const int32_t> tokens, int fi
 
   // --- 1. Embedding: x[i] = E[token_i] -------------------------------------------
   embed(weights_.tok_embd, c.vocab, H, tokens, x_.data());
+  // The BF16 residual variant (set_residual_bf16): x rounded after every write.
+  auto round_residual = [&] {
+    if (residual_bf16_)
+      for (size_t i = 0; i < nn * H; ++i) x_[i] = round_bf16(x_[i]);
+  };
+  round_residual();
 
   for (int l = 0; l < c.n_layers; ++l) {
     CpuLayer& L = weights_.layers[size_t(l)];
@@ -105,6 +112,7 @@ void Forward::eval_chunk(KvCache& cache, std::span<const int32_t> tokens, int fi
     // --- 7. Output projection and residual: x += attn Wo^T -----------------------
     L.wo->forward(attn_.data(), n, proj_.data());
     add_inplace(x_.data(), proj_.data(), int64_t(nn * H));
+    round_residual();
 
     // --- 8. MLP block input: xn = RMSNorm(x) * g_ffn ------------------------------
     rmsnorm(x_.data(), L.ffn_norm.data(), xn_.data(), n, H, c.rms_eps);
@@ -117,6 +125,7 @@ void Forward::eval_chunk(KvCache& cache, std::span<const int32_t> tokens, int fi
     // --- 10. Down projection and residual: x += u Wdown^T -------------------------
     L.w_down->forward(gate_.data(), n, proj_.data());
     add_inplace(x_.data(), proj_.data(), int64_t(nn * H));
+    round_residual();
   }
   cache.advance(n);
 

@@ -96,6 +96,7 @@ QuantForward::QuantForward(const Model& model, std::shared_ptr<const quant::Quan
   }
   w.out_norm = bf16_copy(w.out_norm);
   fwd_ = std::make_unique<Forward>(model, std::move(w), std::move(kv), o.max_batch);
+  fwd_->set_residual_bf16(o.residual_bf16);
 }
 
 std::string QuantForward::describe() const {
@@ -108,6 +109,7 @@ std::string QuantForward::describe() const {
     const quant::ScaleBank& b = *bank_;
     s += fmt::format(", FP8 delayed scaling: history {}, margin {}{}", b.config().history,
                      b.config().margin, opt_.fp8_rms_in_cast ? ", 1/rms in the cast" : "");
+    if (opt_.residual_bf16) s += ", BF16 residual";
   }
   return s;
 }

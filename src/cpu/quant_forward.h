@@ -33,6 +33,7 @@ struct QuantRunOptions {
   int kv_block = 64;                 // Hadamard block (int4-rot)
   quant::DelayedScalingConfig fp8;   // delayed scaling of FP8 activations
   bool fp8_rms_in_cast = false;      // folded RMSNorm: 1/rms before the E4M3 cast (variant)
+  bool residual_bf16 = false;        // the residual stream rounded to BF16 (Forward::set_residual_bf16)
   int max_batch = 256;               // tokens per forward chunk
 };
 

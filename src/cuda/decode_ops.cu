@@ -3,10 +3,12 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 
 #include "core/error.h"
 #include "cuda/check.h"
 #include "cuda/launch.cuh"
+#include "device/kernels/sm90_gather_rows.cuh"
 #include "device/kernels/sm90_logits_reduce.cuh"
 #include "device/kernels/sm90_rmsnorm.cuh"
 #include "device/kernels/sm90_rope.cuh"
@@ -39,6 +41,15 @@ void rope(void* x, int64_t ld, const int* pos, const float* cos, const float* si
   if (rows == 0) return;
   device::RopeParams p{static_cast<uint16_t*>(x), ld, pos, cos, sin, heads, D};
   launch(device::sm90_rope_kernel, dim3(unsigned(rows)), dim3(256), 0, s, pdl, p);
+}
+
+void gather_rows(const void* table, const int* index, void* out, int rows, int width, cudaStream_t s, bool pdl) {
+  FUTR_CHECK(width >= 1 && rows >= 0 && table && index && out, "gather_rows: {} rows of {}", rows, width);
+  FUTR_CHECK(width % 8 != 0 || (reinterpret_cast<uintptr_t>(table) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0),
+             "gather_rows: rows of {} elements need 16-byte aligned buffers", width);
+  if (rows == 0) return;
+  device::GatherRowsParams p{static_cast<const uint16_t*>(table), index, static_cast<uint16_t*>(out), width};
+  launch(device::sm90_gather_rows_kernel, dim3(unsigned(rows)), dim3(128), 0, s, pdl, p);
 }
 
 void swiglu(const void* gu, void* out, int rows, int I, cudaStream_t s, bool pdl) {

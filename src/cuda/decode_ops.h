@@ -32,6 +32,12 @@ void rmsnorm(const RmsNormArgs& a, cudaStream_t s, bool pdl = false);
 void rope(void* x, int64_t ld, const int* pos, const float* cos, const float* sin, int rows, int heads, int D,
           cudaStream_t s, bool pdl = false);
 
+// out[r] = table[index[r]]: rows of `width` 16-bit elements (the prefill
+// path's embedding gather into its BF16 residual). index is a device array;
+// its values must lie in [0, table_rows) (the engine checks token ids first).
+void gather_rows(const void* table, const int* index, void* out, int rows, int width, cudaStream_t s,
+                 bool pdl = false);
+
 // out[rows][I] = bf16(silu(gate) * up) of gu[rows][2I] (gate columns first).
 void swiglu(const void* gu, void* out, int rows, int I, cudaStream_t s, bool pdl = false);
 

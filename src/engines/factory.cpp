@@ -12,6 +12,7 @@
 #if FUTR_HAVE_CUDA
 #include "cuda/device.h"
 #include "gpu/engine.h"
+#include "gpu/prefill.h"
 #include "gpu/tp_engine.h"
 #endif
 #include "formats/futr_file.h"
@@ -80,6 +81,17 @@ std::unique_ptr<runtime::Engine> make_synthetic_engine(const std::string& name, 
   go.max_step_tokens = c.max_step_tokens;
   go.graphs = c.gpu_graphs;
   go.pdl = c.gpu_pdl;
+  {
+    const std::string why = c.tp > 1 ? "tensor parallel" : gpu::PrefillPath::unsupported_reason(config);
+    FUTR_CHECK(c.prefill != runtime::PrefillMode::kOn || why.empty(), "--prefill on: the FP8 prefill path cannot "
+               "run here: {}", why);
+    go.prefill_synthetic = c.prefill != runtime::PrefillMode::kOff && why.empty();
+    go.prefill_seed = seed;
+    go.prefill_rows = std::min(go.prefill_rows, c.max_step_tokens);
+    if (log) log(go.prefill_synthetic ? "prompts through the FP8 prefill path (synthetic FP8 weights drawn on the device)"
+                                      : fmt::format("prompts through the decode step ({})",
+                                                    c.prefill == runtime::PrefillMode::kOff ? "--prefill=off" : why));
+  }
   if (c.tp > 1) {
     if (log) log(fmt::format("tensor parallel over {} GPUs (each rank draws its own shard)", c.tp));
     return std::make_unique<gpu::TpGpuEngine>(config, seed, go, c.tp);
@@ -108,6 +120,41 @@ std::string format_list(const std::vector<WeightFormat>& fs) {
 }
 
 }  // namespace
+
+#if FUTR_HAVE_CUDA
+std::shared_ptr<const quant::QuantizedWeights> prefill_weights(const Model& model, const runtime::RuntimeConfig& c,
+                                                               FutrFile* file, const std::vector<WeightFormat>& stored,
+                                                               const runtime::EngineLog& log) {
+  using runtime::PrefillMode;
+  if (c.prefill == PrefillMode::kOff) {
+    if (log) log("prompts through the decode step (--prefill=off)");
+    return nullptr;
+  }
+  std::string why = c.tp > 1 ? "it does not run tensor parallel yet" : gpu::PrefillPath::unsupported_reason(model.config);
+  if (why.empty() && c.fp8.policy != Fp8SaturationPolicy::kClampRescale)
+    why = "its delayed scaling runs the \"clamp\" policy on the device (--fp8-policy recompute is a CPU-reference "
+          "option)";
+  if (why.empty() && file && std::find(stored.begin(), stored.end(), WeightFormat::kFp8) == stored.end())
+    why = fmt::format("{} holds no fp8 weights (`futr quantize` the original model with --weights int4,fp8)",
+                      model.path);
+  if (!why.empty()) {
+    FUTR_CHECK(c.prefill != PrefillMode::kOn, "--prefill on: the FP8 prefill path cannot run: {}", why);
+    if (log) log(fmt::format("prompts through the decode step (the FP8 prefill path: {})", why));
+    return nullptr;
+  }
+  if (file) {
+    if (log) log("prompts through the FP8 prefill path (the file's fp8 weights)");
+    return std::make_shared<quant::QuantizedWeights>(file->read_weights(WeightFormat::kFp8));
+  }
+  cpu::QuantizeOptions qo = quantize_options(WeightFormat::kFp8, c);
+  const std::vector<int32_t> calib = runtime::calibration_tokens(model, c.calib);
+  if (log)
+    log(fmt::format("prompts through the FP8 prefill path: fp8 weights quantized on load, initial amax from {} "
+                    "held-out tokens", calib.size()));
+  cpu::set_num_threads(c.threads);
+  return std::make_shared<quant::QuantizedWeights>(cpu::quantize_model(model, qo, calib));
+}
+#endif
 
 }  // namespace engines
 
@@ -140,6 +187,8 @@ std::unique_ptr<runtime::Engine> runtime::make_engine(const Model& model, const 
     }
   }
 
+  FUTR_CHECK(c.prefill != PrefillMode::kOn || use_gpu, "--prefill on: the FP8 prefill path is the GPU engine's "
+             "(this run uses the CPU engine; its FP8 reference is --weights fp8 --fp8-rms cast --fp8-residual bf16)");
   FUTR_CHECK(c.tp == 1 || use_gpu, "--tp {}: tensor parallelism runs the GPU engine ({})", c.tp,
              no_gpu.empty() ? fmt::format("asked: --backend {} --weights {} --kv {}", to_string(c.engine),
                                           to_string(c.weights), to_string(c.kv))
@@ -180,6 +229,7 @@ std::unique_ptr<runtime::Engine> runtime::make_engine(const Model& model, const 
   if (w != WeightFormat::kFp32 || kv != KvFormat::kFp32) {
     eo.fp8 = engines::fp8_config(c.fp8);
     eo.fp8_rms_in_cast = c.fp8.rms == Fp8RmsPlacement::kCast;
+    eo.residual_bf16 = c.fp8.residual_bf16;
   }
 
   std::shared_ptr<const quant::QuantizedWeights> q;
@@ -227,6 +277,11 @@ std::unique_ptr<runtime::Engine> runtime::make_engine(const Model& model, const 
     go.max_step_tokens = c.max_step_tokens;
     go.graphs = c.gpu_graphs;
     go.pdl = c.gpu_pdl;
+    go.prefill_fp8 = engines::prefill_weights(model, c, file.get(), stored, log);
+    if (go.prefill_fp8) {
+      go.fp8 = engines::fp8_config(c.fp8);
+      go.prefill_rows = std::min(go.prefill_rows, c.max_step_tokens);
+    }
     if (c.tp > 1) {
       if (log) log(fmt::format("tensor parallel over {} GPUs", c.tp));
       return std::make_unique<gpu::TpGpuEngine>(model, std::move(q), go, c.tp);

@@ -2,8 +2,10 @@
 #include "gpu/engine.h"
 
 #include "gpu/nccl.h"
+#include "gpu/prefill.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -224,6 +226,9 @@ struct GpuEngine::Impl {
   size_t kv_bytes = 0, weight_bytes = 0;
   int64_t micro_steps = 0, graph_launches = 0, logits_rows_copied = 0, host_sampled = 0, gpu_sampled = 0;
   std::unique_ptr<Profiler> prof;              // set while profiling (set_profiling)
+  std::unique_ptr<PrefillPath> prefill;        // the FP8 prefill path (null: prompts through the decode step)
+  int64_t prefill_output_rows = 0;
+  double prefill_ms = 0;                       // host wall time of the prefill chunks (incl. their outputs)
 };
 
 int GpuEngine::bucket_of(int rows) {
@@ -269,6 +274,7 @@ GpuEngine::GpuEngine(const Model& model, std::shared_ptr<const quant::QuantizedW
     m.weight_bytes += L.qkv->weight_bytes() + L.o->weight_bytes() + L.gate_up->weight_bytes() + L.down->weight_bytes();
   }
   FUTR_CUDA_CHECK(cudaDeviceSynchronize());
+  init_prefill();
 }
 
 GpuEngine::GpuEngine(const ModelConfig& config, uint64_t seed, const GpuEngineOptions& o)
@@ -318,6 +324,27 @@ GpuEngine::GpuEngine(const ModelConfig& config, uint64_t seed, const GpuEngineOp
   }
   FUTR_CUDA_CHECK(cudaStreamSynchronize(st));
   FUTR_CUDA_CHECK(cudaGetLastError());
+  init_prefill();
+}
+
+void GpuEngine::init_prefill() {
+  Impl& m = *impl_;
+  const bool want = opt_.prefill_fp8 || opt_.prefill_synthetic;
+  if (!want) {
+    info_.describe += "; prompts through the decode step";
+    return;
+  }
+  FUTR_CHECK(!opt_.tp_comms, "GPU engine: the FP8 prefill path does not run tensor parallel yet (--prefill=off)");
+  FUTR_CHECK(opt_.prefill_min_rows >= 1, "GPU engine: prefill_min_rows {} < 1", opt_.prefill_min_rows);
+  const int rows = std::min(opt_.prefill_rows, std::max(opt_.max_step_tokens, 1));
+  if (opt_.prefill_fp8)
+    m.prefill = std::make_unique<PrefillPath>(config_, *opt_.prefill_fp8, opt_.fp8, rows, m.stream);
+  else
+    m.prefill = std::make_unique<PrefillPath>(config_, opt_.prefill_seed, opt_.fp8, rows, m.stream);
+  m.weight_bytes += m.prefill->weight_bytes();
+  info_.describe += fmt::format("; prompts: the FP8 prefill path (runs of >= {} rows, chunks of <= {} rows, "
+                                "{:.1f} MiB of FP8 weights)",
+                                opt_.prefill_min_rows, rows, double(m.prefill->weight_bytes()) / (1 << 20));
 }
 
 void GpuEngine::init(const std::string& weights_what, size_t weights_est) {
@@ -448,8 +475,8 @@ void GpuEngine::init(const std::string& weights_what, size_t weights_est) {
   table_ = runtime::SequenceTable(o.max_seqs, opt_.ctx);
   info_.name = "gpu";
   info_.describe = fmt::format(
-      "gpu ({}, {} SMs; {}, KV {}{} {:.1f} MiB, ctx {} x {} sequences; {}, {}; prompts run through the decode kernels, "
-      "up to {} rows per micro-step)",
+      "gpu ({}, {} SMs; {}, KV {}{} {:.1f} MiB, ctx {} x {} sequences; {}, {}; decode micro-steps of up to {} "
+      "rows)",
       dev.name, dev.sm_count, weights_what, to_string(o.kv), rot ? fmt::format(" (Hadamard block {})", rot) : "",
       double(m.kv_bytes) / (1 << 20), opt_.ctx, o.max_seqs,
       opt_.graphs ? "CUDA graphs per batch bucket" : "eager launches (graphs off)",
@@ -706,6 +733,136 @@ const float* GpuEngine::fetch_logits_row(int k) {
   return m.h_logits.get() + size_t(k) * V;
 }
 
+void GpuEngine::prefill_runs(std::span<const BatchRow> rows, const std::vector<const runtime::SeqRun*>& runs,
+                             const std::vector<int>& rank, runtime::StepResult& r) {
+  Impl& m = *impl_;
+  const ModelConfig& c = config_;
+  const int Bm = kMaxMicroBatch;
+  const size_t V = size_t(lm_rows_);
+  cudaStream_t st = m.stream;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<cuda::KvLayerPtrs> caches;
+  for (Impl::Layer& L : m.layers) caches.push_back(L.ptrs(m.num_slots));
+  PrefillPath::Shared sh;
+  sh.embd = m.embd.get();
+  sh.rope_cos = m.rope_cos.get();
+  sh.rope_sin = m.rope_sin.get();
+  sh.cache = caches;
+  sh.mirror = opt_.kv != KvFormat::kBf16;
+  sh.rot_block = opt_.kv == KvFormat::kInt4Rot ? opt_.kv_block : 0;
+  sh.nonfinite = m.nonfinite.get();
+  const uint16_t* lm = m.lm_head.size() ? m.lm_head.get() : m.embd.get() + size_t(lm_begin_) * size_t(c.hidden);
+  const int cap = m.prefill->max_rows();
+  std::vector<int32_t> tokens;
+  std::vector<PrefillPath::Request> reqs;
+  std::vector<int> batch_row;                  // [chunk rows] the row's index in the batch
+  std::vector<std::pair<int, int>> lengths;    // (slot, length) of the chunk's requests after it
+  std::vector<int> out;                        // chunk rows with an output
+  auto flush = [&] {
+    if (tokens.empty()) return;
+    m.prefill->run(tokens, reqs, sh, st);
+    FUTR_CUDA_CHECK(cudaMemcpyAsync(m.h_nonfinite.get(), m.nonfinite.get(), sizeof(int), cudaMemcpyDeviceToHost, st));
+    FUTR_CUDA_CHECK(cudaStreamSynchronize(st));
+    if (m.h_nonfinite[0] != 0) {
+      m.nonfinite.fill_bytes(0, st);
+      FUTR_CUDA_CHECK(cudaStreamSynchronize(st));
+      fail("GPU engine (prefill): a key or value row was not finite (the weights or the input produce NaN/Inf)");
+    }
+    // The rows that asked for an output: final norm, LM head, reductions, in blocks of 32.
+    out.clear();
+    for (size_t i = 0; i < tokens.size(); ++i)
+      if (rows[size_t(batch_row[i])].out != RowOutput::kNone) out.push_back(int(i));
+    for (size_t b0 = 0; b0 < out.size(); b0 += size_t(Bm)) {
+      const int nb = int(std::min(out.size() - b0, size_t(Bm)));
+      int* h = m.h_ints.get();
+      std::vector<char> copy(static_cast<size_t>(nb));
+      for (int j = 0; j < nb; ++j) {
+        const BatchRow& row = rows[size_t(batch_row[size_t(out[b0 + size_t(j)])])];
+        h[kTok * Bm + j] = out[b0 + size_t(j)];
+        h[kTarget * Bm + j] = row.out == RowOutput::kLogprob ? row.target : -1;
+        copy[size_t(j)] = row.out == RowOutput::kLogits ||
+                          (row.out == RowOutput::kToken && !table_.sampler(table_.slot(row.seq)).plain_greedy());
+      }
+      FUTR_CUDA_CHECK(cudaMemcpyAsync(m.ints.get(), h, size_t(kMapRows) * Bm * sizeof(int), cudaMemcpyHostToDevice, st));
+      cuda::RmsNormArgs norm;  // x = the residual row (gathered from the chunk's rows); a = RMSNorm(x) g_out
+      norm.x = m.x.get();
+      norm.tokens = m.ints.get() + kTok * Bm;
+      norm.embd = m.prefill->x();
+      norm.gain = m.out_norm.get();
+      norm.out = m.a.get();
+      norm.rows = nb;
+      norm.H = c.hidden;
+      norm.eps = c.rms_eps;
+      cuda::rmsnorm(norm, st);
+      m.lt.matmul(cuda::LtInput::kBF16, m.a.get(), lm, m.logits.get(), nb, lm_rows_, c.hidden, nullptr, nullptr, st,
+                  cuda::LtOutput::kF32);
+      cuda::LogitsReduceArgs ra;
+      ra.logits = m.logits.get();
+      ra.vocab = lm_rows_;
+      ra.rows = nb;
+      ra.targets = m.ints.get() + kTarget * Bm;
+      ra.out = m.row_stats.get();
+      cuda::logits_reduce(ra, st);
+      FUTR_CUDA_CHECK(cudaMemcpyAsync(m.h_stats.get(), m.row_stats.get(), size_t(nb) * sizeof(cuda::LogitsRowStats),
+                                      cudaMemcpyDeviceToHost, st));
+      for (int j = 0; j < nb; ++j)
+        if (copy[size_t(j)]) {
+          FUTR_CUDA_CHECK(cudaMemcpyAsync(m.h_logits.get() + size_t(j) * V, m.logits.get() + size_t(j) * V,
+                                          V * sizeof(float), cudaMemcpyDeviceToHost, st));
+          ++m.logits_rows_copied;
+        }
+      FUTR_CUDA_CHECK(cudaStreamSynchronize(st));
+      m.prefill_output_rows += nb;
+      for (int j = 0; j < nb; ++j) {
+        const int i = batch_row[size_t(out[b0 + size_t(j)])];
+        const BatchRow& row = rows[size_t(i)];
+        const cuda::LogitsRowStats& s = m.h_stats[size_t(j)];
+        const float* z = m.h_logits.get() + size_t(j) * V;
+        switch (row.out) {
+          case RowOutput::kNone: break;
+          case RowOutput::kLogits: std::memcpy(r.logits.row(rank[size_t(i)]), z, V * sizeof(float)); break;
+          case RowOutput::kToken: {
+            runtime::Sampler& sampler = table_.sampler(table_.slot(row.seq));
+            int32_t t = 0;
+            if (copy[size_t(j)]) {
+              t = sampler.sample({z, V});
+              ++m.host_sampled;
+            } else if (s.nonfinite == 0) {
+              t = s.argmax;
+            } else {
+              t = sampler.sample({fetch_logits_row(j), V});  // NaN/+inf: the host's rule
+            }
+            r.tokens[size_t(rank[size_t(i)])] = t;
+            break;
+          }
+          case RowOutput::kLogprob:
+            r.logprobs[size_t(rank[size_t(i)])] =
+                s.nonfinite == 0 ? s.logprob : -runtime::token_nll({fetch_logits_row(j), V}, row.target);
+            break;
+        }
+      }
+    }
+    for (const auto& [slot, len] : lengths) table_.set_length(slot, len);
+    tokens.clear(), reqs.clear(), batch_row.clear(), lengths.clear();
+  };
+  for (const runtime::SeqRun* run : runs) {
+    const int slot = table_.slot(run->seq);
+    for (int i = run->begin; i < run->end;) {
+      if (int(tokens.size()) == cap) flush();
+      const int take = std::min(run->end - i, cap - int(tokens.size()));
+      reqs.push_back({take, rows[size_t(i)].pos, slot * m.slots_per_seq});
+      for (int j = i; j < i + take; ++j) {
+        tokens.push_back(rows[size_t(j)].token);
+        batch_row.push_back(j);
+      }
+      lengths.push_back({slot, rows[size_t(i + take - 1)].pos + 1});
+      i += take;
+    }
+  }
+  flush();
+  m.prefill_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
 runtime::StepResult GpuEngine::step(std::span<const BatchRow> rows) {
   const runtime::BatchPlan plan =
       runtime::plan_batch(rows, info_, [&](SeqId id) { return table_.length_or_closed(id); });
@@ -731,7 +888,12 @@ runtime::StepResult GpuEngine::step(std::span<const BatchRow> rows) {
     int slot;
   };
   std::vector<Cursor> live;
-  for (const runtime::SeqRun& run : plan.runs) live.push_back({&run, run.begin, table_.slot(run.seq)});
+  std::vector<const runtime::SeqRun*> prompt_runs;  // through the prefill path (engine.h)
+  for (const runtime::SeqRun& run : plan.runs) {
+    if (m.prefill && run.end - run.begin >= opt_.prefill_min_rows) prompt_runs.push_back(&run);
+    else live.push_back({&run, run.begin, table_.slot(run.seq)});
+  }
+  if (!prompt_runs.empty()) prefill_runs(rows, prompt_runs, rank, r);
   std::vector<MicroRow> micro;
   std::vector<int> which;
   std::vector<int> take;  // [live] rows of each run in this micro-step
@@ -854,6 +1016,14 @@ nlohmann::json GpuEngine::stats() const {
   j["gpu_sampled_rows"] = m.gpu_sampled;
   j["gpu_sampling"] = opt_.gpu_sampling;
   j["pdl"] = opt_.pdl;
+  if (m.prefill) {
+    nlohmann::json pf = m.prefill->stats(m.stream);
+    pf["output_rows"] = m.prefill_output_rows;
+    pf["host_ms"] = m.prefill_ms;
+    j["prefill"] = pf;
+  } else {
+    j["prefill"] = nullptr;
+  }
   if (m.prof && m.prof->micro_steps > 0) {
     const Profiler& p = *m.prof;
     nlohmann::json ops = nlohmann::json::array();

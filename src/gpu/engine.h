@@ -95,8 +95,19 @@
 // runs that have more (prompt chunks), so a step of runs of lengths n_1..n_S
 // costs about max(ceil(sum_i n_i / 32), ...) micro-steps instead of max_i n_i.
 // A row attends to the K/V the earlier rows of its run append in the same
-// micro-step (the append kernel completes before the attention reads). The
-// FP8 prefill path (issue 12) is to replace this for long prompts.
+// micro-step (the append kernel completes before the attention reads).
+//
+// Prompts through the FP8 prefill path (gpu/prefill.h; when the engine has
+// FP8 weights: GpuEngineOptions::prefill_fp8 or prefill_synthetic): the runs
+// of a step with at least prefill_min_rows rows go first, packed into chunks
+// of at most prefill_rows rows (a longer run continues in the next chunk);
+// each chunk runs every layer through the FP8 GEMMs and the prefill
+// attention, writes its K/V (and the INT4 mirror) with the decode path's
+// append kernel, and the rows that asked for an output take the decode path's
+// final norm, LM head and reductions in blocks of 32 (kToken rows of a
+// non-greedy sampler are drawn by the host from their copied logits). The
+// shorter runs (decode rows) then go through the micro-steps above. Eager
+// launches (no graph: chunk shapes vary), one synchronization per chunk.
 //
 // Tests: tests/gpu/engine_test.cpp (against the CPU quantized reference; graph
 // replay vs eager; GPU greedy / log-probabilities vs the host's).
@@ -109,7 +120,9 @@
 
 #include "core/formats.h"
 #include "model/model.h"
+#include "quant/delayed_scaling.h"
 #include "quant/quantized_model.h"
+#include "runtime/batch.h"
 #include "runtime/engine.h"
 #include "runtime/sequence_table.h"
 
@@ -133,6 +146,18 @@ struct GpuEngineOptions {
   // Measured on the H200 (docs/PERF.md, 2026-12-02): SmolLM2 batch 1 0.929 ->
   // 0.825 ms, Llama-3.1-8B 2.541 -> 2.397 ms per step. FUTR_GPU_FUSE_NORM=0 turns it off.
   bool fuse_norm = true;
+
+  // The FP8 prefill path (gpu/prefill.h): its weights (format fp8: q/k/v and
+  // gate/up with the RMSNorm gain folded in), or drawn on the device for a
+  // synthetic model (prefill_synthetic); neither: prompts run through the
+  // decode step. Runs of >= prefill_min_rows rows take it, in chunks of at
+  // most prefill_rows rows.
+  std::shared_ptr<const quant::QuantizedWeights> prefill_fp8;
+  bool prefill_synthetic = false;
+  uint64_t prefill_seed = 0;        // the synthetic FP8 weights' seed
+  quant::DelayedScalingConfig fp8;  // the prefill path's delayed scaling (policy clamp)
+  int prefill_rows = 2048;
+  int prefill_min_rows = 2;
 
   // Tensor parallelism (gpu/tp_engine.h drives the ranks): this engine is rank
   // tp_rank of tp_comms (null: none). Its weights are the rank's shard and its
@@ -198,6 +223,12 @@ class GpuEngine final : public runtime::TableEngine {
   void micro_step(const std::vector<MicroRow>& rows);
   // The logits row k of the last micro-step, copied now (a rare fallback).
   const float* fetch_logits_row(int k);
+  // The runs `runs` of a step through the prefill path (engine.h), their output
+  // rows into r (rank: each row's index among the rows of its output kind).
+  void prefill_runs(std::span<const runtime::BatchRow> rows, const std::vector<const runtime::SeqRun*>& runs,
+                    const std::vector<int>& rank, runtime::StepResult& r);
+  // Creates the prefill path from the options (constructors, after the weights).
+  void init_prefill();
 
   ModelConfig config_;
   int lm_begin_ = 0, lm_rows_ = 0;  // the LM head's vocabulary rows (the whole vocabulary without TP)

@@ -10,6 +10,7 @@ namespace {
 
 constexpr auto kEngines = {EngineKind::kAuto, EngineKind::kCpu, EngineKind::kGpu};
 constexpr auto kRms = {Fp8RmsPlacement::kEpilogue, Fp8RmsPlacement::kCast};
+constexpr auto kPrefill = {PrefillMode::kAuto, PrefillMode::kOn, PrefillMode::kOff};
 
 }  // namespace
 
@@ -25,6 +26,17 @@ std::string to_string(EngineKind k) {
 std::string to_string(Fp8RmsPlacement p) {
   return p == Fp8RmsPlacement::kEpilogue ? "epilogue" : "cast";
 }
+
+std::string to_string(PrefillMode m) {
+  switch (m) {
+    case PrefillMode::kAuto: return "auto";
+    case PrefillMode::kOn: return "on";
+    case PrefillMode::kOff: return "off";
+  }
+  return "?";
+}
+
+PrefillMode parse_prefill_mode(const std::string& s) { return parse_enum(s, kPrefill, "prefill mode"); }
 
 EngineKind parse_engine_kind(const std::string& s) { return parse_enum(s, kEngines, "engine"); }
 

@@ -67,7 +67,16 @@ struct Fp8Config {
   float margin = 1.0f;                                  // headroom factor >= 1
   Fp8SaturationPolicy policy = Fp8SaturationPolicy::kClampRescale;
   Fp8RmsPlacement rms = Fp8RmsPlacement::kEpilogue;
+  bool residual_bf16 = false;  // the CPU reference's residual stream in BF16 (the GPU prefill path's)
 };
+
+// The GPU engine's FP8 prefill path (gpu/prefill.h) for prompt runs:
+// auto: on when FP8 weights can be had (quantized on load from the model's
+// weights, or stored in the .futr file); on: required (an error says why it
+// cannot be); off: prompts run through the decode step.
+enum class PrefillMode { kAuto, kOn, kOff };
+std::string to_string(PrefillMode m);          // "auto" | "on" | "off"
+PrefillMode parse_prefill_mode(const std::string& s);
 
 // Calibration text for quantizers that need it (gptq*, clip-act, fp8's
 // initial amax): the last 10% of the file's tokens, at most `tokens`.
@@ -93,6 +102,7 @@ struct RuntimeConfig {
   int threads = 0;           // CPU threads; 0 = the default (cpu/threads.h)
   int tp = 1;                // GPUs the model is split over (tensor parallelism, gpu/tp_engine.h); 1: none
   bool gpu_graphs = true;    // GPU engine: one CUDA graph per batch bucket (false: eager; FUTR_GPU_GRAPHS=0 too)
+  PrefillMode prefill = PrefillMode::kAuto;  // GPU engine: the FP8 prefill path for prompts
   bool gpu_pdl = true;       // GPU engine: programmatic dependent launch between the step's kernels (FUTR_GPU_PDL=0: off)
   Fp8Config fp8;
   CalibrationConfig calib;

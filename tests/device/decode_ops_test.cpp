@@ -1,5 +1,6 @@
 // GPU tests of the decode step's small kernels against their CPU references
-// (cpu/ops.h): the residual + RMSNorm step (gather and add modes), RoPE, SwiGLU;
+// (cpu/ops.h): the residual + RMSNorm step (gather and add modes), RoPE, SwiGLU,
+// the prefill path's row gather (a copy);
 // the KV append with RoPE fused in against RoPE then append (bit-identical);
 // and a chain of them launched as programmatic dependents (PDL) inside a CUDA
 // graph against plain launches (bit-identical). Fresh random inputs every run;
@@ -142,6 +143,27 @@ TEST(DecodeOps, SwigluMatchesTheCpu) {
     const test::ErrorStats e = test::compare(from_bf16(dout.download()), want);
     EXPECT_EQ(e.non_finite, 0u);
     EXPECT_LT(e.rel_l2, test::tol::kBf16Output) << "I " << I;
+  }
+}
+
+// The prefill embedding gather: each output row the table row its index names,
+// bit for bit (a copy), for a vectorized width (% 8 == 0) and an odd one.
+TEST(DecodeOps, GatherRowsCopiesTheIndexedRows) {
+  FUTR_REQUIRE_GPU();
+  for (int width : {576, 4096, 13}) {
+    const int table_rows = 97, rows = 300;
+    std::vector<uint16_t> table(size_t(table_rows) * width);
+    for (auto& v : table) v = uint16_t(rng()());
+    std::vector<int> index(static_cast<size_t>(rows));
+    for (auto& i : index) i = int(rng()() % table_rows);
+    std::vector<uint16_t> want(size_t(rows) * width);
+    for (int r = 0; r < rows; ++r)
+      std::memcpy(&want[size_t(r) * width], &table[size_t(index[size_t(r)]) * width], size_t(width) * 2);
+    cuda::DeviceBuffer<uint16_t> dt(table), dout(want.size());
+    cuda::DeviceBuffer<int> di(index);
+    cuda::gather_rows(dt.get(), di.get(), dout.get(), rows, width, nullptr);
+    FUTR_CUDA_CHECK(cudaDeviceSynchronize());
+    EXPECT_EQ(dout.download(), want) << "width " << width;
   }
 }
 

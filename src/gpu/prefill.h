@@ -1,0 +1,114 @@
+// The GPU engine's FP8 prefill path (DESIGN.md "Prefill path"; issue 12):
+// packed prompt chunks (rows of several requests back to back, each request a
+// run of consecutive positions after its prefix in the cache) through FP8
+// GEMMs with fused epilogues, the prefill attention and delayed scaling on the
+// device. Per chunk of M rows, with the BF16 residual x [M][H]:
+//
+//   x = E[token]                                            cuda::gather_rows
+//   for each layer l:
+//     a8 = e4m3(bf16(x / rms(x)) / s_attn)                  fp8_quantize_rows (fold_rms; gain folded in W)
+//     qkv = bf16(s_attn b_s[n] a8 Wqkv8^T)                  gemm_scaled_out     [M][q + 2 kv]
+//     RoPE(q, k); K/V -> the cache (BF16 + INT4 mirror)     kv_append (the decode path's own kernel, so the
+//                                                            mirror is byte-identical to what decode writes)
+//     o = attention(q, cache)                               prefill_attention   [M][q]
+//     a8 = e4m3(o / s_o); x = bf16(x + s_o b_s a8 Wo8^T)    fp8_quantize_rows, gemm_residual_sumsq
+//     a8 = e4m3(bf16(x / rms(x)) / s_ffn)                   fp8_quantize_rows (fold_rms)
+//     s8 = e4m3(silu(g) u / s_down)                         gemm_swiglu_fp8 (gate/up interleaved by row)
+//     x = bf16(x + s_down b_s s8 Wdown8^T)                  gemm_residual_sumsq
+//   the 4L sites' delayed-scaling update                    DeviceScaleBank::update (one launch)
+// The engine then takes the rows that need outputs from x() through its
+// decode path's final norm, LM head and reductions.
+//
+// The numerics are the CPU FP8 reference's with --fp8-rms cast (1/rms in the
+// cast) and --fp8-residual bf16 (cpu/quant_linear.h, cpu/forward.h); what
+// remains different: q/k/v rounded to BF16 before RoPE (the reference keeps
+// FP32), the attention's BF16 P (cpu/ref/prefill_attention_ref.h), and the
+// SwiGLU value cast to E4M3 from FP32 (the reference rounds it to BF16 first).
+//
+// Delayed scaling: one DeviceScaleBank group, 4 sites per layer
+// (model/projection.h InputSite; site 4 l + InputSite); each chunk is one
+// call of every site, as each Forward chunk is one call on the CPU (the
+// reference's calls match when the GPU chunks are one request of the same
+// rows). Policy "clamp" (the one a device state machine can run).
+//
+// Weights: FP8 E4M3 per output channel (quant/fp8_weights.h) from
+// QuantizedWeights of format fp8 (quantized on load, or a .futr file's fp8
+// set), or synthetic (drawn on the device) for benchmarks.
+// Tests: tests/gpu/engine_test.cpp (the engine with prefill against the CPU
+// FP8 reference of the same numerics; prefill then decode).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "model/model.h"
+#include "quant/delayed_scaling.h"
+#include "quant/quantized_model.h"
+
+struct CUstream_st;
+
+namespace futr::layout {
+struct KvLayerPtrs;  // device/layout/kv_cache.cuh (cuda::KvLayerPtrs)
+}
+
+namespace futr::gpu {
+
+class PrefillPath {
+ public:
+  // What the engine lends a chunk: its embedding, RoPE tables and KV cache.
+  struct Shared {
+    const uint16_t* embd = nullptr;            // [vocab][H] BF16
+    const float* rope_cos = nullptr;           // [positions][D/2]
+    const float* rope_sin = nullptr;
+    std::span<const layout::KvLayerPtrs> cache;  // [layers]
+    bool mirror = false;                       // write the INT4 mirror (int4, int4-rot)
+    int rot_block = 0;                         // its Hadamard block (0: not rotated)
+    int* nonfinite = nullptr;                  // [1] count of non-finite K/V rows (added to)
+  };
+  // One request of a chunk: n_rows consecutive rows, positions pos0.., its
+  // sequence's slot region at slot_base (a multiple of 16).
+  struct Request {
+    int n_rows = 0, pos0 = 0, slot_base = 0;
+  };
+
+  // fp8: q/k/v and gate/up with the RMSNorm gain folded in, o and down plain
+  // (cpu/quantize.h quantize_model with format fp8).
+  PrefillPath(const ModelConfig& c, const quant::QuantizedWeights& fp8, const quant::DelayedScalingConfig& scaling,
+              int max_rows, CUstream_st* st);
+  // Synthetic: E4M3 weights uniform in [-1, 1) x per-channel scales drawn on the device.
+  PrefillPath(const ModelConfig& c, uint64_t seed, const quant::DelayedScalingConfig& scaling, int max_rows,
+              CUstream_st* st);
+  ~PrefillPath();
+  PrefillPath(const PrefillPath&) = delete;
+  PrefillPath& operator=(const PrefillPath&) = delete;
+
+  // Why this model cannot run the prefill path ("" if it can): head_dim 64 or 128, H <= 16384 ...
+  static std::string unsupported_reason(const ModelConfig& c);
+
+  int max_rows() const { return max_rows_; }
+  size_t weight_bytes() const;
+  // Runs the chunk (tokens: sum of the requests' rows <= max_rows, in request
+  // order), asynchronously on st: K/V of every layer into the cache; the last
+  // residual rows in x(). Token ids must be valid (the engine checked them).
+  void run(std::span<const int32_t> tokens, std::span<const Request> reqs, const Shared& sh, CUstream_st* st);
+  const uint16_t* x() const;  // [max_rows][H] BF16: the residual rows of the last run()
+  // The delayed-scaling state: counters summed over the sites, the largest
+  // amax, the current scales' range (downloads: synchronizes st).
+  nlohmann::json stats(CUstream_st* st) const;
+  int64_t chunks() const { return chunks_; }
+  int64_t rows() const { return rows_; }
+
+ private:
+  struct Impl;
+  void allocate(const quant::DelayedScalingConfig& scaling, std::span<const float> initial_amax, CUstream_st* st);
+  ModelConfig c_;
+  int max_rows_;
+  int64_t chunks_ = 0, rows_ = 0;
+  std::unique_ptr<Impl> m_;
+};
+
+}  // namespace futr::gpu
