@@ -79,7 +79,10 @@ QuantForward::QuantForward(const Model& model, std::shared_ptr<const quant::Quan
         const SiteId site{l, InputSite(si)};
         const int id = bank_->add_site(site_name(site));
         FUTR_ASSERT(id == kInputSites * l + si);
-        if (q_) {
+        if (o.fp8_rms_in_cast && (site.site == InputSite::kAttnIn || site.site == InputSite::kFfnIn)) {
+          // Normalized rows are cast: their bound, not the calibration of x (delayed_scaling.h).
+          bank_->set_initial_amax(id, quant::normalized_rows_amax_bound(c.hidden));
+        } else if (q_) {
           auto it = q_->fp8_initial_amax.find(site);
           if (it != q_->fp8_initial_amax.end()) bank_->set_initial_amax(id, it->second);
         }

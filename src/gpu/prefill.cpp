@@ -130,6 +130,10 @@ PrefillPath::PrefillPath(const ModelConfig& c, const quant::QuantizedWeights& fp
   std::vector<float> initial(size_t(kInputSites) * size_t(c.n_layers), scaling.initial_amax);
   for (const auto& [site, amax] : fp8.fp8_initial_amax)
     if (site.layer >= 0 && site.layer < c.n_layers) initial[size_t(kInputSites * site.layer + int(site.site))] = amax;
+  // The folded sites cast normalized rows (1/rms in the cast): their bound (quant/delayed_scaling.h).
+  for (int l = 0; l < c.n_layers; ++l)
+    for (InputSite s : {InputSite::kAttnIn, InputSite::kFfnIn})
+      initial[size_t(kInputSites * l + int(s))] = quant::normalized_rows_amax_bound(c.hidden);
   for (int l = 0; l < c.n_layers; ++l) {
     Impl::Layer L;
     auto id = [&](Projection p) { return ProjId{l, p}; };
@@ -157,10 +161,14 @@ PrefillPath::PrefillPath(const ModelConfig& c, uint64_t seed, const quant::Delay
     L.down = synthetic(c.hidden, c.intermediate, next(), st);
     m_->layers.push_back(std::move(L));
   }
-  // Synthetic activations stay O(1) (x's RMS ~1, a few sigma): a small initial amax.
+  // Synthetic activations stay O(1) (x's RMS ~1, a few sigma): a small initial
+  // amax; the normalized sites their bound (quant/delayed_scaling.h).
   quant::DelayedScalingConfig s = scaling;
   s.initial_amax = 64.0f;
   std::vector<float> initial(size_t(kInputSites) * size_t(c.n_layers), s.initial_amax);
+  for (int l = 0; l < c.n_layers; ++l)
+    for (InputSite si : {InputSite::kAttnIn, InputSite::kFfnIn})
+      initial[size_t(kInputSites * l + int(si))] = quant::normalized_rows_amax_bound(c.hidden);
   allocate(s, initial, st);
 }
 

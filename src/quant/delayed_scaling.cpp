@@ -19,6 +19,8 @@ void DelayedScalingConfig::validate() const {
              "delayed scaling: margin {} out of range (1..1e6)", margin);
 }
 
+float normalized_rows_amax_bound(int K) { return std::sqrt(float(K)) * (1.0f + 0x1p-8f); }
+
 float next_scale(float window_max, float margin) {
   const float s = window_max * margin / kE4M3Max * (1.0f + 0x1p-20f);
   return std::clamp(s, kFp8MinScale, kFp8MaxScale);

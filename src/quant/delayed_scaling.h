@@ -81,6 +81,16 @@ inline constexpr float kFp8MaxScale = 0x1p120f;
 // The scale for window maximum m (> 0) and margin: m * margin / 448 * (1 + 2^-20), clamped.
 float next_scale(float window_max, float margin);
 
+// The initial amax of a site that casts RMS-normalized rows (the folded
+// RMSNorm with 1/rms in the cast: bf16(x / rms(x)) over K values): every such
+// value satisfies |x_k| / rms(x) <= sqrt(K) (sum of squares / K = rms^2, and
+// eps only lowers it), so sqrt(K) (times 1 + 2^-8 for the BF16 rounding up)
+// bounds the first call for any data. The calibrated amax of a .futr file
+// measures the un-normalized rows (the epilogue placement) and would clamp
+// whole rows of the first call here (SmolLM2: 3% of the values of a
+// 200-row prompt, H200 2026-12-02).
+float normalized_rows_amax_bound(int K);
+
 struct ScaleStats {
   uint64_t calls = 0;             // calls recorded (re-runs not counted twice)
   uint64_t saturated_calls = 0;   // calls with at least one saturated value

@@ -45,6 +45,30 @@ std::vector<float> ramp(size_t n, float amax) {
 
 }  // namespace
 
+// The bound of normalized rows holds for the worst row (one value, the rest
+// zero: |x_k| / rms = sqrt(K) exactly before rounding), for rows of mixed
+// magnitude, and with the BF16 rounding of x / rms; and it is tight (the worst row reaches it within 1%).
+TEST(DelayedScaling, NormalizedRowsStayWithinTheirBound) {
+  for (int K : {64, 576, 4096}) {
+    const float bound = quant::normalized_rows_amax_bound(K);
+    float worst = 0;
+    for (int trial = 0; trial < 50; ++trial) {
+      std::vector<float> x(size_t(K), 0.0f);
+      if (trial == 0) {
+        x[size_t(K / 3)] = -3.7e4f;  // one massive value: the attention sink's kind of row
+      } else {
+        for (int k = 0; k < K; ++k) x[size_t(k)] = round_bf16(std::ldexp(float((k * 7919 + trial * 104729) % 2001 - 1000), -(k + trial) % 20));
+      }
+      double ss = 0;
+      for (float v : x) ss += double(v) * v;
+      const float r = 1.0f / std::sqrt(float(ss) / float(K) + 1e-5f);
+      for (float v : x) worst = std::max(worst, std::fabs(round_bf16(v * r)));
+    }
+    EXPECT_LE(worst, bound) << "K " << K;
+    EXPECT_GE(worst, 0.99f * std::sqrt(float(K))) << "K " << K << ": the one-value row reaches sqrt(K)";
+  }
+}
+
 TEST(DelayedScaling, InitialScaleIsValid) {
   DelayedScale st;
   EXPECT_TRUE(std::isfinite(st.scale()));
