@@ -8,7 +8,7 @@
 # generate's TTFT line, and the PyTorch peers where the script is carried.
 # Binaries: $BIN/*.xz (default .devcarry/e); the model from .devcarry/m1..m3
 # (joined once: a warm machine keeps models/). Logs under $OUT (one archive).
-#   usage: [BIN=dir] [SKIP="engine peers ..."] scripts/device/prefill_check.sh
+#   usage: [BIN=dir] [SKIP="engine ttft peers"] [PEER_BUDGET=s] scripts/device/prefill_check.sh
 set -u
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/lib:$PWD/.devcarry/lib:${LD_LIBRARY_PATH:-}
 export PYTHONUNBUFFERED=1
@@ -42,6 +42,7 @@ step ppl_gpu_prefill 200 "$R/futr" perplexity --model "$M" "$TEXT" --backend gpu
 step ppl_gpu_prefill_b1024 200 "$R/futr" perplexity --model "$M" "$TEXT" --backend gpu --prefill --kv bf16 \
   --ctx 1024 --batch 1024 --max-tokens 32768 --json -q
 for pf in on off; do
+  skip ttft && break
   timeout 150 "$R/futr" bench --model "$M" --backend gpu --prefill=$pf -p 512,2048 -n 0 -r 5 \
     --json "$OUT/ttft_smollm2_$pf.json" > "$OUT/ttft_smollm2_$pf.md" 2>&1
   echo "ttft_smollm2_$pf rc=$?" >> "$SUM"
@@ -55,7 +56,7 @@ timeout 60 "$R/futr" generate --model "$M" --backend gpu -n 32 --temperature 0 \
 echo "generate rc=$? $(grep -E 'first token|engine|prompt' "$OUT/generate.txt" | tr '\n' ' ')" >> "$SUM"
 if [ -f bench/peers/torch_prefill_model_peer.py ] && ! skip peers; then
   step torch_prefill_model 480 python3 bench/peers/torch_prefill_model_peer.py --out "$OUT/torch_prefill_model.json" \
-    --budget-s 400
+    --budget-s "${PEER_BUDGET:-400}"
 fi
 echo "----- failures"
 grep -E "^\[  FAILED|ERROR SUMMARY: [1-9]|Failure|error:" "$LOG" | head -20

@@ -44,10 +44,11 @@ void add_quant_options(CLI::App* app, QuantCliOptions& o) {
                   "the E4M3 cast")
       ->check(CLI::IsMember(runtime::fp8_rms_names()))
       ->capture_default_str();
-  app->add_option("--fp8-residual", o.fp8_residual,
-                  "CPU reference: the residual stream in fp32 (default) or bf16 (with --fp8-rms cast: the "
-                  "numerics of the GPU engine's FP8 prefill path, whose epilogues store bf16(x + y))")
-      ->check(CLI::IsMember({"fp32", "bf16"}))
+  app->add_option("--fp8-numerics", o.fp8_numerics,
+                  "CPU FP8 reference: cpu (FP32 residual and q/k/v, the SwiGLU output rounded to BF16 before its "
+                  "cast) or gpu (the GPU prefill path's: BF16 residual, BF16 q/k/v and rotated q, the SwiGLU cast "
+                  "from FP32); with --fp8-rms cast, gpu is the numerics of --backend gpu --prefill")
+      ->check(CLI::IsMember({"cpu", "gpu"}))
       ->capture_default_str();
 }
 
@@ -85,7 +86,7 @@ runtime::RuntimeConfig runtime_config(const RunOptions& run, const QuantCliOptio
   c.fp8.margin = q.fp8_margin;
   c.fp8.policy = runtime::parse_fp8_policy(q.fp8_policy);
   c.fp8.rms = runtime::parse_fp8_rms(q.fp8_rms);
-  c.fp8.residual_bf16 = q.fp8_residual == "bf16";
+  c.fp8.gpu_numerics = q.fp8_numerics == "gpu";
   c.prefill = runtime::parse_prefill_mode(run.prefill);
   parse_quantizer_options(q, c);
   return c;

@@ -25,7 +25,8 @@
 //                                   delayed FP8 scaling (quant/delayed_scaling.h).
 //   --fp8-rms epilogue|cast         folded RMSNorm: row factor after the GEMM (the
 //                                   design) or before the E4M3 cast (variant).
-//   --fp8-residual fp32|bf16        the CPU reference's residual stream; bf16 with
+//   --fp8-numerics cpu|gpu          the CPU FP8 reference's roundings; gpu (BF16
+//                                   residual and q/k/v, SwiGLU cast from FP32) with
 //                                   --fp8-rms cast is the GPU prefill path's numerics.
 // Calibration (quantizing on load, `futr quantize`): --calib-file (default: the
 // perplexity text), --calib-tokens (16384), --calib-ctx (512); the tokens come
@@ -53,7 +54,7 @@ struct QuantCliOptions {
   float fp8_margin = 1.0f;
   std::string fp8_policy = "clamp";  // clamp | recompute
   std::string fp8_rms = "epilogue";  // epilogue (the design) | cast (1/rms before the E4M3 cast)
-  std::string fp8_residual = "fp32";  // fp32 | bf16: the CPU reference's residual stream
+  std::string fp8_numerics = "cpu";  // cpu | gpu: the CPU FP8 reference's roundings (runtime::Fp8Config::gpu_numerics)
   std::string calib_file;        // "" = the default perplexity text
   int calib_tokens = 16384;
   int calib_ctx = 512;

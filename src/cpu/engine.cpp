@@ -41,7 +41,7 @@ CpuEngine::CpuEngine(const Model& model, std::shared_ptr<const quant::QuantizedW
     ro.kv_block = o.kv_block;
     ro.fp8 = o.fp8;
     ro.fp8_rms_in_cast = o.fp8_rms_in_cast;
-    ro.residual_bf16 = o.residual_bf16;
+    ro.fp8_gpu_numerics = o.fp8_gpu_numerics;
     quant_ = std::make_unique<QuantForward>(model, std::move(q), ro, opt_.ctx);
   }
   const KvStorage& kv = forward().cache().storage();

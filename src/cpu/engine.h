@@ -48,7 +48,7 @@ struct CpuEngineOptions {
   int kv_block = 64;                           // Hadamard block (int4-rot)
   quant::DelayedScalingConfig fp8;             // FP8 activations
   bool fp8_rms_in_cast = false;                // folded RMSNorm: 1/rms before the E4M3 cast
-  bool residual_bf16 = false;                  // BF16 residual stream (the GPU prefill path's numerics)
+  bool fp8_gpu_numerics = false;               // the GPU prefill path's roundings (QuantRunOptions)
   int ctx = 0;                                 // positions per sequence; 0: the model's
   int max_seqs = 1;                            // sequences open at once (1..4096)
   int max_step_tokens = 256;                   // rows per step (1..2^20)

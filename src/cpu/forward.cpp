@@ -74,9 +74,12 @@ void Forward::eval_chunk(KvCache& cache, std::span<const int32_t> tokens, int fi
 
   // --- 1. Embedding: x[i] = E[token_i] -------------------------------------------
   embed(weights_.tok_embd, c.vocab, H, tokens, x_.data());
-  // The BF16 residual variant (set_residual_bf16): x rounded after every write.
+  // The BF16 activations variant (set_bf16_activations): x rounded after every write.
+  auto round_all = [](std::vector<float>& v) {
+    for (float& f : v) f = round_bf16(f);
+  };
   auto round_residual = [&] {
-    if (residual_bf16_)
+    if (bf16_activations_)
       for (size_t i = 0; i < nn * H; ++i) x_[i] = round_bf16(x_[i]);
   };
   round_residual();
@@ -94,9 +97,16 @@ void Forward::eval_chunk(KvCache& cache, std::span<const int32_t> tokens, int fi
     L.wk->forward(normed(*L.wk), n, k_.data());
     L.wv->forward(normed(*L.wv), n, v_.data());
 
+    if (bf16_activations_) {  // the BF16 q/k/v of a QKV GEMM's output
+      round_all(q_);
+      round_all(k_);
+      round_all(v_);
+    }
+
     // --- 4. RoPE on q and k at positions pos0 .. pos0+n-1 (v is not rotated) -------
     apply_rope(q_.data(), n, c.n_heads, Q, pos0, rope_);
     apply_rope(k_.data(), n, c.n_kv_heads, KV, pos0, rope_);
+    if (bf16_activations_) round_all(q_);
 
     // --- 5. Append k, v to the cache; read back positions 0 .. pos0+n-1 -----------
     kv.write(l, pos0, n, k_.data(), v_.data());

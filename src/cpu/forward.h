@@ -80,11 +80,12 @@ class Forward {
   const CpuWeights& weights() const { return weights_; }
   KvCache& cache() { return cache_; }
   const KvCache& cache() const { return cache_; }
-  // The residual stream x rounded to BF16 after the embedding and every
-  // residual add (the GPU prefill path's BF16 residual, whose O / down
-  // epilogues store bf16(x + y)); off: FP32 (the default).
-  void set_residual_bf16(bool on) { residual_bf16_ = on; }
-  bool residual_bf16() const { return residual_bf16_; }
+  // The GPU prefill path's BF16 activations: the residual stream x rounded
+  // after the embedding and every residual add (its O / down epilogues store
+  // bf16(x + y)), q/k/v after their projections (its QKV GEMM stores BF16) and
+  // q after RoPE (its attention reads BF16 q); off: FP32 (the default).
+  void set_bf16_activations(bool on) { bf16_activations_ = on; }
+  bool bf16_activations() const { return bf16_activations_; }
 
  private:
   // One chunk of at most max_batch_ tokens; logits rows [first_logit, n)
@@ -96,7 +97,7 @@ class Forward {
   KvCache cache_;
   RopeTable rope_;      // [capacity, head_dim/2] cos/sin
   int max_batch_ = 256; // tokens per chunk
-  bool residual_bf16_ = false;  // set_residual_bf16
+  bool bf16_activations_ = false;  // set_bf16_activations
 
   // Activation buffers, resized per chunk (n = chunk tokens).
   std::vector<float> x_;     // [n, hidden] residual stream

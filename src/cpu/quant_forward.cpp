@@ -19,15 +19,16 @@ std::vector<float> bf16_copy(const std::vector<float>& v) {
 
 LinearFactory quant_linear_factory(const Model& model, WeightFormat format,
                                    std::shared_ptr<const quant::QuantizedWeights> q,
-                                   std::shared_ptr<quant::ScaleBank> bank, bool fp8_rms_in_cast) {
+                                   std::shared_ptr<quant::ScaleBank> bank, bool fp8_rms_in_cast,
+                                   bool fp8_gpu_numerics) {
   FUTR_CHECK(format == WeightFormat::kBf16 || q, "the {} reference needs quantized weights",
              to_string(format));
   FUTR_CHECK(!q || format == WeightFormat::kBf16 || q->format == format,
              "quantized weights are {}, not {}", to_string(q ? q->format : format), to_string(format));
   auto sites = std::make_shared<std::map<int, std::shared_ptr<Fp8Site>>>();
   const float eps = model.config.rms_eps;
-  return [format, q, bank, sites, eps, fp8_rms_in_cast](ProjId id,
-                                                        const Tensor& w) -> std::unique_ptr<Linear> {
+  return [format, q, bank, sites, eps, fp8_rms_in_cast, fp8_gpu_numerics](
+             ProjId id, const Tensor& w) -> std::unique_ptr<Linear> {
     const int64_t n = w.dim(0), k = w.dim(1);
     const std::string name = projection_name(id);
     if (id.proj == Projection::kLmHead) return std::make_unique<Bf16Linear>(w.ptr(), n, k, false, name);
@@ -57,7 +58,9 @@ LinearFactory quant_linear_factory(const Model& model, WeightFormat format,
     const bool want_folded = reads_rmsnorm(id.proj);
     FUTR_CHECK(t.fp8.folded_gain == want_folded, "FP8 tensor '{}': the RMSNorm gain is {}folded",
                name, t.fp8.folded_gain ? "" : "not ");
-    return std::make_unique<Fp8Linear>(t.fp8, s, owner, eps, name, fp8_rms_in_cast);
+    // The GPU's SwiGLU epilogue casts its FP32 output: no BF16 rounding of the down input there.
+    const bool round_input = !(fp8_gpu_numerics && id.proj == Projection::kDown);
+    return std::make_unique<Fp8Linear>(t.fp8, s, owner, eps, name, fp8_rms_in_cast, round_input);
   };
 }
 
@@ -88,7 +91,7 @@ QuantForward::QuantForward(const Model& model, std::shared_ptr<const quant::Quan
         }
       }
   }
-  CpuWeights w = make_weights(model, quant_linear_factory(model, o.weights, q_, bank_, o.fp8_rms_in_cast));
+  CpuWeights w = make_weights(model, quant_linear_factory(model, o.weights, q_, bank_, o.fp8_rms_in_cast, o.fp8_gpu_numerics));
   // Embedding, norm gains: BF16 in every quantized mode.
   embd_.resize(model.weights.tok_embd.data.size());
   round_bf16_into(model.weights.tok_embd.ptr(), int64_t(embd_.size()), embd_.data());
@@ -99,7 +102,7 @@ QuantForward::QuantForward(const Model& model, std::shared_ptr<const quant::Quan
   }
   w.out_norm = bf16_copy(w.out_norm);
   fwd_ = std::make_unique<Forward>(model, std::move(w), std::move(kv), o.max_batch);
-  fwd_->set_residual_bf16(o.residual_bf16);
+  fwd_->set_bf16_activations(o.fp8_gpu_numerics);
 }
 
 std::string QuantForward::describe() const {
@@ -112,7 +115,7 @@ std::string QuantForward::describe() const {
     const quant::ScaleBank& b = *bank_;
     s += fmt::format(", FP8 delayed scaling: history {}, margin {}{}", b.config().history,
                      b.config().margin, opt_.fp8_rms_in_cast ? ", 1/rms in the cast" : "");
-    if (opt_.residual_bf16) s += ", BF16 residual";
+    if (opt_.fp8_gpu_numerics) s += ", the GPU prefill's roundings (BF16 residual and q/k/v)";
   }
   return s;
 }

@@ -33,7 +33,9 @@ struct QuantRunOptions {
   int kv_block = 64;                 // Hadamard block (int4-rot)
   quant::DelayedScalingConfig fp8;   // delayed scaling of FP8 activations
   bool fp8_rms_in_cast = false;      // folded RMSNorm: 1/rms before the E4M3 cast (variant)
-  bool residual_bf16 = false;        // the residual stream rounded to BF16 (Forward::set_residual_bf16)
+  // The GPU prefill path's roundings: BF16 residual and q/k/v (Forward::set_bf16_activations),
+  // the down projection's input (the SwiGLU output) cast to E4M3 from FP32, not from BF16.
+  bool fp8_gpu_numerics = false;
   int max_batch = 256;               // tokens per forward chunk
 };
 
@@ -61,7 +63,8 @@ class QuantForward {
 // projection from q (fp8/int4) or from the FP32 weight (bf16).
 LinearFactory quant_linear_factory(const Model& model, WeightFormat format,
                                    std::shared_ptr<const quant::QuantizedWeights> q,
-                                   std::shared_ptr<quant::ScaleBank> bank, bool fp8_rms_in_cast = false);
+                                   std::shared_ptr<quant::ScaleBank> bank, bool fp8_rms_in_cast = false,
+                                   bool fp8_gpu_numerics = false);
 
 // A copy of v rounded to BF16 (the norm gains of every quantized mode).
 std::vector<float> bf16_copy(const std::vector<float>& v);

@@ -1,6 +1,8 @@
 // BF16, INT4 and FP8 Linear layers of the quantized reference (see quant_linear.h).
 #include "cpu/quant_linear.h"
 
+#include <algorithm>
+
 #include <cmath>
 
 #include <fmt/format.h>
@@ -74,12 +76,13 @@ void Int4Linear::forward_grouped(const float* x, int64_t m, float* y) const {
 // ---- FP8 --------------------------------------------------------------------------------
 
 Fp8Linear::Fp8Linear(quant::Fp8Weights w, std::shared_ptr<Fp8Site> site, bool owner, float eps,
-                     std::string name, bool rms_in_cast)
+                     std::string name, bool rms_in_cast, bool round_input)
     : w_(std::move(w)),
       site_(std::move(site)),
       owner_(owner),
       eps_(eps),
       rms_in_cast_(rms_in_cast),
+      round_input_(round_input),
       name_(std::move(name)) {
   FUTR_CHECK(site_ && site_->bank, "{}: FP8 layer without an activation site", name_);
   FUTR_CHECK(w_.w.size() == size_t(w_.n) * size_t(w_.k) && w_.scale.size() == size_t(w_.n),
@@ -101,7 +104,8 @@ void Fp8Linear::quantize_input(const float* x, int64_t m) {
   Fp8Site& s = *site_;
   const int64_t K = w_.k;
   xb_.resize(size_t(m * K));
-  round_bf16_into(x, m * K, xb_.data());  // the BF16 activation the GPU holds
+  if (round_input_) round_bf16_into(x, m * K, xb_.data());  // the BF16 activation the GPU holds
+  else std::copy(x, x + m * K, xb_.begin());
   if (w_.folded_gain) {
     // RowSumSq of the stored BF16 rows -> RowRmsFactor r = 1/sqrt(sumsq/K + eps).
     s.row_factor.resize(size_t(m));

@@ -105,8 +105,10 @@ class Fp8Linear final : public Linear {
   // un-normalized rows (eps: the model's rms_eps). owner: this layer quantizes
   // the site's input (q, gate, o, down); followers reuse it (k, v, up).
   // rms_in_cast: apply 1/rms before the E4M3 cast instead of after the GEMM.
+  // round_input: x rounded to BF16 before the cast (the BF16 activation the GPU
+  // holds); false where the GPU casts an FP32 value (the SwiGLU epilogue's).
   Fp8Linear(quant::Fp8Weights w, std::shared_ptr<Fp8Site> site, bool owner, float eps,
-            std::string name, bool rms_in_cast = false);
+            std::string name, bool rms_in_cast = false, bool round_input = true);
   int64_t in_features() const override { return w_.k; }
   int64_t out_features() const override { return w_.n; }
   std::string describe() const override;
@@ -121,6 +123,7 @@ class Fp8Linear final : public Linear {
   bool owner_;
   float eps_;
   bool rms_in_cast_;       // folded layers: r applied before the cast (variant)
+  bool round_input_;       // bf16(x) before the cast (the constructor's round_input)
   uint64_t seen_ = 0;      // follower: the site generation consumed last
   std::vector<float> xb_;  // scratch
   std::string name_;

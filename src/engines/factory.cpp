@@ -188,7 +188,7 @@ std::unique_ptr<runtime::Engine> runtime::make_engine(const Model& model, const 
   }
 
   FUTR_CHECK(c.prefill != PrefillMode::kOn || use_gpu, "--prefill on: the FP8 prefill path is the GPU engine's "
-             "(this run uses the CPU engine; its FP8 reference is --weights fp8 --fp8-rms cast --fp8-residual bf16)");
+             "(this run uses the CPU engine; its FP8 reference is --weights fp8 --fp8-rms cast --fp8-numerics gpu)");
   FUTR_CHECK(c.tp == 1 || use_gpu, "--tp {}: tensor parallelism runs the GPU engine ({})", c.tp,
              no_gpu.empty() ? fmt::format("asked: --backend {} --weights {} --kv {}", to_string(c.engine),
                                           to_string(c.weights), to_string(c.kv))
@@ -229,7 +229,7 @@ std::unique_ptr<runtime::Engine> runtime::make_engine(const Model& model, const 
   if (w != WeightFormat::kFp32 || kv != KvFormat::kFp32) {
     eo.fp8 = engines::fp8_config(c.fp8);
     eo.fp8_rms_in_cast = c.fp8.rms == Fp8RmsPlacement::kCast;
-    eo.residual_bf16 = c.fp8.residual_bf16;
+    eo.fp8_gpu_numerics = c.fp8.gpu_numerics;
   }
 
   std::shared_ptr<const quant::QuantizedWeights> q;

@@ -1020,6 +1020,12 @@ nlohmann::json GpuEngine::stats() const {
     nlohmann::json pf = m.prefill->stats(m.stream);
     pf["output_rows"] = m.prefill_output_rows;
     pf["host_ms"] = m.prefill_ms;
+    // The CPU engine's "fp8" keys (the FP8 activations of the prefill path), for the same reports.
+    j["fp8"] = {{"calls", pf["fp8_calls"]},           {"saturated_calls", pf["fp8_saturated_calls"]},
+                {"saturated_values", pf["fp8_saturated_values"]}, {"zero_calls", pf["fp8_zero_calls"]},
+                {"max_amax", pf["fp8_max_amax"]},       {"history", pf["fp8_history"]},
+                {"margin", pf["fp8_margin"]},           {"policy", pf["fp8_policy"]},
+                {"recomputes", 0}};
     j["prefill"] = pf;
   } else {
     j["prefill"] = nullptr;
@@ -1038,6 +1044,25 @@ nlohmann::json GpuEngine::stats() const {
                     {"ops", ops}};
   }
   return j;
+}
+
+GpuEngine::KvLayerDump GpuEngine::dump_kv_layer(int layer) const {
+  const Impl& m = *impl_;
+  FUTR_CHECK(layer >= 0 && layer < config_.n_layers, "dump_kv_layer: no layer {}", layer);
+  FUTR_CUDA_CHECK(cudaStreamSynchronize(m.stream));
+  const Impl::Layer& L = m.layers[size_t(layer)];
+  KvLayerDump d;
+  d.k = L.k.download(m.stream);
+  d.v = L.v.download(m.stream);
+  if (L.k4.size()) {
+    d.k4 = L.k4.download(m.stream);
+    d.v4 = L.v4.download(m.stream);
+    d.ks = L.ks.download(m.stream);
+    d.vs = L.vs.download(m.stream);
+  }
+  d.num_slots = m.num_slots;
+  d.slots_per_seq = m.slots_per_seq;
+  return d;
 }
 
 bool GpuEngine::set_profiling(bool on) {

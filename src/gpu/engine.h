@@ -196,6 +196,16 @@ class GpuEngine final : public runtime::TableEngine {
   // micro-steps) in microseconds.
   bool set_profiling(bool on) override;
 
+  // One layer's KV cache as stored (tests: the mirror the prefill writes
+  // against the decode append's bytes); synchronizes.
+  struct KvLayerDump {
+    std::vector<uint16_t> k, v;    // [num_slots][kv_heads][D] BF16
+    std::vector<uint8_t> k4, v4;   // the INT4 mirror (empty with the BF16 cache)
+    std::vector<float> ks, vs;
+    int num_slots = 0, slots_per_seq = 0;
+  };
+  KvLayerDump dump_kv_layer(int layer) const;
+
   static constexpr int kMaxMicroBatch = 32;  // rows of one decode micro-step
   static constexpr std::array<int, 6> kBuckets = {1, 2, 4, 8, 16, 32};
   // The smallest bucket holding `rows` (1..kMaxMicroBatch) rows.

@@ -20,7 +20,7 @@
 // decode path's final norm, LM head and reductions.
 //
 // The numerics are the CPU FP8 reference's with --fp8-rms cast (1/rms in the
-// cast) and --fp8-residual bf16 (cpu/quant_linear.h, cpu/forward.h); what
+// cast) and --fp8-numerics gpu (cpu/quant_linear.h, cpu/forward.h); what
 // remains different: q/k/v rounded to BF16 before RoPE (the reference keeps
 // FP32), the attention's BF16 P (cpu/ref/prefill_attention_ref.h), and the
 // SwiGLU value cast to E4M3 from FP32 (the reference rounds it to BF16 first).

@@ -67,7 +67,7 @@ struct Fp8Config {
   float margin = 1.0f;                                  // headroom factor >= 1
   Fp8SaturationPolicy policy = Fp8SaturationPolicy::kClampRescale;
   Fp8RmsPlacement rms = Fp8RmsPlacement::kEpilogue;
-  bool residual_bf16 = false;  // the CPU reference's residual stream in BF16 (the GPU prefill path's)
+  bool gpu_numerics = false;  // the CPU FP8 reference with the GPU prefill path's roundings (--fp8-numerics gpu)
 };
 
 // The GPU engine's FP8 prefill path (gpu/prefill.h) for prompt runs:

@@ -119,16 +119,28 @@ inline constexpr double kGpuEngineArgmaxMargin = 0.05;
 // The GPU FP8 prefill path against the CPU FP8 reference of the same numerics
 // (tests/gpu/prefill_test.cpp; gpu/prefill.h lists what still differs). Each
 // remaining difference can move an E4M3 rounding of an activation (3 mantissa
-// bits: a flip is a 6% change of one value), so the logits differ by more
-// than BF16 noise. First values, set before the first H200 run (2026-12-02)
-// from the size of one E4M3 step spread over the rows; the measured values
-// are printed by the test and recorded in docs/ACCURACY.md.
-inline constexpr double kPrefillVsFp8RefMeanRel = 0.10;  // mean relative L2 of a row's logits
-inline constexpr double kPrefillVsFp8RefArgmax = 0.85;   // rows with the same argmax
+// bits: a flip is a 6% change of one value) and every amax, hence every scale
+// of the next call, so the logits differ by far more than BF16 noise: the
+// reference against itself with its default roundings (FP32 residual and
+// q/k/v) moves by a mean relative L2 of 0.104 per row, argmax agreement 0.895
+// on the 200-row prompt (2026-12-02); the GPU measured 0.112 / 0.920 against it
+// (H200, before the q/k/v roundings joined the reference's GPU variant).
+// Gross bounds (a wrong row, head or slot gives ~1) and the spread factor:
+inline constexpr double kPrefillVsFp8RefMeanRel = 0.25;  // mean relative L2 of a row's logits
+// Rows with the same argmax: the reference's own 0.895 less three binomial
+// sigmas of a 200-row difference of fractions (sqrt(2 p (1 - p) / 200) = 0.03).
+inline constexpr double kPrefillVsFp8RefArgmax = 0.80;
+// ... and within this factor of the reference's own spread under its default
+// roundings (the decode engine's kGpuEngineVsSpread idea).
+inline constexpr double kPrefillVsFp8RefSpread = 2.0;
 // Decode rows after an FP8 prefill vs after a prompt through the INT4 decode
-// step: two different quantized models of the prompt (FP8 vs INT4 K/V), so only
-// a gross bound (a wrong cache slot or a missing mirror gives ~1).
-inline constexpr double kPrefillThenDecodeMeanRel = 0.35;
+// step: two different quantized models of the prompt (FP8 vs INT4 RTN K/V; the
+// INT4 RTN model's perplexity is 40% above the FP8 one's), so only a gross
+// bound: measured 0.41 with the BF16 cache (H200, 2026-12-02), while a control
+// engine given another 120-token prompt measured 0.31, so this test cannot
+// tell a right context from a plausible wrong one; the cache contents are
+// checked byte for byte by MirrorEqualsTheDecodeAppendsBytes.
+inline constexpr double kPrefillThenDecodeMeanRel = 0.6;
 // The excerpt's perplexity, GPU prefill vs the CPU FP8 reference, relative
 // (the 32k-token |delta| is measured by scripts/device/engine_check.sh).
 inline constexpr double kPrefillPplExcerpt = 2e-2;
