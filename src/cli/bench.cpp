@@ -15,7 +15,10 @@
 //                      across the sequences; every repetition truncates back
 //                      to C), then --steps steps of B rows (one per sequence,
 //                      greedy): ms per step, tokens/s = B x steps / t.
-//   --breakdown        after each decode test, --steps more steps with the
+//   --breakdown        after each prompt test on the GPU engine's prefill path,
+//                      one more prompt with an event after each launch: us per
+//                      chunk of each kind of launch (gpu/prefill.h); and
+//                      after each decode test, --steps more steps with the
 //                      engine's per-kernel profiling on (GPU engine: the step
 //                      in a graph with an event after each launch, no PDL;
 //                      runtime::Engine::set_profiling):
@@ -243,6 +246,15 @@ void run_bench(const BenchOptions& o) {
     m.tokens = p;
     m.steps_per_rep = (p + info.max_step_tokens - 1) / info.max_step_tokens;
     measure(m, [&] { return bench.pp(p); }, [&] { bench.pp(p); });
+    if (o.breakdown) {  // the prefill path's chunks, per kernel (GPU engine with --prefill)
+      if (engine->set_profiling(true)) {
+        bench.pp(p);
+        const nlohmann::json st = engine->stats();
+        if (st.contains("prefill") && st["prefill"].is_object() && st["prefill"].contains("profile"))
+          results.back().profile = st["prefill"]["profile"];
+        engine->set_profiling(false);
+      }
+    }
   }
   for (int n : o.gen) {
     if (n == 0) continue;
@@ -319,7 +331,26 @@ void run_bench(const BenchOptions& o) {
                to_string(info.kv), m.test, m.batch, m.ctx, cell(rate(m), 1), cell(ms_per_step(m), 3));
   fmt::print("\nload {:.2f} s; {} repetitions after one warm-up; {}\n", load_s, o.reps, info.describe);
   for (const Measurement& m : results) {
-    if (m.profile.is_null()) continue;
+    if (m.profile.is_null() || m.n_prompt == 0) continue;
+    double sum = 0;
+    for (const auto& op : m.profile["ops"]) sum += op["us_per_chunk"].get<double>();
+    const int64_t chunks = m.profile.value("chunks", int64_t(1));
+    fmt::print("\nbreakdown: prompt {} ({} chunks of <= {} rows; per chunk; eager launches, an interval is the kernel "
+               "and any launch gap before it)\n\n",
+               m.n_prompt, chunks, (m.profile.value("rows", int64_t(0)) + chunks - 1) / std::max<int64_t>(chunks, 1));
+    fmt::print("| launch | per chunk | us | % of sum |\n|---|---:|---:|---:|\n");
+    for (const auto& op : m.profile["ops"]) {
+      const double us = op["us_per_chunk"].get<double>();
+      fmt::print("| {} | {:.0f} | {:.1f} | {:.1f} |\n", op["op"].get<std::string>(),
+                 op["launches_per_chunk"].get<double>(), us, sum > 0 ? 100.0 * us / sum : 0.0);
+    }
+    double prompt_s = 0;
+    for (double s : m.seconds) prompt_s += s / double(m.seconds.size());
+    fmt::print("\nsum {:.1f} us per chunk; chunk (first to last event) {:.1f} us; the timed prompt {:.3f} ms\n", sum,
+               m.profile.value("us_per_chunk", 0.0), 1e3 * prompt_s);
+  }
+  for (const Measurement& m : results) {
+    if (m.profile.is_null() || m.n_prompt != 0) continue;
     const double step_us = 1e3 * ms_per_step(m).mean;
     double sum = 0;
     for (const auto& op : m.profile["ops"]) sum += op["us_per_micro_step"].get<double>();
@@ -379,7 +410,8 @@ void add_bench_command(CLI::App& app) {
       ->check(CLI::IsMember({0, 1}))
       ->capture_default_str();
   sub->add_flag("--breakdown", o->breakdown,
-                "After each decode test: per-kernel times of --steps more steps, launched one by one (GPU engine)");
+                "Per-kernel times (GPU engine): after each prompt test, one more prompt through the prefill path; "
+                "after each decode test, --steps more steps launched one by one");
   sub->add_flag("-q,--quiet", o->quiet, "Nothing on stderr");
   sub->callback([o] { run_bench(*o); });
 }

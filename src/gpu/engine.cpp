@@ -342,6 +342,39 @@ void GpuEngine::init_prefill() {
   else
     m.prefill = std::make_unique<PrefillPath>(config_, opt_.prefill_seed, opt_.fp8, rows, m.stream);
   m.weight_bytes += m.prefill->weight_bytes();
+  // Warm-up: one 16-row chunk into the padding rows' scratch slots and its
+  // output pass (the kernels' modules load on first launch, cuBLASLt makes its
+  // M = 1 plan), so the first prompt's time to first token is the prefill's
+  // own; then the delayed-scaling state back to fresh (the warm-up's amax
+  // must not enter any window).
+  {
+    static_assert(kMaxMicroBatch >= 16, "the warm-up chunk fits the scratch region");
+    const int n = std::min(16, m.prefill->max_rows());
+    const std::vector<int32_t> tokens(static_cast<size_t>(n), 0);
+    const PrefillPath::Request req{n, 0, m.scratch_base};
+    std::vector<cuda::KvLayerPtrs> caches;
+    m.prefill->run(tokens, std::span<const PrefillPath::Request>(&req, 1), prefill_shared(caches), m.stream);
+    cuda::RmsNormArgs norm;
+    m.h_ints[kTok * kMaxMicroBatch] = n - 1;
+    FUTR_CUDA_CHECK(cudaMemcpyAsync(m.ints.get(), m.h_ints.get(), sizeof(int), cudaMemcpyHostToDevice, m.stream));
+    norm.x = m.x.get();
+    norm.tokens = m.ints.get() + kTok * kMaxMicroBatch;
+    norm.embd = m.prefill->x();
+    norm.gain = m.out_norm.get();
+    norm.out = m.a.get();
+    norm.rows = 1;
+    norm.H = config_.hidden;
+    norm.eps = config_.rms_eps;
+    cuda::rmsnorm(norm, m.stream);
+    const uint16_t* lm =
+        m.lm_head.size() ? m.lm_head.get() : m.embd.get() + size_t(lm_begin_) * size_t(config_.hidden);
+    m.lt.matmul(cuda::LtInput::kBF16, m.a.get(), lm, m.logits.get(), 1, lm_rows_, config_.hidden, nullptr, nullptr,
+                m.stream, cuda::LtOutput::kF32);
+    FUTR_CUDA_CHECK(cudaStreamSynchronize(m.stream));
+    m.prefill->reset_state(m.stream);
+    m.nonfinite.fill_bytes(0, m.stream);
+    FUTR_CUDA_CHECK(cudaStreamSynchronize(m.stream));
+  }
   info_.describe += fmt::format("; prompts: the FP8 prefill path (runs of >= {} rows, chunks of <= {} rows, "
                                 "{:.1f} MiB of FP8 weights)",
                                 opt_.prefill_min_rows, rows, double(m.prefill->weight_bytes()) / (1 << 20));
@@ -733,15 +766,9 @@ const float* GpuEngine::fetch_logits_row(int k) {
   return m.h_logits.get() + size_t(k) * V;
 }
 
-void GpuEngine::prefill_runs(std::span<const BatchRow> rows, const std::vector<const runtime::SeqRun*>& runs,
-                             const std::vector<int>& rank, runtime::StepResult& r) {
+PrefillPath::Shared GpuEngine::prefill_shared(std::vector<layout::KvLayerPtrs>& caches) {
   Impl& m = *impl_;
-  const ModelConfig& c = config_;
-  const int Bm = kMaxMicroBatch;
-  const size_t V = size_t(lm_rows_);
-  cudaStream_t st = m.stream;
-  const auto t0 = std::chrono::steady_clock::now();
-  std::vector<cuda::KvLayerPtrs> caches;
+  caches.clear();
   for (Impl::Layer& L : m.layers) caches.push_back(L.ptrs(m.num_slots));
   PrefillPath::Shared sh;
   sh.embd = m.embd.get();
@@ -751,6 +778,19 @@ void GpuEngine::prefill_runs(std::span<const BatchRow> rows, const std::vector<c
   sh.mirror = opt_.kv != KvFormat::kBf16;
   sh.rot_block = opt_.kv == KvFormat::kInt4Rot ? opt_.kv_block : 0;
   sh.nonfinite = m.nonfinite.get();
+  return sh;
+}
+
+void GpuEngine::prefill_runs(std::span<const BatchRow> rows, const std::vector<const runtime::SeqRun*>& runs,
+                             const std::vector<int>& rank, runtime::StepResult& r) {
+  Impl& m = *impl_;
+  const ModelConfig& c = config_;
+  const int Bm = kMaxMicroBatch;
+  const size_t V = size_t(lm_rows_);
+  cudaStream_t st = m.stream;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<cuda::KvLayerPtrs> caches;
+  const PrefillPath::Shared sh = prefill_shared(caches);
   const uint16_t* lm = m.lm_head.size() ? m.lm_head.get() : m.embd.get() + size_t(lm_begin_) * size_t(c.hidden);
   const int cap = m.prefill->max_rows();
   std::vector<int32_t> tokens;
@@ -763,6 +803,7 @@ void GpuEngine::prefill_runs(std::span<const BatchRow> rows, const std::vector<c
     m.prefill->run(tokens, reqs, sh, st);
     FUTR_CUDA_CHECK(cudaMemcpyAsync(m.h_nonfinite.get(), m.nonfinite.get(), sizeof(int), cudaMemcpyDeviceToHost, st));
     FUTR_CUDA_CHECK(cudaStreamSynchronize(st));
+    m.prefill->collect();  // the profile's intervals of this chunk (when profiling)
     if (m.h_nonfinite[0] != 0) {
       m.nonfinite.fill_bytes(0, st);
       FUTR_CUDA_CHECK(cudaStreamSynchronize(st));
@@ -1020,6 +1061,7 @@ nlohmann::json GpuEngine::stats() const {
     nlohmann::json pf = m.prefill->stats(m.stream);
     pf["output_rows"] = m.prefill_output_rows;
     pf["host_ms"] = m.prefill_ms;
+    pf["profile"] = m.prefill->profile();
     // The CPU engine's "fp8" keys (the FP8 activations of the prefill path), for the same reports.
     j["fp8"] = {{"calls", pf["fp8_calls"]},           {"saturated_calls", pf["fp8_saturated_calls"]},
                 {"saturated_values", pf["fp8_saturated_values"]}, {"zero_calls", pf["fp8_zero_calls"]},
@@ -1067,6 +1109,7 @@ GpuEngine::KvLayerDump GpuEngine::dump_kv_layer(int layer) const {
 
 bool GpuEngine::set_profiling(bool on) {
   Impl& m = *impl_;
+  if (m.prefill) m.prefill->set_profiling(on);
   if (on && m.prof) {  // on again: new sums, the same events (created on first use, outside later timings)
     m.prof->us = {};
     m.prof->calls = {};

@@ -119,6 +119,7 @@
 #include <vector>
 
 #include "core/formats.h"
+#include "gpu/prefill.h"
 #include "model/model.h"
 #include "quant/delayed_scaling.h"
 #include "quant/quantized_model.h"
@@ -189,7 +190,9 @@ class GpuEngine final : public runtime::TableEngine {
   void close(runtime::SeqId id) override;
   runtime::StepResult step(std::span<const runtime::BatchRow> rows) override;
   nlohmann::json stats() const override;
-  // Profiling (runtime::Engine::set_profiling): while on, each micro-step is
+  // Profiling (runtime::Engine::set_profiling): the prefill path's chunks
+  // record an event after each launch (stats()["prefill"]["profile"],
+  // gpu/prefill.h); and while on, each micro-step is
   // captured into a graph with an event node after every launch (PDL off) and
   // replayed once (a bucket's first micro-step still runs eagerly);
   // stats()["profile"] sums each kind of launch (over layers and
@@ -237,8 +240,10 @@ class GpuEngine final : public runtime::TableEngine {
   // rows into r (rank: each row's index among the rows of its output kind).
   void prefill_runs(std::span<const runtime::BatchRow> rows, const std::vector<const runtime::SeqRun*>& runs,
                     const std::vector<int>& rank, runtime::StepResult& r);
-  // Creates the prefill path from the options (constructors, after the weights).
+  // Creates the prefill path from the options (constructors, after the weights) and warms it up.
   void init_prefill();
+  // What the prefill path borrows for a chunk (caches: the per-layer pointers it spans).
+  PrefillPath::Shared prefill_shared(std::vector<layout::KvLayerPtrs>& caches);
 
   ModelConfig config_;
   int lm_begin_ = 0, lm_rows_ = 0;  // the LM head's vocabulary rows (the whole vocabulary without TP)

@@ -2,6 +2,7 @@
 #include "gpu/prefill.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 
@@ -86,7 +87,70 @@ Fp8Matrix synthetic(int n, int k, uint64_t seed, cudaStream_t st) {
 // The row map's arrays, one pinned host block and one device block (offsets in ints).
 enum Map : int { kTok, kIdx, kPos, kBase, kMapRowArrays };
 
+// The kinds of launch of a chunk, in order (the profile's rows).
+enum Op : int { kGather, kQuantAttn, kQkv, kAppend, kAttention, kQuantO, kOProj, kQuantFfn, kGateUp, kDown, kUpdate,
+                kOps };
+constexpr const char* kOpNames[kOps] = {"embedding gather", "fp8 quantize (attn in, rms in the cast)", "qkv gemm",
+                                        "rope + kv append (+ int4 mirror)", "prefill attention",
+                                        "fp8 quantize (o in)", "o gemm + residual", "fp8 quantize (ffn in, rms in the cast)",
+                                        "gate/up gemm + swiglu + fp8", "down gemm + residual",
+                                        "delayed-scaling update"};
+
 }  // namespace
+
+struct PrefillPath::Profiler {
+  std::vector<cudaEvent_t> events;  // [0]: the start; [i + 1]: after launch i
+  std::vector<int> ops;             // this chunk's launches
+  std::array<double, kOps> us{};
+  std::array<int64_t, kOps> calls{};
+  int64_t chunks = 0, rows = 0;
+  double chunk_us = 0;
+  ~Profiler() {
+    for (cudaEvent_t e : events) cudaEventDestroy(e);
+  }
+  void record(cudaStream_t st) {
+    const size_t i = ops.size();
+    if (i >= events.size()) {
+      cudaEvent_t e;
+      FUTR_CUDA_CHECK(cudaEventCreate(&e));
+      events.push_back(e);
+    }
+    FUTR_CUDA_CHECK(cudaEventRecord(events[i], st));
+  }
+};
+
+void PrefillPath::set_profiling(bool on) {
+  if (on) prof_ = std::make_unique<Profiler>();
+  else prof_.reset();
+}
+
+void PrefillPath::collect() {
+  if (!prof_ || prof_->ops.empty()) return;
+  Profiler& p = *prof_;
+  for (size_t i = 0; i < p.ops.size(); ++i) {
+    float ms = 0;
+    FUTR_CUDA_CHECK(cudaEventElapsedTime(&ms, p.events[i], p.events[i + 1]));
+    p.us[size_t(p.ops[i])] += 1e3 * ms;
+    ++p.calls[size_t(p.ops[i])];
+  }
+  float ms = 0;
+  FUTR_CUDA_CHECK(cudaEventElapsedTime(&ms, p.events[0], p.events[p.ops.size()]));
+  p.chunk_us += 1e3 * ms;
+  ++p.chunks;
+  p.ops.clear();
+}
+
+nlohmann::json PrefillPath::profile() const {
+  if (!prof_ || prof_->chunks == 0) return nullptr;
+  const Profiler& p = *prof_;
+  nlohmann::json ops = nlohmann::json::array();
+  for (int i = 0; i < kOps; ++i)
+    if (p.calls[size_t(i)] > 0)
+      ops.push_back({{"op", kOpNames[i]},
+                     {"us_per_chunk", p.us[size_t(i)] / double(p.chunks)},
+                     {"launches_per_chunk", double(p.calls[size_t(i)]) / double(p.chunks)}});
+  return {{"chunks", p.chunks}, {"rows", p.rows}, {"us_per_chunk", p.chunk_us / double(p.chunks)}, {"ops", ops}};
+}
 
 struct PrefillPath::Impl {
   struct Layer {
@@ -203,6 +267,11 @@ size_t PrefillPath::weight_bytes() const {
 
 const uint16_t* PrefillPath::x() const { return m_->x.get(); }
 
+void PrefillPath::reset_state(CUstream_st* st) {
+  m_->bank->reset(st);
+  chunks_ = rows_ = 0;
+}
+
 void PrefillPath::run(std::span<const int32_t> tokens, std::span<const Request> reqs, const Shared& sh,
                       CUstream_st* st) {
   const ModelConfig& c = c_;
@@ -245,8 +314,21 @@ void PrefillPath::run(std::span<const int32_t> tokens, std::span<const Request> 
   FUTR_CUDA_CHECK(cudaMemcpyAsync(m.map.get(), h, (tiles0 + tiles.size()) * sizeof(int), cudaMemcpyHostToDevice, st));
   const int* d = m.map.get();
   const int *d_tok = d + kTok * Mx, *d_idx = d + kIdx * Mx, *d_pos = d + kPos * Mx, *d_base = d + kBase * Mx;
+  Profiler* const prof = prof_.get();
+  auto mark = [&](Op op) {
+    if (prof) {
+      prof->ops.push_back(op);
+      prof->record(st);
+    }
+  };
+  if (prof) {
+    prof->ops.clear();
+    prof->record(st);  // the start, after the row map's copy
+    prof->rows += M;
+  }
 
   cuda::gather_rows(sh.embd, d_tok, m.x.get(), M, H, st);
+  mark(kGather);
   auto site = [&](int l, InputSite s) { return m.bank->site(kInputSites * l + int(s)); };
   for (int l = 0; l < c.n_layers; ++l) {
     const Impl::Layer& L = m.layers[size_t(l)];
@@ -260,10 +342,12 @@ void PrefillPath::run(std::span<const int32_t> tokens, std::span<const Request> 
     qa.eps = c.rms_eps;
     qa.site = site(l, InputSite::kAttnIn);
     cuda::fp8_quantize_rows(qa, st);
+    mark(kQuantAttn);
     cuda::ScaledOutArgs so;
     so.scales = {&qa.site->scale, L.qkv.scale.get()};
     so.out = m.qkv.get();
     cuda::gemm_scaled_out({m.a8.get(), L.qkv.w.get(), M, qkv_n, H}, so, st);
+    mark(kQkv);
     // RoPE of q and k, K/V into the cache (BF16 + mirror): the decode path's kernel.
     cuda::KvAppendArgs ap;
     ap.k = m.qkv.get() + Q;
@@ -284,6 +368,7 @@ void PrefillPath::run(std::span<const int32_t> tokens, std::span<const Request> 
     ap.q = m.qkv.get();
     ap.q_heads = c.n_heads;
     cuda::kv_append(ap, st);
+    mark(kAppend);
     cuda::PrefillAttentionArgs aa;
     aa.q = m.qkv.get();
     aa.q_ld = qkv_n;
@@ -302,24 +387,28 @@ void PrefillPath::run(std::span<const int32_t> tokens, std::span<const Request> 
     aa.tiles = d + tiles0;
     aa.n_tiles = int(tiles.size() / 2);
     cuda::prefill_attention(aa, st);
+    mark(kAttention);
     // x = bf16(x + s b_s e4m3(o / s) Wo^T)
     qa.x = m.attn.get();
     qa.K = Q;
     qa.fold_rms = false;
     qa.site = site(l, InputSite::kOIn);
     cuda::fp8_quantize_rows(qa, st);
+    mark(kQuantO);
     cuda::ResidualSumSqArgs ro;
     ro.scales = {&qa.site->scale, L.o.scale.get()};
     ro.residual = m.x.get();
     ro.out = m.x.get();
     ro.row_sumsq = m.sumsq.get();
     cuda::gemm_residual_sumsq({m.a8.get(), L.o.w.get(), M, H, Q}, ro, st);
+    mark(kOProj);
     // MLP block: a8 = e4m3(bf16(x / rms(x)) / s); s8 = e4m3(silu(g) u / s_down); x += down
     qa.x = m.x.get();
     qa.K = H;
     qa.fold_rms = true;
     qa.site = site(l, InputSite::kFfnIn);
     cuda::fp8_quantize_rows(qa, st);
+    mark(kQuantFfn);
     cuda::Fp8SiteState* down = site(l, InputSite::kDownIn);
     cuda::SwiGluFp8Args sw;
     sw.scales = {&qa.site->scale, L.gu.scale.get()};
@@ -328,10 +417,13 @@ void PrefillPath::run(std::span<const int32_t> tokens, std::span<const Request> 
     sw.amax_out = &down->amax;
     sw.saturation_out = &down->saturated;
     cuda::gemm_swiglu_fp8({m.a8.get(), L.gu.w.get(), M, 2 * I, H}, sw, st);
+    mark(kGateUp);
     ro.scales = {&down->scale, L.down.scale.get()};
     cuda::gemm_residual_sumsq({m.s8.get(), L.down.w.get(), M, H, I}, ro, st);
+    mark(kDown);
   }
   m.bank->update(0, kInputSites * c.n_layers, st);
+  mark(kUpdate);
   ++chunks_;
   rows_ += M;
 }

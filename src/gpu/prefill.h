@@ -96,19 +96,33 @@ class PrefillPath {
   // residual rows in x(). Token ids must be valid (the engine checked them).
   void run(std::span<const int32_t> tokens, std::span<const Request> reqs, const Shared& sh, CUstream_st* st);
   const uint16_t* x() const;  // [max_rows][H] BF16: the residual rows of the last run()
+  // Back to the state of a fresh path: every site's scale from its initial
+  // amax, empty windows, counters zero (after a warm-up run; synchronizes st).
+  void reset_state(CUstream_st* st);
   // The delayed-scaling state: counters summed over the sites, the largest
   // amax, the current scales' range (downloads: synchronizes st).
   nlohmann::json stats(CUstream_st* st) const;
   int64_t chunks() const { return chunks_; }
   int64_t rows() const { return rows_; }
 
+  // Per-kernel profile: while on, run() records an event after every launch
+  // (eager stream order: an interval is the kernel plus any launch gap before
+  // it), and collect() (after the caller synchronized the stream) adds the
+  // chunk's intervals per kind; profile() is {"chunks", "rows",
+  // "us_per_chunk", "ops": [{"op", "us_per_chunk", "launches_per_chunk"}]}.
+  void set_profiling(bool on);
+  void collect();
+  nlohmann::json profile() const;
+
  private:
   struct Impl;
+  struct Profiler;
   void allocate(const quant::DelayedScalingConfig& scaling, std::span<const float> initial_amax, CUstream_st* st);
   ModelConfig c_;
   int max_rows_;
   int64_t chunks_ = 0, rows_ = 0;
   std::unique_ptr<Impl> m_;
+  std::unique_ptr<Profiler> prof_;
 };
 
 }  // namespace futr::gpu

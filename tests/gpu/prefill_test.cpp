@@ -23,6 +23,8 @@
 //     INT4; printed with a control engine given another prompt);
 //   - the INT4 mirror (plain and rotated) the prefill writes, byte for byte the
 //     decode append's for the same rows;
+//   - the per-kernel profile (futr bench --breakdown) counts every launch and
+//     changes no bit; the construction's warm-up leaves no trace;
 //   - synthetic Llama-3.1-8B shapes: a 600-row prompt in chunks of 256 gives
 //     finite logits.
 // Skips without a Hopper GPU.
@@ -308,6 +310,39 @@ TEST(GpuPrefill, PerplexityOfTheExcerptMatchesTheReference) {
   const double pc = runtime::evaluate_perplexity(*c, text, 256, 256, 256).stats.ppl();
   std::printf("excerpt perplexity: gpu prefill %.5f, cpu fp8 reference %.5f (delta %+.5f)\n", pg, pc, pg - pc);
   EXPECT_LE(std::abs(pg - pc), test::tol::kPrefillPplExcerpt * pc);
+}
+
+// The per-kernel profile of the prefill chunks (futr bench --breakdown): every
+// launch of a chunk counted once per layer, the sums positive and within the
+// chunk's span; profiling leaves the numbers unchanged (bit for bit); the
+// engine's warm-up at construction left no trace in the counters.
+TEST(GpuPrefill, ProfileCountsEveryLaunchAndChangesNothing) {
+  FUTR_REQUIRE_GPU();
+  const int L = shared().model.config.n_layers;
+  auto plain = make_gpu(1, true, 128), profiled = make_gpu(1, true, 128);
+  EXPECT_EQ(profiled->stats()["prefill"]["chunks"].get<int64_t>(), 0) << "the warm-up chunk is not counted";
+  EXPECT_EQ(profiled->stats()["prefill"]["fp8_calls"].get<int64_t>(), 0) << "nor recorded by the scale bank";
+  ASSERT_TRUE(profiled->set_profiling(true));
+  const std::span<const int32_t> prompt(shared().text.data(), 300);
+  plain->open(0), profiled->open(0);
+  const Tensor a = plain->step(prompt_rows(0, prompt, 0, RowOutput::kLogits)).logits;
+  const Tensor b = profiled->step(prompt_rows(0, prompt, 0, RowOutput::kLogits)).logits;
+  EXPECT_EQ(0, std::memcmp(a.ptr(), b.ptr(), size_t(a.numel()) * sizeof(float))) << "profiling changed the logits";
+  const nlohmann::json p = profiled->stats()["prefill"]["profile"];
+  std::printf("%s\n", p.dump().c_str());
+  ASSERT_TRUE(p.is_object());
+  EXPECT_EQ(p["chunks"].get<int64_t>(), 3) << "300 rows in chunks of 128";
+  EXPECT_EQ(p["rows"].get<int64_t>(), 300);
+  double sum = 0;
+  for (const auto& op : p["ops"]) {
+    const std::string name = op["op"].get<std::string>();
+    const double launches = op["launches_per_chunk"].get<double>();
+    EXPECT_TRUE(launches == 1.0 || launches == double(L)) << name << ": " << launches;
+    EXPECT_GT(op["us_per_chunk"].get<double>(), 0.0) << name;
+    sum += op["us_per_chunk"].get<double>();
+  }
+  EXPECT_EQ(p["ops"].size(), 11u);
+  EXPECT_NEAR(sum, p["us_per_chunk"].get<double>(), 1e-3 * sum + 1.0) << "the intervals tile the chunk";
 }
 
 TEST(GpuPrefill, SyntheticLlama8bPromptInChunks) {
