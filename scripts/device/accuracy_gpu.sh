@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # The GPU half of issue 10's accuracy matrix, the CPU half computed on the
-# development machine (docs/DEVICE.md): for each .devcarry/klb/<quant>_<kv>.klb
+# development machine (docs/DEVICE.md): for each .devcarry/klb*/<quant>_<kv>.klb
 # (the CPU reference's top-32 distributions over the first NTOK tokens of
 # wiki.test.raw at ctx 1024, in pieces of 32 tokens, INT4 weights quantized on
 # load from the GGUF with --quant <quant>), `futr perplexity --backend gpu
 # --prefill=off` on the same weights and KV format compares with it (KL, top-1
 # agreement, delta ppl). Then, where time is left: `futr generate`'s time to
 # first token and `futr bench --breakdown` of the prefill path (SmolLM2, and
-# the synthetic 8B at 2048 prompt tokens). Outputs under $OUT; a summary last.
+# the synthetic 8B at 2048 prompt tokens), and gpu_prefill_test where carried.
+# Outputs under $OUT; a summary last.
 #   usage: [NTOK=32768] scripts/device/accuracy_gpu.sh
 set -u
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/lib:$PWD/.devcarry/lib:${LD_LIBRARY_PATH:-}
@@ -21,7 +22,7 @@ xz -dc .devcarry/e/futr.xz > .devcarry/run/futr && chmod +x .devcarry/run/futr
 F=.devcarry/run/futr
 T=.devcarry/wiki.test.raw
 [ -s "$T" ] || T=data/wikitext-2-raw/wiki.test.raw
-for klb in .devcarry/klb/*.klb; do
+for klb in .devcarry/klb*/*.klb; do
   n=$(basename "$klb" .klb)
   q=${n%%_*}
   kv=${n#*_}
@@ -35,4 +36,10 @@ grep -E "load|first token|prompt" "$OUT/generate.txt" | tee -a "$OUT/summary.txt
 timeout 60 $F bench -m "$M" --backend gpu -p 512,2048 -n 0 -r 3 --breakdown > "$OUT/breakdown_smollm2.md" 2>&1
 timeout 90 $F bench --synthetic llama-3.1-8b --backend gpu -p 2048 -n 0 -r 2 --breakdown > "$OUT/breakdown_8b.md" 2>&1
 cat "$OUT/breakdown_smollm2.md" "$OUT/breakdown_8b.md" | grep -E "^\||^breakdown|^sum" | head -60
+if [ -s .devcarry/e/gpu_prefill_test.xz ]; then  # the prefill tests at this commit, where carried
+  xz -dc .devcarry/e/gpu_prefill_test.xz > .devcarry/run/gpu_prefill_test && chmod +x .devcarry/run/gpu_prefill_test
+  [ -e /work/main ] || { mkdir -p /work && ln -sfn "$PWD" /work/main; }
+  timeout 150 .devcarry/run/gpu_prefill_test > "$OUT/gpu_prefill_test.txt" 2>&1
+  echo "gpu_prefill_test rc=$? $(grep -E 'PASSED|FAILED' "$OUT/gpu_prefill_test.txt" | tr '\n' ' ')" | tee -a "$OUT/summary.txt"
+fi
 cat "$OUT/summary.txt"
