@@ -43,6 +43,7 @@
 #include "cuda/buffer.h"
 #include "cuda/check.h"
 #include "cuda/decode_attention.h"
+#include "device/layout/kv_cache.cuh"
 #include "formats/loader.h"
 #include "gpu/engine.h"
 #include "model/synthetic.h"
@@ -254,14 +255,16 @@ TEST(GpuPrefill, DecodeContinuesAfterThePrefill) {
 
 // The INT4 mirror the prefill writes (rotated, scaled) is byte for byte what the
 // decode path's append writes for the same K/V rows: the rows the prefill left
-// in the BF16 cache appended again, by cuda::kv_append, into a fresh cache.
+// in the BF16 cache appended again, by cuda::kv_append, into a fresh cache;
+// compared over the sequence's slots [0, n) (the engine's warm-up chunk wrote
+// the padding rows' scratch slots past every sequence's).
 TEST(GpuPrefill, MirrorEqualsTheDecodeAppendsBytes) {
   FUTR_REQUIRE_GPU();
   const ModelConfig& c = shared().model.config;
   for (KvFormat kv : {KvFormat::kInt4, KvFormat::kInt4Rot}) {
     auto g = make_gpu(1, true, 2048, kv);
     g->open(0);
-    const int n = 150;
+    const int n = 160;  // a multiple of 16: whole 8-slot groups of the K mirror
     g->step(prompt_rows(0, std::span<const int32_t>(shared().text.data(), n), 0, RowOutput::kNone));
     for (int layer : {0, c.n_layers - 1}) {
       const gpu::GpuEngine::KvLayerDump d = g->dump_kv_layer(layer);
@@ -290,11 +293,22 @@ TEST(GpuPrefill, MirrorEqualsTheDecodeAppendsBytes) {
       cuda::kv_append(ap, nullptr);
       FUTR_CUDA_CHECK(cudaDeviceSynchronize());
       const std::string what = to_string(kv) + " layer " + std::to_string(layer);
-      EXPECT_EQ(ck4.download(), d.k4) << what;
-      EXPECT_EQ(cv4.download(), d.v4) << what;
-      EXPECT_EQ(cks.download(), d.ks) << what;
-      EXPECT_EQ(cvs.download(), d.vs) << what;
-      EXPECT_EQ(ck.download(), d.k) << what << ": the BF16 rows (and nothing past them)";
+      // Slots [0, n): the first kv_nibble_bytes(n) bytes of both nibble arrays
+      // (slot-major; K in 8-slot groups), scales [kv_heads][num_slots].
+      const size_t nib = layout::kv_nibble_bytes(c.n_kv_heads, c.head_dim, n);
+      auto prefix = [](const auto& v, size_t count) { return std::vector(v.begin(), v.begin() + ptrdiff_t(count)); };
+      auto scales = [&](const std::vector<float>& s) {
+        std::vector<float> out;
+        for (int h = 0; h < c.n_kv_heads; ++h)
+          out.insert(out.end(), s.begin() + ptrdiff_t(size_t(h) * d.num_slots),
+                     s.begin() + ptrdiff_t(size_t(h) * d.num_slots + n));
+        return out;
+      };
+      EXPECT_EQ(prefix(ck4.download(), nib), prefix(d.k4, nib)) << what;
+      EXPECT_EQ(prefix(cv4.download(), nib), prefix(d.v4, nib)) << what;
+      EXPECT_EQ(scales(cks.download()), scales(d.ks)) << what;
+      EXPECT_EQ(scales(cvs.download()), scales(d.vs)) << what;
+      EXPECT_EQ(prefix(ck.download(), n * w), prefix(d.k, n * w)) << what << ": the BF16 rows";
     }
   }
 }
