@@ -34,8 +34,11 @@
 // Weights: FP8 E4M3 per output channel (quant/fp8_weights.h) from
 // QuantizedWeights of format fp8 (quantized on load, or a .futr file's fp8
 // set), or synthetic (drawn on the device) for benchmarks.
-// Tests: tests/gpu/engine_test.cpp (the engine with prefill against the CPU
-// FP8 reference of the same numerics; prefill then decode).
+// Profile: set_profiling() (futr bench --breakdown on prompt tests). The
+// engine runs one warm-up chunk at construction, then reset_state().
+// Tests: tests/gpu/prefill_test.cpp (the engine with prefill against the CPU
+// FP8 reference of the same numerics, chunking and packing, the INT4 mirror
+// against the decode append's bytes, the profile, prefill then decode).
 #pragma once
 
 #include <cstdint>
