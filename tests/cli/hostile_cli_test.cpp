@@ -64,6 +64,11 @@ TEST(HostileCli, FlagsOutOfRangeAreRefused) {
       {{"generate", "hi", "--tp", "2", "--backend", "cpu"}, "--tp 2: tensor parallelism runs the GPU engine", true},
       {{"bench", "--synthetic", "tiny", "--backend", "cpu", "--tp", "4", "-p", "0", "-n", "1"},
        "--tp 4: tensor parallelism runs the GPU engine", false},
+      // The FP8 prefill path is the GPU engine's: asked for on the CPU, refused, naming the CPU's FP8 reference.
+      {{"generate", "hi", "--prefill", "--backend", "cpu"}, "--prefill on: the FP8 prefill path is the GPU engine's",
+       true},
+      {{"generate", "hi", "--prefill=sometimes"}, "--prefill: sometimes not in {auto,on,off}", false},
+      {{"perplexity", kText, "--fp8-numerics", "tpu"}, "--fp8-numerics: tpu not in {cpu,gpu}", false},
   };
   for (const Case& c : cases)
     if (!c.needs_model || have_model()) check(c);

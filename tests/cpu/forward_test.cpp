@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/numeric.h"
 #include "cpu/forward.h"
 #include "cpu/threads.h"
 #include "support/compare.h"
@@ -85,6 +86,39 @@ TEST(CpuForward, MatchesNaiveReferenceAndDecode) {
     // Prefill and decode are the same computation up to BLAS summation order.
     EXPECT_LT(test::compare(dec, rows(all)).rel_l2, 1e-5);
   }
+}
+
+// The GPU prefill path's BF16 activations (Forward::set_bf16_activations): with
+// it, every V row stored in an FP32 cache is BF16-representable (v is rounded
+// after its projection and stored as is); without it, nearly none is; the
+// logits move, by about a BF16 rounding's worth, not more.
+TEST(CpuForward, Bf16ActivationsRoundWhatTheGpuStores) {
+  const ModelConfig cfg = test::tiny_config();
+  const Model m = test::random_model(cfg, 11);
+  const auto tokens = random_tokens(24, cfg.vocab, 12);
+  Forward plain(m, 64), rounded(m, 64);
+  rounded.set_bf16_activations(true);
+  EXPECT_TRUE(rounded.bf16_activations());
+  const Tensor a = plain.eval_all(tokens), b = rounded.eval_all(tokens);
+  auto bf16_rows = [&](Forward& f) {
+    int64_t exact = 0, total = 0;
+    for (int l = 0; l < cfg.n_layers; ++l) {
+      const KvLayerView view = f.cache().storage().read(l, 24);
+      for (const KvHeadView& h : view.heads)
+        for (int t = 0; t < view.len; ++t)
+          for (int d = 0; d < cfg.head_dim; ++d) {
+            const float v = h.v[t * h.ld + d];
+            exact += round_bf16(v) == v ? 1 : 0;
+            ++total;
+          }
+    }
+    return double(exact) / double(total);
+  };
+  EXPECT_EQ(bf16_rows(rounded), 1.0);
+  EXPECT_LT(bf16_rows(plain), 0.05);
+  const double d = test::compare(rows(b), rows(a)).rel_l2;
+  EXPECT_GT(d, 0.0);
+  EXPECT_LT(d, 0.05);
 }
 
 TEST(CpuForward, ChunksAndPartialLogits) {
