@@ -354,22 +354,9 @@ void GpuEngine::init_prefill() {
     const PrefillPath::Request req{n, 0, m.scratch_base};
     std::vector<cuda::KvLayerPtrs> caches;
     m.prefill->run(tokens, std::span<const PrefillPath::Request>(&req, 1), prefill_shared(caches), m.stream);
-    cuda::RmsNormArgs norm;
     m.h_ints[kTok * kMaxMicroBatch] = n - 1;
-    FUTR_CUDA_CHECK(cudaMemcpyAsync(m.ints.get(), m.h_ints.get(), sizeof(int), cudaMemcpyHostToDevice, m.stream));
-    norm.x = m.x.get();
-    norm.tokens = m.ints.get() + kTok * kMaxMicroBatch;
-    norm.embd = m.prefill->x();
-    norm.gain = m.out_norm.get();
-    norm.out = m.a.get();
-    norm.rows = 1;
-    norm.H = config_.hidden;
-    norm.eps = config_.rms_eps;
-    cuda::rmsnorm(norm, m.stream);
-    const uint16_t* lm =
-        m.lm_head.size() ? m.lm_head.get() : m.embd.get() + size_t(lm_begin_) * size_t(config_.hidden);
-    m.lt.matmul(cuda::LtInput::kBF16, m.a.get(), lm, m.logits.get(), 1, lm_rows_, config_.hidden, nullptr, nullptr,
-                m.stream, cuda::LtOutput::kF32);
+    m.h_ints[kTarget * kMaxMicroBatch] = -1;
+    enqueue_prefill_outputs(1);
     FUTR_CUDA_CHECK(cudaStreamSynchronize(m.stream));
     m.prefill->reset_state(m.stream);
     m.nonfinite.fill_bytes(0, m.stream);
@@ -657,9 +644,7 @@ void GpuEngine::enqueue(int bucket, cudaStream_t st) {
       mark(kNormFfn);
     }
   }
-  // The head's rows [lm_begin_, +lm_rows_): its own copy, or the tied embedding's rows.
-  const uint16_t* lm = m.lm_head.size() ? m.lm_head.get() : m.embd.get() + size_t(lm_begin_) * size_t(H);
-  m.lt.matmul(cuda::LtInput::kBF16, m.a.get(), lm, m.logits.get(), B, lm_rows_, H, nullptr, nullptr, st,
+  m.lt.matmul(cuda::LtInput::kBF16, m.a.get(), lm_head_rows(), m.logits.get(), B, lm_rows_, H, nullptr, nullptr, st,
               cuda::LtOutput::kF32);
   mark(kLmHead);
   cuda::LogitsReduceArgs ra;
@@ -766,6 +751,38 @@ const float* GpuEngine::fetch_logits_row(int k) {
   return m.h_logits.get() + size_t(k) * V;
 }
 
+const uint16_t* GpuEngine::lm_head_rows() const {
+  const Impl& m = *impl_;
+  return m.lm_head.size() ? m.lm_head.get() : m.embd.get() + size_t(lm_begin_) * size_t(config_.hidden);
+}
+
+void GpuEngine::enqueue_prefill_outputs(int rows) {
+  Impl& m = *impl_;
+  const int Bm = kMaxMicroBatch;
+  cudaStream_t st = m.stream;
+  FUTR_CUDA_CHECK(cudaMemcpyAsync(m.ints.get(), m.h_ints.get(), size_t(kMapRows) * Bm * sizeof(int),
+                                  cudaMemcpyHostToDevice, st));
+  cuda::RmsNormArgs norm;  // x = the residual row (gathered from the chunk's rows); a = RMSNorm(x) g_out
+  norm.x = m.x.get();
+  norm.tokens = m.ints.get() + kTok * Bm;
+  norm.embd = m.prefill->x();
+  norm.gain = m.out_norm.get();
+  norm.out = m.a.get();
+  norm.rows = rows;
+  norm.H = config_.hidden;
+  norm.eps = config_.rms_eps;
+  cuda::rmsnorm(norm, st);
+  m.lt.matmul(cuda::LtInput::kBF16, m.a.get(), lm_head_rows(), m.logits.get(), rows, lm_rows_, config_.hidden,
+              nullptr, nullptr, st, cuda::LtOutput::kF32);
+  cuda::LogitsReduceArgs ra;
+  ra.logits = m.logits.get();
+  ra.vocab = lm_rows_;
+  ra.rows = rows;
+  ra.targets = m.ints.get() + kTarget * Bm;
+  ra.out = m.row_stats.get();
+  cuda::logits_reduce(ra, st);
+}
+
 PrefillPath::Shared GpuEngine::prefill_shared(std::vector<layout::KvLayerPtrs>& caches) {
   Impl& m = *impl_;
   caches.clear();
@@ -784,14 +801,12 @@ PrefillPath::Shared GpuEngine::prefill_shared(std::vector<layout::KvLayerPtrs>& 
 void GpuEngine::prefill_runs(std::span<const BatchRow> rows, const std::vector<const runtime::SeqRun*>& runs,
                              const std::vector<int>& rank, runtime::StepResult& r) {
   Impl& m = *impl_;
-  const ModelConfig& c = config_;
   const int Bm = kMaxMicroBatch;
   const size_t V = size_t(lm_rows_);
   cudaStream_t st = m.stream;
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<cuda::KvLayerPtrs> caches;
   const PrefillPath::Shared sh = prefill_shared(caches);
-  const uint16_t* lm = m.lm_head.size() ? m.lm_head.get() : m.embd.get() + size_t(lm_begin_) * size_t(c.hidden);
   const int cap = m.prefill->max_rows();
   std::vector<int32_t> tokens;
   std::vector<PrefillPath::Request> reqs;
@@ -824,26 +839,7 @@ void GpuEngine::prefill_runs(std::span<const BatchRow> rows, const std::vector<c
         copy[size_t(j)] = row.out == RowOutput::kLogits ||
                           (row.out == RowOutput::kToken && !table_.sampler(table_.slot(row.seq)).plain_greedy());
       }
-      FUTR_CUDA_CHECK(cudaMemcpyAsync(m.ints.get(), h, size_t(kMapRows) * Bm * sizeof(int), cudaMemcpyHostToDevice, st));
-      cuda::RmsNormArgs norm;  // x = the residual row (gathered from the chunk's rows); a = RMSNorm(x) g_out
-      norm.x = m.x.get();
-      norm.tokens = m.ints.get() + kTok * Bm;
-      norm.embd = m.prefill->x();
-      norm.gain = m.out_norm.get();
-      norm.out = m.a.get();
-      norm.rows = nb;
-      norm.H = c.hidden;
-      norm.eps = c.rms_eps;
-      cuda::rmsnorm(norm, st);
-      m.lt.matmul(cuda::LtInput::kBF16, m.a.get(), lm, m.logits.get(), nb, lm_rows_, c.hidden, nullptr, nullptr, st,
-                  cuda::LtOutput::kF32);
-      cuda::LogitsReduceArgs ra;
-      ra.logits = m.logits.get();
-      ra.vocab = lm_rows_;
-      ra.rows = nb;
-      ra.targets = m.ints.get() + kTarget * Bm;
-      ra.out = m.row_stats.get();
-      cuda::logits_reduce(ra, st);
+      enqueue_prefill_outputs(nb);
       FUTR_CUDA_CHECK(cudaMemcpyAsync(m.h_stats.get(), m.row_stats.get(), size_t(nb) * sizeof(cuda::LogitsRowStats),
                                       cudaMemcpyDeviceToHost, st));
       for (int j = 0; j < nb; ++j)

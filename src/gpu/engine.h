@@ -242,6 +242,13 @@ class GpuEngine final : public runtime::TableEngine {
                     const std::vector<int>& rank, runtime::StepResult& r);
   // Creates the prefill path from the options (constructors, after the weights) and warms it up.
   void init_prefill();
+  // The LM head's rows [lm_begin_, + lm_rows_): its own copy, or the tied embedding's rows.
+  const uint16_t* lm_head_rows() const;
+  // The output pass of `rows` (<= kMaxMicroBatch) rows of the last prefill
+  // chunk: the host row map's kTok (the chunk row) and kTarget entries copied,
+  // then the final RMSNorm (gathering the chunk's BF16 residual rows), the LM
+  // head and the logits reductions, asynchronously on the engine's stream.
+  void enqueue_prefill_outputs(int rows);
   // What the prefill path borrows for a chunk (caches: the per-layer pointers it spans).
   PrefillPath::Shared prefill_shared(std::vector<layout::KvLayerPtrs>& caches);
 

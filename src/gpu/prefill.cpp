@@ -330,21 +330,27 @@ void PrefillPath::run(std::span<const int32_t> tokens, std::span<const Request> 
   cuda::gather_rows(sh.embd, d_tok, m.x.get(), M, H, st);
   mark(kGather);
   auto site = [&](int l, InputSite s) { return m.bank->site(kInputSites * l + int(s)); };
+  // a8 = e4m3(y / s) of K-wide BF16 rows x (y = bf16(x / rms(x)) when fold_rms), recorded
+  // into `st8`; returns its scale (the GEMM's A scale).
+  auto quantize = [&](const uint16_t* x, int K, bool fold_rms, cuda::Fp8SiteState* st8, Op op) {
+    cuda::Fp8QuantizeArgs qa;
+    qa.x = x;
+    qa.out = m.a8.get();
+    qa.rows = M;
+    qa.K = K;
+    qa.fold_rms = fold_rms;
+    qa.eps = c.rms_eps;
+    qa.site = st8;
+    cuda::fp8_quantize_rows(qa, st);
+    mark(op);
+    return &st8->scale;
+  };
   for (int l = 0; l < c.n_layers; ++l) {
     const Impl::Layer& L = m.layers[size_t(l)];
     // attention block: a8 = e4m3(bf16(x / rms(x)) / s); qkv = s b_s a8 Wqkv^T
-    cuda::Fp8QuantizeArgs qa;
-    qa.x = m.x.get();
-    qa.out = m.a8.get();
-    qa.rows = M;
-    qa.K = H;
-    qa.fold_rms = true;
-    qa.eps = c.rms_eps;
-    qa.site = site(l, InputSite::kAttnIn);
-    cuda::fp8_quantize_rows(qa, st);
-    mark(kQuantAttn);
+    const float* s_attn = quantize(m.x.get(), H, true, site(l, InputSite::kAttnIn), kQuantAttn);
     cuda::ScaledOutArgs so;
-    so.scales = {&qa.site->scale, L.qkv.scale.get()};
+    so.scales = {s_attn, L.qkv.scale.get()};
     so.out = m.qkv.get();
     cuda::gemm_scaled_out({m.a8.get(), L.qkv.w.get(), M, qkv_n, H}, so, st);
     mark(kQkv);
@@ -389,29 +395,19 @@ void PrefillPath::run(std::span<const int32_t> tokens, std::span<const Request> 
     cuda::prefill_attention(aa, st);
     mark(kAttention);
     // x = bf16(x + s b_s e4m3(o / s) Wo^T)
-    qa.x = m.attn.get();
-    qa.K = Q;
-    qa.fold_rms = false;
-    qa.site = site(l, InputSite::kOIn);
-    cuda::fp8_quantize_rows(qa, st);
-    mark(kQuantO);
+    const float* s_o = quantize(m.attn.get(), Q, false, site(l, InputSite::kOIn), kQuantO);
     cuda::ResidualSumSqArgs ro;
-    ro.scales = {&qa.site->scale, L.o.scale.get()};
+    ro.scales = {s_o, L.o.scale.get()};
     ro.residual = m.x.get();
     ro.out = m.x.get();
     ro.row_sumsq = m.sumsq.get();
     cuda::gemm_residual_sumsq({m.a8.get(), L.o.w.get(), M, H, Q}, ro, st);
     mark(kOProj);
     // MLP block: a8 = e4m3(bf16(x / rms(x)) / s); s8 = e4m3(silu(g) u / s_down); x += down
-    qa.x = m.x.get();
-    qa.K = H;
-    qa.fold_rms = true;
-    qa.site = site(l, InputSite::kFfnIn);
-    cuda::fp8_quantize_rows(qa, st);
-    mark(kQuantFfn);
+    const float* s_ffn = quantize(m.x.get(), H, true, site(l, InputSite::kFfnIn), kQuantFfn);
     cuda::Fp8SiteState* down = site(l, InputSite::kDownIn);
     cuda::SwiGluFp8Args sw;
-    sw.scales = {&qa.site->scale, L.gu.scale.get()};
+    sw.scales = {s_ffn, L.gu.scale.get()};
     sw.out = m.s8.get();
     sw.scale_in = &down->scale;
     sw.amax_out = &down->amax;
