@@ -11,6 +11,7 @@
 #include "cuda/launch.cuh"
 #include "device/kernels/sm90_decode_attention.cuh"
 #include "device/kernels/sm90_kv_append.cuh"
+#include "device/kernels/sm90_kv_append_rows.cuh"
 
 namespace futr::cuda {
 
@@ -195,8 +196,11 @@ void decode_attention(const AttentionShape& s, const AttentionArgs& a, const Att
 
 size_t attention_counters(const AttentionShape& s) { return size_t(s.batch) * size_t(s.kv_heads); }
 
-void kv_append(const KvAppendArgs& a, cudaStream_t st, bool pdl) {
-  const Variant& v = find_variant(a.head_dim, true);
+namespace {
+
+// Validates the append arguments (both kernels take the same) and packs them.
+device::KvAppendParams append_params(const KvAppendArgs& a) {
+  find_variant(a.head_dim, true);
   FUTR_CHECK(a.rows >= 0 && a.rows <= (1 << 24), "KV append: rows {} out of range", a.rows);
   FUTR_CHECK(a.kv_heads >= 1 && a.kv_heads <= 16, "KV append: kv_heads {} is not compiled (1..16)", a.kv_heads);
   FUTR_CHECK(a.ld >= int64_t(a.kv_heads) * a.head_dim, "KV append: row stride {} < kv_heads * head_dim", a.ld);
@@ -210,7 +214,6 @@ void kv_append(const KvAppendArgs& a, cudaStream_t st, bool pdl) {
   FUTR_CHECK(!a.rope_cos == !a.rope_sin, "KV append: RoPE needs both the cos and the sin table");
   FUTR_CHECK(a.q_heads >= 0 && (a.q_heads == 0 || (a.q && a.rope_cos)),
              "KV append: {} query heads to rotate need q and the RoPE tables", a.q_heads);
-  if (a.rows == 0) return;
   device::KvAppendParams p;
   p.k = static_cast<const __nv_bfloat16*>(a.k);
   p.v = static_cast<const __nv_bfloat16*>(a.v);
@@ -228,7 +231,32 @@ void kv_append(const KvAppendArgs& a, cudaStream_t st, bool pdl) {
   p.rope_sin = a.rope_sin;
   p.q = static_cast<__nv_bfloat16*>(a.q);
   p.q_heads = a.q_heads;
-  launch(v.append, dim3(unsigned(a.rows)), dim3(unsigned(64 * a.kv_heads)), 0, st, pdl, p);
+  return p;
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+}  // namespace
+
+void kv_append(const KvAppendArgs& a, cudaStream_t st, bool pdl) {
+  const device::KvAppendParams p = append_params(a);
+  if (a.rows == 0) return;
+  launch(find_variant(a.head_dim, true).append, dim3(unsigned(a.rows)), dim3(unsigned(64 * a.kv_heads)), 0, st,
+         pdl, p);
+}
+
+void kv_append_rows(const KvAppendArgs& a, cudaStream_t st, bool pdl) {
+  const device::KvAppendParams p = append_params(a);
+  FUTR_CHECK(a.ld % 8 == 0 && aligned16(a.k) && aligned16(a.v) && (!a.q || aligned16(a.q)) &&
+                 (!a.rope_cos || (aligned16(a.rope_cos) && aligned16(a.rope_sin))),
+             "KV append (rows): 16-byte accesses need ld % 8 == 0 (got {}) and 16-byte aligned k, v, q and "
+             "RoPE tables", a.ld);
+  if (a.rows == 0) return;
+  const int per_cta = device::kv_append_rows_per_cta(a.kv_heads, a.head_dim, a.mirror);
+  const size_t smem = a.mirror ? size_t(per_cta) * 2 * size_t(a.kv_heads) * size_t(a.head_dim) * 4 : 0;
+  auto* kernel = a.head_dim == 64 ? &device::sm90_kv_append_rows_kernel<64> : &device::sm90_kv_append_rows_kernel<128>;
+  launch(kernel, dim3(unsigned((a.rows + per_cta - 1) / per_cta)), dim3(device::kKvRowsThreads), smem, st, pdl, p,
+         per_cta);
 }
 
 }  // namespace futr::cuda

@@ -3,6 +3,7 @@
 // (rotated or not). Layouts: src/device/layout/kv_cache.cuh, docs/LAYOUTS.md.
 //
 //   kv_append():        new K/V rows -> BF16 primary (+ INT4 mirror), by a row map
+//   kv_append_rows():   the same for a prefill chunk (many rows per launch)
 //   decode_attention(): one query row per sequence, GQA, softmax in FP32,
 //                       BF16 out; with splits > 1 the last CTA of each
 //                       (sequence, KV head) merges the chunks (one launch).
@@ -109,6 +110,11 @@ struct KvAppendArgs {
   int q_heads = 0;
 };
 
+// The decode step's append: one CTA per row (sm90_kv_append.cuh).
 void kv_append(const KvAppendArgs& a, cudaStream_t st, bool pdl = false);
+// The same bytes for a prefill chunk of many rows: several rows per CTA,
+// 16-byte accesses (sm90_kv_append_rows.cuh). Also needs ld % 8 == 0 and
+// 16-byte aligned k, v, q and RoPE tables.
+void kv_append_rows(const KvAppendArgs& a, cudaStream_t st, bool pdl = false);
 
 }  // namespace futr::cuda

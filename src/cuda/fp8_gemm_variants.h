@@ -31,9 +31,10 @@ inline constexpr bool kPromoted = true;
 
 // {epilogue, input, bm, bn, stages, pingpong, promoted}
 // Promoted rows (the default for E4M3, GemmConfig::fast_accum = false): the
-// cooperative 128x128 tile only: its 64 x 128 slice per warpgroup holds the
-// stage's WGMMA sum and the FP32 sum in 2 x 64 registers per thread (a 128x256
-// or ping-pong tile would need 256, more than the 232 a consumer has). The
+// cooperative 128x128 tile only: its 64 x 128 slice per warpgroup holds two
+// stages' WGMMA sums (one in flight, one being added) and the FP32 sum in
+// 3 x 64 registers per thread (a 128x256 or ping-pong tile would need 384, more
+// than the 232 a consumer has). The
 // other E4M3 rows keep the whole sum in the WGMMA accumulator (fast accumulation).
 inline constexpr GemmVariant kGemmVariants[] = {
     // clang-format off

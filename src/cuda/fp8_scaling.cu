@@ -84,11 +84,15 @@ void fp8_quantize_rows(const Fp8QuantizeArgs& a, cudaStream_t s, bool pdl) {
   p.ld_x = ld_x;
   p.out = a.out;
   p.ld_out = ld_out;
+  p.rows = a.rows;
   p.K = a.K;
   p.fold_rms = a.fold_rms;
   p.eps = a.eps;
   p.site = a.site;
-  launch(&device::sm90_fp8_quantize_kernel, dim3(a.rows), dim3(device::kFp8QuantThreads), 0, s, pdl, p);
+  const int team = device::fp8_quantize_team(a.K);
+  const int rows_per_cta = device::kFp8QuantThreads / team;
+  launch(&device::sm90_fp8_quantize_kernel, dim3(unsigned((a.rows + rows_per_cta - 1) / rows_per_cta)),
+         dim3(device::kFp8QuantThreads), 0, s, pdl, p, team);
 }
 
 }  // namespace futr::cuda

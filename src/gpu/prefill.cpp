@@ -354,7 +354,7 @@ void PrefillPath::run(std::span<const int32_t> tokens, std::span<const Request> 
     so.out = m.qkv.get();
     cuda::gemm_scaled_out({m.a8.get(), L.qkv.w.get(), M, qkv_n, H}, so, st);
     mark(kQkv);
-    // RoPE of q and k, K/V into the cache (BF16 + mirror): the decode path's kernel.
+    // RoPE of q and k, K/V into the cache (BF16 + mirror): the decode append's bytes, many rows per CTA.
     cuda::KvAppendArgs ap;
     ap.k = m.qkv.get() + Q;
     ap.v = m.qkv.get() + Q + KV;
@@ -373,7 +373,7 @@ void PrefillPath::run(std::span<const int32_t> tokens, std::span<const Request> 
     ap.rope_sin = sh.rope_sin;
     ap.q = m.qkv.get();
     ap.q_heads = c.n_heads;
-    cuda::kv_append(ap, st);
+    cuda::kv_append_rows(ap, st);
     mark(kAppend);
     cuda::PrefillAttentionArgs aa;
     aa.q = m.qkv.get();

@@ -8,8 +8,8 @@
 //   for each layer l:
 //     a8 = e4m3(bf16(x / rms(x)) / s_attn)                  fp8_quantize_rows (fold_rms; gain folded in W)
 //     qkv = bf16(s_attn b_s[n] a8 Wqkv8^T)                  gemm_scaled_out     [M][q + 2 kv]
-//     RoPE(q, k); K/V -> the cache (BF16 + INT4 mirror)     kv_append (the decode path's own kernel, so the
-//                                                            mirror is byte-identical to what decode writes)
+//     RoPE(q, k); K/V -> the cache (BF16 + INT4 mirror)     kv_append_rows (many rows per CTA; the same
+//                                                            bytes as the decode step's kv_append)
 //     o = attention(q, cache)                               prefill_attention   [M][q]
 //     a8 = e4m3(o / s_o); x = bf16(x + s_o b_s a8 Wo8^T)    fp8_quantize_rows, gemm_residual_sumsq
 //     a8 = e4m3(bf16(x / rms(x)) / s_ffn)                   fp8_quantize_rows (fold_rms)

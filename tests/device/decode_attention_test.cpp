@@ -1,9 +1,12 @@
 // Decode-step KV-cache kernels (src/cuda/decode_attention.h: sm90_kv_append,
-// sm90_decode_attention, sm90_decode_attention_combine) against their CPU
-// reference (src/cpu/ref/decode_attention_ref.h) on fresh random data:
+// sm90_kv_append_rows, sm90_decode_attention, sm90_decode_attention_combine)
+// against their CPU reference (src/cpu/ref/decode_attention_ref.h) on fresh
+// random data:
 //
-//   - the append kernel's BF16 primary, INT4 nibbles and scales byte-identical
+//   - both append kernels' BF16 primary, INT4 nibbles and scales byte-identical
 //     to the CPU quantizer's (rotated and not, head_dim 64/128, ragged rows);
+//     the prefill append (rows) equal to the decode append byte for byte with
+//     RoPE fused, q rotated in place, prefixes and a non-finite row;
 //   - attention over the BF16 cache, the INT4 mirror and the rotated mirror:
 //     contexts 1, 7, 64, 1000, 8192, 32768 + 13, ragged batches, SmolLM2
 //     (9/3 heads, D 64), Llama-3.1-8B (32/8, D 128) and 70B (64/8) shapes,
@@ -167,7 +170,7 @@ void check_attention(int kvh, int group, int d, const std::vector<int>& lens, in
   }
 }
 
-void check_append(int kvh, int d, int rot_block) {
+void check_append(int kvh, int d, int rot_block, bool rows_kernel = false) {
   const std::vector<int> lens = {5, 16, 33};
   Batch b(kvh, 1, d, lens, true, rot_block);  // a filled cache to append into
   ref::KvLayerHost want = b.cache;
@@ -200,7 +203,10 @@ void check_append(int kvh, int d, int rot_block) {
   a.mirror = true;
   a.rot_block = rot_block;
   a.nonfinite = nonfinite.get();
-  cuda::kv_append(a, nullptr);
+  if (rows_kernel)
+    cuda::kv_append_rows(a, nullptr);
+  else
+    cuda::kv_append(a, nullptr);
   FUTR_CUDA_CHECK(cudaDeviceSynchronize());
   EXPECT_EQ(dev.k.download(), want.k);
   EXPECT_EQ(dev.v.download(), want.v);
@@ -211,6 +217,91 @@ void check_append(int kvh, int d, int rot_block) {
   EXPECT_EQ(0, std::memcmp(ks.data(), want.ks.data(), ks.size() * 4)) << "K scales";
   EXPECT_EQ(0, std::memcmp(vs.data(), want.vs.data(), vs.size() * 4)) << "V scales";
   EXPECT_EQ(nonfinite.download()[0], 0);
+}
+
+// The prefill append (kv_append_rows) against the decode append (kv_append),
+// both with RoPE fused and q heads rotated in place: a chunk of `rows` rows
+// spread over three sequences with prefixes (positions continue each one), one
+// row's K holding a NaN. Every byte of the cache (primary, nibbles, scales),
+// the rotated q and the non-finite count must be equal.
+void check_append_rows_vs_decode(int nh, int kvh, int d, bool mirror, int rot_block, int rows) {
+  const std::vector<int> prefix = {0, 37, 300};
+  std::vector<int> seq, pos, base;
+  int slots = 0;
+  std::vector<int> take = {rows / 2, rows / 3, rows - rows / 2 - rows / 3};
+  for (size_t s = 0; s < prefix.size(); ++s) {
+    base.push_back(slots);
+    for (int i = 0; i < take[s]; ++i) {
+      seq.push_back(int(s));
+      pos.push_back(prefix[s] + i);
+    }
+    slots += round16(prefix[s] + take[s]);
+  }
+  const int max_pos = 300 + rows + 1;
+  std::uniform_real_distribution<float> ang(-1.f, 1.f);
+  std::vector<float> cos_t(size_t(max_pos) * size_t(d / 2)), sin_t(cos_t.size());
+  for (size_t i = 0; i < cos_t.size(); ++i) {
+    cos_t[i] = ang(rng());
+    sin_t[i] = ang(rng());
+  }
+  const int64_t ld = int64_t(nh + 2 * kvh) * d;  // the QKV GEMM's output rows
+  auto qkv = randn_bf16(size_t(rows) * size_t(ld), 2.0f);
+  qkv[size_t(rows / 2) * size_t(ld) + size_t(nh) * d + 5] = 0x7fc0;  // a NaN in one row's first K head
+  ref::KvLayerHost init(slots, kvh, d);
+  const auto fill = randn_bf16(init.k.size(), 1.0f);
+  init.k = fill;
+  init.v = fill;
+  cuda::DeviceBuffer<float> dcos(cos_t), dsin(sin_t);
+  cuda::DeviceBuffer<int> dseq(seq), dpos(pos), dbase(base);
+  struct Out {
+    std::vector<uint16_t> k, v, q;
+    std::vector<uint8_t> k4, v4;
+    std::vector<float> ks, vs;
+    int nonfinite = 0;
+  };
+  auto run = [&](bool rows_kernel) {
+    DeviceLayer dev(init);
+    cuda::DeviceBuffer<uint16_t> src(qkv);
+    cuda::DeviceBuffer<int> nonfinite(std::vector<int>{0});
+    cuda::KvAppendArgs a;
+    a.q = src.get();
+    a.k = src.get() + nh * d;
+    a.v = src.get() + (nh + kvh) * d;
+    a.ld = ld;
+    a.row_seq = dseq.get();
+    a.row_pos = dpos.get();
+    a.slot_base = dbase.get();
+    a.cache = dev.ptrs();
+    a.rows = rows;
+    a.kv_heads = kvh;
+    a.head_dim = d;
+    a.mirror = mirror;
+    a.rot_block = rot_block;
+    a.nonfinite = nonfinite.get();
+    a.rope_cos = dcos.get();
+    a.rope_sin = dsin.get();
+    a.q_heads = nh;
+    if (rows_kernel)
+      cuda::kv_append_rows(a, nullptr);
+    else
+      cuda::kv_append(a, nullptr);
+    FUTR_CUDA_CHECK(cudaDeviceSynchronize());
+    return Out{dev.k.download(), dev.v.download(), src.download(), dev.k4.download(), dev.v4.download(),
+               dev.ks.download(), dev.vs.download(), nonfinite.download()[0]};
+  };
+  const Out want = run(false), got = run(true);
+  const std::string what = "heads " + std::to_string(nh) + "/" + std::to_string(kvh) + " d" + std::to_string(d) +
+                           (mirror ? " mirror rot " + std::to_string(rot_block) : " bf16") + " rows " +
+                           std::to_string(rows);
+  EXPECT_EQ(got.k, want.k) << what;
+  EXPECT_EQ(got.v, want.v) << what;
+  EXPECT_EQ(got.q, want.q) << what << ": q (and the K/V source) after RoPE";
+  EXPECT_EQ(got.k4, want.k4) << what;
+  EXPECT_EQ(got.v4, want.v4) << what;
+  EXPECT_EQ(0, std::memcmp(got.ks.data(), want.ks.data(), want.ks.size() * 4)) << what << ": K scales";
+  EXPECT_EQ(0, std::memcmp(got.vs.data(), want.vs.data(), want.vs.size() * 4)) << what << ": V scales";
+  EXPECT_EQ(want.nonfinite, 1) << what;
+  EXPECT_EQ(got.nonfinite, want.nonfinite) << what;
 }
 
 class Report : public ::testing::Environment {
@@ -269,6 +360,27 @@ TEST(DecodeAttentionSmall, AppendIsByteIdenticalToTheCpuQuantizer) {
     check_append(3, d, 64);
     check_append(8, d, 16);
   }
+}
+
+TEST(DecodeAttentionSmall, AppendRowsIsByteIdenticalToTheCpuQuantizer) {
+  FUTR_REQUIRE_GPU();
+  for (int d : {64, 128}) {
+    check_append(3, d, 0, true);
+    check_append(3, d, 64, true);
+    check_append(8, d, 16, true);
+  }
+}
+
+TEST(DecodeAttentionSmall, AppendRowsWithRopeEqualsTheDecodeAppend) {
+  FUTR_REQUIRE_GPU();
+  // SmolLM2 (9/3, D 64) and Llama-3.1-8B (32/8, D 128); 16 KV heads: fewer rows per CTA with the mirror.
+  for (bool mirror : {false, true}) {
+    check_append_rows_vs_decode(9, 3, 64, mirror, 0, 61);
+    check_append_rows_vs_decode(32, 8, 128, mirror, 0, 203);
+    check_append_rows_vs_decode(16, 16, 128, mirror, 0, 9);
+  }
+  check_append_rows_vs_decode(9, 3, 64, true, 64, 61);
+  check_append_rows_vs_decode(32, 8, 128, true, 32, 203);
 }
 
 TEST(DecodeAttentionSmall, ShortRaggedContexts) {

@@ -33,10 +33,10 @@
 // Promoted accumulation (Cfg::kPromote; cooperative, BN = 128, E4M3): the FP8
 // tensor cores' accumulator keeps fewer bits than FP32, so a K sum of
 // thousands of products drifts (the error grows with K). Each stage's 4
-// WGMMAs (128 K) start a fresh sum in `part` (64 registers), which is added
-// into the FP32 sum acc once the group has retired; while one consumer
-// warpgroup adds, the other's group keeps the tensor cores busy (both work on
-// the same stage). 2 x 64 accumulator registers per thread.
+// WGMMAs (128 K) start a fresh sum in one of two 64-register buffers, which
+// is added into the FP32 sum acc once its group has retired, while the next
+// stage's group (the other buffer) runs: 3 x 64 accumulator registers per
+// thread.
 //
 // Limits: K % (16 / sizeof(input)) == 0 (TMA row strides are multiples of 16
 // bytes), N % 8 == 0; M, N, K tails are zero-filled by TMA and masked in the
@@ -159,38 +159,69 @@ __device__ __forceinline__ void add_into(float (&acc)[N], const float (&part)[N]
   for (int i = 0; i < N; ++i) acc[i] += part[i];
 }
 
+// One stage of the promoted main loop: wait for stage s, issue its 4 WGMMAs
+// into `into` (a fresh sum: `into` retired before and was added), commit,
+// then retire the group before it (`prev`, the other buffer), add it into
+// acc and release its stage. Only the retired buffer is touched while a group
+// is in flight (touching an in-flight accumulator makes ptxas serialize every
+// WGMMA of the kernel: warning C7514).
+template <class Cfg, bool kHasPrev, class SmemA, class SmemB>
+__device__ __forceinline__ void promoted_step(float (&acc)[Cfg::kNReg], float (&into)[Cfg::kNReg],
+                                              float (&prev)[Cfg::kNReg], SmemA smem_a, SmemB smem_b,
+                                              uint64_t* full, uint64_t* empty, int a_row0, int& s,
+                                              uint32_t& phase, int& prev_s, int lane) {
+  ptx::mbarrier_wait_parity(&full[s], phase);
+  ptx::fence_operands(into);
+  ptx::wgmma_fence();
+  mma_stage<Cfg>(into, smem_a(s) + a_row0 * Cfg::kKBytes, smem_b(s), /*k=*/0);
+  ptx::wgmma_commit_group();
+  if constexpr (kHasPrev) {
+    ptx::wgmma_wait_group<1>();  // the previous stage's group (prev) has retired
+    ptx::fence_operands(prev);
+    if (lane == 0) ptx::mbarrier_arrive(&empty[prev_s]);
+    add_into(acc, prev);
+  }
+  prev_s = s;
+  if (++s == Cfg::STAGES) {
+    s = 0;
+    phase ^= 1;
+  }
+}
+
 // The main loop of one tile with promoted accumulation (see the file comment):
 // acc (64-row slice starting at A row a_row0 of each stage) = the FP32 sum of
-// the k_iters stages' WGMMA sums. s / phase: the ring position of the tile's
-// first stage (advanced past its last). Releases every stage it read.
+// the k_iters stages' WGMMA sums. Two stage sums alternate (p0, p1: unrolled
+// by two so that each is a fixed set of registers), so the adds of stage k - 1
+// run while stage k's group is in flight. s / phase: the ring position of the
+// tile's first stage (advanced past its last). Releases every stage it read.
 template <class Cfg, class SmemA, class SmemB>
 __device__ __forceinline__ void mainloop_promoted(float (&acc)[Cfg::kNReg], SmemA smem_a, SmemB smem_b,
                                                   uint64_t* full, uint64_t* empty, int k_iters, int a_row0,
                                                   int& s, uint32_t& phase, int lane) {
   static_assert(Cfg::kPromote && !Cfg::kPingPong && Cfg::BN == 128 && Cfg::In::kBytes == 1,
-                "promoted accumulation: cooperative E4M3 tiles of 128 x 128 (2 x 64 accumulator registers)");
-  float part[Cfg::kNReg];
+                "promoted accumulation: cooperative E4M3 tiles of 128 x 128 (3 x 64 accumulator registers)");
+  float p0[Cfg::kNReg], p1[Cfg::kNReg];
 #pragma unroll
   for (int i = 0; i < Cfg::kNReg; ++i) acc[i] = 0.0f;
-  for (int k = 0; k < k_iters; ++k) {
-    ptx::mbarrier_wait_parity(&full[s], phase);
-    ptx::fence_operands(part);
-    ptx::wgmma_fence();  // part was read by the previous stage's adds
-    mma_stage<Cfg>(part, smem_a(s) + a_row0 * Cfg::kKBytes, smem_b(s), /*k=*/0);  // a fresh sum
-    ptx::wgmma_commit_group();
-    // NOTE: wait for this group itself before the adds. A second part buffer,
-    // added under wait_group 1 while the next stage's group runs, made ptxas
-    // serialize every WGMMA of the kernel (warning C7514: accumulators read by
-    // other instructions while a group is in flight). The tensor cores stay
-    // busy with the other consumer warpgroup's group meanwhile.
+  int prev_s = 0;
+  // stage 0 (nothing before it), then pairs (p1, p0), then the last group.
+  promoted_step<Cfg, false>(acc, p0, p1, smem_a, smem_b, full, empty, a_row0, s, phase, prev_s, lane);
+  int k = 1;
+  for (; k + 1 < k_iters; k += 2) {
+    promoted_step<Cfg, true>(acc, p1, p0, smem_a, smem_b, full, empty, a_row0, s, phase, prev_s, lane);
+    promoted_step<Cfg, true>(acc, p0, p1, smem_a, smem_b, full, empty, a_row0, s, phase, prev_s, lane);
+  }
+  if (k < k_iters) {  // an even number of stages: the last goes into p1
+    promoted_step<Cfg, true>(acc, p1, p0, smem_a, smem_b, full, empty, a_row0, s, phase, prev_s, lane);
     ptx::wgmma_wait_group<0>();
-    ptx::fence_operands(part);
-    if (lane == 0) ptx::mbarrier_arrive(&empty[s]);
-    add_into(acc, part);
-    if (++s == Cfg::STAGES) {
-      s = 0;
-      phase ^= 1;
-    }
+    ptx::fence_operands(p1);
+    if (lane == 0) ptx::mbarrier_arrive(&empty[prev_s]);
+    add_into(acc, p1);
+  } else {  // odd: the last is in p0
+    ptx::wgmma_wait_group<0>();
+    ptx::fence_operands(p0);
+    if (lane == 0) ptx::mbarrier_arrive(&empty[prev_s]);
+    add_into(acc, p0);
   }
 }
 

@@ -36,33 +36,6 @@
 
 namespace futr::device {
 
-struct KvAppendParams {
-  const __nv_bfloat16* k = nullptr;  // [rows] rows of kv_heads * D, row stride ld (K after RoPE)
-  const __nv_bfloat16* v = nullptr;  // [rows] rows of kv_heads * D, row stride ld
-  int64_t ld = 0;                    // elements between consecutive rows of k (and v)
-  const int* row_seq = nullptr;      // [rows] sequence index of each row
-  const int* row_pos = nullptr;      // [rows] its position in the sequence
-  const int* slot_base = nullptr;    // [sequences] first slot of each sequence (multiple of 16)
-  KvLayerPtrs cache;
-  int rows = 0, kv_heads = 0;
-  int rot_block = 0;                 // 0: mirror not rotated; else the Hadamard block
-  bool mirror = false;               // write the INT4 mirror too
-  int* nonfinite = nullptr;          // optional: += 1 per (row, head, K|V) with a non-finite value
-  const float* rope_cos = nullptr;   // optional [max_pos][D/2]: RoPE fused in (model/rope.h's table)
-  const float* rope_sin = nullptr;
-  __nv_bfloat16* q = nullptr;        // [rows] rows of q_heads * D, stride ld: rotated in place (rope only)
-  int q_heads = 0;
-};
-
-// RoPE of one pair (x_d, x_{d+D/2}) at angle (c, s), each op rounded as in
-// sm90_rope.cuh, the results rounded to BF16.
-__device__ __forceinline__ void rope_pair(float& a, float& b, float c, float s) {
-  const float lo = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
-  const float hi = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));
-  a = __bfloat162float(__float2bfloat16_rn(lo));
-  b = __bfloat162float(__float2bfloat16_rn(hi));
-}
-
 template <int D>
 __global__ void __launch_bounds__(1024) sm90_kv_append_kernel(const KvAppendParams p) {
   static_assert(D == 64 || D == 128, "head_dim 64 or 128");
@@ -119,33 +92,7 @@ __global__ void __launch_bounds__(1024) sm90_kv_append_kernel(const KvAppendPara
   finite = __all_sync(0xffffffffu, finite);
   if (!finite && lane == 0 && p.nonfinite) atomicAdd(p.nonfinite, 1);
   if (!p.mirror) return;
-  __syncwarp();
-
-  // ---- rotation and row quantization (FP32, as the CPU) ----------------------
-  if (p.rot_block > 0) hadamard_rows_smem(x, 1, D, D, p.rot_block, lane, 32, [] { __syncwarp(); });
-  float amax = 0.f;
-#pragma unroll
-  for (int i = 0; i < kPer; ++i) amax = fmaxf(amax, fabsf(x[lane + 32 * i]));
-#pragma unroll
-  for (int o = 16; o > 0; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-  const float s = __fdiv_rn(amax, 7.0f);
-
-  // ---- nibbles: lane writes the bytes of dims (2j, 2j + 1) ---------------------
-  uint8_t* nib = is_v ? p.cache.v4 : p.cache.k4;
-#pragma unroll
-  for (int i = 0; i < D / 64; ++i) {
-    const int d = 2 * (lane + 32 * i);
-    int n[2];
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const float q = s == 0.f ? 0.f : fminf(fmaxf(rintf(__fdiv_rn(x[d + e], s)), -7.f), 7.f);
-      n[e] = int(q) + 8;
-    }
-    const layout::KvNibble at = is_v ? layout::kv_value_nibble(p.kv_heads, D, slot, head, d)
-                                     : layout::kv_key_nibble(p.kv_heads, D, slot, head, d);
-    nib[at.byte] = uint8_t(n[0] | (n[1] << 4));
-  }
-  if (lane == 0) (is_v ? p.cache.vs : p.cache.ks)[layout::kv_scale_index(p.cache.num_slots, slot, head)] = s;
+  kv_mirror_write_warp<D>(x, p.cache, p.kv_heads, slot, head, is_v, p.rot_block, lane);
 }
 
 }  // namespace futr::device
