@@ -11,7 +11,7 @@
 # Outputs under $OUT; a summary last.
 # GPTQ rows: the `.futr` file made here (futr quantize) travels xz-compressed
 # in parts (.devcarry/g1..g3/*, joined in order) with its bases xz-compressed
-# (.devcarry/gk/gptq_<kv>.klb.xz); a gptq_* base then runs on that file.
+# (.devcarry/gk*/gptq_<kv>.klb.xz, a call each where the carry limit asks); a gptq_* base then runs on that file.
 #   usage: [NTOK=32768] [KL_ONLY=1] scripts/device/accuracy_gpu.sh
 set -u
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/lib:$PWD/.devcarry/lib:${LD_LIBRARY_PATH:-}
@@ -28,7 +28,7 @@ if ls .devcarry/g1/* > /dev/null 2>&1 && [ ! -s "$G" ]; then
   cat .devcarry/g1/* .devcarry/g2/* .devcarry/g3/* | xz -dc > "$G" || rm -f "$G"
 fi
 mkdir -p .devcarry/klbg
-for z in .devcarry/gk/*.klb.xz; do [ -e "$z" ] && xz -dc "$z" > .devcarry/klbg/$(basename "$z" .xz); done
+for z in .devcarry/gk*/*.klb.xz; do [ -e "$z" ] && xz -dc "$z" > .devcarry/klbg/$(basename "$z" .xz); done
 T=.devcarry/wiki.test.raw
 [ -s "$T" ] || T=data/wikitext-2-raw/wiki.test.raw
 for klb in .devcarry/klb*/*.klb; do
@@ -37,9 +37,12 @@ for klb in .devcarry/klb*/*.klb; do
   kv=${n#*_}
   src=(-m "$M" --weights int4 --quant "$q")
   [ "$q" = gptq ] && { [ -s "$G" ] || continue; src=(-m "$G"); }
+  [ -e ".devcarry/run/done_$n" ] && continue  # measured by an earlier call on this machine
   timeout 120 $F perplexity "$T" "${src[@]}" --backend gpu --prefill=off --kv "$kv" \
     --ctx 1024 --max-tokens "$NTOK" --json -q --kl-base "$klb" > "$OUT/gpu_$n.json" 2> "$OUT/gpu_$n.err"
-  echo "gpu_$n rc=$? $(python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print("ppl", round(j["ppl"], 5), "delta", j.get("ppl_delta"), "kl", j.get("kl_mean"), "top1", j.get("top1_agreement"))' "$OUT/gpu_$n.json" 2>/dev/null)" | tee -a "$OUT/summary.txt"
+  rc=$?
+  [ $rc = 0 ] && touch ".devcarry/run/done_$n"
+  echo "gpu_$n rc=$rc $(python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print("ppl", round(j["ppl"], 5), "delta", j.get("ppl_delta"), "kl", j.get("kl_mean"), "top1", j.get("top1_agreement"))' "$OUT/gpu_$n.json" 2>/dev/null)" | tee -a "$OUT/summary.txt"
 done
 [ "${KL_ONLY:-0}" = 1 ] && { cat "$OUT/summary.txt"; exit 0; }
 timeout 60 $F generate -m "$M" --backend gpu -n 16 --temperature 0 "The history of the Roman Empire begins with" \
