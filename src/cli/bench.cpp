@@ -4,9 +4,11 @@
 // warm-up repetition (not counted) and then -r repetitions, reported as
 // mean +- sample standard deviation.
 //
-//   ppP     (-p list)  one sequence: P prompt tokens in one step() (rows of
-//                      max_step_tokens at most; the GPU runs them one
-//                      position per micro-step, engine.h), tokens/s = P / t.
+//   ppP     (-p list)  --prompt-batch B sequences (default 1): B x P prompt
+//                      tokens in as few step() calls as max_step_tokens
+//                      allows (the GPU engine packs them into prefill chunks
+//                      of --prefill-rows, or runs them through the decode
+//                      step with --prefill=off), tokens/s = B x P / t.
 //   tgN     (-n list)  one sequence from an empty cache: N steps of one row
 //                      each, greedy, the token fed back; tokens/s = N / t and
 //                      ms per token.
@@ -67,6 +69,7 @@ struct BenchOptions {
   std::vector<int> gen = {128};      // -n
   std::vector<int> batch = {1};      // -b
   std::vector<int> ctx_list = {0};   // --ctx-list
+  int prompt_batch = 1;            // prompts of each -p length packed into the same steps
   int steps = 16;                  // decode steps per repetition
   int reps = 3;                    // -r
   std::string json;                // --json FILE ("-": stdout)
@@ -136,10 +139,15 @@ class Bench {
     flush(rows);
   }
 
-  double pp(int n) {
-    e_.truncate(0, 0);
+  // nb prompts of n tokens (sequences 0..nb-1) in as few steps as the engine takes.
+  double pp(int n, int nb = 1) {
+    std::vector<runtime::SeqId> seqs;
+    for (int s = 0; s < nb; ++s) {
+      e_.truncate(s, 0);
+      seqs.push_back(s);
+    }
     const Stopwatch t;
-    prompt({0}, n, true);
+    prompt(seqs, n, true);
     return t.seconds();
   }
 
@@ -190,6 +198,8 @@ void run_bench(const BenchOptions& o) {
   check_list(o.gen, "-n/--n-gen", 0, 1 << 20);
   check_list(o.batch, "-b/--batch", 1, 4096);
   check_list(o.ctx_list, "--ctx-list", 0, 1 << 22);
+  FUTR_CHECK(o.prompt_batch >= 1 && o.prompt_batch <= 256, "--prompt-batch {} is out of range (1..256)",
+             o.prompt_batch);
   FUTR_CHECK(o.steps >= 1 && o.steps <= 1 << 20, "--steps {} is out of range (1..1048576)", o.steps);
   FUTR_CHECK(o.reps >= 1 && o.reps <= 1000, "-r/--repetitions {} is out of range (1..1000)", o.reps);
   FUTR_CHECK(o.synthetic.empty() || o.run.model.empty(), "--synthetic and --model are exclusive");
@@ -204,8 +214,8 @@ void run_bench(const BenchOptions& o) {
   rc.ctx = o.run.ctx > 0 ? o.run.ctx : need_ctx;
   FUTR_CHECK(rc.ctx >= need_ctx, "--ctx {} is too small for these tests (they need {} positions: -p, -n + 1, "
              "--ctx-list + --steps)", rc.ctx, need_ctx);
-  rc.max_seqs = max_b;
-  rc.max_step_tokens = std::max({max_p, max_b * std::max(max_c, 1), 1});
+  rc.max_seqs = std::max(max_b, o.prompt_batch);
+  rc.max_step_tokens = std::max({max_p * o.prompt_batch, max_b * std::max(max_c, 1), 1});
   rc.max_step_tokens = std::min(rc.max_step_tokens, 1 << 16);
   rc.gpu_graphs = o.graphs != 0;
   rc.gpu_pdl = o.pdl != 0;
@@ -237,18 +247,20 @@ void run_bench(const BenchOptions& o) {
     for (int r = 0; r < o.reps; ++r) m.seconds.push_back(once());
     results.push_back(std::move(m));
   };
-  engine->open(0);
+  const int pb = o.prompt_batch;
+  for (int s = 0; s < pb; ++s) engine->open(s);
   for (int p : o.prompt) {
     if (p == 0) continue;
     Measurement m;
     m.test = fmt::format("pp{}", p);
     m.n_prompt = p;
-    m.tokens = p;
-    m.steps_per_rep = (p + info.max_step_tokens - 1) / info.max_step_tokens;
-    measure(m, [&] { return bench.pp(p); }, [&] { bench.pp(p); });
+    m.batch = pb;
+    m.tokens = double(p) * pb;
+    m.steps_per_rep = int((int64_t(p) * pb + info.max_step_tokens - 1) / info.max_step_tokens);
+    measure(m, [&] { return bench.pp(p, pb); }, [&] { bench.pp(p, pb); });
     if (o.breakdown) {  // the prefill path's chunks, per kernel (GPU engine with --prefill)
       if (engine->set_profiling(true)) {
-        bench.pp(p);
+        bench.pp(p, pb);
         const nlohmann::json st = engine->stats();
         if (st.contains("prefill") && st["prefill"].is_object() && st["prefill"].contains("profile"))
           results.back().profile = st["prefill"]["profile"];
@@ -265,7 +277,7 @@ void run_bench(const BenchOptions& o) {
     m.steps_per_rep = n;
     measure(m, [&] { return bench.tg(n); }, [&] { bench.tg(std::max(n, 2)); });
   }
-  engine->close(0);
+  for (int s = 0; s < pb; ++s) engine->close(s);
   for (int b : o.batch)
     for (int c : o.ctx_list) {
       std::vector<runtime::SeqId> seqs;
@@ -392,6 +404,11 @@ void add_bench_command(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("-n,--n-gen", o->gen, "Generation lengths (list; 0 skips): tokens/s from an empty cache")
       ->delimiter(',')
+      ->capture_default_str();
+  sub->add_option("--prompt-batch", o->prompt_batch,
+                  "Prompt tests: this many prompts of each -p length packed into the same steps (1..256; with "
+                  "--prefill-rows >= their total, one prefill chunk: e.g. -p 2048 --prompt-batch 4 --prefill-rows "
+                  "8192 is M = 8192 as 4 x 2048 requests)")
       ->capture_default_str();
   sub->add_option("-b,--batch", o->batch, "Decode batch sizes (list): sequences stepped together")
       ->delimiter(',')

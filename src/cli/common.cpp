@@ -92,6 +92,10 @@ void add_run_options(CLI::App* app, RunOptions& o) {
                 "scaling): --prefill (= on), --prefill=off (prompts through the decode step), auto (default: "
                 "on when FP8 weights can be had: quantized on load, or stored in the .futr file)")
       ->check(CLI::IsMember({"auto", "on", "off"}));
+  app->add_option("--prefill-rows", o.prefill_rows,
+                  "GPU engine: rows per prefill chunk, 16..65536 (default 2048; a step's prompt rows are packed into "
+                  "chunks of at most this many, capped at the rows a step may hold); larger chunks, larger GEMMs")
+      ->check(CLI::Range(16, 65536));
 }
 
 void add_tp_option(CLI::App* app, RunOptions& o) {

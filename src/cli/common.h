@@ -23,6 +23,7 @@ struct RunOptions {
   std::string backend = "auto";  // auto | cpu | gpu (runtime::parse_engine_kind)
   int tp = 1;              // GPUs, tensor parallel (add_tp_option; the commands that run a model)
   std::string prefill = "auto";  // auto | on | off: the GPU engine's FP8 prefill path (runtime::PrefillMode)
+  int prefill_rows = 0;          // rows per prefill chunk (GPU engine); 0: the engine's default (2048)
 };
 
 // `--help` groups: the options of a command fall into these three (and the

@@ -88,6 +88,7 @@ runtime::RuntimeConfig runtime_config(const RunOptions& run, const QuantCliOptio
   c.fp8.rms = runtime::parse_fp8_rms(q.fp8_rms);
   c.fp8.gpu_numerics = q.fp8_numerics == "gpu";
   c.prefill = runtime::parse_prefill_mode(run.prefill);
+  c.prefill_rows = run.prefill_rows;
   parse_quantizer_options(q, c);
   return c;
 }

@@ -103,6 +103,7 @@ struct RuntimeConfig {
   int tp = 1;                // GPUs the model is split over (tensor parallelism, gpu/tp_engine.h); 1: none
   bool gpu_graphs = true;    // GPU engine: one CUDA graph per batch bucket (false: eager; FUTR_GPU_GRAPHS=0 too)
   PrefillMode prefill = PrefillMode::kAuto;  // GPU engine: the FP8 prefill path for prompts
+  int prefill_rows = 0;      // GPU engine: rows per prefill chunk (0: its default, 2048); capped at max_step_tokens
   bool gpu_pdl = true;       // GPU engine: programmatic dependent launch between the step's kernels (FUTR_GPU_PDL=0: off)
   Fp8Config fp8;
   CalibrationConfig calib;

@@ -74,6 +74,22 @@ TEST(FutrBench, QuantizedReferenceAndJsonOnStdout) {
   EXPECT_EQ(j["results"][0]["test"], "pp8");
 }
 
+TEST(FutrBench, PackedPromptsCountEveryPromptsTokens) {
+  // 3 prompts of 8 tokens in the same steps: the row says batch 3, and the
+  // tokens per repetition are 24 (tokens/s = 24 / t).
+  const futr::test::FutrRun r = run_futr({"bench", "--synthetic", "tiny", "--backend", "cpu", "-p", "8", "-n", "0",
+                                          "--prompt-batch", "3", "-b", "1", "--ctx-list", "0", "--steps", "1", "-r",
+                                          "1", "--json", "-", "-q"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  ASSERT_GE(j["results"].size(), 1u);
+  const auto& pp = j["results"][0];
+  EXPECT_EQ(pp["test"], "pp8");
+  EXPECT_EQ(pp["batch"], 3);
+  const double t = pp["seconds"][0].get<double>();
+  EXPECT_NEAR(pp["tokens_per_s"]["mean"].get<double>() * t, 24.0, 1e-6 * 24.0) << pp.dump();
+}
+
 TEST(FutrBench, RefusesWhatItCannotRun) {
   auto expect_error = [](const std::vector<std::string>& args, const std::string& what) {
     const futr::test::FutrRun r = run_futr(args);
@@ -86,6 +102,10 @@ TEST(FutrBench, RefusesWhatItCannotRun) {
   expect_error({"bench", "--synthetic", "tiny", "--backend", "cpu", "-r", "0"}, "repetitions");
   expect_error({"bench", "--synthetic", "tiny", "--model", "x.gguf"}, "exclusive");
   expect_error({"bench", "--synthetic", "tiny", "--backend", "cpu", "--ctx", "8", "-p", "64"}, "too small");
+  expect_error({"bench", "--synthetic", "tiny", "--backend", "cpu", "--prompt-batch", "0"}, "--prompt-batch 0");
+  expect_error({"bench", "--synthetic", "tiny", "--backend", "cpu", "--prefill-rows", "4096"},
+               "--prefill-rows 4096: prefill chunks are the GPU engine's");
+  expect_error({"bench", "--synthetic", "tiny", "--prefill-rows", "8"}, "--prefill-rows");
 }
 
 }  // namespace
