@@ -19,6 +19,12 @@ namespace {
   throw ApiError(400, "invalid_request_error", message, param);
 }
 
+// {"type": "text", ...}: the one content-part / response-format type served.
+// (json::value("type", "") would throw on a non-string type: a 500, not a 400.)
+bool is_text_type(const json& v) {
+  return v.is_object() && v.contains("type") && v["type"].is_string() && v["type"].get<std::string>() == "text";
+}
+
 const char* type_name(const json& v) {
   switch (v.type()) {
     case json::value_t::null: return "null";
@@ -75,7 +81,7 @@ void check_neutral(const std::string& k, const json& v) {
   } else if (k == "suffix") {
     unsupported();  // null is handled as absent
   } else if (k == "response_format") {
-    if (!v.is_object() || v.value("type", "") != "text" || v.size() != 1) unsupported();
+    if (!is_text_type(v) || v.size() != 1) unsupported();
   } else if (k == "tools") {
     if (!v.is_array() || !v.empty()) unsupported();
   } else if (k == "tool_choice") {
@@ -129,7 +135,7 @@ std::vector<ChatMessage> parse_messages(const json& v) {
           msg.content = c.get<std::string>();
         } else if (c.is_array()) {
           for (const auto& part : c) {
-            if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+            if (!is_text_type(part) || !part.contains("text") ||
                 !part["text"].is_string())
               bad(p + ".content", "only text content parts ({\"type\": \"text\", \"text\": ...}) are supported");
             msg.content += part["text"].get<std::string>();

@@ -54,6 +54,13 @@ std::string describe(const json& j) {
   return s + ")";
 }
 
+// j[key] as a string; "" when j is not an object or the value is absent or
+// not a string (json::value() would throw on a hostile file's other types).
+std::string string_field(const json& j, const char* key) {
+  if (!j.is_object() || !j.contains(key) || !j[key].is_string()) return {};
+  return j[key].get<std::string>();
+}
+
 bool is_type(const json& j, const char* type) {
   return j.is_object() && j.contains("type") && j["type"] == type;
 }
@@ -80,7 +87,7 @@ std::string recognise_pre(const json& pre, const fs::path& file) {
     if (is_type(a, "Digits") && flag(a, "individual_digits", false) && is_byte_level(b, true)) return "smollm";
     if (is_type(a, "Split") && a.contains("pattern") && a["pattern"].is_object() &&
         a["pattern"].contains("Regex") && a["pattern"]["Regex"] == pretok::kLlama3Pattern &&
-        a.value("behavior", std::string()) == "Isolated" && !flag(a, "invert", false) &&
+        string_field(a, "behavior") == "Isolated" && !flag(a, "invert", false) &&
         is_byte_level(b, false))
       return "llama3";
   }
@@ -134,7 +141,9 @@ TokenizerSpec tokenizer_spec_from_hf_json(const fs::path& dir, int64_t max_vocab
   return tokenizer_spec_from_hf_texts(t, max_vocab);
 }
 
-TokenizerSpec tokenizer_spec_from_hf_texts(const HfTokenizerTexts& texts, int64_t max_vocab) {
+namespace {
+
+TokenizerSpec spec_from_texts(const HfTokenizerTexts& texts, int64_t max_vocab) {
   const fs::path& dir = texts.dir;
   const fs::path file = dir / "tokenizer.json";
   const int64_t id_limit = max_vocab > 0 ? std::min(max_vocab, kMaxVocab) : kMaxVocab;
@@ -262,7 +271,7 @@ TokenizerSpec tokenizer_spec_from_hf_texts(const HfTokenizerTexts& texts, int64_
         spec.chat_template = t.get<std::string>();
       } else if (t.is_array()) {  // [{"name": "default", "template": "..."}, {"name": "tool_use", ...}]
         for (const json& e : t)
-          if (e.is_object() && e.value("name", std::string()) == "default" && e.contains("template") &&
+          if (string_field(e, "name") == "default" && e.contains("template") &&
               e["template"].is_string())
             spec.chat_template = e["template"].get<std::string>();
       }
@@ -274,7 +283,7 @@ TokenizerSpec tokenizer_spec_from_hf_texts(const HfTokenizerTexts& texts, int64_
     if (const json* tp = template_processing(root["post_processor"])) {
       const json& single = tp->contains("single") ? (*tp)["single"] : json();
       if (single.is_array() && !single.empty() && single[0].contains("SpecialToken")) {
-        const std::string first = single[0]["SpecialToken"].value("id", std::string());
+        const std::string first = string_field(single[0]["SpecialToken"], "id");
         auto it = id_of.find(first);
         if (spec.bos < 0 && it != id_of.end()) spec.bos = it->second;
         if (!add_bos && it != id_of.end() && it->second == spec.bos) add_bos = true;
@@ -304,6 +313,18 @@ TokenizerSpec tokenizer_spec_from_hf_texts(const HfTokenizerTexts& texts, int64_
     }
   }
   return spec;
+}
+
+}  // namespace
+
+TokenizerSpec tokenizer_spec_from_hf_texts(const HfTokenizerTexts& texts, int64_t max_vocab) {
+  // The checks above name what they find; a JSON value of a type no check
+  // anticipated (a hostile file) is still an error naming the file, not a crash.
+  try {
+    return spec_from_texts(texts, max_vocab);
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: a value of an unexpected JSON type: {}", (texts.dir / "tokenizer.json").string(), e.what());
+  }
 }
 
 }  // namespace futr

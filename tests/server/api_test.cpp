@@ -100,6 +100,8 @@ TEST_F(ApiTest, BadRequestsGet4xxNamingTheParameter) {
       {H, R"({"model": "m", "messages": [{"role": "tool", "content": "x"}]})", 400, "messages[0].role"},
       {H, R"({"model": "m", "messages": [{"role": "user", "content": 5}]})", 400, "messages[0].content"},
       {H, R"({"model": "m", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", 400, "messages[0].content"},
+      {H, R"({"model": "m", "messages": [{"role": "user", "content": [{"type": 5, "text": "x"}]}]})", 400, "messages[0].content"},
+      {H, R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "response_format": {"type": true}})", 400, "response_format"},
       {H, R"({"model": "m", "messages": [{"role": "user", "content": "x", "extra": 1}]})", 400, "messages[0].extra"},
       {H, R"({"model": "m", "prompt": "hi"})", 400, "prompt"},
       {H, R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "tools": [{}]})", 400, "tools"},

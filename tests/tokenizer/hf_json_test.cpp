@@ -166,6 +166,23 @@ TEST_F(HfJson, PostProcessorTemplateAddsBos) {
   EXPECT_FALSE(tokenizer_spec_from_hf_json(dir_).add_bos);
 }
 
+TEST_F(HfJson, ValuesOfTheWrongJsonTypeAreIgnoredOrRefusedNotThrown) {
+  // Strings expected, other types given (what a fuzzer finds): a SpecialToken
+  // whose id is a number or that is not an object, a chat template entry whose
+  // name is a boolean. Each is skipped like an absent value, never an uncaught
+  // nlohmann exception.
+  for (const json& special : {json{{"id", 7}}, json("<|im_start|>"), json::array()}) {
+    json j = base_tokenizer();
+    j["post_processor"] = {{"type", "TemplateProcessing"}, {"single", {{{"SpecialToken", special}}}}};
+    write("tokenizer.json", j);
+    const TokenizerSpec s = tokenizer_spec_from_hf_json(dir_);
+    EXPECT_FALSE(s.add_bos) << special.dump();
+  }
+  write("tokenizer.json", base_tokenizer());
+  write("tokenizer_config.json", json{{"chat_template", {{{"name", true}, {"template", "T"}}, json(5)}}});
+  EXPECT_EQ(tokenizer_spec_from_hf_json(dir_).chat_template, "");
+}
+
 TEST_F(HfJson, UnsupportedStructuresAreClearErrors) {
   auto expect_error = [&](json j, const std::string& needle) {
     const std::string e = error_with(j);
@@ -190,6 +207,9 @@ TEST_F(HfJson, UnsupportedStructuresAreClearErrors) {
   expect_error(j, "Sequence[Digits(individual_digits=false), ByteLevel(");
   json split = llama3_pre();
   split["pretokenizers"][0]["pattern"]["Regex"] = "\\s+";
+  expect_error(base_tokenizer(split), "Split(");
+  split = llama3_pre();
+  split["pretokenizers"][0]["behavior"] = true;  // a boolean where a string belongs (found by the fuzzer)
   expect_error(base_tokenizer(split), "Split(");
   json prefix = byte_level_pre();
   prefix["add_prefix_space"] = true;
