@@ -23,6 +23,26 @@ namespace futr {
 
 namespace engines {
 
+namespace {
+
+// --prefill-rows asks for GPU prefill chunks: refused where there are none.
+void check_prefill_rows(const runtime::RuntimeConfig& c, bool use_gpu) {
+  if (c.prefill_rows == 0) return;
+  FUTR_CHECK(use_gpu, "--prefill-rows {}: prefill chunks are the GPU engine's (this run uses the CPU engine)",
+             c.prefill_rows);
+  FUTR_CHECK(c.prefill != runtime::PrefillMode::kOff, "--prefill-rows {} with --prefill=off: prompts go through the "
+             "decode step, there are no prefill chunks", c.prefill_rows);
+}
+
+#if FUTR_HAVE_CUDA
+// Rows per prefill chunk: --prefill-rows or the engine's default, at most a step's rows.
+int prefill_chunk_rows(const runtime::RuntimeConfig& c, int engine_default) {
+  return std::min(c.prefill_rows > 0 ? c.prefill_rows : engine_default, c.max_step_tokens);
+}
+#endif
+
+}  // namespace
+
 cpu::QuantizeOptions quantize_options(WeightFormat format, const runtime::RuntimeConfig& c) {
   cpu::QuantizeOptions q;
   q.format = format;
@@ -55,10 +75,7 @@ std::unique_ptr<runtime::Engine> make_synthetic_engine(const std::string& name, 
                            c.kv != KvFormat::kFp32;
   const bool use_gpu = c.engine == runtime::EngineKind::kGpu ||
                        (c.engine == runtime::EngineKind::kAuto && no_gpu.empty() && gpu_formats);
-  FUTR_CHECK(c.prefill_rows == 0 || use_gpu, "--prefill-rows {}: prefill chunks are the GPU engine's (this run uses "
-             "the CPU engine)", c.prefill_rows);
-  FUTR_CHECK(c.prefill_rows == 0 || c.prefill != runtime::PrefillMode::kOff, "--prefill-rows {} with --prefill=off: prompts "
-             "go through the decode step, there are no prefill chunks", c.prefill_rows);
+  check_prefill_rows(c, use_gpu);
   FUTR_CHECK(c.tp == 1 || use_gpu, "--tp {}: tensor parallelism runs the GPU engine ({})", c.tp,
              no_gpu.empty() ? "asked: --backend " + to_string(c.engine) : no_gpu);
   if (!use_gpu) {
@@ -91,7 +108,7 @@ std::unique_ptr<runtime::Engine> make_synthetic_engine(const std::string& name, 
                "run here: {}", why);
     go.prefill_synthetic = c.prefill != runtime::PrefillMode::kOff && why.empty();
     go.prefill_seed = seed;
-    go.prefill_rows = std::min(c.prefill_rows > 0 ? c.prefill_rows : go.prefill_rows, c.max_step_tokens);
+    go.prefill_rows = prefill_chunk_rows(c, go.prefill_rows);
     if (log) log(go.prefill_synthetic ? "prompts through the FP8 prefill path (synthetic FP8 weights drawn on the device)"
                                       : fmt::format("prompts through the decode step ({})",
                                                     c.prefill == runtime::PrefillMode::kOff ? "--prefill=off" : why));
@@ -193,10 +210,7 @@ std::unique_ptr<runtime::Engine> runtime::make_engine(const Model& model, const 
 
   FUTR_CHECK(c.prefill != PrefillMode::kOn || use_gpu, "--prefill on: the FP8 prefill path is the GPU engine's "
              "(this run uses the CPU engine; its FP8 reference is --weights fp8 --fp8-rms cast --fp8-numerics gpu)");
-  FUTR_CHECK(c.prefill_rows == 0 || use_gpu, "--prefill-rows {}: prefill chunks are the GPU engine's (this run uses "
-             "the CPU engine)", c.prefill_rows);
-  FUTR_CHECK(c.prefill_rows == 0 || c.prefill != PrefillMode::kOff, "--prefill-rows {} with --prefill=off: prompts "
-             "go through the decode step, there are no prefill chunks", c.prefill_rows);
+  engines::check_prefill_rows(c, use_gpu);
   FUTR_CHECK(c.tp == 1 || use_gpu, "--tp {}: tensor parallelism runs the GPU engine ({})", c.tp,
              no_gpu.empty() ? fmt::format("asked: --backend {} --weights {} --kv {}", to_string(c.engine),
                                           to_string(c.weights), to_string(c.kv))
@@ -288,7 +302,7 @@ std::unique_ptr<runtime::Engine> runtime::make_engine(const Model& model, const 
     go.prefill_fp8 = engines::prefill_weights(model, c, file.get(), stored, log);
     if (go.prefill_fp8) {
       go.fp8 = engines::fp8_config(c.fp8);
-      go.prefill_rows = std::min(c.prefill_rows > 0 ? c.prefill_rows : go.prefill_rows, c.max_step_tokens);
+      go.prefill_rows = engines::prefill_chunk_rows(c, go.prefill_rows);
     }
     if (c.tp > 1) {
       if (log) log(fmt::format("tensor parallel over {} GPUs", c.tp));

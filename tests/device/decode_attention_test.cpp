@@ -170,6 +170,37 @@ void check_attention(int kvh, int group, int d, const std::vector<int>& lens, in
   }
 }
 
+// The append arguments of K/V rows (row map and cache on the device).
+cuda::KvAppendArgs append_args(const uint16_t* k, const uint16_t* v, int64_t ld, const cuda::DeviceBuffer<int>& seq,
+                               const cuda::DeviceBuffer<int>& pos, const cuda::DeviceBuffer<int>& base,
+                               const DeviceLayer& dev, int rows, int kvh, int d, bool mirror, int rot_block,
+                               int* nonfinite) {
+  cuda::KvAppendArgs a;
+  a.k = k;
+  a.v = v;
+  a.ld = ld;
+  a.row_seq = seq.get();
+  a.row_pos = pos.get();
+  a.slot_base = base.get();
+  a.cache = dev.ptrs();
+  a.rows = rows;
+  a.kv_heads = kvh;
+  a.head_dim = d;
+  a.mirror = mirror;
+  a.rot_block = rot_block;
+  a.nonfinite = nonfinite;
+  return a;
+}
+
+// The decode append (one CTA per row) or the prefill one (rows per CTA), then a sync.
+void run_append(const cuda::KvAppendArgs& a, bool rows_kernel) {
+  if (rows_kernel)
+    cuda::kv_append_rows(a, nullptr);
+  else
+    cuda::kv_append(a, nullptr);
+  FUTR_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
 void check_append(int kvh, int d, int rot_block, bool rows_kernel = false) {
   const std::vector<int> lens = {5, 16, 33};
   Batch b(kvh, 1, d, lens, true, rot_block);  // a filled cache to append into
@@ -189,25 +220,9 @@ void check_append(int kvh, int d, int rot_block, bool rows_kernel = false) {
                  rot_block);
   cuda::DeviceBuffer<uint16_t> src(kvrows);
   cuda::DeviceBuffer<int> dseq(seq), dpos(pos), dbase(base), nonfinite(std::vector<int>{0});
-  cuda::KvAppendArgs a;
-  a.k = src.get();
-  a.v = src.get() + kvh * d;
-  a.ld = ld;
-  a.row_seq = dseq.get();
-  a.row_pos = dpos.get();
-  a.slot_base = dbase.get();
-  a.cache = dev.ptrs();
-  a.rows = rows;
-  a.kv_heads = kvh;
-  a.head_dim = d;
-  a.mirror = true;
-  a.rot_block = rot_block;
-  a.nonfinite = nonfinite.get();
-  if (rows_kernel)
-    cuda::kv_append_rows(a, nullptr);
-  else
-    cuda::kv_append(a, nullptr);
-  FUTR_CUDA_CHECK(cudaDeviceSynchronize());
+  cuda::KvAppendArgs a = append_args(src.get(), src.get() + kvh * d, ld, dseq, dpos, dbase, dev, rows, kvh, d, true,
+                                      rot_block, nonfinite.get());
+  run_append(a, rows_kernel);
   EXPECT_EQ(dev.k.download(), want.k);
   EXPECT_EQ(dev.v.download(), want.v);
   EXPECT_EQ(dev.k4.download(), want.k4) << "K nibbles d" << d << " rot " << rot_block;
@@ -263,29 +278,13 @@ void check_append_rows_vs_decode(int nh, int kvh, int d, bool mirror, int rot_bl
     DeviceLayer dev(init);
     cuda::DeviceBuffer<uint16_t> src(qkv);
     cuda::DeviceBuffer<int> nonfinite(std::vector<int>{0});
-    cuda::KvAppendArgs a;
+    cuda::KvAppendArgs a = append_args(src.get() + nh * d, src.get() + (nh + kvh) * d, ld, dseq, dpos, dbase, dev,
+                                        rows, kvh, d, mirror, rot_block, nonfinite.get());
     a.q = src.get();
-    a.k = src.get() + nh * d;
-    a.v = src.get() + (nh + kvh) * d;
-    a.ld = ld;
-    a.row_seq = dseq.get();
-    a.row_pos = dpos.get();
-    a.slot_base = dbase.get();
-    a.cache = dev.ptrs();
-    a.rows = rows;
-    a.kv_heads = kvh;
-    a.head_dim = d;
-    a.mirror = mirror;
-    a.rot_block = rot_block;
-    a.nonfinite = nonfinite.get();
     a.rope_cos = dcos.get();
     a.rope_sin = dsin.get();
     a.q_heads = nh;
-    if (rows_kernel)
-      cuda::kv_append_rows(a, nullptr);
-    else
-      cuda::kv_append(a, nullptr);
-    FUTR_CUDA_CHECK(cudaDeviceSynchronize());
+    run_append(a, rows_kernel);
     return Out{dev.k.download(), dev.v.download(), src.download(), dev.k4.download(), dev.v4.download(),
                dev.ks.download(), dev.vs.download(), nonfinite.download()[0]};
   };
