@@ -22,6 +22,8 @@
 
 #include <fmt/format.h>
 
+#include "support/data_file.h"
+
 namespace futr::test {
 
 struct FutrRun {
@@ -44,12 +46,8 @@ inline std::string shell_quote(const std::string& s) {
   return q;
 }
 
-inline std::string slurp(const std::filesystem::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+// The bytes of `p`; throws naming the file if it is missing (support/data_file.h).
+inline std::string slurp(const std::filesystem::path& p) { return read_data_file(p); }
 
 // Runs FUTR_BINARY with `args`, `input` on stdin; the scratch files live in a
 // per-call directory under the system temp directory and are removed after.
