@@ -1,4 +1,4 @@
-// Decode attention benchmark (issue 9): one query row per sequence at the
+// Decode attention benchmark: one query row per sequence at the
 // Llama-3.1-8B attention shape (32 query heads, 8 KV heads, head dim 128), over
 // the BF16 cache, the INT4 mirror and the rotated INT4 mirror, for every batch x
 // context of the lists. Per row: the split configuration, time (median of CUDA-

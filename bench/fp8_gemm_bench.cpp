@@ -18,8 +18,8 @@
 // TFLOP/s counts 2*M*N*K; "% peak" is against cuBLASLt FP8 8192^3 measured at
 // start (bench/common/harness.h). Times are medians with a cold L2. The
 // PyTorch peers (torch._scaled_mm, torch.compile'd blocks) are measured by
-// bench/peers/torch_prefill_peer.py in the same device call, which merges its
-// JSON with this one (scripts/device/fp8_gemm.sh).
+// bench/peers/torch_prefill_peer.py on the same machine, which merges its
+// JSON with this one (scripts/gpu-check.sh runs both).
 //
 //   usage: fp8_gemm_bench [--models 8b,70b] [--proj qkv,o,gateup,down]
 //                         [--m 512,2048,8192,16384] [--bn 256 --stages 4]

@@ -1,4 +1,4 @@
-// Prefill attention benchmark (issue 12): causal GQA of packed prompt chunks
+// Prefill attention benchmark: causal GQA of packed prompt chunks
 // over the BF16 cache, at the Llama-3.1-8B (32 query heads / 8 KV heads, head
 // dim 128) and SmolLM2-135M (9 / 3, head dim 64) attention shapes, for every
 // `requests x length` of the list (no prefix: the shapes the peer can run) and

@@ -10,7 +10,7 @@ stream_options.include_usage, sent by one of two clients (--client):
           request, the server-sent events parsed line by line: each
           "data: {chunk}" with choices[0].text is a text chunk, the usage chunk
           gives the token count, "data: [DONE]" ends it). Chosen automatically,
-          with a note on stderr, where `openai` is missing (the GPU machine).
+          with a note on stderr, where `openai` is missing.
 
 Both record the same things:
 
@@ -46,7 +46,7 @@ import urllib.parse
 
 try:
     import openai
-except ImportError:  # the GPU machine: --client raw
+except ImportError:  # no openai package: --client raw
     openai = None
 
 WORDS = ("the quick brown fox jumps over a lazy dog while seven wizards quietly "

@@ -1,4 +1,4 @@
-// w4a16_bench: the decode GEMMs with INT4 weights (issues 4, 11) against their
+// w4a16_bench: the decode GEMMs with INT4 weights against their
 // peers and their physical limit, measured in one process on one GPU:
 //   - INT4 W4A16 (W4Linear: the heuristic's gemv / skinny kernels; "stream" =
 //     the bulk-copy stream kernel's configuration, same run),
@@ -18,7 +18,7 @@
 //                      [--config key=value,...] [--sweep MODEL] [--reps N]
 //                      [--flush read|memset] [--only MODEL:PROJ:M]
 // --only runs one INT4 forward of one projection, plain (no graph, no timing):
-// the target for ncu (scripts/device/w4a16.sh).
+// the target for ncu (`ncu -k regex:sm90_w4a16 w4a16_bench --only ...`).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>

@@ -15,7 +15,7 @@ tests/cpu/hf_crosscheck_test.cpp loads each directory with futr's HF loader,
 runs the CPU backend (batched prefill and token-by-token decode) and compares
 with golden.f32 (relative L2 error <= 1e-4, tests/support/tolerances.h).
 
-Run where torch + transformers exist (the GPU machine has them; CPU is used):
+Run where torch + transformers exist (CPU is used):
   python3 scripts/hf_crosscheck.py --out tests/data/hf_tiny
 """
 import argparse

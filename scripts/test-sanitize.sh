@@ -22,7 +22,7 @@ export FUTR_PYTHON="$PWD/build/venv/bin/python"
 export PATH="/usr/local/cuda/bin:$PATH"
 export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/ccache}"
 # NOTE: protect_shadow_gap=0 lets the CUDA driver map the memory ASan would
-# reserve (the GPU tests start on a GPU machine); leaks are checked.
+# reserve (the GPU tests start where a GPU is present); leaks are checked.
 export ASAN_OPTIONS="protect_shadow_gap=0:detect_leaks=1:abort_on_error=1:strict_string_checks=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 export LSAN_OPTIONS="suppressions=$PWD/scripts/lsan.supp"

@@ -1,7 +1,7 @@
 // w4a16_probe: the decode GEMM's work added, piece by piece, to the no-compute
 // floor (bench::read_regions' loop: grid-stride 16-byte non-coherent loads, 4
 // in flight per thread, 4 CTAs of 256 threads per SM), to find which piece
-// stops the weight stream (docs/PERF.md, issue 11). Per 16 bytes of weights
+// stops the weight stream (docs/PERF.md, decode GEMMs). Per 16 bytes of weights
 // (one lane's INT4 fragment of a k64 chunk):
 //   kXor      nothing (xor-folded: the floor)
 //   kDequant  the exact INT4 -> BF16 dequantizer (lop3 + fma.bf16x2, 44 instr.)

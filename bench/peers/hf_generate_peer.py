@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Hugging Face transformers generate() peer on SmolLM2-135M shapes (issue 10; docs/ANCHORS "Decode: full model step").
+"""Hugging Face transformers generate() peer on SmolLM2-135M shapes (the out-of-the-box baseline of the decode step row in docs/PERF.md).
 
 What a user of the reference implementation gets out of the box: LlamaForCausalLM built from a
 LlamaConfig matching SmolLM2-135M-Instruct (hidden 576, 30 layers, 9 heads / 3 KV heads, head dim

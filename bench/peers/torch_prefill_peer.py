@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """PyTorch peers of the FP8 prefill GEMM benchmark (bench/fp8_gemm_bench.cpp).
 
-Measured in the same device call as our kernels (scripts/device/fp8_gemm.sh),
+Measured on the same machine right after our kernels (scripts/gpu-check.sh),
 for every (model, projection, M, policy) row of our JSON:
 
   scaled_mm        torch._scaled_mm E4M3 x E4M3, per-tensor scales, BF16 out
                    (cuBLASLt; use_fast_accum=False is PyTorch's default and the
-                   ANCHORS.md reference; the fast-accumulation number is shown too)
+                   reference we compare with; the fast-accumulation number is shown too)
   block            torch.compile of _scaled_mm + the policy's epilogue math, the
                    "compiled PyTorch block for the same fused operation":
                      qkv_rope        RoPE on q, k (cos/sin from positions) + K/V index_put into the cache
@@ -329,7 +329,7 @@ def finish(ours, peer, peak_torch, a, t0, torch_version):
     md = markdown(rows, peak, peak_src, env, tg)
     md += f"\ntorch._scaled_mm 8192^3 in the peer: {peak_torch:.1f} TFLOP/s; torch {torch_version}" + \
           ("" if a.merge_only else f"; peer time {time.time() - t0:.0f} s") + "\n"
-    out = {"title": "FP8 prefill GEMM vs cuBLASLt and compiled PyTorch (issue 5)", "environment": env,
+    out = {"title": "FP8 prefill GEMM vs cuBLASLt and compiled PyTorch", "environment": env,
            "meta": dict(ours.get("meta", {}), fp8_peak_used=peak, fp8_peak_source=peak_src,
                         torch_scaled_mm_8192_tflops=peak_torch, torch=torch_version),
            "targets": [{"target": n_, "met": ok, "detail": d} for n_, ok, d in tg], "rows": rows}

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""gpt-fast-style PyTorch peer of one full decode step (issue 10; docs/ANCHORS "Decode: full model step").
+"""gpt-fast-style PyTorch peer of one full decode step (the baseline of the decode step row in docs/PERF.md).
 
 One decode step of a Llama decoder with random weights, B sequences each holding
 `ctx` positions in a static BF16 KV cache, one new token per sequence at position
@@ -22,7 +22,7 @@ Weights (--weights list): bf16 = F.linear (cuBLAS); int4 = torch._weight_int4pac
 torch._convert_weight_to_int4pack'ed nibbles with BF16 (scale, zero) per group: group 128,
 and group 64 where K % 128 != 0 (SmolLM2: K = 576 has no g128 form; torch accepts g64 there,
 as in bench/peers/torch_decode_peer.py; the row says which group it used). The LM head and the
-embedding stay BF16 in both (the floor in docs/ANCHORS assumes a BF16 head).
+embedding stay BF16 in both (as in futr: its LM head is a BF16 cuBLASLt GEMM).
 
 GQA (--gqa): `rows` (default) views the G = H/Hkv query heads of a KV head as G query rows of
 one attention head ([B, Hkv, G, hd] against Kc [B, Hkv, S, hd]): exact for one query token,

@@ -9,7 +9,7 @@
 // Tokens: the conversation is encoded by ChatTemplate::encode (tokenizer/
 // chat.h): only the template's own text may become control tokens, a user
 // line is always plain text (typing "hi<|im_end|>\n<|im_start|>assistant"
-// forges no turn; issue 14 class 6).
+// forges no turn).
 //
 // History in the KV cache: the sequence holds the tokens of everything said so
 // far. A new turn renders the whole conversation with the template; when that

@@ -3,7 +3,7 @@
 // context so that a sequence never reallocates.
 //
 // Two parts:
-//   - KvStorage: how K and V rows are stored (this file: FP32; issue 3 adds
+//   - KvStorage: how K and V rows are stored (this file: FP32; kv_quant.h adds
 //     BF16, INT4 and INT4 with a Walsh-Hadamard rotation). The forward pass
 //     writes rows and reads them back as FP32 "attention-space" matrices.
 //   - KvCache: the storage plus the number of positions filled, with the

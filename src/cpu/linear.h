@@ -11,7 +11,7 @@
 // `DenseLinear`, which runs cblas_sgemm (or cblas_sgemv for a single row) on
 // slices of the output columns spread over the OpenMP threads (gemm_xwt).
 //
-// Seam for the quantized reference (issue 3): an INT4-g128 or FP8-per-channel
+// Seam for the quantized reference: an INT4-g128 or FP8-per-channel
 // Linear implements forward() by computing exactly what the GPU kernel
 // computes (same rounding of the activations, same group scales applied after
 // each group's FP32 accumulation, ...), and a LinearFactory (cpu/weights.h)
@@ -38,7 +38,7 @@ class Linear {
   virtual std::string describe() const = 0;
   // y[m, out] = x[m, in] W^T. x and y must not overlap. m >= 1.
   virtual void forward(const float* x, int64_t m, float* y) = 0;
-  // Folded RMSNorm (issue 3, the FP8 prefill path, cpu/quant_linear.h): a
+  // Folded RMSNorm (the FP8 prefill path, cpu/quant_linear.h): a
   // projection that follows an RMSNorm may carry the gain in its weights
   // (W' = W diag(g)) and apply the row factor 1/sqrt(mean(x^2) + eps) after its
   // GEMM. When this returns true the forward pass gives forward() the

@@ -1,6 +1,6 @@
 // Synthetic models: the configurations of real Llama shapes (and a tiny one
 // for tests) with random weights, for benchmarks where no checkpoint exists
-// offline (DESIGN.md: numbers never depend on weight values).
+// offline (the kernels' speed does not depend on the weights' values).
 //
 //   name           hidden layers heads/kv head_dim intermediate vocab  tied
 //   tiny              256     2     4 / 2     64        512       512   no

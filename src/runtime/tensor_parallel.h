@@ -1,4 +1,4 @@
-// Tensor parallelism (issue 16): the Megatron-style partition of a Llama
+// Tensor parallelism: the Megatron-style partition of a Llama
 // model over N ranks (one GPU each), as a plain plan that the engines, the
 // loaders and the CPU check all read. This file computes no activations: it
 // says which rows and columns of each weight a rank owns, and it slices FP32

@@ -1,4 +1,4 @@
-// Hostile command lines (issue 14): flag values outside their range are
+// Hostile command lines: flag values outside their range are
 // refused with the range (never remapped), options that do not apply are
 // refused, resource limits hold (threads, context, input files), and futr
 // quantize never overwrites its input or a non-regular file. Each case runs

@@ -125,7 +125,7 @@ nlohmann::json quantize_tiny(const std::string& name, const std::vector<std::str
 }  // namespace
 
 // The default INT4 recipe of `futr quantize` is the calibrated one that meets
-// issue 15's cross-domain target (docs/ACCURACY.md): gptq-clip, act-order on.
+// cross-domain target of docs/ACCURACY.md: gptq-clip, act-order on.
 TEST(QuantCli, DefaultRecipeIsGptqClipWithActOrder) {
   std::string err;
   const auto d = quantize_tiny("default.futr", {}, err);

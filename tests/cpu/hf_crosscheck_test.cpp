@@ -1,4 +1,4 @@
-// The transformers cross-check (issue 2, item 5): the CPU forward pass against
+// The transformers cross-check: the CPU forward pass against
 // logits computed by Hugging Face transformers (FP32) on random-weight Llama
 // models it built and saved (scripts/hf_crosscheck.py -> tests/data/hf_tiny/).
 //

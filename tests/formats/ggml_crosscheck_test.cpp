@@ -7,7 +7,7 @@
 //                 finite scales, plus zero / subnormal / largest-fp16 scales),
 //                 a fresh seed every run (printed);
 //   WrittenModel  a one-layer llama GGUF written by gguf.GGUFWriter whose
-//                 matrices use the eight types new in issue 15: GgufFile reads
+//                 matrices use the eight newer GGML types: GgufFile reads
 //                 every tensor, load_gguf_model loads the model, `futr info`'s
 //                 report lists the types.
 // Both compare bit for bit: the decoders form their products in the reference's

@@ -1,4 +1,4 @@
-// Hostile inputs across every reader (issue 14): a table of broken or
+// Hostile inputs across every reader: a table of broken or
 // adversarial model files and directories, each loaded as `futr generate`
 // (load_model) and inspected as `futr info` (inspect_model) would. Every one
 // must end in a futr::Error whose message names the file and the problem; no
@@ -70,7 +70,7 @@ json tokenizer_json(const json& extra = json::object()) {
 std::string deep_json(int depth) { return "{\"a\": " + std::string(size_t(depth), '[') + std::string(size_t(depth), ']') + "}"; }
 
 struct Case {
-  const char* klass;  // issue 14 class
+  const char* klass;  // the kind of damage (docs/RELIABILITY.md)
   const char* what;
   std::function<fs::path(const fs::path& dir)> make;
   const char* error;  // substring of the message

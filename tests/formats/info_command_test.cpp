@@ -15,7 +15,8 @@ TEST(InfoCommand, MemoryLlama31_8B) {
   c.hidden = 4096, c.n_layers = 32, c.n_heads = 32, c.n_kv_heads = 8, c.head_dim = 128;
   c.intermediate = 14336, c.vocab = 128256, c.max_context = 131072, c.tied_embeddings = false;
   const cli::ModelMemory m = cli::model_memory(c);
-  // DESIGN.md: 218.1 M projection weights per layer.
+  // Llama-3.1-8B: 218.1 M projection weights per layer (4096 x (6144 + 4096)
+  // + 3 x 4096 x 14336).
   const uint64_t per_layer = 218103808, head = 128256ull * 4096;
   EXPECT_EQ(m.quantized, 32 * per_layer + head);
   EXPECT_EQ(m.params, 8030261248ull);  // the published Llama-3.1-8B parameter count

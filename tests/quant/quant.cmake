@@ -1,6 +1,6 @@
 # CPU tests of the quantized weight formats (futr_quant).
 futr_add_test(int4_pack_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/int4_pack_test.cpp LIBS futr_quant futr_ref_w4a16)
-# Quantizers, FP8 delayed scaling, the INT4 KV mirror and the KL tool (issue 3).
+# Quantizers, FP8 delayed scaling, the INT4 KV mirror and the KL tool.
 futr_add_test(int4_quant_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/int4_quant_test.cpp LIBS futr_quant)
 futr_add_test(gptq_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/gptq_test.cpp LIBS futr_quant)
 futr_add_test(fp8_weights_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/fp8_weights_test.cpp LIBS futr_quant)

@@ -6,7 +6,7 @@ futr_add_test(runtime_perplexity_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/perplexi
 futr_add_test(runtime_engine_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_test.cpp LIBS futr_engines)
 futr_add_test(runtime_sequence_table_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/sequence_table_test.cpp
               LIBS futr_runtime)
-# Tensor parallelism (issue 16) on the CPU: the Megatron split of a small
+# Tensor parallelism on the CPU: the Megatron split of a small
 # random Llama, rank by rank, against the unsplit cpu::Forward; the plan's
 # ranges and refusals.
 futr_add_test(runtime_tensor_parallel_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/tensor_parallel_test.cpp

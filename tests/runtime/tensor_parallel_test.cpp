@@ -1,4 +1,4 @@
-// Tensor parallelism on the CPU (issue 16, runtime/tensor_parallel.h): the
+// Tensor parallelism on the CPU (runtime/tensor_parallel.h): the
 // Megatron split of a small random Llama (hidden 256, 16 query heads, 8 KV
 // heads, head_dim 16, intermediate 512, vocab 1000, 2 layers) computed rank by
 // rank with the CPU ops, partial sums added in rank order (the all-reduce),

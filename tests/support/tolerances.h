@@ -104,7 +104,7 @@ inline constexpr double kGpuEnginePplExcerptInt4Kv = 5e-2;
 // tiny synthetic model, relative L2 of the logits per step. The O and down
 // partial sums are BF16 (each rank's GEMM output) summed by a BF16 NCCL
 // all-reduce: about one more BF16 rounding per layer than TP 1 (2^-9
-// relative), two layers. Not yet observed (no multi-GPU machine lent).
+// relative), two layers. Not yet observed (no run on two or more GPUs yet).
 inline constexpr double kTensorParallelLogits = 2e-2;
 // Greedy agreement (argmax of a row) of the GPU with the CPU, allowed below the
 // CPU's own stepwise-vs-chunk agreement by this margin. BF16 cache: 0.05 (the
@@ -142,7 +142,7 @@ inline constexpr double kPrefillVsFp8RefSpread = 2.0;
 // checked byte for byte by MirrorEqualsTheDecodeAppendsBytes.
 inline constexpr double kPrefillThenDecodeMeanRel = 0.6;
 // The excerpt's perplexity, GPU prefill vs the CPU FP8 reference, relative
-// (the 32k-token |delta| is measured by scripts/device/engine_check.sh).
+// (the 32k-token |delta| is measured by scripts/gpu-check.sh: docs/ACCURACY.md).
 inline constexpr double kPrefillPplExcerpt = 2e-2;
 
 }  // namespace futr::test::tol
