@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The docs point at what exists: every relative link in README.md and
 # docs/*.md names a file or folder of the repository, and no comment or doc in
-# src/ tests/ bench/ scripts/ docs/ (or README.md) cites a file that is not in
-# the repository (DESIGN.md, ANCHORS.md, GPU_MACHINE.md: notes kept outside
-# it). Run by ctest (tests/docs/docs.cmake) with the repository root as $1.
+# src/ tests/ bench/ scripts/ docs/ (or README.md) cites a note kept outside
+# the repository (the design, anchors and GPU-machine notes: $pattern below).
+# Run by ctest (tests/docs/docs.cmake) with the repository root as $1.
 set -u
 ROOT=${1:-$(cd "$(dirname "$0")/../.." && pwd)}
 cd "$ROOT" || exit 2
