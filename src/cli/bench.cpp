@@ -132,7 +132,8 @@ class Bench {
     for (runtime::SeqId s : seqs) {
       const int pos0 = e_.length(s);
       for (int i = 0; i < n; ++i) {
-        rows.push_back({token(), s, pos0 + i, want_token && i + 1 == n ? RowOutput::kToken : RowOutput::kNone, -1});
+        rows.push_back(
+            {token(), s, pos0 + i, want_token && i + 1 == n ? RowOutput::kToken : RowOutput::kNone, -1, true});
         if (rows.size() == cap) flush(rows);
       }
     }

@@ -30,6 +30,11 @@ void add_quant_options(CLI::App* app, QuantCliOptions& o) {
                   fmt::format("Hadamard block size of --kv int4-rot (default {}, at most head_dim)",
                               runtime::kDefaultKvBlock))
       ->check(CLI::Range(1, 1024));
+  app->add_option("--fp8-scaling", o.fp8_scaling,
+                  "FP8 activation scales: static (one calibrated scale per site: a request's numbers never depend "
+                  "on another's) | delayed (the amax history of earlier calls, kept per request)")
+      ->check(CLI::IsMember(runtime::fp8_scaling_names()))
+      ->capture_default_str();
   app->add_option("--fp8-history", o.fp8_history, "FP8 delayed scaling: amax history length (calls)")
       ->capture_default_str();
   app->add_option("--fp8-margin", o.fp8_margin,
@@ -85,6 +90,7 @@ runtime::RuntimeConfig runtime_config(const RunOptions& run, const QuantCliOptio
   c.fp8.history = q.fp8_history;
   c.fp8.margin = q.fp8_margin;
   c.fp8.policy = runtime::parse_fp8_policy(q.fp8_policy);
+  c.fp8.scaling = runtime::parse_fp8_scaling(q.fp8_scaling);
   c.fp8.rms = runtime::parse_fp8_rms(q.fp8_rms);
   c.fp8.gpu_numerics = q.fp8_numerics == "gpu";
   c.prefill = runtime::parse_prefill_mode(run.prefill);

@@ -21,7 +21,7 @@
 //       weights, else bf16).
 //   --kv-block N                    Hadamard block of int4-rot (16, 32, 64 ...;
 //       default runtime::kDefaultKvBlock, capped at head_dim).
-//   --fp8-history N, --fp8-margin X, --fp8-policy clamp|recompute
+//   --fp8-scaling static|delayed, --fp8-history N, --fp8-margin X, --fp8-policy clamp|recompute
 //                                   delayed FP8 scaling (quant/delayed_scaling.h).
 //   --fp8-rms epilogue|cast         folded RMSNorm: row factor after the GEMM (the
 //                                   design) or before the E4M3 cast (variant).
@@ -53,6 +53,7 @@ struct QuantCliOptions {
   int fp8_history = 16;
   float fp8_margin = 1.0f;
   std::string fp8_policy = "clamp";  // clamp | recompute
+  std::string fp8_scaling = "static";  // static | delayed (runtime::Fp8Config::scaling)
   std::string fp8_rms = "epilogue";  // epilogue (the design) | cast (1/rms before the E4M3 cast)
   std::string fp8_numerics = "cpu";  // cpu | gpu: the CPU FP8 reference's roundings (runtime::Fp8Config::gpu_numerics)
   std::string calib_file;        // "" = the default perplexity text

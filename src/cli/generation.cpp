@@ -97,7 +97,7 @@ Generation generate_tokens(runtime::SequenceRunner& seq, runtime::Sampler& sampl
       break;
     }
     const int32_t one[1] = {next};
-    logits = seq.eval(one, 0);
+    logits = seq.eval(one, 0, /*prompt=*/false);  // a drawn token: the decode path
     ++g.decode_steps;
   }
   g.decode_seconds = t_gen.seconds();

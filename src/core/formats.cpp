@@ -13,6 +13,7 @@ constexpr auto kKv = {KvFormat::kAuto, KvFormat::kFp32, KvFormat::kBf16, KvForma
 constexpr auto kMethods = {QuantMethod::kRtn, QuantMethod::kClip, QuantMethod::kClipAct, QuantMethod::kGptq,
                            QuantMethod::kGptqClip};
 constexpr auto kPolicies = {Fp8SaturationPolicy::kClampRescale, Fp8SaturationPolicy::kRecompute};
+constexpr auto kScalings = {Fp8Scaling::kStatic, Fp8Scaling::kDelayed};
 
 }  // namespace
 
@@ -57,6 +58,14 @@ std::string to_string(Fp8SaturationPolicy p) {
   return "?";
 }
 
+std::string to_string(Fp8Scaling s) {
+  switch (s) {
+    case Fp8Scaling::kStatic: return "static";
+    case Fp8Scaling::kDelayed: return "delayed";
+  }
+  return "?";
+}
+
 WeightFormat parse_weight_format(const std::string& s) { return parse_enum(s, kWeights, "weight format"); }
 KvFormat parse_kv_format(const std::string& s) { return parse_enum(s, kKv, "KV format"); }
 QuantMethod parse_quant_method(const std::string& s) { return parse_enum(s, kMethods, "INT4 quantizer"); }
@@ -68,6 +77,8 @@ std::vector<std::string> weight_format_names() { return enum_names(kWeights); }
 std::vector<std::string> kv_format_names() { return enum_names(kKv); }
 std::vector<std::string> quant_method_names() { return enum_names(kMethods); }
 std::vector<std::string> fp8_policy_names() { return enum_names(kPolicies); }
+std::vector<std::string> fp8_scaling_names() { return enum_names(kScalings); }
+Fp8Scaling parse_fp8_scaling(const std::string& s) { return parse_enum(s, kScalings, "FP8 scaling"); }
 
 bool is_gptq(QuantMethod m) { return m == QuantMethod::kGptq || m == QuantMethod::kGptqClip; }
 

@@ -55,20 +55,30 @@ enum class Fp8SaturationPolicy {
   kRecompute,     // "recompute": the call is re-run at once with the new scale (host sync)
 };
 
+// How FP8 activation scales are chosen (--fp8-scaling; quant/delayed_scaling.h).
+enum class Fp8Scaling {
+  kStatic,   // "static": one scale per site, calibrated once, never changed by any call (the default:
+             // a request's numbers depend on nothing another request does)
+  kDelayed,  // "delayed": the paper's delayed scaling, its amax history per request
+};
+
 std::string to_string(WeightFormat f);         // "auto" | "fp32" | "bf16" | "fp8" | "int4"
 std::string to_string(KvFormat f);             // "auto" | "fp32" | "bf16" | "int4" | "int4-rot"
 std::string to_string(QuantMethod m);          // "rtn" | "clip" | "clip-act" | "gptq" | "gptq-clip"
 std::string to_string(Fp8SaturationPolicy p);  // "clamp" | "recompute"
+std::string to_string(Fp8Scaling s);           // "static" | "delayed"
 // The spellings above; futr::Error naming what was parsed and the accepted values.
 WeightFormat parse_weight_format(const std::string& s);
 KvFormat parse_kv_format(const std::string& s);
 QuantMethod parse_quant_method(const std::string& s);
 Fp8SaturationPolicy parse_fp8_policy(const std::string& s);
+Fp8Scaling parse_fp8_scaling(const std::string& s);
 // The accepted spellings, in declaration order ({"rtn", "clip", ...}).
 std::vector<std::string> weight_format_names();
 std::vector<std::string> kv_format_names();
 std::vector<std::string> quant_method_names();
 std::vector<std::string> fp8_policy_names();
+std::vector<std::string> fp8_scaling_names();
 
 // Properties of a quantizer.
 bool is_gptq(QuantMethod m);                  // gptq, gptq-clip

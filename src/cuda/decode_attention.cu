@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <span>
+#include <vector>
 
 #include "core/error.h"
 #include "cuda/check.h"
@@ -147,6 +149,31 @@ AttentionConfig attention_heuristic(const AttentionShape& s, int sm_count, int r
     best.splits = int(std::clamp(std::max(fill, long(best.splits)), 1L, long(device::kAttnMaxSplits)));
   }
   return best;
+}
+
+AttentionConfig attention_heuristic_invariant(const AttentionShape& s, int sm_count, std::span<const int> batches,
+                                              int resident_per_sm, int overhead_tokens) {
+  check_shape(s);
+  FUTR_CHECK(sm_count >= 1 && !batches.empty(), "decode attention: sm_count >= 1 and a batch list are needed");
+  if (resident_per_sm <= 0) resident_per_sm = attention_occupancy(s);
+  const double resident = double(resident_per_sm) * sm_count;
+  // Chunks of at least 64 keys (the short-context rule of attention_heuristic).
+  const long most = std::clamp(long(std::ceil(double(s.max_len) / 64.0)), 1L, long(device::kAttnMaxSplits));
+  auto cost = [&](int batch, long sp) {
+    const double waves = std::ceil(double(long(batch) * s.kv_heads * sp) / resident);
+    return waves * (double(s.max_len) / double(sp) + overhead_tokens);
+  };
+  std::vector<double> best(batches.size(), 1e300);
+  for (size_t b = 0; b < batches.size(); ++b)
+    for (long sp = 1; sp <= most; ++sp) best[b] = std::min(best[b], cost(batches[b], sp));
+  AttentionConfig out;
+  double best_total = 1e300;
+  for (long sp = 1; sp <= most; ++sp) {
+    double total = 0;
+    for (size_t b = 0; b < batches.size(); ++b) total += cost(batches[b], sp) / best[b];
+    if (total < best_total * 0.999) best_total = total, out.splits = int(sp);
+  }
+  return out;
 }
 
 std::vector<std::string> attention_variants() {

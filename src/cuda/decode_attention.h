@@ -21,6 +21,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -58,6 +59,15 @@ std::string describe(const AttentionConfig& c);
 // resident_per_sm = 0: the variant's occupancy on the current device.
 AttentionConfig attention_heuristic(const AttentionShape& s, int sm_count, int resident_per_sm = 0,
                                     int min_tokens = 256, int overhead_tokens = 128);
+
+// One split count for every batch size in `batches` (s.batch ignored), so a
+// sequence's context is cut into the same chunks, merged in the same order,
+// whatever other sequences share the launch (batch invariance: the chunking
+// depends on the sequence's own length and this count only). The count
+// minimizes the sum over `batches` of each batch size's modelled time (the
+// wave model above, chunks of at least 64 keys) relative to its own best.
+AttentionConfig attention_heuristic_invariant(const AttentionShape& s, int sm_count, std::span<const int> batches,
+                                              int resident_per_sm = 0, int overhead_tokens = 128);
 
 // CTAs of the variant for `s` resident per SM (cudaOccupancy...; needs a GPU).
 int attention_occupancy(const AttentionShape& s);

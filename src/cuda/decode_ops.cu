@@ -18,8 +18,9 @@
 namespace futr::cuda {
 
 void rmsnorm(const RmsNormArgs& a, cudaStream_t s, bool pdl) {
-  FUTR_CHECK(a.H >= 1 && a.H <= device::kRmsThreads * device::kRmsMaxPerThread,
-             "RMSNorm: hidden size {} out of range 1..{}", a.H, device::kRmsThreads * device::kRmsMaxPerThread);
+  FUTR_CHECK(a.H >= 4 && a.H <= device::kRmsThreads * device::kRmsMaxPerThread && a.H % 4 == 0,
+             "RMSNorm: hidden size {} out of range (a multiple of 4 in 4..{})", a.H,
+             device::kRmsThreads * device::kRmsMaxPerThread);
   FUTR_CHECK(a.x && a.gain && a.out && (!a.tokens || a.embd), "RMSNorm: a pointer is null");
   if (a.rows == 0) return;
   device::RmsNormParams p;

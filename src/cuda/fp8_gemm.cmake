@@ -1,4 +1,4 @@
-# FP8 prefill GEMM (issue 5): host launcher + one .cu per epilogue policy
+# FP8 prefill GEMM: host launcher + one .cu per epilogue policy
 # instantiating its policies' rows of the one variant list (fp8_gemm_variants.h).
 target_sources(futr_cuda PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/tensor_map.cpp

@@ -49,6 +49,7 @@ void DeviceScaleBank::update(int first, int count, cudaStream_t s, bool pdl) {
   p.n = count;
   p.history = config_.history;
   p.margin = config_.margin;
+  p.frozen = config_.scaling == Fp8Scaling::kStatic;
   launch(&device::sm90_fp8_scale_update_kernel, dim3((count + 127) / 128), dim3(128), 0, s, pdl, p);
 }
 

@@ -50,6 +50,7 @@ class DeviceScaleBank {
   };
   std::vector<Snapshot> download(cudaStream_t s = nullptr) const;  // synchronizes
   const quant::DelayedScalingConfig& config() const { return config_; }
+  std::span<const float> initial_amax() const { return initial_; }
 
  private:
   quant::DelayedScalingConfig config_;

@@ -1,4 +1,4 @@
-# Prefill attention (issue 12): causal GQA of packed prompt chunks over the
+# Prefill attention: causal GQA of packed prompt chunks over the
 # BF16 cache (TMA + WGMMA), with its launcher and tile list.
 target_sources(futr_cuda PRIVATE ${CMAKE_CURRENT_LIST_DIR}/prefill_attention.cu)
 if(FUTR_PTXAS_VERBOSE)

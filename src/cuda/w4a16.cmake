@@ -1,4 +1,4 @@
-# Decode GEMMs with weight-only quantization (issue 4): W4A16 kernels, the W8A16
+# Decode GEMMs with weight-only quantization: W4A16 kernels, the W8A16
 # comparison path, their launcher (explicit variant list + heuristic) and the
 # W4Linear / W8Linear host API.
 target_sources(futr_cuda PRIVATE

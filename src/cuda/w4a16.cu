@@ -254,9 +254,9 @@ std::vector<std::string> decode_variants() {
 }
 
 // ---- the heuristic -------------------------------------------------------------
-// Measured on the H200 (docs/PERF.md; w4a16_bench --sweep, issue 11 round 3):
-// the kernels are latency-bound, so the configuration that keeps the most
-// bytes in flight per SM wins. Kernel and tiles per warp:
+// Measured on the H200 (docs/PERF.md; w4a16_bench --sweep): the kernels are
+// latency-bound, so the configuration that keeps the most bytes in flight per
+// SM wins. Kernel and tiles per warp, by M:
 //   M = 1 (INT4): the gemv (TM = 1, a 4-chunk register ring, 4 CTAs/SM).
 //     (The sweep measured two tiles per warp 6-13% faster on the 8B / 70B
 //     gate_up and down projections alone, but the decode step got slower
@@ -264,49 +264,89 @@ std::vector<std::string> decode_variants() {
 //   M >= 2: skinny, MT = ceil(M/8) rounded to 1, 2, 4; two tiles per warp
 //     (2 CTAs/SM; group 128, the compiled variants) at M = 9..16 and
 //     N >= 8192 (8B gate_up M = 16: 50.3 -> 41.3 us, 70B gate_up 152 -> 92 us).
-// Then the split count that minimises a wave model, waves(s) *
-// (blocks_per_cta(s) + 4) (the 4: a CTA's fixed cost, ring fill and epilogue),
-// plus a penalty for the partial sums' L2 traffic (grows with M and s); with
-// 9 or more rows and at most 8 k128 blocks, no split (SmolLM2's K = 576 at
-// M = 16 / 32: one split 1.15-1.45x faster than the model's five). M > 32
-// runs as launches of 32 rows (mt = 4). The stream (bulk copy) and sk
-// (stream-K) kernels measured slower (docs/PERF.md) and are chosen only on
-// request.
-DecodeConfig decode_heuristic(DecodeWeights f, int m, int n, int k, int sm_count, int group) {
-  m = std::min(m, 32);
+// The split count is a function of (N, K) alone, never of M (decode_splits):
+// the gemv and skinny kernels run the same per-row arithmetic (the chunk MMAs,
+// the group scaling and the in-order reduction of sm90_w4a16_common.cuh), so
+// with one K split a row's output has the same bits whatever rows share its
+// launch (batch invariance: a greedy request gives the same tokens alone and
+// in any batch). M > 32 runs as launches of 32 rows (mt = 4). The stream (bulk
+// copy) and sk (stream-K) kernels measured slower (docs/PERF.md) and are
+// chosen only on request.
+namespace {
+
+struct KernelChoice {
   DecodeConfig c;
-  const int nblk = num_blocks(k);
-  int ctas_per_sm = 2;
+  int ctas_per_sm;
+};
+
+KernelChoice kernel_for(DecodeWeights f, int m, int n, int group) {
+  KernelChoice k;
+  DecodeConfig& c = k.c;
+  k.ctas_per_sm = 2;
   const bool int4 = f == DecodeWeights::kInt4;
   if (int4 && m == 1) {
     c.kernel = DecodeKernel::kGemv;
     c.tn = 1;
     c.loads = 4;
-    ctas_per_sm = 4;
+    k.ctas_per_sm = 4;
   } else {
     c.kernel = DecodeKernel::kSkinny;
     c.mt = m <= 8 ? 1 : (m <= 16 ? 2 : 4);
     if (int4) {
       const bool wide = group == 128 && c.mt == 2 && n >= 8192;
       c.tn = wide ? 2 : 1;
-      ctas_per_sm = c.tn == 2 ? 2 : (c.mt == 1 ? 4 : (c.mt == 2 ? 3 : 2));
+      k.ctas_per_sm = c.tn == 2 ? 2 : (c.mt == 1 ? 4 : (c.mt == 2 ? 3 : 2));
     } else {
       c.tn = c.mt == 4 ? 1 : 2;
     }
   }
-  const int slots = ctas_per_sm * std::max(sm_count, 1);
-  const int cc = col_ctas(c, n);
+  return k;
+}
+
+// The wave model of one launch of M rows with s splits: waves(s) *
+// (blocks_per_cta(s) + 4) (the 4: a CTA's fixed cost, ring fill and epilogue),
+// plus the partial sums' L2 traffic (grows with M and s). With 9 or more rows
+// and at most 8 k128 blocks a split costs 1.15-1.45x more than the model says
+// (measured: SmolLM2's K = 576 at M = 16 / 32, one split against five).
+double split_cost(DecodeWeights f, int m, int n, int k, int s, int sm_count, int group) {
+  const KernelChoice kc = kernel_for(f, m, n, group);
+  const int slots = kc.ctas_per_sm * std::max(sm_count, 1);
+  const SplitPlan sp = split_plan(k, s);
+  const int waves = (col_ctas(kc.c, n) * s + slots - 1) / slots;
+  double cost = double(waves) * (sp.kb_per_split + 4) + (s > 1 ? 0.05 * m * (1.0 + 0.25 * s) : 0.0);
+  if (s > 1 && m >= 9 && num_blocks(k) <= 8) cost *= 1.3;
+  return cost;
+}
+
+}  // namespace
+
+// One split count for every M: the count minimizing the sum over the decode
+// buckets (M = 1, 2, 4, 8, 16, 32) of each bucket's modelled cost relative to
+// its own best count (so no bucket is sacrificed to another); ties go to fewer
+// splits (less partial traffic).
+int decode_splits(DecodeWeights f, int n, int k, int sm_count, int group) {
+  constexpr int kBuckets[] = {1, 2, 4, 8, 16, 32};
+  const int max_s = std::min(16, num_blocks(k));
+  double best_m[6];
+  for (int b = 0; b < 6; ++b) {
+    best_m[b] = 1e30;
+    for (int s = 1; s <= max_s; ++s)
+      if (split_plan(k, s).splits == s) best_m[b] = std::min(best_m[b], split_cost(f, kBuckets[b], n, k, s, sm_count, group));
+  }
   double best = 1e30;
   int best_s = 1;
-  const int max_s = m >= 9 && nblk <= 8 ? 1 : std::min(16, nblk);
   for (int s = 1; s <= max_s; ++s) {
-    const SplitPlan sp = split_plan(k, s);
-    if (sp.splits != s) continue;  // equivalent to a smaller count
-    const int waves = (cc * s + slots - 1) / slots;
-    const double cost = double(waves) * (sp.kb_per_split + 4) + (s > 1 ? 0.05 * m * (1.0 + 0.25 * s) : 0.0);
-    if (cost < best - 1e-9) best = cost, best_s = s;
+    if (split_plan(k, s).splits != s) continue;  // equivalent to a smaller count
+    double total = 0;
+    for (int b = 0; b < 6; ++b) total += split_cost(f, kBuckets[b], n, k, s, sm_count, group) / best_m[b];
+    if (total < best - 1e-9) best = total, best_s = s;
   }
-  c.splits = best_s;
+  return best_s;
+}
+
+DecodeConfig decode_heuristic(DecodeWeights f, int m, int n, int k, int sm_count, int group) {
+  DecodeConfig c = kernel_for(f, std::min(m, 32), n, group).c;
+  c.splits = decode_splits(f, n, k, sm_count, group);
   return c;
 }
 

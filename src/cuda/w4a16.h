@@ -62,7 +62,11 @@ std::string describe(const DecodeConfig& c);
 
 // The configuration the engine uses for (M, N, K) on a GPU with `sm_count`
 // multiprocessors and INT4 group size `group` (pdl off: the caller opts in).
+// Its K split is decode_splits(): the same for every M, so a row's output has
+// the same bits in a launch of any number of rows (batch invariance).
 DecodeConfig decode_heuristic(DecodeWeights f, int m, int n, int k, int sm_count, int group = 128);
+// The K split count of (N, K) for every M (decode_heuristic's splits).
+int decode_splits(DecodeWeights f, int n, int k, int sm_count, int group = 128);
 // The stream kernel's configuration (selectable, measured slower: docs/PERF.md).
 DecodeConfig decode_stream_heuristic(DecodeWeights f, int m, int n, int k, int sm_count);
 

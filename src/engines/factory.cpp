@@ -130,6 +130,7 @@ quant::DelayedScalingConfig fp8_config(const runtime::Fp8Config& f) {
   c.history = f.history;
   c.margin = f.margin;
   c.policy = f.policy;
+  c.scaling = f.scaling;
   c.validate();
   return c;
 }
@@ -143,9 +144,14 @@ std::string format_list(const std::vector<WeightFormat>& fs) {
 }  // namespace
 
 #if FUTR_HAVE_CUDA
+// The FP8 weights of the GPU prefill path (null: prompts through the decode
+// step, said on the log). Quantized on load they come without calibrated
+// amax: *calib gets the held-out tokens the engine calibrates on, on the
+// device (a fraction of a second, where the CPU forward took seconds).
 std::shared_ptr<const quant::QuantizedWeights> prefill_weights(const Model& model, const runtime::RuntimeConfig& c,
                                                                FutrFile* file, const std::vector<WeightFormat>& stored,
-                                                               const runtime::EngineLog& log) {
+                                                               const runtime::EngineLog& log,
+                                                               std::vector<int32_t>* calib) {
   using runtime::PrefillMode;
   if (c.prefill == PrefillMode::kOff) {
     if (log) log("prompts through the decode step (--prefill=off)");
@@ -163,17 +169,30 @@ std::shared_ptr<const quant::QuantizedWeights> prefill_weights(const Model& mode
     if (log) log(fmt::format("prompts through the decode step (the FP8 prefill path: {})", why));
     return nullptr;
   }
+  const std::string scales = c.fp8.scaling == Fp8Scaling::kStatic ? "static FP8 scales" : "delayed FP8 scaling per "
+                                                                                            "request";
+  auto calibration = [&] {
+    std::vector<int32_t> tokens = runtime::calibration_tokens(model, c.calib);
+    tokens.resize(std::min(tokens.size(), size_t(std::max(1, c.calib.ctx)) * 4));  // 4 windows, as `futr quantize`
+    return tokens;
+  };
   if (file) {
-    if (log) log("prompts through the FP8 prefill path (the file's fp8 weights)");
-    return std::make_shared<quant::QuantizedWeights>(file->read_weights(WeightFormat::kFp8));
+    auto q = std::make_shared<quant::QuantizedWeights>(file->read_weights(WeightFormat::kFp8));
+    if (q->fp8_initial_amax.empty()) *calib = calibration();
+    if (log)
+      log(fmt::format("prompts through the FP8 prefill path (the file's fp8 weights; {} {})", scales,
+                      calib->empty() ? "from the file's calibrated amax"
+                                     : fmt::format("calibrated on the GPU from {} held-out tokens", calib->size())));
+    return q;
   }
   cpu::QuantizeOptions qo = quantize_options(WeightFormat::kFp8, c);
-  const std::vector<int32_t> calib = runtime::calibration_tokens(model, c.calib);
+  *calib = calibration();
   if (log)
-    log(fmt::format("prompts through the FP8 prefill path: fp8 weights quantized on load, initial amax from {} "
-                    "held-out tokens", calib.size()));
+    log(fmt::format("prompts through the FP8 prefill path: fp8 weights quantized on load, {} calibrated on the GPU "
+                    "from {} held-out tokens (`futr quantize --weights int4,fp8` stores them)",
+                    scales, calib->size()));
   cpu::set_num_threads(c.threads);
-  return std::make_shared<quant::QuantizedWeights>(cpu::quantize_model(model, qo, calib));
+  return std::make_shared<quant::QuantizedWeights>(cpu::quantize_model(model, qo, {}));
 }
 #endif
 
@@ -299,9 +318,10 @@ std::unique_ptr<runtime::Engine> runtime::make_engine(const Model& model, const 
     go.max_step_tokens = c.max_step_tokens;
     go.graphs = c.gpu_graphs;
     go.pdl = c.gpu_pdl;
-    go.prefill_fp8 = engines::prefill_weights(model, c, file.get(), stored, log);
+    go.prefill_fp8 = engines::prefill_weights(model, c, file.get(), stored, log, &go.fp8_calibration);
     if (go.prefill_fp8) {
       go.fp8 = engines::fp8_config(c.fp8);
+      go.fp8_calibration_window = c.calib.ctx;
       go.prefill_rows = engines::prefill_chunk_rows(c, go.prefill_rows);
     }
     if (c.tp > 1) {

@@ -23,6 +23,7 @@
 #include "cuda/decode_ops.h"
 #include "cuda/device.h"
 #include "cuda/fill.h"
+#include "cuda/fp8_scaling.h"
 #include "cuda/linear.h"
 #include "cuda/stream.h"
 #include "device/layout/kv_cache.cuh"
@@ -209,7 +210,9 @@ struct GpuEngine::Impl {
   cuda::DeviceBuffer<int> nonfinite;  // [1] append's count of non-finite K/V rows
   cuda::DeviceBuffer<float> attn_ws;
   cuda::DeviceBuffer<int> attn_counters;
-  std::vector<cuda::AttentionConfig> attn_cfg;  // [B] for B = 1..kMaxMicroBatch (index B - 1)
+  // The attention's split count, one for every bucket (batch invariance:
+  // cuda::attention_heuristic_invariant).
+  cuda::AttentionConfig attn_cfg;
   // Host side of the copies around a micro-step (pinned).
   Pinned<int> h_ints;                          // [kMapRows][B]
   Pinned<cuda::LogitsRowStats> h_stats;        // [B]
@@ -227,8 +230,12 @@ struct GpuEngine::Impl {
   int64_t micro_steps = 0, graph_launches = 0, logits_rows_copied = 0, host_sampled = 0, gpu_sampled = 0;
   std::unique_ptr<Profiler> prof;              // set while profiling (set_profiling)
   std::unique_ptr<PrefillPath> prefill;        // the FP8 prefill path (null: prompts through the decode step)
+  // Delayed FP8 scaling: each sequence slot's own scale state (null until its first prompt chunk).
+  std::vector<std::unique_ptr<cuda::DeviceScaleBank>> seq_banks;
   int64_t prefill_output_rows = 0;
   double prefill_ms = 0;                       // host wall time of the prefill chunks (incl. their outputs)
+  double fp8_calibration_ms = 0;               // the device calibration at construction (0: none)
+  int64_t fp8_calibration_tokens = 0;
 };
 
 int GpuEngine::bucket_of(int rows) {
@@ -335,7 +342,6 @@ void GpuEngine::init_prefill() {
     return;
   }
   FUTR_CHECK(!opt_.tp_comms, "GPU engine: the FP8 prefill path does not run tensor parallel yet (--prefill=off)");
-  FUTR_CHECK(opt_.prefill_min_rows >= 1, "GPU engine: prefill_min_rows {} < 1", opt_.prefill_min_rows);
   const int rows = std::min(opt_.prefill_rows, std::max(opt_.max_step_tokens, 1));
   if (opt_.prefill_fp8)
     m.prefill = std::make_unique<PrefillPath>(config_, *opt_.prefill_fp8, opt_.fp8, rows, m.stream);
@@ -362,9 +368,25 @@ void GpuEngine::init_prefill() {
     m.nonfinite.fill_bytes(0, m.stream);
     FUTR_CUDA_CHECK(cudaStreamSynchronize(m.stream));
   }
-  info_.describe += fmt::format("; prompts: the FP8 prefill path (runs of >= {} rows, chunks of <= {} rows, "
-                                "{:.1f} MiB of FP8 weights)",
-                                opt_.prefill_min_rows, rows, double(m.prefill->weight_bytes()) / (1 << 20));
+  // Static scales from the device when the weights came without stored amax
+  // (quantized on load): the calibration windows run in sequence slot 0's
+  // region (no sequence is open yet; its rows are overwritten before any read).
+  if (!opt_.fp8_calibration.empty()) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<cuda::KvLayerPtrs> caches;
+    const int window = std::max(1, std::min(opt_.fp8_calibration_window, m.slots_per_seq));
+    m.prefill->calibrate(opt_.fp8_calibration, window, 0, prefill_shared(caches), m.stream);
+    m.nonfinite.fill_bytes(0, m.stream);
+    FUTR_CUDA_CHECK(cudaStreamSynchronize(m.stream));
+    m.fp8_calibration_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    m.fp8_calibration_tokens = int64_t(opt_.fp8_calibration.size());
+    opt_.fp8_calibration.clear();
+    opt_.fp8_calibration.shrink_to_fit();
+  }
+  info_.describe += fmt::format("; prompts: the FP8 prefill path (chunks of <= {} rows, {:.1f} MiB of FP8 weights, "
+                                "{} FP8 scales{})",
+                                rows, double(m.prefill->weight_bytes()) / (1 << 20), to_string(m.prefill->scaling()),
+                                m.prefill->scaling() == Fp8Scaling::kDelayed ? " per request" : "");
 }
 
 void GpuEngine::init(const std::string& weights_what, size_t weights_est) {
@@ -461,6 +483,7 @@ void GpuEngine::init(const std::string& weights_what, size_t weights_est) {
   m.x = cuda::DeviceBuffer<float>(size_t(B) * H);
   m.x2 = cuda::DeviceBuffer<float>(size_t(H));
   m.a = cuda::DeviceBuffer<uint16_t>(size_t(B) * H);
+  m.a.fill_bytes(0);  // the LM head reads all kMaxMicroBatch rows (enqueue)
   m.qkv = cuda::DeviceBuffer<uint16_t>(size_t(B) * (q_dim + 2 * kv_dim));
   m.attn = cuda::DeviceBuffer<uint16_t>(size_t(B) * q_dim);
   m.y = cuda::DeviceBuffer<uint16_t>(size_t(B) * H);
@@ -474,14 +497,9 @@ void GpuEngine::init(const std::string& weights_what, size_t weights_est) {
   m.sampled = cuda::DeviceBuffer<int>(size_t(B));
   m.nonfinite = cuda::DeviceBuffer<int>(1);
   m.nonfinite.fill_bytes(0);
-  size_t ws = 1;
-  for (int b = 1; b <= B; ++b) {
-    shape.batch = b;
-    m.attn_cfg.push_back(cuda::attention_heuristic(shape, dev.sm_count));
-    ws = std::max(ws, cuda::attention_workspace_floats(shape, m.attn_cfg.back()));
-  }
+  m.attn_cfg = cuda::attention_heuristic_invariant(shape, dev.sm_count, kBuckets);
   shape.batch = B;
-  m.attn_ws = cuda::DeviceBuffer<float>(ws);
+  m.attn_ws = cuda::DeviceBuffer<float>(std::max<size_t>(1, cuda::attention_workspace_floats(shape, m.attn_cfg)));
   m.attn_counters = cuda::DeviceBuffer<int>(cuda::attention_counters(shape));
   m.attn_counters.fill_bytes(0);
   m.h_ints = Pinned<int>(size_t(kMapRows) * B);
@@ -514,6 +532,16 @@ GpuEngine::~GpuEngine() = default;
 void GpuEngine::open(SeqId id, const runtime::SamplerConfig& sampling) {
   const int s = table_.open(id, sampling);
   table_.sampler(s).limit_vocab(sampleable_vocab_);  // padded LM-head rows are never drawn
+  // Delayed FP8 scaling: the sequence starts from a fresh state (no request sees another's history).
+  Impl& m = *impl_;
+  if (size_t(s) < m.seq_banks.size() && m.seq_banks[size_t(s)]) m.seq_banks[size_t(s)]->reset(m.stream);
+}
+
+cuda::DeviceScaleBank* GpuEngine::seq_bank(int slot) {
+  Impl& m = *impl_;
+  if (m.seq_banks.size() <= size_t(slot)) m.seq_banks.resize(size_t(slot) + 1);
+  if (!m.seq_banks[size_t(slot)]) m.seq_banks[size_t(slot)] = m.prefill->new_bank();
+  return m.seq_banks[size_t(slot)].get();
 }
 
 // The cache rows past len are overwritten before they are read again (attention masks t >= len).
@@ -614,7 +642,7 @@ void GpuEngine::enqueue(int bucket, cudaStream_t st) {
     mark(kRopeAppend);
     cuda::AttentionArgs aa{m.qkv.get(), m.attn.get(), d_base, d_len, cache, m.attn_ws.get(), m.attn_ws.size(),
                            m.attn_counters.get(), m.attn_counters.size(), qkv_n};
-    cuda::decode_attention(shape, aa, m.attn_cfg[size_t(B - 1)], st, pdl);
+    cuda::decode_attention(shape, aa, m.attn_cfg, st, pdl);
     mark(kAttention);
     gemm(*L.o, m.attn.get(), m.y.get());
     if (opt_.tp_comms) opt_.tp_comms->all_reduce_bf16(m.y.get(), size_t(B) * size_t(H), opt_.tp_rank, st);
@@ -644,7 +672,11 @@ void GpuEngine::enqueue(int bucket, cudaStream_t st) {
       mark(kNormFfn);
     }
   }
-  m.lt.matmul(cuda::LtInput::kBF16, m.a.get(), lm_head_rows(), m.logits.get(), B, lm_rows_, H, nullptr, nullptr, st,
+  // The LM head always over kMaxMicroBatch rows (rows >= B hold stale inputs,
+  // their logits unread): cuBLASLt picks its kernel, and so the summation
+  // order, by M; one M keeps every row's logits the same bits in any bucket.
+  // The head is memory-bound (its weights), so the extra rows cost ~nothing.
+  m.lt.matmul(cuda::LtInput::kBF16, m.a.get(), lm_head_rows(), m.logits.get(), Bm, lm_rows_, H, nullptr, nullptr, st,
               cuda::LtOutput::kF32);
   mark(kLmHead);
   cuda::LogitsReduceArgs ra;
@@ -772,7 +804,8 @@ void GpuEngine::enqueue_prefill_outputs(int rows) {
   norm.H = config_.hidden;
   norm.eps = config_.rms_eps;
   cuda::rmsnorm(norm, st);
-  m.lt.matmul(cuda::LtInput::kBF16, m.a.get(), lm_head_rows(), m.logits.get(), rows, lm_rows_, config_.hidden,
+  // kMaxMicroBatch rows, as the decode step's head (enqueue): the same kernel, the same bits.
+  m.lt.matmul(cuda::LtInput::kBF16, m.a.get(), lm_head_rows(), m.logits.get(), Bm, lm_rows_, config_.hidden,
               nullptr, nullptr, st, cuda::LtOutput::kF32);
   cuda::LogitsReduceArgs ra;
   ra.logits = m.logits.get();
@@ -813,9 +846,12 @@ void GpuEngine::prefill_runs(std::span<const BatchRow> rows, const std::vector<c
   std::vector<int> batch_row;                  // [chunk rows] the row's index in the batch
   std::vector<std::pair<int, int>> lengths;    // (slot, length) of the chunk's requests after it
   std::vector<int> out;                        // chunk rows with an output
+  // Delayed scaling: chunks of one sequence, run with that sequence's own state.
+  const bool per_seq = m.prefill->scaling() == Fp8Scaling::kDelayed;
+  cuda::DeviceScaleBank* bank = nullptr;
   auto flush = [&] {
     if (tokens.empty()) return;
-    m.prefill->run(tokens, reqs, sh, st);
+    m.prefill->run(tokens, reqs, sh, st, bank);
     FUTR_CUDA_CHECK(cudaMemcpyAsync(m.h_nonfinite.get(), m.nonfinite.get(), sizeof(int), cudaMemcpyDeviceToHost, st));
     FUTR_CUDA_CHECK(cudaStreamSynchronize(st));
     m.prefill->collect();  // the profile's intervals of this chunk (when profiling)
@@ -884,6 +920,10 @@ void GpuEngine::prefill_runs(std::span<const BatchRow> rows, const std::vector<c
   };
   for (const runtime::SeqRun* run : runs) {
     const int slot = table_.slot(run->seq);
+    if (per_seq) {
+      flush();
+      bank = seq_bank(slot);
+    }
     for (int i = run->begin; i < run->end;) {
       if (int(tokens.size()) == cap) flush();
       const int take = std::min(run->end - i, cap - int(tokens.size()));
@@ -927,7 +967,12 @@ runtime::StepResult GpuEngine::step(std::span<const BatchRow> rows) {
   std::vector<Cursor> live;
   std::vector<const runtime::SeqRun*> prompt_runs;  // through the prefill path (engine.h)
   for (const runtime::SeqRun& run : plan.runs) {
-    if (m.prefill && run.end - run.begin >= opt_.prefill_min_rows) prompt_runs.push_back(&run);
+    // Exactly the prompt rows take the prefill path, whatever the step's
+    // chunking (runtime/engine.h BatchRow::prompt): a run of prompt rows
+    // there, any other run through the micro-steps.
+    const bool prompt = std::all_of(rows.begin() + run.begin, rows.begin() + run.end,
+                                    [](const BatchRow& b) { return b.prompt; });
+    if (m.prefill && prompt) prompt_runs.push_back(&run);
     else live.push_back({&run, run.begin, table_.slot(run.seq)});
   }
   if (!prompt_runs.empty()) prefill_runs(rows, prompt_runs, rank, r);
@@ -1054,7 +1099,12 @@ nlohmann::json GpuEngine::stats() const {
   j["gpu_sampling"] = opt_.gpu_sampling;
   j["pdl"] = opt_.pdl;
   if (m.prefill) {
-    nlohmann::json pf = m.prefill->stats(m.stream);
+    std::vector<const cuda::DeviceScaleBank*> banks;
+    for (const auto& b : m.seq_banks)
+      if (b) banks.push_back(b.get());
+    nlohmann::json pf = m.prefill->stats(m.stream, banks);
+    pf["fp8_calibration_ms"] = m.fp8_calibration_ms;
+    pf["fp8_calibration_tokens"] = m.fp8_calibration_tokens;
     pf["output_rows"] = m.prefill_output_rows;
     pf["host_ms"] = m.prefill_ms;
     pf["profile"] = m.prefill->profile();
@@ -1063,6 +1113,7 @@ nlohmann::json GpuEngine::stats() const {
                 {"saturated_values", pf["fp8_saturated_values"]}, {"zero_calls", pf["fp8_zero_calls"]},
                 {"max_amax", pf["fp8_max_amax"]},       {"history", pf["fp8_history"]},
                 {"margin", pf["fp8_margin"]},           {"policy", pf["fp8_policy"]},
+                {"scaling", pf["fp8_scaling"]},
                 {"recomputes", 0}};
     j["prefill"] = pf;
   } else {

@@ -1,5 +1,5 @@
 // The GPU engine behind runtime::Engine (runtime/engine.h): the decode path of
-// DESIGN.md on one Hopper GPU, INT4 weights and a BF16 / INT4 / rotated INT4
+// the design on one Hopper GPU, INT4 weights and a BF16 / INT4 / rotated INT4
 // KV cache, checked against the CPU quantized reference (cpu/engine.h) that
 // computes the same formats.
 //
@@ -73,11 +73,21 @@
 //     covers max(ctx, 32) positions for them.
 //   - Graph validity for any sequence lengths: the INT4 GEMMs' configuration
 //     depends only on (M = b, N, K) and their split-K counters re-arm
-//     themselves; the attention's split count is chosen once per bucket for
-//     the maximum context (ctx) and the kernel cuts each sequence's own length
-//     into that many chunks at run time (kv_len is read on the device), so one
-//     capture is valid for every length <= ctx. The price: short contexts run
-//     with the long context's split count (extra, nearly empty CTAs).
+//     themselves; the attention's split count is chosen once for the maximum
+//     context (ctx) and the kernel cuts each sequence's own length into that
+//     many chunks at run time (kv_len is read on the device), so one capture
+//     is valid for every length <= ctx. The price: short contexts run with
+//     the long context's split count (extra, nearly empty CTAs).
+//
+// Batch invariance: a row's logits have the same bits whatever bucket it
+// runs in and whatever rows share its micro-step. Every reduction a row
+// passes through has one order fixed by the shapes, never by the batch: the
+// INT4 GEMMs' K split is a function of (N, K) (cuda::decode_splits; the gemv
+// and skinny kernels share the per-row arithmetic), the attention's split
+// count one for every bucket (cuda::attention_heuristic_invariant), the
+// RMSNorm factor summed in the same order by sm90_rmsnorm and by the gemv's
+// fused norm, the LM head always over kMaxMicroBatch rows (cuBLASLt chooses
+// its kernel by M). Tests: tests/gpu/invariance_test.cpp.
 //
 // Weights stay in the layouts the .futr file stores: the INT4 projections of a
 // layer are fused (q|k|v, gate|up) by concatenating their logical INT4 rows and
@@ -99,14 +109,16 @@
 //
 // Prompts through the FP8 prefill path (gpu/prefill.h; when the engine has
 // FP8 weights: GpuEngineOptions::prefill_fp8 or prefill_synthetic): the runs
-// of a step with at least prefill_min_rows rows go first, packed into chunks
+// of a step's prompt rows (BatchRow::prompt) go first, packed into chunks
+// (with delayed FP8 scaling: chunks of one sequence, each sequence with its
+// own scale state, reset when it is opened)
 // of at most prefill_rows rows (a longer run continues in the next chunk);
 // each chunk runs every layer through the FP8 GEMMs and the prefill
 // attention, writes its K/V (and the INT4 mirror) with the decode path's
 // append kernel, and the rows that asked for an output take the decode path's
 // final norm, LM head and reductions in blocks of 32 (kToken rows of a
 // non-greedy sampler are drawn by the host from their copied logits). The
-// shorter runs (decode rows) then go through the micro-steps above. Eager
+// other runs (decode rows) then go through the micro-steps above. Eager
 // launches (no graph: chunk shapes vary), one synchronization per chunk.
 //
 // Tests: tests/gpu/engine_test.cpp (against the CPU quantized reference; graph
@@ -128,6 +140,10 @@
 #include "runtime/sequence_table.h"
 
 struct CUstream_st;  // cudaStream_t, without the CUDA headers (factory.cpp includes this file)
+
+namespace futr::cuda {
+class DeviceScaleBank;  // cuda/fp8_scaling.h
+}
 
 namespace futr::gpu {
 
@@ -151,14 +167,18 @@ struct GpuEngineOptions {
   // The FP8 prefill path (gpu/prefill.h): its weights (format fp8: q/k/v and
   // gate/up with the RMSNorm gain folded in), or drawn on the device for a
   // synthetic model (prefill_synthetic); neither: prompts run through the
-  // decode step. Runs of >= prefill_min_rows rows take it, in chunks of at
+  // decode step. The prompt rows (BatchRow::prompt) take it, in chunks of at
   // most prefill_rows rows.
   std::shared_ptr<const quant::QuantizedWeights> prefill_fp8;
   bool prefill_synthetic = false;
   uint64_t prefill_seed = 0;        // the synthetic FP8 weights' seed
-  quant::DelayedScalingConfig fp8;  // the prefill path's delayed scaling (policy clamp)
+  quant::DelayedScalingConfig fp8;  // the prefill path's FP8 scaling: static, or delayed per request (policy clamp)
+  // Calibration on the device at construction (prefill_fp8 quantized on load,
+  // without stored amax): these tokens in windows of fp8_calibration_window
+  // (PrefillPath::calibrate); empty: the weights' stored initial amax.
+  std::vector<int32_t> fp8_calibration;
+  int fp8_calibration_window = 512;
   int prefill_rows = 2048;
-  int prefill_min_rows = 2;
 
   // Tensor parallelism (gpu/tp_engine.h drives the ranks): this engine is rank
   // tp_rank of tp_comms (null: none). Its weights are the rank's shard and its
@@ -251,6 +271,8 @@ class GpuEngine final : public runtime::TableEngine {
   void enqueue_prefill_outputs(int rows);
   // What the prefill path borrows for a chunk (caches: the per-layer pointers it spans).
   PrefillPath::Shared prefill_shared(std::vector<layout::KvLayerPtrs>& caches);
+  // Delayed FP8 scaling: sequence slot `slot`'s own scale state (created on first use).
+  cuda::DeviceScaleBank* seq_bank(int slot);
 
   ModelConfig config_;
   int lm_begin_ = 0, lm_rows_ = 0;  // the LM head's vocabulary rows (the whole vocabulary without TP)

@@ -1,4 +1,4 @@
-// NCCL for tensor parallelism (issue 16; runtime/tensor_parallel.h has the
+// NCCL for tensor parallelism (runtime/tensor_parallel.h has the
 // split), loaded at run time: futr links no NCCL library, so a machine without
 // one runs everything but `--tp N > 1`, which then says what is missing.
 //

@@ -272,10 +272,45 @@ void PrefillPath::reset_state(CUstream_st* st) {
   chunks_ = rows_ = 0;
 }
 
+std::unique_ptr<cuda::DeviceScaleBank> PrefillPath::new_bank() const {
+  return std::make_unique<cuda::DeviceScaleBank>(m_->bank->config(), m_->bank->initial_amax());
+}
+
+Fp8Scaling PrefillPath::scaling() const { return m_->bank->config().scaling; }
+
+std::vector<float> PrefillPath::calibrate(std::span<const int32_t> tokens, int window, int slot_base,
+                                          const Shared& sh, CUstream_st* st) {
+  FUTR_CHECK(window >= 1, "prefill calibration: window {} < 1", window);
+  quant::DelayedScalingConfig dc = m_->bank->config();
+  dc.scaling = Fp8Scaling::kDelayed;
+  cuda::DeviceScaleBank cal(dc, m_->bank->initial_amax());
+  for (size_t b = 0; b + size_t(window) <= tokens.size() || (b == 0 && !tokens.empty()); b += size_t(window)) {
+    const int n = int(std::min(tokens.size() - b, size_t(window)));
+    for (int i = 0; i < n; i += max_rows_) {
+      const int take = std::min(n - i, max_rows_);
+      const Request q{take, i, slot_base};
+      run(tokens.subspan(b + size_t(i), size_t(take)), std::span<const Request>(&q, 1), sh, st, &cal);
+      FUTR_CUDA_CHECK(cudaStreamSynchronize(st));  // run() reuses its pinned row map
+    }
+  }
+  const std::vector<cuda::DeviceScaleBank::Snapshot> snap = cal.download(st);
+  std::vector<float> initial(m_->bank->initial_amax().begin(), m_->bank->initial_amax().end());
+  for (size_t s = 0; s < initial.size(); ++s) {
+    const InputSite site = InputSite(int(s) % kInputSites);
+    if ((site == InputSite::kOIn || site == InputSite::kDownIn) && snap[s].stats.max_amax > 0.0f &&
+        std::isfinite(snap[s].stats.max_amax))
+      initial[s] = snap[s].stats.max_amax;
+  }
+  m_->bank = std::make_unique<cuda::DeviceScaleBank>(m_->bank->config(), initial);
+  chunks_ = rows_ = 0;
+  return initial;
+}
+
 void PrefillPath::run(std::span<const int32_t> tokens, std::span<const Request> reqs, const Shared& sh,
-                      CUstream_st* st) {
+                      CUstream_st* st, cuda::DeviceScaleBank* bank_in) {
   const ModelConfig& c = c_;
   Impl& m = *m_;
+  cuda::DeviceScaleBank* const bank = bank_in ? bank_in : m.bank.get();
   const int M = int(tokens.size()), R = int(reqs.size());
   FUTR_CHECK(M >= 1 && M <= max_rows_ && R >= 1 && R <= M, "prefill: a chunk of {} rows in {} requests (1..{} rows)",
              M, R, max_rows_);
@@ -329,7 +364,7 @@ void PrefillPath::run(std::span<const int32_t> tokens, std::span<const Request> 
 
   cuda::gather_rows(sh.embd, d_tok, m.x.get(), M, H, st);
   mark(kGather);
-  auto site = [&](int l, InputSite s) { return m.bank->site(kInputSites * l + int(s)); };
+  auto site = [&](int l, InputSite s) { return bank->site(kInputSites * l + int(s)); };
   // a8 = e4m3(y / s) of K-wide BF16 rows x (y = bf16(x / rms(x)) when fold_rms), recorded
   // into `st8`; returns its scale (the GEMM's A scale).
   auto quantize = [&](const uint16_t* x, int K, bool fold_rms, cuda::Fp8SiteState* st8, Op op) {
@@ -418,14 +453,18 @@ void PrefillPath::run(std::span<const int32_t> tokens, std::span<const Request> 
     cuda::gemm_residual_sumsq({m.s8.get(), L.down.w.get(), M, H, I}, ro, st);
     mark(kDown);
   }
-  m.bank->update(0, kInputSites * c.n_layers, st);
+  bank->update(0, kInputSites * c.n_layers, st);
   mark(kUpdate);
   ++chunks_;
   rows_ += M;
 }
 
-nlohmann::json PrefillPath::stats(CUstream_st* st) const {
-  const std::vector<cuda::DeviceScaleBank::Snapshot> snap = m_->bank->download(st);
+nlohmann::json PrefillPath::stats(CUstream_st* st, std::span<const cuda::DeviceScaleBank* const> more) const {
+  std::vector<cuda::DeviceScaleBank::Snapshot> snap = m_->bank->download(st);
+  for (const cuda::DeviceScaleBank* b : more) {
+    const std::vector<cuda::DeviceScaleBank::Snapshot> s = b->download(st);
+    snap.insert(snap.end(), s.begin(), s.end());
+  }
   quant::ScaleStats t;
   float lo = std::numeric_limits<float>::infinity(), hi = 0;
   for (const auto& s : snap) {
@@ -437,7 +476,9 @@ nlohmann::json PrefillPath::stats(CUstream_st* st) const {
   return {{"chunks", chunks_},
           {"rows", rows_},
           {"max_rows", max_rows_},
-          {"fp8_sites", snap.size()},
+          {"fp8_scaling", to_string(cfg.scaling)},
+          {"fp8_sites", kInputSites * c_.n_layers},
+          {"fp8_states", 1 + more.size()},
           {"fp8_history", cfg.history},
           {"fp8_margin", cfg.margin},
           {"fp8_policy", to_string(cfg.policy)},

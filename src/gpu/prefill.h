@@ -1,4 +1,4 @@
-// The GPU engine's FP8 prefill path (DESIGN.md "Prefill path"; issue 12):
+// The GPU engine's FP8 prefill path (docs/ARCHITECTURE.md):
 // packed prompt chunks (rows of several requests back to back, each request a
 // run of consecutive positions after its prefix in the cache) through FP8
 // GEMMs with fused epilogues, the prefill attention and delayed scaling on the
@@ -25,11 +25,16 @@
 // FP32), the attention's BF16 P (cpu/ref/prefill_attention_ref.h), and the
 // SwiGLU value cast to E4M3 from FP32 (the reference rounds it to BF16 first).
 //
-// Delayed scaling: one DeviceScaleBank group, 4 sites per layer
+// FP8 activation scales: one DeviceScaleBank, 4 sites per layer
 // (model/projection.h InputSite; site 4 l + InputSite); each chunk is one
-// call of every site, as each Forward chunk is one call on the CPU (the
-// reference's calls match when the GPU chunks are one request of the same
-// rows). Policy "clamp" (the one a device state machine can run).
+// call of every site, as each Forward chunk is one call on the CPU. Static
+// scaling (the commands' default): every site's scale is fixed (the
+// normalized sites' sqrt(K) bound, the others' calibrated amax: stored in the
+// .futr file, or calibrate() on the device at load), so a row's numbers depend
+// on nothing else in its chunk or before it. Delayed scaling (the paper's):
+// the engine gives every request its own bank (new_bank()) and runs chunks of
+// one request, so no request moves another's scales. Policy "clamp" (the one
+// a device state machine can run).
 //
 // Weights: FP8 E4M3 per output channel (quant/fp8_weights.h) from
 // QuantizedWeights of format fp8 (quantized on load, or a .futr file's fp8
@@ -56,6 +61,9 @@ struct CUstream_st;
 
 namespace futr::layout {
 struct KvLayerPtrs;  // device/layout/kv_cache.cuh (cuda::KvLayerPtrs)
+}
+namespace futr::cuda {
+class DeviceScaleBank;  // cuda/fp8_scaling.h
 }
 
 namespace futr::gpu {
@@ -97,14 +105,32 @@ class PrefillPath {
   // Runs the chunk (tokens: sum of the requests' rows <= max_rows, in request
   // order), asynchronously on st: K/V of every layer into the cache; the last
   // residual rows in x(). Token ids must be valid (the engine checked them).
-  void run(std::span<const int32_t> tokens, std::span<const Request> reqs, const Shared& sh, CUstream_st* st);
+  // bank: the FP8 scale state the chunk reads and records into (null: the
+  // path's own; delayed scaling per request: the request's, new_bank()).
+  void run(std::span<const int32_t> tokens, std::span<const Request> reqs, const Shared& sh, CUstream_st* st,
+           cuda::DeviceScaleBank* bank = nullptr);
+  // A fresh scale state of this path's configuration and initial amax (a
+  // request's own state under delayed scaling).
+  std::unique_ptr<cuda::DeviceScaleBank> new_bank() const;
+  Fp8Scaling scaling() const;
+  // Calibration on the device (weights quantized on load, no stored amax):
+  // `tokens` in windows of `window` tokens, each a request from position 0 in
+  // the slot region at slot_base (>= window slots no sequence uses), through
+  // the path with a temporary delayed-scaling state; every site that casts
+  // un-normalized rows (the O and down inputs) then takes the largest amax
+  // recorded as its initial amax (its static scale under static scaling; the
+  // normalized sites keep their sqrt(K) bound), and the path's state is reset.
+  // Returns the sites' new initial amax; synchronizes st.
+  std::vector<float> calibrate(std::span<const int32_t> tokens, int window, int slot_base, const Shared& sh,
+                               CUstream_st* st);
   const uint16_t* x() const;  // [max_rows][H] BF16: the residual rows of the last run()
   // Back to the state of a fresh path: every site's scale from its initial
   // amax, empty windows, counters zero (after a warm-up run; synchronizes st).
   void reset_state(CUstream_st* st);
-  // The delayed-scaling state: counters summed over the sites, the largest
-  // amax, the current scales' range (downloads: synchronizes st).
-  nlohmann::json stats(CUstream_st* st) const;
+  // The FP8 scaling state: counters summed over the sites (of the path's own
+  // state and of `more`, the requests' own states), the largest amax, the
+  // current scales' range (downloads: synchronizes st).
+  nlohmann::json stats(CUstream_st* st, std::span<const cuda::DeviceScaleBank* const> more = {}) const;
   int64_t chunks() const { return chunks_; }
   int64_t rows() const { return rows_; }
 

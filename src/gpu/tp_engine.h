@@ -1,4 +1,4 @@
-// Tensor parallelism over N GPUs of one host (issue 16) behind runtime::Engine:
+// Tensor parallelism over N GPUs of one host behind runtime::Engine:
 // N rank engines (gpu/engine.h, GpuEngineOptions::tp_comms), rank r on GPU r
 // with its shard of the model (runtime/tensor_parallel.h: whole query / KV
 // heads and SwiGLU units per rank, the O and down projections row-parallel

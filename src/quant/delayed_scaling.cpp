@@ -61,6 +61,7 @@ DelayedScale::Action DelayedScale::record(float amax, uint64_t saturated) {
   }
   if (amax == 0.0f) ++stats_.zero_calls;
   stats_.max_amax = std::max(stats_.max_amax, amax);
+  if (config_.scaling == Fp8Scaling::kStatic) return Action::kAccept;  // counted; the scale never moves
   ring_[next_] = amax;
   next_ = (next_ + 1) % ring_.size();
   const float m = *std::max_element(ring_.begin(), ring_.end());

@@ -1,6 +1,8 @@
-// Delayed FP8 activation scaling: the host-side state machine that picks the
-// per-tensor E4M3 scale of each FP8 GEMM input from the amax recorded by
-// previous calls, and its policy when a call saturates.
+// FP8 activation scaling: the host-side state machine that picks the
+// per-tensor E4M3 scale of each FP8 GEMM input, static (one calibrated scale
+// per site, the default of the commands: no call changes what another
+// computes) or delayed (from the amax recorded by previous calls, the paper's
+// rule, with its policy when a call saturates).
 //
 // Device contract (src/device/epilogue/swiglu_fp8.cuh, src/cuda/fp8_gemm.h
 // SwiGluFp8Args; the same for every FP8 activation, docs/QUANTIZATION.md):
@@ -67,6 +69,10 @@
 namespace futr::quant {
 
 struct DelayedScalingConfig {
+  // kStatic: every call uses the initial scale (next_scale(initial_amax,
+  // margin)) and records only its counters (saturation included): the state
+  // never changes what a later call computes. kDelayed: the state machine above.
+  Fp8Scaling scaling = Fp8Scaling::kDelayed;
   float initial_amax = 32768.0f;  // amax assumed before the first call (> 0, finite)
   int history = 16;             // calls in the amax window (1..1024)
   float margin = 1.0f;          // headroom: the window's max maps to 448 / margin (>= 1)

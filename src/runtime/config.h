@@ -27,7 +27,10 @@
 namespace futr::runtime {
 
 using futr::Fp8SaturationPolicy;
+using futr::Fp8Scaling;
 using futr::fp8_policy_names;
+using futr::fp8_scaling_names;
+using futr::parse_fp8_scaling;
 using futr::KvFormat;
 using futr::kv_format_names;
 using futr::parse_fp8_policy;
@@ -63,6 +66,7 @@ std::vector<std::string> fp8_rms_names();
 inline constexpr int kDefaultKvBlock = 64;
 
 struct Fp8Config {
+  Fp8Scaling scaling = Fp8Scaling::kStatic;             // static per site | delayed per request
   int history = 16;                                     // amax history length (calls)
   float margin = 1.0f;                                  // headroom factor >= 1
   Fp8SaturationPolicy policy = Fp8SaturationPolicy::kClampRescale;

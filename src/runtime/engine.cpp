@@ -28,7 +28,7 @@ int SequenceRunner::position() const { return engine_.length(id_); }
 int SequenceRunner::capacity() const { return engine_.info().ctx; }
 void SequenceRunner::reset() { engine_.truncate(id_, 0); }
 
-Tensor SequenceRunner::eval(std::span<const int32_t> tokens, int first_logit) {
+Tensor SequenceRunner::eval(std::span<const int32_t> tokens, int first_logit, bool prompt) {
   const EngineInfo& info = engine_.info();
   const int n = int(tokens.size());
   FUTR_CHECK(tokens.size() < size_t(1) << 30, "{} tokens in one call", tokens.size());
@@ -53,8 +53,8 @@ Tensor SequenceRunner::eval(std::span<const int32_t> tokens, int first_logit) {
     const int b = std::min(n, a + step);
     rows.clear();
     for (int i = a; i < b; ++i)
-      rows.push_back({tokens[size_t(i)], id_, pos0 + i,
-                      i >= first_logit ? RowOutput::kLogits : RowOutput::kNone});
+      rows.push_back({tokens[size_t(i)], id_, pos0 + i, i >= first_logit ? RowOutput::kLogits : RowOutput::kNone, -1,
+                      prompt});
     const StepResult r = engine_.step(rows);
     const int first = std::max(a, first_logit);
     if (first < b) {

@@ -9,14 +9,19 @@
 // are released on close. At most info().max_seqs are open at once, each holds
 // at most info().ctx positions.
 //
-// A step runs a batch of rows. Row i = (token, seq, pos, out):
+// A step runs a batch of rows. Row i = (token, seq, pos, out, target, prompt):
 //   - the rows of one sequence are contiguous and in order, and the first row
 //     of sequence s has pos == length(s) (append only; truncate() to go back),
 //     each next row pos + 1;
 //   - at most info().max_step_tokens rows; a sequence appears in one run;
 //   - out says what comes back for the row: nothing (prompt rows), its logits,
 //     a token sampled on the engine with the sequence's sampler (open()), or
-//     log p(target | prefix) (perplexity scoring without copying logits).
+//     log p(target | prefix) (perplexity scoring without copying logits);
+//   - prompt says the row's token was given (a prompt or scored text), not
+//     drawn by the engine in the step before: an engine with a separate
+//     prompt path (the GPU engine's FP8 prefill) runs exactly the prompt rows
+//     there, however they were cut into steps, and every other row through
+//     its decode path, so the path a row takes never depends on chunking.
 // The result holds, in row order of the rows that asked, logits as one
 // [n_logits, vocab] FP32 tensor, sampled tokens, log-probabilities.
 //
@@ -25,8 +30,10 @@
 // futr::Error naming the problem, and changes nothing: the check runs before
 // any row is computed.
 //
-// Results do not depend on batching: on the CPU engines a multi-sequence
-// step gives bit for bit what each sequence gives when run alone.
+// Results do not depend on batching (batch invariance): a row's outputs have
+// the same bits whether its sequence runs alone or with others, and however
+// its prompt was cut into steps (on the GPU engine for a given prompt flag;
+// tests/runtime/engine_test.cpp and tests/gpu/invariance_test.cpp).
 //
 // Tests: tests/runtime/engine_test.cpp (the contract, on every CPU engine).
 #pragma once
@@ -62,6 +69,7 @@ struct BatchRow {
   int32_t pos = 0;       // its position (== length(seq) for the sequence's first row)
   RowOutput out = RowOutput::kNone;
   int32_t target = -1;   // kLogprob: the token whose log-probability is returned
+  bool prompt = false;   // the token was given, not drawn (above): the engine's prompt path may take it
 };
 
 struct StepResult {
@@ -143,7 +151,9 @@ class SequenceRunner {
   int position() const;
   int capacity() const;
   void reset();  // truncate to 0
-  Tensor eval(std::span<const int32_t> tokens, int first_logit);
+  // prompt: the tokens were given (BatchRow::prompt); false for a token the
+  // engine drew (one decode step).
+  Tensor eval(std::span<const int32_t> tokens, int first_logit, bool prompt = true);
   Engine& engine() { return engine_; }
 
  private:

@@ -125,6 +125,7 @@ PplResult evaluate_perplexity(Engine& engine, std::span<const int32_t> tokens, i
           row.token = tokens[size_t(aw.w.begin + j)];
           row.seq = aw.seq;
           row.pos = int(j);
+          row.prompt = true;  // scored text: given, never drawn
           if (j >= first_row) {
             row.target = tokens[size_t(aw.w.begin + j + 1)];
             row.out = on_logits ? RowOutput::kLogits : RowOutput::kLogprob;

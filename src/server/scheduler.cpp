@@ -297,7 +297,7 @@ void Scheduler::run_step() {
     for (int j = 0; j < n; ++j) {
       const bool ask = last && j == n - 1;
       rows.push_back({prompt[size_t(a->prefilled + j)], a->id, a->stored + j,
-                      ask ? ask_out(a.get()) : runtime::RowOutput::kNone, -1});
+                      ask ? ask_out(a.get()) : runtime::RowOutput::kNone, -1, true});
     }
     if (last) asked.push_back(a.get());
     chunks.emplace_back(a.get(), n);

@@ -15,7 +15,7 @@
 // Groups: Fp8GemmArgs.* (no GPU: invalid calls rejected), Fp8GemmVariants.*
 // (no GPU: everything derives from the one variant list), Fp8Gemm.* (the
 // full matrix), Fp8GemmSanitizer.* (small shapes, run under compute-sanitizer
-// memcheck/racecheck/synccheck by scripts/device/fp8_gemm.sh).
+// memcheck/racecheck/synccheck by scripts/gpu-check.sh).
 #include "cuda/fp8_gemm.h"
 
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-# GPU tests of the FP8 activations of the prefill path (issue 12): the
+# GPU tests of the FP8 activations of the prefill path: the
 # quantizing kernel and the delayed-scaling update; they skip without a
 # Hopper GPU except the host-side refusals.
 futr_add_test(fp8_scaling_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/fp8_scaling_test.cpp

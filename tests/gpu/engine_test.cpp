@@ -30,7 +30,7 @@
 //   - perplexity over windows of the committed WikiText excerpt: the GPU as
 //     close to the reference as the reference run one position per step is
 //     (times kGpuEngineVsSpread, at least 0.2%); the |delta ppl| <= 0.001
-//     target is measured on 32,768 tokens by scripts/device/engine.sh.
+//     target is measured on 32,768 tokens by scripts/gpu-check.sh.
 // Skips without a Hopper GPU.
 #include <gtest/gtest.h>
 
@@ -50,6 +50,7 @@
 #include "model/synthetic.h"
 #include "runtime/perplexity.h"
 #include "support/compare.h"
+#include "support/data_file.h"
 #include "support/crash_backtrace.h"
 #include "support/expect_error.h"
 #include "support/gpu.h"
@@ -70,16 +71,14 @@ struct Shared {
 
 Shared& shared() {
   static Shared* s = [] {
-    auto* p = new Shared{load_model(FUTR_DEFAULT_MODEL), nullptr, {}};
+    auto* p = new Shared{(test::require_data_file(FUTR_DEFAULT_MODEL), load_model(FUTR_DEFAULT_MODEL)), nullptr, {}};
     cpu::QuantizeOptions qo;
     qo.format = WeightFormat::kInt4;
     qo.method = QuantMethod::kRtn;
     p->q = std::make_shared<quant::QuantizedWeights>(cpu::quantize_model(p->model, qo, {}));
-    std::ifstream f(FUTR_TEST_TEXT);
-    std::stringstream ss;
-    ss << f.rdbuf();
+    const std::string text = test::read_data_file(FUTR_TEST_TEXT);
     const Tokenizer tok(p->model.tokenizer);
-    p->text = tok.encode(ss.str(), tok.add_bos(), false);
+    p->text = tok.encode(text, tok.add_bos(), false);
     return p;
   }();
   return *s;

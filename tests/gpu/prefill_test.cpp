@@ -9,11 +9,13 @@
 //     (tol::kPrefillVsFp8Ref*); the remaining differences are listed in
 //     prefill.h (q/k/v rounded before RoPE, the attention's BF16 P, the SwiGLU
 //     cast from FP32), each of which can move an E4M3 rounding;
-//   - a prompt cut into three chunks (the later ones attend to the earlier
-//     ones' K/V in the cache) against one chunk: within the same bounds (the
-//     delayed scales differ: a chunk is one call of every site); three prompts
-//     packed into one chunk against each run alone: bit for bit (a fresh
-//     engine's first chunk uses the initial scales whatever the rows hold);
+//   - delayed scaling: a prompt cut into three chunks (the later ones attend
+//     to the earlier ones' K/V in the cache) against one chunk: within the
+//     same bounds (the delayed scales differ: a chunk is one call of every
+//     site); three prompts in one step run as one chunk per request, each
+//     with its own fresh state: bit for bit each run alone, also after traffic;
+//   - static scaling: chunks of 96 or 37 rows bit for bit one chunk, three
+//     prompts packed into one chunk after traffic bit for bit each run alone;
 //   - the delayed-scaling counters in stats()["prefill"]: 4 calls per layer and
 //     chunk, no non-finite call;
 //   - prefill then decode: the last prompt row's greedy token is the argmax of
@@ -50,6 +52,7 @@
 #include "runtime/calibration.h"
 #include "runtime/perplexity.h"
 #include "support/compare.h"
+#include "support/data_file.h"
 #include "support/gpu.h"
 #include "support/tolerances.h"
 #include "tokenizer/tokenizer.h"
@@ -68,7 +71,7 @@ struct Shared {
 
 Shared& shared() {
   static Shared* s = [] {
-    auto* p = new Shared{load_model(FUTR_DEFAULT_MODEL), nullptr, nullptr, {}};
+    auto* p = new Shared{(test::require_data_file(FUTR_DEFAULT_MODEL), load_model(FUTR_DEFAULT_MODEL)), nullptr, nullptr, {}};
     cpu::QuantizeOptions qo;
     qo.format = WeightFormat::kInt4;
     p->int4 = std::make_shared<quant::QuantizedWeights>(cpu::quantize_model(p->model, qo, {}));
@@ -77,19 +80,19 @@ Shared& shared() {
     cc.tokens = 2048;
     p->fp8 = std::make_shared<quant::QuantizedWeights>(
         cpu::quantize_model(p->model, qo, runtime::calibration_tokens(p->model, cc)));
-    std::ifstream f(FUTR_TEST_TEXT);
-    std::stringstream ss;
-    ss << f.rdbuf();
+    const std::string text = test::read_data_file(FUTR_TEST_TEXT);
     const Tokenizer tok(p->model.tokenizer);
-    p->text = tok.encode(ss.str(), tok.add_bos(), false);
+    p->text = tok.encode(text, tok.add_bos(), false);
     return p;
   }();
   return *s;
 }
 
 std::unique_ptr<gpu::GpuEngine> make_gpu(int seqs, bool prefill = true, int prefill_rows = 2048,
-                                         KvFormat kv = KvFormat::kInt4) {
+                                         KvFormat kv = KvFormat::kInt4,
+                                         Fp8Scaling scaling = Fp8Scaling::kDelayed) {
   gpu::GpuEngineOptions o;
+  o.fp8.scaling = scaling;  // delayed: the CPU reference's state machine, call for call
   o.kv = kv;  // int4 by default: the mirror on (prefill writes it, decode reads it)
   o.ctx = 512;
   o.max_seqs = seqs;
@@ -113,7 +116,7 @@ std::unique_ptr<runtime::Engine> make_cpu_fp8(int seqs, bool gpu_numerics = true
 
 std::vector<BatchRow> prompt_rows(runtime::SeqId id, std::span<const int32_t> t, int pos0, RowOutput out) {
   std::vector<BatchRow> rows;
-  for (size_t i = 0; i < t.size(); ++i) rows.push_back({t[i], id, int32_t(pos0 + int(i)), out, -1});
+  for (size_t i = 0; i < t.size(); ++i) rows.push_back({t[i], id, int32_t(pos0 + int(i)), out, -1, true});
   return rows;
 }
 
@@ -173,18 +176,20 @@ TEST(GpuPrefill, PromptLogitsMatchTheFp8Reference) {
   EXPECT_EQ(g->length(0), 200);
 }
 
-TEST(GpuPrefill, ChunksAndPackedRequestsMatchOneChunkRuns) {
+// Delayed scaling: chunks of 96 rows (the second and third attend to the
+// cache, and each chunk is a call that moves the sequence's scales) within the
+// reference bounds of one chunk; three prompts in one step run as chunks of
+// one sequence, each with its own fresh state: bit for bit their runs alone.
+TEST(GpuPrefill, DelayedScalingKeepsEachRequestsOwnState) {
   FUTR_REQUIRE_GPU();
   const std::vector<int32_t>& t = shared().text;
-  // One sequence in chunks of 96 rows (the second and third attend to the cache) vs one chunk.
   auto whole = make_gpu(1), cut = make_gpu(1, true, 96);
   const std::span<const int32_t> prompt(t.data(), 200);
   whole->open(0), cut->open(0);
   const Tensor a = whole->step(prompt_rows(0, prompt, 0, RowOutput::kLogits)).logits;
   const Tensor b = cut->step(prompt_rows(0, prompt, 0, RowOutput::kLogits)).logits;
   EXPECT_EQ(cut->stats()["prefill"]["chunks"].get<int64_t>(), 3);
-  expect_close(deviation(b, a), "chunks of 96 vs one chunk");
-  // Three prompts of different lengths packed into one chunk vs each alone.
+  expect_close(deviation(b, a), "delayed scaling, chunks of 96 vs one chunk");
   auto packed = make_gpu(3);
   std::vector<BatchRow> rows;
   const int lens[3] = {37, 150, 64}, offs[3] = {300, 0, 500};
@@ -193,15 +198,59 @@ TEST(GpuPrefill, ChunksAndPackedRequestsMatchOneChunkRuns) {
     const auto r = prompt_rows(s, std::span<const int32_t>(t.data() + offs[s], size_t(lens[s])), 0, RowOutput::kLogits);
     rows.insert(rows.end(), r.begin(), r.end());
   }
+  // Twice: the second time after the first step's traffic, in reopened sequences.
+  for (int round = 0; round < 2; ++round) {
+    if (round == 1)
+      for (int s = 0; s < 3; ++s) packed->close(s), packed->open(s);
+    const Tensor z = packed->step(rows).logits;
+    EXPECT_EQ(packed->stats()["prefill"]["chunks"].get<int64_t>(), 3 * (round + 1)) << "one chunk per request";
+    int64_t row0 = 0;
+    for (int s = 0; s < 3; ++s) {
+      auto alone = make_gpu(1);
+      alone->open(0);
+      const Tensor w = alone->step(prompt_rows(0, std::span<const int32_t>(t.data() + offs[s], size_t(lens[s])), 0,
+                                               RowOutput::kLogits)).logits;
+      EXPECT_EQ(0, std::memcmp(z.row(row0), w.ptr(), size_t(w.numel()) * sizeof(float)))
+          << "round " << round << ": request " << s << " differs from its run alone";
+      row0 += lens[s];
+    }
+  }
+}
+
+// Static scaling (the commands' default): every site's scale is fixed, so a
+// prompt cut into chunks of 96 or 37 rows gives one chunk's logits bit for
+// bit, and three prompts packed into one chunk (after other traffic) their
+// runs alone bit for bit.
+TEST(GpuPrefill, StaticScalingIsChunkAndBatchInvariant) {
+  FUTR_REQUIRE_GPU();
+  const std::vector<int32_t>& t = shared().text;
+  const std::span<const int32_t> prompt(t.data(), 200);
+  auto whole = make_gpu(1, true, 2048, KvFormat::kInt4, Fp8Scaling::kStatic);
+  whole->open(0);
+  const Tensor a = whole->step(prompt_rows(0, prompt, 0, RowOutput::kLogits)).logits;
+  EXPECT_EQ(whole->stats()["prefill"]["fp8_scaling"].get<std::string>(), "static");
+  for (int rows_per_chunk : {96, 37}) {
+    auto cut = make_gpu(1, true, rows_per_chunk, KvFormat::kInt4, Fp8Scaling::kStatic);
+    cut->open(0);
+    const Tensor b = cut->step(prompt_rows(0, prompt, 0, RowOutput::kLogits)).logits;
+    EXPECT_EQ(0, std::memcmp(a.ptr(), b.ptr(), size_t(a.numel()) * sizeof(float)))
+        << "chunks of " << rows_per_chunk << " vs one chunk";
+  }
+  auto packed = make_gpu(3, true, 2048, KvFormat::kInt4, Fp8Scaling::kStatic);
+  std::vector<BatchRow> rows;
+  const int lens[3] = {37, 150, 64}, offs[3] = {300, 0, 500};
+  for (int s = 0; s < 3; ++s) {
+    packed->open(s);
+    const auto r = prompt_rows(s, std::span<const int32_t>(t.data() + offs[s], size_t(lens[s])), 0, RowOutput::kLogits);
+    rows.insert(rows.end(), r.begin(), r.end());
+  }
+  packed->step(rows);  // traffic first: a static state keeps nothing of it
+  for (int s = 0; s < 3; ++s) packed->close(s), packed->open(s);
   const Tensor z = packed->step(rows).logits;
-  EXPECT_EQ(packed->stats()["prefill"]["chunks"].get<int64_t>(), 1);
-  // A fresh engine's first chunk casts every site with its initial scale,
-  // whatever the rows hold, and each row's arithmetic does not depend on the
-  // other rows of the chunk (per-row quantization, per-request attention): the
-  // packed requests equal their one-request runs bit for bit.
+  EXPECT_EQ(packed->stats()["prefill"]["chunks"].get<int64_t>(), 2) << "the requests packed into one chunk";
   int64_t row0 = 0;
   for (int s = 0; s < 3; ++s) {
-    auto alone = make_gpu(1);
+    auto alone = make_gpu(1, true, 2048, KvFormat::kInt4, Fp8Scaling::kStatic);
     alone->open(0);
     const Tensor w = alone->step(prompt_rows(0, std::span<const int32_t>(t.data() + offs[s], size_t(lens[s])), 0,
                                              RowOutput::kLogits)).logits;
@@ -373,7 +422,8 @@ TEST(GpuPrefill, SyntheticLlama8bPromptInChunks) {
   gpu::GpuEngine g(c, 3, o);
   g.open(0);
   std::vector<BatchRow> rows;
-  for (int i = 0; i < 600; ++i) rows.push_back({(i * 7919) % c.vocab, 0, i, i >= 590 ? RowOutput::kLogits : RowOutput::kNone, -1});
+  for (int i = 0; i < 600; ++i)
+    rows.push_back({(i * 7919) % c.vocab, 0, i, i >= 590 ? RowOutput::kLogits : RowOutput::kNone, -1, true});
   const Tensor z = g.step(rows).logits;
   ASSERT_EQ(z.dim(0), 10);
   size_t bad = 0;

@@ -1,4 +1,4 @@
-// Tensor parallelism on the GPU (src/gpu/tp_engine.h, issue 16), on the
+// Tensor parallelism on the GPU (src/gpu/tp_engine.h), on the
 // synthetic tiny host model (4 query heads, 2 KV heads, FFN 512) with RTN
 // INT4 weights:
 //   - TP 1 through NCCL (one rank, one communicator: the all-reduces are

@@ -112,6 +112,37 @@ TEST(DelayedScaling, ScaleFollowsPreviousAmaxAndFitsIt) {
   }
 }
 
+// Static scaling: every call uses the initial scale, whatever the calls
+// before it recorded; saturation, zero and non-finite calls are still counted.
+TEST(DelayedScaling, StaticScaleNeverMovesButCounts) {
+  DelayedScalingConfig cfg;
+  cfg.scaling = Fp8Scaling::kStatic;
+  cfg.initial_amax = 10.0f;
+  DelayedScale st(cfg);
+  const float s0 = st.scale();
+  EXPECT_FLOAT_EQ(s0, next_scale(10.0f, 1.0f));
+  call(st, ramp(100, 3.0f));    // smaller: a delayed scale would shrink
+  EXPECT_EQ(st.scale(), s0);
+  const Fp8QuantStats big = call(st, ramp(100, 40.0f));  // larger: saturates, and stays saturating
+  EXPECT_GT(big.saturated, 0u);
+  EXPECT_EQ(st.scale(), s0);
+  EXPECT_GT(call(st, ramp(100, 40.0f)).saturated, 0u);
+  EXPECT_EQ(st.record(0.0f, 0), DelayedScale::Action::kAccept);
+  EXPECT_EQ(st.scale(), s0);
+  EXPECT_EQ(st.stats().calls, 4u);
+  EXPECT_EQ(st.stats().saturated_calls, 2u);
+  EXPECT_EQ(st.stats().zero_calls, 1u);
+  EXPECT_FLOAT_EQ(st.stats().max_amax, 40.0f);
+  // The recompute policy never asks for a re-run under static scales (the scale would not change).
+  cfg.policy = Fp8SaturationPolicy::kRecompute;
+  DelayedScale re(cfg);
+  EXPECT_EQ(re.record(1000.0f, 5), DelayedScale::Action::kAccept);
+  EXPECT_EQ(re.scale(), s0);
+  EXPECT_EQ(to_string(Fp8Scaling::kStatic), "static");
+  EXPECT_EQ(parse_fp8_scaling("delayed"), Fp8Scaling::kDelayed);
+  EXPECT_THROW(parse_fp8_scaling("dynamic"), Error);
+}
+
 TEST(DelayedScaling, AllZeroTensorKeepsADefinedScale) {
   DelayedScale st;
   const float s0 = st.scale();

@@ -20,3 +20,9 @@ if(TARGET futr_cli_serve)
   set_tests_properties(serve_openai_test PROPERTIES TIMEOUT 900 SKIP_REGULAR_EXPRESSION "SKIP:"
                        LABELS cpu COST 1000)
 endif()
+
+# Temperature 0 means one answer: the real engine of --backend auto behind the
+# server, the same request repeated and concurrent requests against their
+# sequential answers (the CPU engine in CI; the GPU engine on a Hopper GPU).
+futr_add_test(server_determinism_test SOURCES server/determinism_test.cpp
+              LIBS futr_server futr_engines futr_formats PkgConfig::FUTR_HTTPLIB)

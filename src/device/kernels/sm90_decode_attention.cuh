@@ -73,7 +73,7 @@ struct DecodeAttentionParams {
 // P of the BF16 path as hi + lo (two BF16 MMAs per step, 16 significant bits
 // instead of 8). Why: P in BF16 alone adds rounding noise the reference's FP32
 // softmax does not have, and noise raises perplexity. Measured on the H200
-// (session 11, docs/PERF.md "Decode attention, P as hi + lo"): the bf16 rows of
+// (docs/PERF.md, decode attention): the bf16 rows of
 // the benchmark within +-3% (memory-bound), the 32k-token bf16 perplexity
 // against the CPU reference from +0.0121 to +0.0075 (mean KL 3.30e-4 -> 2.95e-4).
 inline constexpr bool kAttnSplitP = true;
@@ -302,7 +302,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sm90_decode_attention_kernel(
   // NOTE: the mirror's step is 80 bytes per lane, too few to cover the memory
   // latency one step ahead: a per-warp cp.async ring holds kAttnStages steps,
   // the next iteration's in flight while the current one is computed (~75 KB
-  // per SM at 16 warps: ANCHORS.md asks >= 32 KB). The BF16 step is 384
+  // per SM at 16 warps: at least 32 KB keeps the HBM pipe full). The BF16 step is 384
   // bytes per lane, loaded straight into registers (occupancy hides it).
   static_assert(kAttnStages % 2 == 0, "whole iterations of two steps per ring slot pair");
   constexpr int kGroupsAhead = kAttnStages / kU - 1;  // iterations in flight beyond the current one

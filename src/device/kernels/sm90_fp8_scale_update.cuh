@@ -10,6 +10,7 @@
 //   else: amax == 0: zero_calls += 1; max_amax = max(max_amax, amax);
 //         ring[next] = amax; next = (next + 1) % history; m = max(ring);
 //         m > 0: scale = clamp(m * margin / 448 * (1 + 2^-20), 2^-120, 2^120)
+//   frozen (static scaling): the counters and max_amax only; the scale stays.
 //
 // The same FP32 operations in the same order as quant::next_scale, so the
 // device state equals the CPU state machine's bit for bit on the same call
@@ -30,6 +31,7 @@ struct Fp8ScaleUpdateParams {
   float* ring = nullptr;          // [n][history] amax windows
   int n = 0, history = 1;
   float margin = 1.f;
+  bool frozen = false;            // static scales: count the call, keep the scale (no window)
 };
 
 __global__ void sm90_fp8_scale_update_kernel(const Fp8ScaleUpdateParams p) {
@@ -54,6 +56,7 @@ __global__ void sm90_fp8_scale_update_kernel(const Fp8ScaleUpdateParams p) {
   }
   if (amax == 0.f) ++s.zero_calls;
   s.max_amax = fmaxf(s.max_amax, amax);
+  if (p.frozen) return;  // static scaling (quant::DelayedScalingConfig::scaling)
   float* ring = p.ring + size_t(i) * size_t(p.history);
   ring[s.next] = amax;
   s.next = (s.next + 1) % uint32_t(p.history);

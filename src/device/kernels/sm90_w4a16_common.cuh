@@ -213,7 +213,7 @@ __device__ __forceinline__ void apply_scales(float (&acc)[TM][MT][4], const floa
 // of part(r, row, ch), in r order (deterministic: the same bits as a plain
 // loop), spread over the `nthreads` threads that run it (one output each,
 // adjacent channels on adjacent threads: coalesced) with 8 partials loaded
-// before they are summed. Measured (docs/PERF.md, issue 11 round 3): the
+// before they are summed. Measured (docs/PERF.md): the
 // per-fragment loop it replaces waited one L2 round trip per partial (~8 us
 // of a 26 us down projection at 17 partials); a variant taking two outputs
 // per thread with predicated batches of 8 measured slower in the decode step

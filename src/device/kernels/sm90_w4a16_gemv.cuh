@@ -117,7 +117,7 @@ __global__ void __launch_bounds__(256, TM == 1 ? 4 : 2) sm90_w4a16_gemv_kernel(c
   // This split's activations, staged in shared memory (dynamic: kb_per_split x
   // 256 bytes): x[c0*64 + 16c + ...], the same 16 activations for every g (a
   // broadcast). Read from global memory, the first warp of a CTA to touch each
-  // line waited on L2 once per chunk (docs/PERF.md, issue 11: with x always in
+  // line waited on L2 once per chunk (docs/PERF.md: with x always in
   // L1 the gemv's arithmetic cost the floor 6%).
   extern __shared__ uint4 gemv_xs[];
   const uint4* const xrow = gemv_xs + 2 * c;
@@ -129,7 +129,7 @@ __global__ void __launch_bounds__(256, TM == 1 ? 4 : 2) sm90_w4a16_gemv_kernel(c
     for (int i = 0; i < 4; ++i) acc[tm][0][i] = blk[tm][0][i] = 0.f;
 
   // ---- shared memory: [x slice: nj x 64 BF16][scales: 8*TM tiles][ngrp][16 FP16] --
-  // Both staged once per CTA (docs/PERF.md, issue 11 round 2: a 4-byte scale
+  // Both staged once per CTA (docs/PERF.md: a 4-byte scale
   // load per chunk in the register ring cost the stream ~10%).
   const int ngrp = (nj * layout::kChunkK + G - 1) / G;
   uint32_t* const ss = reinterpret_cast<uint32_t*>(gemv_xs + nj * (layout::kChunkK / 8));

@@ -3,7 +3,7 @@
 // accumulation: per-lane 16-byte weight loads under a stream-K partition of
 // the resident grid.
 //
-// Why (docs/PERF.md, issue 11 rounds 2 and 3): a no-compute probe that adds
+// Why (docs/PERF.md): a no-compute probe that adds
 // the gemv's work to the floor (bench/kernels/w4a16_probe.cuh) streams at
 // 1.26x the floor when every CTA of a full 4-per-SM grid gets the same bytes;
 // the gemv's grid (columns x splits) leaves SMs with 3 or 4 CTAs and pays a

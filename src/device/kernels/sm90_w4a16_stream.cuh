@@ -3,7 +3,7 @@
 // E4M3 comparison path), x and y BF16, FP32 accumulation. Replaces the
 // register-ring gemv and the lane-private cp.async skinny kernel, whose
 // consumers held the bytes in flight in their own registers / copies
-// (docs/PERF.md, issue 11).
+// (docs/PERF.md).
 //
 // Warp-specialised, bulk-copy ring. A CTA = 8/TM consumer warps + 1 producer
 // warp. Work = items (tile group of 8 tiles = 128 channels, k128 block). One
