@@ -846,12 +846,16 @@ void GpuEngine::prefill_runs(std::span<const BatchRow> rows, const std::vector<c
   std::vector<int> batch_row;                  // [chunk rows] the row's index in the batch
   std::vector<std::pair<int, int>> lengths;    // (slot, length) of the chunk's requests after it
   std::vector<int> out;                        // chunk rows with an output
-  // Delayed scaling: chunks of one sequence, run with that sequence's own state.
+  // Delayed scaling: chunks of one sequence, run with that sequence's own
+  // state, one call of its state machine per window of `cap` positions
+  // (prefill.h): a chunk stops at the window's end, and only the chunk that
+  // reaches it ends the call.
   const bool per_seq = m.prefill->scaling() == Fp8Scaling::kDelayed;
   cuda::DeviceScaleBank* bank = nullptr;
+  bool end_call = true;
   auto flush = [&] {
     if (tokens.empty()) return;
-    m.prefill->run(tokens, reqs, sh, st, bank);
+    m.prefill->run(tokens, reqs, sh, st, bank, end_call);
     FUTR_CUDA_CHECK(cudaMemcpyAsync(m.h_nonfinite.get(), m.nonfinite.get(), sizeof(int), cudaMemcpyDeviceToHost, st));
     FUTR_CUDA_CHECK(cudaStreamSynchronize(st));
     m.prefill->collect();  // the profile's intervals of this chunk (when profiling)
@@ -926,7 +930,8 @@ void GpuEngine::prefill_runs(std::span<const BatchRow> rows, const std::vector<c
     }
     for (int i = run->begin; i < run->end;) {
       if (int(tokens.size()) == cap) flush();
-      const int take = std::min(run->end - i, cap - int(tokens.size()));
+      int take = std::min(run->end - i, cap - int(tokens.size()));
+      if (per_seq) take = std::min(take, cap - rows[size_t(i)].pos % cap);  // up to the window's end
       reqs.push_back({take, rows[size_t(i)].pos, slot * m.slots_per_seq});
       for (int j = i; j < i + take; ++j) {
         tokens.push_back(rows[size_t(j)].token);
@@ -934,6 +939,11 @@ void GpuEngine::prefill_runs(std::span<const BatchRow> rows, const std::vector<c
       }
       lengths.push_back({slot, rows[size_t(i + take - 1)].pos + 1});
       i += take;
+      if (per_seq) {
+        end_call = (rows[size_t(i - 1)].pos + 1) % cap == 0;
+        flush();
+        end_call = true;
+      }
     }
   }
   flush();

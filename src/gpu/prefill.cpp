@@ -307,7 +307,7 @@ std::vector<float> PrefillPath::calibrate(std::span<const int32_t> tokens, int w
 }
 
 void PrefillPath::run(std::span<const int32_t> tokens, std::span<const Request> reqs, const Shared& sh,
-                      CUstream_st* st, cuda::DeviceScaleBank* bank_in) {
+                      CUstream_st* st, cuda::DeviceScaleBank* bank_in, bool update) {
   const ModelConfig& c = c_;
   Impl& m = *m_;
   cuda::DeviceScaleBank* const bank = bank_in ? bank_in : m.bank.get();
@@ -453,7 +453,7 @@ void PrefillPath::run(std::span<const int32_t> tokens, std::span<const Request> 
     cuda::gemm_residual_sumsq({m.s8.get(), L.down.w.get(), M, H, I}, ro, st);
     mark(kDown);
   }
-  bank->update(0, kInputSites * c.n_layers, st);
+  if (update) bank->update(0, kInputSites * c.n_layers, st);
   mark(kUpdate);
   ++chunks_;
   rows_ += M;

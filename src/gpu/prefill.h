@@ -33,8 +33,11 @@
 // .futr file, or calibrate() on the device at load), so a row's numbers depend
 // on nothing else in its chunk or before it. Delayed scaling (the paper's):
 // the engine gives every request its own bank (new_bank()) and runs chunks of
-// one request, so no request moves another's scales. Policy "clamp" (the one
-// a device state machine can run).
+// one request, so no request moves another's scales; a call of the state
+// machine is a window of max_rows positions of the request (cut however the
+// scheduler likes: its chunks leave the call open until the window ends), so
+// a request's numbers do not depend on how its prompt was cut into steps
+// either. Policy "clamp" (the one a device state machine can run).
 //
 // Weights: FP8 E4M3 per output channel (quant/fp8_weights.h) from
 // QuantizedWeights of format fp8 (quantized on load, or a .futr file's fp8
@@ -107,8 +110,12 @@ class PrefillPath {
   // residual rows in x(). Token ids must be valid (the engine checked them).
   // bank: the FP8 scale state the chunk reads and records into (null: the
   // path's own; delayed scaling per request: the request's, new_bank()).
+  // update: end the FP8 sites' call after the chunk (record it, set the next
+  // scales); false leaves the call open, its records accumulating over the
+  // next chunks (delayed scaling per request: one call per window of
+  // positions, however the window was cut into chunks).
   void run(std::span<const int32_t> tokens, std::span<const Request> reqs, const Shared& sh, CUstream_st* st,
-           cuda::DeviceScaleBank* bank = nullptr);
+           cuda::DeviceScaleBank* bank = nullptr, bool update = true);
   // A fresh scale state of this path's configuration and initial amax (a
   // request's own state under delayed scaling).
   std::unique_ptr<cuda::DeviceScaleBank> new_bank() const;

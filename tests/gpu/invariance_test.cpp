@@ -11,8 +11,9 @@
 //   - the FP8 prefill path with static scales: the same request alone, packed
 //     with 7 or 31 others, chunked three ways (steps of 1, 7 and 64 rows),
 //     and repeated after other traffic: bit for bit;
-//   - the FP8 prefill path with delayed scaling (each request's own state):
-//     alone, packed with others, repeated after traffic: bit for bit;
+//   - the FP8 prefill path with delayed scaling (each request's own state,
+//     one call per window of positions): alone, packed with others, chunked
+//     three ways, repeated after traffic: bit for bit;
 //   - perplexity of the WikiText excerpt with one sequence at a time and with
 //     32 side by side: the same log-probabilities (the mean equal up to the
 //     order of its double-precision sum);
@@ -215,14 +216,16 @@ INSTANTIATE_TEST_SUITE_P(
              (std::get<1>(info.param) == Prefill::kOff ? "_decode" : "_prefill_static");
     });
 
-// Delayed scaling keeps a state per request and so moves with the request's
-// own chunking (by design); alone, beside others and repeated after traffic,
-// with the same chunking, its logits are the same bits.
+// Delayed scaling keeps a state per request whose calls are windows of
+// prefill_rows positions (gpu/prefill.h): alone, beside others, with its
+// prompt cut into steps three ways (windows of 64 positions here, so the
+// scales move inside the 150-token prompt) and repeated after traffic, its
+// logits are the same bits.
 TEST(GpuInvarianceDelayed, EachRequestKeepsItsOwnScales) {
   FUTR_REQUIRE_GPU();
-  auto e = make_gpu(KvFormat::kInt4, Prefill::kDelayed);
+  auto e = make_gpu(KvFormat::kInt4, Prefill::kDelayed, 32, 64);
   std::mt19937_64 g(test::rng()());
-  Request probe{3, text_at(g() % 100000, 120), 0, {}};
+  Request probe{3, text_at(g() % 100000, 150), 0, {}};
   std::vector<Request> alone{probe};
   run_together(*e, alone, 4096, 4);
   for (int others : {1, 7, 31}) {
@@ -230,6 +233,12 @@ TEST(GpuInvarianceDelayed, EachRequestKeepsItsOwnScales) {
     run_together(*e, reqs, 4096, 4);
     expect_same(find(reqs, probe.id), alone[0], "delayed scaling, with " + std::to_string(others) + " others");
   }
+  for (int chunk : {1, 7, 50}) {
+    std::vector<Request> reqs = with_others(probe, 3, g);
+    run_together(*e, reqs, chunk, 4);
+    expect_same(find(reqs, probe.id), alone[0], "delayed scaling, steps of " + std::to_string(chunk) + " rows");
+  }
+  EXPECT_GT(e->stats()["prefill"]["fp8_calls"].get<int64_t>(), 0) << "windows of 64 positions ended calls";
   std::vector<Request> again{probe};
   run_together(*e, again, 4096, 4);
   expect_same(again[0], alone[0], "delayed scaling, repeated after traffic");

@@ -102,8 +102,10 @@ std::unique_ptr<gpu::GpuEngine> make_gpu(int seqs, bool prefill = true, int pref
   return std::make_unique<gpu::GpuEngine>(shared().model, shared().int4, o);
 }
 
-std::unique_ptr<runtime::Engine> make_cpu_fp8(int seqs, bool gpu_numerics = true) {
+std::unique_ptr<runtime::Engine> make_cpu_fp8(int seqs, bool gpu_numerics = true,
+                                              Fp8Scaling scaling = Fp8Scaling::kDelayed) {
   cpu::CpuEngineOptions o;
+  o.fp8.scaling = scaling;
   o.weights = WeightFormat::kFp8;
   o.kv = KvFormat::kBf16;  // the prefill attention reads the BF16 cache
   o.ctx = 512;
@@ -156,12 +158,13 @@ void expect_close(const Deviation& d, const std::string& what) {
 TEST(GpuPrefill, PromptLogitsMatchTheFp8Reference) {
   FUTR_REQUIRE_GPU();
   const std::span<const int32_t> prompt(shared().text.data(), 200);
-  auto c = make_cpu_fp8(1), c2 = make_cpu_fp8(1, false);
+  // Static scales on both (the commands' default): every chunk is one counted call.
+  auto c = make_cpu_fp8(1, true, Fp8Scaling::kStatic), c2 = make_cpu_fp8(1, false, Fp8Scaling::kStatic);
   c->open(0), c2->open(0);
   const Tensor want = c->step(prompt_rows(0, prompt, 0, RowOutput::kLogits)).logits;
   const Deviation self = deviation(c2->step(prompt_rows(0, prompt, 0, RowOutput::kLogits)).logits, want);
   expect_close(self, "cpu fp8 reference, cpu vs gpu roundings (the yardstick)");
-  auto g = make_gpu(1);
+  auto g = make_gpu(1, true, 2048, KvFormat::kInt4, Fp8Scaling::kStatic);
   g->open(0);
   const Tensor got = g->step(prompt_rows(0, prompt, 0, RowOutput::kLogits)).logits;
   const Deviation d = deviation(got, want);

@@ -31,8 +31,9 @@
 // residual add of sm90_rmsnorm, the same bits). Every CTA reads the whole row
 // (K <= cuda::kDecodeNormMaxK, checked by the launcher) and reduces its sum of squares in the same order, so all
 // CTAs use the same factor; CTA (0, 0) stores v to nx_out. Two launches less
-// per layer (the residual + RMSNorm kernels); the factor's summation order is
-// this kernel's, not sm90_rmsnorm's (equal to rounding).
+// per layer (the residual + RMSNorm kernels); the factor is summed in
+// sm90_rmsnorm's order, so the input has the same bits as the separate
+// kernel's (batch invariance: one-row micro-steps fuse, larger ones do not).
 //
 // Limits: N % 16 == 0, K % 64 == 0, K % 128 == 0 if G == 128; 16-byte aligned
 // pointers (checked by the launcher, src/cuda/w4a16.cu).
