@@ -15,8 +15,10 @@
 // and speedups; then one layer (the four projections back to back in one graph).
 //
 //   usage: w4a16_bench [--json PATH] [--peers PATH] [--models a,b] [--m 1,2,4]
-//                      [--config key=value,...] [--sweep MODEL] [--reps N]
+//                      [--config key=value,...] [--sweep MODEL] [--split-sweep MODEL] [--reps N]
 //                      [--flush read|memset] [--only MODEL:PROJ:M]
+// --split-sweep times the heuristic's kernel for every M at every K split
+// count (the data that decode_splits' one count per (N, K) is chosen from).
 // --only runs one INT4 forward of one projection, plain (no graph, no timing):
 // the target for ncu (`ncu -k regex:sm90_w4a16 w4a16_bench --only ...`).
 #include <algorithm>
@@ -53,7 +55,7 @@ using nlohmann::json;
 namespace {
 
 struct Options {
-  std::string json_path, peers_path, config, sweep_model, flush = "read", only;
+  std::string json_path, peers_path, config, sweep_model, split_sweep_model, flush = "read", only;
   std::vector<std::string> models;
   std::vector<int> ms{1, 2, 4, 8, 16, 32, 64};
   int reps = 30;
@@ -74,6 +76,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--m") o.ms = bench::split_ints(next());
     else if (a == "--config") o.config = next();
     else if (a == "--sweep") o.sweep_model = next();
+    else if (a == "--split-sweep") o.split_sweep_model = next();
     else if (a == "--reps") o.reps = std::stoi(next());
     else if (a == "--flush") o.flush = next();
     else if (a == "--only") o.only = next();
@@ -362,6 +365,30 @@ int main(int argc, char** argv) {
         if (model == "SmolLM2-135M" && m == 1) target("layer us (PDL)", l4p, 10, true);
       }
 
+      // Optional: the heuristic's kernel at every split count (one count serves every M).
+      if (model == o.split_sweep_model) {
+        bench::Report sw("Split sweep: the heuristic's kernel at each K split, " + model,
+                         {"proj", "M", "splits", "us", "heuristic splits"});
+        for (size_t i = 0; i < L.shapes.size(); ++i)
+          for (int m : o.ms) {
+            const cuda::DecodeConfig h = L.w4[i]->config(m);
+            for (int sp : {1, 2, 3, 4, 5, 6, 7, 8, 10, 11, 12, 14, 16}) {
+              cuda::DecodeConfig c = h;
+              c.splits = sp;
+              try {
+                L.w4[i]->reserve(c, m);
+                L.w4[i]->forward(x.get(), y4.get(), m, c, s);
+                FUTR_CUDA_CHECK(cudaStreamSynchronize(s));
+              } catch (const futr::Error&) {
+                continue;
+              }
+              const double t = timer.us([&](cudaStream_t st) { L.w4[i]->forward(x.get(), y4.get(), m, c, st); }, s);
+              sw.add({{"proj", L.shapes[i].proj}, {"M", m}, {"splits", sp}, {"us", t}, {"heuristic splits", h.splits}});
+            }
+          }
+        sw.emit("");
+        meta["split_sweep"] = sw.json()["rows"];
+      }
       // Optional sweep over the compiled variants and split counts (tuning data).
       if (model == o.sweep_model) {
         bench::Report sw("Sweep: heuristic vs best compiled variant, " + model,

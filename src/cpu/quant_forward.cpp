@@ -113,8 +113,12 @@ std::string QuantForward::describe() const {
   if (bank_) {
     // The counters (calls, saturations) are engine state: CpuEngine::stats().
     const quant::ScaleBank& b = *bank_;
-    s += fmt::format(", FP8 delayed scaling: history {}, margin {}{}", b.config().history,
-                     b.config().margin, opt_.fp8_rms_in_cast ? ", 1/rms in the cast" : "");
+    if (b.config().scaling == Fp8Scaling::kStatic)
+      s += fmt::format(", FP8 static scales (margin {}){}", b.config().margin,
+                       opt_.fp8_rms_in_cast ? ", 1/rms in the cast" : "");
+    else
+      s += fmt::format(", FP8 delayed scaling: history {}, margin {}{}", b.config().history, b.config().margin,
+                       opt_.fp8_rms_in_cast ? ", 1/rms in the cast" : "");
     if (opt_.fp8_gpu_numerics) s += ", the GPU prefill's roundings (BF16 residual and q/k/v)";
   }
   return s;

@@ -43,11 +43,11 @@ struct Variant {
 #define FUTR_SKINNY4(G, MT, TN)                                                   \
   Variant{DecodeWeights::kInt4, G, DecodeKernel::kSkinny, MT, TN,                \
           (const void*)&device::sm90_w4a16_skinny_kernel<device::Int4Format<G>, MT, TN>, \
-          device::skinny_smem_bytes<device::Int4Format<G>, TN>(), kThreads, 2}
+          device::skinny_smem_bytes<device::Int4Format<G>, TN, MT>(), kThreads, 2}
 #define FUTR_SKINNY8(MT, TN)                                                 \
   Variant{DecodeWeights::kE4M3, 0, DecodeKernel::kSkinny, MT, TN,           \
           (const void*)&device::sm90_w4a16_skinny_kernel<device::E4M3Format, MT, TN>, \
-          device::skinny_smem_bytes<device::E4M3Format, TN>(), kThreads, 2}
+          device::skinny_smem_bytes<device::E4M3Format, TN, MT>(), kThreads, 2}
 #define FUTR_STREAM(WF, FMT, G, MT, TN)                                                   \
   Variant{DecodeWeights::FMT, G, DecodeKernel::kStream, MT, TN,                           \
           (const void*)&device::sm90_w4a16_stream_kernel<WF, MT, TN>,                     \
@@ -243,6 +243,7 @@ std::string describe(const DecodeConfig& c) {
     if (c.pdl) os << " pdl";
   } else {
     os << " splits=" << c.splits;
+    if (c.seq) os << " seq";
   }
   return os.str();
 }
@@ -269,7 +270,12 @@ std::vector<std::string> decode_variants() {
 // the group scaling and the in-order reduction of sm90_w4a16_common.cuh), so
 // with one K split a row's output has the same bits whatever rows share its
 // launch (batch invariance: a greedy request gives the same tokens alone and
-// in any batch). M > 32 runs as launches of 32 rows (mt = 4). The stream (bulk
+// in any batch). What M still chooses is how the splits run: one CTA per
+// split (small M: parallelism) or, for the skinny kernel, all of them in turn
+// in one CTA folding their sums in the reduction's order (DecodeConfig::seq:
+// large M, where the partials' traffic costs more than the parallelism gains;
+// measured on the H200, 8B gate_up at M = 32: 72.6 us with two split CTAs,
+// 57.6 with one). M > 32 runs as launches of 32 rows (mt = 4). The stream (bulk
 // copy) and sk (stream-K) kernels measured slower (docs/PERF.md) and are
 // chosen only on request.
 namespace {
@@ -308,14 +314,26 @@ KernelChoice kernel_for(DecodeWeights f, int m, int n, int group) {
 // plus the partial sums' L2 traffic (grows with M and s). With 9 or more rows
 // and at most 8 k128 blocks a split costs 1.15-1.45x more than the model says
 // (measured: SmolLM2's K = 576 at M = 16 / 32, one split against five).
+// With sequential splits (the skinny kernel folding them in one CTA) a launch
+// costs what one split costs: one CTA along K, no partials.
 double split_cost(DecodeWeights f, int m, int n, int k, int s, int sm_count, int group) {
   const KernelChoice kc = kernel_for(f, m, n, group);
   const int slots = kc.ctas_per_sm * std::max(sm_count, 1);
   const SplitPlan sp = split_plan(k, s);
   const int waves = (col_ctas(kc.c, n) * s + slots - 1) / slots;
   double cost = double(waves) * (sp.kb_per_split + 4) + (s > 1 ? 0.05 * m * (1.0 + 0.25 * s) : 0.0);
-  if (s > 1 && m >= 9 && num_blocks(k) <= 8) cost *= 1.3;
+  if (s > 1 && m >= 9 && num_blocks(k) <= 8) cost *= 1.6;
   return cost;
+}
+
+// The cheaper way to run s splits at M rows: one CTA per split, or (skinny,
+// M >= 2) all of them in turn in one CTA (DecodeConfig::seq).
+double run_cost(DecodeWeights f, int m, int n, int k, int s, int sm_count, int group, bool* seq = nullptr) {
+  const double par = split_cost(f, m, n, k, s, sm_count, group);
+  const bool can_seq = s > 1 && kernel_for(f, m, n, group).c.kernel == DecodeKernel::kSkinny;
+  const double sq = can_seq ? split_cost(f, m, n, k, 1, sm_count, group) : par;
+  if (seq) *seq = can_seq && sq < par;
+  return std::min(par, sq);
 }
 
 }  // namespace
@@ -331,22 +349,24 @@ int decode_splits(DecodeWeights f, int n, int k, int sm_count, int group) {
   for (int b = 0; b < 6; ++b) {
     best_m[b] = 1e30;
     for (int s = 1; s <= max_s; ++s)
-      if (split_plan(k, s).splits == s) best_m[b] = std::min(best_m[b], split_cost(f, kBuckets[b], n, k, s, sm_count, group));
+      if (split_plan(k, s).splits == s) best_m[b] = std::min(best_m[b], run_cost(f, kBuckets[b], n, k, s, sm_count, group));
   }
   double best = 1e30;
   int best_s = 1;
   for (int s = 1; s <= max_s; ++s) {
     if (split_plan(k, s).splits != s) continue;  // equivalent to a smaller count
     double total = 0;
-    for (int b = 0; b < 6; ++b) total += split_cost(f, kBuckets[b], n, k, s, sm_count, group) / best_m[b];
+    for (int b = 0; b < 6; ++b) total += run_cost(f, kBuckets[b], n, k, s, sm_count, group) / best_m[b];
     if (total < best - 1e-9) best = total, best_s = s;
   }
   return best_s;
 }
 
 DecodeConfig decode_heuristic(DecodeWeights f, int m, int n, int k, int sm_count, int group) {
-  DecodeConfig c = kernel_for(f, std::min(m, 32), n, group).c;
+  m = std::min(m, 32);
+  DecodeConfig c = kernel_for(f, m, n, group).c;
   c.splits = decode_splits(f, n, k, sm_count, group);
+  run_cost(f, m, n, k, c.splits, sm_count, group, &c.seq);
   return c;
 }
 
@@ -397,10 +417,11 @@ DecodeConfig apply_overrides(DecodeConfig c, const std::string& spec) {
     else if (key == "batches") c.batches = int(v);
     else if (key == "tn") c.tn = int(v);
     else if (key == "splits") c.splits = int(v);
+    else if (key == "seq") c.seq = v != 0;
     else if (key == "ctas") c.ctas = int(v);
     else if (key == "run") c.run = int(v);
     else if (key == "probe") c.probe = int(v);
-    else fail("config override: unknown key '{}' (kernel, tn, loads, batches, mt, splits, ctas, run, pdl)", key);
+    else fail("config override: unknown key '{}' (kernel, tn, loads, batches, mt, splits, seq, ctas, run, pdl)", key);
   }
   return c;
 }
@@ -411,7 +432,7 @@ size_t decode_workspace_floats(const DecodeConfig& c, int m, int n, int k) {
     return size_t(col_ctas(c, n) + (c.run > 0 ? stream_runs(c, n, k) : stream_grid(c, n, k, 0, 64, m))) *
            size_t(m) * 128;
   const SplitPlan sp = split_plan(k, c.splits);
-  return sp.splits > 1 ? size_t(sp.splits) * size_t(m) * size_t(n) : 0;
+  return sp.splits > 1 && !c.seq ? size_t(sp.splits) * size_t(m) * size_t(n) : 0;
 }
 
 size_t decode_counters(const DecodeConfig& c, int n) { return size_t(col_ctas(c, n)); }
@@ -444,7 +465,11 @@ void decode_gemm(DecodeWeights f, const DecodeArgs& a, const DecodeConfig& c, cu
   else
     FUTR_CHECK(a.m <= 8 * c.mt, "decode GEMM: M = {} needs mt >= {} (got mt = {})", a.m, (a.m + 7) / 8, c.mt);
   const bool stream = is_stream_k(c.kernel);
-  const SplitPlan sp = split_plan(a.k, stream ? 1 : c.splits);
+  FUTR_CHECK(!c.seq || c.kernel == DecodeKernel::kSkinny, "decode GEMM ({}): sequential splits are the skinny "
+             "kernel's", describe(c));
+  // Sequential splits: one CTA along K (the whole of K as its slice), folding at the splits' boundaries.
+  const SplitPlan arith = split_plan(a.k, stream ? 1 : c.splits);
+  const SplitPlan sp = c.seq ? split_plan(a.k, 1) : arith;
   // The stream kernel's workspace is checked against its bound for c (the grid
   // may shrink below c.ctas to what is resident, never grow).
   const size_t need_ws = decode_workspace_floats(c, a.m, a.n, a.k);
@@ -476,7 +501,8 @@ void decode_gemm(DecodeWeights f, const DecodeArgs& a, const DecodeConfig& c, cu
                          a.norm ? a.norm->add : nullptr,
                          a.norm ? a.norm->gain : nullptr,
                          a.norm ? a.norm->x_out : nullptr,
-                         a.norm ? a.norm->eps : 0.f};
+                         a.norm ? a.norm->eps : 0.f,
+                         c.seq && arith.splits > 1 ? 2 * arith.kb_per_split : 0};
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = stream ? dim3(unsigned(grid_x)) : dim3(unsigned(grid_x), unsigned(sp.splits));
   cfg.blockDim = dim3(unsigned(v.threads));

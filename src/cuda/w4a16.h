@@ -42,6 +42,10 @@ struct DecodeConfig {
   int batches = 1;  // sk: batches of `loads` chunks in flight (1: 4 CTAs/SM; 2: 3 CTAs/SM)
   int mt = 1;       // skinny: tiles of 8 rows of x (1: M <= 8, 2: M <= 16, 4: M <= 32)
   int splits = 1;   // gemv / skinny: K slices over gridDim.y (1 = no workspace)
+  bool seq = false; // skinny: the `splits` slices run one after another in one CTA along K, their
+                    // sums folded in registers in the reduction's order: the same bits as the
+                    // split launch, no workspace (large M, where the partials' traffic costs more
+                    // than the parallelism gains)
   int ctas = 0;     // stream: grid size (0 = every CTA that can be resident; clamped to that)
   int run = 0;      // stream: 0 = one contiguous item range per CTA (stream-K); R > 0 = runs
                     // of R items (tile group x k128 block) dealt round-robin to the CTAs

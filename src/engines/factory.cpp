@@ -2,6 +2,7 @@
 #include "engines/factory.h"
 
 #include <algorithm>
+#include <chrono>
 #include <memory>
 
 #include <fmt/format.h>
@@ -24,6 +25,16 @@ namespace futr {
 namespace engines {
 
 namespace {
+
+quant::DelayedScalingConfig fp8_config(const runtime::Fp8Config& f) {
+  quant::DelayedScalingConfig c;
+  c.history = f.history;
+  c.margin = f.margin;
+  c.policy = f.policy;
+  c.scaling = f.scaling;
+  c.validate();
+  return c;
+}
 
 // --prefill-rows asks for GPU prefill chunks: refused where there are none.
 void check_prefill_rows(const runtime::RuntimeConfig& c, bool use_gpu) {
@@ -108,6 +119,7 @@ std::unique_ptr<runtime::Engine> make_synthetic_engine(const std::string& name, 
                "run here: {}", why);
     go.prefill_synthetic = c.prefill != runtime::PrefillMode::kOff && why.empty();
     go.prefill_seed = seed;
+    go.fp8 = fp8_config(c.fp8);
     go.prefill_rows = prefill_chunk_rows(c, go.prefill_rows);
     if (log) log(go.prefill_synthetic ? "prompts through the FP8 prefill path (synthetic FP8 weights drawn on the device)"
                                       : fmt::format("prompts through the decode step ({})",
@@ -125,15 +137,6 @@ std::unique_ptr<runtime::Engine> make_synthetic_engine(const std::string& name, 
 
 namespace {
 
-quant::DelayedScalingConfig fp8_config(const runtime::Fp8Config& f) {
-  quant::DelayedScalingConfig c;
-  c.history = f.history;
-  c.margin = f.margin;
-  c.policy = f.policy;
-  c.scaling = f.scaling;
-  c.validate();
-  return c;
-}
 
 std::string format_list(const std::vector<WeightFormat>& fs) {
   std::vector<std::string> s;
@@ -171,10 +174,9 @@ std::shared_ptr<const quant::QuantizedWeights> prefill_weights(const Model& mode
   }
   const std::string scales = c.fp8.scaling == Fp8Scaling::kStatic ? "static FP8 scales" : "delayed FP8 scaling per "
                                                                                             "request";
-  auto calibration = [&] {
-    std::vector<int32_t> tokens = runtime::calibration_tokens(model, c.calib);
-    tokens.resize(std::min(tokens.size(), size_t(std::max(1, c.calib.ctx)) * 4));  // 4 windows, as `futr quantize`
-    return tokens;
+  auto calibration = [&] {  // 4 windows, as `futr quantize`
+    return runtime::calibration_tokens_tail(model, c.calib,
+                                            std::min<size_t>(size_t(c.calib.tokens), size_t(std::max(1, c.calib.ctx)) * 4));
   };
   if (file) {
     auto q = std::make_shared<quant::QuantizedWeights>(file->read_weights(WeightFormat::kFp8));
@@ -192,7 +194,12 @@ std::shared_ptr<const quant::QuantizedWeights> prefill_weights(const Model& mode
                     "from {} held-out tokens (`futr quantize --weights int4,fp8` stores them)",
                     scales, calib->size()));
   cpu::set_num_threads(c.threads);
-  return std::make_shared<quant::QuantizedWeights>(cpu::quantize_model(model, qo, {}));
+  const auto t0 = std::chrono::steady_clock::now();
+  auto q = std::make_shared<quant::QuantizedWeights>(cpu::quantize_model(model, qo, {}));
+  if (log)
+    log(fmt::format("fp8 weights quantized in {:.2f} s",
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()));
+  return q;
 }
 #endif
 
@@ -301,7 +308,11 @@ std::unique_ptr<runtime::Engine> runtime::make_engine(const Model& model, const 
                         w == WeightFormat::kInt4 ? " (" + to_string(qo.method) + ")" : ""));
       }
       cpu::set_num_threads(c.threads);
+      const auto t0 = std::chrono::steady_clock::now();
       q = std::make_shared<quant::QuantizedWeights>(cpu::quantize_model(model, qo, calib));
+      if (log)
+        log(fmt::format("{} weights quantized in {:.2f} s", to_string(w),
+                        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()));
     }
   } else if (w == WeightFormat::kBf16 && futr) {
     FUTR_CHECK(std::find(stored.begin(), stored.end(), w) != stored.end(),

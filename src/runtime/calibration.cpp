@@ -63,4 +63,33 @@ std::vector<int32_t> calibration_tokens(const Model& model, const CalibrationCon
   return out;
 }
 
+std::vector<int32_t> calibration_tokens_tail(const Model& model, const CalibrationConfig& c, size_t n) {
+  const std::string file = c.file.empty() ? default_text_path() : c.file;
+  std::error_code ec;
+  FUTR_CHECK(std::filesystem::exists(file, ec), "{}: no such file (the calibration text{}; give one with --calib-file)",
+             file, c.file.empty() ? ", by default the perplexity text" : "");
+  const std::string text = read_text(file);
+  FUTR_CHECK(!model.tokenizer.tokens.empty(),
+             "{}: the model has no tokenizer (needed for calibration)", model.path);
+  const Tokenizer tok(model.tokenizer);
+  size_t from = text.size() - text.size() / 10;
+  from = text.find('\n', from);
+  from = from == std::string::npos ? text.size() - text.size() / 10 : from + 1;
+  // Tokenize growing pieces of the tail (whole lines) until n tokens are there.
+  std::vector<int32_t> out;
+  for (size_t len = std::max<size_t>(n * 8, 4096);; len *= 2) {
+    size_t end = std::min(text.size(), from + len);
+    if (end < text.size()) {
+      const size_t nl = text.find('\n', end);
+      end = nl == std::string::npos ? text.size() : nl + 1;
+    }
+    out = tok.encode(std::string_view(text).substr(from, end - from), tok.add_bos(), /*parse_special=*/false);
+    if (out.size() >= n || end == text.size()) break;
+  }
+  if (out.size() > n) out.resize(n);
+  FUTR_CHECK(out.size() >= size_t(c.ctx), "{}: the calibration tail has {} tokens, less than --calib-ctx {}", file,
+             out.size(), c.ctx);
+  return out;
+}
+
 }  // namespace futr::runtime

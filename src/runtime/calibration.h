@@ -25,4 +25,11 @@ std::string default_text_path();
 // than one calibration window (c.ctx).
 std::vector<int32_t> calibration_tokens(const Model& model, const CalibrationConfig& c);
 
+// The first `n` tokens of the text's held-out tail, tokenizing only that part
+// (the whole text takes the GPU engine's load most of a second): the text
+// from the first line that starts at or after 90% of its bytes. About the
+// slice above (it starts at a line instead of at a token count), for the
+// device calibration of FP8 weights quantized on load; futr::Error as above.
+std::vector<int32_t> calibration_tokens_tail(const Model& model, const CalibrationConfig& c, size_t n);
+
 }  // namespace futr::runtime

@@ -240,6 +240,33 @@ TEST(W4A16, RowsAreTheSameBitsInEveryM) {
   }
 }
 
+// Sequential splits (DecodeConfig::seq: one CTA along K folding the splits'
+// sums in registers) give the split launch's bits, for INT4 (both group sizes)
+// and E4M3 weights, several split counts and M.
+TEST(W4A16, SequentialSplitsEqualTheSplitLaunch) {
+  FUTR_REQUIRE_GPU();
+  for (auto [int4, n, k, g] : {std::tuple{true, 960, 576, 64}, {true, 576, 1536, 64}, {true, 4096, 14336, 128},
+                               {false, 960, 576, 0}}) {
+    Layer L = make_layer(int4, n, k, g, 1);
+    for (int m : {2, 9, 32}) {
+      const auto x = random_x(m, k);
+      cuda::DeviceBuffer<uint16_t> dx(x), want(size_t(m) * n), got(size_t(m) * n);
+      for (int sp : {2, 3, 5}) {
+        DecodeConfig c = L.lin->config(m);
+        c.kernel = DecodeKernel::kSkinny, c.splits = sp, c.seq = false;
+        L.lin->reserve(c, m);
+        L.lin->forward(dx.get(), want.get(), m, c, nullptr);
+        c.seq = true;
+        got.fill_bytes(0xff);
+        L.lin->forward(dx.get(), got.get(), m, c, nullptr);
+        FUTR_CUDA_CHECK(cudaDeviceSynchronize());
+        EXPECT_EQ(got.download(), want.download())
+            << (int4 ? "int4" : "e4m3") << " N " << n << " K " << k << " M " << m << " splits " << sp;
+      }
+    }
+  }
+}
+
 TEST(W8A16, AllShapes) {
   FUTR_REQUIRE_GPU();
   for (const DecodeShape& s : cuda::kDecodeShapes) {
@@ -476,6 +503,8 @@ TEST(W4A16Small, GemvSkinnySplitK) {
     DecodeConfig c;
     c.kernel = DecodeKernel::kSkinny, c.mt = 2, c.tn = 1, c.splits = 3;
     check(L, 9, &c, name(s) + " forced split", test::tol::kW4A16);
+    c.seq = true;
+    check(L, 9, &c, name(s) + " forced sequential split", test::tol::kW4A16);
     DecodeConfig sk;
     sk.kernel = DecodeKernel::kStreamK, sk.loads = 2, sk.ctas = 13;
     check(L, 1, &sk, name(s) + " sk 13 CTAs", test::tol::kW4A16);

@@ -51,6 +51,12 @@ struct DecodeParams {
   const uint16_t* ngain;   // [K] BF16 RMSNorm gain
   float* nx_out;           // [1, K] FP32: v
   float neps;              // RMSNorm epsilon
+  // skinny only, sequential splits (> 0): the CTA covers all of K (gridDim.y
+  // = 1) and folds its sum every vsplit_chunks k64 chunks, the boundaries of
+  // the splits it stands in for: out = (((0 + s_0) + s_1) + ...), the order
+  // and roundings of the last CTA's reduction of those splits (reduce_partials),
+  // so a row has the same bits as with one CTA per split, with no partials.
+  int vsplit_chunks;
 };
 
 

@@ -13,7 +13,9 @@
 // Work split. A CTA of 8 warps owns 8*TM weight tiles (warp w: tiles w, w+8,
 // ...: the 8 warps read neighbouring tiles) and one K slice of kb_per_split
 // k128 blocks (split-K over gridDim.y; the last CTA of a column reduces, no
-// second pass). Each lane streams its own weight fragments through a
+// second pass), or, with sequential splits (p.vsplit_chunks), all of K with
+// the splits' sums folded in registers in the reduction's order: the same
+// bits as the split launch, without its partials' traffic (large M). Each lane streams its own weight fragments through a
 // lane-private ring in shared memory: cp.async copies of the next WF::kStages
 // k64 chunks are in flight while the lane computes (a lane reads back only what
 // it copied itself, so cp.async.wait_group orders it and no barrier is needed; a
@@ -31,7 +33,7 @@
 //
 // Limits: 1 <= M <= 8*MT, N % 16 == 0, K % 64 == 0 (K % 128 == 0 if G == 128),
 // 16-byte aligned pointers; one launch per workspace at a time; dynamic shared
-// memory skinny_smem_bytes<WF, TM>() (src/cuda/w4a16.cu checks and sets all of this).
+// memory skinny_smem_bytes<WF, TM, MT>() (src/cuda/w4a16.cu checks and sets all of this).
 // Test: tests/device/w4a16_test.cpp. Bench: bench/w4a16_bench.cpp.
 #pragma once
 
@@ -40,10 +42,13 @@
 
 namespace futr::device {
 
-// Dynamic shared memory of one CTA: the lane-private rings of weights (and scales).
-template <class WF, int TM>
+// Dynamic shared memory of one CTA: the lane-private rings of weights (and
+// scales), then the sequential splits' folded sums (thread-private, [TM*MT*4][256]
+// floats: in registers they made the M = 32 variant spill).
+template <class WF, int TM, int MT>
 constexpr size_t skinny_smem_bytes() {
-  return size_t(WF::kStages) * TM * 256 * (WF::kWords * 4 + (WF::kGroupScales ? 4 : 0));
+  return size_t(WF::kStages) * TM * 256 * (WF::kWords * 4 + (WF::kGroupScales ? 4 : 0)) +
+         size_t(TM) * MT * 4 * 256 * sizeof(float);
 }
 
 template <class WF, int MT, int TM>
@@ -84,6 +89,31 @@ __global__ void __launch_bounds__(256, TM == 1 && MT == 1 ? 4 : (TM == 1 && MT =
   extern __shared__ uint4 smem[];
   uint4* const wring = smem + threadIdx.x;
   uint32_t* const sring = reinterpret_cast<uint32_t*>(smem + kS * TM * kChunks16 * 256) + threadIdx.x;
+  // Sequential splits (p.vsplit_chunks > 0): this thread's folded sums, [TM*MT*4][256].
+  float* const srun = reinterpret_cast<float*>(smem + kS * TM * kChunks16 * 256) +
+                      (WF::kGroupScales ? kS * TM * 256 : 0) + threadIdx.x;
+  auto run = [&](int tm, int mt, int i) -> float& { return srun[((tm * MT + mt) * 4 + i) * 256]; };
+  // At the end of each split's chunks run += acc, acc = 0 (run starts at +0:
+  // the reduction's (0 + s_0) + s_1 ...).
+  auto fold = [&] {
+#pragma unroll
+    for (int tm = 0; tm < TM; ++tm)
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          run(tm, mt, i) = __fadd_rn(run(tm, mt, i), acc[tm][mt][i]);
+          acc[tm][mt][i] = 0.f;
+        }
+  };
+  int vleft = p.vsplit_chunks;  // chunks left in the current split (never 0 without splits: the count starts at 0)
+  if (p.vsplit_chunks > 0)
+#pragma unroll
+    for (int tm = 0; tm < TM; ++tm)
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) run(tm, mt, i) = 0.f;
   auto fill = [&](int st) {  // copies the next chunk into slot st; one commit group
 #pragma unroll
     for (int tm = 0; tm < TM; ++tm) {
@@ -143,6 +173,11 @@ __global__ void __launch_bounds__(256, TM == 1 && MT == 1 ? 4 : (TM == 1 && MT =
         chunk_mma<WF, MT, TM>(blk, acc, w, xq, WF::group_start(st));
         if constexpr (WF::kGroupScales)
           if (WF::group_end(st) || j0 + st + 1 == nj) apply_scales<MT, TM>(acc, blk, sv);
+        // A split's end (its chunks are whole k128 blocks: the group ended above too).
+        if (--vleft == 0 || (p.vsplit_chunks > 0 && j0 + st + 1 == nj)) {
+          fold();
+          vleft = p.vsplit_chunks;
+        }
         // NOTE: the slot is refilled only after its registers were consumed above:
         // in-order issue then guarantees the shared-memory reads completed.
         if (j0 + st + kS < nj) fill(st);
@@ -152,6 +187,14 @@ __global__ void __launch_bounds__(256, TM == 1 && MT == 1 ? 4 : (TM == 1 && MT =
   }
   ptx::cp_async_wait<0>();
 
+  if (p.vsplit_chunks > 0) {  // the folded sum is the output (acc is zero after the last fold)
+#pragma unroll
+    for (int tm = 0; tm < TM; ++tm)
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[tm][mt][i] = run(tm, mt, i);
+  }
   store_output<WF, MT, TM>(p, acc, wt.tile, wt.tok, g, c);
 }
 
