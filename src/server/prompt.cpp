@@ -63,11 +63,16 @@ std::vector<int32_t> encode_chat_prompt(const Tokenizer& tok, const ChatTemplate
   }
   const std::string s = tmpl.apply(marked, /*add_generation_prompt=*/true);
   std::vector<std::string_view> parts;  // T0 .. Tn
+  // Each sentinel exactly once, in order: found in order, and the rendering
+  // holds no other \x1d (linear; searching the rest of the rendering for a
+  // second copy of each would be quadratic in the number of messages).
+  size_t marks = 0;
+  for (char c : s) marks += c == '\x1d';
+  FUTR_CHECK(marks == 2 * sentinels.size(), "chat template: a message content is not rendered exactly once");
   size_t cursor = 0;
   for (const auto& m : sentinels) {
     const size_t at = s.find(m, cursor);
-    FUTR_CHECK(at != std::string::npos && s.find(m, at + 1) == std::string::npos,
-               "chat template: a message content is not rendered exactly once");
+    FUTR_CHECK(at != std::string::npos, "chat template: a message content is not rendered exactly once");
     parts.push_back(std::string_view(s).substr(cursor, at - cursor));
     cursor = at + m.size();
   }

@@ -265,6 +265,115 @@ uint64_t pair_key(int32_t a, int32_t b) { return (uint64_t(uint32_t(a)) << 32) |
 }  // namespace
 
 // ---------------------------------------------------------------------------
+// Special-token matching
+// ---------------------------------------------------------------------------
+
+// Aho-Corasick over the reversed texts of the special (control and
+// user-defined) tokens. Run over a text backwards, the state after reading
+// text[i] names the longest special token that starts at i (the longest
+// reversed pattern that ends there), for all i in one linear pass, however
+// many tokens share a prefix or a first byte. Two answers per state: any
+// special token (parse_special) and user-defined tokens only; among tokens
+// with the same text, the lowest id.
+class SpecialMatcher {
+ public:
+  void add(std::string_view text, int32_t id, bool user_defined) {
+    int32_t s = 0;
+    for (size_t k = text.size(); k-- > 0;) {
+      const uint8_t c = uint8_t(text[k]);
+      int32_t t = edge(s, c);
+      if (t < 0) {
+        t = int32_t(nodes_.size());
+        nodes_.push_back({});
+        set_edge(s, c, t);
+      }
+      s = t;
+    }
+    Node& n = nodes_[size_t(s)];
+    if (n.id_any < 0) n.id_any = id;
+    if (user_defined && n.id_user < 0) n.id_user = id;
+  }
+
+  // Failure links and, per state, the state of its longest accepting suffix
+  // (breadth first, so a state's failure state is done before it).
+  void finish() {
+    std::vector<uint32_t> first(nodes_.size() + 1, 0);  // children of each state, CSR
+    std::vector<std::pair<uint8_t, int32_t>> kids(edges_.size());
+    for (const auto& [key, t] : edges_) ++first[size_t(key >> 8) + 1];
+    for (size_t i = 1; i < first.size(); ++i) first[i] += first[i - 1];
+    std::vector<uint32_t> fill(first.begin(), first.end() - 1);
+    for (const auto& [key, t] : edges_) kids[fill[size_t(key >> 8)]++] = {uint8_t(key & 255), t};
+    std::vector<int32_t> order;
+    order.reserve(nodes_.size());
+    for (int c = 0; c < 256; ++c)
+      if (root_[size_t(c)] >= 0) {
+        Node& n = nodes_[size_t(root_[size_t(c)])];
+        n.fail = 0;
+        n.best_any = n.id_any >= 0 ? root_[size_t(c)] : -1;
+        n.best_user = n.id_user >= 0 ? root_[size_t(c)] : -1;
+        order.push_back(root_[size_t(c)]);
+      }
+    for (size_t q = 0; q < order.size(); ++q) {
+      const int32_t s = order[q];
+      for (uint32_t k = first[size_t(s)]; k < first[size_t(s) + 1]; ++k) {
+        const auto [c, t] = kids[k];
+        int32_t f = nodes_[size_t(s)].fail, ft;
+        while ((ft = edge(f, c)) < 0 && f != 0) f = nodes_[size_t(f)].fail;
+        Node& n = nodes_[size_t(t)];
+        n.fail = ft < 0 ? 0 : ft;
+        const Node& fn = nodes_[size_t(n.fail)];
+        n.best_any = n.id_any >= 0 ? t : (n.fail != 0 ? fn.best_any : -1);
+        n.best_user = n.id_user >= 0 ? t : (n.fail != 0 ? fn.best_user : -1);
+        order.push_back(t);
+      }
+    }
+  }
+
+  bool empty() const { return nodes_.size() == 1; }
+
+  // best[i]: the id of the longest allowed special token starting at text[i], or -1.
+  void longest_starting(std::string_view text, bool parse_special, std::vector<int32_t>& best) const {
+    best.assign(text.size(), -1);
+    int32_t s = 0;
+    for (size_t i = text.size(); i-- > 0;) {
+      const uint8_t c = uint8_t(text[i]);
+      int32_t t;
+      while ((t = edge(s, c)) < 0 && s != 0) s = nodes_[size_t(s)].fail;
+      s = t < 0 ? 0 : t;
+      const Node& n = nodes_[size_t(s)];
+      const int32_t b = parse_special ? n.best_any : n.best_user;
+      if (b >= 0) best[i] = parse_special ? nodes_[size_t(b)].id_any : nodes_[size_t(b)].id_user;
+    }
+  }
+
+ private:
+  struct Node {
+    int32_t fail = 0;
+    int32_t id_any = -1, id_user = -1;      // the token whose (reversed) text ends here
+    int32_t best_any = -1, best_user = -1;  // the state of the longest accepting suffix
+  };
+  int32_t edge(int32_t s, uint8_t c) const {
+    if (s == 0) return root_[c];
+    const auto it = edges_.find(uint64_t(s) << 8 | c);
+    return it == edges_.end() ? -1 : it->second;
+  }
+  void set_edge(int32_t s, uint8_t c, int32_t t) {
+    if (s == 0) root_[c] = t;
+    else edges_.emplace(uint64_t(s) << 8 | c, t);
+  }
+
+  std::vector<Node> nodes_ = std::vector<Node>(1);
+  std::array<int32_t, 256> root_ = [] {
+    std::array<int32_t, 256> a{};
+    a.fill(-1);
+    return a;
+  }();
+  std::unordered_map<uint64_t, int32_t> edges_;  // (state << 8 | byte) -> state, below the root
+};
+
+constexpr size_t kMaxSpecialBytes = 16 << 20;  // all control and user-defined texts together
+
+// ---------------------------------------------------------------------------
 // Tables
 // ---------------------------------------------------------------------------
 
@@ -277,8 +386,7 @@ struct Tokenizer::Impl {
   StrMap<int32_t> id_of_bytes;                  // bytes -> normal token id (ignore_merges)
   std::array<int32_t, 256> byte_token{};        // byte -> id of its one-character token (-1: none)
   std::unordered_map<uint64_t, Merge> merges;   // (left id, right id) -> rank, result
-  std::array<std::vector<int32_t>, 256> special_by_first;  // first byte -> control/user-defined
-                                                           // ids, longest text first
+  SpecialMatcher special;                       // control and user-defined texts
   Pre pre = Pre::Gpt2;
   std::string pre_name;
   std::string chat_template;
@@ -339,13 +447,18 @@ Tokenizer::Tokenizer(const TokenizerSpec& spec) : impl_(std::make_unique<Impl>()
   m.id_of_text.reserve(n);
   m.byte_token.fill(-1);
 
+  size_t special_bytes = 0;
   for (size_t i = 0; i < n; ++i) {
     const std::string& t = m.text[i];
     m.id_of_text.emplace(t, int32_t(i));
     const int32_t ty = m.type[i];
     if (ty == kControl || ty == kUserDefined) {
       m.bytes[i] = t;  // special tokens are their text
-      if (!t.empty()) m.special_by_first[uint8_t(t[0])].push_back(int32_t(i));
+      special_bytes += t.size();
+      FUTR_CHECK(special_bytes <= kMaxSpecialBytes,
+                 "tokenizer: the control and user-defined tokens hold more than {} bytes of text (at id {})",
+                 kMaxSpecialBytes, i);
+      if (!t.empty()) m.special.add(t, int32_t(i), ty == kUserDefined);
       continue;
     }
     // Normal (and unknown/unused/byte) tokens: through the alphabet when the
@@ -365,8 +478,7 @@ Tokenizer::Tokenizer(const TokenizerSpec& spec) : impl_(std::make_unique<Impl>()
              "tokenizer: the vocabulary has no byte token for {} of the 95 printable ASCII bytes ('{}'); it is not "
              "a byte-level BPE vocabulary",
              missing.size(), printable(missing, 20));
-  for (auto& v : m.special_by_first)
-    std::stable_sort(v.begin(), v.end(), [&](int32_t a, int32_t b) { return m.text[size_t(a)].size() > m.text[size_t(b)].size(); });
+  m.special.finish();
 
   m.merges.reserve(spec.merges.size() * 2);
   for (size_t r = 0; r < spec.merges.size(); ++r) {
@@ -505,19 +617,19 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos, bool
   auto bpe_out = [&](std::string_view p) { m.bpe(p, out); };
 
   // Special tokens split the text; the stretches between them are encoded.
+  // The leftmost match wins, the longest one at that position (linear time:
+  // SpecialMatcher).
   size_t start = 0;
-  for (size_t i = 0; i < text.size(); ++i) {
-    const auto& cands = m.special_by_first[uint8_t(text[i])];
-    if (cands.empty()) continue;
-    for (int32_t id : cands) {  // longest first
-      if (m.type[size_t(id)] == kControl && !parse_special) continue;
-      const std::string& t = m.text[size_t(id)];
-      if (text.compare(i, t.size(), t) != 0) continue;
+  if (!m.special.empty()) {
+    std::vector<int32_t> best;
+    m.special.longest_starting(text, parse_special, best);
+    for (size_t i = 0; i < text.size(); ++i) {
+      const int32_t id = best[i];
+      if (id < 0) continue;
       m.pieces(text.substr(start, i - start), split, dm, bpe_out);
       out.push_back(id);
-      i += t.size() - 1;
+      i += m.text[size_t(id)].size() - 1;
       start = i + 1;
-      break;
     }
   }
   m.pieces(text.substr(start), split, dm, bpe_out);

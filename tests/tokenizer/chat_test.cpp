@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <optional>
 #include <vector>
 
@@ -69,6 +70,27 @@ TEST(Chat, SmolLM2InsertsItsDefaultSystemPrompt) {
             "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
             "<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\nHi!<|im_end|>\n"
             "<|im_start|>user\n x \n<|im_end|>\n");  // ChatML keeps contents as they are
+}
+
+// Template scanning is linear in the template: a 4 MB ChatML template made of
+// "<|im_start|>system\n" markers whose bodies never end (before: every marker
+// searched the rest of the template, minutes), and one whose bodies each hold
+// a quote before a far-away end.
+TEST(Chat, TemplateScanningIsLinear) {
+  for (const std::string& unit : {std::string("<|im_start|>system\n"), std::string("<|im_start|>system\n'x")}) {
+    std::string src;
+    while (src.size() < (4 << 20)) src += unit;
+    src += "<|im_end|>";
+    const auto t0 = std::chrono::steady_clock::now();
+    const ChatTemplate t = ChatTemplate::from_source(src, "");
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_LT(s, 2.0) << unit;
+    EXPECT_EQ(t.family(), ChatFamily::ChatML);
+  }
+  // The scan still finds the first plain body after rejected ones.
+  const ChatTemplate t = ChatTemplate::from_source(
+      "<|im_start|>system\n{{ x }}<|im_end|><|im_start|>system\nBe kind.<|im_end|>", "");
+  EXPECT_EQ(t.default_system(), "Be kind.");
 }
 
 TEST(Chat, ChatMLWithoutDefaultSystem) {
