@@ -3,8 +3,11 @@
 // refused, resource limits hold (threads, context, input files), and futr
 // quantize never overwrites its input or a non-regular file. Each case runs
 // the `futr` binary and expects exit status 1 with a message on stderr
-// (never a crash: rc >= 128 fails). Library-level hostile inputs are in
-// tests/formats/hostile_input_test.cpp.
+// (never a crash: rc >= 128 fails). Also: every command that opens an engine
+// (serve and chat too) checks --ctx and the memory for --max-seqs x --ctx at
+// start-up; serve's resource options are capped; a write error on standard
+// output exits 1; quantize refuses -o naming the calibration text.
+// Library-level hostile inputs are in tests/formats/hostile_input_test.cpp.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -98,5 +101,75 @@ TEST(HostileCli, QuantizeNeverOverwritesTheInput) {
          "is the file of the input model", false});
   check({{"quantize", "--model", dir.string(), "-o", "/dev/null"}, "-o /dev/null: is a character device", false});
   check({{"quantize", "--model", dir.string(), "-o", dir.string()}, "is a directory", false});
+  fs::remove_all(dir);
+}
+
+// serve and chat refuse at start-up what generate refuses (the trained
+// context; the KV cache of --max-seqs x --ctx beyond the machine's memory,
+// saying what fits), and serve's resource options have caps, named.
+TEST(HostileCli, ServeAndChatCheckTheContextAtStartUp) {
+  const std::vector<Case> cases = {
+      {{"serve", "--port", "0", "--ctx", "100000"}, "--ctx 100000 is out of range (1..8192, the model's trained context)",
+       true},
+      {{"serve", "--port", "0", "--max-seqs", "4096", "--ctx", "8192"},
+       "x 4096 sequences (--max-seqs): its KV cache", true},
+      {{"serve", "--port", "0", "--max-seqs", "4096", "--ctx", "8192"}, "positions per sequence with 4096 sequences fit",
+       true},
+      {{"chat", "--ctx", "100000"}, "--ctx 100000 is out of range (1..8192", true},
+      {{"serve", "--port", "0", "--max-queue", "100000"}, "--max-queue must be in [0, 65536] (got 100000)", false},
+      {{"serve", "--port", "0", "--max-connections", "5000"}, "--max-connections must be in [0, 4096]", false},
+      {{"serve", "--port", "0", "--max-body", "2000000000"}, "--max-body must be in [1, 1073741824] bytes", false},
+      {{"serve", "--port", "0", "--drain-timeout", "0"}, "--drain-timeout must be in (0, 3600]", false},
+  };
+  for (const Case& c : cases)
+    if (!c.needs_model || have_model()) check(c);
+}
+
+// Standard output that cannot be written (/dev/full: ENOSPC) is an error,
+// exit 1, never 0 with the output lost.
+TEST(HostileCli, StdoutWriteErrorsExit1) {
+  if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full";
+  const fs::path err = fs::temp_directory_path() / ("futr_hostile_full_" + std::to_string(::getpid()));
+  auto run_full = [&](const std::string& args) {
+    const std::string cmd =
+        futr::test::shell_quote(FUTR_BINARY) + " " + args + " > /dev/full 2> " + futr::test::shell_quote(err.string());
+    const int status = std::system(cmd.c_str());
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  };
+  EXPECT_EQ(run_full("--help"), 1);
+  EXPECT_NE(futr::test::slurp(err).find("standard output: write error"), std::string::npos) << futr::test::slurp(err);
+  if (have_model()) {
+    EXPECT_EQ(run_full("generate hi --max-tokens 3 --temperature 0 --quiet"), 1);
+    EXPECT_NE(futr::test::slurp(err).find("standard output: write error"), std::string::npos)
+        << futr::test::slurp(err);
+    EXPECT_EQ(run_full("info"), 1);
+  }
+  fs::remove(err);
+}
+
+// --seed beyond 2^64-1 is refused (never clamped); --stop takes exactly one
+// value, so the word after it stays the prompt.
+TEST(HostileCli, SeedAndStopTakeWhatTheySay) {
+  check({{"generate", "hi", "--seed", "18446744073709551616"}, "18446744073709551615", false});
+  check({{"generate", "hi", "--seed", "99999999999999999999999"}, "18446744073709551615", false});
+  if (!have_model()) return;
+  const futr::test::FutrRun r =
+      run_futr({"generate", "--stop", "zzzz", "The capital of France is", "--max-tokens", "2", "--temperature", "0"});
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_FALSE(r.out.empty());
+}
+
+// -o may not be the calibration text (it would be overwritten by the output).
+TEST(HostileCli, QuantizeRefusesTheCalibrationTextAsOutput) {
+  const fs::path dir = fs::temp_directory_path() / ("futr_hostile_qc_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  fs::copy(fs::path(FUTR_TEST_DATA) / "hf_tiny" / "gqa_hd64_tied_bf16", dir / "m", fs::copy_options::recursive);
+  fs::copy_file(kText, dir / "calib.txt");
+  const auto before = fs::file_size(dir / "calib.txt");
+  check({{"quantize", "--model", (dir / "m").string(), "-o", (dir / "calib.txt").string(), "--calib-file",
+          (dir / "calib.txt").string()},
+         "is the calibration text", false});
+  EXPECT_EQ(fs::file_size(dir / "calib.txt"), before);
   fs::remove_all(dir);
 }
