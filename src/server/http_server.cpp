@@ -454,8 +454,11 @@ void HttpServer::routes() {
       extra = fmt::format(" prompt={} completion={} finish={}", t_log.prompt_tokens,
                           t_log.completion_tokens, t_log.finish);
     if (!t_log.error.empty()) extra += fmt::format(" error=\"{}\"", t_log.error);
-    fmt::print(stderr, "futr serve: {}:{} {} {} {} {:.3f}s{}\n", req.remote_addr, req.remote_port,
-               req.method, req.path, res.status, dt, extra);
+    std::string addr = req.remote_addr;
+    int port = req.remote_port;
+    if (addr.empty() && t_stream) t_stream->get_remote_ip_and_port(addr, port);  // a request cut short
+    fmt::print(stderr, "futr serve: {}:{} {} {} {} {:.3f}s{}\n", addr, port, printable(req.method, 16),
+               printable(req.path, 200), res.status, dt, extra);
     if (t_log.counted) in_flight_.fetch_sub(1);
     t_log = LogInfo{};
   });
