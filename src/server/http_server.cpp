@@ -290,6 +290,12 @@ class HttpConnections : public httplib::Server {
           "Retry-After: 1\r\nConnection: close\r\n\r\n{}",
           body.size(), body);
       [[maybe_unused]] ssize_t n = ::send(sock, msg.data(), msg.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+      // What the client has sent already is read (without waiting), so the
+      // close is a FIN after the 503, not a reset that could discard it.
+      ::shutdown(sock, SHUT_WR);
+      char sink[4096];
+      for (int i = 0; i < 16 && ::recv(sock, sink, sizeof sink, MSG_DONTWAIT) > 0; ++i) {
+      }
     } else {
       ConnectionStream strm(sock, o_, stopping_);
       t_stream = &strm;
