@@ -71,6 +71,8 @@ thread_local bool t_close_after = false;  // close the connection after this res
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
+constexpr size_t kMaxHeadBytes = 64 << 10;  // request line and headers
+
 // One worker thread per open connection, started when a connection arrives
 // and no worker is free, at most `max` of them; a connection beyond that is
 // run on the accepting thread with t_refuse set (a 503 written without
@@ -166,10 +168,16 @@ class ConnectionStream : public httplib::Stream {
     if (pos_ == end_ && !wait(POLLIN, Clock::now() + to_duration(o_.keep_alive_timeout_s))) return false;
     deadline_ = Clock::now() + to_duration(o_.request_timeout_s);
     reading_request_ = true;
+    in_head_ = true;
+    head_bytes_ = 0;
     return true;
   }
+  // The request line and headers are parsed (the pre-routing handler runs):
+  // from here on the body's limits apply.
+  void head_read() { in_head_ = false; }
   void request_read() { reading_request_ = false; }  // the handler has the body: no deadline now
-  bool timed_out() const { return timed_out_; }
+  // True when the connection must close: a deadline passed or the head was too large.
+  bool timed_out() const { return timed_out_ || head_too_large_; }
 
   bool is_readable() const override { return pos_ < end_; }
   bool is_writable() const override { return !stop_.load(); }
@@ -184,7 +192,17 @@ class ConnectionStream : public httplib::Stream {
       pos_ = 0;
       end_ = size_t(n);
     }
-    const size_t n = std::min(size, end_ - pos_);
+    size_t n = std::min(size, end_ - pos_);
+    if (in_head_) {
+      // cpp-httplib 0.11 grows a header line and the header list without a
+      // bound: the request line and headers get kMaxHeadBytes in all.
+      if (head_bytes_ >= kMaxHeadBytes) {
+        head_too_large_ = true;
+        return -1;
+      }
+      n = std::min(n, kMaxHeadBytes - head_bytes_);
+      head_bytes_ += n;
+    }
     std::memcpy(ptr, buf_ + pos_, n);
     pos_ += n;
     return ssize_t(n);
@@ -245,6 +263,9 @@ class ConnectionStream : public httplib::Stream {
   Clock::time_point deadline_{};
   bool reading_request_ = false;
   bool timed_out_ = false;
+  bool in_head_ = false;
+  size_t head_bytes_ = 0;
+  bool head_too_large_ = false;
 };
 
 thread_local ConnectionStream* t_stream = nullptr;
@@ -392,6 +413,7 @@ void HttpServer::routes() {
 
   // Timing, accounting and authentication before any route.
   s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (t_stream) t_stream->head_read();
     t_log = LogInfo{};
     t_log.start = Clock::now();
     const bool api = req.path.rfind("/v1/", 0) == 0;

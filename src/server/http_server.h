@@ -26,7 +26,9 @@
 // a connection beyond that is answered 503 at once and closed. Each
 // connection reads through a stream of our own (cpp-httplib 0.11's
 // per-recv timeout lets a client that sends one byte every few seconds hold
-// a worker for ever): a request must arrive whole within request_timeout_s,
+// a worker for ever, and grows a request's header lines and list without a
+// bound): the request line and headers may hold 64 KiB in all (more: 400 and
+// the connection closes), a request must arrive whole within request_timeout_s,
 // no read waits longer than read_timeout_s, no write longer than
 // write_timeout_s, an idle keep-alive connection is closed after
 // keep_alive_timeout_s, and every wait ends within 0.1 s of stop().

@@ -443,6 +443,35 @@ TEST_F(HttpTest, CompressedAndChunkedBodiesCountAgainstMaxBody) {
   EXPECT_EQ(post("/v1/completions", small)->status, 200);
 }
 
+// The request line and headers hold 64 KiB at most (cpp-httplib 0.11 would
+// grow a header line, or the list of headers, for as long as the client
+// sends): 1 MB of headers, or one 1 MB header line, get a 400 and the
+// connection closes; a request with ordinary headers is unaffected.
+TEST_F(HttpTest, HugeRequestHeadsAreRefused) {
+  start({});
+  std::string many = "GET /health HTTP/1.1\r\nHost: x\r\n";
+  for (int i = 0; i < 20000; ++i) many += "X-A" + std::to_string(i) + ": " + std::string(40, 'a') + "\r\n";
+  many += "\r\n";
+  const std::string one_line = "GET /health HTTP/1.1\r\nX-Big: " + std::string(1 << 20, 'b') + "\r\n\r\n";
+  for (const std::string* req : std::initializer_list<const std::string*>{&many, &one_line}) {
+    const int fd = connect_raw(port_);
+    ASSERT_GE(fd, 0);
+    const auto t0 = Clock::now();
+    send(fd, req->data(), req->size(), MSG_NOSIGNAL);
+    const std::string got = read_all(fd, 10);
+    close(fd);
+    EXPECT_EQ(got.rfind("HTTP/1.1 400", 0), 0u) << got.substr(0, 100);
+    EXPECT_LT(since(t0), 5.0);
+  }
+  std::string ok = "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n";
+  for (int i = 0; i < 100; ++i) ok += "X-A" + std::to_string(i) + ": " + std::string(40, 'a') + "\r\n";
+  ok += "\r\n";
+  const int fd = connect_raw(port_);
+  send(fd, ok.data(), ok.size(), MSG_NOSIGNAL);
+  EXPECT_EQ(read_all(fd).rfind("HTTP/1.1 200", 0), 0u);
+  close(fd);
+}
+
 // 200 clients that send their request a byte at a time (and stop) hold no
 // worker the health probe needs: /health answers within 1 s while they are
 // connected, a client too slow for request_timeout_s is cut off, and stop()
