@@ -8,12 +8,22 @@
 // start-up; serve's resource options are capped; a write error on standard
 // output exits 1; quantize refuses -o naming the calibration text.
 // Library-level hostile inputs are in tests/formats/hostile_input_test.cpp.
+#include <arpa/inet.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
+#include <fstream>
+#include <regex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "support/run_futr.h"
@@ -172,4 +182,105 @@ TEST(HostileCli, QuantizeRefusesTheCalibrationTextAsOutput) {
          "is the calibration text", false});
   EXPECT_EQ(fs::file_size(dir / "calib.txt"), before);
   fs::remove_all(dir);
+}
+
+namespace {
+
+// `futr serve` on a free port with stderr in `log`; the pid, and the port
+// once it listens (0 if it never does within 60 s).
+std::pair<pid_t, int> start_serve(const fs::path& log, const std::vector<std::string>& extra) {
+  std::vector<std::string> args = {FUTR_BINARY, "serve", "--port", "0", "--backend", "cpu", "--ctx", "512",
+                                   "--max-seqs", "2", "-t", "1"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    dup2(fd, 2);
+    const int null = ::open("/dev/null", O_RDWR);
+    dup2(null, 0);
+    dup2(null, 1);
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  const std::regex re(R"(listening on http://127\.0\.0\.1:(\d+))");
+  for (int i = 0; i < 600; ++i) {
+    std::ifstream f(log);
+    const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    std::smatch m;
+    if (std::regex_search(text, m, re)) return {pid, std::stoi(m[1])};
+    if (waitpid(pid, nullptr, WNOHANG) == pid) return {-1, 0};
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return {pid, 0};
+}
+
+int connect_to(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(uint16_t(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Seconds until `pid` exits (at most `limit`; then it is killed), and its status.
+std::pair<double, int> wait_exit(pid_t pid, double limit) {
+  const auto t0 = std::chrono::steady_clock::now();
+  int status = 0;
+  for (;;) {
+    if (waitpid(pid, &status, WNOHANG) == pid) break;
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (s > limit) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      return {s, -1};
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return {std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), status};
+}
+
+}  // namespace
+
+// The real `futr serve` with 100 slow clients connected and a long request
+// running: SIGTERM ends it within --drain-timeout (+ a margin), and a second
+// SIGTERM right after the first ends it at once.
+TEST(HostileCli, ServeStopsWithinItsBoundWithSlowClients) {
+  if (!have_model()) GTEST_SKIP() << FUTR_DEFAULT_MODEL << " is absent";
+  const fs::path log = fs::temp_directory_path() / ("futr_hostile_serve_" + std::to_string(::getpid()));
+  for (const bool twice : {false, true}) {
+    SCOPED_TRACE(twice ? "two signals" : "one signal");
+    const auto [pid, port] = start_serve(log, {"--drain-timeout", "2"});
+    ASSERT_GT(pid, 0);
+    ASSERT_GT(port, 0) << "futr serve did not start";
+    std::vector<int> slow;
+    for (int i = 0; i < 100; ++i) {
+      slow.push_back(connect_to(port));
+      send(slow.back(), "POST /v1/completions HTTP/1.1\r\nHo", 34, MSG_NOSIGNAL);
+    }
+    const std::string body = R"({"model": "SmolLM2-135M-Instruct.Q4_1", "prompt": "Once upon a time", "max_tokens": 400})";
+    const int busy = connect_to(port);
+    const std::string req = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                            "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+    send(busy, req.data(), req.size(), MSG_NOSIGNAL);
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    kill(pid, SIGTERM);
+    if (twice) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      kill(pid, SIGTERM);
+    }
+    const auto [seconds, status] = wait_exit(pid, 30);
+    EXPECT_NE(status, -1) << "still running after 30 s";
+    EXPECT_LT(seconds, twice ? 3.0 : 2.0 + 3.0);
+    for (int fd : slow) close(fd);
+    close(busy);
+  }
+  fs::remove(log);
 }
