@@ -20,13 +20,13 @@ std::string_view strip(std::string_view s) {
   return s.substr(b, s.find_last_not_of(ws) - b + 1);
 }
 
-// A piece of the prompt: a control token of the template, or text.
+// A piece of the prompt: a control token (or chat marker) of the template, or text.
 struct Piece {
-  int32_t special = -1;  // control token id, or -1 for text
+  int32_t special = -1;  // control token / chat marker id, or -1 for text
   std::string text;
 };
 
-// Appends the template text `t`, split at its control tokens.
+// Appends the template text `t`, split at its control tokens and chat markers.
 void add_template_text(const Tokenizer& tok, std::string_view t, std::vector<Piece>& out) {
   auto add_text = [&](std::string_view s) {
     if (s.empty()) return;
@@ -35,7 +35,7 @@ void add_template_text(const Tokenizer& tok, std::string_view t, std::vector<Pie
   };
   size_t cursor = 0;
   for (int32_t id : tok.encode(t, /*add_bos=*/false, /*parse_special=*/true)) {
-    if (!tok.is_control(id)) continue;
+    if (!tok.is_control(id) && !tok.is_chat_marker(id)) continue;
     const std::string& p = tok.piece(id);
     const size_t at = t.find(p, cursor);
     FUTR_CHECK(at != std::string_view::npos, "chat template: control token {} not found in its text", id);
@@ -119,7 +119,7 @@ std::vector<int32_t> encode_chat_prompt(const Tokenizer& tok, const ChatTemplate
     if (p.special >= 0) {
       ids.push_back(p.special);
     } else {
-      const auto t = tok.encode(p.text, false, /*parse_special=*/false);
+      const auto t = tok.encode_content(p.text);
       ids.insert(ids.end(), t.begin(), t.end());
     }
   }

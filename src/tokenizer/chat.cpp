@@ -177,7 +177,7 @@ std::vector<int32_t> ChatTemplate::encode(const Tokenizer& tok, std::span<const 
     // NOTE: every segment boundary is a pre-tokenizer boundary (a special token
     // or a newline next to it), so the ids equal those of the whole prompt
     // whenever the contents hold no special-token text.
-    const std::vector<int32_t> part = tok.encode(s.text, false, /*parse_special=*/s.from_template);
+    const std::vector<int32_t> part = s.from_template ? tok.encode(s.text, false, /*parse_special=*/true) : tok.encode_content(s.text);
     ids.insert(ids.end(), part.begin(), part.end());
   }
   return ids;
@@ -191,7 +191,7 @@ std::optional<std::vector<int32_t>> ChatTemplate::encode_after(const Tokenizer& 
   size_t at = 0;  // characters of the segments before `s`
   for (const Segment& s : segments(messages, add_generation_prompt)) {
     if (at >= prefix_chars) {
-      const std::vector<int32_t> part = tok.encode(s.text, false, /*parse_special=*/s.from_template);
+      const std::vector<int32_t> part = s.from_template ? tok.encode(s.text, false, /*parse_special=*/true) : tok.encode_content(s.text);
       ids.insert(ids.end(), part.begin(), part.end());
     } else if (at + s.text.size() > prefix_chars) {
       return std::nullopt;  // the prefix ends inside this segment
