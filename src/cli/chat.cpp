@@ -26,7 +26,9 @@
 //
 // stdout gets only the answers (one per turn, ending with a newline); the
 // "> " prompt is written to stderr when stdin is a terminal, and the
-// statistics of each answer to stderr unless --quiet. Tested end to end
+// statistics of each answer to stderr unless --quiet. An input line longer
+// than 1 MiB is refused with a message (the conversation goes on); --ctx is
+// checked at start-up as `generate` does (the model's context, the memory). Tested end to end
 // through a pipe: tests/cli/chat_test.cpp.
 #include "cli/commands.h"
 
@@ -63,11 +65,7 @@ struct ChatOptions {
   bool quiet = false;
 };
 
-void write_out(const std::string& s) {
-  if (s.empty()) return;
-  std::fwrite(s.data(), 1, s.size(), stdout);
-  std::fflush(stdout);
-}
+void write_out(const std::string& s) { write_stdout(s); }
 
 void run_chat(ChatOptions o) {
   FUTR_CHECK(o.max_tokens >= 1, "--max-tokens must be >= 1 (got {})", o.max_tokens);
@@ -81,6 +79,7 @@ void run_chat(ChatOptions o) {
   const ChatTemplate tmpl = ChatTemplate::for_tokenizer(tok);
   runtime::RuntimeConfig rc = runtime_config(o.run, o.quant);
   rc.ctx = o.run.ctx > 0 ? o.run.ctx : std::min(model.config.max_context, 4096);
+  check_ctx(model, rc.ctx, rc.max_seqs, "--ctx");
   const std::unique_ptr<runtime::Engine> engine = runtime::make_engine(model, rc, stderr_log(o.quiet));
   runtime::SequenceRunner seq(*engine);
   const double load_s = t_load.seconds();
@@ -112,7 +111,12 @@ void run_chat(ChatOptions o) {
       fmt::print(stderr, "> ");
       std::fflush(stderr);
     }
-    if (!std::getline(std::cin, line)) break;
+    const LineRead got = read_line_capped(std::cin, line);
+    if (got == LineRead::kEnd) break;
+    if (got == LineRead::kTooLong) {
+      fmt::print(stderr, "futr: a line longer than {} bytes is refused (not a turn)\n", kMaxChatLineBytes);
+      continue;
+    }
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line == "/exit" || line == "/quit") break;
     if (line == "/reset") {

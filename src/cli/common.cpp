@@ -4,7 +4,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <thread>
 #include <fstream>
@@ -46,12 +49,22 @@ CLI::Option* add_sampling_options(CLI::App* app, runtime::SamplerConfig& c) {
       ->capture_default_str();
   app->add_option("--penalty-last-n", c.penalty_last_n, "Recent tokens the penalties look at (0: all)")
       ->capture_default_str();
+  // NOTE: a vector option takes the words after it too unless extra
+  // arguments are off: `--stop X PROMPT` would make PROMPT a stop string.
   app->add_option("--stop", c.stop, "Stop before this text (one per --stop; at most 16)")
       ->expected(1)
+      ->allow_extra_args(false)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   return app->add_option("--seed", c.seed, "Random seed, 0..2^64-1 (default: random)")
-      ->check([](const std::string& v) {  // NOTE: a negative value would wrap to a huge seed
-        return v.empty() || v[0] == '-' ? std::string("the seed must be in 0..18446744073709551615") : std::string();
+      ->check([](const std::string& v) {
+        // NOTE: checked as text: a negative value would wrap to a huge seed, and
+        // one above 2^64-1 would be clamped to it silently by the conversion.
+        const std::string max = "18446744073709551615";
+        const size_t b = v.find_first_not_of('0');
+        const std::string digits = b == std::string::npos ? "0" : v.substr(b);
+        const bool ok = !v.empty() && v.find_first_not_of("0123456789") == std::string::npos &&
+                        (digits.size() < max.size() || (digits.size() == max.size() && digits <= max));
+        return ok ? std::string() : "the seed must be in 0.." + max + " (an integer)";
       });
 }
 
@@ -136,8 +149,11 @@ void check_ctx(const Model& model, int64_t ctx, int seqs, const char* flag, int6
   const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
   if (pages > 0 && page > 0) {
     const uint64_t mem = uint64_t(pages) * uint64_t(page);
-    FUTR_CHECK(kv <= mem, "{} {}: its KV cache ({}) is larger than this machine's memory ({})", flag, ctx,
-               human_bytes(kv), human_bytes(mem));
+    const uint64_t per_position = kv / uint64_t(ctx);
+    FUTR_CHECK(kv <= mem,
+               "{} {}{}: its KV cache ({}) is larger than this machine's memory ({}); at most {} positions per sequence{} fit",
+               flag, ctx, seqs > 1 ? fmt::format(" x {} sequences (--max-seqs)", seqs) : "", human_bytes(kv),
+               human_bytes(mem), mem / per_position, seqs > 1 ? fmt::format(" with {} sequences", seqs) : "");
   }
 }
 
@@ -154,5 +170,36 @@ runtime::EngineLog stderr_log(bool quiet) {
 }
 
 std::string read_stdin_bytes() { return read_fd_limited(0, kMaxStdinBytes, "stdin"); }
+
+void write_stdout(std::string_view s) {
+  if (!s.empty() && std::fwrite(s.data(), 1, s.size(), stdout) != s.size())
+    fail("standard output: write error: {}", std::strerror(errno));
+  FUTR_CHECK(stdout_ok(), "standard output: write error: {}", std::strerror(errno));
+}
+
+bool stdout_ok() { return std::fflush(stdout) == 0 && !std::ferror(stdout); }
+
+LineRead read_line_capped(std::istream& in, std::string& line, size_t max) {
+  line.clear();
+  bool any = false, too_long = false;
+  std::streambuf* sb = in.rdbuf();
+  for (;;) {
+    const int c = sb->sbumpc();
+    if (c == std::char_traits<char>::eof()) {
+      in.setstate(std::ios::eofbit);
+      if (!any) return LineRead::kEnd;
+      break;
+    }
+    any = true;
+    if (c == '\n') break;
+    if (line.size() < max) line += char(c);
+    else too_long = true;
+  }
+  if (too_long) {
+    line.clear();
+    return LineRead::kTooLong;
+  }
+  return LineRead::kLine;
+}
 
 }  // namespace futr::cli

@@ -6,8 +6,10 @@
 
 #include <chrono>
 #include <cstdint>
+#include <istream>
 #include <span>
 #include <string>
+#include <string_view>
 
 #include "model/model.h"
 #include "runtime/engine.h"
@@ -82,8 +84,22 @@ int max_threads();
 // futr::Error naming it when it cannot be read.
 std::string read_file_bytes(const std::string& path);
 
+// Writes `s` to stdout and flushes; futr::Error "standard output: write error:
+// <reason>" if it fails (a full disk, /dev/full), so output is never lost
+// silently. main() checks stdout once more before exiting 0.
+void write_stdout(std::string_view s);
+// False (with errno set) if stdout has had a write error or cannot be flushed.
+bool stdout_ok();
+
 // Everything on stdin as bytes, at most kMaxStdinBytes.
 std::string read_stdin_bytes();
+
+// One line of `in` (without the newline) in linear time, at most `max` bytes
+// kept: a longer line is read to its end and dropped (kTooLong), so a line
+// without a newline never grows memory without bound.
+enum class LineRead { kLine, kEnd, kTooLong };
+inline constexpr size_t kMaxChatLineBytes = 1 << 20;
+LineRead read_line_capped(std::istream& in, std::string& line, size_t max = kMaxChatLineBytes);
 
 // Checks the context a command asked for against the model: at least `min`,
 // at most the trained context (max_context), and its KV cache (FP32, the

@@ -52,11 +52,7 @@ struct GenerateOptions {
   bool quiet = false;        // no statistics on stderr
 };
 
-void write_out(const std::string& s) {
-  if (s.empty()) return;
-  std::fwrite(s.data(), 1, s.size(), stdout);
-  std::fflush(stdout);
-}
+void write_out(const std::string& s) { write_stdout(s); }
 
 void run_generate(GenerateOptions o) {
   if (!o.prompt_given) {

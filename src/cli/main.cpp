@@ -11,7 +11,8 @@
 // Every failure (bad flags, missing files, a prompt longer than the context,
 // a broken model) prints one message on stderr and exits with status 1; the
 // message goes through core/text.h printable(), so bytes from hostile files
-// (terminal escape sequences) never reach the terminal raw.
+// (terminal escape sequences) never reach the terminal raw. A write error on
+// standard output (a full disk, > /dev/full) exits 1 too.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -21,6 +22,7 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "cli/common.h"
 #include "cli/quantize.h"
 #include "cli/version.h"
 #include "core/error.h"
@@ -49,11 +51,20 @@ int main(int argc, char** argv) {
 #if FUTR_HAVE_SERVE_COMMAND
   futr::cli::add_serve_command(app);
 #endif
+  // Output that could not be written (a full disk, > /dev/full) is an error:
+  // exit 1 with a message, never 0 with the output lost.
+  auto stdout_failed = [] {
+    std::cout.flush();
+    if (std::cout.good() && futr::cli::stdout_ok()) return false;
+    fmt::print(stderr, "futr: error: standard output: write error: {}\n", std::strerror(errno ? errno : EIO));
+    return true;
+  };
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     // --help and --version exit 0; every usage error exits 1.
-    return app.exit(e) == 0 ? 0 : 1;
+    const int rc = app.exit(e) == 0 ? 0 : 1;
+    return stdout_failed() ? 1 : rc;
   } catch (const futr::Error& e) {
     std::fflush(stdout);
     fmt::print(stderr, "futr: error: {}\n", futr::printable(e.what(), SIZE_MAX, /*keep_newlines=*/true));
@@ -67,5 +78,5 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "futr: error: {}\n", futr::printable(e.what(), SIZE_MAX, /*keep_newlines=*/true));
     return 1;
   }
-  return 0;
+  return stdout_failed() ? 1 : 0;
 }

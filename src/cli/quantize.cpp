@@ -17,7 +17,10 @@
 // (`futr generate/perplexity --weights int4` on a GGUF / HF model) stays RTN.
 // gptq* and clip-act calibrate on the held-out last 10% of --calib-file
 // (runtime/calibration.h), FP8 records each activation site's initial amax on
-// the same tokens. A progress bar on stderr shows each stage.
+// the same tokens. A progress bar on stderr shows each stage. -o may not name
+// an input (the model or the calibration text); the output is written under a
+// unique temporary name and renamed (core/io.h TempOutput), so a planted
+// OUT.tmp link is never followed and SIGINT/SIGTERM leave no temporary.
 #include "cli/quantize.h"
 
 #include <unistd.h>
@@ -115,9 +118,10 @@ std::vector<WeightFormat> parse_formats(const std::string& list) {
   return out;
 }
 
-// The output must not be the input model (or any file of an input directory)
-// and must be a new or a regular file: checked before the model is read.
-void check_output(const std::string& out, const std::string& model_arg) {
+// The output must not be an input (the model, any file of an input
+// directory, the calibration text) and must be a new or a regular file:
+// checked before the model is read.
+void check_output(const std::string& out, const std::string& model_arg, const std::string& calib_file) {
   namespace fs = std::filesystem;
   const std::string kind = file_kind(out);
   FUTR_CHECK(kind == "missing" || kind == "regular file", "-o {}: is a {}; the output must be a new or a regular file",
@@ -131,11 +135,14 @@ void check_output(const std::string& out, const std::string& model_arg) {
   for (const fs::path& p : inputs)
     FUTR_CHECK(!fs::equivalent(out, p, ec), "-o {} is {} of the input model; choose another output file", out,
                p == in ? "the file" : "a file");
+  const fs::path calib = calib_file.empty() ? fs::path(runtime::default_text_path()) : fs::path(calib_file);
+  FUTR_CHECK(!fs::equivalent(out, calib, ec), "-o {} is the calibration text {}; choose another output file", out,
+             calib.string());
 }
 
 void run_quantize(const QuantizeCmdOptions& o) {
   FUTR_CHECK(!o.out.empty(), "give the output file with -o OUT.futr");
-  check_output(o.out, o.run.model);
+  check_output(o.out, o.run.model, o.quant.calib_file);
   {
     // A .futr file under another format's name would be mistaken for one (and
     // other tools would fail on it with a confusing message).

@@ -10,7 +10,15 @@
 // Prints "futr serve: listening on http://HOST:PORT" on stderr once it
 // accepts connections (--port 0 picks a free port; the line says which).
 // The first SIGTERM/SIGINT drains (in-flight requests finish, new ones get
-// 503, then exit 0); a second one stops at once.
+// 503, then exit 0) within --drain-timeout seconds (default 30; then the
+// requests still running are cut off); a second one stops at once (exit 1
+// if the process has not ended 2 s later). Slow clients cannot hold either
+// up: every connection's reads and writes have deadlines (http_server.h).
+//
+// Start-up refuses what cannot work: --ctx beyond the model's trained context
+// or --max-seqs x --ctx whose KV cache exceeds the machine's memory (the
+// message says what fits), --max-queue above 65536, --max-connections above
+// 4096, --max-body above 1 GiB.
 //
 // Tests: tests/server/serve_openai_test.py (the openai client against it).
 #include "cli/serve_command.h"
@@ -20,6 +28,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -62,13 +71,25 @@ struct ServeOptions {
   std::string api_key;
   std::string model_name;     // "" = the model file's name without extension
   size_t max_body = 1 << 20;  // bytes
-  int http_threads = 0;
+  int max_connections = 0;    // 0: by the machine
+  double drain_timeout = 30;  // seconds
 };
+
+constexpr int kMaxQueue = 65536;
 
 void run_serve(const ServeOptions& o) {
   FUTR_CHECK(o.max_seqs >= 1, "--max-seqs must be >= 1 (got {})", o.max_seqs);
   FUTR_CHECK(o.max_step_tokens >= 1, "--max-step-tokens must be >= 1 (got {})", o.max_step_tokens);
   FUTR_CHECK(o.port >= 0 && o.port < 65536, "--port must be in [0, 65535] (got {})", o.port);
+  FUTR_CHECK(o.max_queue >= 0 && o.max_queue <= kMaxQueue, "--max-queue must be in [0, {}] (got {})", kMaxQueue,
+             o.max_queue);
+  FUTR_CHECK(o.max_connections >= 0 && o.max_connections <= server::kMaxHttpConnections,
+             "--max-connections must be in [0, {}] (0: by the machine; got {})", server::kMaxHttpConnections,
+             o.max_connections);
+  FUTR_CHECK(o.max_body >= 1 && o.max_body <= server::kMaxBodyBytes, "--max-body must be in [1, {}] bytes (got {})",
+             server::kMaxBodyBytes, o.max_body);
+  FUTR_CHECK(o.drain_timeout > 0 && o.drain_timeout <= 3600, "--drain-timeout must be in (0, 3600] seconds (got {})",
+             o.drain_timeout);
   // Signals: a client that hangs up must not kill the process with SIGPIPE.
   FUTR_CHECK(pipe(g_signal_pipe) == 0, "cannot create the signal pipe");
   struct sigaction sa {};
@@ -90,6 +111,7 @@ void run_serve(const ServeOptions& o) {
 
   RunOptions run = o.run;
   if (run.ctx == 0) run.ctx = std::min(model.config.max_context, 2048);
+  check_ctx(model, run.ctx, o.max_seqs, "--ctx");
   runtime::RuntimeConfig cfg = runtime_config(run, o.quant);
   cfg.max_seqs = o.max_seqs;
   cfg.max_step_tokens = o.max_step_tokens;
@@ -110,8 +132,8 @@ void run_serve(const ServeOptions& o) {
   ho.model = !o.model_name.empty() ? o.model_name
                                    : std::filesystem::path(model.path).filename().replace_extension().string();
   ho.max_body_bytes = o.max_body;
-  ho.threads = o.http_threads;
-  ho.max_queue = o.max_queue;
+  ho.max_connections = o.max_connections;
+  ho.drain_timeout_s = o.drain_timeout;
   server::HttpServer http(scheduler, tok, chat ? &*chat : nullptr, metrics, ho);
   const int port = http.bind();
 
@@ -123,19 +145,34 @@ void run_serve(const ServeOptions& o) {
       if (read(g_signal_pipe[0], &c, 1) != 1 || c == 0) return;  // 0: exit
       if (++n == 1) {
         fmt::print(stderr, "futr serve: {} received\n", c == SIGTERM ? "SIGTERM" : "SIGINT");
-        drainer = std::thread([&] { http.drain(); });
+        drainer = std::thread([&] {
+          http.drain();
+          // drain() has stopped every connection; the process ends unless
+          // something else holds it, which this bounds too.
+          std::thread([] {
+            std::this_thread::sleep_for(std::chrono::seconds(5));
+            fmt::print(stderr, "futr serve: still running 5 s after the drain: exiting\n");
+            _exit(1);
+          }).detach();
+        });
       } else {
         fmt::print(stderr, "futr serve: second signal: stopping now\n");
         http.stop();
+        // Every wait of the server ends within 0.1 s of stop(); should
+        // anything else hold the process, it ends anyway.
+        std::thread([] {
+          std::this_thread::sleep_for(std::chrono::seconds(2));
+          _exit(1);
+        }).detach();
       }
     }
   });
 
   const auto& info = scheduler.engine_info();
   fmt::print(stderr, "futr serve: {} as '{}' | {}\n", model.path, ho.model, info.describe);
-  fmt::print(stderr, "futr serve: {} sequences x {} positions, {} rows per step, queue {}{}\n",
+  fmt::print(stderr, "futr serve: {} sequences x {} positions, {} rows per step, queue {}, {} connections{}\n",
              info.max_seqs, info.ctx, std::min(info.max_step_tokens, o.max_step_tokens), o.max_queue,
-             o.api_key.empty() ? "" : ", API key required");
+             http.max_connections(), o.api_key.empty() ? "" : ", API key required");
   fmt::print(stderr, "futr serve: listening on http://{}:{}\n", o.host, port);
   http.run();  // until drain() or stop()
   const char zero = 0;
@@ -159,19 +196,20 @@ void add_serve_command(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   sub->add_option("--max-seqs", o->max_seqs, "Requests decoded at once (sequences in the engine)")
       ->check(CLI::PositiveNumber);
-  sub->add_option("--max-queue", o->max_queue, "Requests waiting at most (more get 429)")
-      ->check(CLI::NonNegativeNumber);
+  sub->add_option("--max-queue", o->max_queue, "Requests waiting at most (more get 429; at most 65536)");
   sub->add_option("--max-step-tokens", o->max_step_tokens,
                   "Rows per engine step (prompt chunks + decode rows)")
       ->check(CLI::PositiveNumber);
   sub->add_option("--api-key", o->api_key, "Require 'Authorization: Bearer KEY' on /v1/ routes");
   sub->add_option("--served-model-name", o->model_name,
                   "The model id clients send (default: the model file's name)");
-  sub->add_option("--max-body", o->max_body, "Largest request body in bytes (more get 413)")
-      ->check(CLI::PositiveNumber);
-  sub->add_option("--http-threads", o->http_threads,
-                  "HTTP worker threads (0: 2 x (max-seqs + max-queue) + 8)")
-      ->check(CLI::NonNegativeNumber);
+  sub->add_option("--max-body", o->max_body,
+                  "Largest request body in bytes, after decompression (more get 413; at most 1 GiB)");
+  sub->add_option("--max-connections,--http-threads", o->max_connections,
+                  "Connections served at once, one worker thread each (more get 503; 0: by the machine, "
+                  "at most 512; at most 4096)");
+  sub->add_option("--drain-timeout", o->drain_timeout,
+                  "Seconds the first SIGTERM/SIGINT waits for running requests (default 30)");
   sub->callback([o] { run_serve(*o); });
 }
 

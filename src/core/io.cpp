@@ -2,10 +2,14 @@
 #include "core/io.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <utility>
 
@@ -101,6 +105,88 @@ std::string read_fd_limited(int fd, uint64_t max_bytes, const std::string& sourc
     if (got == 0) return out;
     FUTR_CHECK(out.size() <= max_bytes, "{}: more than the {} limit", source, human_bytes(max_bytes));
   }
+}
+
+// ---------------------------------------------------------------------------
+// TempOutput
+// ---------------------------------------------------------------------------
+
+namespace {
+
+// The temporary being written, for the signal handler (async-signal-safe:
+// a fixed buffer and an atomic flag).
+char g_temp_path[PATH_MAX + 1];
+std::atomic<bool> g_temp_live{false};
+struct sigaction g_prev_int, g_prev_term;
+
+extern "C" void remove_temp_on_signal(int sig) {
+  if (g_temp_live.exchange(false)) ::unlink(g_temp_path);
+  ::sigaction(sig, sig == SIGINT ? &g_prev_int : &g_prev_term, nullptr);
+  ::raise(sig);
+}
+
+}  // namespace
+
+TempOutput::TempOutput(const std::filesystem::path& final_path) : final_(final_path) {
+  std::string name = final_path.string() + ".tmp.XXXXXX";
+  FUTR_CHECK(name.size() <= PATH_MAX, "{}: the output path is too long", final_path.string());
+  FUTR_CHECK(!g_temp_live.load(), "{}: another output is being written", final_path.string());
+  fd_ = ::mkostemp(name.data(), O_CLOEXEC);
+  if (fd_ < 0) fail("{}: cannot open for writing: {}", name, std::strerror(errno));
+  const mode_t mask = ::umask(0);  // as a file created by ofstream: 0666 less the umask, not mkstemp's 0600
+  ::umask(mask);
+  ::fchmod(fd_, 0666 & ~mask);
+  tmp_ = name;
+  std::memcpy(g_temp_path, name.c_str(), name.size() + 1);
+  g_temp_live.store(true);
+  struct sigaction sa {};
+  sa.sa_handler = remove_temp_on_signal;
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGINT, &sa, &g_prev_int);
+  ::sigaction(SIGTERM, &sa, &g_prev_term);
+}
+
+TempOutput::~TempOutput() { discard(); }
+
+void TempOutput::discard() noexcept {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+  if (g_temp_live.exchange(false)) {
+    ::unlink(tmp_.c_str());
+    ::sigaction(SIGINT, &g_prev_int, nullptr);
+    ::sigaction(SIGTERM, &g_prev_term, nullptr);
+  }
+}
+
+void TempOutput::write(const void* data, size_t n) {
+  FUTR_CHECK(fd_ >= 0, "{}: already closed", tmp_.string());
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t w = ::write(fd_, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) fail("{}: write error: {}", tmp_.string(), w < 0 ? std::strerror(errno) : "no space");
+    p += w;
+    n -= size_t(w);
+  }
+}
+
+void TempOutput::commit() {
+  FUTR_CHECK(fd_ >= 0, "{}: already closed", tmp_.string());
+  const int fd = fd_;
+  fd_ = -1;
+  if (::close(fd) != 0) {
+    const int e = errno;
+    discard();
+    fail("{}: write error: {}", tmp_.string(), std::strerror(e));
+  }
+  if (::rename(tmp_.c_str(), final_.c_str()) != 0) {
+    const int e = errno;
+    discard();
+    fail("{}: cannot rename {} into place: {}", final_.string(), tmp_.string(), std::strerror(e));
+  }
+  g_temp_live.store(false);
+  ::sigaction(SIGINT, &g_prev_int, nullptr);
+  ::sigaction(SIGTERM, &g_prev_term, nullptr);
 }
 
 }  // namespace futr

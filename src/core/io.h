@@ -1,6 +1,6 @@
 // Reading input files with limits: the one place that opens a user-named file
 // or stdin for its bytes (config and tokenizer JSON, prompt and perplexity
-// texts, calibration text).
+// texts, calibration text); and TempOutput, the way an output file is written.
 //
 // Paths that exist but are not regular files (a directory, FIFO, character or
 // block device, socket) are refused as such, never reported as "missing" and
@@ -36,5 +36,29 @@ std::string read_fd_limited(int fd, uint64_t max_bytes, const std::string& sourc
 
 // "1.5 GiB", "64 MiB", "4096 bytes": sizes in messages.
 std::string human_bytes(uint64_t n);
+
+// An output file written under a temporary name and renamed into place.
+// The temporary is a new file with a unique name beside the output
+// ("OUT.tmp.XXXXXX", mkstemp: O_EXCL, so never a pre-existing file or a link
+// someone planted), removed by the destructor unless commit() renamed it, and
+// by SIGINT/SIGTERM while it exists (the handler unlinks it, then the signal
+// takes its previous action). One at a time per process.
+class TempOutput {
+ public:
+  // futr::Error "<OUT.tmp.XXXXXX>: cannot open for writing: <reason>".
+  explicit TempOutput(const std::filesystem::path& final_path);
+  ~TempOutput();
+  TempOutput(const TempOutput&) = delete;
+  TempOutput& operator=(const TempOutput&) = delete;
+
+  void write(const void* data, size_t n);  // futr::Error on a short write (disk full)
+  void commit();                           // close, rename onto the output
+  const std::filesystem::path& path() const { return tmp_; }
+
+ private:
+  void discard() noexcept;
+  std::filesystem::path final_, tmp_;
+  int fd_ = -1;
+};
 
 }  // namespace futr

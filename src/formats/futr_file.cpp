@@ -263,44 +263,28 @@ void write_futr(const std::filesystem::path& path, const Model& model,
   auto [header, data] = build(model, sets, o);
   const std::vector<uint8_t> prefix = prefix_bytes(header, o);
   // The output must be a new or a regular file (never a device, FIFO or
-  // directory that a rename would replace), and so must its ".tmp".
-  const std::filesystem::path tmp = path.string() + ".tmp";
-  for (const std::filesystem::path& p : {path, tmp}) {
-    const std::string k = file_kind(p);
-    FUTR_CHECK(k == "missing" || k == "regular file", "{}: is a {}; the .futr output must be a regular file",
-               p.string(), k);
+  // directory that a rename would replace). It is written under a unique
+  // temporary name beside it (core/io.h TempOutput: never through a planted
+  // link, removed on any failure and on SIGINT/SIGTERM), then renamed.
+  const std::string k = file_kind(path);
+  FUTR_CHECK(k == "missing" || k == "regular file", "{}: is a {}; the .futr output must be a regular file",
+             path.string(), k);
+  TempOutput f(path);
+  f.write(prefix.data(), prefix.size());
+  const int64_t total = int64_t(data.size());
+  uint64_t pos = 0;
+  static const std::vector<char> zeros(kAlign, 0);
+  for (size_t i = 0; i < data.blobs().size(); ++i) {
+    FUTR_ASSERT(data.offsets()[i] >= pos && data.offsets()[i] - pos < kAlign);
+    f.write(zeros.data(), data.offsets()[i] - pos);
+    const auto& b = data.blobs()[i].bytes;
+    f.write(b.data(), b.size());
+    pos = data.offsets()[i] + b.size();
+    if (o.progress) o.progress(int64_t(pos), total);
   }
-  try {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    FUTR_CHECK(f.good(), "{}: cannot open for writing", tmp.string());
-    f.write(reinterpret_cast<const char*>(prefix.data()), std::streamsize(prefix.size()));
-    const int64_t total = int64_t(data.size());
-    uint64_t pos = 0;
-    static const std::vector<char> zeros(kAlign, 0);
-    for (size_t i = 0; i < data.blobs().size(); ++i) {
-      FUTR_ASSERT(data.offsets()[i] >= pos && data.offsets()[i] - pos < kAlign);
-      f.write(zeros.data(), std::streamsize(data.offsets()[i] - pos));
-      const auto& b = data.blobs()[i].bytes;
-      f.write(reinterpret_cast<const char*>(b.data()), std::streamsize(b.size()));
-      pos = data.offsets()[i] + b.size();
-      if (o.progress) o.progress(int64_t(pos), total);
-    }
-    f.write(zeros.data(), std::streamsize(data.size() - pos));
-    if (o.progress) o.progress(total, total);
-    f.flush();
-    FUTR_CHECK(f.good(), "{}: write error (disk full?)", tmp.string());
-  } catch (...) {
-    std::error_code rm;
-    std::filesystem::remove(tmp, rm);  // never leave a partial file behind
-    throw;
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::error_code rm;
-    std::filesystem::remove(tmp, rm);
-    fail("{}: cannot rename {} into place: {}", path.string(), tmp.string(), ec.message());
-  }
+  f.write(zeros.data(), data.size() - pos);
+  if (o.progress) o.progress(total, total);
+  f.commit();
 }
 
 bool is_futr_file(const std::filesystem::path& path) {
@@ -685,18 +669,23 @@ Model FutrFile::to_model(bool with_weights) const {
       auto it = dense.find(name);
       FUTR_CHECK(it != dense.end(), "{}: tensor '{}' is missing", name_, name);
       const json& e = *it->second;
+      // The config's shape against the file's own table and blob before any
+      // allocation: a config that disagrees with the stored tensor must not
+      // allocate what it claims (GBs from a small file).
       std::vector<int64_t> got;
       for (size_t i = 0; i < e["shape"].size(); ++i) got.push_back(e["shape"][i].get<int64_t>());
-      Tensor want(shape);
-      FUTR_CHECK(got == shape, "{}: tensor '{}' has the wrong shape (expected {})", name_, name,
-                 want.shape_str());
+      uint64_t numel = 1;
+      for (int64_t d : shape) numel *= uint64_t(d);  // the config's dims are validated: no overflow
+      FUTR_CHECK(got == shape, "{}: tensor '{}' has the wrong shape (expected [{}] from the config)", name_, name,
+                 fmt::join(shape, ", "));
       const std::string kind = e["kind"].get<std::string>();
-      const uint64_t numel = uint64_t(want.numel());
+      FUTR_CHECK(kind == "f32" || kind == "bf16", "{}: tensor '{}' must be bf16 or f32", name_, name);
+      const std::span<const uint8_t> bytes = blob(e, "offset", "bytes", numel * (kind == "f32" ? 4 : 2));
+      Tensor want(shape);
       if (kind == "f32") {
-        want.data = from_bytes<float>(blob(e, "offset", "bytes", numel * 4));
+        want.data = from_bytes<float>(bytes);
       } else {
-        FUTR_CHECK(kind == "bf16", "{}: tensor '{}' must be bf16 or f32", name_, name);
-        const std::vector<uint16_t> h = from_bytes<uint16_t>(blob(e, "offset", "bytes", numel * 2));
+        const std::vector<uint16_t> h = from_bytes<uint16_t>(bytes);
         for (size_t i = 0; i < h.size(); ++i) want.data[i] = bf16_to_float(h[i]);
       }
       for (float v : want.data) FUTR_CHECK(std::isfinite(v), "{}: tensor '{}' holds a non-finite value", name_, name);

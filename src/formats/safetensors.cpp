@@ -110,7 +110,8 @@ class HeaderSax {
     return true;
   }
   bool parse_error(std::size_t pos, const std::string&, const nlohmann::detail::exception& e) {
-    fail("{}: the JSON header is invalid at byte {}: {}", path_, pos, e.what());
+    // nlohmann's message quotes the last token read, which may be long.
+    fail("{}: the JSON header is invalid at byte {}: {}", path_, pos, printable(e.what(), 200));
   }
 
  private:

@@ -25,10 +25,14 @@ void ModelConfig::validate(const std::string& source) const {
              n_heads, n_kv_heads);
   FUTR_CHECK(head_dim % 2 == 0, "{}: head_dim {} must be even for RoPE", source, head_dim);
   // NOTE: a double such as 1e300 read into a float is inf, which compares > 0.
-  FUTR_CHECK(std::isfinite(rope_theta) && rope_theta > 0.0f && rope_theta <= 1e12f,
-             "{}: rope_theta {} is out of range (0, 1e12]", source, rope_theta);
-  FUTR_CHECK(std::isfinite(rms_eps) && rms_eps > 0.0f && rms_eps < 1.0f, "{}: rms_eps {} is out of range (0, 1)",
-             source, rms_eps);
+  // Physically meaningful bounds: RoPE's base is >= 1 (real models: 1e4 to
+  // 5e5; a denormal base turns every angle into inf/NaN), the norm epsilon at
+  // least 1e-12 (real: 1e-6 to 1e-5; a denormal one lets a zero row divide by
+  // ~0 and changes the text with exit 0).
+  FUTR_CHECK(std::isfinite(rope_theta) && rope_theta >= 1.0f && rope_theta <= 1e12f,
+             "{}: rope_theta {} is out of range [1, 1e12]", source, rope_theta);
+  FUTR_CHECK(std::isfinite(rms_eps) && rms_eps >= 1e-12f && rms_eps < 1.0f,
+             "{}: rms_eps {} is out of range [1e-12, 1)", source, rms_eps);
   FUTR_CHECK(rope_scaling.type == "none" || rope_scaling.type == "llama3",
              "{}: unsupported rope_scaling type '{}' (supported: none, llama3)", source,
              printable(rope_scaling.type, 100));

@@ -1,6 +1,8 @@
 // Next-token sampling (see sampler.h).
 #include "runtime/sampler.h"
 
+#include <cfloat>
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -75,7 +77,9 @@ std::vector<float> Sampler::penalized(std::span<const float> logits) const {
   const float r = config_.repetition_penalty;
   for (int32_t id : seen) {
     float& x = z[size_t(id)];
-    if (r != 1.0f) x = x > 0.0f ? x / r : x * r;
+    // NOTE: a tiny r inside the range would take x / r past FLT_MAX (+inf:
+    // refused as a broken forward pass); the result is kept finite instead.
+    if (r != 1.0f) x = x > 0.0f ? std::min(x / r, FLT_MAX) : std::max(x * r, -FLT_MAX);
     if (const auto it = generated.find(id); it != generated.end())
       x -= config_.presence_penalty + config_.frequency_penalty * float(it->second);
   }

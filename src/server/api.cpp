@@ -7,6 +7,8 @@
 
 #include <fmt/format.h>
 
+#include "core/json.h"
+#include "core/text.h"
 #include "server/prompt.h"
 
 namespace futr::server {
@@ -18,6 +20,9 @@ namespace {
 [[noreturn]] void bad(const std::string& param, const std::string& message) {
   throw ApiError(400, "invalid_request_error", message, param);
 }
+
+// A client's string in a message: short and escaped, never the whole value.
+std::string echo(std::string_view s) { return printable(s, 64); }
 
 // {"type": "text", ...}: the one content-part / response-format type served.
 // (json::value("type", "") would throw on a non-string type: a 500, not a 400.)
@@ -65,7 +70,7 @@ const std::string& get_string(const json& v, const std::string& name) {
 // Parameters OpenAI knows that futr accepts only at their neutral value.
 void check_neutral(const std::string& k, const json& v) {
   auto unsupported = [&] {
-    bad(k, fmt::format("'{}' = {} is not supported by this server", k, v.dump()));
+    bad(k, fmt::format("'{}' = {} is not supported by this server", k, json_snippet(v, 64)));
   };
   if (k == "logprobs") {
     if (!(v.is_boolean() && !v.get<bool>()) && !(v.is_number_integer() && v.get<int64_t>() == 0))
@@ -119,6 +124,8 @@ std::vector<int32_t> parse_prompt(const json& v, const ApiContext& ctx) {
 std::vector<ChatMessage> parse_messages(const json& v) {
   if (!v.is_array()) bad("messages", fmt::format("'messages' must be an array (got {})", type_name(v)));
   if (v.empty()) bad("messages", "'messages' must not be empty");
+  if (v.size() > kMaxMessages)
+    bad("messages", fmt::format("at most {} messages per request are supported (got {})", kMaxMessages, v.size()));
   std::vector<ChatMessage> out;
   for (size_t i = 0; i < v.size(); ++i) {
     const std::string p = fmt::format("messages[{}]", i);
@@ -146,13 +153,13 @@ std::vector<ChatMessage> parse_messages(const json& v) {
       } else if (k == "name") {
         get_string(*it, p + ".name");  // accepted, not rendered (the templates ignore it)
       } else {
-        bad(p + "." + k, fmt::format("Unrecognized argument in {}: '{}'", p, k));
+        bad(p + "." + echo(k), fmt::format("Unrecognized argument in {}: '{}'", p, echo(k)));
       }
     }
     if (msg.role == "developer") msg.role = "system";
     if (msg.role != "system" && msg.role != "user" && msg.role != "assistant")
       bad(p + ".role", fmt::format("'{}.role' must be system, developer, user or assistant (got '{}')",
-                                   p, msg.role));
+                                   p, echo(msg.role)));
     out.push_back(std::move(msg));
   }
   return out;
@@ -192,10 +199,15 @@ json ApiError::body() const { return error_body(what(), type_, param_, code_); }
 
 ApiRequest parse_request(Endpoint endpoint, std::string_view body, const ApiContext& ctx) {
   const bool chat = endpoint == Endpoint::kChat;
-  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded())
+  // The one JSON entry point (core/json.h): nesting cap, duplicate keys
+  // refused, a short excerpt in the message; the size is --max-body's.
+  json j;
+  try {
+    j = parse_json_document(body, "the request body");
+  } catch (const Error& e) {
     throw ApiError(400, "invalid_request_error",
-                   "We could not parse the JSON body of your request. (The body must be a JSON object.)");
+                   fmt::format("We could not parse the JSON body of your request. ({})", e.what()));
+  }
   if (!j.is_object()) bad("", "the request body must be a JSON object");
 
   static const std::set<std::string> common = {
@@ -226,7 +238,7 @@ ApiRequest parse_request(Endpoint endpoint, std::string_view body, const ApiCont
     const std::string& k = it.key();
     const json& v = *it;
     if (!common.count(k) && !(chat ? chat_only : completions_only).count(k))
-      bad(k, fmt::format("Unrecognized request argument supplied: {}", k));
+      bad(echo(k), fmt::format("Unrecognized request argument supplied: {}", echo(k)));
     if (v.is_null()) continue;
     if (neutral.count(k)) {
       check_neutral(k, v);
@@ -234,7 +246,7 @@ ApiRequest parse_request(Endpoint endpoint, std::string_view body, const ApiCont
       if (get_string(v, k) != ctx.model)
         throw ApiError(404, "invalid_request_error",
                        fmt::format("The model '{}' does not exist (this server serves '{}')",
-                                   v.get<std::string>(), ctx.model),
+                                   echo(v.get<std::string>()), ctx.model),
                        "model", "model_not_found");
       have_model = true;
     } else if (k == "prompt" || k == "messages") {
@@ -294,7 +306,7 @@ ApiRequest parse_request(Endpoint endpoint, std::string_view body, const ApiCont
     if (!r.stream) bad("stream_options", "'stream_options' is only allowed with 'stream': true");
     for (auto it = stream_options->begin(); it != stream_options->end(); ++it) {
       if (it.key() != "include_usage")
-        bad("stream_options." + it.key(), "Unrecognized argument in stream_options: " + it.key());
+        bad("stream_options." + echo(it.key()), "Unrecognized argument in stream_options: " + echo(it.key()));
       if (!it->is_null()) r.include_usage = get_bool(*it, "stream_options.include_usage");
     }
   }

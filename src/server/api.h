@@ -5,7 +5,7 @@
 //   model        string, required, the served model's id (else 404 model_not_found)
 //   prompt       completions: string | [string] | [int] | [[int]] (one prompt)
 //   messages     chat: [{role: system|developer|user|assistant, content: string |
-//                [{type: "text", text}], name?}], not empty
+//                [{type: "text", text}], name?}], not empty, at most 8192
 //   max_tokens   integer >= 1 (chat also max_completion_tokens); default 16
 //                (completions) or the rest of the context (chat)
 //   temperature  number in [0, 2], default 1 (0 = greedy)
@@ -26,7 +26,9 @@
 //   ({"type": "text"}), tools ([]), tool_choice ("none"); user, store,
 //   metadata, parallel_tool_calls: accepted and ignored;
 //   anything else: 400 "Unrecognized request argument supplied: X".
-// A null value counts as absent (as in OpenAI's API).
+// A null value counts as absent (as in OpenAI's API). The body is parsed by
+// core/json.h's parse_json_document (nesting at most 64 levels, no duplicate
+// keys); messages echo a client's value only clipped and escaped.
 //
 // Errors use OpenAI's body: {"error": {"message", "type", "param", "code"}}.
 //
@@ -48,6 +50,8 @@
 namespace futr::server {
 
 enum class Endpoint { kCompletions, kChat };
+
+inline constexpr size_t kMaxMessages = 8192;  // per chat request
 
 // A 4xx/5xx answer: HTTP status and the OpenAI error fields.
 class ApiError : public Error {

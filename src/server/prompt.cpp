@@ -20,13 +20,13 @@ std::string_view strip(std::string_view s) {
   return s.substr(b, s.find_last_not_of(ws) - b + 1);
 }
 
-// A piece of the prompt: a control token of the template, or text.
+// A piece of the prompt: a control token (or chat marker) of the template, or text.
 struct Piece {
-  int32_t special = -1;  // control token id, or -1 for text
+  int32_t special = -1;  // control token / chat marker id, or -1 for text
   std::string text;
 };
 
-// Appends the template text `t`, split at its control tokens.
+// Appends the template text `t`, split at its control tokens and chat markers.
 void add_template_text(const Tokenizer& tok, std::string_view t, std::vector<Piece>& out) {
   auto add_text = [&](std::string_view s) {
     if (s.empty()) return;
@@ -35,7 +35,7 @@ void add_template_text(const Tokenizer& tok, std::string_view t, std::vector<Pie
   };
   size_t cursor = 0;
   for (int32_t id : tok.encode(t, /*add_bos=*/false, /*parse_special=*/true)) {
-    if (!tok.is_control(id)) continue;
+    if (!tok.is_control(id) && !tok.is_chat_marker(id)) continue;
     const std::string& p = tok.piece(id);
     const size_t at = t.find(p, cursor);
     FUTR_CHECK(at != std::string_view::npos, "chat template: control token {} not found in its text", id);
@@ -63,11 +63,16 @@ std::vector<int32_t> encode_chat_prompt(const Tokenizer& tok, const ChatTemplate
   }
   const std::string s = tmpl.apply(marked, /*add_generation_prompt=*/true);
   std::vector<std::string_view> parts;  // T0 .. Tn
+  // Each sentinel exactly once, in order: found in order, and the rendering
+  // holds no other \x1d (linear; searching the rest of the rendering for a
+  // second copy of each would be quadratic in the number of messages).
+  size_t marks = 0;
+  for (char c : s) marks += c == '\x1d';
+  FUTR_CHECK(marks == 2 * sentinels.size(), "chat template: a message content is not rendered exactly once");
   size_t cursor = 0;
   for (const auto& m : sentinels) {
     const size_t at = s.find(m, cursor);
-    FUTR_CHECK(at != std::string::npos && s.find(m, at + 1) == std::string::npos,
-               "chat template: a message content is not rendered exactly once");
+    FUTR_CHECK(at != std::string::npos, "chat template: a message content is not rendered exactly once");
     parts.push_back(std::string_view(s).substr(cursor, at - cursor));
     cursor = at + m.size();
   }
@@ -114,7 +119,7 @@ std::vector<int32_t> encode_chat_prompt(const Tokenizer& tok, const ChatTemplate
     if (p.special >= 0) {
       ids.push_back(p.special);
     } else {
-      const auto t = tok.encode(p.text, false, /*parse_special=*/false);
+      const auto t = tok.encode_content(p.text);
       ids.insert(ids.end(), t.begin(), t.end());
     }
   }

@@ -10,12 +10,14 @@
 // "<|im_end|>\n<|im_start|>system" gets those characters as text). The
 // template is rendered twice, once with the contents and once with a unique
 // sentinel per content; the sentinel rendering gives the template's text
-// T0, T1, ..., Tn around the contents. Control tokens are found in the Ti;
-// the text between two control tokens (template text and contents together,
-// exactly as encode(rendered, parse_special = true) would see it) is encoded
-// with parse_special = false. For contents without control-token text the
-// result is therefore identical to encoding the rendered prompt with special
-// tokens enabled (tested).
+// T0, T1, ..., Tn around the contents. Control tokens and chat markers
+// (user-defined marker tokens the template uses, Tokenizer::is_chat_marker)
+// are found in the Ti; the text between two of them (template text and
+// contents together, exactly as encode(rendered, parse_special = true) would
+// see it) is encoded with Tokenizer::encode_content (special tokens and chat
+// markers off). For contents without such text the result is therefore
+// identical to encoding the rendered prompt with special tokens enabled
+// (tested).
 //
 // Tests: tests/server/prompt_test.cpp.
 #pragma once

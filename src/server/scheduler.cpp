@@ -175,6 +175,11 @@ void Scheduler::wait_idle() {
   idle_cv_.wait(lk, [&] { return (waiting_.empty() && n_running_.load() == 0) || stop_; });
 }
 
+bool Scheduler::wait_idle_for(std::chrono::duration<double> timeout) {
+  std::unique_lock lk(mu_);
+  return idle_cv_.wait_for(lk, timeout, [&] { return (waiting_.empty() && n_running_.load() == 0) || stop_; });
+}
+
 void Scheduler::loop() {
   for (;;) {
     {

@@ -139,6 +139,8 @@ class Scheduler {
   void begin_drain();  // refuse new requests from now on (503); the accepted ones finish
   bool draining() const { return draining_.load(); }
   void wait_idle();    // blocks until no request runs or waits
+  // As wait_idle(), for at most `timeout`; false if requests still run or wait.
+  bool wait_idle_for(std::chrono::duration<double> timeout);
 
   // The largest prompt + max_tokens a request may have: min(ctx, all KV positions).
   int64_t max_request_positions() const { return max_request_; }

@@ -37,16 +37,28 @@ size_t skip_newline(std::string_view s, size_t p) {
 // ChatML: the literal system prompt a template inserts, if any: the text
 // between "<|im_start|>system\n" and "<|im_end|>" in the source, provided it is
 // plain text (no quotes, braces or concatenation, i.e. not an expression).
+// Linear in the source: the next "<|im_end|>" and the next forbidden character
+// are searched again only once the marker has passed them (a template of many
+// markers without an end would otherwise be scanned to its end per marker).
 std::string chatml_default_system(std::string_view src) {
   const std::string marker = std::string(kImStart) + "system";
+  const char* forbidden = "'\"{}+";
+  size_t end = 0, bad = 0;  // the next kImEnd / forbidden character at or after them (npos: none)
+  bool end_known = false, bad_known = false;
   for (size_t pos = src.find(marker); pos != std::string_view::npos; pos = src.find(marker, pos + 1)) {
     const size_t b = skip_newline(src, pos + marker.size());
     if (b == std::string_view::npos) continue;
-    const size_t e = src.find(kImEnd, b);
-    if (e == std::string_view::npos) continue;
-    const std::string_view body = src.substr(b, e - b);
-    if (body.empty() || body.find_first_of("'\"{}+") != std::string_view::npos) continue;
-    return unescape(body);
+    if (!end_known || (end != std::string_view::npos && end < b)) {
+      end = src.find(kImEnd, b);
+      end_known = true;
+    }
+    if (end == std::string_view::npos) break;  // no later marker has an end either
+    if (!bad_known || (bad != std::string_view::npos && bad < b)) {
+      bad = src.find_first_of(forbidden, b);
+      bad_known = true;
+    }
+    if (end == b || (bad != std::string_view::npos && bad < end)) continue;
+    return unescape(src.substr(b, end - b));
   }
   return {};
 }
@@ -165,7 +177,7 @@ std::vector<int32_t> ChatTemplate::encode(const Tokenizer& tok, std::span<const 
     // NOTE: every segment boundary is a pre-tokenizer boundary (a special token
     // or a newline next to it), so the ids equal those of the whole prompt
     // whenever the contents hold no special-token text.
-    const std::vector<int32_t> part = tok.encode(s.text, false, /*parse_special=*/s.from_template);
+    const std::vector<int32_t> part = s.from_template ? tok.encode(s.text, false, /*parse_special=*/true) : tok.encode_content(s.text);
     ids.insert(ids.end(), part.begin(), part.end());
   }
   return ids;
@@ -179,7 +191,7 @@ std::optional<std::vector<int32_t>> ChatTemplate::encode_after(const Tokenizer& 
   size_t at = 0;  // characters of the segments before `s`
   for (const Segment& s : segments(messages, add_generation_prompt)) {
     if (at >= prefix_chars) {
-      const std::vector<int32_t> part = tok.encode(s.text, false, /*parse_special=*/s.from_template);
+      const std::vector<int32_t> part = s.from_template ? tok.encode(s.text, false, /*parse_special=*/true) : tok.encode_content(s.text);
       ids.insert(ids.end(), part.begin(), part.end());
     } else if (at + s.text.size() > prefix_chars) {
       return std::nullopt;  // the prefix ends inside this segment

@@ -25,8 +25,9 @@
 //
 // encode() tokenizes the prompt so that user text can never become a control
 // token: the template's own text is encoded with special tokens parsed, every
-// role and content as plain text (a user who types "<|im_end|>\n<|im_start|>
-// assistant" gets those characters, not a forged turn). It adds BOS when
+// role and content as plain text with Tokenizer::encode_content (a user who
+// types "<|im_end|>\n<|im_start|>assistant" gets those characters, not a
+// forged turn, also where the markers are user-defined, not control, tokens). It adds BOS when
 // !emits_bos() && tokenizer.add_bos(). apply() is the same prompt as text
 // (for display and tests); do not encode it with parse_special = true.
 // encode_after() is encode() of the prompt's text past a prefix, for a

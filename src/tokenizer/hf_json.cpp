@@ -4,6 +4,7 @@
 #include "tokenizer/hf_json.h"
 
 #include <algorithm>
+#include <unordered_set>
 #include <fstream>
 #include <optional>
 #include <sstream>
@@ -305,11 +306,13 @@ TokenizerSpec spec_from_texts(const HfTokenizerTexts& texts, int64_t max_vocab) 
         eos_ids.push_back(json_id(e, gen_file, "eos_token_id"));
       }
     }
+    // De-duplicated in linear time (a set of the ids seen; the list is as
+    // long as the file makes it).
+    std::unordered_set<int32_t> seen(spec.extra_eos.begin(), spec.extra_eos.end());
     for (int32_t id : eos_ids) {
       FUTR_CHECK(id < n, "{}: eos_token_id {} is outside the vocabulary ({} tokens)", gen_file.string(), id, n);
       if (spec.eos < 0) spec.eos = id;
-      if (id != spec.eos && std::find(spec.extra_eos.begin(), spec.extra_eos.end(), id) == spec.extra_eos.end())
-        spec.extra_eos.push_back(id);
+      if (id != spec.eos && seen.insert(id).second) spec.extra_eos.push_back(id);
     }
   }
   return spec;

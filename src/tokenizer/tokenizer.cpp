@@ -265,6 +265,134 @@ uint64_t pair_key(int32_t a, int32_t b) { return (uint64_t(uint32_t(a)) << 32) |
 }  // namespace
 
 // ---------------------------------------------------------------------------
+// Special-token matching
+// ---------------------------------------------------------------------------
+
+// Aho-Corasick over the reversed texts of the special (control and
+// user-defined) tokens. Run over a text backwards, the state after reading
+// text[i] names the longest special token that starts at i (the longest
+// reversed pattern that ends there), for all i in one linear pass, however
+// many tokens share a prefix or a first byte. Three answers per state: any
+// special token (parse_special), user-defined tokens only, and user-defined
+// tokens that are not chat markers (chat contents); among tokens with the
+// same text, the lowest id.
+class SpecialMatcher {
+ public:
+  // `content`: matched in chat contents too (a user-defined token that is not
+  // a chat marker).
+  void add(std::string_view text, int32_t id, bool user_defined, bool content) {
+    int32_t s = 0;
+    for (size_t k = text.size(); k-- > 0;) {
+      const uint8_t c = uint8_t(text[k]);
+      int32_t t = edge(s, c);
+      if (t < 0) {
+        t = int32_t(nodes_.size());
+        nodes_.push_back({});
+        set_edge(s, c, t);
+      }
+      s = t;
+    }
+    Node& n = nodes_[size_t(s)];
+    if (n.id_any < 0) n.id_any = id;
+    if (user_defined && n.id_user < 0) n.id_user = id;
+    if (content && n.id_content < 0) n.id_content = id;
+  }
+
+  // Failure links and, per state, the state of its longest accepting suffix
+  // (breadth first, so a state's failure state is done before it).
+  void finish() {
+    std::vector<uint32_t> first(nodes_.size() + 1, 0);  // children of each state, CSR
+    std::vector<std::pair<uint8_t, int32_t>> kids(edges_.size());
+    for (const auto& [key, t] : edges_) ++first[size_t(key >> 8) + 1];
+    for (size_t i = 1; i < first.size(); ++i) first[i] += first[i - 1];
+    std::vector<uint32_t> fill(first.begin(), first.end() - 1);
+    for (const auto& [key, t] : edges_) kids[fill[size_t(key >> 8)]++] = {uint8_t(key & 255), t};
+    std::vector<int32_t> order;
+    order.reserve(nodes_.size());
+    for (int c = 0; c < 256; ++c)
+      if (root_[size_t(c)] >= 0) {
+        Node& n = nodes_[size_t(root_[size_t(c)])];
+        n.fail = 0;
+        n.best_any = n.id_any >= 0 ? root_[size_t(c)] : -1;
+        n.best_user = n.id_user >= 0 ? root_[size_t(c)] : -1;
+        n.best_content = n.id_content >= 0 ? root_[size_t(c)] : -1;
+        order.push_back(root_[size_t(c)]);
+      }
+    for (size_t q = 0; q < order.size(); ++q) {
+      const int32_t s = order[q];
+      for (uint32_t k = first[size_t(s)]; k < first[size_t(s) + 1]; ++k) {
+        const auto [c, t] = kids[k];
+        int32_t f = nodes_[size_t(s)].fail, ft;
+        while ((ft = edge(f, c)) < 0 && f != 0) f = nodes_[size_t(f)].fail;
+        Node& n = nodes_[size_t(t)];
+        n.fail = ft < 0 ? 0 : ft;
+        const Node& fn = nodes_[size_t(n.fail)];
+        n.best_any = n.id_any >= 0 ? t : (n.fail != 0 ? fn.best_any : -1);
+        n.best_user = n.id_user >= 0 ? t : (n.fail != 0 ? fn.best_user : -1);
+        n.best_content = n.id_content >= 0 ? t : (n.fail != 0 ? fn.best_content : -1);
+        order.push_back(t);
+      }
+    }
+  }
+
+  bool empty() const { return nodes_.size() == 1; }
+
+  enum class Allow { kAll, kUserDefined, kContent };
+  // best[i]: the id of the longest allowed special token starting at text[i], or -1.
+  void longest_starting(std::string_view text, Allow allow, std::vector<int32_t>& best) const {
+    best.assign(text.size(), -1);
+    int32_t s = 0;
+    for (size_t i = text.size(); i-- > 0;) {
+      const uint8_t c = uint8_t(text[i]);
+      int32_t t;
+      while ((t = edge(s, c)) < 0 && s != 0) s = nodes_[size_t(s)].fail;
+      s = t < 0 ? 0 : t;
+      const Node& n = nodes_[size_t(s)];
+      const int32_t b = allow == Allow::kAll ? n.best_any : allow == Allow::kUserDefined ? n.best_user : n.best_content;
+      if (b >= 0) {
+        const Node& m = nodes_[size_t(b)];
+        best[i] = allow == Allow::kAll ? m.id_any : allow == Allow::kUserDefined ? m.id_user : m.id_content;
+      }
+    }
+  }
+
+ private:
+  struct Node {
+    int32_t fail = 0;
+    int32_t id_any = -1, id_user = -1, id_content = -1;      // the token whose (reversed) text ends here
+    int32_t best_any = -1, best_user = -1, best_content = -1;  // the state of the longest accepting suffix
+  };
+  int32_t edge(int32_t s, uint8_t c) const {
+    if (s == 0) return root_[c];
+    const auto it = edges_.find(uint64_t(s) << 8 | c);
+    return it == edges_.end() ? -1 : it->second;
+  }
+  void set_edge(int32_t s, uint8_t c, int32_t t) {
+    if (s == 0) root_[c] = t;
+    else edges_.emplace(uint64_t(s) << 8 | c, t);
+  }
+
+  std::vector<Node> nodes_ = std::vector<Node>(1);
+  std::array<int32_t, 256> root_ = [] {
+    std::array<int32_t, 256> a{};
+    a.fill(-1);
+    return a;
+  }();
+  std::unordered_map<uint64_t, int32_t> edges_;  // (state << 8 | byte) -> state, below the root
+};
+
+constexpr size_t kMaxSpecialBytes = 16 << 20;  // all control and user-defined texts together
+
+// Marker-like text: 3 to 64 bytes without whitespace, in <...> or [...].
+bool is_marker_text(std::string_view t) {
+  if (t.size() < 3 || t.size() > 64) return false;
+  if (!((t.front() == '<' && t.back() == '>') || (t.front() == '[' && t.back() == ']'))) return false;
+  for (char c : t)
+    if (c == ' ' || c == '\t' || c == '\n' || c == '\r') return false;
+  return true;
+}
+
+// ---------------------------------------------------------------------------
 // Tables
 // ---------------------------------------------------------------------------
 
@@ -277,8 +405,8 @@ struct Tokenizer::Impl {
   StrMap<int32_t> id_of_bytes;                  // bytes -> normal token id (ignore_merges)
   std::array<int32_t, 256> byte_token{};        // byte -> id of its one-character token (-1: none)
   std::unordered_map<uint64_t, Merge> merges;   // (left id, right id) -> rank, result
-  std::array<std::vector<int32_t>, 256> special_by_first;  // first byte -> control/user-defined
-                                                           // ids, longest text first
+  SpecialMatcher special;                       // control and user-defined texts
+  std::vector<uint8_t> chat_marker;             // [vocab] 1: a user-defined token the chat template uses
   Pre pre = Pre::Gpt2;
   std::string pre_name;
   std::string chat_template;
@@ -291,6 +419,7 @@ struct Tokenizer::Impl {
   mutable std::mutex cache_mu;                        // guards cache
   mutable StrMap<std::vector<int32_t>> cache;         // piece bytes -> ids
 
+  std::vector<int32_t> encode(std::string_view text, bool add_bos, SpecialMatcher::Allow allow) const;
   void bpe(std::string_view piece, std::vector<int32_t>& out) const;
   void merge_loop(std::string_view piece, std::vector<int32_t>& out) const;
   template <class F>
@@ -339,13 +468,25 @@ Tokenizer::Tokenizer(const TokenizerSpec& spec) : impl_(std::make_unique<Impl>()
   m.id_of_text.reserve(n);
   m.byte_token.fill(-1);
 
+  size_t special_bytes = 0;
+  m.chat_marker.assign(n, 0);
   for (size_t i = 0; i < n; ++i) {
     const std::string& t = m.text[i];
     m.id_of_text.emplace(t, int32_t(i));
     const int32_t ty = m.type[i];
     if (ty == kControl || ty == kUserDefined) {
       m.bytes[i] = t;  // special tokens are their text
-      if (!t.empty()) m.special_by_first[uint8_t(t[0])].push_back(int32_t(i));
+      special_bytes += t.size();
+      FUTR_CHECK(special_bytes <= kMaxSpecialBytes,
+                 "tokenizer: the control and user-defined tokens hold more than {} bytes of text (at id {})",
+                 kMaxSpecialBytes, i);
+      // A user-defined token that looks like a marker ("<|im_start|>",
+      // "[INST]") and appears in the chat template is a chat marker: many
+      // ChatML fine-tunes ship their markers as user-defined, not control,
+      // tokens; chat contents never match them (encode_content()).
+      const bool marker = ty == kUserDefined && is_marker_text(t) && m.chat_template.find(t) != std::string::npos;
+      if (marker) m.chat_marker[i] = 1;
+      if (!t.empty()) m.special.add(t, int32_t(i), ty == kUserDefined, ty == kUserDefined && !marker);
       continue;
     }
     // Normal (and unknown/unused/byte) tokens: through the alphabet when the
@@ -365,8 +506,7 @@ Tokenizer::Tokenizer(const TokenizerSpec& spec) : impl_(std::make_unique<Impl>()
              "tokenizer: the vocabulary has no byte token for {} of the 95 printable ASCII bytes ('{}'); it is not "
              "a byte-level BPE vocabulary",
              missing.size(), printable(missing, 20));
-  for (auto& v : m.special_by_first)
-    std::stable_sort(v.begin(), v.end(), [&](int32_t a, int32_t b) { return m.text[size_t(a)].size() > m.text[size_t(b)].size(); });
+  m.special.finish();
 
   m.merges.reserve(spec.merges.size() * 2);
   for (size_t r = 0; r < spec.merges.size(); ++r) {
@@ -491,7 +631,16 @@ void Tokenizer::Impl::pieces(std::string_view text, Matcher& split, Matcher* dig
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos, bool parse_special) const {
-  const Impl& m = *impl_;
+  return impl_->encode(text, add_bos,
+                       parse_special ? SpecialMatcher::Allow::kAll : SpecialMatcher::Allow::kUserDefined);
+}
+
+std::vector<int32_t> Tokenizer::encode_content(std::string_view text) const {
+  return impl_->encode(text, false, SpecialMatcher::Allow::kContent);
+}
+
+std::vector<int32_t> Tokenizer::Impl::encode(std::string_view text, bool add_bos, SpecialMatcher::Allow allow) const {
+  const Impl& m = *this;
   std::vector<int32_t> out;
   out.reserve(text.size() / 3 + 2);
   if (add_bos) {
@@ -505,19 +654,19 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos, bool
   auto bpe_out = [&](std::string_view p) { m.bpe(p, out); };
 
   // Special tokens split the text; the stretches between them are encoded.
+  // The leftmost match wins, the longest one at that position (linear time:
+  // SpecialMatcher).
   size_t start = 0;
-  for (size_t i = 0; i < text.size(); ++i) {
-    const auto& cands = m.special_by_first[uint8_t(text[i])];
-    if (cands.empty()) continue;
-    for (int32_t id : cands) {  // longest first
-      if (m.type[size_t(id)] == kControl && !parse_special) continue;
-      const std::string& t = m.text[size_t(id)];
-      if (text.compare(i, t.size(), t) != 0) continue;
+  if (!m.special.empty()) {
+    std::vector<int32_t> best;
+    m.special.longest_starting(text, allow, best);
+    for (size_t i = 0; i < text.size(); ++i) {
+      const int32_t id = best[i];
+      if (id < 0) continue;
       m.pieces(text.substr(start, i - start), split, dm, bpe_out);
       out.push_back(id);
-      i += t.size() - 1;
+      i += m.text[size_t(id)].size() - 1;
       start = i + 1;
-      break;
     }
   }
   m.pieces(text.substr(start), split, dm, bpe_out);
@@ -552,6 +701,10 @@ std::string Tokenizer::decode(std::span<const int32_t> ids) const {
 bool Tokenizer::is_eog(int32_t id) const {
   return id >= 0 && size_t(id) < impl_->eog.size() && impl_->eog[size_t(id)];
 }
+bool Tokenizer::is_chat_marker(int32_t id) const {
+  return id >= 0 && size_t(id) < impl_->chat_marker.size() && impl_->chat_marker[size_t(id)];
+}
+
 bool Tokenizer::is_control(int32_t id) const {
   return id >= 0 && size_t(id) < impl_->type.size() && impl_->type[size_t(id)] == kControl;
 }

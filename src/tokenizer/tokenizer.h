@@ -26,6 +26,11 @@
 //      unassigned planes (C0 C1 F1 F2 F5..FF). A vocabulary without a token
 //      for each of the 95 printable ASCII bytes is refused at construction.
 //
+// encode_content(text): as encode(text, false, false), without chat markers:
+//   user-defined tokens that look like markers and that the chat template
+//   uses (is_chat_marker) are not matched in chat message contents, so a
+//   user cannot forge a turn where the markers are not control tokens.
+//
 // decode(ids): normal tokens map back through the alphabet to bytes; control
 // and user-defined tokens are their text; invalid ids are a futr::Error.
 // StreamDecoder turns ids into printable text one at a time, holding back an
@@ -58,6 +63,9 @@ class Tokenizer {
 
   // Token ids of `text` (any bytes). add_bos prepends bos() (error if there is none).
   std::vector<int32_t> encode(std::string_view text, bool add_bos, bool parse_special) const;
+  // A chat message's content: encode(text, false, false), and chat markers
+  // (is_chat_marker) are not matched either: their text stays text.
+  std::vector<int32_t> encode_content(std::string_view text) const;
   // The pre-tokenizer's pieces of `text` (no special-token matching), views into text.
   std::vector<std::string_view> split_words(std::string_view text) const;
   // The bytes of the tokens, concatenated (may be invalid UTF-8 mid-stream).
@@ -67,6 +75,11 @@ class Tokenizer {
 
   bool is_eog(int32_t id) const;      // eos or one of extra_eos
   bool is_control(int32_t id) const;  // a control (special) token such as <|im_end|>
+  // A user-defined token with marker-like text (3..64 bytes in <...> or [...],
+  // no whitespace) that the chat template uses, as ChatML fine-tunes ship
+  // <|im_start|> / <|im_end|>: the template's text may produce it, chat
+  // contents may not (encode_content()).
+  bool is_chat_marker(int32_t id) const;
   int32_t vocab_size() const;
   int32_t bos() const;  // -1: none
   int32_t eos() const;  // -1: none

@@ -112,6 +112,21 @@ TEST(FutrChat, AUserLineCannotForgeRoles) {
   EXPECT_EQ(controls(*rest), 4);  // <|im_end|>, <|im_start|> (user), <|im_end|>, <|im_start|> (assistant)
 }
 
+// A line longer than the cap (3 MB of text, then a newline) is refused with
+// the cap in the message and the conversation goes on with the next line;
+// a long last line without a newline ends the input the same way. Bounded:
+// the time is the model load and one short answer.
+TEST(FutrChat, OverlongLinesAreRefusedWithTheCap) {
+  REQUIRE_MODEL();
+  const std::string big(3 << 20, 'a');
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto r = futr::test::run_futr({"chat", "--temperature", "0", "-n", "4", "-t", "1"}, big + "\nHi\n" + big);
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find("a line longer than 1048576 bytes is refused"), std::string::npos) << r.err.substr(0, 2000);
+  EXPECT_EQ(lines(r.out).size(), 1u) << r.out;  // one answer: to "Hi"
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 120.0);
+}
+
 TEST(FutrChat, RefusesBadSamplingBeforeLoading) {
   const auto r = futr::test::run_futr({"chat", "--repetition-penalty", "0"}, "");
   EXPECT_EQ(r.rc, 1);

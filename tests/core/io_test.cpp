@@ -1,10 +1,14 @@
 // core/io.h: file kinds named as such (never "missing"), regular files only,
-// size limits checked before allocating, stdin-like descriptors read bounded.
+// size limits checked before allocating, stdin-like descriptors read bounded;
+// TempOutput: unique temporaries, renamed on commit, removed on failure and
+// on SIGINT/SIGTERM.
 #include "core/io.h"
 
 #include <gtest/gtest.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -81,4 +85,52 @@ TEST(HumanBytes, Units) {
   EXPECT_EQ(human_bytes(64ull << 20), "64 MiB");
   EXPECT_EQ(human_bytes(2ull << 30), "2 GiB");
   EXPECT_EQ(human_bytes(3ull << 29), "1.5 GiB");
+}
+
+namespace {
+
+// The files in `dir` whose name holds ".tmp".
+int temporaries(const fs::path& dir) {
+  int n = 0;
+  for (const auto& e : fs::directory_iterator(dir)) n += e.path().filename().string().find(".tmp") != std::string::npos;
+  return n;
+}
+
+}  // namespace
+
+TEST(TempOutput, CommitRenamesAndFailureRemoves) {
+  TmpDir d;
+  {
+    TempOutput t(d.p / "a.bin");
+    EXPECT_EQ(t.path().string().rfind((d.p / "a.bin.tmp.").string(), 0), 0u);
+    t.write("hello", 5);
+    t.commit();
+  }
+  EXPECT_EQ(fs::file_size(d.p / "a.bin"), 5u);
+  { TempOutput t(d.p / "b.bin"); t.write("x", 1); }  // destroyed without commit
+  EXPECT_FALSE(fs::exists(d.p / "b.bin"));
+  EXPECT_EQ(temporaries(d.p), 0);
+  EXPECT_FUTR_ERROR(TempOutput(d.p / "no" / "c.bin"), "cannot open for writing");
+}
+
+// A signal while the temporary exists removes it, then ends the process as
+// the signal would have.
+TEST(TempOutput, TempOutputIsRemovedOnSignals) {
+  for (const int sig : {SIGINT, SIGTERM}) {
+    TmpDir d;
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      signal(sig, SIG_DFL);
+      TempOutput t(d.p / "out.futr");
+      t.write("partial", 7);
+      raise(sig);
+      _exit(0);  // not reached
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == sig) << status;
+    EXPECT_EQ(temporaries(d.p), 0) << "signal " << sig;
+    EXPECT_FALSE(fs::exists(d.p / "out.futr"));
+  }
 }

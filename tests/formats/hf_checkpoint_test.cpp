@@ -265,6 +265,12 @@ TEST(HfCheckpoint, BrokenConfigs) {
   err([](json& j) { j["hidden_act"] = "gelu"; }, "hidden_act 'gelu' is not supported");
   err([](json& j) { j["attention_bias"] = true; }, "'attention_bias' = true is not supported");
   err([](json& j) { j["rms_norm_eps"] = 1e300; }, "'rms_norm_eps' = 1e+300 is out of range");
+  // Denormal (or merely tiny) values load as floats > 0, but no model has them:
+  // refused with the field named, not run with a changed text.
+  err([](json& j) { j["rms_norm_eps"] = 1e-40; }, "rms_eps 1e-40 is out of range [1e-12, 1)");
+  err([](json& j) { j["rope_theta"] = 1e-40; }, "rope_theta 1e-40 is out of range [1, 1e12]");
+  err([](json& j) { j["rope_theta"] = 0.5; }, "rope_theta 0.5 is out of range [1, 1e12]");
+
   err([](json& j) { j["rope_scaling"]["rope_type"] = "yarn"; }, "unsupported rope_scaling type 'yarn'");
   err([](json& j) { j["rope_scaling"].erase("rope_type"); }, "no 'rope_type' (or 'type')");
   err([](json& j) { j["rope_scaling"].erase("low_freq_factor"); }, "llama3 scaling needs 'low_freq_factor'");

@@ -93,6 +93,19 @@ TEST(Safetensors, BrokenHeaders) {
                     "has too many elements");
 }
 
+// A long invalid token is quoted clipped in the message (nlohmann's parse
+// error quotes the whole last token: here 1 MB).
+TEST(Safetensors, InvalidHeaderMessagesAreShort) {
+  const std::string header = "{\"" + std::string(1 << 20, 'n') + "\x01\": 1}";
+  try {
+    parse(raw(header));
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the JSON header is invalid"), std::string::npos);
+    EXPECT_LT(std::string(e.what()).size(), 500u);
+  }
+}
+
 TEST(Safetensors, BrokenRanges) {
   const std::string one = R"("dtype": "F32", "shape": [2])";
   EXPECT_FUTR_ERROR(parse(raw("{\"a\": {" + one + R"(, "data_offsets": [0, 8]}})", 4)),

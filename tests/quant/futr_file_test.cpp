@@ -5,6 +5,8 @@
 #include "formats/futr_file.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -402,6 +404,72 @@ TEST(FutrFile, NonFiniteValuesNameTheTensor) {
                     "tensor 'blk.0.ffn_up' holds a non-finite value (element 2)");
   EXPECT_FUTR_ERROR(FutrFile(poke(i4, "output_norm", "", "offset", 0, {0xc0, 0xff}), "x.futr").to_model(true),
                     "tensor 'output_norm' holds a non-finite value");
+}
+
+// A config that disagrees with the file's own tensor table is refused before
+// anything of the config's size is allocated: vocab 2^22 in a header whose
+// token_embd holds the tiny model's rows (before: 2^22 x hidden floats were
+// allocated first, GBs from a small file). Checked in a child process whose
+// address space may grow by 1 GiB at most.
+TEST(FutrFile, ConfigShapesCheckedAgainstTheTableBeforeAllocating) {
+  const Model m = tiny();
+  const Sets s = quantize_all(m);
+  const std::vector<uint8_t> bytes =
+      with_header(futr_bytes(m, {&s.int4}), [](json& h) { h["config"]["vocab"] = 1 << 22; });
+  ASSERT_GE(uint64_t(1 << 22) * uint64_t(m.config.hidden) * 4, uint64_t(1) << 30);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    uint64_t pages = 0;  // the address space in use now, plus 1 GiB
+    if (FILE* f = fopen("/proc/self/statm", "r")) {
+      if (fscanf(f, "%lu", &pages) != 1) pages = 0;
+      fclose(f);
+    }
+    const rlim_t cap = rlim_t(pages * uint64_t(sysconf(_SC_PAGESIZE)) + (uint64_t(1) << 30));
+    rlimit r{cap, cap};
+    setrlimit(RLIMIT_AS, &r);
+    try {
+      FutrFile f(bytes, "big.futr");
+      f.to_model(true);
+      _exit(3);
+    } catch (const Error& e) {
+      _exit(std::string(e.what()).find("big.futr: tensor 'token_embd' has the wrong shape") != std::string::npos ? 0
+                                                                                                               : 4);
+    } catch (const std::bad_alloc&) {
+      _exit(2);
+    }
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "2: allocated first; 3: accepted; 4: another message";
+}
+
+// The writer never follows a planted OUT.tmp link (nor touches OUT.tmp at
+// all: the temporary has a unique name) and leaves no temporary behind.
+TEST(FutrFile, WriterNeverFollowsAPlantedTmpLink) {
+  const Model m = tiny();
+  const Sets s = quantize_all(m);
+  const auto dir = tmp("linkdir");
+  std::filesystem::create_directories(dir);
+  const auto victim = dir / "victim.txt";
+  std::ofstream(victim) << "precious";
+  const auto out = dir / "m.futr";
+  std::filesystem::create_symlink(victim, out.string() + ".tmp");
+  write_futr(out, m, {&s.int4});
+  std::ifstream in(victim);
+  std::string text;
+  std::getline(in, text);
+  EXPECT_EQ(text, "precious");
+  EXPECT_TRUE(std::filesystem::is_symlink(out.string() + ".tmp"));
+  int files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    ++files;
+    EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << e.path();
+  }
+  EXPECT_EQ(files, 3);  // victim, the link, the output
+  EXPECT_NO_THROW(load_futr_model(out, true));
+  std::filesystem::remove_all(dir);
 }
 
 // Class 5: write_futr never replaces a non-regular file and leaves no .tmp behind.

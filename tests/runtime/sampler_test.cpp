@@ -5,6 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
+
+#include <cmath>
 #include <map>
 #include <vector>
 
@@ -158,6 +161,43 @@ TEST(Sampler, RepetitionPenaltyDividesPositiveAndMultipliesNegativeLogits) {
   EXPECT_EQ(s.sample(z), 1);  // greedy sees the penalized logits: 2.0 > 1.5
   s.reset_history();
   EXPECT_EQ(s.sample(z), 0);
+}
+
+// Every sampling parameter at the ends of its accepted range (the smallest
+// positive float for the open ends), with penalties over a history, draws a
+// token from ordinary logits and from logits near the float limits: an
+// accepted value never fails later (before, a repetition_penalty of 1e-40
+// took x / r to +inf, refused as a broken forward pass).
+TEST(Sampler, RangeEndsOfEveryParameterSample) {
+  const float tiny = std::numeric_limits<float>::denorm_min();
+  std::vector<SamplerConfig> configs;
+  for (float t : {0.0f, tiny, 1.0f, 100.0f})
+    for (float r : {tiny, 1e-30f, 1.0f, 10.0f})
+      for (float pen : {-2.0f, 0.0f, 2.0f})
+        for (float p : {tiny, 1.0f})
+          for (float m : {0.0f, 1.0f})
+            configs.push_back({.temperature = t, .top_k = t == 1.0f ? 1 : 0, .top_p = p, .seed = 7, .min_p = m,
+                               .repetition_penalty = r, .presence_penalty = pen, .frequency_penalty = -pen,
+                               .penalty_last_n = 0});
+  const std::vector<std::vector<float>> rows = {
+      {3.0f, -2.0f, 0.5f, 0.0f},
+      {std::numeric_limits<float>::max(), -std::numeric_limits<float>::max(), 1e30f, -1e30f},
+      {tiny, -tiny, 0.0f, -0.0f}};
+  for (const auto& c : configs) {
+    for (const auto& z : rows) {
+      Sampler s(c);
+      for (int i = 0; i < 4; ++i) s.accept(i, i % 2 == 0);
+      for (int k = 0; k < 3; ++k) {
+        int32_t id = -1;
+        ASSERT_NO_THROW(id = s.sample(z)) << "t " << c.temperature << " r " << c.repetition_penalty << " pen "
+                                          << c.presence_penalty << " top_p " << c.top_p << " min_p " << c.min_p;
+        EXPECT_GE(id, 0);
+        EXPECT_LT(id, 4);
+        s.accept(id, true);
+      }
+      for (float x : s.penalized(z)) EXPECT_TRUE(std::isfinite(x));
+    }
+  }
 }
 
 TEST(Sampler, PresenceAndFrequencyPenaliesCountGeneratedTokens) {

@@ -114,6 +114,72 @@ TEST_F(ApiTest, BadRequestsGet4xxNamingTheParameter) {
   }
 }
 
+// A deeply nested value in any field (within a 1 MB body), a value nested
+// just under the cap in a field that is only checked for being neutral, and
+// duplicate keys: each a 400 with a short message, never a crash (the
+// parser's depth cap; no recursive print of a client value).
+TEST_F(ApiTest, HostileJsonInEveryFieldIs400) {
+  const std::vector<std::string> fields = {
+      "model", "max_tokens", "temperature", "top_p", "top_k", "n", "stream", "stream_options", "stop",
+      "seed", "user", "frequency_penalty", "presence_penalty", "min_p", "repetition_penalty", "logprobs",
+      "logit_bias", "prompt", "echo", "best_of", "suffix", "messages", "max_completion_tokens",
+      "top_logprobs", "response_format", "tools", "tool_choice", "parallel_tool_calls", "store", "metadata"};
+  const int kDeep = 400000;  // ~800 KB
+  const std::string deep = std::string(kDeep, '[') + std::string(kDeep, ']');
+  const std::string deep_obj = [] {
+    std::string s;
+    for (int i = 0; i < 100000; ++i) s += R"({"a":)";
+    s += "1";
+    s += std::string(100000, '}');
+    return s;
+  }();
+  std::string shallow = "1";  // 60 levels: under the cap
+  for (int i = 0; i < 60; ++i) shallow = (i % 2 ? R"({"k":)" + shallow + "}" : "[" + shallow + "]");
+  for (const Endpoint e : {Endpoint::kCompletions, Endpoint::kChat}) {
+    const std::string input = e == Endpoint::kChat ? R"("messages": [{"role": "user", "content": "x"}])"
+                                                   : R"("prompt": "hi")";
+    for (const auto& f : fields) {
+      for (const std::string* v : std::initializer_list<const std::string*>{&deep, &deep_obj, &shallow}) {
+        if (v == &shallow && (f == "parallel_tool_calls" || f == "store" || f == "metadata"))
+          continue;  // accepted and ignored at any (capped) depth
+        const std::string body = "{\"model\": \"m\", " + input + ", \"" + f + "\": " + *v + "}";
+        try {
+          parse_request(e, body, ctx_);
+          ADD_FAILURE() << f << " accepted";
+        } catch (const ApiError& err) {
+          EXPECT_EQ(err.status(), 400) << f;
+          EXPECT_LT(std::string(err.what()).size(), 400u) << f << ": " << err.what();
+        }
+      }
+    }
+  }
+  const std::string too_deep = std::string(65, '[') + std::string(65, ']');
+  try {
+    parse_request(Endpoint::kCompletions, R"({"model": "m", "prompt": "hi", "logit_bias": )" + too_deep + "}", ctx_);
+    ADD_FAILURE() << "accepted";
+  } catch (const ApiError& err) {
+    EXPECT_NE(std::string(err.what()).find("nested deeper than 64 levels"), std::string::npos) << err.what();
+  }
+  try {
+    parse_request(Endpoint::kCompletions, R"({"model": "m", "prompt": "hi", "max_tokens": 3, "max_tokens": 5})",
+                  ctx_);
+    ADD_FAILURE() << "accepted";
+  } catch (const ApiError& err) {
+    EXPECT_EQ(err.status(), 400);
+    EXPECT_NE(std::string(err.what()).find("duplicate key 'max_tokens'"), std::string::npos) << err.what();
+  }
+  // A long unknown key or model name is echoed clipped.
+  const std::string long_key(100000, 'k');
+  EXPECT_EQ(error_of(Endpoint::kCompletions, R"({"model": "m", "prompt": "hi", ")" + long_key + R"(": 1})").first,
+            400);
+  try {
+    parse_request(Endpoint::kCompletions, R"({"model": ")" + long_key + R"(", "prompt": "hi"})", ctx_);
+  } catch (const ApiError& err) {
+    EXPECT_EQ(err.status(), 404);
+    EXPECT_LT(std::string(err.what()).size(), 300u);
+  }
+}
+
 TEST_F(ApiTest, CompletionDefaultsAndFields) {
   const ApiRequest r = parse_request(Endpoint::kCompletions, R"({"model": "m", "prompt": "Hello"})", ctx_);
   EXPECT_EQ(r.gen.prompt, encode_completion_prompt(*tok_, "Hello"));

@@ -1,6 +1,8 @@
 // The HTTP server (src/server/http_server.h) on the loopback over the fake
 // engine: routes, OpenAI bodies, server-sent events, errors, the API key,
-// a client leaving mid-stream, drain.
+// a client leaving mid-stream, drain; hostile clients: compressed and
+// chunked bodies beyond --max-body, slow clients (health still answers,
+// stop and drain still end), the connection cap.
 #include "server/http_server.h"
 
 #include <arpa/inet.h>
@@ -10,6 +12,8 @@
 #include <unistd.h>
 
 #include <gtest/gtest.h>
+
+#include <zlib.h>
 
 #include <thread>
 
@@ -21,6 +25,54 @@ namespace {
 
 using json = nlohmann::json;
 using std::chrono::milliseconds;
+
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// A raw loopback connection (-1 if it fails).
+int connect_raw(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(uint16_t(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Everything the server sends until it closes (or `timeout_s` passes).
+std::string read_all(int fd, double timeout_s = 10) {
+  timeval tv{};
+  tv.tv_sec = long(timeout_s);
+  tv.tv_usec = long((timeout_s - double(tv.tv_sec)) * 1e6);
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  std::string got;
+  char buf[4096];
+  for (;;) {
+    const ssize_t n = recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    got.append(buf, size_t(n));
+  }
+  return got;
+}
+
+std::string gzip(const std::string& s) {
+  z_stream z{};
+  EXPECT_EQ(deflateInit2(&z, 9, Z_DEFLATED, 31, 8, Z_DEFAULT_STRATEGY), Z_OK);
+  std::string out(deflateBound(&z, uLong(s.size())), '\0');
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(s.data()));
+  z.avail_in = uInt(s.size());
+  z.next_out = reinterpret_cast<Bytef*>(out.data());
+  z.avail_out = uInt(out.size());
+  EXPECT_EQ(deflate(&z, Z_FINISH), Z_STREAM_END);
+  out.resize(z.total_out);
+  deflateEnd(&z);
+  return out;
+}
 
 class HttpTest : public ::testing::Test {
  protected:
@@ -35,7 +87,6 @@ class HttpTest : public ::testing::Test {
     chat_ = std::make_unique<ChatTemplate>(ChatTemplate::for_tokenizer(*tok_));
     ho.port = 0;
     ho.model = "fake";
-    ho.max_queue = so.max_queue;
     server_ = std::make_unique<HttpServer>(*scheduler_, *tok_, chat_.get(), metrics_, ho);
     port_ = server_->bind();
     thread_ = std::thread([this] { server_->run(); });
@@ -337,6 +388,180 @@ TEST_F(HttpTest, DrainLetsInFlightFinishAndRefusesNew) {
   ASSERT_FALSE(ev.empty());
   EXPECT_EQ(ev.back(), "[DONE]");
   EXPECT_EQ(json::parse(ev[ev.size() - 2])["choices"][0]["finish_reason"], "length");
+}
+
+// --max-body counts the body after decompression and de-chunking: a small
+// gzip body that inflates past it is a 413 (cpp-httplib 0.11 checks only the
+// Content-Length); an encoding cpp-httplib cannot decode is a 415; bodies to
+// routes that take none are refused before they are read.
+TEST_F(HttpTest, CompressedAndChunkedBodiesCountAgainstMaxBody) {
+  HttpOptions ho;
+  ho.max_body_bytes = 64 << 10;
+  start({}, ho);
+  const json small = {{"model", "fake"}, {"prompt", "The quick"}, {"max_tokens", 3}};
+  auto raw_post = [&](const std::string& headers, const std::string& body) {
+    const int fd = connect_raw(port_);
+    EXPECT_GE(fd, 0);
+    const std::string req = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" +
+                            headers + "\r\n" + body;
+    EXPECT_EQ(send(fd, req.data(), req.size(), MSG_NOSIGNAL), ssize_t(req.size()));
+    const std::string got = read_all(fd);
+    close(fd);
+    return got;
+  };
+  auto status_of = [](const std::string& response) {
+    return response.size() > 12 ? std::atoi(response.c_str() + 9) : 0;
+  };
+  // A gzip body within the limit works.
+  const std::string zs = gzip(small.dump());
+  EXPECT_EQ(status_of(raw_post("Content-Encoding: gzip\r\nConnection: close\r\nContent-Length: " +
+                                   std::to_string(zs.size()) + "\r\n",
+                               zs)),
+            200);
+  // 64 MB of JSON whitespace in ~64 KB of gzip: refused at 64 KB.
+  const std::string bomb = gzip("{\"model\": \"fake\", \"prompt\": \"x\"" + std::string(64 << 20, ' ') + "}");
+  ASSERT_LT(bomb.size(), size_t(ho.max_body_bytes));
+  const std::string r413 = raw_post("Content-Encoding: gzip\r\nContent-Length: " + std::to_string(bomb.size()) + "\r\n", bomb);
+  EXPECT_EQ(status_of(r413), 413) << r413.substr(0, 300);
+  EXPECT_NE(r413.find("after decompression"), std::string::npos);
+  // Chunked, 200 KB in 1 KB chunks: refused at the cap.
+  std::string chunked;
+  for (int i = 0; i < 200; ++i) chunked += "400\r\n" + std::string(1024, ' ') + "\r\n";
+  chunked += "0\r\n\r\n";
+  EXPECT_EQ(status_of(raw_post("Transfer-Encoding: chunked\r\n", chunked)), 413);
+  EXPECT_EQ(status_of(raw_post("Content-Encoding: zstd\r\nContent-Length: 2\r\n", "{}")), 415);
+  EXPECT_EQ(status_of(raw_post("Content-Length: 99999999999\r\n", "")), 413);
+  // A body to a route that takes none: 404 before reading it, connection closed.
+  const int fd = connect_raw(port_);
+  const std::string req = "POST /health HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                          "100000\r\n" + std::string(1000, 'z');
+  send(fd, req.data(), req.size(), MSG_NOSIGNAL);
+  const std::string got = read_all(fd);
+  close(fd);
+  EXPECT_EQ(status_of(got), 404) << got.substr(0, 200);
+  // The server is fine afterwards.
+  EXPECT_EQ(post("/v1/completions", small)->status, 200);
+}
+
+// The request line and headers hold 64 KiB at most (cpp-httplib 0.11 would
+// grow a header line, or the list of headers, for as long as the client
+// sends): 1 MB of headers, or one 1 MB header line, get a 400 and the
+// connection closes; a request with ordinary headers is unaffected.
+TEST_F(HttpTest, HugeRequestHeadsAreRefused) {
+  start({});
+  std::string many = "GET /health HTTP/1.1\r\nHost: x\r\n";
+  for (int i = 0; i < 20000; ++i) many += "X-A" + std::to_string(i) + ": " + std::string(40, 'a') + "\r\n";
+  many += "\r\n";
+  const std::string one_line = "GET /health HTTP/1.1\r\nX-Big: " + std::string(1 << 20, 'b') + "\r\n\r\n";
+  for (const std::string* req : std::initializer_list<const std::string*>{&many, &one_line}) {
+    const int fd = connect_raw(port_);
+    ASSERT_GE(fd, 0);
+    const auto t0 = Clock::now();
+    send(fd, req->data(), req->size(), MSG_NOSIGNAL);
+    const std::string got = read_all(fd, 10);
+    close(fd);
+    EXPECT_EQ(got.rfind("HTTP/1.1 400", 0), 0u) << got.substr(0, 100);
+    EXPECT_LT(since(t0), 5.0);
+  }
+  std::string ok = "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n";
+  for (int i = 0; i < 100; ++i) ok += "X-A" + std::to_string(i) + ": " + std::string(40, 'a') + "\r\n";
+  ok += "\r\n";
+  const int fd = connect_raw(port_);
+  send(fd, ok.data(), ok.size(), MSG_NOSIGNAL);
+  EXPECT_EQ(read_all(fd).rfind("HTTP/1.1 200", 0), 0u);
+  close(fd);
+}
+
+// 200 clients that send their request a byte at a time (and stop) hold no
+// worker the health probe needs: /health answers within 1 s while they are
+// connected, a client too slow for request_timeout_s is cut off, and stop()
+// ends within a bound although they are still connected.
+TEST_F(HttpTest, SlowClientsNeitherStallHealthNorStop) {
+  HttpOptions ho;
+  ho.request_timeout_s = 3;
+  ho.read_timeout_s = 2;
+  start({}, ho);
+  std::vector<int> slow;
+  for (int i = 0; i < 200; ++i) {
+    const int fd = connect_raw(port_);
+    ASSERT_GE(fd, 0);
+    send(fd, "POST /v1/completions HTTP/1.1\r\nHo", 34, MSG_NOSIGNAL);
+    slow.push_back(fd);
+  }
+  for (int round = 0; round < 3; ++round) {
+    for (int fd : slow) send(fd, "s", 1, MSG_NOSIGNAL);
+    httplib::Client probe("127.0.0.1", port_);
+    probe.set_connection_timeout(1, 0);
+    probe.set_read_timeout(1, 0);
+    const auto t0 = Clock::now();
+    auto h = probe.Get("/health");
+    ASSERT_TRUE(h) << "round " << round;
+    EXPECT_EQ(h->status, 200);
+    EXPECT_LT(since(t0), 1.0);
+    std::this_thread::sleep_for(milliseconds(500));
+  }
+  // One byte every 0.5 s never completes a request: cut off at ~3 s.
+  const auto t0 = Clock::now();
+  const std::string cut = read_all(slow[0], 8);
+  EXPECT_LT(since(t0), 6.0);
+  const auto t1 = Clock::now();
+  server_->stop();
+  thread_.join();
+  EXPECT_LT(since(t1), 2.0);
+  for (int fd : slow) close(fd);
+}
+
+// Beyond max_connections a connection gets 503 at once, while the ones
+// already served are unaffected.
+TEST_F(HttpTest, ConnectionCapAnswers503) {
+  HttpOptions ho;
+  ho.max_connections = 4;
+  start({}, ho);
+  EXPECT_EQ(server_->max_connections(), 4);
+  std::vector<int> held;
+  for (int i = 0; i < 4; ++i) {
+    held.push_back(connect_raw(port_));
+    send(held.back(), "GET /hea", 8, MSG_NOSIGNAL);
+  }
+  std::this_thread::sleep_for(milliseconds(200));
+  const int extra = connect_raw(port_);
+  send(extra, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n", 35, MSG_NOSIGNAL);
+  const std::string got = read_all(extra, 5);
+  close(extra);
+  EXPECT_EQ(got.rfind("HTTP/1.1 503", 0), 0u) << got;
+  EXPECT_NE(got.find("too many open connections"), std::string::npos);
+  send(held[0], "lth HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", 44, MSG_NOSIGNAL);
+  EXPECT_EQ(read_all(held[0]).rfind("HTTP/1.1 200", 0), 0u);
+  for (int fd : held) close(fd);
+  EXPECT_EQ(HttpOptions{}.max_connections, 0);  // by the machine:
+  EXPECT_GE(default_max_connections(), 16);
+  EXPECT_LE(default_max_connections(), 512);
+}
+
+// drain() ends within drain_timeout_s although a request would run far longer
+// and a slow client is connected: the request is cut off, everything closes.
+TEST_F(HttpTest, DrainIsBoundedWithLongRequestsAndSlowClients) {
+  auto eo = test::FakeEngine::Options{};
+  eo.step_time = std::chrono::microseconds(20000);  // 200 tokens: 4 s
+  eo.ctx = 256;
+  HttpOptions ho;
+  ho.drain_timeout_s = 1;
+  start(eo, ho);
+  const int slow = connect_raw(port_);
+  send(slow, "POST /v1/comp", 13, MSG_NOSIGNAL);
+  std::thread t([&] {
+    httplib::Client c("127.0.0.1", port_);
+    c.set_read_timeout(30, 0);
+    c.Post("/v1/completions", json{{"model", "fake"}, {"prompt", "x"}, {"max_tokens", 200}}.dump(),
+           "application/json");
+  });
+  while (scheduler_->running() == 0) std::this_thread::sleep_for(milliseconds(1));
+  const auto t0 = Clock::now();
+  server_->drain();
+  thread_.join();
+  EXPECT_LT(since(t0), 3.0);
+  t.join();
+  close(slow);
 }
 
 }  // namespace

@@ -6,7 +6,7 @@ futr_add_test(server_prompt_test SOURCES server/prompt_test.cpp LIBS futr_server
 futr_add_test(server_scheduler_test SOURCES server/scheduler_test.cpp LIBS futr_server futr_formats)
 futr_add_test(server_api_test SOURCES server/api_test.cpp LIBS futr_server futr_formats)
 futr_add_test(server_http_test SOURCES server/http_server_test.cpp
-              LIBS futr_server futr_formats PkgConfig::FUTR_HTTPLIB)
+              LIBS futr_server futr_formats PkgConfig::FUTR_HTTPLIB z)
 
 # futr serve end to end with the openai client (test venv: scripts/test.sh).
 # Label "cpu" like every test that does not need CUDA (--backend cpu), so the

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -281,6 +282,31 @@ TEST_F(HfJson, HugeTokenIdIsRefusedBeforeAllocating) {
   write("tokenizer.json", j);
   e = error_of([&] { tokenizer_spec_from_hf_json(dir_); });
   EXPECT_NE(e.find("id 9223372036854775808 is out of range"), std::string::npos) << e;
+}
+
+// generation_config.json's end-of-generation list is de-duplicated in linear
+// time (200,000 distinct ids, each listed twice: before, each id was looked up
+// in the list so far, minutes), and duplicate JSON keys are refused naming
+// the key.
+TEST_F(HfJson, LongEosListsAndDuplicateKeys) {
+  json j = base_tokenizer();
+  const int n = 200000;
+  for (int i = 262; i < n; ++i) j["model"]["vocab"][std::string("t").append(std::to_string(i))] = i;
+  write("tokenizer.json", j);
+  json ids = json::array();
+  for (int rep = 0; rep < 2; ++rep)
+    for (int i = 0; i < n; ++i) ids.push_back(i);
+  write("generation_config.json", json{{"eos_token_id", ids}});
+  const auto t0 = std::chrono::steady_clock::now();
+  const TokenizerSpec spec = tokenizer_spec_from_hf_json(dir_);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0);
+  EXPECT_EQ(spec.eos, 0);
+  EXPECT_EQ(spec.extra_eos.size(), size_t(n - 1));
+  fs::remove(dir_ / "generation_config.json");
+  write("tokenizer.json", std::string(R"({"version": "1.0", "version": "2.0"})"));
+  const std::string e = error_of([&] { tokenizer_spec_from_hf_json(dir_); });
+  EXPECT_NE(e.find("duplicate key 'version'"), std::string::npos) << e;
+  EXPECT_NE(e.find((dir_ / "tokenizer.json").string()), std::string::npos) << e;
 }
 
 // Class 7: a tokenizer file that is a directory or a FIFO is reported as such

@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <random>
 #include <string>
 #include <thread>
@@ -41,6 +42,40 @@ std::vector<int32_t> ids_of(const Tokenizer& tok, const std::vector<std::string>
 
 std::vector<int32_t> enc(const Tokenizer& tok, std::string_view text, bool parse_special = true) {
   return tok.encode(text, false, parse_special);
+}
+
+// Special-token matching is linear in the text however many special tokens
+// share a first byte or a prefix: 20,000 user-defined tokens "<a...a|N>" and a
+// 1 MB text of "<aaaa..." that starts one at every byte (before: every
+// candidate compared at every '<', minutes). Also the leftmost-longest rule
+// with many overlapping tokens, on a small case checked by hand.
+TEST(Tokenizer, SpecialTokenMatchingIsLinear) {
+  std::vector<std::pair<std::string, int32_t>> specials;
+  for (int i = 0; i < 20000; ++i) specials.push_back({"<" + std::string(40, 'a') + "|" + std::to_string(i) + ">", 4});
+  specials.push_back({"<|c|>", 3});
+  const Tokenizer tok(alphabet_spec({}, "gpt2", specials));
+  std::string text;
+  while (text.size() < (1 << 20)) text += "<" + std::string(39, 'a') + "b";
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto ids = enc(tok, text, false);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(s, 5.0);
+  EXPECT_EQ(tok.decode(ids), text);
+  const std::string hit = "x<" + std::string(40, 'a') + "|17><|c|>";
+  const auto h = enc(tok, hit, false);
+  ASSERT_GE(h.size(), 2u);
+  EXPECT_EQ(h[1], *tok.find_token("<" + std::string(40, 'a') + "|17>"));
+  EXPECT_EQ(tok.decode(h), hit);
+  EXPECT_EQ(enc(tok, hit, true).back(), *tok.find_token("<|c|>"));
+
+  const Tokenizer nest(alphabet_spec({}, "gpt2", {{"ab", 4}, {"abcd", 4}, {"bc", 4}, {"bcde", 3}, {"cd", 4}}));
+  auto id = [&](const char* t) { return *nest.find_token(t); };
+  // "abcde": the leftmost match starts at 0, its longest is "abcd"; then 'e'.
+  EXPECT_EQ(enc(nest, "abcde"), (std::vector<int32_t>{id("abcd"), 'e'}));
+  // "xbcde": "bcde" (control) with parse_special; else "bc", then "d" and "e" as bytes.
+  EXPECT_EQ(enc(nest, "xbcde"), (std::vector<int32_t>{'x', id("bcde")}));
+  EXPECT_EQ(enc(nest, "xbcde", false), (std::vector<int32_t>{'x', id("bc"), 'd', 'e'}));
+  EXPECT_EQ(enc(nest, "abcabd"), (std::vector<int32_t>{id("ab"), 'c', id("ab"), 'd'}));
 }
 
 TEST(Tokenizer, ByteLevelAlphabet) {
