@@ -47,7 +47,7 @@ class QuantKvStorage final : public KvStorage {
   void unmap_output(float* o, int64_t n, int64_t ld) const override;
   int64_t bytes() const override;
 
-  // The mirror of one layer, in the layout of device/layout/kv_cache.cuh (INT4 modes).
+  // The mirror of one layer, in the layout of kernels/layout/kv_cache.cuh (INT4 modes).
   const std::vector<uint8_t>& key_nibbles(int layer) const { return mirror_[size_t(layer)].k; }
   const std::vector<uint8_t>& value_nibbles(int layer) const { return mirror_[size_t(layer)].v; }
   const std::vector<float>& key_scales(int layer) const { return mirror_[size_t(layer)].ks; }

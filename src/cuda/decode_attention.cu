@@ -11,9 +11,9 @@
 #include "core/error.h"
 #include "cuda/check.h"
 #include "cuda/launch.cuh"
-#include "device/kernels/sm90_decode_attention.cuh"
-#include "device/kernels/sm90_kv_append.cuh"
-#include "device/kernels/sm90_kv_append_rows.cuh"
+#include "kernels/sm90_decode_attention.cuh"
+#include "kernels/sm90_kv_append.cuh"
+#include "kernels/sm90_kv_append_rows.cuh"
 
 namespace futr::cuda {
 

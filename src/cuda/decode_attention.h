@@ -1,6 +1,6 @@
 // Launchers of the decode-step KV-cache kernels: the cache append and the
 // split-KV decode attention over the BF16 primary cache or the INT4 mirror
-// (rotated or not). Layouts: src/device/layout/kv_cache.cuh, docs/LAYOUTS.md.
+// (rotated or not). Layouts: src/kernels/layout/kv_cache.cuh, docs/LAYOUTS.md.
 //
 //   kv_append():        new K/V rows -> BF16 primary (+ INT4 mirror), by a row map
 //   kv_append_rows():   the same for a prefill chunk (many rows per launch)
@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-#include "device/layout/kv_cache.cuh"
+#include "kernels/layout/kv_cache.cuh"
 
 namespace futr::cuda {
 

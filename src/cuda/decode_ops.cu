@@ -8,12 +8,12 @@
 #include "core/error.h"
 #include "cuda/check.h"
 #include "cuda/launch.cuh"
-#include "device/kernels/sm90_gather_rows.cuh"
-#include "device/kernels/sm90_logits_reduce.cuh"
-#include "device/kernels/sm90_rmsnorm.cuh"
-#include "device/kernels/sm90_rope.cuh"
-#include "device/kernels/sm90_sample_topk.cuh"
-#include "device/kernels/sm90_swiglu.cuh"
+#include "kernels/sm90_gather_rows.cuh"
+#include "kernels/sm90_logits_reduce.cuh"
+#include "kernels/sm90_rmsnorm.cuh"
+#include "kernels/sm90_rope.cuh"
+#include "kernels/sm90_sample_topk.cuh"
+#include "kernels/sm90_swiglu.cuh"
 
 namespace futr::cuda {
 

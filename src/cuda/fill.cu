@@ -1,6 +1,6 @@
 #include "cuda/check.h"
 #include "cuda/fill.h"
-#include "device/kernels/fill_random.cuh"
+#include "kernels/fill_random.cuh"
 
 namespace futr::cuda {
 

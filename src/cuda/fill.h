@@ -1,4 +1,4 @@
-// Host launchers for device/kernels/fill_random.cuh (random test/benchmark data).
+// Host launchers for kernels/fill_random.cuh (random test/benchmark data).
 #pragma once
 
 #include <cuda_runtime.h>

@@ -1,5 +1,5 @@
 // FP8 (and BF16) prefill GEMM with fused epilogues: the host interface of
-// src/device/kernels/sm90_fp8_gemm.cuh.
+// src/kernels/sm90_fp8_gemm.cuh.
 //
 //   C[M, N] = A[M, K] x B[N, K]^T   (FP32 accumulation on WGMMA), then one epilogue:
 //
@@ -118,7 +118,7 @@ struct RmsScaledOutArgs {
   int ld_out = 0;                    // 0: N
 };
 
-// Delayed-scaling FP8 output; see src/device/epilogue/swiglu_fp8.cuh for the contract.
+// Delayed-scaling FP8 output; see src/kernels/epilogue/swiglu_fp8.cuh for the contract.
 struct SwiGluFp8Args {
   GemmScales scales;                 // b_scale is in the interleaved column order
   uint8_t* out = nullptr;            // [M, ld_out] E4M3, N/2 columns

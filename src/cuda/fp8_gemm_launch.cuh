@@ -12,8 +12,8 @@
 #include "cuda/check.h"
 #include "cuda/fp8_gemm_launch.h"
 #include "cuda/fp8_gemm_variants.h"
-#include "device/epilogue/policies.cuh"
-#include "device/kernels/sm90_fp8_gemm.cuh"
+#include "kernels/epilogue/policies.cuh"
+#include "kernels/sm90_fp8_gemm.cuh"
 
 namespace futr::cuda::detail {
 

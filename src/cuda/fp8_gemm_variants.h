@@ -13,7 +13,7 @@
 // Adding a variant = adding a row (the kernel's static_asserts check the tile).
 // Keep the list short: CI compiles every row on two cores.
 //
-// Tests: tests/device/fp8_gemm_test.cpp (Fp8GemmVariants.* need no GPU).
+// Tests: tests/kernels/fp8_gemm_test.cpp (Fp8GemmVariants.* need no GPU).
 #pragma once
 
 #include <cstddef>

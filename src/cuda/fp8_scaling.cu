@@ -7,8 +7,8 @@
 #include "core/error.h"
 #include "cuda/check.h"
 #include "cuda/launch.cuh"
-#include "device/kernels/sm90_fp8_quantize.cuh"
-#include "device/kernels/sm90_fp8_scale_update.cuh"
+#include "kernels/sm90_fp8_quantize.cuh"
+#include "kernels/sm90_fp8_scale_update.cuh"
 
 namespace futr::cuda {
 

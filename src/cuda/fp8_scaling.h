@@ -8,10 +8,10 @@
 //   fp8_quantize_rows()    BF16 rows -> E4M3 with the site's scale, the
 //                          folded RMSNorm optionally normalized in the cast,
 //                          recording the call's amax / saturation / non-finite
-//                          values (device/kernels/sm90_fp8_quantize.cuh);
+//                          values (kernels/sm90_fp8_quantize.cuh);
 //   DeviceScaleBank::update()  after the calls: each record enters its site's
 //                          window and sets the next call's scale
-//                          (device/kernels/sm90_fp8_scale_update.cuh).
+//                          (kernels/sm90_fp8_scale_update.cuh).
 // The SwiGLU epilogue records into a site the same way: its scale_in /
 // amax_out / saturation_out are &site->scale / &site->amax / &site->saturated.
 // Policy: "clamp" (re-scale on the next call), the one a CUDA graph can run;
@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "cuda/buffer.h"
-#include "device/layout/fp8_site.cuh"
+#include "kernels/layout/fp8_site.cuh"
 #include "quant/delayed_scaling.h"
 
 namespace futr::cuda {

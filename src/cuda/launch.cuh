@@ -1,7 +1,7 @@
 // One kernel launch, optionally as a programmatic dependent (PDL): the
 // launchers of the decode path's small kernels (decode_ops.cu,
 // decode_attention.cu) go through it so a step's chain of kernels can overlap
-// each launch with the tail of the kernel before it (device/ptx/pdl.cuh says
+// each launch with the tail of the kernel before it (kernels/ptx/pdl.cuh says
 // what each kernel may do before griddepcontrol.wait). CUDA-only header: it
 // includes the runtime's templated cudaLaunchKernelEx.
 #pragma once

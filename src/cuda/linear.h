@@ -3,7 +3,7 @@
 // owning its packed weights, scales and split-K workspace in device memory.
 //
 //   W4Linear: INT4 weights + FP16 group scales (group 128 or 64), both in the
-//             fragment order of src/device/layout/int4_fragment.cuh, as produced
+//             fragment order of src/kernels/layout/int4_fragment.cuh, as produced
 //             by quant::pack_int4 (src/quant/int4_pack.h).
 //   W8Linear: E4M3 weights (quant::pack_e4m3) + one FP32 scale per output channel.
 //

@@ -10,7 +10,7 @@
 #include "cuda/device.h"
 #include "cuda/launch.cuh"
 #include "cuda/tensor_map.h"
-#include "device/kernels/sm90_prefill_attention.cuh"
+#include "kernels/sm90_prefill_attention.cuh"
 
 namespace futr::cuda {
 

@@ -1,4 +1,4 @@
-// Launcher of the prefill attention (device/kernels/sm90_prefill_attention.cuh):
+// Launcher of the prefill attention (kernels/sm90_prefill_attention.cuh):
 // causal GQA attention of packed prompt chunks over the BF16 KV cache, each
 // chunk attending to its request's prefix and to itself.
 //
@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "device/layout/kv_cache.cuh"
+#include "kernels/layout/kv_cache.cuh"
 
 namespace futr::cuda {
 

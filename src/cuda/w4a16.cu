@@ -1,5 +1,5 @@
 // Launchers, the explicit variant list and the heuristic of the decode GEMMs
-// (see w4a16.h). The kernels: src/device/kernels/sm90_w4a16_{stream,gemv,skinny}.cuh.
+// (see w4a16.h). The kernels: src/kernels/sm90_w4a16_{stream,gemv,skinny}.cuh.
 #include "cuda/w4a16.h"
 
 #include <algorithm>
@@ -12,10 +12,10 @@
 #include "core/error.h"
 #include "cuda/check.h"
 #include "cuda/device.h"
-#include "device/kernels/sm90_w4a16_gemv.cuh"
-#include "device/kernels/sm90_w4a16_sk.cuh"
-#include "device/kernels/sm90_w4a16_stream.cuh"
-#include "device/kernels/sm90_w4a16_skinny.cuh"
+#include "kernels/sm90_w4a16_gemv.cuh"
+#include "kernels/sm90_w4a16_sk.cuh"
+#include "kernels/sm90_w4a16_stream.cuh"
+#include "kernels/sm90_w4a16_skinny.cuh"
 
 namespace futr::cuda {
 

@@ -3,7 +3,7 @@
 //
 //   W4A16: W = q * s, q symmetric INT4 in [-8, 7], s FP16 per output channel per
 //          group of G = 128 or 64 inputs, both in fragment order
-//          (src/device/layout/int4_fragment.cuh, docs/LAYOUTS.md).
+//          (src/kernels/layout/int4_fragment.cuh, docs/LAYOUTS.md).
 //   W8A16: W = e4m3 * s, s FP32 per output channel, fragment order.
 //
 // Kernels: sm90_w4a16_gemv (M = 1, register ring) and sm90_w4a16_skinny

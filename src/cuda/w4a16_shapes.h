@@ -1,6 +1,6 @@
 // The decode GEMM shapes of the supported models: each model's four projections per
 // layer (y = x W^T, W [N, K]) with gate and up fused into one N = 2 * intermediate
-// matrix. Shared by tests/device/w4a16_test.cpp and bench/w4a16_bench.cpp.
+// matrix. Shared by tests/kernels/w4a16_test.cpp and bench/w4a16_bench.cpp.
 #pragma once
 
 #include <array>

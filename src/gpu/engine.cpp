@@ -26,7 +26,7 @@
 #include "cuda/fp8_scaling.h"
 #include "cuda/linear.h"
 #include "cuda/stream.h"
-#include "device/layout/kv_cache.cuh"
+#include "kernels/layout/kv_cache.cuh"
 #include "model/projection.h"
 #include "model/rope.h"
 #include "quant/int4_pack.h"

@@ -97,7 +97,7 @@
 // activations stay O(1), BF16 norms near 1, embedding and head: benchmarks of
 // real shapes with no checkpoint and no host buffer of the model's size.
 // The KV cache is one slot region of round_up(ctx, 16) slots per sequence slot
-// (device/layout/kv_cache.cuh), allocated up front; a cache that does not fit
+// (kernels/layout/kv_cache.cuh), allocated up front; a cache that does not fit
 // in GPU memory is refused naming what would fit.
 //
 // A step: runtime::plan_batch() checks every row first; then micro-steps of

@@ -17,7 +17,7 @@
 #include "cuda/fp8_gemm.h"
 #include "cuda/fp8_scaling.h"
 #include "cuda/prefill_attention.h"
-#include "device/layout/kv_cache.cuh"
+#include "kernels/layout/kv_cache.cuh"
 #include "model/projection.h"
 
 namespace futr::gpu {

@@ -60,7 +60,7 @@
 struct CUstream_st;
 
 namespace futr::layout {
-struct KvLayerPtrs;  // device/layout/kv_cache.cuh (cuda::KvLayerPtrs)
+struct KvLayerPtrs;  // kernels/layout/kv_cache.cuh (cuda::KvLayerPtrs)
 }
 namespace futr::cuda {
 class DeviceScaleBank;  // cuda/fp8_scaling.h

@@ -12,7 +12,7 @@
 // with r(x) = 1 / sqrt(mean(x^2) + eps) a per-row scalar. So W' = W diag(g) is
 // quantized (the gain is folded in FP32 before quantization) and the GEMM runs
 // on the un-normalized rows x; the epilogue multiplies row m by r(x_m)
-// (device/epilogue/scale.cuh RowRmsFactor). o and down are not folded (g = 1).
+// (kernels/epilogue/scale.cuh RowRmsFactor). o and down are not folded (g = 1).
 //
 // Tests: tests/quant/fp8_weights_test.cpp.
 #pragma once

@@ -45,7 +45,7 @@
 #include "cuda/buffer.h"
 #include "cuda/check.h"
 #include "cuda/decode_attention.h"
-#include "device/layout/kv_cache.cuh"
+#include "kernels/layout/kv_cache.cuh"
 #include "formats/loader.h"
 #include "gpu/engine.h"
 #include "model/synthetic.h"

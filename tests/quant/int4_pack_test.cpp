@@ -14,7 +14,7 @@
 #include "core/error.h"
 #include "core/numeric.h"
 #include "cpu/ref/w4a16_ref.h"
-#include "device/layout/int4_fragment.cuh"
+#include "kernels/layout/int4_fragment.cuh"
 
 using namespace futr;
 

@@ -30,13 +30,13 @@ inline constexpr double kTensorParallelSplit = 1e-5;
 // <= 2^-9 = 0.00195 per element, so the L2 ratio stays below that.
 inline constexpr double kBf16Output = 4e-3;
 
-// Decode GEMMs with quantized weights (tests/device/w4a16_test.cpp) against
+// Decode GEMMs with quantized weights (tests/kernels/w4a16_test.cpp) against
 // ref::w4a16 / ref::w8a16: exact products of BF16 activations and dequantized
 // weights, FP32 accumulation, FP32 group scaling, one BF16 rounding of y.
 inline constexpr double kW4A16 = 4e-3;  // largest observed on the H200 (6 runs, 2026-11-29): 2.3e-3
 inline constexpr double kW8A16 = 4e-3;  // largest observed on the H200 (6 runs, 2026-11-29): 2.3e-3
 
-// FP8 prefill GEMM (tests/device/fp8_gemm_test.cpp) against ref::gemm_rows +
+// FP8 prefill GEMM (tests/kernels/fp8_gemm_test.cpp) against ref::gemm_rows +
 // the epilogue references (exact E4M3/BF16 products, float blocks summed in
 // double). The GPU accumulates on the tensor cores, whose FP8 accumulation
 // keeps fewer bits than FP32 (the error grows with K), and rounds once to BF16.
@@ -53,14 +53,14 @@ inline constexpr double kFp8GemmSumSq = 5e-3;     // 1.3e-3 (row sums of squares
 // <= 2^-4 relative per element (about 0.036 RMS for spread-out values).
 inline constexpr double kFp8GemmE4m3Out = 5e-2;   // 2.7e-2
 
-// Decode attention (tests/device/decode_attention_test.cpp) against
+// Decode attention (tests/kernels/decode_attention_test.cpp) against
 // ref::decode_attention (float64 over exactly the cache's BF16 values or the
 // mirror's decoded nibbles): FP16 query and probabilities (INT4 mirror; 11-bit
 // mantissa) or BF16 ones (BF16 cache; 8 bits), FP32 accumulation, one BF16
 // rounding of the output.
 inline constexpr double kDecodeAttention = 6e-3;  // largest observed on the H200 (5 runs, 2026-12-01): 2.0e-3
 
-// Prefill attention (tests/device/prefill_attention_test.cpp) against
+// Prefill attention (tests/kernels/prefill_attention_test.cpp) against
 // ref::prefill_attention (float64 over exactly the cache's BF16 values): BF16
 // Q and K products on the tensor cores (exact) summed in FP32, P rounded to
 // BF16 (8 bits) with the row sum taken over the rounded weights, FP32
@@ -68,7 +68,7 @@ inline constexpr double kDecodeAttention = 6e-3;  // largest observed on the H20
 // attention's BF16 path, same bound.
 inline constexpr double kPrefillAttention = 6e-3;  // not yet observed on the H200
 
-// Logits reductions (tests/device/logits_reduce_test.cpp) against
+// Logits reductions (tests/kernels/logits_reduce_test.cpp) against
 // ref::logits_reduce (float64): absolute error of log-sum-exp and of
 // log p(target). The GPU sums FP32 expf terms (<= 2 ulp each, 1.2e-7
 // relative) in FP64, so the error of lse is ~1e-7 for any vocabulary; the

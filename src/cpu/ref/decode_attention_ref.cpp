@@ -6,7 +6,7 @@
 
 #include "core/error.h"
 #include "core/numeric.h"
-#include "device/layout/kv_cache.cuh"
+#include "kernels/layout/kv_cache.cuh"
 #include "quant/hadamard.h"
 #include "quant/kv_int4.h"
 

@@ -1,7 +1,7 @@
 // CPU reference of the decode-step KV-cache kernels (the specification
-// src/device/kernels/sm90_kv_append.cuh and sm90_decode_attention*.cuh are
+// src/kernels/sm90_kv_append.cuh and sm90_decode_attention*.cuh are
 // tested against), on a host copy of one layer's cache in exactly the device
-// layouts (src/device/layout/kv_cache.cuh):
+// layouts (src/kernels/layout/kv_cache.cuh):
 //
 //   kv_append():         rows -> BF16 primary, and the INT4 mirror through the
 //                        CPU quantizer itself (quant::kv_int4_store_row, with

@@ -1,6 +1,6 @@
 // CPU reference of the FP8 prefill GEMM and its epilogue policies
-// (src/device/kernels/sm90_fp8_gemm.cuh, src/device/epilogue/). Plain C++, the
-// spec the GPU kernels are tested against (tests/device/fp8_gemm_test.cpp).
+// (src/kernels/sm90_fp8_gemm.cuh, src/kernels/epilogue/). Plain C++, the
+// spec the GPU kernels are tested against (tests/kernels/fp8_gemm_test.cpp).
 //
 // Core: acc[i, n] = sum_k A[rows[i], k] * B[n, k] with the decoded E4M3/BF16
 // values (each product is exact in float), accumulated in float over blocks of
@@ -9,7 +9,7 @@
 // subset of rows (the tests sample rows of the huge shapes) and all N columns.
 // Epilogue ops work on one output row of FP32 values, mirroring the device ops
 // one for one; the policy functions compose them in the order of
-// src/device/epilogue/policies.cuh.
+// src/kernels/epilogue/policies.cuh.
 #pragma once
 
 #include <cstdint>

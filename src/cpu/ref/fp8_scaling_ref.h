@@ -1,5 +1,5 @@
 // CPU reference of the FP8 activation quantizer of the prefill path (the
-// specification src/device/kernels/sm90_fp8_quantize.cuh is tested against):
+// specification src/kernels/sm90_fp8_quantize.cuh is tested against):
 // the arithmetic of cpu::Fp8Linear::quantize_input (variant rms_in_cast for
 // fold = true) on rows of BF16 bits, returning the E4M3 bytes and the call's
 // record (amax of the finite values, saturated and non-finite counts). The

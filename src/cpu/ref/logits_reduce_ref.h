@@ -1,5 +1,5 @@
 // CPU reference of the decode step's logits reductions (the specification
-// src/device/kernels/sm90_logits_reduce.cuh is tested against), per row z of
+// src/kernels/sm90_logits_reduce.cuh is tested against), per row z of
 // `vocab` FP32 logits, in float64:
 //
 //   max       = max_i z_i over the entries that are not NaN (NaN if all are)

@@ -1,7 +1,7 @@
 // CPU reference of the prefill attention (the specification
-// src/device/kernels/sm90_prefill_attention.cuh is tested against), on a host
+// src/kernels/sm90_prefill_attention.cuh is tested against), on a host
 // copy of one layer's BF16 cache in the device layout (ref::KvLayerHost,
-// src/device/layout/kv_cache.cuh):
+// src/kernels/layout/kv_cache.cuh):
 //
 //   for request r, new row i at position p = pos0[r] + i, query head j (KV
 //   head j / G), keys t = 0..p at slots slot_base[r] + t:

@@ -1,5 +1,5 @@
 // CPU reference of the decode GEMMs with quantized weights (the specification
-// the GPU kernels in src/device/kernels/sm90_w4a16_*.cuh are tested against):
+// the GPU kernels in src/kernels/sm90_w4a16_*.cuh are tested against):
 //
 //   W4A16: y[m, n] = sum_g s[n, g] * sum_{k in group g} x[m, k] * q[n, k]
 //   W8A16: y[m, n] = s[n] * sum_k x[m, k] * e4m3[n, k]
