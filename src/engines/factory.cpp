@@ -10,7 +10,7 @@
 #include "cpu/engine.h"
 #include "cpu/threads.h"
 #if FUTR_HAVE_CUDA
-#include "cuda/device.h"
+#include "launch/device.h"
 #include "gpu/engine.h"
 #include "gpu/prefill.h"
 #include "gpu/tp_engine.h"

@@ -93,7 +93,7 @@
 // layer are fused (q|k|v, gate|up) by concatenating their logical INT4 rows and
 // packing once on the host (no FP32); embedding, norm gains and the LM head
 // are BF16. Synthetic models (the second constructor) draw every weight on
-// the device (cuda/fill.h): random INT4 nibbles and FP16 group scales sized so
+// the device (launch/fill.h): random INT4 nibbles and FP16 group scales sized so
 // activations stay O(1), BF16 norms near 1, embedding and head: benchmarks of
 // real shapes with no checkpoint and no host buffer of the model's size.
 // The KV cache is one slot region of round_up(ctx, 16) slots per sequence slot
@@ -142,7 +142,7 @@
 struct CUstream_st;  // cudaStream_t, without the CUDA headers (factory.cpp includes this file)
 
 namespace futr::cuda {
-class DeviceScaleBank;  // cuda/fp8_scaling.h
+class DeviceScaleBank;  // launch/fp8_scaling.h
 }
 
 namespace futr::gpu {

@@ -10,7 +10,7 @@
 #include <thread>
 
 #include "core/error.h"
-#include "cuda/check.h"
+#include "launch/check.h"
 
 #if FUTR_HAVE_NCCL
 #include <nccl.h>

@@ -9,14 +9,14 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
-#include "cuda/buffer.h"
-#include "cuda/check.h"
-#include "cuda/decode_attention.h"
-#include "cuda/decode_ops.h"
-#include "cuda/fill.h"
-#include "cuda/fp8_gemm.h"
-#include "cuda/fp8_scaling.h"
-#include "cuda/prefill_attention.h"
+#include "launch/buffer.h"
+#include "launch/check.h"
+#include "launch/decode_attention.h"
+#include "launch/decode_ops.h"
+#include "launch/fill.h"
+#include "launch/fp8_gemm.h"
+#include "launch/fp8_scaling.h"
+#include "launch/prefill_attention.h"
 #include "kernels/layout/kv_cache.cuh"
 #include "model/projection.h"
 

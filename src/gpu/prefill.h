@@ -63,7 +63,7 @@ namespace futr::layout {
 struct KvLayerPtrs;  // kernels/layout/kv_cache.cuh (cuda::KvLayerPtrs)
 }
 namespace futr::cuda {
-class DeviceScaleBank;  // cuda/fp8_scaling.h
+class DeviceScaleBank;  // launch/fp8_scaling.h
 }
 
 namespace futr::gpu {

@@ -14,7 +14,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
-#include "cuda/check.h"
+#include "launch/check.h"
 #include "gpu/nccl.h"
 #include "runtime/batch.h"
 #include "runtime/perplexity.h"

@@ -38,7 +38,7 @@
 // len 0 gives a zero output.
 //
 // Limits: D in {64, 128}; G <= 8. Launcher (variant list, split heuristic):
-// src/cuda/decode_attention.cu. Test: tests/kernels/decode_attention_test.cpp.
+// src/launch/decode_attention.cu. Test: tests/kernels/decode_attention_test.cpp.
 // Benchmark: bench/decode_attention_bench.cpp.
 #pragma once
 

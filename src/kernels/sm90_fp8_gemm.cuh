@@ -40,7 +40,7 @@
 //
 // Limits: K % (16 / sizeof(input)) == 0 (TMA row strides are multiples of 16
 // bytes), N % 8 == 0; M, N, K tails are zero-filled by TMA and masked in the
-// epilogue. The launcher (src/cuda/fp8_gemm.cpp) checks these and the list of
+// epilogue. The launcher (src/launch/fp8_gemm.cpp) checks these and the list of
 // compiled variants. Test: tests/kernels/fp8_gemm_test.cpp; benchmark:
 // bench/fp8_gemm_bench.cpp; walkthrough: docs/WALKTHROUGH_FP8_GEMM.md.
 #pragma once

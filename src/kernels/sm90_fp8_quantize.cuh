@@ -22,7 +22,7 @@
 // counter, not one per warp (thousands of warps on one address serialize in L2).
 // Limits: K % 8 == 0 (16-byte loads) and K <= 64 * team (8 loads of 8 values per
 // thread, the row staged in registers); team from fp8_quantize_team().
-// Launcher: src/cuda/fp8_scaling.cu. Test: tests/kernels/fp8_scaling_test.cpp.
+// Launcher: src/launch/fp8_scaling.cu. Test: tests/kernels/fp8_scaling_test.cpp.
 #pragma once
 
 #include <cuda_bf16.h>

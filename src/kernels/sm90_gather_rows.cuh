@@ -5,7 +5,7 @@
 //
 // One CTA per output row; 16-byte vectors where the row width allows
 // (width % 8 == 0, as every model's hidden size), else 2-byte elements.
-// Launcher: src/cuda/decode_ops.cu.
+// Launcher: src/launch/decode_ops.cu.
 #pragma once
 
 #include <cstdint>

@@ -27,7 +27,7 @@
 // PDL: launched as a programmatic dependent, it waits (griddepcontrol.wait)
 // before it reads anything.
 //
-// Limits: D in {64, 128}; kv_heads <= 16. Launcher: src/cuda/decode_attention.cu.
+// Limits: D in {64, 128}; kv_heads <= 16. Launcher: src/launch/decode_attention.cu.
 // Test: tests/kernels/decode_attention_test.cpp (byte-identical to the CPU).
 #pragma once
 

@@ -23,7 +23,7 @@
 // (the D/16 items of a head row are D/16 adjacent lanes: a shuffle reduction).
 // PDL: waits (griddepcontrol.wait) before it reads anything.
 // Limits: D in {64, 128}; kv_heads <= 16; ld % 8 == 0 and k, v, q 16-byte
-// aligned. Launcher: src/cuda/decode_attention.cu (kv_append_rows).
+// aligned. Launcher: src/launch/decode_attention.cu (kv_append_rows).
 // Test: tests/kernels/decode_attention_test.cpp (byte-identical to the CPU
 // quantizer and to sm90_kv_append, with RoPE).
 #pragma once

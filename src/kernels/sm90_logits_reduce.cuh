@@ -22,7 +22,7 @@
 // last-CTA merge (as in sm90_decode_attention) is the next step if a profile
 // ever shows it.
 //
-// Launcher: src/cuda/decode_ops.cu (logits_reduce). Test:
+// Launcher: src/launch/decode_ops.cu (logits_reduce). Test:
 // tests/kernels/logits_reduce_test.cpp (random rows, ties, -inf, NaN, vocab
 // tails). Graph-capturable (no allocation, no synchronization).
 #pragma once

@@ -52,7 +52,7 @@
 // rows are computed and not stored.
 //
 // Limits: D in {64, 128}; any group G (the launcher checks kv_heads x G =
-// n_heads). Launcher and tile list: src/cuda/prefill_attention.cu. Test:
+// n_heads). Launcher and tile list: src/launch/prefill_attention.cu. Test:
 // tests/kernels/prefill_attention_test.cpp. Benchmark:
 // bench/prefill_attention_bench.cpp.
 #pragma once

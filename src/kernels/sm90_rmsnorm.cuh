@@ -9,7 +9,7 @@
 // input of the next GEMM. The row's sum of squares is a block reduction in FP32
 // in a fixed order (below). Limits: H <= 8192, H % 4 == 0 (x staged per thread
 // in registers: 8 quads at 256 threads).
-// Launcher: src/cuda/decode_ops.cu. Test: tests/kernels/decode_ops_test.cpp.
+// Launcher: src/launch/decode_ops.cu. Test: tests/kernels/decode_ops_test.cpp.
 #pragma once
 
 #include <cuda_bf16.h>

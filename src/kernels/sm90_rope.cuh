@@ -9,7 +9,7 @@
 // then rounds to BF16 (what the K cache and the attention's query hold). The
 // cos/sin tables are model/rope.h's make_rope_table, FP32 [max_pos][D/2]. The first
 // `heads` head vectors of each row are rotated (q heads, then k heads).
-// One CTA per row. Launcher: src/cuda/decode_ops.cu. Test: tests/kernels/decode_ops_test.cpp.
+// One CTA per row. Launcher: src/launch/decode_ops.cu. Test: tests/kernels/decode_ops_test.cpp.
 #pragma once
 
 #include <cuda_bf16.h>

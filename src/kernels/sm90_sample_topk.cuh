@@ -29,7 +29,7 @@
 // NaN / +inf rows are the caller's to detect (sm90_logits_reduce counts them)
 // and whatever token they produce here is discarded.
 //
-// Launcher: src/cuda/decode_ops.cu (sample_topk). Reference: runtime::Sampler
+// Launcher: src/launch/decode_ops.cu (sample_topk). Reference: runtime::Sampler
 // (sample_with). Test: tests/kernels/sample_topk_test.cpp. Graph-capturable.
 #pragma once
 

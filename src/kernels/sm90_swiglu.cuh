@@ -6,7 +6,7 @@
 // gu is the fused gate/up GEMM's BF16 output [rows][2I] (gate columns first).
 // The value and its rounding: kernels/epilogue/swiglu_bf16.cuh (shared with the
 // gemv's fused input, sm90_w4a16_gemv.cuh).
-// Launcher: src/cuda/decode_ops.cu. Test: tests/kernels/decode_ops_test.cpp.
+// Launcher: src/launch/decode_ops.cu. Test: tests/kernels/decode_ops_test.cpp.
 #pragma once
 
 #include <cuda_bf16.h>

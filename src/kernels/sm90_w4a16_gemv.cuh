@@ -35,7 +35,7 @@
 // this kernel's, not sm90_rmsnorm's (equal to rounding).
 //
 // Limits: N % 16 == 0, K % 64 == 0, K % 128 == 0 if G == 128; 16-byte aligned
-// pointers (checked by the launcher, src/cuda/w4a16.cu).
+// pointers (checked by the launcher, src/launch/w4a16.cu).
 // Test: tests/kernels/w4a16_test.cpp. Benchmark: bench/w4a16_bench.cpp.
 #pragma once
 

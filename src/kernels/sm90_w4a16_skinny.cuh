@@ -31,7 +31,7 @@
 //
 // Limits: 1 <= M <= 8*MT, N % 16 == 0, K % 64 == 0 (K % 128 == 0 if G == 128),
 // 16-byte aligned pointers; one launch per workspace at a time; dynamic shared
-// memory skinny_smem_bytes<WF, TM>() (src/cuda/w4a16.cu checks and sets all of this).
+// memory skinny_smem_bytes<WF, TM>() (src/launch/w4a16.cu checks and sets all of this).
 // Test: tests/kernels/w4a16_test.cpp. Bench: bench/w4a16_bench.cpp.
 #pragma once
 

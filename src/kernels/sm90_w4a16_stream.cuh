@@ -47,7 +47,7 @@
 //
 // Limits: N % 16 == 0, K % 64 == 0 (K % 128 == 0 if G == 128), M <= 8*MT;
 // 16-byte aligned pointers; one launch per workspace at a time; dynamic shared
-// memory StreamShape<WF, MT, TM>::kSmem (src/cuda/w4a16.cu checks all of this).
+// memory StreamShape<WF, MT, TM>::kSmem (src/launch/w4a16.cu checks all of this).
 // Test: tests/kernels/w4a16_test.cpp. Bench: bench/w4a16_bench.cpp.
 #pragma once
 

@@ -4,7 +4,7 @@
 // computes) or delayed (from the amax recorded by previous calls, the paper's
 // rule, with its policy when a call saturates).
 //
-// Device contract (src/kernels/epilogue/swiglu_fp8.cuh, src/cuda/fp8_gemm.h
+// Device contract (src/kernels/epilogue/swiglu_fp8.cuh, src/launch/fp8_gemm.h
 // SwiGluFp8Args; the same for every FP8 activation, docs/QUANTIZATION.md):
 //   - a call reads ONE dequantization scale s (scale_in), chosen before it runs;
 //   - it writes  q = e4m3_satfinite(y * (1/s))  (RNE, clamp to +-448, FP32

@@ -42,9 +42,9 @@
 
 #include "cpu/engine.h"
 #include "cpu/quantize.h"
-#include "cuda/buffer.h"
-#include "cuda/check.h"
-#include "cuda/decode_attention.h"
+#include "launch/buffer.h"
+#include "launch/check.h"
+#include "launch/decode_attention.h"
 #include "kernels/layout/kv_cache.cuh"
 #include "formats/loader.h"
 #include "gpu/engine.h"

@@ -1,4 +1,4 @@
-// Decode-step KV-cache kernels (src/cuda/decode_attention.h: sm90_kv_append,
+// Decode-step KV-cache kernels (src/launch/decode_attention.h: sm90_kv_append,
 // sm90_kv_append_rows, sm90_decode_attention, sm90_decode_attention_combine)
 // against their CPU reference (src/cpu/ref/decode_attention_ref.h) on fresh
 // random data:
@@ -31,10 +31,10 @@
 
 #include "core/numeric.h"
 #include "cpu/ref/decode_attention_ref.h"
-#include "cuda/buffer.h"
-#include "cuda/check.h"
-#include "cuda/decode_attention.h"
-#include "cuda/device.h"
+#include "launch/buffer.h"
+#include "launch/check.h"
+#include "launch/decode_attention.h"
+#include "launch/device.h"
 #include "kernels/layout/kv_cache.cuh"
 #include "support/compare.h"
 #include "support/expect_error.h"

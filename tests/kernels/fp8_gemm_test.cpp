@@ -1,4 +1,4 @@
-// Tests of the FP8 prefill GEMM (src/cuda/fp8_gemm.h, kernel
+// Tests of the FP8 prefill GEMM (src/launch/fp8_gemm.h, kernel
 // src/kernels/sm90_fp8_gemm.cuh) against the CPU reference
 // (src/cpu/ref/fp8_gemm_ref.h), every epilogue policy, fresh random data each
 // run, outputs poisoned (0xff) before every launch.
@@ -16,7 +16,7 @@
 // (no GPU: everything derives from the one variant list), Fp8Gemm.* (the
 // full matrix), Fp8GemmSanitizer.* (small shapes, run under compute-sanitizer
 // memcheck/racecheck/synccheck by scripts/gpu-check.sh).
-#include "cuda/fp8_gemm.h"
+#include "launch/fp8_gemm.h"
 
 #include <gtest/gtest.h>
 
@@ -32,10 +32,10 @@
 
 #include "core/numeric.h"
 #include "cpu/ref/fp8_gemm_ref.h"
-#include "cuda/buffer.h"
-#include "cuda/check.h"
-#include "cuda/fill.h"
-#include "cuda/fp8_gemm_variants.h"
+#include "launch/buffer.h"
+#include "launch/check.h"
+#include "launch/fill.h"
+#include "launch/fp8_gemm_variants.h"
 #include "support/compare.h"
 #include "support/gpu.h"
 #include "support/tolerances.h"
@@ -632,7 +632,7 @@ TEST(Fp8GemmArgs, HeuristicPrefersFullWaves) {
   }
 }
 
-// The one variant list (cuda/fp8_gemm_variants.h) is what the listing, the
+// The one variant list (launch/fp8_gemm_variants.h) is what the listing, the
 // validation, the nearest-variant error and the heuristic read.
 namespace {
 constexpr cuda::GemmEpilogue kAllEpilogues[] = {

@@ -1,4 +1,4 @@
-// FP8 activations of the prefill path (src/cuda/fp8_scaling.h) against their
+// FP8 activations of the prefill path (src/launch/fp8_scaling.h) against their
 // CPU references on fresh random data:
 //
 //   - sm90_fp8_quantize against ref::fp8_quantize_rows: plain rows byte for
@@ -21,9 +21,9 @@
 
 #include "core/numeric.h"
 #include "cpu/ref/fp8_scaling_ref.h"
-#include "cuda/buffer.h"
-#include "cuda/check.h"
-#include "cuda/fp8_scaling.h"
+#include "launch/buffer.h"
+#include "launch/check.h"
+#include "launch/fp8_scaling.h"
 #include "quant/delayed_scaling.h"
 #include "support/expect_error.h"
 #include "support/gpu.h"

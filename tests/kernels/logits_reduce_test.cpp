@@ -1,4 +1,4 @@
-// The logits reductions (src/cuda/decode_ops.h logits_reduce,
+// The logits reductions (src/launch/decode_ops.h logits_reduce,
 // src/kernels/sm90_logits_reduce.cuh) against ref::logits_reduce
 // (src/cpu/ref/logits_reduce_ref.h), which also agrees with the host sampler's
 // runtime::argmax and perplexity's runtime::token_nll on finite rows (checked
@@ -22,9 +22,9 @@
 
 #include "core/error.h"
 #include "cpu/ref/logits_reduce_ref.h"
-#include "cuda/buffer.h"
-#include "cuda/decode_ops.h"
-#include "cuda/stream.h"
+#include "launch/buffer.h"
+#include "launch/decode_ops.h"
+#include "launch/stream.h"
 #include "runtime/perplexity.h"
 #include "runtime/sampler.h"
 #include "support/expect_error.h"

@@ -1,4 +1,4 @@
-// Prefill attention (src/cuda/prefill_attention.h: sm90_prefill_attention)
+// Prefill attention (src/launch/prefill_attention.h: sm90_prefill_attention)
 // against its CPU reference (src/cpu/ref/prefill_attention_ref.h) on fresh
 // random data: packed requests of ragged lengths (1, 7, 64, 127, 128, 129,
 // 1000, 4096 rows), with and without a prefix already in the cache (chunked
@@ -24,9 +24,9 @@
 
 #include "core/numeric.h"
 #include "cpu/ref/prefill_attention_ref.h"
-#include "cuda/buffer.h"
-#include "cuda/check.h"
-#include "cuda/prefill_attention.h"
+#include "launch/buffer.h"
+#include "launch/check.h"
+#include "launch/prefill_attention.h"
 #include "kernels/layout/kv_cache.cuh"
 #include "support/compare.h"
 #include "support/expect_error.h"

@@ -1,4 +1,4 @@
-// The GPU sampler (src/cuda/decode_ops.h sample_topk,
+// The GPU sampler (src/launch/decode_ops.h sample_topk,
 // src/kernels/sm90_sample_topk.cuh) against its reference, the host
 // sampler itself (runtime::Sampler::sample_with: the same rule, the same u).
 //
@@ -22,10 +22,10 @@
 #include <vector>
 
 #include "core/error.h"
-#include "cuda/buffer.h"
-#include "cuda/check.h"
-#include "cuda/decode_ops.h"
-#include "cuda/stream.h"
+#include "launch/buffer.h"
+#include "launch/check.h"
+#include "launch/decode_ops.h"
+#include "launch/stream.h"
 #include "runtime/sampler.h"
 #include "support/expect_error.h"
 #include "support/gpu.h"

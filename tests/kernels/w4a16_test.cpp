@@ -1,4 +1,4 @@
-// Decode GEMMs with quantized weights (src/cuda/w4a16.h, src/cuda/linear.h:
+// Decode GEMMs with quantized weights (src/launch/w4a16.h, src/launch/linear.h:
 // sm90_w4a16_stream (the default), sm90_w4a16_gemv, sm90_w4a16_skinny with
 // INT4 and E4M3 weights) against the
 // CPU reference (src/cpu/ref/w4a16_ref.h) on every shape of kDecodeShapes.
@@ -25,15 +25,15 @@
 #include "core/error.h"
 #include "core/numeric.h"
 #include "cpu/ref/w4a16_ref.h"
-#include "cuda/buffer.h"
-#include "cuda/check.h"
-#include "cuda/decode_ops.h"
-#include "cuda/device.h"
-#include "cuda/fill.h"
-#include "cuda/linear.h"
-#include "cuda/stream.h"
-#include "cuda/w4a16.h"
-#include "cuda/w4a16_shapes.h"
+#include "launch/buffer.h"
+#include "launch/check.h"
+#include "launch/decode_ops.h"
+#include "launch/device.h"
+#include "launch/fill.h"
+#include "launch/linear.h"
+#include "launch/stream.h"
+#include "launch/w4a16.h"
+#include "launch/w4a16_shapes.h"
 #include "quant/int4_pack.h"
 #include "support/compare.h"
 #include "support/expect_error.h"

@@ -1,6 +1,6 @@
 // The epilogue policies of the FP8 prefill GEMM: each one line, read left to
 // right (fragment-pass ops first, then piece-pass ops, sinks last). The
-// compiled (policy, tile) variants are listed in src/cuda/fp8_gemm.cpp.
+// compiled (policy, tile) variants are listed in src/launch/fp8_gemm.cpp.
 //
 //   ScaledOut       C = a_s * b_s[n] * (A B^T)                       -> BF16
 //   ResidualSumSq   out = residual + C (BF16), sumsq[m] += sum_n out^2  (O, down)

@@ -1,5 +1,5 @@
 // The device state of one FP8 activation site of the prefill path: the
-// contract between the host's scale bank (src/cuda/fp8_scaling.h), the
+// contract between the host's scale bank (src/launch/fp8_scaling.h), the
 // kernels that quantize into a site and record the call
 // (kernels/sm90_fp8_quantize.cuh, the SwiGLU epilogue through its
 // scale_in / amax_out / saturation_out pointers) and the state update

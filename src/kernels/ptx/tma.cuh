@@ -1,6 +1,6 @@
 // TMA (cp.async.bulk.tensor) wrappers: the copy engine moves whole swizzled
 // tiles from global to shared memory, described by a CUtensorMap built on the
-// host (src/cuda/tensor_map.h) and passed as a __grid_constant__ parameter.
+// host (src/launch/tensor_map.h) and passed as a __grid_constant__ parameter.
 //
 // Out-of-bounds box elements (M, N or K tails) are filled with zeros and still
 // count toward the mbarrier's transaction bytes: every copy delivers the full box.
