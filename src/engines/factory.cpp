@@ -11,9 +11,9 @@
 #include "cpu/threads.h"
 #if FUTR_HAVE_CUDA
 #include "launch/device.h"
-#include "gpu/engine.h"
-#include "gpu/prefill.h"
-#include "gpu/tp_engine.h"
+#include "gpu_engine/engine.h"
+#include "gpu_engine/prefill.h"
+#include "gpu_engine/tp_engine.h"
 #endif
 #include "formats/futr_file.h"
 #include "model/synthetic.h"

@@ -46,7 +46,7 @@ using futr::WeightFormat;
 enum class EngineKind {
   kAuto,  // the GPU engine when a Hopper GPU is present, else the CPU engine (said on stderr)
   kCpu,   // the CPU engines: FP32 reference, or the quantized reference (any other format)
-  kGpu,   // the GPU engine (src/gpu/); a clear error where there is none
+  kGpu,   // the GPU engine (src/gpu_engine/); a clear error where there is none
 };
 
 enum class Fp8RmsPlacement { kEpilogue, kCast };  // folded RMSNorm: after the GEMM | before the cast
@@ -74,7 +74,7 @@ struct Fp8Config {
   bool gpu_numerics = false;  // the CPU FP8 reference with the GPU prefill path's roundings (--fp8-numerics gpu)
 };
 
-// The GPU engine's FP8 prefill path (gpu/prefill.h) for prompt runs:
+// The GPU engine's FP8 prefill path (gpu_engine/prefill.h) for prompt runs:
 // auto: on when FP8 weights can be had (quantized on load from the model's
 // weights, or stored in the .futr file); on: required (an error says why it
 // cannot be); off: prompts run through the decode step.
@@ -104,7 +104,7 @@ struct RuntimeConfig {
   int max_seqs = 1;          // sequences open at once (each gets ctx positions); 0: the engine's default
   int max_step_tokens = 256; // rows per step() at most
   int threads = 0;           // CPU threads; 0 = the default (cpu/threads.h)
-  int tp = 1;                // GPUs the model is split over (tensor parallelism, gpu/tp_engine.h); 1: none
+  int tp = 1;                // GPUs the model is split over (tensor parallelism, gpu_engine/tp_engine.h); 1: none
   bool gpu_graphs = true;    // GPU engine: one CUDA graph per batch bucket (false: eager; FUTR_GPU_GRAPHS=0 too)
   PrefillMode prefill = PrefillMode::kAuto;  // GPU engine: the FP8 prefill path for prompts
   int prefill_rows = 0;      // GPU engine: rows per prefill chunk (0: its default, 2048); capped at max_step_tokens

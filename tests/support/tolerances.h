@@ -75,7 +75,7 @@ inline constexpr double kPrefillAttention = 6e-3;  // not yet observed on the H2
 // bound leaves a factor of 10. argmax and the non-finite count are exact.
 inline constexpr double kLogitsReduce = 2e-6;  // observed on the H200: (first run pending)
 
-// The GPU engine (tests/gpu/engine_test.cpp) against the CPU quantized
+// The GPU engine (tests/gpu_engine/engine_test.cpp) against the CPU quantized
 // reference with the same INT4 weights and KV format. The yardstick is the
 // reference's own spread when only its FP32 summation order changes (the same
 // tokens one position per step instead of one chunk): measured on SmolLM2
@@ -100,7 +100,7 @@ inline constexpr double kGpuEngineVsSpreadInt4Kv = 3.0;
 // (the 32k-token comparison in docs/ACCURACY.md is the precise one).
 inline constexpr double kGpuEnginePplExcerptInt4Kv = 5e-2;
 
-// Tensor parallelism (tests/gpu/tp_engine_test.cpp): TP N against TP 1 on the
+// Tensor parallelism (tests/gpu_engine/tp_engine_test.cpp): TP N against TP 1 on the
 // tiny synthetic model, relative L2 of the logits per step. The O and down
 // partial sums are BF16 (each rank's GEMM output) summed by a BF16 NCCL
 // all-reduce: about one more BF16 rounding per layer than TP 1 (2^-9
@@ -111,13 +111,13 @@ inline constexpr double kTensorParallelLogits = 2e-2;
 // self agreement is 0.98-1.0). With the INT4 mirror the agreement itself is
 // chaotic (the requantization above): the tests add three standard deviations
 // of the difference of two agreement fractions on the rows compared
-// (tests/gpu/engine_test.cpp argmax_margin: 0.31 on 37 rows at p = 0.73),
+// (tests/gpu_engine/engine_test.cpp argmax_margin: 0.31 on 37 rows at p = 0.73),
 // since a fixed 0.10 failed on a 37-row sample (GPU 0.595 vs CPU 0.730, H200,
 // 2026-12-02) with the mean deviation within 1.9x the CPU's own spread.
 inline constexpr double kGpuEngineArgmaxMargin = 0.05;
 
 // The GPU FP8 prefill path against the CPU FP8 reference of the same numerics
-// (tests/gpu/prefill_test.cpp; gpu/prefill.h lists what still differs). Each
+// (tests/gpu_engine/prefill_test.cpp; gpu_engine/prefill.h lists what still differs). Each
 // remaining difference can move an E4M3 rounding of an activation (3 mantissa
 // bits: a flip is a 6% change of one value) and every amax, hence every scale
 // of the next call, so the logits differ by far more than BF16 noise: the

@@ -1,4 +1,4 @@
-// Batch invariance of the GPU engine (src/gpu/engine.h "Batch invariance"):
+// Batch invariance of the GPU engine (src/gpu_engine/engine.h "Batch invariance"):
 // a row's logits are the same bits whatever else runs with it, on SmolLM2-135M
 // (INT4 RTN weights) for every KV format:
 //
@@ -33,7 +33,7 @@
 
 #include "cpu/quantize.h"
 #include "formats/loader.h"
-#include "gpu/engine.h"
+#include "gpu_engine/engine.h"
 #include "runtime/calibration.h"
 #include "runtime/perplexity.h"
 #include "support/compare.h"

@@ -13,7 +13,7 @@
 //
 // Built with NCCL's header when CMake finds it (FUTR_HAVE_NCCL); without it
 // available() is false and the constructor throws, naming the build.
-// Test: tests/gpu/tp_engine_test.cpp (one rank on one GPU; N ranks where N GPUs exist).
+// Test: tests/gpu_engine/tp_engine_test.cpp (one rank on one GPU; N ranks where N GPUs exist).
 #pragma once
 
 #include <cuda_runtime.h>

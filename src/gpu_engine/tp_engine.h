@@ -1,5 +1,5 @@
 // Tensor parallelism over N GPUs of one host behind runtime::Engine:
-// N rank engines (gpu/engine.h, GpuEngineOptions::tp_comms), rank r on GPU r
+// N rank engines (gpu_engine/engine.h, GpuEngineOptions::tp_comms), rank r on GPU r
 // with its shard of the model (runtime/tensor_parallel.h: whole query / KV
 // heads and SwiGLU units per rank, the O and down projections row-parallel
 // and all-reduced with NCCL inside each rank's CUDA graph, the LM head split
@@ -14,7 +14,7 @@
 // what the single-GPU engine does on the GPU; the shard reductions of
 // runtime::shard_argmax and an all-gather are the next step.)
 //
-// Failures: a rank that throws aborts the communicators (gpu/nccl.h), so the
+// Failures: a rank that throws aborts the communicators (gpu_engine/nccl.h), so the
 // other ranks' waits end with an error instead of a hang; the step rethrows
 // the first rank's error. A collective that does not finish within
 // GpuEngineOptions::tp_timeout_s aborts every rank.
@@ -27,7 +27,7 @@
 // (runtime::shard_quantized_weights), so TP N computes what TP 1 does up to
 // the order of the partial sums.
 //
-// Test: tests/gpu/tp_engine_test.cpp (TP 1 through NCCL equals the plain
+// Test: tests/gpu_engine/tp_engine_test.cpp (TP 1 through NCCL equals the plain
 // engine bit for bit; TP 2 / 4 / 8 against TP 1 where that many GPUs exist).
 #pragma once
 
@@ -35,7 +35,7 @@
 #include <memory>
 #include <vector>
 
-#include "gpu/engine.h"
+#include "gpu_engine/engine.h"
 #include "runtime/sequence_table.h"
 #include "runtime/tensor_parallel.h"
 

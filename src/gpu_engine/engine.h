@@ -63,7 +63,7 @@
 //     happen during capture); the next ones capture and replay.
 //   - The eager path (graphs off) issues the same launches with the same
 //     bucket padding, so graph replay and eager runs give the same bits
-//     (tests/gpu/engine_test.cpp checks bitwise equality).
+//     (tests/gpu_engine/engine_test.cpp checks bitwise equality).
 //   - Padding: rows B..b-1 of a bucket are dummies (token 0, target -1) whose
 //     results are discarded. Dummy row j writes its K/V at position j of a
 //     scratch region of kMaxMicroBatch slots past every sequence's slots
@@ -87,7 +87,7 @@
 // count one for every bucket (cuda::attention_heuristic_invariant), the
 // RMSNorm factor summed in the same order by sm90_rmsnorm and by the gemv's
 // fused norm, the LM head always over kMaxMicroBatch rows (cuBLASLt chooses
-// its kernel by M). Tests: tests/gpu/invariance_test.cpp.
+// its kernel by M). Tests: tests/gpu_engine/invariance_test.cpp.
 //
 // Weights stay in the layouts the .futr file stores: the INT4 projections of a
 // layer are fused (q|k|v, gate|up) by concatenating their logical INT4 rows and
@@ -107,7 +107,7 @@
 // A row attends to the K/V the earlier rows of its run append in the same
 // micro-step (the append kernel completes before the attention reads).
 //
-// Prompts through the FP8 prefill path (gpu/prefill.h; when the engine has
+// Prompts through the FP8 prefill path (gpu_engine/prefill.h; when the engine has
 // FP8 weights: GpuEngineOptions::prefill_fp8 or prefill_synthetic): the runs
 // of a step's prompt rows (BatchRow::prompt) go first, packed into chunks
 // (with delayed FP8 scaling: chunks of one sequence, each sequence with its
@@ -121,7 +121,7 @@
 // other runs (decode rows) then go through the micro-steps above. Eager
 // launches (no graph: chunk shapes vary), one synchronization per chunk.
 //
-// Tests: tests/gpu/engine_test.cpp (against the CPU quantized reference; graph
+// Tests: tests/gpu_engine/engine_test.cpp (against the CPU quantized reference; graph
 // replay vs eager; GPU greedy / log-probabilities vs the host's).
 #pragma once
 
@@ -131,7 +131,7 @@
 #include <vector>
 
 #include "core/formats.h"
-#include "gpu/prefill.h"
+#include "gpu_engine/prefill.h"
 #include "model/model.h"
 #include "quant/delayed_scaling.h"
 #include "quant/quantized_model.h"
@@ -147,7 +147,7 @@ class DeviceScaleBank;  // launch/fp8_scaling.h
 
 namespace futr::gpu {
 
-class NcclComms;  // gpu/nccl.h
+class NcclComms;  // gpu_engine/nccl.h
 
 struct GpuEngineOptions {
   KvFormat kv = KvFormat::kBf16;  // bf16 | int4 | int4-rot (resolved)
@@ -164,7 +164,7 @@ struct GpuEngineOptions {
   // 0.825 ms, Llama-3.1-8B 2.541 -> 2.397 ms per step. FUTR_GPU_FUSE_NORM=0 turns it off.
   bool fuse_norm = true;
 
-  // The FP8 prefill path (gpu/prefill.h): its weights (format fp8: q/k/v and
+  // The FP8 prefill path (gpu_engine/prefill.h): its weights (format fp8: q/k/v and
   // gate/up with the RMSNorm gain folded in), or drawn on the device for a
   // synthetic model (prefill_synthetic); neither: prompts run through the
   // decode step. The prompt rows (BatchRow::prompt) take it, in chunks of at
@@ -180,7 +180,7 @@ struct GpuEngineOptions {
   int fp8_calibration_window = 512;
   int prefill_rows = 2048;
 
-  // Tensor parallelism (gpu/tp_engine.h drives the ranks): this engine is rank
+  // Tensor parallelism (gpu_engine/tp_engine.h drives the ranks): this engine is rank
   // tp_rank of tp_comms (null: none). Its weights are the rank's shard and its
   // configuration rank_config (runtime::rank_config: heads, KV heads and FFN
   // units / N); the O and down outputs are summed over the ranks (NCCL
@@ -212,7 +212,7 @@ class GpuEngine final : public runtime::TableEngine {
   nlohmann::json stats() const override;
   // Profiling (runtime::Engine::set_profiling): the prefill path's chunks
   // record an event after each launch (stats()["prefill"]["profile"],
-  // gpu/prefill.h); and while on, each micro-step is
+  // gpu_engine/prefill.h); and while on, each micro-step is
   // captured into a graph with an event node after every launch (PDL off) and
   // replayed once (a bucket's first micro-step still runs eagerly);
   // stats()["profile"] sums each kind of launch (over layers and

@@ -41,7 +41,7 @@
 // set), or synthetic (drawn on the device) for benchmarks.
 // Profile: set_profiling() (futr bench --breakdown on prompt tests). The
 // engine runs one warm-up chunk at construction, then reset_state().
-// Tests: tests/gpu/prefill_test.cpp (the engine with prefill against the CPU
+// Tests: tests/gpu_engine/prefill_test.cpp (the engine with prefill against the CPU
 // FP8 reference of the same numerics, chunking and packing, the INT4 mirror
 // against the decode append's bytes, the profile, prefill then decode).
 #pragma once

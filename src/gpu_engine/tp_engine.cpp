@@ -1,6 +1,6 @@
 // The tensor-parallel engine (see tp_engine.h): N rank engines driven in
 // lockstep, one thread each, the vocabulary shards joined on the host.
-#include "gpu/tp_engine.h"
+#include "gpu_engine/tp_engine.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -15,7 +15,7 @@
 
 #include "core/error.h"
 #include "launch/check.h"
-#include "gpu/nccl.h"
+#include "gpu_engine/nccl.h"
 #include "runtime/batch.h"
 #include "runtime/perplexity.h"
 

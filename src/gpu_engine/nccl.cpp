@@ -1,6 +1,6 @@
 // NCCL loaded with dlopen (see nccl.h): the handful of entry points tensor
 // parallelism uses, resolved once, checked on every call.
-#include "gpu/nccl.h"
+#include "gpu_engine/nccl.h"
 
 #include <dlfcn.h>
 

@@ -1,4 +1,4 @@
-// The GPU engine's FP8 prefill path (src/gpu/prefill.h) on SmolLM2-135M
+// The GPU engine's FP8 prefill path (src/gpu_engine/prefill.h) on SmolLM2-135M
 // against the CPU FP8 reference of the same numerics (cpu::CpuEngine with
 // weights fp8, --fp8-rms cast, --fp8-numerics gpu: the same E4M3 weights, the
 // same calibrated initial amax, the same delayed-scaling calls when the GPU
@@ -47,7 +47,7 @@
 #include "launch/decode_attention.h"
 #include "kernels/layout/kv_cache.cuh"
 #include "formats/loader.h"
-#include "gpu/engine.h"
+#include "gpu_engine/engine.h"
 #include "model/synthetic.h"
 #include "runtime/calibration.h"
 #include "runtime/perplexity.h"
@@ -264,7 +264,7 @@ TEST(GpuPrefill, DecodeContinuesAfterThePrefill) {
   FUTR_REQUIRE_GPU();
   const std::vector<int32_t>& t = shared().text;
   // Both with the BF16 cache (the INT4 mirror's requantization is chaotic at
-  // this scale, tests/gpu/engine_test.cpp), and a control whose prompt differs.
+  // this scale, tests/gpu_engine/engine_test.cpp), and a control whose prompt differs.
   auto pre = make_gpu(1, true, 2048, KvFormat::kBf16), dec = make_gpu(1, false, 2048, KvFormat::kBf16);
   auto control = make_gpu(1, false, 2048, KvFormat::kBf16);
   pre->open(0), dec->open(0), control->open(0);

@@ -1,5 +1,5 @@
 // The GPU engine's FP8 prefill path (see prefill.h).
-#include "gpu/prefill.h"
+#include "gpu_engine/prefill.h"
 
 #include <algorithm>
 #include <array>

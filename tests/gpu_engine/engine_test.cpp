@@ -1,4 +1,4 @@
-// The GPU engine (src/gpu/engine.h) against the CPU quantized reference
+// The GPU engine (src/gpu_engine/engine.h) against the CPU quantized reference
 // (cpu::CpuEngine) on SmolLM2-135M with the same INT4 (RTN) weights, for every
 // KV format (bf16, int4, int4-rot):
 //
@@ -46,7 +46,7 @@
 #include "cpu/engine.h"
 #include "cpu/quantize.h"
 #include "formats/loader.h"
-#include "gpu/engine.h"
+#include "gpu_engine/engine.h"
 #include "model/synthetic.h"
 #include "runtime/perplexity.h"
 #include "support/compare.h"

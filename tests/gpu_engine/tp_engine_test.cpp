@@ -1,4 +1,4 @@
-// Tensor parallelism on the GPU (src/gpu/tp_engine.h), on the
+// Tensor parallelism on the GPU (src/gpu_engine/tp_engine.h), on the
 // synthetic tiny host model (4 query heads, 2 KV heads, FFN 512) with RTN
 // INT4 weights:
 //   - TP 1 through NCCL (one rank, one communicator: the all-reduces are
@@ -18,9 +18,9 @@
 #include <cuda_runtime.h>
 
 #include "cpu/quantize.h"
-#include "gpu/engine.h"
-#include "gpu/nccl.h"
-#include "gpu/tp_engine.h"
+#include "gpu_engine/engine.h"
+#include "gpu_engine/nccl.h"
+#include "gpu_engine/tp_engine.h"
 #include "model/synthetic.h"
 #include "runtime/perplexity.h"
 #include "support/compare.h"

@@ -1,8 +1,8 @@
 // The GPU engine's decode path (see engine.h).
-#include "gpu/engine.h"
+#include "gpu_engine/engine.h"
 
-#include "gpu/nccl.h"
-#include "gpu/prefill.h"
+#include "gpu_engine/nccl.h"
+#include "gpu_engine/prefill.h"
 
 #include <algorithm>
 #include <chrono>
