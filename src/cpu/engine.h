@@ -31,7 +31,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/formats.h"
+#include "core/number_formats.h"
 #include "cpu/forward.h"
 #include "cpu/quant_forward.h"
 #include "model/model.h"

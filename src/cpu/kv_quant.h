@@ -29,7 +29,7 @@
 #include <string>
 #include <vector>
 
-#include "core/formats.h"
+#include "core/number_formats.h"
 #include "cpu/kv_cache.h"
 #include "model/config.h"
 

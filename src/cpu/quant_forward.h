@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "core/formats.h"
+#include "core/number_formats.h"
 #include "cpu/forward.h"
 #include "cpu/kv_quant.h"
 #include "model/model.h"

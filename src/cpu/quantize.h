@@ -7,7 +7,7 @@
 //           per output channel (quant/fp8_weights.h); with calibration tokens,
 //           the largest activation amax seen per site becomes the site's
 //           initial delayed-scaling amax (stored in .futr files);
-//   - int4: QuantMethod (core/formats.h): rtn, clip (RTN + clipping search
+//   - int4: QuantMethod (core/number_formats.h): rtn, clip (RTN + clipping search
 //           on the weight MSE), clip-act (the search's error weighted per
 //           input by E[x_k^2] from one FP32 pass over the calibration
 //           tokens), gptq, gptq-clip (GPTQ whose group scales come from the
@@ -42,7 +42,7 @@
 #include <span>
 #include <string>
 
-#include "core/formats.h"
+#include "core/number_formats.h"
 #include "model/model.h"
 #include "quant/gptq.h"
 #include "quant/quantized_model.h"
@@ -51,7 +51,7 @@ namespace futr::cpu {
 
 struct QuantizeOptions {
   WeightFormat format = WeightFormat::kInt4;
-  QuantMethod method = QuantMethod::kRtn;  // int4 quantizer (core/formats.h)
+  QuantMethod method = QuantMethod::kRtn;  // int4 quantizer (core/number_formats.h)
   bool act_order = false;      // int4 gptq: process inputs by decreasing activity
   int group = 0;               // int4: 0 = 128 where K % 128 == 0, else 64
   quant::ClipSearch clip;      // grid of the clipping search (enabled by the method)

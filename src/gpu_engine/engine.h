@@ -130,7 +130,7 @@
 #include <optional>
 #include <vector>
 
-#include "core/formats.h"
+#include "core/number_formats.h"
 #include "gpu_engine/prefill.h"
 #include "model/model.h"
 #include "quant/delayed_scaling.h"

@@ -52,7 +52,7 @@ struct DecodeConfig {
 };
 
 // The weight encoding a decode GEMM reads (a kernel operand, not a model
-// format: the model's formats are core/formats.h): INT4 group-scaled (W4A16,
+// format: the model's formats are core/number_formats.h): INT4 group-scaled (W4A16,
 // WeightFormat::kInt4's decode layout) or E4M3 per channel (W8A16, the FP8
 // weights of WeightFormat::kFp8 read by the decode kernels).
 enum class DecodeWeights { kInt4, kE4M3 };

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "core/formats.h"
+#include "core/number_formats.h"
 #include "model/projection.h"
 #include "quant/fp8_weights.h"
 #include "quant/int4_pack.h"

@@ -5,7 +5,7 @@
 // the only place a flag's spelling is known; futr::Error names the flag and
 // the accepted values).
 //
-// Formats and quantization choices have one home each, core/formats.h
+// Formats and quantization choices have one home each, core/number_formats.h
 // (re-exported here):
 //   WeightFormat  how the seven projections of every layer are stored and run
 //                 (fp32 reference, bf16, fp8 prefill, int4 decode);
@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "core/formats.h"
+#include "core/number_formats.h"
 
 namespace futr::runtime {
 
@@ -57,7 +57,7 @@ std::string to_string(Fp8RmsPlacement p);   // "epilogue" | "cast"
 EngineKind parse_engine_kind(const std::string& s);
 Fp8RmsPlacement parse_fp8_rms(const std::string& s);
 // The accepted spellings, for help texts and CLI11 checks ({"auto", "cpu", "gpu"}, ...);
-// those of the formats, the INT4 quantizer and the FP8 policy come from core/formats.h.
+// those of the formats, the INT4 quantizer and the FP8 policy come from core/number_formats.h.
 std::vector<std::string> engine_kind_names();
 std::vector<std::string> fp8_rms_names();
 

@@ -1,5 +1,5 @@
 // Names of the number formats and quantization choices (see formats.h).
-#include "core/formats.h"
+#include "core/number_formats.h"
 
 #include "core/enum_names.h"
 

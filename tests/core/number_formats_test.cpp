@@ -1,7 +1,7 @@
-// The one home of the format and quantization-choice enums (src/core/formats.h):
+// The one home of the format and quantization-choice enums (src/core/number_formats.h):
 // every name round-trips through its parser, the parsers refuse anything else
 // naming the accepted values, and the quantizer properties and metadata labels.
-#include "core/formats.h"
+#include "core/number_formats.h"
 
 #include <gtest/gtest.h>
 

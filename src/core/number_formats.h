@@ -14,7 +14,7 @@
 // Each enum has to_string() (its one spelling, used by the CLI, logs and the
 // .futr metadata), parse_*() (the inverse; futr::Error naming the accepted
 // values otherwise) and *_names() (the accepted spellings, for help texts and
-// CLI checks). Tests: tests/core/formats_test.cpp.
+// CLI checks). Tests: tests/core/number_formats_test.cpp.
 #pragma once
 
 #include <string>
