@@ -7,8 +7,8 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
-#include "cpu/engine.h"
-#include "cpu/threads.h"
+#include "cpu_engine/engine.h"
+#include "cpu_engine/threads.h"
 #if FUTR_HAVE_CUDA
 #include "launch/device.h"
 #include "gpu_engine/engine.h"

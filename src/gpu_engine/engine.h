@@ -1,6 +1,6 @@
 // The GPU engine behind runtime::Engine (runtime/engine.h): the decode path of
 // the design on one Hopper GPU, INT4 weights and a BF16 / INT4 / rotated INT4
-// KV cache, checked against the CPU quantized reference (cpu/engine.h) that
+// KV cache, checked against the CPU quantized reference (cpu_engine/engine.h) that
 // computes the same formats.
 //
 // Per micro-step of B <= 32 rows (of one or several sequences; a sequence's

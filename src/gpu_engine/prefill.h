@@ -20,9 +20,9 @@
 // decode path's final norm, LM head and reductions.
 //
 // The numerics are the CPU FP8 reference's with --fp8-rms cast (1/rms in the
-// cast) and --fp8-numerics gpu (cpu/quant_linear.h, cpu/forward.h); what
+// cast) and --fp8-numerics gpu (cpu_engine/quant_linear.h, cpu_engine/forward.h); what
 // remains different: q/k/v rounded to BF16 before RoPE (the reference keeps
-// FP32), the attention's BF16 P (cpu/ref/prefill_attention_ref.h), and the
+// FP32), the attention's BF16 P (reference/prefill_attention_ref.h), and the
 // SwiGLU value cast to E4M3 from FP32 (the reference rounds it to BF16 first).
 //
 // FP8 activation scales: one DeviceScaleBank, 4 sites per layer
@@ -87,7 +87,7 @@ class PrefillPath {
   };
 
   // fp8: q/k/v and gate/up with the RMSNorm gain folded in, o and down plain
-  // (cpu/quantize.h quantize_model with format fp8).
+  // (quantize/quantize.h quantize_model with format fp8).
   PrefillPath(const ModelConfig& c, const quant::QuantizedWeights& fp8, const quant::DelayedScalingConfig& scaling,
               int max_rows, CUstream_st* st);
   // Synthetic: E4M3 weights uniform in [-1, 1) x per-channel scales drawn on the device.

@@ -8,7 +8,7 @@
 //   logprob  = z[target] - lse               (target >= 0; -inf when m == -inf)
 //   nonfinite= #{ i : z_i is NaN or +inf }   (-inf is a legal logit: a masked id)
 //
-// The reference is ref::logits_reduce (src/cpu/ref/logits_reduce_ref.h), in
+// The reference is ref::logits_reduce (src/reference/logits_reduce_ref.h), in
 // double. Here: pass 1 (max, argmax, nonfinite) in FP32 with a warp-shuffle +
 // shared-memory tree; pass 2 re-reads the row (from L2: a row is <= 1 MB) and
 // sums expf(z_i - m) with each thread's partial in FP64, then a FP64 tree. Why

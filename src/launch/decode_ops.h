@@ -4,8 +4,8 @@
 // reductions of the step's output rows (argmax, log-sum-exp, log p(target)).
 // Graph-capturable. `pdl`: launched as a programmatic dependent of the kernel
 // before it (launch/launch.cuh; each kernel waits before it reads activations). Kernels: src/kernels/sm90_{rmsnorm,rope,swiglu,
-// logits_reduce,sample_topk}.cuh; their CPU references are cpu/ops.h,
-// cpu/ref/logits_reduce_ref.h and runtime::Sampler. Tests: tests/kernels/decode_ops_test.cpp,
+// logits_reduce,sample_topk}.cuh; their CPU references are cpu_engine/ops.h,
+// reference/logits_reduce_ref.h and runtime::Sampler. Tests: tests/kernels/decode_ops_test.cpp,
 // tests/kernels/logits_reduce_test.cpp.
 #pragma once
 

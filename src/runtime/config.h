@@ -103,7 +103,7 @@ struct RuntimeConfig {
   int ctx = 0;               // positions per sequence; 0 = the model's trained context, capped
   int max_seqs = 1;          // sequences open at once (each gets ctx positions); 0: the engine's default
   int max_step_tokens = 256; // rows per step() at most
-  int threads = 0;           // CPU threads; 0 = the default (cpu/threads.h)
+  int threads = 0;           // CPU threads; 0 = the default (cpu_engine/threads.h)
   int tp = 1;                // GPUs the model is split over (tensor parallelism, gpu_engine/tp_engine.h); 1: none
   bool gpu_graphs = true;    // GPU engine: one CUDA graph per batch bucket (false: eager; FUTR_GPU_GRAPHS=0 too)
   PrefillMode prefill = PrefillMode::kAuto;  // GPU engine: the FP8 prefill path for prompts

@@ -1,5 +1,5 @@
 // The Engine: the one seam between the commands (generate, perplexity,
-// bench, serve) and whatever runs the model (the CPU references in src/cpu/,
+// bench, serve) and whatever runs the model (the CPU references in src/cpu_engine/,
 // the GPU engine in src/gpu_engine/). The grain of llama.cpp's
 // llama_decode(llama_batch) or vLLM's model runner, not an op-level backend:
 // an engine owns its weights, its KV cache and its fused kernels.

@@ -43,8 +43,8 @@
 #include <sstream>
 #include <cstring>
 
-#include "cpu/engine.h"
-#include "cpu/quantize.h"
+#include "cpu_engine/engine.h"
+#include "quantize/quantize.h"
 #include "formats/loader.h"
 #include "gpu_engine/engine.h"
 #include "model/synthetic.h"

@@ -31,7 +31,7 @@
 #include <random>
 #include <sstream>
 
-#include "cpu/quantize.h"
+#include "quantize/quantize.h"
 #include "formats/loader.h"
 #include "gpu_engine/engine.h"
 #include "runtime/calibration.h"

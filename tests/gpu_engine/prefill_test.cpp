@@ -40,8 +40,8 @@
 #include <memory>
 #include <sstream>
 
-#include "cpu/engine.h"
-#include "cpu/quantize.h"
+#include "cpu_engine/engine.h"
+#include "quantize/quantize.h"
 #include "launch/buffer.h"
 #include "launch/check.h"
 #include "launch/decode_attention.h"

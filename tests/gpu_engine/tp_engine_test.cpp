@@ -17,7 +17,7 @@
 
 #include <cuda_runtime.h>
 
-#include "cpu/quantize.h"
+#include "quantize/quantize.h"
 #include "gpu_engine/engine.h"
 #include "gpu_engine/nccl.h"
 #include "gpu_engine/tp_engine.h"

@@ -1,6 +1,6 @@
 // Decode-step KV-cache kernels (src/launch/decode_attention.h: sm90_kv_append,
 // sm90_kv_append_rows, sm90_decode_attention, sm90_decode_attention_combine)
-// against their CPU reference (src/cpu/ref/decode_attention_ref.h) on fresh
+// against their CPU reference (src/reference/decode_attention_ref.h) on fresh
 // random data:
 //
 //   - both append kernels' BF16 primary, INT4 nibbles and scales byte-identical
@@ -30,7 +30,7 @@
 #include <string>
 
 #include "core/numeric.h"
-#include "cpu/ref/decode_attention_ref.h"
+#include "reference/decode_attention_ref.h"
 #include "launch/buffer.h"
 #include "launch/check.h"
 #include "launch/decode_attention.h"

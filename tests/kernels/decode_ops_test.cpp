@@ -1,5 +1,5 @@
 // GPU tests of the decode step's small kernels against their CPU references
-// (cpu/ops.h): the residual + RMSNorm step (gather and add modes), RoPE, SwiGLU,
+// (cpu_engine/ops.h): the residual + RMSNorm step (gather and add modes), RoPE, SwiGLU,
 // the prefill path's row gather (a copy);
 // the KV append with RoPE fused in against RoPE then append (bit-identical);
 // and a chain of them launched as programmatic dependents (PDL) inside a CUDA
@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "core/numeric.h"
-#include "cpu/ops.h"
+#include "cpu_engine/ops.h"
 #include "launch/buffer.h"
 #include "launch/check.h"
 #include "launch/decode_attention.h"

@@ -1,6 +1,6 @@
 // Tests of the FP8 prefill GEMM (src/launch/fp8_gemm.h, kernel
 // src/kernels/sm90_fp8_gemm.cuh) against the CPU reference
-// (src/cpu/ref/fp8_gemm_ref.h), every epilogue policy, fresh random data each
+// (src/reference/fp8_gemm_ref.h), every epilogue policy, fresh random data each
 // run, outputs poisoned (0xff) before every launch.
 //
 // Shapes: the projections of Llama-3.1-8B and -70B and of SmolLM2-135M (hidden
@@ -31,7 +31,7 @@
 #include <vector>
 
 #include "core/numeric.h"
-#include "cpu/ref/fp8_gemm_ref.h"
+#include "reference/fp8_gemm_ref.h"
 #include "launch/buffer.h"
 #include "launch/check.h"
 #include "launch/fill.h"

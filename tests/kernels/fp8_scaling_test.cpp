@@ -20,7 +20,7 @@
 #include <random>
 
 #include "core/numeric.h"
-#include "cpu/ref/fp8_scaling_ref.h"
+#include "reference/fp8_scaling_ref.h"
 #include "launch/buffer.h"
 #include "launch/check.h"
 #include "launch/fp8_scaling.h"

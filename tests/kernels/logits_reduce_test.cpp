@@ -1,6 +1,6 @@
 // The logits reductions (src/launch/decode_ops.h logits_reduce,
 // src/kernels/sm90_logits_reduce.cuh) against ref::logits_reduce
-// (src/cpu/ref/logits_reduce_ref.h), which also agrees with the host sampler's
+// (src/reference/logits_reduce_ref.h), which also agrees with the host sampler's
 // runtime::argmax and perplexity's runtime::token_nll on finite rows (checked
 // here too, without a GPU).
 //
@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "cpu/ref/logits_reduce_ref.h"
+#include "reference/logits_reduce_ref.h"
 #include "launch/buffer.h"
 #include "launch/decode_ops.h"
 #include "launch/stream.h"

@@ -1,5 +1,5 @@
 // Prefill attention (src/launch/prefill_attention.h: sm90_prefill_attention)
-// against its CPU reference (src/cpu/ref/prefill_attention_ref.h) on fresh
+// against its CPU reference (src/reference/prefill_attention_ref.h) on fresh
 // random data: packed requests of ragged lengths (1, 7, 64, 127, 128, 129,
 // 1000, 4096 rows), with and without a prefix already in the cache (chunked
 // prefill: pos0 = 0, 1, 100, 1000, 5000), head dims 64 / 128, SmolLM2 (9/3
@@ -23,7 +23,7 @@
 #include <string>
 
 #include "core/numeric.h"
-#include "cpu/ref/prefill_attention_ref.h"
+#include "reference/prefill_attention_ref.h"
 #include "launch/buffer.h"
 #include "launch/check.h"
 #include "launch/prefill_attention.h"

@@ -1,7 +1,7 @@
 // Decode GEMMs with quantized weights (src/launch/w4a16.h, src/launch/linear.h:
 // sm90_w4a16_stream (the default), sm90_w4a16_gemv, sm90_w4a16_skinny with
 // INT4 and E4M3 weights) against the
-// CPU reference (src/cpu/ref/w4a16_ref.h) on every shape of kDecodeShapes.
+// CPU reference (src/reference/w4a16_ref.h) on every shape of kDecodeShapes.
 //
 // Weights and scales are drawn on the device (fresh seeds every run, so the
 // 405B matrices cost no host packing); the reference unpacks a sample of tile
@@ -24,7 +24,7 @@
 
 #include "core/error.h"
 #include "core/numeric.h"
-#include "cpu/ref/w4a16_ref.h"
+#include "reference/w4a16_ref.h"
 #include "launch/buffer.h"
 #include "launch/check.h"
 #include "launch/decode_ops.h"

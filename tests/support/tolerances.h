@@ -7,14 +7,14 @@
 namespace futr::test::tol {
 
 // CPU forward (FP32) vs Hugging Face transformers (FP32) logits.
-// Observed (tests/cpu/hf_crosscheck_test.cpp, 48 tokens, prefill / decode):
+// Observed (tests/cpu_engine/hf_crosscheck_test.cpp, 48 tokens, prefill / decode):
 // gqa_hd64_tied_bf16 1.3e-6 / 1.6e-6, gqa_hd128_untied_llama3_f16_sharded
 // 1.4e-6 / 1.8e-6, mqa_hd64_wide_heads_f32 6.0e-7 / 7.0e-7 (docs/CPU_BACKEND.md).
 inline constexpr double kCpuVsTransformers = 1e-4;
 
 // CPU forward (FP32) of the same tokens cut into different chunks (prefill in
 // one call vs several, a suffix re-run after a truncate): the same computation
-// up to the summation order inside BLAS. Observed (tests/cpu/forward_test.cpp,
+// up to the summation order inside BLAS. Observed (tests/cpu_engine/forward_test.cpp,
 // tests/runtime/engine_test.cpp): below 1e-6.
 inline constexpr double kCpuChunking = 1e-5;
 

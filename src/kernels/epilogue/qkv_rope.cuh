@@ -24,7 +24,7 @@
 //               masks it), K/V are not.
 // KV cache (docs/LAYOUTS.md): k_cache/v_cache[num_slots][kv_heads][D] BF16; a
 // row whose slot lies outside [0, num_slots) writes no K/V.
-// CPU reference: src/cpu/ref/fp8_gemm_ref.h (rope_rotate, qkv_rope_row, row maps).
+// CPU reference: src/reference/fp8_gemm_ref.h (rope_rotate, qkv_rope_row, row maps).
 #pragma once
 
 #include "kernels/epilogue/epilogue.cuh"

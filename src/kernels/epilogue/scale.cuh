@@ -10,7 +10,7 @@
 // un-normalized x and the epilogue multiplies each row by r. The sums of
 // squares come from the previous layer's ResidualSumSq epilogue (sum over the
 // hidden dimension of the BF16 values stored there).
-// CPU references: src/cpu/ref/fp8_gemm_ref.h (col_scale, row_rms_factor).
+// CPU references: src/reference/fp8_gemm_ref.h (col_scale, row_rms_factor).
 #pragma once
 
 #include "kernels/epilogue/epilogue.cuh"

@@ -8,7 +8,7 @@
 // out may alias residual (in-place hidden += C): each element is read and
 // written by the same thread. RowSumSq accumulates with atomicAdd across the
 // N tiles of a row: the launcher zeroes sumsq first.
-// CPU references: src/cpu/ref/fp8_gemm_ref.h.
+// CPU references: src/reference/fp8_gemm_ref.h.
 #pragma once
 
 #include "kernels/epilogue/epilogue.cuh"

@@ -23,7 +23,7 @@
 // The kernel never reads amax_out: a call's scale depends only on scale_in,
 // so results are deterministic given scale_in, and this call's amax affects
 // only later calls.
-// CPU reference: src/cpu/ref/fp8_gemm_ref.h (swiglu_fp8).
+// CPU reference: src/reference/fp8_gemm_ref.h (swiglu_fp8).
 #pragma once
 
 #include <cuda_fp8.h>
