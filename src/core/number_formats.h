@@ -3,9 +3,10 @@
 // (WeightFormat), how the KV cache is stored (KvFormat), which INT4 quantizer
 // made the weights (QuantMethod) and what an FP8 activation does when it
 // saturates (Fp8SaturationPolicy). quant/ (quantizers, delayed scaling,
-// .futr), cpu/ (the CPU engines), cuda/ and gpu/ (the kernels and the GPU
-// engine) and runtime/ (the typed RuntimeConfig, which re-exports them) all
-// use these enums; no other file defines them or spells their names.
+// .futr), cpu_engine/ (the CPU engines), launch/ and gpu_engine/ (the kernel
+// launchers and the GPU engine) and runtime/ (the typed RuntimeConfig, which
+// re-exports them) all use these enums; no other file defines them or spells
+// their names.
 //
 // kAuto is a request ("resolve it for me"), valid only in a RuntimeConfig;
 // make_engine() resolves it and everything below the runtime sees a concrete

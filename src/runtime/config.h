@@ -14,8 +14,8 @@
 //                 Walsh-Hadamard rotation);
 //   QuantMethod   the INT4 quantizer used when a model is quantized on load;
 //   Fp8SaturationPolicy  what a saturating FP8 activation does.
-// quant/, cpu/, cuda/ and gpu/ use the same enums without depending on the
-// runtime; nothing else defines a format enum.
+// quant/, cpu_engine/, launch/ and gpu_engine/ use the same enums without
+// depending on the runtime; nothing else defines a format enum.
 #pragma once
 
 #include <cstdint>
