@@ -7,8 +7,8 @@
 
 #include "common/harness.h"
 #include "core/error.h"
-#include "cuda/device.h"
-#include "cuda/stream.h"
+#include "launch/device.h"
+#include "launch/stream.h"
 
 int main(int argc, char** argv) {
   try {

@@ -1,4 +1,4 @@
-// fp8_gemm_bench: the FP8 prefill GEMM (src/cuda/fp8_gemm.h) on the Llama-3.1
+// fp8_gemm_bench: the FP8 prefill GEMM (src/launch/fp8_gemm.h) on the Llama-3.1
 // projection shapes, against cuBLASLt FP8 and the FP8 peak measured in the
 // same run. One row per (model, projection, M, policy):
 //
@@ -41,13 +41,13 @@
 
 #include "common/harness.h"
 #include "core/error.h"
-#include "cuda/buffer.h"
-#include "cuda/check.h"
-#include "cuda/cublaslt.h"
-#include "cuda/device.h"
-#include "cuda/fill.h"
-#include "cuda/fp8_gemm.h"
-#include "cuda/stream.h"
+#include "launch/buffer.h"
+#include "launch/check.h"
+#include "launch/cublaslt.h"
+#include "launch/device.h"
+#include "launch/fill.h"
+#include "launch/fp8_gemm.h"
+#include "launch/stream.h"
 
 using namespace futr;
 

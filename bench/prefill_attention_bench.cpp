@@ -22,12 +22,12 @@
 
 #include "common/harness.h"
 #include "core/error.h"
-#include "cuda/buffer.h"
-#include "cuda/check.h"
-#include "cuda/device.h"
-#include "cuda/fill.h"
-#include "cuda/prefill_attention.h"
-#include "cuda/stream.h"
+#include "launch/buffer.h"
+#include "launch/check.h"
+#include "launch/device.h"
+#include "launch/fill.h"
+#include "launch/prefill_attention.h"
+#include "launch/stream.h"
 
 using namespace futr;
 using json = nlohmann::json;

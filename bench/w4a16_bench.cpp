@@ -5,7 +5,7 @@
 //   - the floor: a no-compute kernel reading the same bytes (weights + scales)
 //     with the same number of launches (bench::read_regions), also with PDL,
 //   - the E4M3-weight W8A16 path (W8Linear, the same skinny kernel),
-//   - cuBLASLt BF16 (src/cuda/cublaslt.h),
+//   - cuBLASLt BF16 (src/launch/cublaslt.h),
 //   - PyTorch's torch._weight_int4pack_mm (g128) and torch BF16 (F.linear), read
 //     from the JSON bench/peers/torch_decode_peer.py wrote in the same device call.
 // For each model's four projections (kDecodeShapes) and M in --m: median time
@@ -36,15 +36,15 @@
 
 #include "common/harness.h"
 #include "core/error.h"
-#include "cuda/buffer.h"
-#include "cuda/check.h"
-#include "cuda/cublaslt.h"
-#include "cuda/device.h"
-#include "cuda/fill.h"
-#include "cuda/linear.h"
-#include "cuda/stream.h"
-#include "cuda/w4a16.h"
-#include "cuda/w4a16_shapes.h"
+#include "launch/buffer.h"
+#include "launch/check.h"
+#include "launch/cublaslt.h"
+#include "launch/device.h"
+#include "launch/fill.h"
+#include "launch/linear.h"
+#include "launch/stream.h"
+#include "launch/w4a16.h"
+#include "launch/w4a16_shapes.h"
 
 namespace futr::bench {
 }

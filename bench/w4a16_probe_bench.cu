@@ -7,11 +7,11 @@
 #include <string>
 
 #include "common/harness.h"
-#include "cuda/buffer.h"
-#include "cuda/check.h"
-#include "cuda/device.h"
-#include "cuda/fill.h"
-#include "cuda/stream.h"
+#include "launch/buffer.h"
+#include "launch/check.h"
+#include "launch/device.h"
+#include "launch/fill.h"
+#include "launch/stream.h"
 #include "kernels/w4a16_probe.cuh"
 
 using namespace futr;

@@ -10,8 +10,8 @@
 #include <filesystem>
 #include <iostream>
 
-#include "cpu/quantize.h"
-#include "cpu/tiny_model.h"
+#include "quantize/quantize.h"
+#include "cpu_engine/tiny_model.h"
 #include "formats/futr_file.h"
 #include "formats/gguf_writer.h"
 #include "formats/safetensors_writer.h"

@@ -11,7 +11,7 @@ the golden logits beside it:
   <out>/<name>/golden.json   {"tokens": [...], "shape": [T, vocab]}
   <out>/<name>/golden.f32    logits, little-endian float32, row-major [T, vocab]
 
-tests/cpu/hf_crosscheck_test.cpp loads each directory with futr's HF loader,
+tests/cpu_engine/hf_crosscheck_test.cpp loads each directory with futr's HF loader,
 runs the CPU backend (batched prefill and token-by-token decode) and compares
 with golden.f32 (relative L2 error <= 1e-4, tests/support/tolerances.h).
 

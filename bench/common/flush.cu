@@ -6,8 +6,8 @@
 
 #include <cstdint>
 
-#include "cuda/check.h"
-#include "cuda/launch.cuh"
+#include "launch/check.h"
+#include "launch/launch.cuh"
 
 namespace {
 __global__ void read_flush_kernel(const uint4* p, size_t n, unsigned* sink) {

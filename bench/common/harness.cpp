@@ -10,12 +10,12 @@
 #include <fmt/format.h>
 
 #include "core/build_info.h"
-#include "cuda/buffer.h"
-#include "cuda/check.h"
-#include "cuda/cublaslt.h"
-#include "cuda/device.h"
-#include "cuda/fill.h"
-#include "cuda/stream.h"
+#include "launch/buffer.h"
+#include "launch/check.h"
+#include "launch/cublaslt.h"
+#include "launch/device.h"
+#include "launch/fill.h"
+#include "launch/stream.h"
 
 
 namespace futr::bench {

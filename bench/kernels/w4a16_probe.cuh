@@ -19,9 +19,9 @@
 
 #include <cstdint>
 
-#include "device/layout/int4_fragment.cuh"
-#include "device/ptx/ld.cuh"
-#include "device/ptx/mma.cuh"
+#include "kernels/layout/int4_fragment.cuh"
+#include "kernels/ptx/ld.cuh"
+#include "kernels/ptx/mma.cuh"
 
 namespace futr::bench {
 

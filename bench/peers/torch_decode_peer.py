@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """PyTorch peers of the INT4 decode GEMM benchmark (bench/w4a16_bench.cpp).
 
-For each model's four projections (the shapes of src/cuda/w4a16_shapes.h) and
+For each model's four projections (the shapes of src/launch/w4a16_shapes.h) and
 each M: torch BF16 (F.linear, cuBLAS) and torch's INT4 kernel
 torch._weight_int4pack_mm (group 128; group 64 where K % 128 != 0), each as a
 CUDA-graph replay, timed with CUDA events, median over reps, L2 flushed before
@@ -23,7 +23,7 @@ import traceback
 import torch
 import torch.nn.functional as F
 
-SHAPES = [  # (model, proj, N, K, group) -- keep in sync with src/cuda/w4a16_shapes.h
+SHAPES = [  # (model, proj, N, K, group) -- keep in sync with src/launch/w4a16_shapes.h
     ("SmolLM2-135M", "qkv", 960, 576, 64), ("SmolLM2-135M", "o", 576, 576, 64),
     ("SmolLM2-135M", "gate_up", 3072, 576, 64), ("SmolLM2-135M", "down", 576, 1536, 64),
     ("Llama-3.2-1B", "qkv", 3072, 2048, 128), ("Llama-3.2-1B", "o", 2048, 2048, 128),

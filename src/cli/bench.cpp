@@ -19,7 +19,7 @@
 //                      greedy): ms per step, tokens/s = B x steps / t.
 //   --breakdown        after each prompt test on the GPU engine's prefill path,
 //                      one more prompt with an event after each launch: us per
-//                      chunk of each kind of launch (gpu/prefill.h); and
+//                      chunk of each kind of launch (gpu_engine/prefill.h); and
 //                      after each decode test, --steps more steps with the
 //                      engine's per-kernel profiling on (GPU engine: the step
 //                      in a graph with an event after each launch, no PDL;

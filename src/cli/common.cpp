@@ -19,7 +19,7 @@
 
 #include "core/error.h"
 #include "core/io.h"
-#include "cpu/threads.h"
+#include "cpu_engine/threads.h"
 #include "formats/loader.h"
 
 #ifndef FUTR_DEFAULT_MODEL

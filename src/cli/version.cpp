@@ -8,7 +8,7 @@
 #if FUTR_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
-#include "cuda/device.h"
+#include "launch/device.h"
 #endif
 
 #ifndef FUTR_VERSION

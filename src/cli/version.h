@@ -14,7 +14,7 @@
 
 namespace futr::cli {
 
-// True when the CUDA code (src/cuda, the GPU kernels) is in this build.
+// True when the CUDA code (src/launch, the GPU kernels) is in this build.
 bool built_with_cuda();
 // The three lines above (no trailing newline). Probes the GPU (once).
 std::string version_text();

@@ -1,5 +1,5 @@
 // Spelling helpers for enums with a to_string(): the accepted names of a list
-// of values, and the parse that fails naming them (core/formats.cpp,
+// of values, and the parse that fails naming them (core/number_formats.cpp,
 // runtime/config.cpp).
 #pragma once
 

@@ -8,13 +8,13 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
-#include "cpu/engine.h"
-#include "cpu/threads.h"
+#include "cpu_engine/engine.h"
+#include "cpu_engine/threads.h"
 #if FUTR_HAVE_CUDA
-#include "cuda/device.h"
-#include "gpu/engine.h"
-#include "gpu/prefill.h"
-#include "gpu/tp_engine.h"
+#include "launch/device.h"
+#include "gpu_engine/engine.h"
+#include "gpu_engine/prefill.h"
+#include "gpu_engine/tp_engine.h"
 #endif
 #include "formats/futr_file.h"
 #include "model/synthetic.h"

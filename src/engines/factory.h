@@ -2,7 +2,7 @@
 // runtime::make_engine() (declared in runtime/engine.h), which the commands
 // and the server call without knowing the backends:
 //
-//   engine  --backend cpu: the CPU engines (cpu/engine.h);
+//   engine  --backend cpu: the CPU engines (cpu_engine/engine.h);
 //           --backend gpu: the GPU engine; until it exists a futr::Error
 //             ("the GPU engine is not built yet", or why there is no GPU);
 //           --backend auto: the GPU engine when it exists and a Hopper GPU is
@@ -24,7 +24,7 @@
 #include <memory>
 #include <string>
 
-#include "cpu/quantize.h"
+#include "quantize/quantize.h"
 #include "model/model.h"
 #include "runtime/config.h"
 #include "runtime/engine.h"

@@ -17,7 +17,7 @@
 //   "f32" / "bf16"  [dims] row-major                                  (norms, embedding, LM head)
 //   "int4"  N*K/2 nibble bytes in the decode kernels' fragment order
 //           + N*K/G FP16 group scales in fragment order (quant/int4_pack.h,
-//           device/layout/int4_fragment.cuh); fields group, method
+//           kernels/layout/int4_fragment.cuh); fields group, method
 //   "e4m3"  [N, K] row-major E4M3 (the FP8 GEMM's K-major B operand) + N FP32
 //           per-channel scales; field folded_gain (RMSNorm gain folded in)
 // A projection may be stored in several formats (e.g. int4 for decode and e4m3

@@ -1,6 +1,6 @@
 // The linear projections of a Llama model named by enum + layer index: what
 // the quantizers, the quantized weights (quant/quantized_model.h), the CPU
-// weight factory (cpu/weights.h) and the FP8 activation sites use. The
+// weight factory (cpu_engine/weights.h) and the FP8 activation sites use. The
 // strings "blk.<l>.attn_q" ... "output" exist only at the file boundary
 // (GGUF, .futr: projection_name() / parse_projection_name(),
 // docs/FORMATS.md) and in messages.

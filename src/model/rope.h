@@ -1,7 +1,7 @@
 // RoPE frequencies: the one home of the spec, used by the CPU forward
-// (cpu/ops.h apply_rope) and the GPU engine (sm90_rope) through the cos/sin
+// (cpu_engine/ops.h apply_rope) and the GPU engine (sm90_rope) through the cos/sin
 // table below, the FP8 GEMM's QKV epilogue and its reference
-// (cpu/ref/fp8_gemm_ref.h; the GPU takes these values rounded to FP32) and
+// (reference/fp8_gemm_ref.h; the GPU takes these values rounded to FP32) and
 // the GGUF reader (rope_freqs.weight holds rope_freq_factors()).
 //
 // Inverse frequency of pair i < D/2 (head_dim D, base theta):
@@ -17,7 +17,7 @@
 //                                              (1 - s) * f_i / factor + s * f_i
 // Everything in double.
 //
-// Tests: tests/cpu/ops_test.cpp (against an independent transcription of the
+// Tests: tests/cpu_engine/ops_test.cpp (against an independent transcription of the
 // definition), tests/formats/gguf_test.cpp (the rope_freqs.weight round trip).
 #pragma once
 

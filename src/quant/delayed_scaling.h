@@ -4,7 +4,7 @@
 // computes) or delayed (from the amax recorded by previous calls, the paper's
 // rule, with its policy when a call saturates).
 //
-// Device contract (src/device/epilogue/swiglu_fp8.cuh, src/cuda/fp8_gemm.h
+// Device contract (src/kernels/epilogue/swiglu_fp8.cuh, src/launch/fp8_gemm.h
 // SwiGluFp8Args; the same for every FP8 activation, docs/QUANTIZATION.md):
 //   - a call reads ONE dequantization scale s (scale_in), chosen before it runs;
 //   - it writes  q = e4m3_satfinite(y * (1/s))  (RNE, clamp to +-448, FP32
@@ -36,7 +36,7 @@
 //             scale is unchanged.
 //   saturation  counted per call (saturated_calls) and per value
 //             (saturated_values). Policy:
-//             (Fp8SaturationPolicy, core/formats.h: "clamp" | "recompute")
+//             (Fp8SaturationPolicy, core/number_formats.h: "clamp" | "recompute")
 //               kClampRescale (default, CUDA-graph friendly): the call's
 //                 values stay clamped to +-448 s; its amax enters the history,
 //                 so the NEXT call's scale covers it (re-scale next call);
@@ -64,7 +64,7 @@
 #include <string>
 #include <vector>
 
-#include "core/formats.h"
+#include "core/number_formats.h"
 
 namespace futr::quant {
 
@@ -76,7 +76,7 @@ struct DelayedScalingConfig {
   float initial_amax = 32768.0f;  // amax assumed before the first call (> 0, finite)
   int history = 16;             // calls in the amax window (1..1024)
   float margin = 1.0f;          // headroom: the window's max maps to 448 / margin (>= 1)
-  Fp8SaturationPolicy policy = Fp8SaturationPolicy::kClampRescale;  // the enum's home: core/formats.h
+  Fp8SaturationPolicy policy = Fp8SaturationPolicy::kClampRescale;  // the enum's home: core/number_formats.h
 
   void validate() const;  // futr::Error naming the bad field
 };

@@ -5,14 +5,14 @@
 //     b_s[n] = amax_k |W'[n, k]| / 448          (FP32; 1 for an all-zero row)
 //     w8[n, k] = e4m3_satfinite( W'[n, k] / b_s[n] )   (RNE)
 //     W'[n, k] ~= e4m3_to_float(w8[n, k]) * b_s[n]
-// stored [N, K] row-major (the K-major B operand of the FP8 GEMM, src/cuda/fp8_gemm.h).
+// stored [N, K] row-major (the K-major B operand of the FP8 GEMM, src/launch/fp8_gemm.h).
 //
 // Folded RMSNorm. The projections after an RMSNorm (q, k, v after attn_norm;
 // gate, up after ffn_norm) compute RMSNorm(x; g) W^T = r(x) * (x (W diag(g))^T)
 // with r(x) = 1 / sqrt(mean(x^2) + eps) a per-row scalar. So W' = W diag(g) is
 // quantized (the gain is folded in FP32 before quantization) and the GEMM runs
 // on the un-normalized rows x; the epilogue multiplies row m by r(x_m)
-// (device/epilogue/scale.cuh RowRmsFactor). o and down are not folded (g = 1).
+// (kernels/epilogue/scale.cuh RowRmsFactor). o and down are not folded (g = 1).
 //
 // Tests: tests/quant/fp8_weights_test.cpp.
 #pragma once

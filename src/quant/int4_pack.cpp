@@ -4,7 +4,7 @@
 
 #include "core/error.h"
 #include "core/numeric.h"
-#include "device/layout/int4_fragment.cuh"
+#include "kernels/layout/int4_fragment.cuh"
 
 namespace futr::quant {
 

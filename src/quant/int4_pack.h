@@ -2,7 +2,7 @@
 // form <-> the fragment-order form the kernels load (one 16-byte load per lane
 // is its mma.sync.m16n8k16 operands: the weights are the A operand, 16 output
 // channels x 16 inputs per step). The byte-level contract is
-// src/device/layout/int4_fragment.cuh; docs/LAYOUTS.md draws it.
+// src/kernels/layout/int4_fragment.cuh; docs/LAYOUTS.md draws it.
 //
 // Format: symmetric INT4 per output channel n and group of G inputs
 //     W[n, k] = q[n, k] * s[n, k / G],   q in [-8, 7],   G = 128 or 64,

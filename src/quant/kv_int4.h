@@ -10,7 +10,7 @@
 // (quant/hadamard.h).
 //
 // The byte layout (K nibbles in fragment order, V in channel order, FP32
-// scales head-major) is the host+device contract src/device/layout/kv_cache.cuh;
+// scales head-major) is the host+device contract src/kernels/layout/kv_cache.cuh;
 // host code uses its position functions (layout::kv_key_nibble, ...) directly.
 //
 // Tests: tests/quant/kv_int4_test.cpp.
@@ -19,14 +19,14 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "device/layout/kv_cache.cuh"
+#include "kernels/layout/kv_cache.cuh"
 
 namespace futr::quant {
 
 // Quantizes x[0..d) into q[0..d) (values in [-7, 7]); returns the FP32 scale.
 float kv_int4_quantize_row(const float* x, int d, int8_t* q);
 
-// One layer's mirror, K or V half (device/layout/kv_cache.cuh).
+// One layer's mirror, K or V half (kernels/layout/kv_cache.cuh).
 struct KvInt4Half {
   uint8_t* nibbles = nullptr;  // K: fragment order; V: channel order
   float* scales = nullptr;     // [kv_heads][num_slots]

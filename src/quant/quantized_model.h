@@ -1,7 +1,7 @@
 // The quantized projections of a model, in their logical forms: what the
-// quantizers produce (cpu/quantize.h), what a .futr file stores (packed into
+// quantizers produce (quantize/quantize.h), what a .futr file stores (packed into
 // the kernel layouts by formats/futr_file.h) and what the quantized CPU
-// reference runs (cpu/quant_linear.h, cpu/quant_forward.h).
+// reference runs (cpu_engine/quant_linear.h, cpu_engine/quant_forward.h).
 //
 // Only the seven projections of every layer are quantized, keyed by ProjId
 // (model/projection.h: layer + Projection); the "blk.<l>.attn_q" names are
@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "core/formats.h"
+#include "core/number_formats.h"
 #include "model/projection.h"
 #include "quant/fp8_weights.h"
 #include "quant/int4_pack.h"

@@ -1,5 +1,5 @@
 // Spellings of the runtime's own choices (see config.h); those of the formats,
-// the INT4 quantizer and the FP8 policy are in core/formats.cpp.
+// the INT4 quantizer and the FP8 policy are in core/number_formats.cpp.
 #include "runtime/config.h"
 
 #include "core/enum_names.h"

@@ -5,7 +5,7 @@
 // the only place a flag's spelling is known; futr::Error names the flag and
 // the accepted values).
 //
-// Formats and quantization choices have one home each, core/formats.h
+// Formats and quantization choices have one home each, core/number_formats.h
 // (re-exported here):
 //   WeightFormat  how the seven projections of every layer are stored and run
 //                 (fp32 reference, bf16, fp8 prefill, int4 decode);
@@ -14,15 +14,15 @@
 //                 Walsh-Hadamard rotation);
 //   QuantMethod   the INT4 quantizer used when a model is quantized on load;
 //   Fp8SaturationPolicy  what a saturating FP8 activation does.
-// quant/, cpu/, cuda/ and gpu/ use the same enums without depending on the
-// runtime; nothing else defines a format enum.
+// quant/, cpu_engine/, launch/ and gpu_engine/ use the same enums without
+// depending on the runtime; nothing else defines a format enum.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "core/formats.h"
+#include "core/number_formats.h"
 
 namespace futr::runtime {
 
@@ -46,7 +46,7 @@ using futr::WeightFormat;
 enum class EngineKind {
   kAuto,  // the GPU engine when a Hopper GPU is present, else the CPU engine (said on stderr)
   kCpu,   // the CPU engines: FP32 reference, or the quantized reference (any other format)
-  kGpu,   // the GPU engine (src/gpu/); a clear error where there is none
+  kGpu,   // the GPU engine (src/gpu_engine/); a clear error where there is none
 };
 
 enum class Fp8RmsPlacement { kEpilogue, kCast };  // folded RMSNorm: after the GEMM | before the cast
@@ -57,7 +57,7 @@ std::string to_string(Fp8RmsPlacement p);   // "epilogue" | "cast"
 EngineKind parse_engine_kind(const std::string& s);
 Fp8RmsPlacement parse_fp8_rms(const std::string& s);
 // The accepted spellings, for help texts and CLI11 checks ({"auto", "cpu", "gpu"}, ...);
-// those of the formats, the INT4 quantizer and the FP8 policy come from core/formats.h.
+// those of the formats, the INT4 quantizer and the FP8 policy come from core/number_formats.h.
 std::vector<std::string> engine_kind_names();
 std::vector<std::string> fp8_rms_names();
 
@@ -74,7 +74,7 @@ struct Fp8Config {
   bool gpu_numerics = false;  // the CPU FP8 reference with the GPU prefill path's roundings (--fp8-numerics gpu)
 };
 
-// The GPU engine's FP8 prefill path (gpu/prefill.h) for prompt runs:
+// The GPU engine's FP8 prefill path (gpu_engine/prefill.h) for prompt runs:
 // auto: on when FP8 weights can be had (quantized on load from the model's
 // weights, or stored in the .futr file); on: required (an error says why it
 // cannot be); off: prompts run through the decode step.
@@ -103,8 +103,8 @@ struct RuntimeConfig {
   int ctx = 0;               // positions per sequence; 0 = the model's trained context, capped
   int max_seqs = 1;          // sequences open at once (each gets ctx positions); 0: the engine's default
   int max_step_tokens = 256; // rows per step() at most
-  int threads = 0;           // CPU threads; 0 = the default (cpu/threads.h)
-  int tp = 1;                // GPUs the model is split over (tensor parallelism, gpu/tp_engine.h); 1: none
+  int threads = 0;           // CPU threads; 0 = the default (cpu_engine/threads.h)
+  int tp = 1;                // GPUs the model is split over (tensor parallelism, gpu_engine/tp_engine.h); 1: none
   bool gpu_graphs = true;    // GPU engine: one CUDA graph per batch bucket (false: eager; FUTR_GPU_GRAPHS=0 too)
   PrefillMode prefill = PrefillMode::kAuto;  // GPU engine: the FP8 prefill path for prompts
   int prefill_rows = 0;      // GPU engine: rows per prefill chunk (0: its default, 2048); capped at max_step_tokens

@@ -1,6 +1,6 @@
 // The Engine: the one seam between the commands (generate, perplexity,
-// bench, serve) and whatever runs the model (the CPU references in src/cpu/,
-// the GPU engine in src/gpu/). The grain of llama.cpp's
+// bench, serve) and whatever runs the model (the CPU references in src/cpu_engine/,
+// the GPU engine in src/gpu_engine/). The grain of llama.cpp's
 // llama_decode(llama_batch) or vLLM's model runner, not an op-level backend:
 // an engine owns its weights, its KV cache and its fused kernels.
 //
@@ -33,7 +33,7 @@
 // Results do not depend on batching (batch invariance): a row's outputs have
 // the same bits whether its sequence runs alone or with others, and however
 // its prompt was cut into steps (on the GPU engine for a given prompt flag;
-// tests/runtime/engine_test.cpp and tests/gpu/invariance_test.cpp).
+// tests/runtime/engine_test.cpp and tests/gpu_engine/invariance_test.cpp).
 //
 // Tests: tests/runtime/engine_test.cpp (the contract, on every CPU engine).
 #pragma once

@@ -16,7 +16,7 @@
 //   not open ("sequence N is not open").
 //
 // Tests: tests/runtime/sequence_table_test.cpp; through every engine in
-// tests/runtime/engine_test.cpp and tests/gpu/engine_test.cpp.
+// tests/runtime/engine_test.cpp and tests/gpu_engine/engine_test.cpp.
 #pragma once
 
 #include <cstdint>

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "core/error.h"
-#include "core/formats.h"
+#include "core/number_formats.h"
 #include "model/projection.h"
 #include "quant/int4_pack.h"
 

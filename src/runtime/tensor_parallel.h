@@ -46,8 +46,8 @@
 // whole SwiGLU pairs); make_tensor_parallel_plan() throws futr::Error naming
 // the numbers and the TP sizes that work for the model (the common divisors).
 //
-// The GPU side reads this plan: gpu/tp_engine.h (rank engines, NCCL in
-// gpu/nccl.h, `--tp N`); docs/TENSOR_PARALLEL.md says what has run.
+// The GPU side reads this plan: gpu_engine/tp_engine.h (rank engines, NCCL in
+// gpu_engine/nccl.h, `--tp N`); docs/TENSOR_PARALLEL.md says what has run.
 //
 // Tests: tests/runtime/tensor_parallel_test.cpp (the split layer and head on
 // the CPU against the unsplit forward pass, TP 1 / 2 / 4 / 8; the refusals).

@@ -14,8 +14,8 @@
 #include <fstream>
 
 #include "core/numeric.h"
-#include "cpu/quantize.h"
-#include "cpu/quant_model.h"
+#include "quantize/quantize.h"
+#include "cpu_engine/quant_model.h"
 #include "formats/loader.h"
 #include "quant/int4_quant.h"
 #include "quant/quant_test_util.h"

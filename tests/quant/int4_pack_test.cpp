@@ -13,8 +13,8 @@
 
 #include "core/error.h"
 #include "core/numeric.h"
-#include "cpu/ref/w4a16_ref.h"
-#include "device/layout/int4_fragment.cuh"
+#include "reference/w4a16_ref.h"
+#include "kernels/layout/int4_fragment.cuh"
 
 using namespace futr;
 

@@ -122,7 +122,7 @@ TEST(KvInt4, ValueLayoutIsChannelOrder) {
   EXPECT_EQ(layout::kv_scale_index(24, 5, 2), size_t(2 * 24 + 5));  // head-major
 }
 
-// The k permutation of S^T = K Q^T over the mirror (device/layout/kv_cache.cuh):
+// The k permutation of S^T = K Q^T over the mirror (kernels/layout/kv_cache.cuh):
 // dequantizing a lane's K words the way int4x8_to_half2 does and pairing them
 // with the query dims kv_int4_query_dim gives, summed over every mma step and
 // column, exactly the dot product q . k of each token.

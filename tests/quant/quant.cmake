@@ -7,4 +7,4 @@ futr_add_test(fp8_weights_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/fp8_weights_tes
 futr_add_test(delayed_scaling_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/delayed_scaling_test.cpp LIBS futr_quant)
 futr_add_test(kv_int4_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/kv_int4_test.cpp LIBS futr_quant)
 futr_add_test(kl_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/kl_test.cpp LIBS futr_quant)
-futr_add_test(futr_file_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/futr_file_test.cpp LIBS futr_formats futr_cpu)
+futr_add_test(futr_file_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/futr_file_test.cpp LIBS futr_formats futr_cpu futr_quantize)

@@ -22,12 +22,12 @@
 #include <vector>
 
 #include "core/error.h"
-#include "cpu/engine.h"
-#include "cpu/quantize.h"
+#include "cpu_engine/engine.h"
+#include "quantize/quantize.h"
 #include "runtime/engine.h"
 #include "runtime/perplexity.h"
-#include "../cpu/quant_model.h"
-#include "../cpu/tiny_model.h"
+#include "../cpu_engine/quant_model.h"
+#include "../cpu_engine/tiny_model.h"
 #include "support/compare.h"
 #include "support/expect_error.h"
 #include "support/tolerances.h"

@@ -9,11 +9,11 @@
 
 #include "core/error.h"
 #include "support/expect_error.h"
-#include "cpu/forward.h"
+#include "cpu_engine/forward.h"
 #include "runtime/engine.h"
 #include "runtime/perplexity.h"
-#include "../cpu/quant_model.h"
-#include "../cpu/tiny_model.h"
+#include "../cpu_engine/quant_model.h"
+#include "../cpu_engine/tiny_model.h"
 
 namespace futr::runtime {
 namespace {

@@ -1,5 +1,5 @@
 # Runtime tests (src/runtime/): the sampler, perplexity evaluation, and the
-# Engine contract on every CPU engine (src/cpu/engine.h) through make_engine().
+# Engine contract on every CPU engine (src/cpu_engine/engine.h) through make_engine().
 futr_add_test(runtime_sampler_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/sampler_test.cpp LIBS futr_runtime)
 futr_add_test(runtime_perplexity_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/perplexity_test.cpp
               LIBS futr_engines)

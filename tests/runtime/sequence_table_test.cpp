@@ -1,7 +1,7 @@
 // runtime::SequenceTable (src/runtime/sequence_table.h): slots, lengths,
 // samplers, free positions, and every misuse refused with the id named and
 // nothing changed. The engines' use of it is tested through the Engine
-// contract (tests/runtime/engine_test.cpp, tests/gpu/engine_test.cpp).
+// contract (tests/runtime/engine_test.cpp, tests/gpu_engine/engine_test.cpp).
 #include <gtest/gtest.h>
 
 #include "runtime/sequence_table.h"

@@ -17,13 +17,13 @@
 #include <random>
 #include <vector>
 
-#include "cpu/forward.h"
-#include "cpu/kv_cache.h"
-#include "cpu/linear.h"
-#include "cpu/ops.h"
-#include "cpu/quant_linear.h"
+#include "cpu_engine/forward.h"
+#include "cpu_engine/kv_cache.h"
+#include "cpu_engine/linear.h"
+#include "cpu_engine/ops.h"
+#include "cpu_engine/quant_linear.h"
 #include "quant/int4_quant.h"
-#include "cpu/tiny_model.h"
+#include "cpu_engine/tiny_model.h"
 #include "model/synthetic.h"
 #include "runtime/sampler.h"
 #include "runtime/tensor_parallel.h"

@@ -128,7 +128,7 @@ class Served(unittest.TestCase):
         Faster together than one after another holds on an engine that batches
         the rows of a step (the GPU engine; FUTR_SERVE_BATCHED_ENGINE=1 checks
         it). The CPU engine runs the sequences of a step one after another
-        (src/cpu/engine.h), so there it cannot be faster; the scheduler's
+        (src/cpu_engine/engine.h), so there it cannot be faster; the scheduler's
         batching speed-up is checked over a batched fake engine in
         tests/server/http_server_test.cpp (ConcurrentStreamsEqualAloneAndBatch).
         """

@@ -4,7 +4,7 @@
 
 #include <gtest/gtest.h>
 
-#include "cuda/device.h"
+#include "launch/device.h"
 
 #define FUTR_REQUIRE_GPU()                                                         \
   do {                                                                             \

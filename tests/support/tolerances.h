@@ -7,14 +7,14 @@
 namespace futr::test::tol {
 
 // CPU forward (FP32) vs Hugging Face transformers (FP32) logits.
-// Observed (tests/cpu/hf_crosscheck_test.cpp, 48 tokens, prefill / decode):
+// Observed (tests/cpu_engine/hf_crosscheck_test.cpp, 48 tokens, prefill / decode):
 // gqa_hd64_tied_bf16 1.3e-6 / 1.6e-6, gqa_hd128_untied_llama3_f16_sharded
 // 1.4e-6 / 1.8e-6, mqa_hd64_wide_heads_f32 6.0e-7 / 7.0e-7 (docs/CPU_BACKEND.md).
 inline constexpr double kCpuVsTransformers = 1e-4;
 
 // CPU forward (FP32) of the same tokens cut into different chunks (prefill in
 // one call vs several, a suffix re-run after a truncate): the same computation
-// up to the summation order inside BLAS. Observed (tests/cpu/forward_test.cpp,
+// up to the summation order inside BLAS. Observed (tests/cpu_engine/forward_test.cpp,
 // tests/runtime/engine_test.cpp): below 1e-6.
 inline constexpr double kCpuChunking = 1e-5;
 
@@ -30,13 +30,13 @@ inline constexpr double kTensorParallelSplit = 1e-5;
 // <= 2^-9 = 0.00195 per element, so the L2 ratio stays below that.
 inline constexpr double kBf16Output = 4e-3;
 
-// Decode GEMMs with quantized weights (tests/device/w4a16_test.cpp) against
+// Decode GEMMs with quantized weights (tests/kernels/w4a16_test.cpp) against
 // ref::w4a16 / ref::w8a16: exact products of BF16 activations and dequantized
 // weights, FP32 accumulation, FP32 group scaling, one BF16 rounding of y.
 inline constexpr double kW4A16 = 4e-3;  // largest observed on the H200 (6 runs, 2026-11-29): 2.3e-3
 inline constexpr double kW8A16 = 4e-3;  // largest observed on the H200 (6 runs, 2026-11-29): 2.3e-3
 
-// FP8 prefill GEMM (tests/device/fp8_gemm_test.cpp) against ref::gemm_rows +
+// FP8 prefill GEMM (tests/kernels/fp8_gemm_test.cpp) against ref::gemm_rows +
 // the epilogue references (exact E4M3/BF16 products, float blocks summed in
 // double). The GPU accumulates on the tensor cores, whose FP8 accumulation
 // keeps fewer bits than FP32 (the error grows with K), and rounds once to BF16.
@@ -53,14 +53,14 @@ inline constexpr double kFp8GemmSumSq = 5e-3;     // 1.3e-3 (row sums of squares
 // <= 2^-4 relative per element (about 0.036 RMS for spread-out values).
 inline constexpr double kFp8GemmE4m3Out = 5e-2;   // 2.7e-2
 
-// Decode attention (tests/device/decode_attention_test.cpp) against
+// Decode attention (tests/kernels/decode_attention_test.cpp) against
 // ref::decode_attention (float64 over exactly the cache's BF16 values or the
 // mirror's decoded nibbles): FP16 query and probabilities (INT4 mirror; 11-bit
 // mantissa) or BF16 ones (BF16 cache; 8 bits), FP32 accumulation, one BF16
 // rounding of the output.
 inline constexpr double kDecodeAttention = 6e-3;  // largest observed on the H200 (5 runs, 2026-12-01): 2.0e-3
 
-// Prefill attention (tests/device/prefill_attention_test.cpp) against
+// Prefill attention (tests/kernels/prefill_attention_test.cpp) against
 // ref::prefill_attention (float64 over exactly the cache's BF16 values): BF16
 // Q and K products on the tensor cores (exact) summed in FP32, P rounded to
 // BF16 (8 bits) with the row sum taken over the rounded weights, FP32
@@ -68,14 +68,14 @@ inline constexpr double kDecodeAttention = 6e-3;  // largest observed on the H20
 // attention's BF16 path, same bound.
 inline constexpr double kPrefillAttention = 6e-3;  // not yet observed on the H200
 
-// Logits reductions (tests/device/logits_reduce_test.cpp) against
+// Logits reductions (tests/kernels/logits_reduce_test.cpp) against
 // ref::logits_reduce (float64): absolute error of log-sum-exp and of
 // log p(target). The GPU sums FP32 expf terms (<= 2 ulp each, 1.2e-7
 // relative) in FP64, so the error of lse is ~1e-7 for any vocabulary; the
 // bound leaves a factor of 10. argmax and the non-finite count are exact.
 inline constexpr double kLogitsReduce = 2e-6;  // observed on the H200: (first run pending)
 
-// The GPU engine (tests/gpu/engine_test.cpp) against the CPU quantized
+// The GPU engine (tests/gpu_engine/engine_test.cpp) against the CPU quantized
 // reference with the same INT4 weights and KV format. The yardstick is the
 // reference's own spread when only its FP32 summation order changes (the same
 // tokens one position per step instead of one chunk): measured on SmolLM2
@@ -100,7 +100,7 @@ inline constexpr double kGpuEngineVsSpreadInt4Kv = 3.0;
 // (the 32k-token comparison in docs/ACCURACY.md is the precise one).
 inline constexpr double kGpuEnginePplExcerptInt4Kv = 5e-2;
 
-// Tensor parallelism (tests/gpu/tp_engine_test.cpp): TP N against TP 1 on the
+// Tensor parallelism (tests/gpu_engine/tp_engine_test.cpp): TP N against TP 1 on the
 // tiny synthetic model, relative L2 of the logits per step. The O and down
 // partial sums are BF16 (each rank's GEMM output) summed by a BF16 NCCL
 // all-reduce: about one more BF16 rounding per layer than TP 1 (2^-9
@@ -111,13 +111,13 @@ inline constexpr double kTensorParallelLogits = 2e-2;
 // self agreement is 0.98-1.0). With the INT4 mirror the agreement itself is
 // chaotic (the requantization above): the tests add three standard deviations
 // of the difference of two agreement fractions on the rows compared
-// (tests/gpu/engine_test.cpp argmax_margin: 0.31 on 37 rows at p = 0.73),
+// (tests/gpu_engine/engine_test.cpp argmax_margin: 0.31 on 37 rows at p = 0.73),
 // since a fixed 0.10 failed on a 37-row sample (GPU 0.595 vs CPU 0.730, H200,
 // 2026-12-02) with the mean deviation within 1.9x the CPU's own spread.
 inline constexpr double kGpuEngineArgmaxMargin = 0.05;
 
 // The GPU FP8 prefill path against the CPU FP8 reference of the same numerics
-// (tests/gpu/prefill_test.cpp; gpu/prefill.h lists what still differs). Each
+// (tests/gpu_engine/prefill_test.cpp; gpu_engine/prefill.h lists what still differs). Each
 // remaining difference can move an E4M3 rounding of an activation (3 mantissa
 // bits: a flip is a 6% change of one value) and every amax, hence every scale
 // of the next call, so the logits differ by far more than BF16 noise: the

@@ -1,0 +1,168 @@
+// The CPU engines (see engine.h).
+#include "cpu_engine/engine.h"
+
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "cpu_engine/kv_quant.h"
+#include "cpu_engine/threads.h"
+#include "runtime/batch.h"
+#include "runtime/perplexity.h"
+
+namespace futr::cpu {
+
+using runtime::BatchRow;
+using runtime::RowOutput;
+using runtime::SeqId;
+
+CpuEngine::CpuEngine(const Model& model, std::shared_ptr<const quant::QuantizedWeights> q,
+                     const CpuEngineOptions& o)
+    : model_(model), opt_(o) {
+  FUTR_CHECK(o.weights != WeightFormat::kAuto && o.kv != KvFormat::kAuto,
+             "CPU engine: unresolved format (weights {}, KV {})", to_string(o.weights),
+             to_string(o.kv));
+  FUTR_CHECK(o.ctx >= 0, "--ctx must be positive (got {})", o.ctx);
+  FUTR_CHECK(o.threads >= 0, "--threads must be positive (got {})", o.threads);
+  FUTR_CHECK(o.max_seqs >= 1 && o.max_seqs <= 4096,
+             "the maximum number of sequences must be in 1..4096 (got {})", o.max_seqs);
+  FUTR_CHECK(o.max_step_tokens >= 1 && o.max_step_tokens <= (1 << 20),
+             "the maximum tokens per step must be in 1..1048576 (got {})", o.max_step_tokens);
+  opt_.ctx = o.ctx > 0 ? o.ctx : model.config.max_context;
+  const int threads = set_num_threads(o.threads);
+  std::string what;
+  if (o.weights == WeightFormat::kFp32 && o.kv == KvFormat::kFp32 && !q) {
+    fp32_ = std::make_unique<Forward>(model, opt_.ctx);
+  } else {
+    QuantRunOptions ro;
+    ro.weights = o.weights;
+    ro.kv = o.kv;
+    ro.kv_block = o.kv_block;
+    ro.fp8 = o.fp8;
+    ro.fp8_rms_in_cast = o.fp8_rms_in_cast;
+    ro.fp8_gpu_numerics = o.fp8_gpu_numerics;
+    quant_ = std::make_unique<QuantForward>(model, std::move(q), ro, opt_.ctx);
+  }
+  const KvStorage& kv = forward().cache().storage();
+  const std::string seqs = o.max_seqs > 1 ? fmt::format(" x {} sequences", o.max_seqs) : "";
+  info_.name = "cpu";
+  info_.describe =
+      fp32_ ? fmt::format("cpu (FP32 reference, {} threads, ctx {}{}, {} KV cache {:.1f} MiB)",
+                          threads, opt_.ctx, seqs, kv.name(), double(kv.bytes()) / (1 << 20))
+            : fmt::format("cpu (quantized reference: {}; {} threads, ctx {}{}, KV {:.1f} MiB)",
+                          quant_->describe(), threads, opt_.ctx, seqs,
+                          double(kv.bytes()) / (1 << 20));
+  info_.vocab = model.config.vocab;
+  info_.ctx = forward().capacity();
+  info_.max_seqs = o.max_seqs;
+  info_.max_step_tokens = o.max_step_tokens;
+  info_.weights = o.weights;
+  info_.kv = o.kv;
+  table_ = runtime::SequenceTable(o.max_seqs, info_.ctx);
+  slots_.resize(size_t(o.max_seqs));
+  slots_[0].cache = &forward().cache();
+}
+
+CpuEngine::~CpuEngine() = default;
+
+void CpuEngine::open(SeqId id, const runtime::SamplerConfig& sampling) {
+  const int s = table_.open(id, sampling);  // checks (id, free slot, sampler) before anything changes
+  table_.sampler(s).limit_vocab(model_.sampleable_vocab());  // padded LM-head rows are never drawn
+  Slot& slot = slots_[size_t(s)];
+  if (!slot.cache) {
+    const ModelConfig& c = model_.config;
+    try {
+      slot.own = std::make_unique<KvCache>(make_kv_storage(c, opt_.ctx, opt_.kv, opt_.kv_block));
+    } catch (...) {
+      table_.close(id);  // out of memory: the sequence was not opened
+      throw;
+    }
+    slot.cache = slot.own.get();
+  }
+  slot.cache->clear();
+}
+
+void CpuEngine::truncate(SeqId id, int len) {
+  const int s = table_.truncate(id, len);
+  slots_[size_t(s)].cache->truncate(len);
+}
+
+void CpuEngine::close(SeqId id) { slots_[size_t(table_.close(id))].cache->clear(); }
+
+int CpuEngine::length(SeqId id) const { return table_.length(id); }
+
+int64_t CpuEngine::free_positions() const { return table_.free_positions(); }
+
+runtime::StepResult CpuEngine::step(std::span<const BatchRow> rows) {
+  const runtime::BatchPlan plan =
+      runtime::plan_batch(rows, info_, [&](SeqId id) { return table_.length_or_closed(id); });
+  const size_t V = size_t(info_.vocab);
+  runtime::StepResult r;
+  if (plan.n_logits > 0) r.logits = Tensor({int64_t(plan.n_logits), int64_t(V)});
+  r.tokens.reserve(size_t(plan.n_tokens));
+  r.logprobs.reserve(size_t(plan.n_logprobs));
+  std::vector<int32_t> tokens;
+  int64_t logit_row = 0;
+  for (const runtime::SeqRun& run : plan.runs) {
+    const int slot = table_.slot(run.seq);
+    Slot& s = slots_[size_t(slot)];
+    tokens.clear();
+    for (int i = run.begin; i < run.end; ++i) tokens.push_back(rows[size_t(i)].token);
+    Tensor logits;
+    try {
+      logits = forward().eval(*s.cache, tokens, run.first_out - run.begin);
+    } catch (...) {
+      table_.set_length(slot, s.cache->length());  // the table follows the cache, whatever it kept
+      throw;
+    }
+    table_.set_length(slot, s.cache->length());
+    for (int i = run.first_out; i < run.end; ++i) {
+      const BatchRow& row = rows[size_t(i)];
+      const std::span<const float> z(logits.row(i - run.first_out), V);
+      switch (row.out) {
+        case RowOutput::kNone: break;
+        case RowOutput::kLogits:
+          std::memcpy(r.logits.row(logit_row++), z.data(), V * sizeof(float));
+          break;
+        case RowOutput::kToken: r.tokens.push_back(table_.sampler(slot).sample(z)); break;
+        case RowOutput::kLogprob: r.logprobs.push_back(-runtime::token_nll(z, row.target)); break;
+      }
+    }
+  }
+  return r;
+}
+
+nlohmann::json CpuEngine::stats() const {
+  nlohmann::json j;
+  int64_t used = 0, bytes = 0;
+  used = table_.positions_used();
+  for (const Slot& s : slots_)
+    if (s.cache) bytes += s.cache->storage().bytes();
+  j["engine"] = info_.name;
+  j["weights"] = to_string(info_.weights);
+  j["kv"] = to_string(info_.kv);
+  j["sequences_open"] = table_.open_count();
+  j["max_seqs"] = info_.max_seqs;
+  j["ctx"] = info_.ctx;
+  j["kv_positions_used"] = used;
+  j["kv_positions_free"] = free_positions();
+  j["kv_bytes"] = bytes;
+  if (const quant::ScaleBank* bank = fp8_bank()) {
+    const quant::ScaleStats t = bank->total();
+    nlohmann::json f;
+    f["history"] = bank->config().history;
+    f["margin"] = bank->config().margin;
+    f["policy"] = to_string(bank->config().policy);
+    f["calls"] = t.calls;
+    f["saturated_calls"] = t.saturated_calls;
+    f["saturated_values"] = t.saturated_values;
+    f["zero_calls"] = t.zero_calls;
+    f["recomputes"] = t.recomputes;
+    f["max_amax"] = t.max_amax;
+    j["fp8"] = f;
+  }
+  return j;
+}
+
+}  // namespace futr::cpu

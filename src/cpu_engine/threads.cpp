@@ -1,0 +1,111 @@
+// OpenBLAS + OpenMP thread counts (see threads.h).
+#include "cpu_engine/threads.h"
+
+#include <cblas.h>
+#include <omp.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <utility>
+
+#include <fmt/format.h>
+
+namespace {
+
+// NOTE: libgomp reads OMP_WAIT_POLICY / GOMP_SPINCOUNT once, in its own ELF
+// constructor, before main() and before any constructor of this program. By
+// default its idle threads spin for a while after every parallel region. On
+// a machine whose cores are shared (the 2-core development and CI machines)
+// a spinning thread takes the core from the thread everyone is waiting for:
+// measured under load, decode fell to 1.8 tokens/s (12.7 passive) and prompt
+// processing to 26 tokens/s (131 passive). So every program linking the CPU
+// backend defaults to the passive policy, set from .preinit_array, which runs
+// before all shared-library constructors. A user's own OMP_WAIT_POLICY or
+// GOMP_SPINCOUNT wins. OPENBLAS_NUM_THREADS=1 likewise keeps OpenBLAS from
+// starting a thread pool it would never use (set_num_threads() says why).
+// .preinit_array exists only in executables: futr_cpu must stay a static
+// library.
+void futr_cpu_preinit(int, char**, char**) {
+  if (!std::getenv("OMP_WAIT_POLICY") && !std::getenv("GOMP_SPINCOUNT"))
+    setenv("OMP_WAIT_POLICY", "passive", 0);
+  setenv("OPENBLAS_NUM_THREADS", "1", 0);
+}
+__attribute__((section(".preinit_array"), used)) void (*const futr_cpu_preinit_entry)(
+    int, char**, char**) = &futr_cpu_preinit;
+
+}  // namespace
+
+namespace futr::cpu {
+
+int logical_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return int(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+int physical_cores() {
+  static const int cores = [] {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof(set), &set) != 0) return logical_cpus();
+    std::set<std::pair<long, long>> seen;  // (physical_package_id, core_id)
+    for (int c = 0; c < CPU_SETSIZE; ++c) {
+      if (!CPU_ISSET(c, &set)) continue;
+      const std::string dir = fmt::format("/sys/devices/system/cpu/cpu{}/topology/", c);
+      long pkg = -1, core = -1;
+      std::ifstream(dir + "physical_package_id") >> pkg;
+      std::ifstream(dir + "core_id") >> core;
+      if (pkg < 0 || core < 0) return logical_cpus();  // no topology (some containers)
+      seen.insert({pkg, core});
+    }
+    return std::max(1, int(seen.size()));
+  }();
+  return cores;
+}
+
+std::string oversubscription_warning(int n) {
+  const int cores = physical_cores();
+  if (n <= cores) return {};
+  return fmt::format(
+      "futr: warning: {} threads on {} physical core{} ({} logical CPUs available): the extra threads "
+      "share cores and usually make it slower; the default is {} (-t {})",
+      n, cores, cores == 1 ? "" : "s", logical_cpus(), cores, cores);
+}
+
+int set_num_threads(int n) {
+  if (n <= 0) n = physical_cores();
+  if (const std::string w = oversubscription_warning(n); !w.empty()) {
+    static std::mutex mu;
+    static std::set<int> warned;
+    const std::lock_guard<std::mutex> lock(mu);
+    if (warned.insert(n).second) std::fprintf(stderr, "%s\n", w.c_str());
+  }
+  openblas_set_num_threads(1);  // OpenBLAS runs inside the OpenMP threads
+  omp_set_num_threads(n);
+  return n;
+}
+
+void ensure_single_threaded_blas() {
+  static std::once_flag once;
+  std::call_once(once, [] { openblas_set_num_threads(1); });
+}
+
+int num_threads() { return omp_get_max_threads(); }
+
+std::string threading_info() {
+  const char* wait = std::getenv("OMP_WAIT_POLICY");
+  return fmt::format(
+      "OpenMP {} threads on {} physical cores (wait policy {}), each calling single-threaded OpenBLAS "
+      "({}; {} thread)",
+      omp_get_max_threads(), physical_cores(), wait ? wait : "default", openblas_get_config(),
+      openblas_get_num_threads());
+}
+
+}  // namespace futr::cpu

@@ -1,0 +1,44 @@
+// Thread control of the CPU reference backend.
+//
+// One thread pool: OpenMP. Every parallel step (GEMM column slices in
+// cpu_engine/linear.cpp, attention tasks and elementwise loops in cpu_engine/ops.cpp) is an
+// OpenMP region, and OpenBLAS is called single-threaded from inside it.
+//
+// NOTE: the first version let OpenBLAS (pthreads build) run its own threads
+// for GEMMs beside OpenMP for the rest. On the 2-core machine the two pools
+// spin-wait against each other after every region: decode ran at 9 tokens/s
+// with 2 threads against 25 with 1 (and 44 with GOMP_SPINCOUNT=0). With one
+// pool there is nothing to compete with (docs/CPU_BACKEND.md).
+//
+// Every program linking futr_cpu starts with OMP_WAIT_POLICY=passive unless
+// the user set OMP_WAIT_POLICY or GOMP_SPINCOUNT (threads.cpp says why and
+// how); on a dedicated machine OMP_WAIT_POLICY=active may be a little faster.
+#pragma once
+
+#include <string>
+
+namespace futr::cpu {
+
+// Uses n OpenMP threads (n <= 0: physical_cores()) and sets OpenBLAS to one
+// thread. Returns the count in use. When n is more than physical_cores(),
+// prints a warning to stderr once per process and count (hyperthreads and
+// oversubscribed cores slow the memory-bound GEMVs down instead of helping:
+// docs/CPU_BACKEND.md).
+int set_num_threads(int n);
+// The physical cores this process may run on: distinct (package, core) pairs
+// of the CPUs in its affinity mask, from /sys/devices/system/cpu/cpu*/topology;
+// the number of CPUs in the mask when the topology is unreadable; at least 1.
+int physical_cores();
+// The logical CPUs (hardware threads) in this process's affinity mask.
+int logical_cpus();
+// The warning set_num_threads() prints for n threads ("" when n fits).
+std::string oversubscription_warning(int n);
+// Sets OpenBLAS to one thread once per process (called by every BLAS user in
+// futr_cpu, so a program that never calls set_num_threads() is still right).
+void ensure_single_threaded_blas();
+// Threads OpenMP regions use.
+int num_threads();
+// A line for reports: OpenMP threads and the OpenBLAS build.
+std::string threading_info();
+
+}  // namespace futr::cpu

@@ -1,0 +1,230 @@
+// Prefill attention (src/launch/prefill_attention.h: sm90_prefill_attention)
+// against its CPU reference (src/reference/prefill_attention_ref.h) on fresh
+// random data: packed requests of ragged lengths (1, 7, 64, 127, 128, 129,
+// 1000, 4096 rows), with and without a prefix already in the cache (chunked
+// prefill: pos0 = 0, 1, 100, 1000, 5000), head dims 64 / 128, SmolLM2 (9/3
+// heads), Llama-3.1-8B (32/8), 70B (64/8), MHA (8/8) and a group of 3. Each
+// request owns a run of slots; the slots past its last position hold NaN (the
+// kernel's contract masks their scores and zeroes their V rows), and the
+// cache's other slots random values; outputs are poisoned (0xff) before each
+// launch, and rows of no request must stay poisoned. The persistent kernel
+// runs with one CTA per SM and, in FewCtasManyItems, with 1-3 CTAs.
+// Errors: relative L2 of the BF16 output (tests/support/tolerances.h);
+// the largest per head dim is printed at the end.
+//
+// Host-only tests (run everywhere): the tile list, rejections.
+// Run under compute-sanitizer with --gtest_filter='PrefillAttentionSmall.*'.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <random>
+#include <string>
+
+#include "core/numeric.h"
+#include "reference/prefill_attention_ref.h"
+#include "launch/buffer.h"
+#include "launch/check.h"
+#include "launch/prefill_attention.h"
+#include "kernels/layout/kv_cache.cuh"
+#include "support/compare.h"
+#include "support/expect_error.h"
+#include "support/gpu.h"
+#include "support/tolerances.h"
+#include "support/random.h"
+
+using namespace futr;
+
+namespace {
+
+using test::rng;
+using test::randn_bf16;
+
+std::map<std::string, double>& worst() {
+  static std::map<std::string, double> w;
+  return w;
+}
+
+struct Req {
+  int pos0, n;  // prefix length, new rows
+};
+
+// Runs one packed batch and checks it against the reference.
+void check_prefill(int kvh, int group, int d, const std::vector<Req>& reqs, int max_ctas = 0) {
+  const int nh = kvh * group;
+  // Slot runs: each request owns round_up(pos0 + n, 16) slots, plus 16 so the
+  // NaN slots after it are inside its run; a spare run of 128 slots at the end
+  // (random values) that the last block of the last request may read.
+  std::vector<ref::PrefillRequestHost> hr;
+  int slots = 0, rows = 0;
+  for (const Req& r : reqs) {
+    hr.push_back({rows, r.n, r.pos0, slots});
+    rows += r.n;
+    slots += (r.pos0 + r.n + 15) / 16 * 16 + 16;
+  }
+  slots += 128;
+  ref::KvLayerHost cache(slots, kvh, d);
+  cache.k = randn_bf16(cache.k.size(), 1.0f);
+  cache.v = randn_bf16(cache.v.size(), 1.0f);
+  for (const ref::PrefillRequestHost& r : hr)
+    for (int t = r.pos0 + r.n_rows; t < r.pos0 + r.n_rows + 16; ++t)
+      for (int h = 0; h < kvh; ++h)
+        for (int e = 0; e < d; ++e) {
+          cache.k[layout::kv_primary_index(kvh, d, r.slot_base + t, h, e)] = 0x7fc0;  // BF16 NaN
+          cache.v[layout::kv_primary_index(kvh, d, r.slot_base + t, h, e)] = 0x7fc0;
+        }
+  // Queries ~ N(0, 2) (a peaked softmax), rows of a wider buffer (the QKV output's stride).
+  const int64_t q_ld = int64_t(nh + 2 * kvh) * d, out_ld = int64_t(nh) * d + 8;
+  const auto q = randn_bf16(size_t(rows) * size_t(q_ld), 2.0f);
+  // Reference; rows of no request do not exist here (the packing is dense), but the
+  // out buffer's row padding (out_ld > width) must stay poisoned.
+  std::vector<float> want(size_t(rows) * size_t(out_ld), 0.0f);
+  ref::prefill_attention(cache, q.data(), q_ld, group, hr, want.data(), out_ld);
+
+  std::vector<cuda::PrefillRequest> cr;
+  std::vector<int> row_begin, n_rows, pos0, slot_base;
+  for (const auto& r : hr) {
+    cr.push_back({r.row_begin, r.n_rows, r.pos0, r.slot_base});
+    row_begin.push_back(r.row_begin);
+    n_rows.push_back(r.n_rows);
+    pos0.push_back(r.pos0);
+    slot_base.push_back(r.slot_base);
+  }
+  const std::vector<int> tiles = cuda::prefill_tiles(cr);
+  cuda::DeviceBuffer<uint16_t> dq(q), dk(cache.k), dv(cache.v), dout(size_t(rows) * size_t(out_ld));
+  cuda::DeviceBuffer<int> drb(row_begin), dn(n_rows), dp(pos0), ds(slot_base), dt(tiles);
+  cuda::PrefillAttentionArgs a;
+  a.q = dq.get();
+  a.out = dout.get();
+  a.q_ld = q_ld;
+  a.out_ld = out_ld;
+  a.rows = rows;
+  a.n_heads = nh;
+  a.kv_heads = kvh;
+  a.head_dim = d;
+  a.k = dk.get();
+  a.v = dv.get();
+  a.num_slots = slots;
+  a.row_begin = drb.get();
+  a.n_rows = dn.get();
+  a.pos0 = dp.get();
+  a.slot_base = ds.get();
+  a.tiles = dt.get();
+  a.n_tiles = int(tiles.size() / 2);
+  a.max_ctas = max_ctas;
+  dout.fill_bytes(0xff);
+  cuda::prefill_attention(a, nullptr);
+  FUTR_CUDA_CHECK(cudaDeviceSynchronize());
+  const auto o16 = dout.download();
+  // A second launch gives the same bytes (no race, no read of uninitialized memory).
+  dout.fill_bytes(0xff);
+  cuda::prefill_attention(a, nullptr);
+  FUTR_CUDA_CHECK(cudaDeviceSynchronize());
+  EXPECT_EQ(dout.download(), o16) << "a second launch differs";
+
+  std::vector<float> got, ref;
+  for (int r = 0; r < rows; ++r) {
+    for (int e = 0; e < nh * d; ++e) {
+      got.push_back(bf16_to_float(o16[size_t(r) * out_ld + e]));
+      ref.push_back(want[size_t(r) * out_ld + e]);
+    }
+    for (int e = nh * d; e < out_ld; ++e)
+      ASSERT_EQ(o16[size_t(r) * out_ld + e], 0xffff) << "row " << r << " padding column " << e << " written";
+  }
+  const test::ErrorStats e = test::compare(got, ref);
+  const std::string what = "d" + std::to_string(d);
+  worst()[what] = std::max(worst()[what], e.rel_l2);
+  std::string shape = "heads " + std::to_string(nh) + "/" + std::to_string(kvh) + " requests";
+  for (const Req& r : reqs) shape += " (" + std::to_string(r.pos0) + "+" + std::to_string(r.n) + ")";
+  EXPECT_EQ(e.non_finite, 0u) << shape;
+  EXPECT_LT(e.rel_l2, test::tol::kPrefillAttention) << shape;
+  // Per request too: a wrong short request would hide in a long one's norm.
+  for (const auto& r : hr) {
+    const size_t b = size_t(r.row_begin) * nh * d, n = size_t(r.n_rows) * nh * d;
+    const test::ErrorStats er = test::compare(std::span<const float>(got).subspan(b, n),
+                                              std::span<const float>(ref).subspan(b, n));
+    EXPECT_LT(er.rel_l2, test::tol::kPrefillAttention) << shape << ": request at row " << r.row_begin;
+  }
+}
+
+TEST(PrefillAttentionHost, TilesCoverEveryRowHeaviestFirst) {
+  const std::vector<cuda::PrefillRequest> reqs = {{0, 300, 0, 0}, {300, 1, 5000, 512}, {301, 129, 10, 6000}};
+  const std::vector<int> t = cuda::prefill_tiles(reqs);
+  ASSERT_EQ(t.size() % 2, 0u);
+  std::vector<int> covered(430, 0);
+  int64_t prev = INT64_MAX;
+  for (size_t i = 0; i < t.size(); i += 2) {
+    const auto& r = reqs[size_t(t[i])];
+    const int row0 = t[i + 1], last = std::min(row0 + 128, r.n_rows) - 1;
+    for (int k = row0; k <= last; ++k) ++covered[size_t(r.row_begin + k)];
+    const int64_t keys = int64_t(r.pos0) + last + 1;
+    EXPECT_LE(keys, prev) << "tile " << i / 2 << " is heavier than the one before";
+    prev = keys;
+  }
+  for (int c : covered) EXPECT_EQ(c, 1);
+  EXPECT_EQ(t[0], 1);  // the one-row request with a 5000-token prefix reads the most keys
+}
+
+TEST(PrefillAttentionHost, RefusesWhatIsNotCompiled) {
+  cuda::PrefillAttentionArgs a;
+  a.head_dim = 96;
+  a.n_heads = 8;
+  a.kv_heads = 8;
+  EXPECT_FUTR_ERROR(cuda::prefill_attention(a, nullptr), "head_dim 96 is not compiled");
+  a.head_dim = 128;
+  a.n_heads = 12;
+  a.kv_heads = 8;
+  EXPECT_FUTR_ERROR(cuda::prefill_attention(a, nullptr), "not a multiple of 8 KV heads");
+  EXPECT_EQ(cuda::prefill_attention_variants().size(), 2u);
+  EXPECT_FUTR_ERROR(cuda::prefill_tiles({{0, 0, 0, 0}}), "request 0 has 0 rows");
+}
+
+// Small shapes: the compute-sanitizer set.
+TEST(PrefillAttentionSmall, OneRequest) {
+  FUTR_REQUIRE_GPU();
+  check_prefill(3, 3, 64, {{0, 7}});
+  check_prefill(2, 4, 128, {{0, 130}});
+}
+
+TEST(PrefillAttentionSmall, PackedWithPrefixes) {
+  FUTR_REQUIRE_GPU();
+  check_prefill(3, 3, 64, {{0, 1}, {100, 64}, {1, 129}});
+  check_prefill(2, 4, 128, {{37, 5}, {0, 128}, {200, 1}});
+}
+
+// Few persistent CTAs: each runs many items back to back (the Q buffers and
+// the K/V ring carried from one item to the next, the V tail zeroed in a
+// stage a later item reuses).
+TEST(PrefillAttentionSmall, FewCtasManyItems) {
+  FUTR_REQUIRE_GPU();
+  check_prefill(3, 3, 64, {{0, 1}, {100, 64}, {1, 129}, {0, 300}}, 2);
+  check_prefill(2, 4, 128, {{37, 5}, {0, 257}, {200, 1}}, 3);
+  check_prefill(2, 2, 128, {{0, 7}}, 1);
+}
+
+TEST(PrefillAttention, SmolLM2Shapes) {
+  FUTR_REQUIRE_GPU();
+  check_prefill(3, 3, 64, {{0, 1000}});
+  check_prefill(3, 3, 64, {{0, 127}, {0, 128}, {0, 129}, {1000, 300}, {5000, 33}});
+}
+
+TEST(PrefillAttention, Llama8BShapes) {
+  FUTR_REQUIRE_GPU();
+  check_prefill(8, 4, 128, {{0, 77}, {513, 200}, {64, 1}, {0, 1024}, {1000, 300}});
+  check_prefill(2, 2, 128, {{0, 4096}});  // a long one on 4 heads (the float64 reference's cost)
+}
+
+TEST(PrefillAttention, Llama70BAndOtherGroups) {
+  FUTR_REQUIRE_GPU();
+  check_prefill(8, 8, 128, {{0, 512}, {300, 100}});
+  check_prefill(8, 1, 128, {{0, 300}, {7, 64}});  // MHA
+  check_prefill(8, 1, 64, {{0, 300}, {7, 64}});
+  check_prefill(4, 3, 128, {{0, 257}, {129, 129}});
+}
+
+TEST(PrefillAttention, PrintLargestErrors) {
+  for (const auto& [k, v] : worst()) std::printf("largest relative L2 %s: %.3e\n", k.c_str(), v);
+}
+
+}  // namespace

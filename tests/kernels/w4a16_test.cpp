@@ -1,0 +1,615 @@
+// Decode GEMMs with quantized weights (src/launch/w4a16.h, src/launch/linear.h:
+// sm90_w4a16_stream (the default), sm90_w4a16_gemv, sm90_w4a16_skinny with
+// INT4 and E4M3 weights) against the
+// CPU reference (src/reference/w4a16_ref.h) on every shape of kDecodeShapes.
+//
+// Weights and scales are drawn on the device (fresh seeds every run, so the
+// 405B matrices cost no host packing); the reference unpacks a sample of tile
+// groups (first, last and random ones: 128 channels each) and checks those
+// columns; every output
+// element is poisoned (0xff = NaN) before each launch and must come back finite.
+// Errors: relative L2 per launch, bounds in tests/support/tolerances.h; the
+// largest observed error per kernel family is printed at the end.
+//
+// Run under compute-sanitizer with --gtest_filter='W4A16Small.*' (small shapes).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+#include <tuple>
+
+#include "core/error.h"
+#include "core/numeric.h"
+#include "reference/w4a16_ref.h"
+#include "launch/buffer.h"
+#include "launch/check.h"
+#include "launch/decode_ops.h"
+#include "launch/device.h"
+#include "launch/fill.h"
+#include "launch/linear.h"
+#include "launch/stream.h"
+#include "launch/w4a16.h"
+#include "launch/w4a16_shapes.h"
+#include "quant/int4_pack.h"
+#include "support/compare.h"
+#include "support/expect_error.h"
+#include "support/gpu.h"
+#include "support/tolerances.h"
+#include "support/random.h"
+
+using namespace futr;
+using cuda::DecodeConfig;
+using cuda::DecodeKernel;
+using cuda::DecodeShape;
+
+namespace {
+
+using test::rng;
+
+// Largest relative error seen per family (printed by the environment below).
+std::map<std::string, double>& worst() {
+  static std::map<std::string, double> w;
+  return w;
+}
+
+std::vector<int> sample_tiles(int ntiles, int count) {
+  std::set<int> t{0, ntiles - 1};
+  std::uniform_int_distribution<int> u(0, ntiles - 1);
+  while (int(t.size()) < std::min(count, ntiles)) t.insert(u(rng()));
+  return {t.begin(), t.end()};
+}
+
+std::vector<uint16_t> random_x(int m, int k) {
+  std::uniform_real_distribution<float> u(-1, 1);
+  std::vector<uint16_t> x(size_t(m) * k);
+  for (auto& v : x) v = float_to_bf16(u(rng()));
+  return x;
+}
+
+// A quantized layer with device-drawn weights and the logical weights of a
+// sample of its tiles on the host.
+struct Layer {
+  std::unique_ptr<cuda::QuantLinear> lin;
+  std::vector<int> tiles;     // sampled 16-channel tiles (whole groups of 8)
+  quant::Int4Weights sub4;    // INT4: logical weights of the sampled tiles' rows
+  std::vector<uint8_t> sub8;  // E4M3: [rows, K] logical bytes of the sampled rows
+  std::vector<float> sc8;     // E4M3: their scales
+};
+
+Layer make_layer(bool int4, int n, int k, int group, int sample = 3) {
+  Layer L;
+  const uint64_t seed = rng()();
+  if (int4) {
+    auto lin = std::make_unique<cuda::W4Linear>(n, k, group);
+    cuda::fill_random(lin->weights(), cuda::FillType::kU8, size_t(n) * k / 2, seed, 0, 0, nullptr);
+    cuda::fill_random(lin->scales(), cuda::FillType::kF16, size_t(n) * (k / group), seed + 1, 0.002f, 0.02f,
+                      nullptr);
+    L.lin = std::move(lin);
+  } else {
+    auto lin = std::make_unique<cuda::W8Linear>(n, k);
+    cuda::fill_random(lin->weights(), cuda::FillType::kE4M3, size_t(n) * k, seed, -2.0f, 2.0f, nullptr);
+    cuda::fill_random(lin->scales(), cuda::FillType::kF32, size_t(n), seed + 1, 0.005f, 0.02f, nullptr);
+    L.lin = std::move(lin);
+  }
+  FUTR_CUDA_CHECK(cudaDeviceSynchronize());
+  // Sample whole tile groups (8 tiles, interleaved chunk by chunk; the last may
+  // be partial): a group is a contiguous run, and groups in order (a partial one
+  // last) form a valid packed matrix of their own.
+  const int ntiles = n / 16, ngroups = (ntiles + 7) / 8;
+  const std::vector<int> groups = sample_tiles(ngroups, sample);  // sorted, first and last included
+  for (int gi : groups)
+    for (int t = 8 * gi; t < std::min(ntiles, 8 * gi + 8); ++t) L.tiles.push_back(t);
+  const size_t rows = L.tiles.size() * 16;
+  if (int4) {
+    const size_t tile_bytes = size_t(k) / 2 * 16, tile_scales = size_t(k / group) * 16;
+    quant::Int4Packed p{int(rows), k, group, std::vector<uint8_t>(rows * k / 2), std::vector<uint16_t>(rows * (k / group))};
+    const auto* sc = static_cast<const uint16_t*>(L.lin->scales());
+    size_t off = 0;
+    for (int gi : groups) {
+      const int gt = std::min(ntiles - 8 * gi, 8);
+      FUTR_CUDA_CHECK(cudaMemcpy(p.weights.data() + off * tile_bytes, L.lin->weights() + size_t(8 * gi) * tile_bytes,
+                                 gt * tile_bytes, cudaMemcpyDeviceToHost));
+      FUTR_CUDA_CHECK(cudaMemcpy(p.scales.data() + off * tile_scales, sc + size_t(8 * gi) * tile_scales,
+                                 gt * tile_scales * 2, cudaMemcpyDeviceToHost));
+      off += gt;
+    }
+    L.sub4 = quant::unpack_int4(p);
+  } else {
+    const size_t tile_bytes = size_t(k) * 16;
+    std::vector<uint8_t> packed(rows * k);
+    L.sc8.resize(rows);
+    const auto* sc = static_cast<const float*>(L.lin->scales());
+    size_t off = 0;
+    for (int gi : groups) {
+      const int gt = std::min(ntiles - 8 * gi, 8);
+      FUTR_CUDA_CHECK(cudaMemcpy(packed.data() + off * tile_bytes, L.lin->weights() + size_t(8 * gi) * tile_bytes,
+                                 gt * tile_bytes, cudaMemcpyDeviceToHost));
+      FUTR_CUDA_CHECK(cudaMemcpy(L.sc8.data() + off * 16, sc + size_t(8 * gi) * 16, gt * 64, cudaMemcpyDeviceToHost));
+      off += gt;
+    }
+    L.sub8 = quant::unpack_e4m3(int(rows), k, packed);
+  }
+  return L;
+}
+
+// One launch on fresh x, poisoned y; returns the relative error on the sample.
+double check(Layer& L, int m, const DecodeConfig* cfg, const std::string& what, double tol) {
+  const int n = L.lin->n(), k = L.lin->k();
+  const auto x = random_x(m, k);
+  cuda::DeviceBuffer<uint16_t> dx(x), dy(size_t(m) * n);
+  dy.fill_bytes(0xff);
+  if (cfg) {
+    L.lin->reserve(*cfg, m);
+    L.lin->forward(dx.get(), dy.get(), m, *cfg, nullptr);
+  } else {
+    L.lin->forward(dx.get(), dy.get(), m, nullptr);
+  }
+  FUTR_CUDA_CHECK(cudaDeviceSynchronize());
+  const auto y = dy.download();
+  const size_t rows = L.tiles.size() * 16;
+  std::vector<float> ref(size_t(m) * rows);
+  if (L.lin->format() == cuda::DecodeWeights::kInt4) ref::w4a16(L.sub4, x, m, ref);
+  else ref::w8a16(int(rows), k, L.sub8, L.sc8, x, m, ref);
+  std::vector<float> out(ref.size());
+  size_t non_finite = 0;
+  for (uint16_t h : y) non_finite += !std::isfinite(bf16_to_float(h));
+  for (int i = 0; i < m; ++i)
+    for (size_t t = 0; t < L.tiles.size(); ++t)
+      for (int ch = 0; ch < 16; ++ch)
+        out[size_t(i) * rows + t * 16 + ch] = bf16_to_float(y[size_t(i) * n + size_t(L.tiles[t]) * 16 + ch]);
+  const auto st = test::compare(out, ref);
+  const std::string conf = cuda::describe(cfg ? *cfg : L.lin->config(m));
+  EXPECT_EQ(non_finite, 0u) << what << " M=" << m << " " << conf << ": unwritten or non-finite outputs";
+  EXPECT_LT(st.rel_l2, tol) << what << " M=" << m << " " << conf;
+  double& w = worst()[(L.lin->format() == cuda::DecodeWeights::kInt4 ? "int4 " : "e4m3 ") +
+                      std::string(conf.substr(0, conf.find(' ')))];
+  w = std::max(w, st.rel_l2);
+  return st.rel_l2;
+}
+
+std::string name(const DecodeShape& s) { return std::string(s.model) + " " + s.proj; }
+
+class PrintWorst : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    for (const auto& [k, v] : worst()) std::printf("largest relative L2 error, %s: %.3g\n", k.c_str(), v);
+  }
+};
+const auto* const kPrintWorst = ::testing::AddGlobalTestEnvironment(new PrintWorst);
+
+}  // namespace
+
+// ---- full shape list -----------------------------------------------------------
+
+TEST(W4A16, AllShapesHeuristic) {
+  FUTR_REQUIRE_GPU();
+  int i = 0;
+  for (const DecodeShape& s : cuda::kDecodeShapes) {
+    Layer L = make_layer(true, s.n, s.k, s.group);
+    const int odd = 3 + 2 * (i++ % 14);  // 3, 5, ..., 29: one odd M per shape, rotating
+    for (int m : {1, 2, 8, 16, 17, 32, odd, 33, 64}) check(L, m, nullptr, name(s), test::tol::kW4A16);
+  }
+}
+
+TEST(W4A16, EveryMOnLlama8B) {
+  FUTR_REQUIRE_GPU();
+  for (const DecodeShape& s : cuda::kDecodeShapes) {
+    if (std::string(s.model) != "Llama-3.1-8B") continue;
+    Layer L = make_layer(true, s.n, s.k, s.group, 2);
+    for (int m = 1; m <= 64; ++m) check(L, m, nullptr, name(s), test::tol::kW4A16);
+  }
+}
+
+// Batch invariance: with the heuristic's configuration (one K split per
+// (N, K) for every M), row i of a launch of M rows has the same bits as the
+// same row launched alone or in any other M (gemv at M = 1, skinny above, two
+// launches above 32), for the shapes of SmolLM2, Llama-3.2-1B and 3.1-8B.
+TEST(W4A16, RowsAreTheSameBitsInEveryM) {
+  FUTR_REQUIRE_GPU();
+  for (const DecodeShape& s : cuda::kDecodeShapes) {
+    const std::string model = s.model;
+    if (model != "SmolLM2-135M" && model != "Llama-3.2-1B" && model != "Llama-3.1-8B") continue;
+    Layer L = make_layer(true, s.n, s.k, s.group, 1);
+    const int splits = L.lin->config(1).splits;
+    for (int m = 2; m <= 64; ++m) ASSERT_EQ(L.lin->config(m).splits, splits) << name(s) << " M " << m;
+    const int M = 64;
+    const auto x = random_x(M, s.k);
+    cuda::DeviceBuffer<uint16_t> dx(x), all(size_t(M) * s.n), part(size_t(M) * s.n);
+    L.lin->forward(dx.get(), all.get(), M, nullptr);
+    FUTR_CUDA_CHECK(cudaDeviceSynchronize());
+    const auto want = all.download();
+    for (int m : {1, 2, 3, 8, 9, 16, 17, 31, 32, 33}) {
+      part.fill_bytes(0xff);
+      L.lin->forward(dx.get(), part.get(), m, nullptr);
+      FUTR_CUDA_CHECK(cudaDeviceSynchronize());
+      const auto got = part.download();
+      EXPECT_TRUE(std::equal(got.begin(), got.begin() + ptrdiff_t(size_t(m) * s.n), want.begin()))
+          << name(s) << ": the first " << m << " rows differ from the same rows in a launch of " << M;
+    }
+    for (int row : {5, 40}) {  // a row alone (the gemv) against its place in the launch of 64
+      L.lin->forward(dx.get() + size_t(row) * s.k, part.get(), 1, nullptr);
+      FUTR_CUDA_CHECK(cudaDeviceSynchronize());
+      const auto got = part.download();
+      EXPECT_TRUE(std::equal(got.begin(), got.begin() + s.n, want.begin() + ptrdiff_t(size_t(row) * s.n)))
+          << name(s) << ": row " << row << " alone";
+    }
+  }
+}
+
+// Sequential splits (DecodeConfig::seq: one CTA along K folding the splits'
+// sums in registers) give the split launch's bits, for INT4 (both group sizes)
+// and E4M3 weights, several split counts and M.
+TEST(W4A16, SequentialSplitsEqualTheSplitLaunch) {
+  FUTR_REQUIRE_GPU();
+  for (auto [int4, n, k, g] : {std::tuple{true, 960, 576, 64}, {true, 576, 1536, 64}, {true, 4096, 14336, 128},
+                               {false, 960, 576, 0}}) {
+    Layer L = make_layer(int4, n, k, g, 1);
+    for (int m : {2, 9, 32}) {
+      const auto x = random_x(m, k);
+      cuda::DeviceBuffer<uint16_t> dx(x), want(size_t(m) * n), got(size_t(m) * n);
+      for (int sp : {2, 3, 5}) {
+        DecodeConfig c = L.lin->config(m);
+        c.kernel = DecodeKernel::kSkinny, c.splits = sp, c.seq = false;
+        L.lin->reserve(c, m);
+        L.lin->forward(dx.get(), want.get(), m, c, nullptr);
+        c.seq = true;
+        got.fill_bytes(0xff);
+        L.lin->forward(dx.get(), got.get(), m, c, nullptr);
+        FUTR_CUDA_CHECK(cudaDeviceSynchronize());
+        EXPECT_EQ(got.download(), want.download())
+            << (int4 ? "int4" : "e4m3") << " N " << n << " K " << k << " M " << m << " splits " << sp;
+      }
+    }
+  }
+}
+
+TEST(W8A16, AllShapes) {
+  FUTR_REQUIRE_GPU();
+  for (const DecodeShape& s : cuda::kDecodeShapes) {
+    Layer L = make_layer(false, s.n, s.k, s.group, 2);
+    for (int m : {1, 4, 16, 32}) check(L, m, nullptr, name(s), test::tol::kW8A16);
+  }
+}
+
+// Every compiled variant, with and without split-K, on a shape with a K tail
+// (group 64) and one without.
+TEST(W4A16, EveryCompiledVariant) {
+  FUTR_REQUIRE_GPU();
+  struct V {
+    bool int4;
+    int group;
+    DecodeConfig c;
+  };
+  std::vector<V> vs;
+  for (auto [g, tn, u] : {std::tuple{128, 2, 4}, {128, 1, 4}, {128, 1, 8}, {64, 1, 4}, {64, 2, 4}})
+    for (int sp : {1, 5}) {
+      DecodeConfig c;
+      c.kernel = DecodeKernel::kGemv, c.tn = tn, c.loads = u, c.splits = sp;
+      vs.push_back({true, g, c});
+    }
+  for (auto [int4, g, mt, tn] : {std::tuple{true, 128, 1, 1}, {true, 128, 1, 2}, {true, 128, 2, 1},
+                                 {true, 128, 2, 2}, {true, 128, 4, 1}, {true, 64, 1, 1}, {true, 64, 2, 1}, {true, 64, 4, 1},
+                                 {false, 0, 1, 2}, {false, 0, 2, 2}, {false, 0, 4, 1}})
+    for (int sp : {1, 3, 8}) {
+      DecodeConfig c;
+      c.kernel = DecodeKernel::kSkinny, c.mt = mt, c.tn = tn, c.splits = sp;
+      vs.push_back({int4, g, c});
+    }
+  // Stream kernel: every variant with the resident grid and with grids that cut
+  // the items into segments of every kind (one CTA for everything, groups
+  // shared by 2..many CTAs, CTAs spanning several groups).
+  for (auto [int4, g, mt, tn] : {std::tuple{true, 128, 1, 1}, {true, 128, 2, 1}, {true, 128, 4, 1},
+                                 {true, 128, 4, 2}, {true, 128, 1, 2}, {true, 128, 2, 2}, {true, 64, 1, 1},
+                                 {true, 64, 2, 1}, {true, 64, 4, 1}, {false, 0, 1, 1}, {false, 0, 2, 1},
+                                 {false, 0, 4, 1}})
+    for (auto [ctas, run] : {std::pair{0, 0}, {1, 0}, {7, 0}, {97, 0}, {0, 1}, {7, 3}, {97, 5}, {5, 40}}) {
+      DecodeConfig c;
+      c.kernel = DecodeKernel::kStream, c.mt = mt, c.tn = tn, c.ctas = ctas, c.run = run;
+      vs.push_back({int4, g, c});
+    }
+  // The stream-K gemv (M <= 8): every batch size and grids that cut groups.
+  for (int g : {128, 64})
+    for (auto [u, nb] : {std::pair{2, 1}, {4, 1}, {4, 2}})
+      for (int ctas : {0, 1, 7, 97}) {
+        DecodeConfig c;
+        c.kernel = DecodeKernel::kStreamK, c.loads = u, c.batches = nb, c.ctas = ctas;
+        vs.push_back({true, g, c});
+      }
+  for (int g : {128, 64}) {
+    const int n = 1024 + 16 * 5, k = g == 64 ? 1472 : 1536;  // N not a multiple of the CTA's columns
+    Layer L4 = make_layer(true, n, k, g, 3);
+    Layer L8 = make_layer(false, n, k, 0, 3);
+    for (const V& v : vs) {
+      if (v.int4 && v.group != g) continue;
+      if (!v.int4 && g == 64) continue;
+      Layer& L = v.int4 ? L4 : L8;
+      const std::string what = std::string(v.int4 ? "int4" : "e4m3") + " " + std::to_string(n) + "x" +
+                               std::to_string(k) + " g" + std::to_string(g);
+      if (v.c.kernel == DecodeKernel::kGemv) {
+        check(L, 1, &v.c, what, test::tol::kW4A16);
+      } else {
+        for (int m : v.c.mt == 1 ? std::vector<int>{1, 2, 8} : v.c.mt == 2 ? std::vector<int>{9, 16}
+                                                                        : std::vector<int>{17, 32})
+          check(L, m, &v.c, what, v.int4 ? test::tol::kW4A16 : test::tol::kW8A16);
+      }
+    }
+  }
+}
+
+// The split-K reduction re-arms its counters: graph replays give the same bits.
+TEST(W4A16, GraphReplayIsDeterministic) {
+  FUTR_REQUIRE_GPU();
+  Layer L = make_layer(true, 4096, 4096, 128, 2);
+  for (int m : {1, 8, 32}) {
+    const auto x = random_x(m, 4096);
+    cuda::DeviceBuffer<uint16_t> dx(x), eager(size_t(m) * 4096), replay(size_t(m) * 4096);
+    cuda::Stream s;
+    L.lin->forward(dx.get(), eager.get(), m, s);
+    cuda::Graph g = cuda::Graph::capture(s, [&](cudaStream_t st) { L.lin->forward(dx.get(), replay.get(), m, st); });
+    for (int r = 0; r < 3; ++r) {
+      replay.fill_bytes(0xff, s);
+      g.launch(s);
+      s.sync();
+      EXPECT_EQ(replay.download(), eager.download()) << "replay " << r << " M=" << m;
+    }
+  }
+}
+
+// Programmatic dependent launch: a chain of stream kernels where each one reads
+// the previous one's output (x -> y1 -> y2 -> y3), captured with pdl=1, equals
+// the same chain run eagerly without PDL, bit for bit, over several replays.
+TEST(W4A16, PdlChainInGraphEqualsEager) {
+  FUTR_REQUIRE_GPU();
+  for (int m : {1, 8, 32, 40}) {
+    std::vector<Layer> Ls;
+    Ls.push_back(make_layer(true, 2048, 2048, 128, 1));
+    Ls.push_back(make_layer(true, 8192, 2048, 128, 1));
+    Ls.push_back(make_layer(true, 2048, 8192, 128, 1));
+    const auto x = random_x(m, 2048);
+    cuda::DeviceBuffer<uint16_t> dx(x), y1(size_t(m) * 2048), y2(size_t(m) * 8192), y3(size_t(m) * 2048);
+    auto chain = [&](bool pdl, cudaStream_t st) {
+      const void* in[3] = {dx.get(), y1.get(), y2.get()};
+      void* out[3] = {y1.get(), y2.get(), y3.get()};
+      for (int i = 0; i < 3; ++i) {
+        // Alternate the heuristic's kernel (gemv / skinny) and the stream kernel.
+        DecodeConfig c = i == 1 ? cuda::decode_stream_heuristic(Ls[i].lin->format(), m, Ls[i].lin->n(),
+                                                                Ls[i].lin->k(), cuda::require_device().sm_count)
+                                : Ls[i].lin->config(m);
+        c.pdl = pdl;
+        Ls[i].lin->reserve(c, m);
+        Ls[i].lin->forward(in[i], out[i], m, c, st);
+      }
+    };
+    cuda::Stream s;
+    chain(false, s);
+    s.sync();
+    const auto e1 = y1.download(), e3 = y3.download();
+    cuda::Graph g = cuda::Graph::capture(s, [&](cudaStream_t st) { chain(true, st); });
+    for (int r = 0; r < 3; ++r) {
+      y1.fill_bytes(0xff, s), y2.fill_bytes(0xff, s), y3.fill_bytes(0xff, s);
+      g.launch(s);
+      s.sync();
+      EXPECT_EQ(y1.download(), e1) << "PDL replay " << r << " M=" << m << " (first kernel)";
+      EXPECT_EQ(y3.download(), e3) << "PDL replay " << r << " M=" << m << " (third kernel: reads PDL outputs)";
+    }
+  }
+}
+
+// The SwiGLU fused into the gemv's input staging (the decode step's down
+// projection at M = 1) equals the separate sm90_swiglu kernel followed by the
+// plain gemv, bit for bit, for every split count; M > 1 kernels refuse it.
+TEST(W4A16, GemvWithSwigluInputEqualsSwigluThenGemv) {
+  FUTR_REQUIRE_GPU();
+  for (auto [n, k, g] : {std::tuple{576, 1536, 64}, {4096, 14336, 128}}) {
+    Layer L = make_layer(true, n, k, g, 1);
+    const auto gu = random_x(1, 2 * k);
+    cuda::DeviceBuffer<uint16_t> dgu(gu), s(static_cast<size_t>(k)), want(static_cast<size_t>(n)), got(static_cast<size_t>(n));
+    cuda::swiglu(dgu.get(), s.get(), 1, k, nullptr);
+    for (int sp : {1, 2, 4, 8}) {
+      DecodeConfig c = L.lin->config(1);
+      ASSERT_EQ(c.kernel, cuda::DecodeKernel::kGemv);
+      c.splits = sp;
+      L.lin->reserve(c, 1);
+      L.lin->forward(s.get(), want.get(), 1, c, nullptr);
+      L.lin->forward(dgu.get(), got.get(), 1, c, nullptr, true);
+      FUTR_CUDA_CHECK(cudaDeviceSynchronize());
+      EXPECT_EQ(got.download(), want.download()) << "N " << n << " K " << k << " splits " << sp;
+    }
+    DecodeConfig skinny = L.lin->config(2);
+    skinny.kernel = cuda::DecodeKernel::kSkinny;
+    EXPECT_FUTR_ERROR(L.lin->forward(dgu.get(), got.get(), 2, skinny, nullptr, true), "SwiGLU input is fused");
+  }
+}
+
+// The residual add + RMSNorm fused into the gemv's input (the decode step's
+// QKV and gate/up projections at M = 1) against the separate kernel then the
+// gemv: the stored residual x + add and y bit for bit (both sum the squares in
+// one order: the decode step's batch invariance), for several split counts
+// (every CTA must compute the same factor) and the shapes' hidden sizes.
+TEST(W4A16, GemvWithNormInputMatchesRmsnormThenGemv) {
+  FUTR_REQUIRE_GPU();
+  std::mt19937 rng{12345u + uint32_t(std::random_device{}())};
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (auto [n, k, g] : {std::tuple{1728, 576, 64}, {6144, 4096, 128}, {2048, 8192, 128}}) {
+    Layer L = make_layer(true, n, k, g, 1);
+    std::vector<float> x(static_cast<size_t>(k));
+    for (float& v : x) v = 3.f * nd(rng);
+    const auto add = random_x(1, k), gain = random_x(1, k);
+    cuda::DeviceBuffer<float> dx(x), x_sep(x), x_out(static_cast<size_t>(k));
+    cuda::DeviceBuffer<uint16_t> dadd(add), dgain(gain), a(static_cast<size_t>(k)), want(static_cast<size_t>(n)),
+        got(static_cast<size_t>(n));
+    cuda::RmsNormArgs rn;
+    rn.x = x_sep.get(), rn.add = dadd.get(), rn.ld_add = k, rn.gain = dgain.get(), rn.out = a.get();
+    rn.rows = 1, rn.H = k, rn.eps = 1e-5f;
+    cuda::rmsnorm(rn, nullptr);
+    const cuda::DecodeNormInput ni{dx.get(), dadd.get(), dgain.get(), x_out.get(), 1e-5f};
+    for (int sp : {1, 2, 5}) {
+      DecodeConfig c = L.lin->config(1);
+      ASSERT_EQ(c.kernel, cuda::DecodeKernel::kGemv);
+      c.splits = sp;
+      L.lin->reserve(c, 1);
+      L.lin->forward(a.get(), want.get(), 1, c, nullptr);
+      x_out.fill_bytes(0xff);
+      L.lin->forward(nullptr, got.get(), 1, c, nullptr, false, &ni);
+      FUTR_CUDA_CHECK(cudaDeviceSynchronize());
+      const std::string what = "N " + std::to_string(n) + " K " + std::to_string(k) + " splits " + std::to_string(sp);
+      EXPECT_EQ(x_out.download(), x_sep.download()) << what << ": the stored residual";
+      EXPECT_EQ(dx.download(), x) << what << ": the input residual must not change";
+      EXPECT_EQ(got.download(), want.download()) << what << ": the output";
+    }
+    DecodeConfig skinny = L.lin->config(2);
+    skinny.kernel = cuda::DecodeKernel::kSkinny;
+    EXPECT_FUTR_ERROR(L.lin->forward(nullptr, got.get(), 2, skinny, nullptr, false, &ni), "RMSNorm input");
+  }
+}
+
+// The same for the stream-K kernel (sk, M <= 8): SwiGLU staged with x, bit for
+// bit equal to the separate kernel then sk, for several grids and batch sizes.
+TEST(W4A16, StreamKWithSwigluInputEqualsSwigluThenStreamK) {
+  FUTR_REQUIRE_GPU();
+  for (auto [n, k, g] : {std::tuple{576, 1536, 64}, {4096, 14336, 128}}) {
+    Layer L = make_layer(true, n, k, g, 1);
+    for (int m : {1, 3, 8}) {
+      const auto gu = random_x(m, 2 * k);
+      cuda::DeviceBuffer<uint16_t> dgu(gu), s(static_cast<size_t>(m) * k), want(static_cast<size_t>(m) * n),
+          got(static_cast<size_t>(m) * n);
+      cuda::swiglu(dgu.get(), s.get(), m, k, nullptr);
+      for (auto [u, nb, ctas] : {std::tuple{4, 1, 0}, {2, 1, 97}, {4, 2, 13}}) {
+        DecodeConfig c;
+        c.kernel = DecodeKernel::kStreamK, c.loads = u, c.batches = nb, c.ctas = ctas;
+        L.lin->reserve(c, m);
+        L.lin->forward(s.get(), want.get(), m, c, nullptr);
+        L.lin->forward(dgu.get(), got.get(), m, c, nullptr, true);
+        FUTR_CUDA_CHECK(cudaDeviceSynchronize());
+        EXPECT_EQ(got.download(), want.download()) << "N " << n << " K " << k << " M " << m << " loads " << u
+                                                   << " ctas " << ctas;
+      }
+    }
+  }
+}
+
+// ---- small set for compute-sanitizer (memcheck, racecheck) ----------------------
+
+TEST(W4A16Small, GemvSkinnySplitK) {
+  FUTR_REQUIRE_GPU();
+  for (const DecodeShape& s : cuda::kDecodeShapes) {
+    if (std::string(s.model) != "SmolLM2-135M") continue;
+    Layer L = make_layer(true, s.n, s.k, s.group, 2);
+    for (int m : {1, 5, 16, 32}) check(L, m, nullptr, name(s), test::tol::kW4A16);
+    DecodeConfig c;
+    c.kernel = DecodeKernel::kSkinny, c.mt = 2, c.tn = 1, c.splits = 3;
+    check(L, 9, &c, name(s) + " forced split", test::tol::kW4A16);
+    c.seq = true;
+    check(L, 9, &c, name(s) + " forced sequential split", test::tol::kW4A16);
+    DecodeConfig sk;
+    sk.kernel = DecodeKernel::kStreamK, sk.loads = 2, sk.ctas = 13;
+    check(L, 1, &sk, name(s) + " sk 13 CTAs", test::tol::kW4A16);
+    sk.loads = 4, sk.ctas = 0;
+    check(L, 7, &sk, name(s) + " sk resident grid", test::tol::kW4A16);
+    sk.batches = 2;
+    check(L, 1, &sk, name(s) + " sk 2 batches", test::tol::kW4A16);
+  }
+  Layer L = make_layer(true, 2048, 2048, 128, 2);
+  for (int m : {1, 3, 32}) check(L, m, nullptr, "Llama-3.2-1B o", test::tol::kW4A16);
+  Layer L8 = make_layer(false, 960, 576, 0, 2);
+  for (int m : {1, 3, 20}) check(L8, m, nullptr, "SmolLM2-135M qkv e4m3", test::tol::kW8A16);
+}
+
+// The stream kernel's small set: memcheck and synccheck run it; racecheck
+// reports its bulk-copy (async proxy) writes against the consumers' reads of the
+// previous use of the slot although the empty/full mbarriers order them
+// (docs/RELIABILITY.md), so the racecheck step runs W4A16Small.* only.
+TEST(W4A16SmallStream, RingsAndRuns) {
+  FUTR_REQUIRE_GPU();
+  for (const DecodeShape& s : cuda::kDecodeShapes) {
+    if (std::string(s.model) != "SmolLM2-135M") continue;
+    Layer L = make_layer(true, s.n, s.k, s.group, 2);
+    DecodeConfig st;
+    st.kernel = DecodeKernel::kStream, st.mt = 1, st.tn = 1, st.ctas = 11;
+    check(L, 3, &st, name(s) + " stream 11 CTAs", test::tol::kW4A16);
+    st.mt = 4, st.tn = 1, st.ctas = 3;
+    check(L, 30, &st, name(s) + " stream 3 CTAs", test::tol::kW4A16);
+    st.mt = 2, st.ctas = 4, st.run = 3;
+    check(L, 12, &st, name(s) + " stream runs of 3", test::tol::kW4A16);
+  }
+}
+
+// ---- invalid requests fail loudly (host-side checks: no GPU needed) -------------
+
+TEST(W4A16Invalid, ShapesAndConfigsAreRejected) {
+  alignas(256) static uint8_t fake[256];  // never dereferenced: every case throws before launch
+  auto args = [&](int m, int n, int k, int group) {
+    cuda::DecodeArgs a;
+    a.w = a.scales = a.x = fake;
+    a.y = fake;
+    a.m = m, a.n = n, a.k = k, a.group = group;
+    return a;
+  };
+  DecodeConfig gemv;  // default: gemv tn=2 loads=4 splits=1
+  DecodeConfig sk;
+  sk.kernel = DecodeKernel::kSkinny, sk.mt = 1, sk.tn = 2, sk.splits = 1;
+  auto rejects = [](auto&& f, const char* needle) {
+    try {
+      f();
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+      return;
+    }
+    ADD_FAILURE() << "no error for a request that should fail (" << needle << ")";
+  };
+  using cuda::DecodeWeights;
+  rejects([&] { cuda::decode_gemm(DecodeWeights::kInt4, args(0, 64, 128, 128), gemv, nullptr); }, "M = 0");
+  rejects([&] { cuda::decode_gemm(DecodeWeights::kInt4, args(65, 64, 128, 128), sk, nullptr); }, "M = 65");
+  rejects([&] { cuda::decode_gemm(DecodeWeights::kInt4, args(1, 12, 128, 128), gemv, nullptr); }, "N = 12");
+  rejects([&] { cuda::decode_gemm(DecodeWeights::kInt4, args(1, 64, 96, 64), gemv, nullptr); }, "K = 96");
+  rejects([&] { cuda::decode_gemm(DecodeWeights::kInt4, args(1, 64, 128, 32), gemv, nullptr); }, "group size 32");
+  rejects([&] { cuda::decode_gemm(DecodeWeights::kInt4, args(1, 64, 576, 128), gemv, nullptr); }, "group 64");
+  rejects([&] { cuda::decode_gemm(DecodeWeights::kInt4, args(2, 64, 128, 128), gemv, nullptr); }, "M = 1");
+  rejects([&] { cuda::decode_gemm(DecodeWeights::kInt4, args(9, 64, 128, 128), sk, nullptr); }, "needs mt >= 2");
+  DecodeConfig bad = sk;
+  bad.tn = 3;
+  rejects([&] { cuda::decode_gemm(DecodeWeights::kInt4, args(4, 64, 128, 128), bad, nullptr); }, "nearest supported");
+  DecodeConfig bad2 = gemv;
+  bad2.loads = 3;
+  rejects([&] { cuda::decode_gemm(DecodeWeights::kInt4, args(1, 64, 128, 128), bad2, nullptr); },
+          "nearest supported: 'int4 g128 gemv tn=2 loads=");
+  DecodeConfig bad3 = sk;
+  bad3.tn = 4;
+  rejects([&] { cuda::decode_gemm(DecodeWeights::kInt4, args(4, 64, 576, 64), bad3, nullptr); }, "nearest supported");
+  DecodeConfig split = sk;
+  split.splits = 4;
+  rejects([&] { cuda::decode_gemm(DecodeWeights::kInt4, args(4, 64, 1024, 128), split, nullptr); }, "workspace");
+  auto misaligned = args(1, 64, 128, 128);
+  misaligned.x = fake + 2;
+  rejects([&] { cuda::decode_gemm(DecodeWeights::kInt4, misaligned, gemv, nullptr); }, "aligned");
+  rejects([&] { cuda::apply_overrides(gemv, "tiles=3"); }, "unknown key");
+  rejects([&] { cuda::apply_overrides(gemv, "kernel=fast"); }, "gemv, skinny, stream or sk");
+  rejects([&] { cuda::apply_overrides(gemv, "pdl=2"); }, "expected 0 or 1");
+  DecodeConfig st;
+  st.kernel = DecodeKernel::kStream, st.mt = 1, st.tn = 1;
+  rejects([&] { cuda::decode_gemm(DecodeWeights::kInt4, args(1, 64, 1024, 128), st, nullptr); }, "workspace");
+  DecodeConfig st3 = st;
+  st3.tn = 3;
+  rejects([&] { cuda::decode_gemm(DecodeWeights::kInt4, args(1, 64, 1024, 128), st3, nullptr); },
+          "nearest supported: 'int4 g128 stream");
+}
+
+TEST(W4A16Invalid, HeuristicStaysInsideTheCompiledList) {
+  // Every heuristic choice for every listed shape and M names a compiled variant.
+  const auto variants = cuda::decode_variants();
+  for (const DecodeShape& s : cuda::kDecodeShapes)
+    for (int m = 1; m <= 64; ++m)
+      for (auto [f, group] : {std::pair{cuda::DecodeWeights::kInt4, s.group}, {cuda::DecodeWeights::kInt4, 64},
+                              {cuda::DecodeWeights::kE4M3, 0}}) {
+        const DecodeConfig c = cuda::decode_heuristic(f, m, s.n, s.k, kH200SmCount, group);
+        std::string want = f == cuda::DecodeWeights::kInt4 ? "int4 g" + std::to_string(group) : "e4m3";
+        const std::string d = cuda::describe(c);
+        want += " " + d.substr(0, std::min(d.find(" splits"), d.find(" ctas")));  // minus the grid
+        EXPECT_NE(std::find(variants.begin(), variants.end(), want), variants.end())
+            << name(s) << " M=" << m << ": heuristic picked '" << want << "', not compiled";
+      }
+}
