@@ -7,6 +7,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/usr/local/cuda/bin:$PATH"
 export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/ccache}"
+# Paths relative to the checkout in the cache's keys: a clone in another folder
+# (CI's) reuses what an earlier build compiled.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}" CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-1}"
 mkdir -p build
 # Quiet unless it fails, but the line saying whether CUDA is in the build is shown.
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release ${FUTR_CUDA:+-DFUTR_CUDA=$FUTR_CUDA} "$@" \

@@ -21,6 +21,9 @@ scripts/test-venv.sh
 export FUTR_PYTHON="$PWD/build/venv/bin/python"
 export PATH="/usr/local/cuda/bin:$PATH"
 export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/ccache}"
+# Paths relative to the checkout in the cache's keys: a clone in another folder
+# (CI's) reuses what an earlier build compiled.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}" CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-1}"
 # NOTE: protect_shadow_gap=0 lets the CUDA driver map the memory ASan would
 # reserve (the GPU tests start where a GPU is present); leaks are checked.
 export ASAN_OPTIONS="protect_shadow_gap=0:detect_leaks=1:abort_on_error=1:strict_string_checks=1"

@@ -43,14 +43,25 @@ std::string default_text_path() {
   return FUTR_DEFAULT_TEXT;
 }
 
-std::vector<int32_t> calibration_tokens(const Model& model, const CalibrationConfig& c) {
-  const std::string file = c.file.empty() ? default_text_path() : c.file;
+namespace {
+
+// The calibration text (its path into *file) for `model`, whose tokenizer it
+// needs; futr::Error naming the file or the model otherwise.
+std::string calibration_text(const Model& model, const CalibrationConfig& c, std::string* file) {
+  *file = c.file.empty() ? default_text_path() : c.file;
   std::error_code ec;
-  FUTR_CHECK(std::filesystem::exists(file, ec), "{}: no such file (the calibration text{}; give one with --calib-file)",
-             file, c.file.empty() ? ", by default the perplexity text" : "");
-  const std::string text = read_text(file);
+  FUTR_CHECK(std::filesystem::exists(*file, ec), "{}: no such file (the calibration text{}; give one with --calib-file)",
+             *file, c.file.empty() ? ", by default the perplexity text" : "");
   FUTR_CHECK(!model.tokenizer.tokens.empty(),
              "{}: the model has no tokenizer (needed for calibration)", model.path);
+  return read_text(*file);
+}
+
+}  // namespace
+
+std::vector<int32_t> calibration_tokens(const Model& model, const CalibrationConfig& c) {
+  std::string file;
+  const std::string text = calibration_text(model, c, &file);
   const Tokenizer tok(model.tokenizer);
   const std::vector<int32_t> all = tok.encode(text, tok.add_bos(), /*parse_special=*/false);
   // The held-out slice: the last 10% of the tokens.
@@ -64,13 +75,8 @@ std::vector<int32_t> calibration_tokens(const Model& model, const CalibrationCon
 }
 
 std::vector<int32_t> calibration_tokens_tail(const Model& model, const CalibrationConfig& c, size_t n) {
-  const std::string file = c.file.empty() ? default_text_path() : c.file;
-  std::error_code ec;
-  FUTR_CHECK(std::filesystem::exists(file, ec), "{}: no such file (the calibration text{}; give one with --calib-file)",
-             file, c.file.empty() ? ", by default the perplexity text" : "");
-  const std::string text = read_text(file);
-  FUTR_CHECK(!model.tokenizer.tokens.empty(),
-             "{}: the model has no tokenizer (needed for calibration)", model.path);
+  std::string file;
+  const std::string text = calibration_text(model, c, &file);
   const Tokenizer tok(model.tokenizer);
   size_t from = text.size() - text.size() / 10;
   from = text.find('\n', from);

@@ -11,3 +11,6 @@ futr_add_test(runtime_sequence_table_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/sequ
 # ranges and refusals.
 futr_add_test(runtime_tensor_parallel_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/tensor_parallel_test.cpp
               LIBS futr_cpu futr_runtime)
+# The calibration text's held-out tail (the GPU engine's calibration on load).
+futr_add_test(runtime_calibration_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/calibration_test.cpp
+              LIBS futr_runtime futr_formats futr_tokenizer)
