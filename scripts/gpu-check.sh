@@ -151,10 +151,19 @@ peer() { # peer NAME LIMIT SCRIPT ARGS...: a PyTorch peer, or a skipped row
 # Every test with the ctest label `gpu` (tests/CMakeLists.txt): the kernel
 # tests and the engine tests. --quick leaves out the engine tests.
 EXCLUDE=()
-((QUICK)) && EXCLUDE=(-E 'GpuEngine|GpuPrefill')
+((QUICK)) && EXCLUDE=(-E 'GpuEngine|GpuPrefill|GpuInvariance')
 GREP='tests passed|tests failed'
 run test gpu_tests 3000 ctest --test-dir "$BUILD" -L gpu --output-on-failure --timeout 1200 \
   --output-junit "$OUT/gpu_tests.xml" "${EXCLUDE[@]}"
+# The server's determinism test carries the label cpu (CI runs it on the CPU
+# engine); with a GPU, --backend auto runs it on the GPU engine's defaults.
+if ((!QUICK)); then
+  if [ -x "$BIN/server_determinism_test" ]; then
+    run test server_determinism_gpu 900 "$BIN/server_determinism_test"
+  else
+    skip_step server_determinism_gpu "no $BIN/server_determinism_test"
+  fi
+fi
 
 # ---- 2. compute-sanitizer on the small sets ------------------------------------
 # Each kernel family's small shapes (named *Small.* or *Sanitizer.*: a few
