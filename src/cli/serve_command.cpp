@@ -11,8 +11,8 @@
 // accepts connections (--port 0 picks a free port; the line says which).
 // The first SIGTERM/SIGINT drains (in-flight requests finish, new ones get
 // 503, then exit 0) within --drain-timeout seconds (default 30; then the
-// requests still running are cut off); a second one stops at once (exit 1
-// if the process has not ended 2 s later). Slow clients cannot hold either
+// requests still running are cut off); a second one stops at once (exit 1).
+// Slow clients cannot hold either
 // up: every connection's reads and writes have deadlines (http_server.h).
 //
 // Start-up refuses what cannot work: --ctx beyond the model's trained context
@@ -156,14 +156,11 @@ void run_serve(const ServeOptions& o) {
           }).detach();
         });
       } else {
+        // At once: the requests still running are cut off either way, and
+        // waiting for the engine's current step (seconds on a loaded CPU)
+        // is what a second signal asks not to do.
         fmt::print(stderr, "futr serve: second signal: stopping now\n");
-        http.stop();
-        // Every wait of the server ends within 0.1 s of stop(); should
-        // anything else hold the process, it ends anyway.
-        std::thread([] {
-          std::this_thread::sleep_for(std::chrono::seconds(2));
-          _exit(1);
-        }).detach();
+        _exit(1);
       }
     }
   });

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -26,6 +27,14 @@
 #include "core/text.h"
 
 namespace futr::server {
+
+namespace {
+
+// The largest declared body over --max-body that is still read (and dropped)
+// before its 413: 16 times the limit, at least 16 MiB.
+uint64_t drain_limit(size_t max_body) { return std::max<uint64_t>(uint64_t(max_body) * 16, uint64_t(16) << 20); }
+
+}  // namespace
 
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
@@ -363,7 +372,7 @@ HttpServer::HttpServer(Scheduler& scheduler, const Tokenizer& tok, const ChatTem
   max_connections_ = options_.max_connections > 0 ? options_.max_connections : default_max_connections();
   const size_t pool = size_t(max_connections_);
   http_->new_task_queue = [pool] { return new ConnectionPool(pool); };
-  http_->set_payload_max_length(options_.max_body_bytes);
+  http_->set_payload_max_length(size_t(drain_limit(options_.max_body_bytes)));  // read_body keeps at most --max-body
   http_->set_keep_alive_max_count(1000);
   http_->set_tcp_nodelay(true);  // one SSE chunk per token: no Nagle delay
   routes();
@@ -465,7 +474,10 @@ void HttpServer::routes() {
         for (char c : cl) digits = digits && c >= '0' && c <= '9';
         if (digits) n = std::stoull(cl);
         if (!digits) return refuse(400, "malformed Content-Length");
-        if (n > options_.max_body_bytes)
+        // A body a little over the limit is read and dropped before the 413
+        // (read_body), so that the client, still sending, gets the answer
+        // instead of a reset connection; a far larger one is refused at once.
+        if (n > options_.max_body_bytes && n > drain_limit(options_.max_body_bytes))
           return refuse(413, fmt::format("the request body is too large ({} bytes; --max-body is {})", n,
                                          options_.max_body_bytes));
       }
@@ -539,18 +551,26 @@ void HttpServer::routes() {
 
   // The body through cpp-httplib's content reader: decompressed, de-chunked,
   // and never more than --max-body bytes of it kept.
-  auto read_body = [this](const httplib::ContentReader& reader, httplib::Response& res, std::string& body) {
+  // An uncompressed body over the limit whose declared length is at most
+  // drain_limit() is read to its end and dropped (nothing kept), then answered
+  // 413 (the client sees the answer, not a reset); any other stops at the limit.
+  auto read_body = [this](const httplib::Request& req, const httplib::ContentReader& reader, httplib::Response& res,
+                          std::string& body) {
+    const std::string enc = req.get_header_value("Content-Encoding");
+    const bool drain = (enc.empty() || enc == "identity") && req.has_header("Content-Length");
     bool too_big = false;
     const bool ok = reader([&](const char* data, size_t n) {
+      if (too_big) return drain;  // dropped
       if (n > options_.max_body_bytes - body.size()) {
         too_big = true;
-        return false;
+        body.clear();
+        return drain;
       }
       body.append(data, n);
       return true;
     });
     if (t_stream) t_stream->request_read();
-    if (ok) return true;
+    if (ok && !too_big) return true;
     t_close_after = true;
     res.set_header("Connection", "close");
     if (too_big)
@@ -671,10 +691,10 @@ void HttpServer::routes() {
   for (const auto& [path, endpoint] : {std::pair{"/v1/completions", Endpoint::kCompletions},
                                        std::pair{"/v1/chat/completions", Endpoint::kChat}}) {
     const Endpoint e = endpoint;
-    s.Post(path, [generate, read_body, e](const httplib::Request&, httplib::Response& res,
+    s.Post(path, [generate, read_body, e](const httplib::Request& req, httplib::Response& res,
                                           const httplib::ContentReader& reader) {
       std::string body;
-      if (read_body(reader, res, body)) generate(e, body, res);
+      if (read_body(req, reader, res, body)) generate(e, body, res);
     });
   }
 }
