@@ -263,7 +263,7 @@ TEST(HostileCli, ServeStopsWithinItsBoundWithSlowClients) {
     std::vector<int> slow;
     for (int i = 0; i < 100; ++i) {
       slow.push_back(connect_to(port));
-      send(slow.back(), "POST /v1/completions HTTP/1.1\r\nHo", 34, MSG_NOSIGNAL);
+      send(slow.back(), "POST /v1/completions HTTP/1.1\r\nHo", 33, MSG_NOSIGNAL);
     }
     const std::string body = R"({"model": "SmolLM2-135M-Instruct.Q4_1", "prompt": "Once upon a time", "max_tokens": 400})";
     const int busy = connect_to(port);

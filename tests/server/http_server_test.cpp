@@ -485,7 +485,7 @@ TEST_F(HttpTest, SlowClientsNeitherStallHealthNorStop) {
   for (int i = 0; i < 200; ++i) {
     const int fd = connect_raw(port_);
     ASSERT_GE(fd, 0);
-    send(fd, "POST /v1/completions HTTP/1.1\r\nHo", 34, MSG_NOSIGNAL);
+    send(fd, "POST /v1/completions HTTP/1.1\r\nHo", 33, MSG_NOSIGNAL);
     slow.push_back(fd);
   }
   for (int round = 0; round < 3; ++round) {
@@ -525,7 +525,7 @@ TEST_F(HttpTest, ConnectionCapAnswers503) {
   }
   std::this_thread::sleep_for(milliseconds(200));
   const int extra = connect_raw(port_);
-  send(extra, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n", 35, MSG_NOSIGNAL);
+  send(extra, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n", 33, MSG_NOSIGNAL);
   const std::string got = read_all(extra, 5);
   close(extra);
   EXPECT_EQ(got.rfind("HTTP/1.1 503", 0), 0u) << got;
