@@ -10,7 +10,12 @@
 // and a TARGET line per target of the issue.
 //
 // usage: decode_attention_bench [--batch 1,8,32] [--ctx 1024,8192,32768]
-//          [--kinds bf16,int4,int4-rot] [--splits 0,8,..] [--min-tokens N] [--overhead-tokens N]
+//          [--kinds bf16,int4,int4-rot] [--splits 0,-1,8,..] [--ctas 0,-1,2,..]
+//          [--min-tokens N] [--overhead-tokens N]
+// --splits: 0 the heuristic of the batch alone, -1 the engine's one count for
+// every batch (attention_heuristic_invariant over batches 1..32), N that many.
+// --ctas: CTAs per (sequence, KV head): 0 one per chunk, -1 attention_ctas
+// (the engine's per-batch choice), N that many (skipped above the split count).
 //          [--reps N] [--peers sdpa.json] [--json out.json]
 #include <cstdio>
 #include <fstream>
@@ -38,7 +43,8 @@ namespace {
 struct Options {
   std::vector<int> batch{1, 8, 32}, ctx{1024, 8192, 32768};
   std::vector<std::string> kinds{"bf16", "int4", "int4-rot"};
-  std::vector<int> splits{0};  // 0: the heuristic
+  std::vector<int> splits{0};  // 0: the heuristic, -1: the invariant one
+  std::vector<int> ctas{0};    // 0: one per chunk, -1: attention_ctas
   int min_tokens = 256, overhead = 128, reps = 30;
   std::string peers, json_path;
 };
@@ -55,6 +61,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--ctx") o.ctx = bench::split_ints(next());
     else if (a == "--kinds") o.kinds = bench::split_list(next());
     else if (a == "--splits") o.splits = bench::split_ints(next());
+    else if (a == "--ctas") o.ctas = bench::split_ints(next());
     else if (a == "--min-tokens") o.min_tokens = std::stoi(next());
     else if (a == "--overhead-tokens") o.overhead = std::stoi(next());
     else if (a == "--reps") o.reps = std::stoi(next());
@@ -121,12 +128,19 @@ int main(int argc, char** argv) try {
       }
       const double faster = flash > 0 && cudnn > 0 ? std::min(flash, cudnn) : std::max(flash, cudnn);
       for (const std::string& kind : o.kinds)
-      for (int splits : o.splits) {
+      for (int splits : o.splits)
+      for (int ctas : o.ctas) {
         const bool int4 = kind != "bf16";
         const int rot = kind == "int4-rot" ? 64 : 0;
         cuda::AttentionShape s{batch, kKvHeads, kGroup, kD, int4, rot, ctx};
         cuda::AttentionConfig cfg = cuda::attention_heuristic(s, dev.sm_count, 0, o.min_tokens, o.overhead);
         if (splits > 0) cfg.splits = splits;
+        if (splits < 0) {
+          static constexpr int kBatches[] = {1, 2, 4, 8, 16, 32};
+          cfg = cuda::attention_heuristic_invariant(s, dev.sm_count, kBatches);
+        }
+        if (ctas > cfg.splits) continue;
+        cfg.ctas = ctas >= 0 ? ctas : cuda::attention_ctas(s, cfg.splits, dev.sm_count).ctas;
         cuda::DeviceBuffer<float> ws(std::max<size_t>(1, cuda::attention_workspace_floats(s, cfg)));
         cuda::DeviceBuffer<int> counters(cuda::attention_counters(s));
         counters.fill_bytes(0);
@@ -158,7 +172,7 @@ int main(int argc, char** argv) try {
         if (cudnn > 0) row["sdpa cudnn us"] = cudnn;
         if (faster > 0) row["speedup vs faster sdpa"] = faster / us;
         rep.add(row);
-        if (kind == "int4-rot" && splits == 0) {
+        if (kind == "int4-rot" && splits == 0 && ctas == 0) {
           if (long(batch) * ctx >= 65536)
             targets.push_back(fmt::format("TARGET int4-rot b{} ctx{} >= 80% of floor: {:.1f}% {}", batch, ctx,
                                           100.0 * floor_us / us, floor_us / us >= 0.8 ? "MET" : "MISSED"));

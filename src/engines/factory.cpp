@@ -175,8 +175,13 @@ std::shared_ptr<const quant::QuantizedWeights> prefill_weights(const Model& mode
   const std::string scales = c.fp8.scaling == Fp8Scaling::kStatic ? "static FP8 scales" : "delayed FP8 scaling per "
                                                                                             "request";
   auto calibration = [&] {  // 4 windows, as `futr quantize`
-    return runtime::calibration_tokens_tail(model, c.calib,
-                                            std::min<size_t>(size_t(c.calib.tokens), size_t(std::max(1, c.calib.ctx)) * 4));
+    const auto t0 = std::chrono::steady_clock::now();
+    auto tokens = runtime::calibration_tokens_tail(
+        model, c.calib, std::min<size_t>(size_t(c.calib.tokens), size_t(std::max(1, c.calib.ctx)) * 4));
+    if (log)
+      log(fmt::format("calibration text: {} tokens in {:.2f} s", tokens.size(),
+                      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()));
+    return tokens;
   };
   if (file) {
     auto q = std::make_shared<quant::QuantizedWeights>(file->read_weights(WeightFormat::kFp8));
@@ -339,6 +344,7 @@ std::unique_ptr<runtime::Engine> runtime::make_engine(const Model& model, const 
       if (log) log(fmt::format("tensor parallel over {} GPUs", c.tp));
       return std::make_unique<gpu::TpGpuEngine>(model, std::move(q), go, c.tp);
     }
+    go.log = log;
     return std::make_unique<gpu::GpuEngine>(model, std::move(q), go);
   }
 #endif

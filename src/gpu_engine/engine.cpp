@@ -211,8 +211,11 @@ struct GpuEngine::Impl {
   cuda::DeviceBuffer<float> attn_ws;
   cuda::DeviceBuffer<int> attn_counters;
   // The attention's split count, one for every bucket (batch invariance:
-  // cuda::attention_heuristic_invariant).
+  // cuda::attention_heuristic_invariant); per bucket, the CTAs that reduce a
+  // sequence's chunks (cuda::attention_ctas: the same bits, fewer CTAs at
+  // large batch).
   cuda::AttentionConfig attn_cfg;
+  std::array<cuda::AttentionConfig, kBuckets.size()> attn_bucket_cfg;
   // Host side of the copies around a micro-step (pinned).
   Pinned<int> h_ints;                          // [kMapRows][B]
   Pinned<cuda::LogitsRowStats> h_stats;        // [B]
@@ -238,6 +241,12 @@ struct GpuEngine::Impl {
   int64_t fp8_calibration_tokens = 0;
 };
 
+size_t GpuEngine::bucket_index(int bucket) {
+  const size_t k = size_t(std::find(kBuckets.begin(), kBuckets.end(), bucket) - kBuckets.begin());
+  FUTR_ASSERT(k < kBuckets.size());
+  return k;
+}
+
 int GpuEngine::bucket_of(int rows) {
   FUTR_ASSERT(rows >= 1 && rows <= kMaxMicroBatch);
   for (int b : kBuckets)
@@ -252,10 +261,14 @@ GpuEngine::GpuEngine(const Model& model, std::shared_ptr<const quant::QuantizedW
   const ModelConfig& c = config_;
   FUTR_CHECK(q && q->format == WeightFormat::kInt4,
              "GPU engine: runs INT4 weights (--weights int4, or a .futr file with INT4 weights)");
+  using Clock = std::chrono::steady_clock;
+  auto secs = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
+  const auto t0 = Clock::now();
   size_t weights_est = 0;
   for (const auto& [name, t] : q->tensors) weights_est += size_t(t.n) * t.k / 2 + size_t(t.n) * (t.k / t.int4.group) * 2;
   weights_est += size_t(c.vocab) * c.hidden * 2 * (c.tied_embeddings ? 1 : 2);
   init(fmt::format("int4 weights ({})", q->method), weights_est);
+  const auto t1 = Clock::now();
 
   // ---- weights --------------------------------------------------------------------
   Impl& m = *impl_;
@@ -281,7 +294,16 @@ GpuEngine::GpuEngine(const Model& model, std::shared_ptr<const quant::QuantizedW
     m.weight_bytes += L.qkv->weight_bytes() + L.o->weight_bytes() + L.gate_up->weight_bytes() + L.down->weight_bytes();
   }
   FUTR_CUDA_CHECK(cudaDeviceSynchronize());
+  const auto t2 = Clock::now();
   init_prefill();
+  const auto t3 = Clock::now();
+  if (opt_.log)
+    opt_.log(fmt::format("gpu engine ready in {:.2f} s (device and buffers {:.2f} s, weights to the GPU {:.2f} s, "
+                         "prefill path {:.2f} s{})",
+                         secs(t0, t3), secs(t0, t1), secs(t1, t2), secs(t2, t3),
+                         m.fp8_calibration_ms > 0 ? fmt::format(" of which FP8 calibration {:.0f} ms",
+                                                                 m.fp8_calibration_ms)
+                                                  : std::string()));
 }
 
 GpuEngine::GpuEngine(const ModelConfig& config, uint64_t seed, const GpuEngineOptions& o)
@@ -417,6 +439,7 @@ void GpuEngine::init(const std::string& weights_what, size_t weights_est) {
   if (disabled_by_env("FUTR_GPU_SAMPLING")) opt_.gpu_sampling = false;
   if (disabled_by_env("FUTR_GPU_PDL")) opt_.pdl = false;
   if (disabled_by_env("FUTR_GPU_FUSE_NORM")) opt_.fuse_norm = false;
+  if (disabled_by_env("FUTR_GPU_ATTN_CTAS")) opt_.attn_ctas = false;
   const bool int4 = o.kv != KvFormat::kBf16;
   const int rot = o.kv == KvFormat::kInt4Rot ? o.kv_block : 0;
   // Refuse what the kernels do not compile before allocating anything. The
@@ -498,6 +521,11 @@ void GpuEngine::init(const std::string& weights_what, size_t weights_est) {
   m.nonfinite = cuda::DeviceBuffer<int>(1);
   m.nonfinite.fill_bytes(0);
   m.attn_cfg = cuda::attention_heuristic_invariant(shape, dev.sm_count, kBuckets);
+  for (size_t k = 0; k < kBuckets.size(); ++k) {
+    cuda::AttentionShape sb = shape;
+    sb.batch = kBuckets[k];
+    m.attn_bucket_cfg[k] = opt_.attn_ctas ? cuda::attention_ctas(sb, m.attn_cfg.splits, dev.sm_count) : m.attn_cfg;
+  }
   shape.batch = B;
   m.attn_ws = cuda::DeviceBuffer<float>(std::max<size_t>(1, cuda::attention_workspace_floats(shape, m.attn_cfg)));
   m.attn_counters = cuda::DeviceBuffer<int>(cuda::attention_counters(shape));
@@ -642,7 +670,7 @@ void GpuEngine::enqueue(int bucket, cudaStream_t st) {
     mark(kRopeAppend);
     cuda::AttentionArgs aa{m.qkv.get(), m.attn.get(), d_base, d_len, cache, m.attn_ws.get(), m.attn_ws.size(),
                            m.attn_counters.get(), m.attn_counters.size(), qkv_n};
-    cuda::decode_attention(shape, aa, m.attn_cfg, st, pdl);
+    cuda::decode_attention(shape, aa, m.attn_bucket_cfg[bucket_index(B)], st, pdl);
     mark(kAttention);
     gemm(*L.o, m.attn.get(), m.y.get());
     if (opt_.tp_comms) opt_.tp_comms->all_reduce_bf16(m.y.get(), size_t(B) * size_t(H), opt_.tp_rank, st);
@@ -732,7 +760,7 @@ void GpuEngine::micro_step(const std::vector<MicroRow>& rows) {
                                     cudaMemcpyHostToDevice, st));
   }
   // ---- the step: a graph replay, or the same launches eagerly -------------------------
-  const size_t k = size_t(std::find(kBuckets.begin(), kBuckets.end(), bucket) - kBuckets.begin());
+  const size_t k = bucket_index(bucket);
   if (m.prof && m.warm[k]) {
     // Profiled: the step captured with an event node after every launch (no
     // PDL), replayed once: GPU times without the host's launch costs.

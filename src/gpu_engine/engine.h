@@ -163,6 +163,9 @@ struct GpuEngineOptions {
   // Measured on the H200 (docs/PERF.md, 2026-12-02): SmolLM2 batch 1 0.929 ->
   // 0.825 ms, Llama-3.1-8B 2.541 -> 2.397 ms per step. FUTR_GPU_FUSE_NORM=0 turns it off.
   bool fuse_norm = true;
+  // At large batch, a CTA reduces several of a sequence's attention chunks in
+  // turn (cuda::attention_ctas; the same bits). FUTR_GPU_ATTN_CTAS=0: one CTA per chunk.
+  bool attn_ctas = true;
 
   // The FP8 prefill path (gpu_engine/prefill.h): its weights (format fp8: q/k/v and
   // gate/up with the RMSNorm gain folded in), or drawn on the device for a
@@ -170,6 +173,8 @@ struct GpuEngineOptions {
   // decode step. The prompt rows (BatchRow::prompt) take it, in chunks of at
   // most prefill_rows rows.
   std::shared_ptr<const quant::QuantizedWeights> prefill_fp8;
+  // Told once the engine is ready: its construction time by phase.
+  runtime::EngineLog log;
   bool prefill_synthetic = false;
   uint64_t prefill_seed = 0;        // the synthetic FP8 weights' seed
   quant::DelayedScalingConfig fp8;  // the prefill path's FP8 scaling: static, or delayed per request (policy clamp)
@@ -233,6 +238,8 @@ class GpuEngine final : public runtime::TableEngine {
   static constexpr std::array<int, 6> kBuckets = {1, 2, 4, 8, 16, 32};
   // The smallest bucket holding `rows` (1..kMaxMicroBatch) rows.
   static int bucket_of(int rows);
+  // The index of a bucket in kBuckets.
+  static size_t bucket_index(int bucket);
   bool graphs() const { return opt_.graphs; }
 
  private:

@@ -26,11 +26,16 @@
 //   BF16 cache uses BF16 operands (the query rounded to BF16, as the CPU's
 //   bf16 storage does), P in BF16 (kAttnSplitP: as two BF16 halves, hi + lo).
 //
-// Work split: grid (splits, kv_heads, batch); a sequence's iterations (two
-// 16-token steps for the mirror, one for BF16) are cut into `splits` equal
-// chunks; warp w of a CTA takes iterations w, w + 4, ... of the chunk with its
-// own online softmax; the 4 warps merge in shared memory. The mirror's bytes
-// come through a cp.async ring, the next iteration's in flight.
+// Work split: grid (ceil(splits / chunks_per_cta), kv_heads, batch); a
+// sequence's iterations (two 16-token steps for the mirror, one for BF16) are
+// cut into `splits` equal chunks; a CTA reduces chunks_per_cta consecutive
+// chunks in turn, each to its own partial (m, l, O): warp w takes iterations
+// w, w + 4, ... of the chunk with its own online softmax and the 4 warps merge
+// in shared memory. A chunk's partial is the same bits whichever CTA reduces
+// it, so the output depends on `splits` only, never on chunks_per_cta (batch
+// invariance: the launcher picks chunks_per_cta by the batch, the split count
+// by the sequence length). The mirror's bytes come through a cp.async ring,
+// the next iteration's in flight.
 //
 // Contract: slots [slot_base[b], slot_base[b] + round_up(len[b], 16)) are
 // readable (kernels/layout/kv_cache.cuh); tokens >= len are masked (their K
@@ -63,7 +68,8 @@ struct DecodeAttentionParams {
   int kv_heads = 0, group = 1;       // n_heads = kv_heads * group
   float scale_log2 = 0.f;            // log2(e) / sqrt(D)
   int rot_block = 0;                 // mirror rotated with this Hadamard block (0: none)
-  int splits = 1;
+  int splits = 1;                    // context chunks per (sequence, KV head)
+  int chunks_per_cta = 1;            // chunks one CTA reduces in turn (grid.x = ceil(splits / this))
   float* o_part = nullptr;           // [batch][n_heads][splits][D] unnormalized (splits > 1)
   float* ml_part = nullptr;          // [batch][n_heads][splits][2] (running max m, sum l)
   int* counters = nullptr;           // [batch][kv_heads] arrivals (splits > 1); zero before the
@@ -289,10 +295,23 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sm90_decode_attention_kernel(
   constexpr int kU = kInt4 ? 2 : 1;
   const int steps = (len + 15) / 16;
   const int units = (steps + kU - 1) / kU;
-  const int per = (units + p.splits - 1) / p.splits;
-  const int u_begin = split * per, u_end = min(units, u_begin + per);
-  const int first = u_begin + warp;
-  const int n_mine = first < u_end ? (u_end - first + kAttnWarps - 1) / kAttnWarps : 0;
+  // Chunks of at least 64 keys (a function of the sequence's own length: a
+  // short sequence in a long-context launch leaves its last chunks empty
+  // rather than spreading a few keys over many CTAs).
+  constexpr int kMinUnits = 64 / (16 * kU);
+  const int per = max((units + p.splits - 1) / p.splits, kMinUnits);
+  // Chunks holding keys (the rest are empty: with splits > 1 the combine
+  // skips them, so a CTA whose chunks are all empty only arrives).
+  const int n_chunks = min(p.splits, (units + per - 1) / per);
+  const int chunk_end = p.splits > 1 ? min(n_chunks, (split + 1) * p.chunks_per_cta) : 1;
+  int chunk = split * p.chunks_per_cta;  // the chunk being reduced
+  int first = 0, n_mine = 0;             // this warp's first iteration in it, and how many
+  auto enter_chunk = [&] {
+    const int u_begin = chunk * per, u_end = min(units, u_begin + per);
+    first = u_begin + warp;
+    n_mine = first < u_end ? (u_end - first + kAttnWarps - 1) / kAttnWarps : 0;
+  };
+  enter_chunk();
   // The 16-token step of iteration i, sub-step u: global step index and its
   // slot offset from the warp's first step.
   auto step_of = [&](int i, int u) { return kU * (first + i * kAttnWarps) + u; };
@@ -318,11 +337,14 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sm90_decode_attention_kernel(
         if (step_of(i, u) < steps) attn::Step<D, KvKind::kInt4>::issue(stage(i, u), cursor, rel_of(i, u), lane);
     ptx::cp_async_commit();
   };
-  if constexpr (kInt4) {
-    cursor = attn::Step<D, KvKind::kInt4>::cursor(p.cache, p.kv_heads, head, base + 16 * kU * first, lane);
+  auto prefetch_chunk = [&] {  // the chunk's first iterations in flight
+    if constexpr (kInt4) {
+      cursor = attn::Step<D, KvKind::kInt4>::cursor(p.cache, p.kv_heads, head, base + 16 * kU * first, lane);
 #pragma unroll
-    for (int i = 0; i < kGroupsAhead; ++i) issue_iter(i);
-  }
+      for (int i = 0; i < kGroupsAhead; ++i) issue_iter(i);
+    }
+  };
+  prefetch_chunk();
   // ---- the query: G rows, rotated into attention space -------------------------
   for (int i = tid; i < 8 * D; i += kThreads) {
     const int r = i / D, d = i % D;
@@ -346,6 +368,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sm90_decode_attention_kernel(
       }
     }
 
+  while (chunk < chunk_end) {  // the CTA's chunks in turn (one at small batch)
   // ---- main loop: online softmax over this warp's steps --------------------------
   float o[kSteps][4];  // O^T m-tile mt: [dim row g | g+8][heads 2c, 2c+1]
 #pragma unroll
@@ -549,15 +572,21 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sm90_decode_attention_kernel(
     }
     const size_t row = size_t(b) * n_heads + size_t(head) * G + r;
     if (p.splits > 1) {
-      p.o_part[(row * p.splits + split) * D + d] = acc;
+      p.o_part[(row * p.splits + chunk) * D + d] = acc;
       if (d == 0) {
-        p.ml_part[(row * p.splits + split) * 2 + 0] = mmax;
-        p.ml_part[(row * p.splits + split) * 2 + 1] = l;
+        p.ml_part[(row * p.splits + chunk) * 2 + 0] = mmax;
+        p.ml_part[(row * p.splits + chunk) * 2 + 1] = l;
       }
     } else {
       q_s[r][d] = l > 0.f ? acc / l : 0.f;  // q_s is free: the merged output rows
     }
   }
+  if (++chunk < chunk_end) {
+    __syncthreads();  // every thread is done with o_s, m_s, l_s: the next chunk's ring may fill them
+    enter_chunk();
+    prefetch_chunk();
+  }
+  }  // chunks
 
   // ---- split-KV: the last CTA of (sequence, KV head) to finish combines ----------
   //   M = max_s m_s, w_s = 2^(m_s - M), out = sum_s w_s O_s / sum_s w_s l_s
@@ -567,7 +596,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sm90_decode_attention_kernel(
     __syncthreads();
     if (tid == 0) {
       int* counter = p.counters + size_t(b) * p.kv_heads + head;
-      is_last = atomicAdd(counter, 1) == p.splits - 1;
+      is_last = atomicAdd(counter, 1) == int(gridDim.x) - 1;  // one arrival per CTA
       if (is_last) *counter = 0;  // ready for the next launch (graph replays)
     }
     __syncthreads();
@@ -580,12 +609,12 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sm90_decode_attention_kernel(
     for (int r = warp; r < G; r += kAttnWarps) {
       const float* ml = p.ml_part + (size_t(b) * n_heads + size_t(head) * G + r) * p.splits * 2;
       float mmax = -INFINITY;
-      for (int sp = lane; sp < p.splits; sp += 32) mmax = fmaxf(mmax, __ldcg(ml + 2 * sp));
+      for (int sp = lane; sp < n_chunks; sp += 32) mmax = fmaxf(mmax, __ldcg(ml + 2 * sp));
 #pragma unroll
       for (int off = 16; off > 0; off /= 2) mmax = fmaxf(mmax, __shfl_xor_sync(0xffffffffu, mmax, off));
       const float mref = mmax == -INFINITY ? 0.f : mmax;
       float l = 0.f;
-      for (int sp = lane; sp < p.splits; sp += 32) {
+      for (int sp = lane; sp < n_chunks; sp += 32) {
         const float w = exp2f(__ldcg(ml + 2 * sp) - mref);
         wts[r * p.splits + sp] = w;
         l += w * __ldcg(ml + 2 * sp + 1);
@@ -602,7 +631,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sm90_decode_attention_kernel(
           p.o_part + (size_t(b) * n_heads + size_t(head) * G + r) * p.splits * D + d);
       float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll 8
-      for (int sp = 0; sp < p.splits; ++sp) {
+      for (int sp = 0; sp < n_chunks; ++sp) {
         const float w = wts[r * p.splits + sp];
         const float4 o4 = __ldcg(op + size_t(sp) * (D / 4));
         acc.x += w * o4.x;

@@ -86,6 +86,16 @@ void check_cache(const KvLayerPtrs& c, bool int4) {
   }
 }
 
+// Chunks each CTA reduces, and the CTAs of one (sequence, KV head).
+int attention_chunks_per_cta(const AttentionConfig& c) {
+  const int ctas = c.ctas > 0 ? c.ctas : c.splits;
+  return (c.splits + ctas - 1) / ctas;
+}
+int attention_grid_x(const AttentionConfig& c) {
+  const int per = attention_chunks_per_cta(c);
+  return (c.splits + per - 1) / per;
+}
+
 device::DecodeAttentionParams params(const AttentionShape& s, const AttentionArgs& a, const AttentionConfig& c) {
   device::DecodeAttentionParams p;
   p.q = static_cast<const __nv_bfloat16*>(a.q);
@@ -99,6 +109,7 @@ device::DecodeAttentionParams params(const AttentionShape& s, const AttentionArg
   p.scale_log2 = float(1.4426950408889634 / std::sqrt(double(s.head_dim)));
   p.rot_block = s.rot_block;
   p.splits = c.splits;
+  p.chunks_per_cta = attention_chunks_per_cta(c);
   const size_t rows = size_t(s.batch) * s.kv_heads * s.group;
   p.o_part = c.splits > 1 ? a.ws : nullptr;
   p.ml_part = c.splits > 1 ? a.ws + rows * size_t(c.splits) * s.head_dim : nullptr;
@@ -108,7 +119,11 @@ device::DecodeAttentionParams params(const AttentionShape& s, const AttentionArg
 
 }  // namespace
 
-std::string describe(const AttentionConfig& c) { return "splits=" + std::to_string(c.splits); }
+std::string describe(const AttentionConfig& c) {
+  std::string out = "splits=" + std::to_string(c.splits);
+  if (c.ctas > 0 && c.ctas < c.splits) out += " ctas=" + std::to_string(attention_grid_x(c));
+  return out;
+}
 
 int attention_occupancy(const AttentionShape& s) {
   check_shape(s);
@@ -151,6 +166,9 @@ AttentionConfig attention_heuristic(const AttentionShape& s, int sm_count, int r
   return best;
 }
 
+// The modelled cost of one chunk's merge and partial, in keys (attention_ctas).
+constexpr int kChunkOverheadTokens = 16;
+
 AttentionConfig attention_heuristic_invariant(const AttentionShape& s, int sm_count, std::span<const int> batches,
                                               int resident_per_sm, int overhead_tokens) {
   check_shape(s);
@@ -159,9 +177,14 @@ AttentionConfig attention_heuristic_invariant(const AttentionShape& s, int sm_co
   const double resident = double(resident_per_sm) * sm_count;
   // Chunks of at least 64 keys (the short-context rule of attention_heuristic).
   const long most = std::clamp(long(std::ceil(double(s.max_len) / 64.0)), 1L, long(device::kAttnMaxSplits));
+  // A batch's modelled time at `sp` chunks with its best CTA count (attention_ctas).
   auto cost = [&](int batch, long sp) {
-    const double waves = std::ceil(double(long(batch) * s.kv_heads * sp) / resident);
-    return waves * (double(s.max_len) / double(sp) + overhead_tokens);
+    AttentionShape sb = s;
+    sb.batch = batch;
+    const AttentionConfig c = attention_ctas(sb, int(sp), sm_count, resident_per_sm, overhead_tokens);
+    const int per = attention_chunks_per_cta(c), grid = attention_grid_x(c);
+    const double waves = std::ceil(double(long(batch) * s.kv_heads * grid) / resident);
+    return waves * (per * (double(s.max_len) / double(sp) + kChunkOverheadTokens) + overhead_tokens);
   };
   std::vector<double> best(batches.size(), 1e300);
   for (size_t b = 0; b < batches.size(); ++b)
@@ -174,6 +197,28 @@ AttentionConfig attention_heuristic_invariant(const AttentionShape& s, int sm_co
     if (total < best_total * 0.999) best_total = total, out.splits = int(sp);
   }
   return out;
+}
+
+AttentionConfig attention_ctas(const AttentionShape& s, int splits, int sm_count, int resident_per_sm,
+                               int overhead_tokens, int chunk_overhead_tokens) {
+  check_shape(s);
+  FUTR_CHECK(sm_count >= 1, "decode attention: sm_count must be >= 1");
+  FUTR_CHECK(splits >= 1 && splits <= device::kAttnMaxSplits, "decode attention: splits {} out of range 1..{}",
+             splits, device::kAttnMaxSplits);
+  if (resident_per_sm <= 0) resident_per_sm = attention_occupancy(s);
+  const double resident = double(resident_per_sm) * sm_count;
+  const double chunk = double(s.max_len) / splits + chunk_overhead_tokens;
+  AttentionConfig best{splits, splits};
+  double best_t = 0;
+  for (int c = 1; c <= splits; ++c) {
+    const AttentionConfig cfg{splits, c};
+    const int per = attention_chunks_per_cta(cfg), grid = attention_grid_x(cfg);
+    if (grid != c) continue;  // the same launch as a smaller count
+    const double waves = std::ceil(double(s.batch) * s.kv_heads * grid / resident);
+    const double t = waves * (per * chunk + overhead_tokens);
+    if (c == 1 || t < best_t * 0.999) best_t = t, best.ctas = c;
+  }
+  return best;
 }
 
 std::vector<std::string> attention_variants() {
@@ -201,6 +246,8 @@ void decode_attention(const AttentionShape& s, const AttentionArgs& a, const Att
   const Variant& v = find_variant(s.head_dim, s.int4);
   FUTR_CHECK(c.splits >= 1 && c.splits <= device::kAttnMaxSplits, "decode attention: splits {} out of range 1..{}",
              c.splits, device::kAttnMaxSplits);
+  FUTR_CHECK(c.ctas >= 0 && c.ctas <= c.splits, "decode attention: ctas {} out of range 0..splits ({})", c.ctas,
+             c.splits);
   check_aligned(static_cast<const __nv_bfloat16*>(a.q), 16, "q");
   FUTR_CHECK(a.q_ld == 0 || a.q_ld >= int64_t(s.kv_heads) * s.group * s.head_dim,
              "decode attention: q row stride {} is shorter than a row", a.q_ld);
@@ -217,7 +264,7 @@ void decode_attention(const AttentionShape& s, const AttentionArgs& a, const Att
                attention_counters(s));
   }
   const device::DecodeAttentionParams p = params(s, a, c);
-  launch(v.attn, dim3(unsigned(c.splits), unsigned(s.kv_heads), unsigned(s.batch)), dim3(device::kAttnWarps * 32), 0,
+  launch(v.attn, dim3(unsigned(attention_grid_x(c)), unsigned(s.kv_heads), unsigned(s.batch)), dim3(device::kAttnWarps * 32), 0,
          st, pdl, p);
 }
 

@@ -44,9 +44,11 @@ struct AttentionShape {
 
 struct AttentionConfig {
   int splits = 1;  // context chunks per (sequence, KV head), 1..512; 1: no merge
+  int ctas = 0;    // CTAs per (sequence, KV head), 1..splits, each reducing ceil(splits / ctas)
+                   // chunks in turn (0: one per chunk). The output depends on `splits` only.
 };
 
-// One line: "splits=16".
+// One line: "splits=16" or "splits=16 ctas=2".
 std::string describe(const AttentionConfig& c);
 
 // The split count minimizing the modelled time of batch x kv_heads x splits
@@ -68,6 +70,15 @@ AttentionConfig attention_heuristic(const AttentionShape& s, int sm_count, int r
 // wave model above, chunks of at least 64 keys) relative to its own best.
 AttentionConfig attention_heuristic_invariant(const AttentionShape& s, int sm_count, std::span<const int> batches,
                                               int resident_per_sm = 0, int overhead_tokens = 128);
+
+// CTAs per (sequence, KV head) for a batch of s.batch sequences when every
+// batch uses `splits` chunks (attention_heuristic_invariant): the count in
+// 1..splits minimizing the wave model of attention_heuristic with
+// ceil(splits / ctas) chunks per CTA, each chunk costing chunk_overhead_tokens
+// (its merge and partial) and each CTA overhead_tokens. Large batches fill the
+// GPU with few CTAs per sequence; small ones take one CTA per chunk.
+AttentionConfig attention_ctas(const AttentionShape& s, int splits, int sm_count, int resident_per_sm = 0,
+                               int overhead_tokens = 128, int chunk_overhead_tokens = 16);
 
 // CTAs of the variant for `s` resident per SM (cudaOccupancy...; needs a GPU).
 int attention_occupancy(const AttentionShape& s);

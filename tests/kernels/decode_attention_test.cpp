@@ -22,6 +22,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -349,6 +350,64 @@ TEST(DecodeAttentionHost, HeuristicFillsWholeWavesWithLongEnoughChunks) {
   s.max_len = 100;
   EXPECT_EQ(cuda::attention_heuristic(s, 132, 5).splits, 1);
   EXPECT_EQ(cuda::attention_workspace_floats(s, {1}), 0u);
+}
+
+TEST(DecodeAttentionHost, CtasPerSequenceFollowTheBatch) {
+  // 3 CTAs resident per SM x 132 SMs = 396 per wave; 8 KV heads.
+  cuda::AttentionShape s{1, 8, 4, 128, false, 0, 1024};
+  EXPECT_EQ(cuda::attention_ctas(s, 8, 132, 3).ctas, 8) << "64 CTAs: one per chunk";
+  s.batch = 32;  // 256 (sequence, head) pairs: one CTA each is one wave
+  const cuda::AttentionConfig c = cuda::attention_ctas(s, 8, 132, 3);
+  EXPECT_EQ(c.splits, 8);
+  EXPECT_EQ(c.ctas, 1);
+  EXPECT_EQ(cuda::describe(c), "splits=8 ctas=1");
+  s.batch = 8;  // 64 pairs: 4 CTAs each = 256, 2 chunks per CTA
+  EXPECT_GE(cuda::attention_ctas(s, 8, 132, 3).ctas, 4);
+  // The invariant count no longer pays for large batches with more CTAs.
+  const std::array<int, 6> buckets{1, 2, 4, 8, 16, 32};
+  EXPECT_GE(cuda::attention_heuristic_invariant(s, 132, buckets, 3).splits, 8);
+  EXPECT_FUTR_ERROR(cuda::attention_ctas(s, 0, 132, 3), "splits 0 out of range");
+}
+
+// ---- small (also the compute-sanitizer set) ----------------------------------------
+// A CTA reducing several chunks in turn writes the same bits as one CTA per
+// chunk (the output depends on the split count only).
+TEST(DecodeAttentionSmall, ChunksPerCtaGiveTheSameBits) {
+  FUTR_REQUIRE_GPU();
+  const int kvh = 2, group = 4, d = 128;
+  const std::vector<int> lens{0, 5, 100, 333, 700};
+  struct Kind {
+    bool int4;
+    int rot;
+  };
+  for (const Kind kind : {Kind{false, 0}, Kind{true, 0}, Kind{true, 64}}) {
+    Batch b(kvh, group, d, lens, kind.int4, kind.rot);
+    DeviceLayer dev(b.cache);
+    cuda::AttentionShape s{int(lens.size()), kvh, group, d, kind.int4, kind.rot, 700};
+    cuda::DeviceBuffer<uint16_t> q(b.q), out(size_t(s.batch) * kvh * group * d);
+    cuda::DeviceBuffer<int> base(b.base), len(b.lens);
+    cuda::DeviceBuffer<int> counters(cuda::attention_counters(s));
+    counters.fill_bytes(0);
+    for (int splits : {5, 8}) {
+      const cuda::AttentionConfig one{splits, 0};
+      cuda::DeviceBuffer<float> ws(cuda::attention_workspace_floats(s, one));
+      cuda::AttentionArgs a{q.get(), out.get(), base.get(), len.get(), dev.ptrs(), ws.get(), ws.size(),
+                            counters.get(), counters.size()};
+      out.fill_bytes(0xff);
+      cuda::decode_attention(s, a, one, nullptr);
+      FUTR_CUDA_CHECK(cudaDeviceSynchronize());
+      const auto want = out.download();
+      for (int ctas = 1; ctas <= splits; ++ctas) {
+        const cuda::AttentionConfig c{splits, ctas};
+        out.fill_bytes(0xff);
+        cuda::decode_attention(s, a, c, nullptr);
+        FUTR_CUDA_CHECK(cudaDeviceSynchronize());
+        EXPECT_EQ(out.download(), want) << (kind.int4 ? "int4" : "bf16") << " rot " << kind.rot << " "
+                                        << cuda::describe(c);
+        for (int v : counters.download()) ASSERT_EQ(v, 0) << cuda::describe(c);
+      }
+    }
+  }
 }
 
 // ---- small (also the compute-sanitizer set) ----------------------------------------
