@@ -166,9 +166,6 @@ AttentionConfig attention_heuristic(const AttentionShape& s, int sm_count, int r
   return best;
 }
 
-// The modelled cost of one chunk's merge and partial, in keys (attention_ctas).
-constexpr int kChunkOverheadTokens = 16;
-
 AttentionConfig attention_heuristic_invariant(const AttentionShape& s, int sm_count, std::span<const int> batches,
                                               int resident_per_sm, int overhead_tokens) {
   check_shape(s);
@@ -177,14 +174,12 @@ AttentionConfig attention_heuristic_invariant(const AttentionShape& s, int sm_co
   const double resident = double(resident_per_sm) * sm_count;
   // Chunks of at least 64 keys (the short-context rule of attention_heuristic).
   const long most = std::clamp(long(std::ceil(double(s.max_len) / 64.0)), 1L, long(device::kAttnMaxSplits));
-  // A batch's modelled time at `sp` chunks with its best CTA count (attention_ctas).
+  // One CTA per chunk: a CTA reducing chunks in turn (attention_ctas) pays
+  // each chunk's merge and the restart of its loads (~1.2-1.6 us per chunk on
+  // the H200), so the count that suits one CTA per chunk stays the better one.
   auto cost = [&](int batch, long sp) {
-    AttentionShape sb = s;
-    sb.batch = batch;
-    const AttentionConfig c = attention_ctas(sb, int(sp), sm_count, resident_per_sm, overhead_tokens);
-    const int per = attention_chunks_per_cta(c), grid = attention_grid_x(c);
-    const double waves = std::ceil(double(long(batch) * s.kv_heads * grid) / resident);
-    return waves * (per * (double(s.max_len) / double(sp) + kChunkOverheadTokens) + overhead_tokens);
+    const double waves = std::ceil(double(long(batch) * s.kv_heads * sp) / resident);
+    return waves * (double(s.max_len) / double(sp) + overhead_tokens);
   };
   std::vector<double> best(batches.size(), 1e300);
   for (size_t b = 0; b < batches.size(); ++b)

@@ -75,10 +75,12 @@ AttentionConfig attention_heuristic_invariant(const AttentionShape& s, int sm_co
 // batch uses `splits` chunks (attention_heuristic_invariant): the count in
 // 1..splits minimizing the wave model of attention_heuristic with
 // ceil(splits / ctas) chunks per CTA, each chunk costing chunk_overhead_tokens
-// (its merge and partial) and each CTA overhead_tokens. Large batches fill the
-// GPU with few CTAs per sequence; small ones take one CTA per chunk.
+// (its merge, its partial and the restart of its loads: measured on the H200,
+// 8B shape, ctx 1024, 8 chunks: ~1.2-1.6 us each) and each CTA overhead_tokens.
+// Large batches fill the GPU with few CTAs per sequence (batch 32: 43.8 us
+// with 2, 50.6 with 8), small ones take one CTA per chunk.
 AttentionConfig attention_ctas(const AttentionShape& s, int splits, int sm_count, int resident_per_sm = 0,
-                               int overhead_tokens = 128, int chunk_overhead_tokens = 16);
+                               int overhead_tokens = 128, int chunk_overhead_tokens = 64);
 
 // CTAs of the variant for `s` resident per SM (cudaOccupancy...; needs a GPU).
 int attention_occupancy(const AttentionShape& s);
