@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <memory>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -239,6 +240,11 @@ std::unique_ptr<runtime::Engine> runtime::make_engine(const Model& model, const 
     }
   }
 
+#if FUTR_HAVE_CUDA
+  // The GPU's context comes up while the CPU reads and quantizes the weights.
+  std::optional<cuda::ContextWarmup> context;
+  if (use_gpu) context.emplace();
+#endif
   FUTR_CHECK(c.prefill != PrefillMode::kOn || use_gpu, "--prefill on: the FP8 prefill path is the GPU engine's "
              "(this run uses the CPU engine; its FP8 reference is --weights fp8 --fp8-rms cast --fp8-numerics gpu)");
   engines::check_prefill_rows(c, use_gpu);
@@ -345,6 +351,7 @@ std::unique_ptr<runtime::Engine> runtime::make_engine(const Model& model, const 
       return std::make_unique<gpu::TpGpuEngine>(model, std::move(q), go, c.tp);
     }
     go.log = log;
+    context->join();
     return std::make_unique<gpu::GpuEngine>(model, std::move(q), go);
   }
 #endif

@@ -69,6 +69,15 @@ std::optional<DeviceInfo> probe_device(std::string* why) {
 
 std::string gpu_unavailable_reason() { return cached_probe().why; }
 
+ContextWarmup::ContextWarmup() {
+  if (!cached_probe().info) return;
+  thread_ = std::thread([] { cudaFree(nullptr); });
+}
+ContextWarmup::~ContextWarmup() { join(); }
+void ContextWarmup::join() {
+  if (thread_.joinable()) thread_.join();
+}
+
 const DeviceInfo& require_device() {
   const Probe& p = cached_probe();
   FUTR_CHECK(p.info.has_value(), "GPU backend unavailable: {}", p.why);

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <optional>
 #include <string>
+#include <thread>
 
 namespace futr::cuda {
 
@@ -29,5 +30,21 @@ std::string gpu_unavailable_reason();
 
 // The usable device; throws futr::Error with the reason if there is none.
 const DeviceInfo& require_device();
+
+// Creates the device's primary context on a thread of its own (cudaFree(0):
+// a few hundred milliseconds on an H200), so that a caller can overlap it with
+// CPU work (the engine factory: quantizing on load). join() waits for it;
+// the destructor joins. Without a usable device it does nothing.
+class ContextWarmup {
+ public:
+  ContextWarmup();
+  ~ContextWarmup();
+  ContextWarmup(const ContextWarmup&) = delete;
+  ContextWarmup& operator=(const ContextWarmup&) = delete;
+  void join();
+
+ private:
+  std::thread thread_;
+};
 
 }  // namespace futr::cuda
