@@ -131,7 +131,6 @@
 #include <vector>
 
 #include "core/number_formats.h"
-#include "gpu_engine/prefill.h"
 #include "model/model.h"
 #include "quant/delayed_scaling.h"
 #include "quant/quantized_model.h"
@@ -236,7 +235,7 @@ class GpuEngine final : public runtime::TableEngine {
   bool graphs() const { return opt_.graphs; }
 
  private:
-  struct Impl;  // device buffers, kernels' arguments, graphs (engine.cpp)
+  struct Impl;  // weights, KV cache, step plans and their executor, host buffers (engine.cpp)
   // One row of a micro-step.
   struct MicroRow {
     int token = 0, slot = 0, pos = 0;
@@ -247,10 +246,10 @@ class GpuEngine final : public runtime::TableEngine {
     float temperature = 1, top_p = 1, min_p = 0;
     double u = 0;
   };
-  // Common construction: validation, KV cache, activations, workspaces, info.
+  // Common construction: validation, KV cache, the step's buffers, info.
   void init(const std::string& weights_what, size_t weights_bytes_estimate);
-  // The launches of one micro-step of `bucket` rows (what a graph captures).
-  void enqueue(int bucket, CUstream_st* s);
+  // After the weights: the step plans of every bucket and their executor.
+  void init_step();
   // Runs rows (<= kMaxMicroBatch): row stats into host stats, the logits of
   // the rows with .logits into host logits row k.
   void micro_step(const std::vector<MicroRow>& rows);
@@ -262,15 +261,11 @@ class GpuEngine final : public runtime::TableEngine {
                     const std::vector<int>& rank, runtime::StepResult& r);
   // Creates the prefill path from the options (constructors, after the weights) and warms it up.
   void init_prefill();
-  // The LM head's rows [lm_begin_, + lm_rows_): its own copy, or the tied embedding's rows.
-  const uint16_t* lm_head_rows() const;
   // The output pass of `rows` (<= kMaxMicroBatch) rows of the last prefill
   // chunk: the host row map's kTok (the chunk row) and kTarget entries copied,
   // then the final RMSNorm (gathering the chunk's BF16 residual rows), the LM
   // head and the logits reductions, asynchronously on the engine's stream.
   void enqueue_prefill_outputs(int rows);
-  // What the prefill path borrows for a chunk (caches: the per-layer pointers it spans).
-  PrefillPath::Shared prefill_shared(std::vector<layout::KvLayerPtrs>& caches);
   // Delayed FP8 scaling: sequence slot `slot`'s own scale state (created on first use).
   cuda::DeviceScaleBank* seq_bank(int slot);
 
