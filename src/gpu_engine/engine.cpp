@@ -721,8 +721,19 @@ nlohmann::json GpuEngine::stats() const {
   if (m.prof && m.prof->units() > 0) {
     j["profile"] = m.prof->json("micro_step");
     j["profile"]["bucket"] = m.last_bucket;
+    j["profile"]["plan"] = step_plan(m.last_bucket);  // the ops the rows above sum (step_plan.h)
   }
   return j;
+}
+
+nlohmann::json GpuEngine::step_plan(int bucket) const {
+  const Impl& m = *impl_;
+  const auto it = std::find(kBuckets.begin(), kBuckets.end(), bucket);
+  FUTR_CHECK(it != kBuckets.end(), "step_plan: {} is not a bucket (1, 2, 4, 8, 16, 32)", bucket);
+  const StepPlan& p = m.plans[size_t(it - kBuckets.begin())];
+  nlohmann::json ops = nlohmann::json::array();
+  for (const StepOp& op : p.ops) ops.push_back(StepPlan::describe(op));
+  return ops;
 }
 
 GpuEngine::KvLayerDump GpuEngine::dump_kv_layer(int layer) const {
