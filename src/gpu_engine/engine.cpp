@@ -484,30 +484,7 @@ void GpuEngine::prefill_runs(std::span<const BatchRow> rows, const std::vector<c
       for (int j = 0; j < nb; ++j) {
         const int i = batch_row[size_t(out[b0 + size_t(j)])];
         const BatchRow& row = rows[size_t(i)];
-        const cuda::LogitsRowStats& s = m.h_stats[size_t(j)];
-        const float* z = m.h_logits.get() + size_t(j) * V;
-        switch (row.out) {
-          case RowOutput::kNone: break;
-          case RowOutput::kLogits: std::memcpy(r.logits.row(rank[size_t(i)]), z, V * sizeof(float)); break;
-          case RowOutput::kToken: {
-            runtime::Sampler& sampler = table_.sampler(table_.slot(row.seq));
-            int32_t t = 0;
-            if (copy[size_t(j)]) {
-              t = sampler.sample({z, V});
-              ++m.host_sampled;
-            } else if (s.nonfinite == 0) {
-              t = s.argmax;
-            } else {
-              t = sampler.sample({fetch_logits_row(j), V});  // NaN/+inf: the host's rule
-            }
-            r.tokens[size_t(rank[size_t(i)])] = t;
-            break;
-          }
-          case RowOutput::kLogprob:
-            r.logprobs[size_t(rank[size_t(i)])] =
-                s.nonfinite == 0 ? s.logprob : -runtime::token_nll({fetch_logits_row(j), V}, row.target);
-            break;
-        }
+        write_output(row, table_.slot(row.seq), rank[size_t(i)], j, copy[size_t(j)], false, r);
       }
     }
     for (const auto& [slot, len] : lengths) table_.set_length(slot, len);
@@ -539,6 +516,40 @@ void GpuEngine::prefill_runs(std::span<const BatchRow> rows, const std::vector<c
   }
   flush();
   m.prefill_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void GpuEngine::write_output(const BatchRow& row, int slot, int rank, int k, bool copied, bool drawn,
+                             runtime::StepResult& r) {
+  Impl& m = *impl_;
+  const size_t V = size_t(lm_rows_);
+  const cuda::LogitsRowStats& s = m.h_stats[size_t(k)];
+  const float* z = m.h_logits.get() + size_t(k) * V;
+  switch (row.out) {
+    case RowOutput::kNone: break;
+    case RowOutput::kLogits: std::memcpy(r.logits.row(rank), z, V * sizeof(float)); break;
+    case RowOutput::kToken: {
+      runtime::Sampler& sampler = table_.sampler(slot);
+      int32_t t = 0;
+      if (copied) {
+        t = sampler.sample({z, V});
+        ++m.host_sampled;
+      } else if (drawn) {  // drawn by sample_topk; NaN/+inf or nothing drawable: the host's rule
+        const int g = m.h_sampled[size_t(k)];
+        t = s.nonfinite == 0 && g >= 0 ? g : sampler.sample({fetch_logits_row(k), V});
+        ++m.gpu_sampled;
+      } else if (s.nonfinite == 0) {
+        t = s.argmax;
+      } else {
+        t = sampler.sample({fetch_logits_row(k), V});  // NaN/+inf: the host's rule
+      }
+      r.tokens[size_t(rank)] = t;
+      break;
+    }
+    case RowOutput::kLogprob:
+      // NaN/+inf in the row: what the host's token_nll gives (NaN), never a finite number.
+      r.logprobs[size_t(rank)] = s.nonfinite == 0 ? s.logprob : -runtime::token_nll({fetch_logits_row(k), V}, row.target);
+      break;
+  }
 }
 
 runtime::StepResult GpuEngine::step(std::span<const BatchRow> rows) {
@@ -632,35 +643,7 @@ runtime::StepResult GpuEngine::step(std::span<const BatchRow> rows) {
       const BatchRow& row = rows[size_t(i)];
       const int slot = micro[k].slot;
       table_.set_length(slot, row.pos + 1);
-      const cuda::LogitsRowStats& s = m.h_stats[k];
-      const float* z = m.h_logits.get() + k * V;
-      switch (row.out) {
-        case RowOutput::kNone: break;
-        case RowOutput::kLogits: std::memcpy(r.logits.row(rank[size_t(i)]), z, V * sizeof(float)); break;
-        case RowOutput::kToken: {
-          runtime::Sampler& sampler = table_.sampler(slot);
-          int32_t t = 0;
-          if (micro[k].logits) {
-            t = sampler.sample({z, V});
-            ++m.host_sampled;
-          } else if (micro[k].top_k > 0) {  // drawn by sample_topk; NaN/+inf or nothing drawable: the host's rule
-            const int g = m.h_sampled[k];
-            t = s.nonfinite == 0 && g >= 0 ? g : sampler.sample({fetch_logits_row(int(k)), V});
-            ++m.gpu_sampled;
-          } else if (s.nonfinite == 0) {
-            t = s.argmax;
-          } else {
-            t = sampler.sample({fetch_logits_row(int(k)), V});  // NaN/+inf: the host's rule
-          }
-          r.tokens[size_t(rank[size_t(i)])] = t;
-          break;
-        }
-        case RowOutput::kLogprob:
-          // NaN/+inf in the row: what the host's token_nll gives (NaN), never a finite number.
-          r.logprobs[size_t(rank[size_t(i)])] =
-              s.nonfinite == 0 ? s.logprob : -runtime::token_nll({fetch_logits_row(int(k)), V}, row.target);
-          break;
-      }
+      write_output(row, slot, rank[size_t(i)], int(k), micro[k].logits, micro[k].top_k > 0, r);
     }
     // Advance the cursors of this micro-step's runs; drop the finished ones.
     // Runs not in this micro-step keep their order, after the ones that were.

@@ -272,6 +272,12 @@ class GpuEngine final : public runtime::TableEngine {
   // Runs rows (<= kMaxMicroBatch): row stats into host stats, the logits of
   // the rows with .logits into host logits row k.
   void micro_step(const std::vector<MicroRow>& rows);
+  // The one writer of a step's outputs: batch row `row` (sequence slot `slot`,
+  // `rank` among the rows of its output kind) into r, from row k of the last
+  // launch's results: its row stats, its logits (copied: already in the host
+  // buffer, the host samples them), its token drawn by sample_topk (drawn).
+  void write_output(const runtime::BatchRow& row, int slot, int rank, int k, bool copied, bool drawn,
+                    runtime::StepResult& r);
   // The logits row k of the last micro-step, copied now (a rare fallback).
   const float* fetch_logits_row(int k);
   // The runs `runs` of a step through the prefill path (engine.h), their output

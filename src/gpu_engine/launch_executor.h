@@ -109,10 +109,10 @@ class LaunchExecutor {
   int64_t graph_launches() const { return graph_launches_; }
 
  private:
-  const DeviceWeights& w_;
-  const KvCache& kv_;
-  StepBuffers& b_;
-  cuda::CublasLt& lt_;
+  const DeviceWeights& w_;  // the matrices, gains, embedding and head the ops read
+  const KvCache& kv_;       // the layers the appends write and the attention reads; the RoPE tables
+  StepBuffers& b_;          // the activations, row map and results
+  cuda::CublasLt& lt_;      // the LM head's matmul (its plan per M made on the eager first run)
   Options o_;
   std::array<cuda::Graph, kDecodeBuckets.size()> graphs_;  // kDecodeBuckets order
   std::array<bool, kDecodeBuckets.size()> warm_{};         // the bucket ran eagerly once
