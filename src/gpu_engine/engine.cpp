@@ -151,7 +151,23 @@ void GpuEngine::init_step() {
     const cuda::W4Linear* w[4] = {L.qkv.get(), L.o.get(), L.gate_up.get(), L.down.get()};
     for (int p = 0; p < 4; ++p) pc.gemms[size_t(l)][size_t(p)] = {w[p]->n(), w[p]->k(), w[p]->group()};
   }
-  for (size_t k = 0; k < kBuckets.size(); ++k) m.plans[k] = build_step_plan(pc, kBuckets[k]);
+  for (size_t k = 0; k < kBuckets.size(); ++k) {
+    m.plans[k] = build_step_plan(pc, kBuckets[k]);
+    // The plan's GEMM configurations are the ones the matrices choose themselves
+    // (QuantLinear::config: the same function of M, N, K, group and the SM count).
+    for (const StepOp& op : m.plans[k].ops) {
+      if (op.kind != StepOpKind::kGemm) continue;
+      const DeviceWeights::Layer& L = m.weights->layer(op.layer);
+      const cuda::W4Linear& w = op.w.param == StepParam::kQkv  ? *L.qkv
+                                : op.w.param == StepParam::kO  ? *L.o
+                                : op.w.param == StepParam::kGateUp ? *L.gate_up
+                                                                   : *L.down;
+      const cuda::DecodeConfig a = op.gemm, b = w.config(op.rows);
+      FUTR_ASSERT(a.kernel == b.kernel && a.tn == b.tn && a.loads == b.loads && a.batches == b.batches &&
+                  a.mt == b.mt && a.splits == b.splits && a.seq == b.seq && a.ctas == b.ctas && a.run == b.run &&
+                  a.probe == b.probe && !a.pdl && !b.pdl);
+    }
+  }
   LaunchExecutor::Options eo;
   eo.graphs = opt_.graphs;
   eo.pdl = opt_.pdl;
