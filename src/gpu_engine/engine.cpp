@@ -11,7 +11,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -20,7 +19,6 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
-#include "launch/buffer.h"
 #include "launch/check.h"
 #include "launch/cublaslt.h"
 #include "launch/decode_attention.h"
@@ -173,7 +171,7 @@ void GpuEngine::init_step() {
   eo.pdl = opt_.pdl;
   eo.tp_comms = opt_.tp_comms;
   eo.tp_rank = opt_.tp_rank;
-  eo.sampleable_vocab = sampleable_vocab_;
+  eo.hidden = config_.hidden;
   eo.rms_eps = config_.rms_eps;
   m.exec = std::make_unique<LaunchExecutor>(*m.weights, *m.kv, *m.buf, m.lt, eo);
 }
@@ -412,31 +410,9 @@ const float* GpuEngine::fetch_logits_row(int k) {
 
 void GpuEngine::enqueue_prefill_outputs(int rows) {
   Impl& m = *impl_;
-  StepBuffers& b = *m.buf;
-  const int Bm = kMaxMicroBatch;
-  cudaStream_t st = m.stream;
-  FUTR_CUDA_CHECK(cudaMemcpyAsync(b.ints.get(), m.h_ints.get(), size_t(kMapRows) * Bm * sizeof(int),
-                                  cudaMemcpyHostToDevice, st));
-  cuda::RmsNormArgs norm;  // x = the residual row (gathered from the chunk's rows); a = RMSNorm(x) g_out
-  norm.x = b.x.get();
-  norm.tokens = b.map(kTok);
-  norm.embd = m.prefill->x();
-  norm.gain = m.weights->out_norm();
-  norm.out = b.a.get();
-  norm.rows = rows;
-  norm.H = config_.hidden;
-  norm.eps = config_.rms_eps;
-  cuda::rmsnorm(norm, st);
-  // kMaxMicroBatch rows, as the decode step's head (step_plan.h): the same kernel, the same bits.
-  m.lt.matmul(cuda::LtInput::kBF16, b.a.get(), m.weights->lm_head_rows(), b.logits.get(), Bm, lm_rows_,
-              config_.hidden, nullptr, nullptr, st, cuda::LtOutput::kF32);
-  cuda::LogitsReduceArgs ra;
-  ra.logits = b.logits.get();
-  ra.vocab = lm_rows_;
-  ra.rows = rows;
-  ra.targets = b.map(kTarget);
-  ra.out = b.row_stats.get();
-  cuda::logits_reduce(ra, st);
+  FUTR_CUDA_CHECK(cudaMemcpyAsync(m.buf->ints.get(), m.h_ints.get(), size_t(kMapRows) * kMaxMicroBatch * sizeof(int),
+                                  cudaMemcpyHostToDevice, m.stream));
+  m.exec->enqueue_outputs(rows, m.prefill->x(), m.stream);
 }
 
 void GpuEngine::prefill_runs(std::span<const BatchRow> rows, const std::vector<const runtime::SeqRun*>& runs,

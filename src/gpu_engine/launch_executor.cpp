@@ -218,6 +218,31 @@ void LaunchExecutor::run(const StepPlan& plan, cudaStream_t st, Profiler* prof) 
   }
 }
 
+void LaunchExecutor::enqueue_outputs(int rows, const uint16_t* x_rows, cudaStream_t st) {
+  StepBuffers& m = b_;
+  const int H = o_.hidden;
+  cuda::RmsNormArgs norm;  // x = the residual row (gathered from the chunk's rows); a = RMSNorm(x) g_out
+  norm.x = m.x.get();
+  norm.tokens = m.map(kTok);
+  norm.embd = x_rows;
+  norm.gain = w_.out_norm();
+  norm.out = m.a.get();
+  norm.rows = rows;
+  norm.H = H;
+  norm.eps = o_.rms_eps;
+  cuda::rmsnorm(norm, st);
+  // kDecodeMaxRows rows, as the decode step's head: the same kernel, the same bits.
+  lt_.matmul(cuda::LtInput::kBF16, m.a.get(), w_.lm_head_rows(), m.logits.get(), kDecodeMaxRows, w_.lm_rows(), H,
+             nullptr, nullptr, st, cuda::LtOutput::kF32);
+  cuda::LogitsReduceArgs ra;
+  ra.logits = m.logits.get();
+  ra.vocab = w_.lm_rows();
+  ra.rows = rows;
+  ra.targets = m.map(kTarget);
+  ra.out = m.row_stats.get();
+  cuda::logits_reduce(ra, st);
+}
+
 int LaunchExecutor::graphs_captured() const {
   int n = 0;
   for (const cuda::Graph& g : graphs_) n += g.valid() ? 1 : 0;

@@ -25,6 +25,10 @@
 // micro-step (a Profiler given, after the bucket's eager one) is captured with
 // an event node after every launch and replayed once.
 //
+// enqueue_outputs(): the output pass of a prefill chunk's rows that asked for
+// one (final RMSNorm gathering the chunk's residual rows, the same LM head
+// and reductions as the step's), eager.
+//
 // StepBuffers: the device buffers of one micro-step of up to kDecodeMaxRows
 // rows, allocated once; the row map (MapRow) and the samplers are the graphs'
 // static inputs (the engine writes them before each run), the row stats, the
@@ -92,8 +96,8 @@ class LaunchExecutor {
     bool pdl = true;                 // programmatic dependent launch between the ops
     NcclComms* tp_comms = nullptr;   // tensor parallelism: the all-reduces' communicators
     int tp_rank = 0;
-    int sampleable_vocab = 0;        // ids sample_topk may draw
-    float rms_eps = 1e-5f;
+    int hidden = 0;                  // H: the residual's width
+    float rms_eps = 1e-5f;           // the RMSNorms' epsilon
   };
   // Borrows everything (the engine owns it all and outlives the executor).
   LaunchExecutor(const DeviceWeights& w, const KvCache& kv, StepBuffers& b, cuda::CublasLt& lt, const Options& o);
@@ -104,6 +108,12 @@ class LaunchExecutor {
   // One micro-step of `plan`: eager (the bucket's first), a graph replay, or
   // profiled (prof given, after the bucket's first); asynchronous on st.
   void run(const StepPlan& plan, cudaStream_t st, Profiler* prof);
+  // The output pass of `rows` (<= kDecodeMaxRows) rows of a prefill chunk,
+  // eager, no PDL: x = the chunk's BF16 residual rows x_rows[tok] (the row
+  // map's kTok entries, written by the caller), a = RMSNorm(x) g_out, the LM
+  // head over kDecodeMaxRows rows (the decode step's: the same kernel, the
+  // same bits), the logits reductions with the kTarget entries.
+  void enqueue_outputs(int rows, const uint16_t* x_rows, cudaStream_t st);
 
   int graphs_captured() const;
   int64_t graph_launches() const { return graph_launches_; }
