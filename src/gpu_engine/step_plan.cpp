@@ -261,6 +261,44 @@ StepPlan build_step_plan(const StepPlanConfig& c, int bucket) {
   return plan;
 }
 
+StepAccess access(const StepOp& op) {
+  StepAccess a;
+  switch (op.kind) {
+    case StepOpKind::kEmbedNorm: a.writes = {op.x, op.out}; break;
+    case StepOpKind::kNorm:
+      a.reads = {op.x, op.add};
+      a.writes = {op.x, op.out};
+      break;
+    case StepOpKind::kGemm:
+      if (op.norm_in) {
+        a.reads = {op.x, op.add};
+        a.writes = {op.x_out, op.out};
+      } else {
+        a.reads = {op.in};
+        a.writes = {op.out};
+      }
+      break;
+    case StepOpKind::kRopeAppend:  // k, v into the cache; q rotated in place
+      a.reads = {op.in};
+      a.writes = {op.in};
+      a.kv_write = op.layer;
+      break;
+    case StepOpKind::kAttention:
+      a.reads = {op.in};
+      a.writes = {op.out};
+      a.kv_read = op.layer;
+      break;
+    case StepOpKind::kSwiglu:
+    case StepOpKind::kLmHead:
+    case StepOpKind::kLogitsReduce:
+    case StepOpKind::kSample:
+      a.reads = {op.in};
+      a.writes = {op.out};
+      break;
+  }
+  return a;
+}
+
 std::string StepPlan::describe(const StepOp& op) {
   std::string s = op.layer >= 0 ? fmt::format("L{} ", op.layer) : std::string();
   auto ref = [](const StepRef& r) {

@@ -38,7 +38,8 @@
 // which the engine leaves to the device: 0): describe() prints it, one line
 // per op. Each op carries its row of the breakdown (futr bench --breakdown,
 // kBreakdownNames), and whether it may launch as a programmatic dependent of
-// the op before (every op but the first and the cuBLASLt LM head).
+// the op before (every op but the first and the cuBLASLt LM head); access()
+// lists the buffers it reads and writes (its dependencies).
 //
 // Test: tests/gpu_engine/step_plan_test.cpp (no GPU: the op list of SmolLM2
 // and Llama-3.1-8B shapes per bucket, their order, shapes and configurations).
@@ -115,6 +116,17 @@ struct StepOp {
   bool pdl = true;                // may launch as a programmatic dependent of the op before
   int breakdown = 0;              // its BreakdownRow
 };
+
+// The activations an op reads and writes, and the KV cache layer it writes
+// (the append) or reads (the attention): the dependencies an executor that
+// overlaps ops must keep. The row map, the samplers and the weights are
+// read-only during a step and are not listed; buffers internal to one launch
+// (split-K and attention workspaces and counters) neither.
+struct StepAccess {
+  std::vector<StepAct> reads, writes;
+  int kv_read = -1, kv_write = -1;  // the cache layer (-1: none)
+};
+StepAccess access(const StepOp& op);
 
 // What plans are built from.
 struct StepPlanConfig {

@@ -12,6 +12,8 @@
 //   - PDL on every op but the first and the LM head; the breakdown's rows;
 //   - tensor parallelism all-reduces the O and down outputs only; without GPU
 //     sampling there is no sample op; describe() has a line per op;
+//   - every op reads only what an earlier op wrote (StepAccess), the attention
+//     of a layer after that layer's append;
 //   - a bucket that is not one of 1, 2, 4, 8, 16, 32 is refused.
 // Needs no GPU (label cpu): the plan is a pure function of the shapes, the
 // SM count and the attention's resident CTAs per SM (given here).
@@ -220,6 +222,39 @@ TEST(StepPlan, BuffersOfTheFusedNormAndThePlainStep) {
   EXPECT_EQ(head.n, c.lm_rows);
   EXPECT_EQ(head.k, c.model.hidden);
   EXPECT_EQ(head.w.param, StepParam::kLmHead);
+}
+
+// Every op reads only what an earlier op of the step wrote (the residual
+// alternating between x and x2 included), and the attention of layer l reads
+// the cache layer the append of layer l wrote before it.
+TEST(StepPlan, EveryReadFollowsItsWrite) {
+  for (const std::string model : {"smollm2-135m", "llama-3.1-8b"})
+    for (bool fuse : {true, false})
+      for (int b : kDecodeBuckets) {
+        SCOPED_TRACE(model + " bucket " + std::to_string(b) + (fuse ? " fused norm" : ""));
+        StepPlanConfig c = config_for(model);
+        c.fuse_norm = fuse;
+        const StepPlan p = build_step_plan(c, b);
+        std::vector<bool> written(size_t(StepAct::kSampled) + 1, false);
+        std::vector<bool> kv(size_t(c.model.n_layers), false);
+        for (const StepOp& op : p.ops) {
+          const StepAccess a = access(op);
+          for (StepAct r : a.reads) {
+            EXPECT_NE(r, StepAct::kNone) << StepPlan::describe(op);
+            EXPECT_TRUE(written[size_t(r)]) << StepPlan::describe(op) << " reads " << to_string(r) << " unwritten";
+          }
+          if (a.kv_read >= 0) {
+            EXPECT_TRUE(kv[size_t(a.kv_read)]) << StepPlan::describe(op);
+          }
+          for (StepAct w : a.writes) {
+            EXPECT_NE(w, StepAct::kNone) << StepPlan::describe(op);
+            written[size_t(w)] = true;
+          }
+          if (a.kv_write >= 0) kv[size_t(a.kv_write)] = true;
+        }
+        for (int l = 0; l < c.model.n_layers; ++l) EXPECT_TRUE(kv[size_t(l)]) << "layer " << l << " appended";
+        EXPECT_TRUE(written[size_t(StepAct::kRowStats)]);
+      }
 }
 
 TEST(StepPlan, OptionsChangeTheListAsDocumented) {
