@@ -25,7 +25,9 @@
 //                      in a graph with an event after each launch, no PDL;
 //                      runtime::Engine::set_profiling):
 //                      microseconds per step of each kind of launch, its %
-//                      of their sum, and the sum against the measured step.
+//                      of their sum, and the sum against the measured step;
+//                      then the step's plan, one line per launch
+//                      (gpu_engine/step_plan.h; the JSON's profile.plan).
 //
 // Load time: reading the model (or drawing it) and building the engine.
 // Tokens are random ids (seeded by --seed; results never depend on them).
@@ -378,6 +380,11 @@ void run_bench(const BenchOptions& o) {
     }
     fmt::print("\nsum of the launches one by one {:.1f} us; measured step {:.1f} us ({:.2f}x the sum)\n", sum,
                step_us, sum > 0 ? step_us / sum : 0.0);
+    if (m.profile.contains("plan") && m.profile["plan"].is_array()) {
+      fmt::print("\n<details><summary>the step's plan: {} launches</summary>\n\n```text\n", m.profile["plan"].size());
+      for (const auto& line : m.profile["plan"]) fmt::print("{}\n", line.get<std::string>());
+      fmt::print("```\n\n</details>\n");
+    }
   }
 }
 

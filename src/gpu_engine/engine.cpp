@@ -1,12 +1,16 @@
 // The GPU engine's decode path (see engine.h).
 #include "gpu_engine/engine.h"
 
+#include "gpu_engine/device_weights.h"
+#include "gpu_engine/kv_cache.h"
+#include "gpu_engine/launch_executor.h"
 #include "gpu_engine/nccl.h"
 #include "gpu_engine/prefill.h"
+#include "gpu_engine/profiler.h"
+#include "gpu_engine/step_plan.h"
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -15,21 +19,13 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
-#include "core/numeric.h"
-#include "launch/buffer.h"
 #include "launch/check.h"
 #include "launch/cublaslt.h"
 #include "launch/decode_attention.h"
 #include "launch/decode_ops.h"
 #include "launch/device.h"
-#include "launch/fill.h"
 #include "launch/fp8_scaling.h"
-#include "launch/linear.h"
 #include "launch/stream.h"
-#include "kernels/layout/kv_cache.cuh"
-#include "model/projection.h"
-#include "model/rope.h"
-#include "quant/int4_pack.h"
 #include "runtime/batch.h"
 #include "runtime/perplexity.h"
 
@@ -40,51 +36,6 @@ using runtime::RowOutput;
 using runtime::SeqId;
 
 namespace {
-
-std::vector<uint16_t> to_bf16(const Tensor& t) {
-  std::vector<uint16_t> out(size_t(t.numel()));
-  const float* p = t.ptr();
-  for (size_t i = 0; i < out.size(); ++i) out[i] = float_to_bf16(p[i]);
-  return out;
-}
-
-// The logical INT4 rows of `parts` stacked into one [sum n, k] matrix, packed.
-std::unique_ptr<cuda::W4Linear> fused(const quant::QuantizedWeights& q, const std::vector<ProjId>& ids) {
-  quant::Int4Weights w;
-  for (const ProjId& id : ids) {
-    const std::string name = projection_name(id);
-    const quant::QuantizedTensor& t = q.at(id);
-    FUTR_CHECK(t.format == WeightFormat::kInt4, "GPU engine: {} is {}, not int4", name, to_string(t.format));
-    const quant::Int4Weights& p = t.int4;
-    if (w.n == 0) {
-      w.k = p.k;
-      w.group = p.group;
-    }
-    FUTR_CHECK(p.k == w.k && p.group == w.group, "GPU engine: {} (K {}, group {}) cannot be fused with K {}, group {}",
-               name, p.k, p.group, w.k, w.group);
-    w.n += p.n;
-    w.q.insert(w.q.end(), p.q.begin(), p.q.end());
-    w.scale.insert(w.scale.end(), p.scale.begin(), p.scale.end());
-  }
-  const quant::Int4Packed packed = quant::pack_int4(w);
-  return std::make_unique<cuda::W4Linear>(w.n, w.k, w.group, packed.weights, packed.scales,
-                                          GpuEngine::kMaxMicroBatch);
-}
-
-// A random INT4 layer drawn on the device: nibbles uniform over 0..15 (values
-// -8..7, standard deviation ~4.6) and FP16 group scales around
-// 1 / (4.6 sqrt(K)), so y = x W^T has about x's RMS for any K: the residual
-// stream of a synthetic model stays O(1) over 80 layers (no overflow, no NaN).
-std::unique_ptr<cuda::W4Linear> synthetic_linear(int n, int k, uint64_t seed, cudaStream_t s) {
-  const int group = k % 128 == 0 ? 128 : 64;
-  FUTR_CHECK(k % group == 0, "synthetic model: K {} is not a multiple of 64", k);
-  auto w = std::make_unique<cuda::W4Linear>(n, k, group, GpuEngine::kMaxMicroBatch);
-  cuda::fill_random(w->weights(), cuda::FillType::kU8, uint64_t(w->weight_bytes() - w->scale_bytes()), seed, 0, 0, s);
-  const float s0 = 1.0f / (4.6f * std::sqrt(float(k)));
-  cuda::fill_random(w->scales(), cuda::FillType::kF16, uint64_t(w->scale_bytes() / 2), seed + 1, 0.5f * s0, 1.5f * s0,
-                    s);
-  return w;
-}
 
 // Pinned host memory (the copies around a graph launch are asynchronous only
 // from page-locked memory).
@@ -113,109 +64,23 @@ class Pinned {
   size_t n_ = 0;
 };
 
-// The row map's arrays in `ints` ([kMapRows][kMaxMicroBatch]).
-enum MapRow : int { kTok, kPos, kBase, kLen, kRow, kTarget, kMapRows };
-
 bool disabled_by_env(const char* name) {
   const char* e = std::getenv(name);
   return e && std::string(e) == "0";
 }
 
-// The kinds of launch of a micro-step, in step order (the profile's rows).
-enum Op : int { kEmbedNorm, kQkv, kRopeAppend, kAttention, kOProj, kNormAttn, kGateUp, kSwiglu, kDown, kNormFfn,
-                kLmHead, kReduce, kSample, kOps };
-constexpr const char* kOpNames[kOps] = {"embedding + rmsnorm", "qkv gemm", "rope + kv append", "attention", "o gemm",
-                                        "residual + rmsnorm (attn)", "gate_up gemm", "swiglu", "down gemm (+ swiglu at M = 1)",
-                                        "residual + rmsnorm (ffn)", "lm head (cublaslt)", "logits reduce", "sampling"};
-
-// Events after each launch of a profiled micro-step (GpuEngine::set_profiling).
-struct Profiler {
-  std::vector<cudaEvent_t> events;  // [0]: the start; [i + 1]: after launch i
-  std::vector<int> ops;             // [launches] Op of launch i
-  std::array<double, kOps> us{};    // summed over the profiled micro-steps
-  std::array<int64_t, kOps> calls{};
-  int64_t micro_steps = 0;
-  double step_us = 0;               // start to last event, summed
-  ~Profiler() {
-    for (cudaEvent_t e : events) cudaEventDestroy(e);
-  }
-  void begin(cudaStream_t st) {
-    ops.clear();
-    record(st);
-  }
-  void mark(Op op, cudaStream_t st) {
-    ops.push_back(op);
-    record(st);
-  }
-  void record(cudaStream_t st) {
-    const size_t i = ops.size();
-    if (i >= events.size()) {
-      cudaEvent_t e;
-      FUTR_CUDA_CHECK(cudaEventCreate(&e));
-      events.push_back(e);
-    }
-    // External: inside a stream capture this becomes an event record node of the
-    // graph (a plain record would only be a capture-internal dependency).
-    FUTR_CUDA_CHECK(cudaEventRecordWithFlags(events[i], st, cudaEventRecordExternal));
-  }
-  void accumulate() {  // after the stream synchronized
-    for (size_t i = 0; i < ops.size(); ++i) {
-      float ms = 0;
-      FUTR_CUDA_CHECK(cudaEventElapsedTime(&ms, events[i], events[i + 1]));
-      us[size_t(ops[i])] += 1e3 * ms;
-      ++calls[size_t(ops[i])];
-    }
-    float ms = 0;
-    FUTR_CUDA_CHECK(cudaEventElapsedTime(&ms, events[0], events[ops.size()]));
-    step_us += 1e3 * ms;
-    ++micro_steps;
-  }
-};
-
 }  // namespace
 
 // ---- device state -------------------------------------------------------------------
 struct GpuEngine::Impl {
-  struct Layer {
-    cuda::DeviceBuffer<uint16_t> attn_norm, ffn_norm;  // [H] BF16
-    std::unique_ptr<cuda::W4Linear> qkv, o, gate_up, down;
-    cuda::DeviceBuffer<uint16_t> k, v;   // [slots][kv_heads][D] BF16
-    cuda::DeviceBuffer<uint8_t> k4, v4;  // INT4 mirror (int4, int4-rot)
-    cuda::DeviceBuffer<float> ks, vs;
-    cuda::KvLayerPtrs ptrs(int num_slots) {
-      return {k.get(), v.get(), k4.get(), v4.get(), ks.get(), vs.get(), num_slots};
-    }
-  };
   cuda::Stream stream;
   cuda::CublasLt lt;
-  cuda::DeviceBuffer<uint16_t> embd;      // [vocab][H] BF16
-  cuda::DeviceBuffer<uint16_t> lm_head;   // [vocab][H] BF16 (empty when tied: embd)
-  cuda::DeviceBuffer<uint16_t> out_norm;  // [H]
-  cuda::DeviceBuffer<float> rope_cos, rope_sin;  // [max(ctx, 32)][D/2]
-  std::vector<Layer> layers;
-  // Activations of one micro-step (kMaxMicroBatch rows).
-  cuda::DeviceBuffer<float> x;        // [B][H] FP32 residual
-  cuda::DeviceBuffer<float> x2;       // [1][H] the residual's other buffer (fuse_norm, one-row micro-steps)
-  cuda::DeviceBuffer<uint16_t> a;     // [B][H] BF16 GEMM input
-  cuda::DeviceBuffer<uint16_t> qkv;   // [B][q + 2 kv]
-  cuda::DeviceBuffer<uint16_t> attn;  // [B][q]
-  cuda::DeviceBuffer<uint16_t> y;     // [B][H]
-  cuda::DeviceBuffer<uint16_t> gu;    // [B][2I]
-  cuda::DeviceBuffer<uint16_t> sw;    // [B][I]
-  cuda::DeviceBuffer<float> logits;   // [B][vocab]
-  cuda::DeviceBuffer<int> ints;       // [kMapRows][B]: the row map (MapRow), the graphs' static input
-  cuda::DeviceBuffer<cuda::LogitsRowStats> row_stats;  // [B] the reductions' output
-  cuda::DeviceBuffer<cuda::SampleRow> samplers;        // [B] the rows' GPU samplers (top_k 0: none), static input
-  cuda::DeviceBuffer<int> sampled;                     // [B] sample_topk's tokens
-  cuda::DeviceBuffer<int> nonfinite;  // [1] append's count of non-finite K/V rows
-  cuda::DeviceBuffer<float> attn_ws;
-  cuda::DeviceBuffer<int> attn_counters;
-  // The attention's split count, one for every bucket (batch invariance:
-  // cuda::attention_heuristic_invariant); per bucket, the CTAs that reduce a
-  // sequence's chunks (cuda::attention_ctas: the same bits, fewer CTAs at
-  // large batch).
-  cuda::AttentionConfig attn_cfg;
-  std::array<cuda::AttentionConfig, kBuckets.size()> attn_bucket_cfg;
+  std::unique_ptr<KvCache> kv;             // the cache: slot regions, scratch slots, RoPE tables
+  std::unique_ptr<StepBuffers> buf;        // the device buffers of one micro-step
+  std::unique_ptr<DeviceWeights> weights;  // INT4 (decode), FP8 (prefill), BF16 (embedding, gains, head)
+  StepPlanConfig plan_config;              // what the plans are built from
+  std::array<StepPlan, kBuckets.size()> plans;  // one per bucket (kBuckets order), built once
+  std::unique_ptr<LaunchExecutor> exec;    // runs a plan: launches, one CUDA graph per bucket
   // Host side of the copies around a micro-step (pinned).
   Pinned<int> h_ints;                          // [kMapRows][B]
   Pinned<cuda::LogitsRowStats> h_stats;        // [B]
@@ -223,14 +88,8 @@ struct GpuEngine::Impl {
   Pinned<int> h_sampled;                       // [B]
   Pinned<float> h_logits;                      // [B][vocab] (only the rows asked for are written)
   Pinned<int> h_nonfinite;                     // [1]
-  // One graph per bucket (kBuckets order); warm: the bucket ran eagerly once.
-  std::array<cuda::Graph, kBuckets.size()> graphs;
-  std::array<bool, kBuckets.size()> warm{};
   int last_bucket = 0;                         // the bucket of the last micro-step
-  int num_slots = 0, slots_per_seq = 0;
-  int scratch_base = 0;                        // first slot of the padding rows' scratch region
-  size_t kv_bytes = 0, weight_bytes = 0;
-  int64_t micro_steps = 0, graph_launches = 0, logits_rows_copied = 0, host_sampled = 0, gpu_sampled = 0;
+  int64_t micro_steps = 0, logits_rows_copied = 0, host_sampled = 0, gpu_sampled = 0;
   std::unique_ptr<Profiler> prof;              // set while profiling (set_profiling)
   std::unique_ptr<PrefillPath> prefill;        // the FP8 prefill path (null: prompts through the decode step)
   // Delayed FP8 scaling: each sequence slot's own scale state (null until its first prompt chunk).
@@ -241,11 +100,8 @@ struct GpuEngine::Impl {
   int64_t fp8_calibration_tokens = 0;
 };
 
-size_t GpuEngine::bucket_index(int bucket) {
-  const size_t k = size_t(std::find(kBuckets.begin(), kBuckets.end(), bucket) - kBuckets.begin());
-  FUTR_ASSERT(k < kBuckets.size());
-  return k;
-}
+static_assert(GpuEngine::kMaxMicroBatch == kDecodeMaxRows && GpuEngine::kBuckets == kDecodeBuckets,
+              "the engine's buckets are the step plans'");
 
 int GpuEngine::bucket_of(int rows) {
   FUTR_ASSERT(rows >= 1 && rows <= kMaxMicroBatch);
@@ -269,31 +125,8 @@ GpuEngine::GpuEngine(const Model& model, std::shared_ptr<const quant::QuantizedW
   weights_est += size_t(c.vocab) * c.hidden * 2 * (c.tied_embeddings ? 1 : 2);
   init(fmt::format("int4 weights ({})", q->method), weights_est);
   const auto t1 = Clock::now();
-
-  // ---- weights --------------------------------------------------------------------
-  Impl& m = *impl_;
-  m.embd = cuda::DeviceBuffer<uint16_t>(to_bf16(model.weights.tok_embd));
-  if (!model.weights.lm_head.empty()) {  // the rows [lm_begin_, lm_begin_ + lm_rows_) (all without TP)
-    const Tensor& h = model.weights.lm_head;
-    std::vector<uint16_t> rows(size_t(lm_rows_) * size_t(c.hidden));
-    const float* src = h.ptr() + size_t(lm_begin_) * size_t(c.hidden);
-    for (size_t i = 0; i < rows.size(); ++i) rows[i] = float_to_bf16(src[i]);
-    m.lm_head = cuda::DeviceBuffer<uint16_t>(rows);
-  }
-  m.out_norm = cuda::DeviceBuffer<uint16_t>(to_bf16(model.weights.out_norm));
-  for (int l = 0; l < c.n_layers; ++l) {
-    Impl::Layer& L = m.layers[size_t(l)];
-    std::vector<ProjId> n;  // q k v o gate up down
-    for (Projection p : kLayerProjections) n.push_back({l, p});
-    L.attn_norm = cuda::DeviceBuffer<uint16_t>(to_bf16(model.weights.layers[size_t(l)].attn_norm));
-    L.ffn_norm = cuda::DeviceBuffer<uint16_t>(to_bf16(model.weights.layers[size_t(l)].ffn_norm));
-    L.qkv = fused(*q, {n[0], n[1], n[2]});
-    L.o = fused(*q, {n[3]});
-    L.gate_up = fused(*q, {n[4], n[5]});
-    L.down = fused(*q, {n[6]});
-    m.weight_bytes += L.qkv->weight_bytes() + L.o->weight_bytes() + L.gate_up->weight_bytes() + L.down->weight_bytes();
-  }
-  FUTR_CUDA_CHECK(cudaDeviceSynchronize());
+  impl_->weights = std::make_unique<DeviceWeights>(model, c, *q, lm_begin_, lm_rows_, kMaxMicroBatch);
+  init_step();
   const auto t2 = Clock::now();
   init_prefill();
   const auto t3 = Clock::now();
@@ -301,9 +134,9 @@ GpuEngine::GpuEngine(const Model& model, std::shared_ptr<const quant::QuantizedW
     opt_.log(fmt::format("gpu engine ready in {:.2f} s (device and buffers {:.2f} s, weights to the GPU {:.2f} s, "
                          "prefill path {:.2f} s{})",
                          secs(t0, t3), secs(t0, t1), secs(t1, t2), secs(t2, t3),
-                         m.fp8_calibration_ms > 0 ? fmt::format(" of which FP8 calibration {:.0f} ms",
-                                                                 m.fp8_calibration_ms)
-                                                  : std::string()));
+                         impl_->fp8_calibration_ms > 0
+                             ? fmt::format(" of which FP8 calibration {:.0f} ms", impl_->fp8_calibration_ms)
+                             : std::string()));
 }
 
 GpuEngine::GpuEngine(const ModelConfig& config, uint64_t seed, const GpuEngineOptions& o)
@@ -315,45 +148,45 @@ GpuEngine::GpuEngine(const ModelConfig& config, uint64_t seed, const GpuEngineOp
   const size_t weights_est = size_t(c.n_layers) * per_layer * 17 / 32 +  // nibbles + FP16 scales per 128
                              size_t(c.vocab) * c.hidden * 2 * (c.tied_embeddings ? 1 : 2);
   init(fmt::format("synthetic int4 weights (seed {})", seed), weights_est);
+  impl_->weights = std::make_unique<DeviceWeights>(c, seed, lm_begin_, lm_rows_, kMaxMicroBatch, impl_->stream);
+  init_step();
+  init_prefill();
+}
 
-  // ---- weights, drawn on the device ------------------------------------------------
+void GpuEngine::init_step() {
   Impl& m = *impl_;
-  cudaStream_t st = m.stream;
-  const int H = c.hidden;
-  uint64_t sd = seed * 0x9e3779b97f4a7c15ull + 17;
-  auto next = [&] { return sd += 0x632be59bd9b4e019ull; };
-  auto bf16 = [&](size_t n, float lo, float hi) {
-    cuda::DeviceBuffer<uint16_t> b(n);
-    cuda::fill_random(b.get(), cuda::FillType::kBF16, n, next(), lo, hi, st);
-    return b;
-  };
-  m.embd = bf16(size_t(c.vocab) * H, -1.0f, 1.0f);
-  // The head's rows of RMS ~1/sqrt(H) give logits of RMS ~1 for normalized inputs.
-  const float head = std::sqrt(3.0f / float(H));
-  if (!c.tied_embeddings) {
-    m.lm_head = bf16(size_t(c.vocab) * H, -head, head);  // the whole head: every rank draws the same one
-    if (lm_rows_ < c.vocab) {                             // then keeps its rows [lm_begin_, + lm_rows_)
-      cuda::DeviceBuffer<uint16_t> rows(size_t(lm_rows_) * H);
-      FUTR_CUDA_CHECK(cudaMemcpyAsync(rows.get(), m.lm_head.get() + size_t(lm_begin_) * H,
-                                      rows.size() * sizeof(uint16_t), cudaMemcpyDeviceToDevice, st));
-      FUTR_CUDA_CHECK(cudaStreamSynchronize(st));
-      m.lm_head = std::move(rows);
+  StepPlanConfig& pc = m.plan_config;
+  pc.gemms.resize(size_t(config_.n_layers));
+  for (int l = 0; l < config_.n_layers; ++l) {
+    const DeviceWeights::Layer& L = m.weights->layer(l);
+    const cuda::W4Linear* w[4] = {L.qkv.get(), L.o.get(), L.gate_up.get(), L.down.get()};
+    for (int p = 0; p < 4; ++p) pc.gemms[size_t(l)][size_t(p)] = {w[p]->n(), w[p]->k(), w[p]->group()};
+  }
+  for (size_t k = 0; k < kBuckets.size(); ++k) {
+    m.plans[k] = build_step_plan(pc, kBuckets[k]);
+    // The plan's GEMM configurations are the ones the matrices choose themselves
+    // (QuantLinear::config: the same function of M, N, K, group and the SM count).
+    for (const StepOp& op : m.plans[k].ops) {
+      if (op.kind != StepOpKind::kGemm) continue;
+      const DeviceWeights::Layer& L = m.weights->layer(op.layer);
+      const cuda::W4Linear& w = op.w.param == StepParam::kQkv  ? *L.qkv
+                                : op.w.param == StepParam::kO  ? *L.o
+                                : op.w.param == StepParam::kGateUp ? *L.gate_up
+                                                                   : *L.down;
+      const cuda::DecodeConfig a = op.gemm, b = w.config(op.rows);
+      FUTR_ASSERT(a.kernel == b.kernel && a.tn == b.tn && a.loads == b.loads && a.batches == b.batches &&
+                  a.mt == b.mt && a.splits == b.splits && a.seq == b.seq && a.ctas == b.ctas && a.run == b.run &&
+                  a.probe == b.probe && !a.pdl && !b.pdl);
     }
   }
-  m.out_norm = bf16(size_t(H), 0.8f, 1.2f);
-  for (int l = 0; l < c.n_layers; ++l) {
-    Impl::Layer& L = m.layers[size_t(l)];
-    L.attn_norm = bf16(size_t(H), 0.8f, 1.2f);
-    L.ffn_norm = bf16(size_t(H), 0.8f, 1.2f);
-    L.qkv = synthetic_linear(c.q_dim() + 2 * c.kv_dim(), H, next(), st);
-    L.o = synthetic_linear(H, c.q_dim(), next(), st);
-    L.gate_up = synthetic_linear(2 * c.intermediate, H, next(), st);
-    L.down = synthetic_linear(H, c.intermediate, next(), st);
-    m.weight_bytes += L.qkv->weight_bytes() + L.o->weight_bytes() + L.gate_up->weight_bytes() + L.down->weight_bytes();
-  }
-  FUTR_CUDA_CHECK(cudaStreamSynchronize(st));
-  FUTR_CUDA_CHECK(cudaGetLastError());
-  init_prefill();
+  LaunchExecutor::Options eo;
+  eo.graphs = opt_.graphs;
+  eo.pdl = opt_.pdl;
+  eo.tp_comms = opt_.tp_comms;
+  eo.tp_rank = opt_.tp_rank;
+  eo.hidden = config_.hidden;
+  eo.rms_eps = config_.rms_eps;
+  m.exec = std::make_unique<LaunchExecutor>(*m.weights, *m.kv, *m.buf, m.lt, eo);
 }
 
 void GpuEngine::init_prefill() {
@@ -365,11 +198,13 @@ void GpuEngine::init_prefill() {
   }
   FUTR_CHECK(!opt_.tp_comms, "GPU engine: the FP8 prefill path does not run tensor parallel yet (--prefill=off)");
   const int rows = std::min(opt_.prefill_rows, std::max(opt_.max_step_tokens, 1));
-  if (opt_.prefill_fp8)
-    m.prefill = std::make_unique<PrefillPath>(config_, *opt_.prefill_fp8, opt_.fp8, rows, m.stream);
-  else
-    m.prefill = std::make_unique<PrefillPath>(config_, opt_.prefill_seed, opt_.fp8, rows, m.stream);
-  m.weight_bytes += m.prefill->weight_bytes();
+  const std::string why = PrefillPath::unsupported_reason(config_);
+  FUTR_CHECK(why.empty(), "the FP8 prefill path does not support this model: {}", why);
+  // The FP8 projections join the engine's weights; the path borrows them, the embedding and the cache.
+  if (opt_.prefill_fp8) m.weights->load_fp8(config_, *opt_.prefill_fp8);
+  else m.weights->draw_fp8(config_, opt_.prefill_seed, m.stream);
+  m.prefill = std::make_unique<PrefillPath>(config_, *m.weights, *m.kv, m.buf->nonfinite.get(), opt_.fp8, rows,
+                                            m.stream);
   // Warm-up: one 16-row chunk into the padding rows' scratch slots and its
   // output pass (the kernels' modules load on first launch, cuBLASLt makes its
   // M = 1 plan), so the first prompt's time to first token is the prefill's
@@ -379,15 +214,14 @@ void GpuEngine::init_prefill() {
     static_assert(kMaxMicroBatch >= 16, "the warm-up chunk fits the scratch region");
     const int n = std::min(16, m.prefill->max_rows());
     const std::vector<int32_t> tokens(static_cast<size_t>(n), 0);
-    const PrefillPath::Request req{n, 0, m.scratch_base};
-    std::vector<cuda::KvLayerPtrs> caches;
-    m.prefill->run(tokens, std::span<const PrefillPath::Request>(&req, 1), prefill_shared(caches), m.stream);
+    const PrefillPath::Request req{n, 0, m.kv->scratch_base()};
+    m.prefill->run(tokens, std::span<const PrefillPath::Request>(&req, 1), m.stream);
     m.h_ints[kTok * kMaxMicroBatch] = n - 1;
     m.h_ints[kTarget * kMaxMicroBatch] = -1;
     enqueue_prefill_outputs(1);
     FUTR_CUDA_CHECK(cudaStreamSynchronize(m.stream));
     m.prefill->reset_state(m.stream);
-    m.nonfinite.fill_bytes(0, m.stream);
+    m.buf->nonfinite.fill_bytes(0, m.stream);
     FUTR_CUDA_CHECK(cudaStreamSynchronize(m.stream));
   }
   // Static scales from the device when the weights came without stored amax
@@ -395,10 +229,9 @@ void GpuEngine::init_prefill() {
   // region (no sequence is open yet; its rows are overwritten before any read).
   if (!opt_.fp8_calibration.empty()) {
     const auto t0 = std::chrono::steady_clock::now();
-    std::vector<cuda::KvLayerPtrs> caches;
-    const int window = std::max(1, std::min(opt_.fp8_calibration_window, m.slots_per_seq));
-    m.prefill->calibrate(opt_.fp8_calibration, window, 0, prefill_shared(caches), m.stream);
-    m.nonfinite.fill_bytes(0, m.stream);
+    const int window = std::max(1, std::min(opt_.fp8_calibration_window, m.kv->slots_per_seq()));
+    m.prefill->calibrate(opt_.fp8_calibration, window, 0, m.stream);
+    m.buf->nonfinite.fill_bytes(0, m.stream);
     FUTR_CUDA_CHECK(cudaStreamSynchronize(m.stream));
     m.fp8_calibration_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     m.fp8_calibration_tokens = int64_t(opt_.fp8_calibration.size());
@@ -449,87 +282,26 @@ void GpuEngine::init(const std::string& weights_what, size_t weights_est) {
   cuda::attention_heuristic(shape, dev.sm_count);
 
   Impl& m = *impl_;
-  const int H = c.hidden, D = c.head_dim, q_dim = c.q_dim(), kv_dim = c.kv_dim(), I = c.intermediate;
   const int B = kMaxMicroBatch;
 
-  // ---- KV cache: does it fit? ----------------------------------------------------
-  m.slots_per_seq = (opt_.ctx + layout::kKvSlotAlign - 1) / layout::kKvSlotAlign * layout::kKvSlotAlign;
-  const int64_t seq_slots = int64_t(m.slots_per_seq) * o.max_seqs;
-  FUTR_CHECK(seq_slots + B <= (int64_t(1) << 30), "GPU engine: {} sequences x ctx {} = {} KV slots, more than the "
-             "cache addresses (2^30); what fits: fewer sequences or a smaller --ctx", o.max_seqs, opt_.ctx, seq_slots);
-  // The padding rows' scratch region (engine.h): kMaxMicroBatch slots past every sequence's.
-  m.scratch_base = int(seq_slots);
-  m.num_slots = int(seq_slots) + B;
-  static_assert(kMaxMicroBatch % layout::kKvSlotAlign == 0, "the scratch region keeps num_slots a multiple of 16");
-  const size_t per_slot = size_t(c.n_layers) * c.n_kv_heads *
-                          (size_t(D) * 2 * 2 + (int4 ? size_t(D) + 8 : 0));  // BF16 K+V, + nibbles and scales
-  m.kv_bytes = per_slot * size_t(m.num_slots);
-  size_t free_b = 0, total_b = 0;
-  FUTR_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-  const size_t reserve = size_t(1) << 30;  // activations, workspaces, cuBLASLt, the CUDA context
-  if (m.kv_bytes + weights_est + reserve > free_b) {
-    const size_t room = free_b > weights_est + reserve ? free_b - weights_est - reserve : 0;
-    const long fit_seqs = long(room / (per_slot * size_t(m.slots_per_seq)));
-    const long fit_ctx = long(room / (per_slot * size_t(o.max_seqs))) / 16 * 16;
-    fail("GPU engine: the KV cache for {} sequences x ctx {} needs {:.1f} GiB, but {:.1f} GiB of GPU memory are "
-         "free after the weights ({:.1f} GiB); what fits: {} sequences at ctx {}, or ctx {} for {} sequences",
-         o.max_seqs, opt_.ctx, double(m.kv_bytes) / (1ull << 30), double(free_b) / (1ull << 30),
-         double(weights_est) / (1ull << 30), fit_seqs, opt_.ctx, fit_ctx, o.max_seqs);
-  }
-
-  m.layers.resize(size_t(c.n_layers));
-  for (int l = 0; l < c.n_layers; ++l) {
-    Impl::Layer& L = m.layers[size_t(l)];
-    const size_t e = size_t(m.num_slots) * c.n_kv_heads * D;
-    L.k = cuda::DeviceBuffer<uint16_t>(e);
-    L.v = cuda::DeviceBuffer<uint16_t>(e);
-    L.k.fill_bytes(0);
-    L.v.fill_bytes(0);
-    if (int4) {
-      const size_t nb = layout::kv_nibble_bytes(c.n_kv_heads, D, m.num_slots);
-      L.k4 = cuda::DeviceBuffer<uint8_t>(nb);
-      L.v4 = cuda::DeviceBuffer<uint8_t>(nb);
-      L.ks = cuda::DeviceBuffer<float>(size_t(m.num_slots) * c.n_kv_heads);
-      L.vs = cuda::DeviceBuffer<float>(size_t(m.num_slots) * c.n_kv_heads);
-      L.k4.fill_bytes(0x88);  // nibbles 8: zeros
-      L.v4.fill_bytes(0x88);
-      L.ks.fill_bytes(0);
-      L.vs.fill_bytes(0);
-    }
-  }
-  // Positions [0, 32) exist even for ctx < 32: the padding rows use them.
-  const RopeTable rope = make_rope_table(D, c.rope_theta, c.rope_scaling, std::max(opt_.ctx, B));
-  m.rope_cos = cuda::DeviceBuffer<float>(rope.cos);
-  m.rope_sin = cuda::DeviceBuffer<float>(rope.sin);
-
-  // ---- activations and workspaces --------------------------------------------------
-  m.x = cuda::DeviceBuffer<float>(size_t(B) * H);
-  m.x2 = cuda::DeviceBuffer<float>(size_t(H));
-  m.a = cuda::DeviceBuffer<uint16_t>(size_t(B) * H);
-  m.a.fill_bytes(0);  // the LM head reads all kMaxMicroBatch rows (enqueue)
-  m.qkv = cuda::DeviceBuffer<uint16_t>(size_t(B) * (q_dim + 2 * kv_dim));
-  m.attn = cuda::DeviceBuffer<uint16_t>(size_t(B) * q_dim);
-  m.y = cuda::DeviceBuffer<uint16_t>(size_t(B) * H);
-  m.gu = cuda::DeviceBuffer<uint16_t>(size_t(B) * 2 * I);
-  m.sw = cuda::DeviceBuffer<uint16_t>(size_t(B) * I);
-  m.logits = cuda::DeviceBuffer<float>(size_t(B) * size_t(lm_rows_));
-  m.ints = cuda::DeviceBuffer<int>(size_t(kMapRows) * B);
-  m.row_stats = cuda::DeviceBuffer<cuda::LogitsRowStats>(size_t(B));
-  m.samplers = cuda::DeviceBuffer<cuda::SampleRow>(size_t(B));
-  m.samplers.fill_bytes(0);
-  m.sampled = cuda::DeviceBuffer<int>(size_t(B));
-  m.nonfinite = cuda::DeviceBuffer<int>(1);
-  m.nonfinite.fill_bytes(0);
-  m.attn_cfg = cuda::attention_heuristic_invariant(shape, dev.sm_count, kBuckets);
-  for (size_t k = 0; k < kBuckets.size(); ++k) {
-    cuda::AttentionShape sb = shape;
-    sb.batch = kBuckets[k];
-    m.attn_bucket_cfg[k] = opt_.attn_ctas ? cuda::attention_ctas(sb, m.attn_cfg.splits, dev.sm_count) : m.attn_cfg;
-  }
-  shape.batch = B;
-  m.attn_ws = cuda::DeviceBuffer<float>(std::max<size_t>(1, cuda::attention_workspace_floats(shape, m.attn_cfg)));
-  m.attn_counters = cuda::DeviceBuffer<int>(cuda::attention_counters(shape));
-  m.attn_counters.fill_bytes(0);
+  // ---- KV cache: does it fit? (kv_cache.h), then the step's buffers ----------------
+  m.kv = std::make_unique<KvCache>(c, o.kv, o.kv_block, opt_.ctx, o.max_seqs, B, weights_est);
+  StepPlanConfig& pc = m.plan_config;
+  pc.model = c;
+  pc.lm_rows = lm_rows_;
+  pc.sampleable_vocab = sampleable_vocab_;
+  pc.kv = o.kv;
+  pc.kv_block = o.kv_block;
+  pc.ctx = opt_.ctx;
+  pc.fuse_norm = opt_.fuse_norm;
+  pc.attention_ctas = opt_.attn_ctas;
+  pc.gpu_sampling = opt_.gpu_sampling;
+  pc.tensor_parallel = opt_.tp_comms != nullptr;
+  pc.sm_count = dev.sm_count;
+  pc.attention_resident_per_sm = 0;  // the device's occupancy
+  // The attention's split count, one for every bucket (batch invariance:
+  // cuda::attention_heuristic_invariant); its workspace for B rows.
+  m.buf = std::make_unique<StepBuffers>(c, lm_rows_, decode_attention_shape(pc, B), decode_attention_config(pc));
   m.h_ints = Pinned<int>(size_t(kMapRows) * B);
   m.h_stats = Pinned<cuda::LogitsRowStats>(size_t(B));
   m.h_samplers = Pinned<cuda::SampleRow>(size_t(B));
@@ -544,7 +316,7 @@ void GpuEngine::init(const std::string& weights_what, size_t weights_est) {
       "gpu ({}, {} SMs; {}, KV {}{} {:.1f} MiB, ctx {} x {} sequences; {}, {}; decode micro-steps of up to {} "
       "rows)",
       dev.name, dev.sm_count, weights_what, to_string(o.kv), rot ? fmt::format(" (Hadamard block {})", rot) : "",
-      double(m.kv_bytes) / (1 << 20), opt_.ctx, o.max_seqs,
+      double(m.kv->bytes()) / (1 << 20), opt_.ctx, o.max_seqs,
       opt_.graphs ? "CUDA graphs per batch bucket" : "eager launches (graphs off)",
       opt_.pdl ? "programmatic dependent launch" : "no PDL", kMaxMicroBatch);
   info_.vocab = c.vocab;
@@ -577,157 +349,6 @@ void GpuEngine::truncate(SeqId id, int len) { table_.truncate(id, len); }
 
 void GpuEngine::close(SeqId id) { table_.close(id); }
 
-void GpuEngine::enqueue(int bucket, cudaStream_t st) {
-  Impl& m = *impl_;
-  const ModelConfig& c = config_;
-  const int B = bucket, Bm = kMaxMicroBatch;
-  const int H = c.hidden, D = c.head_dim, q_dim = c.q_dim(), kv_dim = c.kv_dim(), I = c.intermediate;
-  const int qkv_n = q_dim + 2 * kv_dim;
-  const int* d_tok = m.ints.get() + kTok * Bm;
-  const int* d_pos = m.ints.get() + kPos * Bm;
-  const int* d_base = m.ints.get() + kBase * Bm;
-  const int* d_len = m.ints.get() + kLen * Bm;
-  const int* d_row = m.ints.get() + kRow * Bm;
-  const int* d_target = m.ints.get() + kTarget * Bm;
-  const bool int4 = opt_.kv != KvFormat::kBf16;
-  const int rot = opt_.kv == KvFormat::kInt4Rot ? opt_.kv_block : 0;
-  // PDL for every kernel but the first (engine.h); a profiled step launches
-  // one by one with an event after each (set_profiling).
-  const bool pdl = opt_.pdl && !m.prof;
-  Profiler* const prof = m.prof.get();
-  auto mark = [&](Op op) {
-    if (prof) prof->mark(op, st);
-  };
-  auto gemm = [&](const cuda::W4Linear& w, const void* x, void* y, bool x_swiglu = false) {
-    cuda::DecodeConfig cfg = w.config(B);
-    cfg.pdl = pdl;
-    w.forward(x, y, B, cfg, st, x_swiglu);
-  };
-  // The gemv (M = 1) and sk (M <= 8) kernels take the SwiGLU into the down
-  // projection's input staging (same bits as the separate kernel; one launch less).
-  const cuda::DecodeKernel down_kernel = m.layers[0].down->config(B).kernel;
-  const bool swiglu_in_down = down_kernel == cuda::DecodeKernel::kGemv || down_kernel == cuda::DecodeKernel::kStreamK;
-  // One-row micro-steps with fuse_norm: the residual + RMSNorm in the QKV and
-  // gate/up gemv (engine.h); x alternates between m.x and m.x2 (xr: current).
-  const bool fuse = opt_.fuse_norm && B == 1 && H <= cuda::kDecodeNormMaxK &&
-                    m.layers[0].qkv->config(1).kernel == cuda::DecodeKernel::kGemv &&
-                    m.layers[0].gate_up->config(1).kernel == cuda::DecodeKernel::kGemv;
-  float* xr = m.x.get();
-  float* xo = m.x2.get();
-  auto gemm_norm = [&](const cuda::W4Linear& w, const uint16_t* gain, void* y) {
-    cuda::DecodeConfig cfg = w.config(B);
-    cfg.pdl = pdl;
-    const cuda::DecodeNormInput n{xr, m.y.get(), gain, xo, c.rms_eps};
-    w.forward(nullptr, y, B, cfg, st, false, &n);
-    std::swap(xr, xo);
-  };
-  if (prof) prof->begin(st);
-
-  cuda::RmsNormArgs norm;
-  norm.x = m.x.get();
-  norm.out = m.a.get();
-  norm.rows = B;
-  norm.H = H;
-  norm.eps = c.rms_eps;
-  // x = E[token]; a = RMSNorm(x) g_attn[0]
-  norm.tokens = d_tok;
-  norm.embd = m.embd.get();
-  norm.gain = m.layers[0].attn_norm.get();
-  cuda::rmsnorm(norm, st);  // the first kernel: after the host's copy of the row map
-  mark(kEmbedNorm);
-  norm.tokens = nullptr;
-  norm.add = m.y.get();
-  norm.ld_add = H;
-
-  const cuda::AttentionShape shape{B, c.n_kv_heads, c.n_heads / c.n_kv_heads, D, int4, rot,
-                                   std::max(opt_.ctx, kMaxMicroBatch)};
-  for (int l = 0; l < c.n_layers; ++l) {
-    Impl::Layer& L = m.layers[size_t(l)];
-    const cuda::KvLayerPtrs cache = L.ptrs(m.num_slots);
-    if (fuse && l > 0) gemm_norm(*L.qkv, L.attn_norm.get(), m.qkv.get());  // x += down; RMSNorm g_attn
-    else gemm(*L.qkv, m.a.get(), m.qkv.get());
-    mark(kQkv);
-    // RoPE of q and k fused into the append (bit-identical to cuda::rope + kv_append).
-    cuda::KvAppendArgs ap;
-    ap.k = m.qkv.get() + q_dim;
-    ap.v = m.qkv.get() + q_dim + kv_dim;
-    ap.ld = qkv_n;
-    ap.row_seq = d_row;
-    ap.row_pos = d_pos;
-    ap.slot_base = d_base;
-    ap.cache = cache;
-    ap.rows = B;
-    ap.kv_heads = c.n_kv_heads;
-    ap.head_dim = D;
-    ap.mirror = int4;
-    ap.rot_block = rot;
-    ap.nonfinite = m.nonfinite.get();
-    ap.rope_cos = m.rope_cos.get();
-    ap.rope_sin = m.rope_sin.get();
-    ap.q = m.qkv.get();
-    ap.q_heads = c.n_heads;
-    cuda::kv_append(ap, st, pdl);
-    mark(kRopeAppend);
-    cuda::AttentionArgs aa{m.qkv.get(), m.attn.get(), d_base, d_len, cache, m.attn_ws.get(), m.attn_ws.size(),
-                           m.attn_counters.get(), m.attn_counters.size(), qkv_n};
-    cuda::decode_attention(shape, aa, m.attn_bucket_cfg[bucket_index(B)], st, pdl);
-    mark(kAttention);
-    gemm(*L.o, m.attn.get(), m.y.get());
-    if (opt_.tp_comms) opt_.tp_comms->all_reduce_bf16(m.y.get(), size_t(B) * size_t(H), opt_.tp_rank, st);
-    mark(kOProj);
-    if (fuse) {
-      gemm_norm(*L.gate_up, L.ffn_norm.get(), m.gu.get());  // x += o; RMSNorm g_ffn
-    } else {
-      norm.gain = L.ffn_norm.get();
-      cuda::rmsnorm(norm, st, pdl);  // x += o; a = RMSNorm(x) g_ffn
-      mark(kNormAttn);
-      gemm(*L.gate_up, m.a.get(), m.gu.get());
-    }
-    mark(kGateUp);
-    if (swiglu_in_down) {
-      gemm(*L.down, m.gu.get(), m.y.get(), true);
-    } else {
-      cuda::swiglu(m.gu.get(), m.sw.get(), B, I, st, pdl);
-      mark(kSwiglu);
-      gemm(*L.down, m.sw.get(), m.y.get());
-    }
-    if (opt_.tp_comms) opt_.tp_comms->all_reduce_bf16(m.y.get(), size_t(B) * size_t(H), opt_.tp_rank, st);
-    mark(kDown);
-    if (!fuse || l + 1 == c.n_layers) {
-      norm.x = xr;
-      norm.gain = l + 1 < c.n_layers ? m.layers[size_t(l + 1)].attn_norm.get() : m.out_norm.get();
-      cuda::rmsnorm(norm, st, pdl);  // x += down; a = RMSNorm(x) g_next
-      mark(kNormFfn);
-    }
-  }
-  // The LM head always over kMaxMicroBatch rows (rows >= B hold stale inputs,
-  // their logits unread): cuBLASLt picks its kernel, and so the summation
-  // order, by M; one M keeps every row's logits the same bits in any bucket.
-  // The head is memory-bound (its weights), so the extra rows cost ~nothing.
-  m.lt.matmul(cuda::LtInput::kBF16, m.a.get(), lm_head_rows(), m.logits.get(), Bm, lm_rows_, H, nullptr, nullptr, st,
-              cuda::LtOutput::kF32);
-  mark(kLmHead);
-  cuda::LogitsReduceArgs ra;
-  ra.logits = m.logits.get();
-  ra.vocab = lm_rows_;
-  ra.rows = B;
-  ra.targets = d_target;
-  ra.out = m.row_stats.get();
-  cuda::logits_reduce(ra, st, pdl);
-  mark(kReduce);
-  if (opt_.gpu_sampling) {  // the sampled rows' tokens (rows with top_k 0 return at once)
-    cuda::SampleArgs sa;
-    sa.logits = m.logits.get();
-    sa.ld = lm_rows_;
-    sa.vocab = sampleable_vocab_;
-    sa.rows = B;
-    sa.samplers = m.samplers.get();
-    sa.out = m.sampled.get();
-    cuda::sample_topk(sa, st, pdl);
-    mark(kSample);
-  }
-}
-
 void GpuEngine::micro_step(const std::vector<MicroRow>& rows) {
   Impl& m = *impl_;
   const int n = int(rows.size()), Bm = kMaxMicroBatch;
@@ -741,12 +362,13 @@ void GpuEngine::micro_step(const std::vector<MicroRow>& rows) {
     const MicroRow& r = real ? rows[size_t(i)] : MicroRow{};
     h[kTok * Bm + i] = real ? r.token : 0;
     h[kPos * Bm + i] = real ? r.pos : i;
-    h[kBase * Bm + i] = real ? r.slot * impl_->slots_per_seq : m.scratch_base;
+    h[kBase * Bm + i] = real ? m.kv->slot_base(r.slot) : m.kv->scratch_base();
     h[kLen * Bm + i] = (real ? r.pos : i) + 1;
     h[kRow * Bm + i] = i;
     h[kTarget * Bm + i] = real ? r.target : -1;
   }
-  FUTR_CUDA_CHECK(cudaMemcpyAsync(m.ints.get(), h, size_t(kMapRows) * Bm * sizeof(int), cudaMemcpyHostToDevice, st));
+  FUTR_CUDA_CHECK(
+      cudaMemcpyAsync(m.buf->ints.get(), h, size_t(kMapRows) * Bm * sizeof(int), cudaMemcpyHostToDevice, st));
   if (opt_.gpu_sampling) {
     for (int i = 0; i < bucket; ++i) {
       cuda::SampleRow& sr = m.h_samplers[size_t(i)];
@@ -756,36 +378,26 @@ void GpuEngine::micro_step(const std::vector<MicroRow>& rows) {
         sr.u = r.u, sr.temperature = r.temperature, sr.top_p = r.top_p, sr.min_p = r.min_p, sr.top_k = r.top_k;
       }
     }
-    FUTR_CUDA_CHECK(cudaMemcpyAsync(m.samplers.get(), m.h_samplers.get(), size_t(bucket) * sizeof(cuda::SampleRow),
-                                    cudaMemcpyHostToDevice, st));
+    FUTR_CUDA_CHECK(cudaMemcpyAsync(m.buf->samplers.get(), m.h_samplers.get(),
+                                    size_t(bucket) * sizeof(cuda::SampleRow), cudaMemcpyHostToDevice, st));
   }
-  // ---- the step: a graph replay, or the same launches eagerly -------------------------
-  const size_t k = bucket_index(bucket);
-  if (m.prof && m.warm[k]) {
-    // Profiled: the step captured with an event node after every launch (no
-    // PDL), replayed once: GPU times without the host's launch costs.
-    cuda::Graph::capture(st, [&](cudaStream_t s) { enqueue(bucket, s); }).launch(st);
-  } else if (opt_.graphs && m.warm[k]) {
-    if (!m.graphs[k].valid()) m.graphs[k] = cuda::Graph::capture(st, [&](cudaStream_t s) { enqueue(bucket, s); });
-    m.graphs[k].launch(st);
-    ++m.graph_launches;
-  } else {
-    enqueue(bucket, st);
-    m.warm[k] = true;
-  }
+  // ---- the step: the bucket's plan, a graph replay or the same launches eagerly --------
+  const size_t k = size_t(std::find(kBuckets.begin(), kBuckets.end(), bucket) - kBuckets.begin());
+  m.exec->run(m.plans[k], st, m.prof.get());
   // ---- results: row stats, the logits rows asked for, the K/V check -------------------
-  FUTR_CUDA_CHECK(cudaMemcpyAsync(m.h_stats.get(), m.row_stats.get(), size_t(bucket) * sizeof(cuda::LogitsRowStats),
+  const StepBuffers& b = *m.buf;
+  FUTR_CUDA_CHECK(cudaMemcpyAsync(m.h_stats.get(), b.row_stats.get(), size_t(bucket) * sizeof(cuda::LogitsRowStats),
                                   cudaMemcpyDeviceToHost, st));
   if (opt_.gpu_sampling)
     FUTR_CUDA_CHECK(
-        cudaMemcpyAsync(m.h_sampled.get(), m.sampled.get(), size_t(bucket) * sizeof(int), cudaMemcpyDeviceToHost, st));
+        cudaMemcpyAsync(m.h_sampled.get(), b.sampled.get(), size_t(bucket) * sizeof(int), cudaMemcpyDeviceToHost, st));
   for (int i = 0; i < n; ++i)
     if (rows[size_t(i)].logits) {
-      FUTR_CUDA_CHECK(cudaMemcpyAsync(m.h_logits.get() + size_t(i) * V, m.logits.get() + size_t(i) * V,
+      FUTR_CUDA_CHECK(cudaMemcpyAsync(m.h_logits.get() + size_t(i) * V, b.logits.get() + size_t(i) * V,
                                       V * sizeof(float), cudaMemcpyDeviceToHost, st));
       ++m.logits_rows_copied;
     }
-  FUTR_CUDA_CHECK(cudaMemcpyAsync(m.h_nonfinite.get(), m.nonfinite.get(), sizeof(int), cudaMemcpyDeviceToHost, st));
+  FUTR_CUDA_CHECK(cudaMemcpyAsync(m.h_nonfinite.get(), b.nonfinite.get(), sizeof(int), cudaMemcpyDeviceToHost, st));
   // The one synchronization of a micro-step (with TP: polled, with a timeout).
   if (opt_.tp_comms) opt_.tp_comms->synchronize(opt_.tp_rank, st, opt_.tp_timeout_s);
   else FUTR_CUDA_CHECK(cudaStreamSynchronize(st));
@@ -794,7 +406,7 @@ void GpuEngine::micro_step(const std::vector<MicroRow>& rows) {
   ++m.micro_steps;
   const int nonfinite = m.h_nonfinite[0];
   if (nonfinite != 0) {
-    m.nonfinite.fill_bytes(0, st);
+    m.buf->nonfinite.fill_bytes(0, st);
     FUTR_CUDA_CHECK(cudaStreamSynchronize(st));
   }
   FUTR_CHECK(nonfinite == 0, "GPU engine: a key or value row was not finite (the weights or the input produce "
@@ -804,59 +416,18 @@ void GpuEngine::micro_step(const std::vector<MicroRow>& rows) {
 const float* GpuEngine::fetch_logits_row(int k) {
   Impl& m = *impl_;
   const size_t V = size_t(lm_rows_);
-  FUTR_CUDA_CHECK(cudaMemcpyAsync(m.h_logits.get() + size_t(k) * V, m.logits.get() + size_t(k) * V, V * sizeof(float),
-                                  cudaMemcpyDeviceToHost, m.stream));
+  FUTR_CUDA_CHECK(cudaMemcpyAsync(m.h_logits.get() + size_t(k) * V, m.buf->logits.get() + size_t(k) * V,
+                                  V * sizeof(float), cudaMemcpyDeviceToHost, m.stream));
   FUTR_CUDA_CHECK(cudaStreamSynchronize(m.stream));
   ++m.logits_rows_copied;
   return m.h_logits.get() + size_t(k) * V;
 }
 
-const uint16_t* GpuEngine::lm_head_rows() const {
-  const Impl& m = *impl_;
-  return m.lm_head.size() ? m.lm_head.get() : m.embd.get() + size_t(lm_begin_) * size_t(config_.hidden);
-}
-
 void GpuEngine::enqueue_prefill_outputs(int rows) {
   Impl& m = *impl_;
-  const int Bm = kMaxMicroBatch;
-  cudaStream_t st = m.stream;
-  FUTR_CUDA_CHECK(cudaMemcpyAsync(m.ints.get(), m.h_ints.get(), size_t(kMapRows) * Bm * sizeof(int),
-                                  cudaMemcpyHostToDevice, st));
-  cuda::RmsNormArgs norm;  // x = the residual row (gathered from the chunk's rows); a = RMSNorm(x) g_out
-  norm.x = m.x.get();
-  norm.tokens = m.ints.get() + kTok * Bm;
-  norm.embd = m.prefill->x();
-  norm.gain = m.out_norm.get();
-  norm.out = m.a.get();
-  norm.rows = rows;
-  norm.H = config_.hidden;
-  norm.eps = config_.rms_eps;
-  cuda::rmsnorm(norm, st);
-  // kMaxMicroBatch rows, as the decode step's head (enqueue): the same kernel, the same bits.
-  m.lt.matmul(cuda::LtInput::kBF16, m.a.get(), lm_head_rows(), m.logits.get(), Bm, lm_rows_, config_.hidden,
-              nullptr, nullptr, st, cuda::LtOutput::kF32);
-  cuda::LogitsReduceArgs ra;
-  ra.logits = m.logits.get();
-  ra.vocab = lm_rows_;
-  ra.rows = rows;
-  ra.targets = m.ints.get() + kTarget * Bm;
-  ra.out = m.row_stats.get();
-  cuda::logits_reduce(ra, st);
-}
-
-PrefillPath::Shared GpuEngine::prefill_shared(std::vector<layout::KvLayerPtrs>& caches) {
-  Impl& m = *impl_;
-  caches.clear();
-  for (Impl::Layer& L : m.layers) caches.push_back(L.ptrs(m.num_slots));
-  PrefillPath::Shared sh;
-  sh.embd = m.embd.get();
-  sh.rope_cos = m.rope_cos.get();
-  sh.rope_sin = m.rope_sin.get();
-  sh.cache = caches;
-  sh.mirror = opt_.kv != KvFormat::kBf16;
-  sh.rot_block = opt_.kv == KvFormat::kInt4Rot ? opt_.kv_block : 0;
-  sh.nonfinite = m.nonfinite.get();
-  return sh;
+  FUTR_CUDA_CHECK(cudaMemcpyAsync(m.buf->ints.get(), m.h_ints.get(), size_t(kMapRows) * kMaxMicroBatch * sizeof(int),
+                                  cudaMemcpyHostToDevice, m.stream));
+  m.exec->enqueue_outputs(rows, m.prefill->x(), m.stream);
 }
 
 void GpuEngine::prefill_runs(std::span<const BatchRow> rows, const std::vector<const runtime::SeqRun*>& runs,
@@ -866,8 +437,7 @@ void GpuEngine::prefill_runs(std::span<const BatchRow> rows, const std::vector<c
   const size_t V = size_t(lm_rows_);
   cudaStream_t st = m.stream;
   const auto t0 = std::chrono::steady_clock::now();
-  std::vector<cuda::KvLayerPtrs> caches;
-  const PrefillPath::Shared sh = prefill_shared(caches);
+  StepBuffers& b = *m.buf;
   const int cap = m.prefill->max_rows();
   std::vector<int32_t> tokens;
   std::vector<PrefillPath::Request> reqs;
@@ -883,12 +453,12 @@ void GpuEngine::prefill_runs(std::span<const BatchRow> rows, const std::vector<c
   bool end_call = true;
   auto flush = [&] {
     if (tokens.empty()) return;
-    m.prefill->run(tokens, reqs, sh, st, bank, end_call);
-    FUTR_CUDA_CHECK(cudaMemcpyAsync(m.h_nonfinite.get(), m.nonfinite.get(), sizeof(int), cudaMemcpyDeviceToHost, st));
+    m.prefill->run(tokens, reqs, st, bank, end_call);
+    FUTR_CUDA_CHECK(cudaMemcpyAsync(m.h_nonfinite.get(), b.nonfinite.get(), sizeof(int), cudaMemcpyDeviceToHost, st));
     FUTR_CUDA_CHECK(cudaStreamSynchronize(st));
     m.prefill->collect();  // the profile's intervals of this chunk (when profiling)
     if (m.h_nonfinite[0] != 0) {
-      m.nonfinite.fill_bytes(0, st);
+      b.nonfinite.fill_bytes(0, st);
       FUTR_CUDA_CHECK(cudaStreamSynchronize(st));
       fail("GPU engine (prefill): a key or value row was not finite (the weights or the input produce NaN/Inf)");
     }
@@ -908,11 +478,11 @@ void GpuEngine::prefill_runs(std::span<const BatchRow> rows, const std::vector<c
                           (row.out == RowOutput::kToken && !table_.sampler(table_.slot(row.seq)).plain_greedy());
       }
       enqueue_prefill_outputs(nb);
-      FUTR_CUDA_CHECK(cudaMemcpyAsync(m.h_stats.get(), m.row_stats.get(), size_t(nb) * sizeof(cuda::LogitsRowStats),
+      FUTR_CUDA_CHECK(cudaMemcpyAsync(m.h_stats.get(), b.row_stats.get(), size_t(nb) * sizeof(cuda::LogitsRowStats),
                                       cudaMemcpyDeviceToHost, st));
       for (int j = 0; j < nb; ++j)
         if (copy[size_t(j)]) {
-          FUTR_CUDA_CHECK(cudaMemcpyAsync(m.h_logits.get() + size_t(j) * V, m.logits.get() + size_t(j) * V,
+          FUTR_CUDA_CHECK(cudaMemcpyAsync(m.h_logits.get() + size_t(j) * V, b.logits.get() + size_t(j) * V,
                                           V * sizeof(float), cudaMemcpyDeviceToHost, st));
           ++m.logits_rows_copied;
         }
@@ -921,30 +491,7 @@ void GpuEngine::prefill_runs(std::span<const BatchRow> rows, const std::vector<c
       for (int j = 0; j < nb; ++j) {
         const int i = batch_row[size_t(out[b0 + size_t(j)])];
         const BatchRow& row = rows[size_t(i)];
-        const cuda::LogitsRowStats& s = m.h_stats[size_t(j)];
-        const float* z = m.h_logits.get() + size_t(j) * V;
-        switch (row.out) {
-          case RowOutput::kNone: break;
-          case RowOutput::kLogits: std::memcpy(r.logits.row(rank[size_t(i)]), z, V * sizeof(float)); break;
-          case RowOutput::kToken: {
-            runtime::Sampler& sampler = table_.sampler(table_.slot(row.seq));
-            int32_t t = 0;
-            if (copy[size_t(j)]) {
-              t = sampler.sample({z, V});
-              ++m.host_sampled;
-            } else if (s.nonfinite == 0) {
-              t = s.argmax;
-            } else {
-              t = sampler.sample({fetch_logits_row(j), V});  // NaN/+inf: the host's rule
-            }
-            r.tokens[size_t(rank[size_t(i)])] = t;
-            break;
-          }
-          case RowOutput::kLogprob:
-            r.logprobs[size_t(rank[size_t(i)])] =
-                s.nonfinite == 0 ? s.logprob : -runtime::token_nll({fetch_logits_row(j), V}, row.target);
-            break;
-        }
+        write_output(row, table_.slot(row.seq), rank[size_t(i)], j, copy[size_t(j)], false, r);
       }
     }
     for (const auto& [slot, len] : lengths) table_.set_length(slot, len);
@@ -960,7 +507,7 @@ void GpuEngine::prefill_runs(std::span<const BatchRow> rows, const std::vector<c
       if (int(tokens.size()) == cap) flush();
       int take = std::min(run->end - i, cap - int(tokens.size()));
       if (per_seq) take = std::min(take, cap - rows[size_t(i)].pos % cap);  // up to the window's end
-      reqs.push_back({take, rows[size_t(i)].pos, slot * m.slots_per_seq});
+      reqs.push_back({take, rows[size_t(i)].pos, m.kv->slot_base(slot)});
       for (int j = i; j < i + take; ++j) {
         tokens.push_back(rows[size_t(j)].token);
         batch_row.push_back(j);
@@ -976,6 +523,40 @@ void GpuEngine::prefill_runs(std::span<const BatchRow> rows, const std::vector<c
   }
   flush();
   m.prefill_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void GpuEngine::write_output(const BatchRow& row, int slot, int rank, int k, bool copied, bool drawn,
+                             runtime::StepResult& r) {
+  Impl& m = *impl_;
+  const size_t V = size_t(lm_rows_);
+  const cuda::LogitsRowStats& s = m.h_stats[size_t(k)];
+  const float* z = m.h_logits.get() + size_t(k) * V;
+  switch (row.out) {
+    case RowOutput::kNone: break;
+    case RowOutput::kLogits: std::memcpy(r.logits.row(rank), z, V * sizeof(float)); break;
+    case RowOutput::kToken: {
+      runtime::Sampler& sampler = table_.sampler(slot);
+      int32_t t = 0;
+      if (copied) {
+        t = sampler.sample({z, V});
+        ++m.host_sampled;
+      } else if (drawn) {  // drawn by sample_topk; NaN/+inf or nothing drawable: the host's rule
+        const int g = m.h_sampled[size_t(k)];
+        t = s.nonfinite == 0 && g >= 0 ? g : sampler.sample({fetch_logits_row(k), V});
+        ++m.gpu_sampled;
+      } else if (s.nonfinite == 0) {
+        t = s.argmax;
+      } else {
+        t = sampler.sample({fetch_logits_row(k), V});  // NaN/+inf: the host's rule
+      }
+      r.tokens[size_t(rank)] = t;
+      break;
+    }
+    case RowOutput::kLogprob:
+      // NaN/+inf in the row: what the host's token_nll gives (NaN), never a finite number.
+      r.logprobs[size_t(rank)] = s.nonfinite == 0 ? s.logprob : -runtime::token_nll({fetch_logits_row(k), V}, row.target);
+      break;
+  }
 }
 
 runtime::StepResult GpuEngine::step(std::span<const BatchRow> rows) {
@@ -1069,35 +650,7 @@ runtime::StepResult GpuEngine::step(std::span<const BatchRow> rows) {
       const BatchRow& row = rows[size_t(i)];
       const int slot = micro[k].slot;
       table_.set_length(slot, row.pos + 1);
-      const cuda::LogitsRowStats& s = m.h_stats[k];
-      const float* z = m.h_logits.get() + k * V;
-      switch (row.out) {
-        case RowOutput::kNone: break;
-        case RowOutput::kLogits: std::memcpy(r.logits.row(rank[size_t(i)]), z, V * sizeof(float)); break;
-        case RowOutput::kToken: {
-          runtime::Sampler& sampler = table_.sampler(slot);
-          int32_t t = 0;
-          if (micro[k].logits) {
-            t = sampler.sample({z, V});
-            ++m.host_sampled;
-          } else if (micro[k].top_k > 0) {  // drawn by sample_topk; NaN/+inf or nothing drawable: the host's rule
-            const int g = m.h_sampled[k];
-            t = s.nonfinite == 0 && g >= 0 ? g : sampler.sample({fetch_logits_row(int(k)), V});
-            ++m.gpu_sampled;
-          } else if (s.nonfinite == 0) {
-            t = s.argmax;
-          } else {
-            t = sampler.sample({fetch_logits_row(int(k)), V});  // NaN/+inf: the host's rule
-          }
-          r.tokens[size_t(rank[size_t(i)])] = t;
-          break;
-        }
-        case RowOutput::kLogprob:
-          // NaN/+inf in the row: what the host's token_nll gives (NaN), never a finite number.
-          r.logprobs[size_t(rank[size_t(i)])] =
-              s.nonfinite == 0 ? s.logprob : -runtime::token_nll({fetch_logits_row(int(k)), V}, row.target);
-          break;
-      }
+      write_output(row, slot, rank[size_t(i)], int(k), micro[k].logits, micro[k].top_k > 0, r);
     }
     // Advance the cursors of this micro-step's runs; drop the finished ones.
     // Runs not in this micro-step keep their order, after the ones that were.
@@ -1123,14 +676,12 @@ nlohmann::json GpuEngine::stats() const {
   j["ctx"] = info_.ctx;
   j["kv_positions_used"] = table_.positions_used();
   j["kv_positions_free"] = free_positions();
-  j["kv_bytes"] = m.kv_bytes;
-  j["weight_bytes"] = m.weight_bytes;
+  j["kv_bytes"] = m.kv->bytes();
+  j["weight_bytes"] = m.weights->int4_bytes() + m.weights->fp8_bytes();
   j["graphs"] = opt_.graphs;
-  int captured = 0;
-  for (const cuda::Graph& g : m.graphs) captured += g.valid() ? 1 : 0;
-  j["graphs_captured"] = captured;
+  j["graphs_captured"] = m.exec->graphs_captured();
   j["micro_steps"] = m.micro_steps;
-  j["graph_launches"] = m.graph_launches;
+  j["graph_launches"] = m.exec->graph_launches();
   j["logits_rows_copied"] = m.logits_rows_copied;
   j["host_sampled_rows"] = m.host_sampled;
   j["gpu_sampled_rows"] = m.gpu_sampled;
@@ -1157,27 +708,29 @@ nlohmann::json GpuEngine::stats() const {
   } else {
     j["prefill"] = nullptr;
   }
-  if (m.prof && m.prof->micro_steps > 0) {
-    const Profiler& p = *m.prof;
-    nlohmann::json ops = nlohmann::json::array();
-    for (int i = 0; i < kOps; ++i)
-      if (p.calls[size_t(i)] > 0)
-        ops.push_back({{"op", kOpNames[i]},
-                       {"us_per_micro_step", p.us[size_t(i)] / double(p.micro_steps)},
-                       {"launches_per_micro_step", double(p.calls[size_t(i)]) / double(p.micro_steps)}});
-    j["profile"] = {{"micro_steps", p.micro_steps},
-                    {"bucket", m.last_bucket},
-                    {"us_per_micro_step", p.step_us / double(p.micro_steps)},
-                    {"ops", ops}};
+  if (m.prof && m.prof->units() > 0) {
+    j["profile"] = m.prof->json("micro_step");
+    j["profile"]["bucket"] = m.last_bucket;
+    j["profile"]["plan"] = step_plan(m.last_bucket);  // the ops the rows above sum (step_plan.h)
   }
   return j;
+}
+
+nlohmann::json GpuEngine::step_plan(int bucket) const {
+  const Impl& m = *impl_;
+  const auto it = std::find(kBuckets.begin(), kBuckets.end(), bucket);
+  FUTR_CHECK(it != kBuckets.end(), "step_plan: {} is not a bucket (1, 2, 4, 8, 16, 32)", bucket);
+  const StepPlan& p = m.plans[size_t(it - kBuckets.begin())];
+  nlohmann::json ops = nlohmann::json::array();
+  for (const StepOp& op : p.ops) ops.push_back(StepPlan::describe(op));
+  return ops;
 }
 
 GpuEngine::KvLayerDump GpuEngine::dump_kv_layer(int layer) const {
   const Impl& m = *impl_;
   FUTR_CHECK(layer >= 0 && layer < config_.n_layers, "dump_kv_layer: no layer {}", layer);
   FUTR_CUDA_CHECK(cudaStreamSynchronize(m.stream));
-  const Impl::Layer& L = m.layers[size_t(layer)];
+  const KvCache::Layer& L = m.kv->buffers(layer);
   KvLayerDump d;
   d.k = L.k.download(m.stream);
   d.v = L.v.download(m.stream);
@@ -1187,8 +740,8 @@ GpuEngine::KvLayerDump GpuEngine::dump_kv_layer(int layer) const {
     d.ks = L.ks.download(m.stream);
     d.vs = L.vs.download(m.stream);
   }
-  d.num_slots = m.num_slots;
-  d.slots_per_seq = m.slots_per_seq;
+  d.num_slots = m.kv->num_slots();
+  d.slots_per_seq = m.kv->slots_per_seq();
   return d;
 }
 
@@ -1196,12 +749,9 @@ bool GpuEngine::set_profiling(bool on) {
   Impl& m = *impl_;
   if (m.prefill) m.prefill->set_profiling(on);
   if (on && m.prof) {  // on again: new sums, the same events (created on first use, outside later timings)
-    m.prof->us = {};
-    m.prof->calls = {};
-    m.prof->micro_steps = 0;
-    m.prof->step_us = 0;
+    m.prof->reset();
   } else if (on) {
-    m.prof = std::make_unique<Profiler>();
+    m.prof = std::make_unique<Profiler>(kBreakdownNames, true);
   } else {
     m.prof.reset();
   }

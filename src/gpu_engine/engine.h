@@ -66,7 +66,7 @@
 //     (tests/gpu_engine/engine_test.cpp checks bitwise equality).
 //   - Padding: rows B..b-1 of a bucket are dummies (token 0, target -1) whose
 //     results are discarded. Dummy row j writes its K/V at position j of a
-//     scratch region of kMaxMicroBatch slots past every sequence's slots
+//     scratch region of kMaxMicroBatch slots past every sequence's slots (kv_cache.h)
 //     (num_slots = max_seqs x slots_per_seq + 32), attends over positions
 //     [0, j] of that region, and so never reads or writes a slot any sequence
 //     owns; distinct j write distinct slots (no write races). The RoPE table
@@ -89,16 +89,28 @@
 // fused norm, the LM head always over kMaxMicroBatch rows (cuBLASLt chooses
 // its kernel by M). Tests: tests/gpu_engine/invariance_test.cpp.
 //
-// Weights stay in the layouts the .futr file stores: the INT4 projections of a
-// layer are fused (q|k|v, gate|up) by concatenating their logical INT4 rows and
-// packing once on the host (no FP32); embedding, norm gains and the LM head
-// are BF16. Synthetic models (the second constructor) draw every weight on
-// the device (launch/fill.h): random INT4 nibbles and FP16 group scales sized so
-// activations stay O(1), BF16 norms near 1, embedding and head: benchmarks of
-// real shapes with no checkpoint and no host buffer of the model's size.
-// The KV cache is one slot region of round_up(ctx, 16) slots per sequence slot
-// (kernels/layout/kv_cache.cuh), allocated up front; a cache that does not fit
-// in GPU memory is refused naming what would fit.
+// Where the pieces live (one home per concept):
+//   gpu_engine/device_weights.h   the weights on the device: INT4 projections (fused q|k|v,
+//                                 gate|up), BF16 embedding, gains and LM head, and the FP8
+//                                 projections of the prefill path, one object both read;
+//                                 uploaded in the layouts the .futr file stores (no FP32 on
+//                                 the host), or drawn on the device for a synthetic model
+//                                 (the second constructor: benchmarks of real shapes with
+//                                 no checkpoint and no host buffer of the model's size);
+//   gpu_engine/kv_cache.h         the KV cache: one slot region of round_up(ctx, 16) slots
+//                                 per sequence slot (kernels/layout/kv_cache.cuh), the padding
+//                                 rows' scratch slots, the RoPE tables, allocated up front; a
+//                                 cache that does not fit in GPU memory is refused naming what
+//                                 would fit;
+//   gpu_engine/step_plan.h        the micro-step above as data: its ops (kind, layer, buffers,
+//                                 weights, shapes, configuration), one plan per bucket, built
+//                                 once at construction with the batch-invariant choices;
+//   gpu_engine/launch_executor.h  the step's device buffers and the executor that runs a plan
+//                                 (launches, PDL, one CUDA graph per bucket);
+//   gpu_engine/profiler.h         the per-launch profile of micro-steps and prefill chunks;
+//   gpu_engine/prefill.h          the FP8 prefill path (borrows the weights and the cache).
+// This class keeps the batching into micro-steps, the sampling policy (which
+// rows the GPU draws, which the host) and the one writer of the step's outputs.
 //
 // A step: runtime::plan_batch() checks every row first; then micro-steps of
 // up to 32 rows: one row of every run (sequence) first, then more rows of the
@@ -122,7 +134,9 @@
 // launches (no graph: chunk shapes vary), one synchronization per chunk.
 //
 // Tests: tests/gpu_engine/engine_test.cpp (against the CPU quantized reference; graph
-// replay vs eager; GPU greedy / log-probabilities vs the host's).
+// replay vs eager; GPU greedy / log-probabilities vs the host's),
+// tests/gpu_engine/invariance_test.cpp (batch invariance),
+// tests/gpu_engine/step_plan_test.cpp (the plans, without a GPU).
 #pragma once
 
 #include <array>
@@ -131,7 +145,6 @@
 #include <vector>
 
 #include "core/number_formats.h"
-#include "gpu_engine/prefill.h"
 #include "model/model.h"
 #include "quant/delayed_scaling.h"
 #include "quant/quantized_model.h"
@@ -221,8 +234,13 @@ class GpuEngine final : public runtime::TableEngine {
   // captured into a graph with an event node after every launch (PDL off) and
   // replayed once (a bucket's first micro-step still runs eagerly);
   // stats()["profile"] sums each kind of launch (over layers and
-  // micro-steps) in microseconds.
+  // micro-steps) in microseconds, beside the plan of the last bucket.
   bool set_profiling(bool on) override;
+
+  // The decode step's plan for `bucket` (one of kBuckets), one line per op in
+  // launch order (gpu_engine/step_plan.h StepPlan::describe); also
+  // stats()["profile"]["plan"] for the profiled bucket.
+  nlohmann::json step_plan(int bucket) const;
 
   // One layer's KV cache as stored (tests: the mirror the prefill writes
   // against the decode append's bytes); synchronizes.
@@ -238,12 +256,10 @@ class GpuEngine final : public runtime::TableEngine {
   static constexpr std::array<int, 6> kBuckets = {1, 2, 4, 8, 16, 32};
   // The smallest bucket holding `rows` (1..kMaxMicroBatch) rows.
   static int bucket_of(int rows);
-  // The index of a bucket in kBuckets.
-  static size_t bucket_index(int bucket);
   bool graphs() const { return opt_.graphs; }
 
  private:
-  struct Impl;  // device buffers, kernels' arguments, graphs (engine.cpp)
+  struct Impl;  // weights, KV cache, step plans and their executor, host buffers (engine.cpp)
   // One row of a micro-step.
   struct MicroRow {
     int token = 0, slot = 0, pos = 0;
@@ -254,13 +270,19 @@ class GpuEngine final : public runtime::TableEngine {
     float temperature = 1, top_p = 1, min_p = 0;
     double u = 0;
   };
-  // Common construction: validation, KV cache, activations, workspaces, info.
+  // Common construction: validation, KV cache, the step's buffers, info.
   void init(const std::string& weights_what, size_t weights_bytes_estimate);
-  // The launches of one micro-step of `bucket` rows (what a graph captures).
-  void enqueue(int bucket, CUstream_st* s);
+  // After the weights: the step plans of every bucket and their executor.
+  void init_step();
   // Runs rows (<= kMaxMicroBatch): row stats into host stats, the logits of
   // the rows with .logits into host logits row k.
   void micro_step(const std::vector<MicroRow>& rows);
+  // The one writer of a step's outputs: batch row `row` (sequence slot `slot`,
+  // `rank` among the rows of its output kind) into r, from row k of the last
+  // launch's results: its row stats, its logits (copied: already in the host
+  // buffer, the host samples them), its token drawn by sample_topk (drawn).
+  void write_output(const runtime::BatchRow& row, int slot, int rank, int k, bool copied, bool drawn,
+                    runtime::StepResult& r);
   // The logits row k of the last micro-step, copied now (a rare fallback).
   const float* fetch_logits_row(int k);
   // The runs `runs` of a step through the prefill path (engine.h), their output
@@ -269,15 +291,11 @@ class GpuEngine final : public runtime::TableEngine {
                     const std::vector<int>& rank, runtime::StepResult& r);
   // Creates the prefill path from the options (constructors, after the weights) and warms it up.
   void init_prefill();
-  // The LM head's rows [lm_begin_, + lm_rows_): its own copy, or the tied embedding's rows.
-  const uint16_t* lm_head_rows() const;
   // The output pass of `rows` (<= kMaxMicroBatch) rows of the last prefill
   // chunk: the host row map's kTok (the chunk row) and kTarget entries copied,
   // then the final RMSNorm (gathering the chunk's BF16 residual rows), the LM
   // head and the logits reductions, asynchronously on the engine's stream.
   void enqueue_prefill_outputs(int rows);
-  // What the prefill path borrows for a chunk (caches: the per-layer pointers it spans).
-  PrefillPath::Shared prefill_shared(std::vector<layout::KvLayerPtrs>& caches);
   // Delayed FP8 scaling: sequence slot `slot`'s own scale state (created on first use).
   cuda::DeviceScaleBank* seq_bank(int slot);
 

@@ -9,11 +9,13 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "gpu_engine/device_weights.h"
+#include "gpu_engine/kv_cache.h"
+#include "gpu_engine/profiler.h"
 #include "launch/buffer.h"
 #include "launch/check.h"
 #include "launch/decode_attention.h"
 #include "launch/decode_ops.h"
-#include "launch/fill.h"
 #include "launch/fp8_gemm.h"
 #include "launch/fp8_scaling.h"
 #include "launch/prefill_attention.h"
@@ -23,66 +25,6 @@
 namespace futr::gpu {
 
 namespace {
-
-// One FP8 GEMM's B operand: [n][k] E4M3 (K-major) and its per-channel scales.
-struct Fp8Matrix {
-  int n = 0, k = 0;
-  cuda::DeviceBuffer<uint8_t> w;     // [n][k] E4M3
-  cuda::DeviceBuffer<float> scale;   // [n]
-  size_t bytes() const { return w.bytes() + scale.bytes(); }
-};
-
-// rows of `parts` stacked ([sum n][k]); interleave: row 2i of part 0, 2i+1 of part 1 (gate/up).
-Fp8Matrix stack(const quant::QuantizedWeights& q, const std::vector<ProjId>& ids, bool folded, bool interleave) {
-  Fp8Matrix m;
-  std::vector<const quant::Fp8Weights*> parts;
-  for (const ProjId& id : ids) {
-    const quant::QuantizedTensor& t = q.at(id);
-    const std::string name = projection_name(id);
-    FUTR_CHECK(t.format == WeightFormat::kFp8, "prefill: {} is {}, not fp8", name, to_string(t.format));
-    FUTR_CHECK(t.fp8.folded_gain == folded, "prefill: {} {} an RMSNorm gain folded in (the FP8 prefill path "
-               "expects q/k/v and gate/up folded, o and down plain: quantize_model's fp8)", name,
-               t.fp8.folded_gain ? "has" : "lacks");
-    if (m.k == 0) m.k = t.fp8.k;
-    FUTR_CHECK(t.fp8.k == m.k, "prefill: {} has K {}, expected {}", name, t.fp8.k, m.k);
-    m.n += t.fp8.n;
-    parts.push_back(&t.fp8);
-  }
-  std::vector<uint8_t> w(size_t(m.n) * size_t(m.k));
-  std::vector<float> s(size_t(m.n));
-  if (interleave) {
-    FUTR_CHECK(parts.size() == 2 && parts[0]->n == parts[1]->n, "prefill: gate/up of different widths");
-    for (int i = 0; i < parts[0]->n; ++i)
-      for (int j = 0; j < 2; ++j) {
-        const size_t dst = size_t(2 * i + j);
-        std::copy_n(parts[size_t(j)]->w.begin() + ptrdiff_t(size_t(i) * m.k), m.k, w.begin() + ptrdiff_t(dst * m.k));
-        s[dst] = parts[size_t(j)]->scale[size_t(i)];
-      }
-  } else {
-    size_t row = 0;
-    for (const quant::Fp8Weights* p : parts) {
-      std::copy(p->w.begin(), p->w.end(), w.begin() + ptrdiff_t(row * m.k));
-      std::copy(p->scale.begin(), p->scale.end(), s.begin() + ptrdiff_t(row));
-      row += size_t(p->n);
-    }
-  }
-  m.w = cuda::DeviceBuffer<uint8_t>(w);
-  m.scale = cuda::DeviceBuffer<float>(s);
-  return m;
-}
-
-// Random E4M3 weights in [-1, 1) with per-channel scales ~ 1 / (0.58 sqrt(K))
-// (uniform values have RMS 0.58): y = x W^T keeps x's RMS, as the synthetic INT4 layers.
-Fp8Matrix synthetic(int n, int k, uint64_t seed, cudaStream_t st) {
-  Fp8Matrix m;
-  m.n = n, m.k = k;
-  m.w = cuda::DeviceBuffer<uint8_t>(size_t(n) * size_t(k));
-  m.scale = cuda::DeviceBuffer<float>(size_t(n));
-  cuda::fill_random(m.w.get(), cuda::FillType::kE4M3, uint64_t(n) * uint64_t(k), seed, -1.0f, 1.0f, st);
-  const float s0 = 1.0f / (0.58f * std::sqrt(float(k)));
-  cuda::fill_random(m.scale.get(), cuda::FillType::kF32, uint64_t(n), seed + 1, 0.5f * s0, 1.5f * s0, st);
-  return m;
-}
 
 // The row map's arrays, one pinned host block and one device block (offsets in ints).
 enum Map : int { kTok, kIdx, kPos, kBase, kMapRowArrays };
@@ -98,65 +40,23 @@ constexpr const char* kOpNames[kOps] = {"embedding gather", "fp8 quantize (attn 
 
 }  // namespace
 
-struct PrefillPath::Profiler {
-  std::vector<cudaEvent_t> events;  // [0]: the start; [i + 1]: after launch i
-  std::vector<int> ops;             // this chunk's launches
-  std::array<double, kOps> us{};
-  std::array<int64_t, kOps> calls{};
-  int64_t chunks = 0, rows = 0;
-  double chunk_us = 0;
-  ~Profiler() {
-    for (cudaEvent_t e : events) cudaEventDestroy(e);
-  }
-  void record(cudaStream_t st) {
-    const size_t i = ops.size();
-    if (i >= events.size()) {
-      cudaEvent_t e;
-      FUTR_CUDA_CHECK(cudaEventCreate(&e));
-      events.push_back(e);
-    }
-    FUTR_CUDA_CHECK(cudaEventRecord(events[i], st));
-  }
-};
-
 void PrefillPath::set_profiling(bool on) {
-  if (on) prof_ = std::make_unique<Profiler>();
+  if (on) prof_ = std::make_unique<Profiler>(kOpNames, false);
   else prof_.reset();
 }
 
 void PrefillPath::collect() {
-  if (!prof_ || prof_->ops.empty()) return;
-  Profiler& p = *prof_;
-  for (size_t i = 0; i < p.ops.size(); ++i) {
-    float ms = 0;
-    FUTR_CUDA_CHECK(cudaEventElapsedTime(&ms, p.events[i], p.events[i + 1]));
-    p.us[size_t(p.ops[i])] += 1e3 * ms;
-    ++p.calls[size_t(p.ops[i])];
-  }
-  float ms = 0;
-  FUTR_CUDA_CHECK(cudaEventElapsedTime(&ms, p.events[0], p.events[p.ops.size()]));
-  p.chunk_us += 1e3 * ms;
-  ++p.chunks;
-  p.ops.clear();
+  if (prof_) prof_->accumulate();
 }
 
 nlohmann::json PrefillPath::profile() const {
-  if (!prof_ || prof_->chunks == 0) return nullptr;
-  const Profiler& p = *prof_;
-  nlohmann::json ops = nlohmann::json::array();
-  for (int i = 0; i < kOps; ++i)
-    if (p.calls[size_t(i)] > 0)
-      ops.push_back({{"op", kOpNames[i]},
-                     {"us_per_chunk", p.us[size_t(i)] / double(p.chunks)},
-                     {"launches_per_chunk", double(p.calls[size_t(i)]) / double(p.chunks)}});
-  return {{"chunks", p.chunks}, {"rows", p.rows}, {"us_per_chunk", p.chunk_us / double(p.chunks)}, {"ops", ops}};
+  if (!prof_ || prof_->units() == 0) return nullptr;
+  nlohmann::json j = prof_->json("chunk");
+  j["rows"] = prof_->rows;
+  return j;
 }
 
 struct PrefillPath::Impl {
-  struct Layer {
-    Fp8Matrix qkv, o, gu, down;
-  };
-  std::vector<Layer> layers;
   std::unique_ptr<cuda::DeviceScaleBank> bank;
   // Activations of one chunk (max_rows rows).
   cuda::DeviceBuffer<uint16_t> x;     // [M][H] BF16 residual
@@ -185,51 +85,21 @@ std::string PrefillPath::unsupported_reason(const ModelConfig& c) {
   return "";
 }
 
-PrefillPath::PrefillPath(const ModelConfig& c, const quant::QuantizedWeights& fp8,
+PrefillPath::PrefillPath(const ModelConfig& c, const DeviceWeights& w, const KvCache& kv, int* nonfinite,
                          const quant::DelayedScalingConfig& scaling, int max_rows, CUstream_st* st)
-    : c_(c), max_rows_(max_rows), m_(std::make_unique<Impl>()) {
+    : c_(c), w_(w), kv_(kv), nonfinite_(nonfinite), max_rows_(max_rows), m_(std::make_unique<Impl>()) {
   const std::string why = unsupported_reason(c);
   FUTR_CHECK(why.empty(), "the FP8 prefill path does not support this model: {}", why);
-  FUTR_CHECK(fp8.format == WeightFormat::kFp8, "prefill: weights of format {}, not fp8", to_string(fp8.format));
-  std::vector<float> initial(size_t(kInputSites) * size_t(c.n_layers), scaling.initial_amax);
-  for (const auto& [site, amax] : fp8.fp8_initial_amax)
+  FUTR_CHECK(w.has_fp8() && w.n_layers() == c.n_layers && kv.n_layers() == c.n_layers,
+             "prefill: the weights hold no FP8 projections of the model's {} layers", c.n_layers);
+  quant::DelayedScalingConfig s = scaling;
+  // Synthetic activations stay O(1) (x's RMS ~1, a few sigma): a small initial
+  // amax. Real weights: the sites' stored (calibrated) amax where there is one.
+  if (w.fp8_synthetic()) s.initial_amax = 64.0f;
+  std::vector<float> initial(size_t(kInputSites) * size_t(c.n_layers), s.initial_amax);
+  for (const auto& [site, amax] : w.fp8_initial_amax())
     if (site.layer >= 0 && site.layer < c.n_layers) initial[size_t(kInputSites * site.layer + int(site.site))] = amax;
   // The folded sites cast normalized rows (1/rms in the cast): their bound (quant/delayed_scaling.h).
-  for (int l = 0; l < c.n_layers; ++l)
-    for (InputSite s : {InputSite::kAttnIn, InputSite::kFfnIn})
-      initial[size_t(kInputSites * l + int(s))] = quant::normalized_rows_amax_bound(c.hidden);
-  for (int l = 0; l < c.n_layers; ++l) {
-    Impl::Layer L;
-    auto id = [&](Projection p) { return ProjId{l, p}; };
-    L.qkv = stack(fp8, {id(Projection::kQ), id(Projection::kK), id(Projection::kV)}, true, false);
-    L.o = stack(fp8, {id(Projection::kO)}, false, false);
-    L.gu = stack(fp8, {id(Projection::kGate), id(Projection::kUp)}, true, true);
-    L.down = stack(fp8, {id(Projection::kDown)}, false, false);
-    m_->layers.push_back(std::move(L));
-  }
-  allocate(scaling, initial, st);
-}
-
-PrefillPath::PrefillPath(const ModelConfig& c, uint64_t seed, const quant::DelayedScalingConfig& scaling,
-                         int max_rows, CUstream_st* st)
-    : c_(c), max_rows_(max_rows), m_(std::make_unique<Impl>()) {
-  const std::string why = unsupported_reason(c);
-  FUTR_CHECK(why.empty(), "the FP8 prefill path does not support this model: {}", why);
-  uint64_t sd = seed * 0x2545f4914f6cdd1dull + 101;
-  auto next = [&] { return sd += 0x9e3779b97f4a7c15ull; };
-  for (int l = 0; l < c.n_layers; ++l) {
-    Impl::Layer L;
-    L.qkv = synthetic(c.q_dim() + 2 * c.kv_dim(), c.hidden, next(), st);
-    L.o = synthetic(c.hidden, c.q_dim(), next(), st);
-    L.gu = synthetic(2 * c.intermediate, c.hidden, next(), st);
-    L.down = synthetic(c.hidden, c.intermediate, next(), st);
-    m_->layers.push_back(std::move(L));
-  }
-  // Synthetic activations stay O(1) (x's RMS ~1, a few sigma): a small initial
-  // amax; the normalized sites their bound (quant/delayed_scaling.h).
-  quant::DelayedScalingConfig s = scaling;
-  s.initial_amax = 64.0f;
-  std::vector<float> initial(size_t(kInputSites) * size_t(c.n_layers), s.initial_amax);
   for (int l = 0; l < c.n_layers; ++l)
     for (InputSite si : {InputSite::kAttnIn, InputSite::kFfnIn})
       initial[size_t(kInputSites * l + int(si))] = quant::normalized_rows_amax_bound(c.hidden);
@@ -259,11 +129,7 @@ void PrefillPath::allocate(const quant::DelayedScalingConfig& scaling, std::span
   FUTR_CUDA_CHECK(cudaGetLastError());
 }
 
-size_t PrefillPath::weight_bytes() const {
-  size_t b = 0;
-  for (const Impl::Layer& L : m_->layers) b += L.qkv.bytes() + L.o.bytes() + L.gu.bytes() + L.down.bytes();
-  return b;
-}
+size_t PrefillPath::weight_bytes() const { return w_.fp8_bytes(); }
 
 const uint16_t* PrefillPath::x() const { return m_->x.get(); }
 
@@ -279,7 +145,7 @@ std::unique_ptr<cuda::DeviceScaleBank> PrefillPath::new_bank() const {
 Fp8Scaling PrefillPath::scaling() const { return m_->bank->config().scaling; }
 
 std::vector<float> PrefillPath::calibrate(std::span<const int32_t> tokens, int window, int slot_base,
-                                          const Shared& sh, CUstream_st* st) {
+                                          CUstream_st* st) {
   FUTR_CHECK(window >= 1, "prefill calibration: window {} < 1", window);
   quant::DelayedScalingConfig dc = m_->bank->config();
   dc.scaling = Fp8Scaling::kDelayed;
@@ -289,7 +155,7 @@ std::vector<float> PrefillPath::calibrate(std::span<const int32_t> tokens, int w
     for (int i = 0; i < n; i += max_rows_) {
       const int take = std::min(n - i, max_rows_);
       const Request q{take, i, slot_base};
-      run(tokens.subspan(b + size_t(i), size_t(take)), std::span<const Request>(&q, 1), sh, st, &cal);
+      run(tokens.subspan(b + size_t(i), size_t(take)), std::span<const Request>(&q, 1), st, &cal);
       FUTR_CUDA_CHECK(cudaStreamSynchronize(st));  // run() reuses its pinned row map
     }
   }
@@ -306,16 +172,14 @@ std::vector<float> PrefillPath::calibrate(std::span<const int32_t> tokens, int w
   return initial;
 }
 
-void PrefillPath::run(std::span<const int32_t> tokens, std::span<const Request> reqs, const Shared& sh,
-                      CUstream_st* st, cuda::DeviceScaleBank* bank_in, bool update) {
+void PrefillPath::run(std::span<const int32_t> tokens, std::span<const Request> reqs, CUstream_st* st,
+                      cuda::DeviceScaleBank* bank_in, bool update) {
   const ModelConfig& c = c_;
   Impl& m = *m_;
   cuda::DeviceScaleBank* const bank = bank_in ? bank_in : m.bank.get();
   const int M = int(tokens.size()), R = int(reqs.size());
   FUTR_CHECK(M >= 1 && M <= max_rows_ && R >= 1 && R <= M, "prefill: a chunk of {} rows in {} requests (1..{} rows)",
              M, R, max_rows_);
-  FUTR_CHECK(int(sh.cache.size()) == c.n_layers, "prefill: {} cache layers for {} layers", sh.cache.size(),
-             c.n_layers);
   const int H = c.hidden, D = c.head_dim, Q = c.q_dim(), KV = c.kv_dim(), I = c.intermediate;
   const int qkv_n = Q + 2 * KV;
   // ---- the row map: per row (token, row index, position, slot base), per request, tiles ----------
@@ -351,18 +215,14 @@ void PrefillPath::run(std::span<const int32_t> tokens, std::span<const Request> 
   const int *d_tok = d + kTok * Mx, *d_idx = d + kIdx * Mx, *d_pos = d + kPos * Mx, *d_base = d + kBase * Mx;
   Profiler* const prof = prof_.get();
   auto mark = [&](Op op) {
-    if (prof) {
-      prof->ops.push_back(op);
-      prof->record(st);
-    }
+    if (prof) prof->mark(op, st);
   };
   if (prof) {
-    prof->ops.clear();
-    prof->record(st);  // the start, after the row map's copy
+    prof->begin(st);  // the start, after the row map's copy
     prof->rows += M;
   }
 
-  cuda::gather_rows(sh.embd, d_tok, m.x.get(), M, H, st);
+  cuda::gather_rows(w_.embd(), d_tok, m.x.get(), M, H, st);
   mark(kGather);
   auto site = [&](int l, InputSite s) { return bank->site(kInputSites * l + int(s)); };
   // a8 = e4m3(y / s) of K-wide BF16 rows x (y = bf16(x / rms(x)) when fold_rms), recorded
@@ -381,7 +241,8 @@ void PrefillPath::run(std::span<const int32_t> tokens, std::span<const Request> 
     return &st8->scale;
   };
   for (int l = 0; l < c.n_layers; ++l) {
-    const Impl::Layer& L = m.layers[size_t(l)];
+    const DeviceWeights::Fp8Layer& L = w_.fp8(l);
+    const cuda::KvLayerPtrs cache = kv_.layer(l);
     // attention block: a8 = e4m3(bf16(x / rms(x)) / s); qkv = s b_s a8 Wqkv^T
     const float* s_attn = quantize(m.x.get(), H, true, site(l, InputSite::kAttnIn), kQuantAttn);
     cuda::ScaledOutArgs so;
@@ -397,15 +258,15 @@ void PrefillPath::run(std::span<const int32_t> tokens, std::span<const Request> 
     ap.row_seq = d_idx;
     ap.row_pos = d_pos;
     ap.slot_base = d_base;
-    ap.cache = sh.cache[size_t(l)];
+    ap.cache = cache;
     ap.rows = M;
     ap.kv_heads = c.n_kv_heads;
     ap.head_dim = D;
-    ap.mirror = sh.mirror;
-    ap.rot_block = sh.rot_block;
-    ap.nonfinite = sh.nonfinite;
-    ap.rope_cos = sh.rope_cos;
-    ap.rope_sin = sh.rope_sin;
+    ap.mirror = kv_.mirror();
+    ap.rot_block = kv_.rot_block();
+    ap.nonfinite = nonfinite_;
+    ap.rope_cos = kv_.rope_cos();
+    ap.rope_sin = kv_.rope_sin();
     ap.q = m.qkv.get();
     ap.q_heads = c.n_heads;
     cuda::kv_append_rows(ap, st);
@@ -418,9 +279,9 @@ void PrefillPath::run(std::span<const int32_t> tokens, std::span<const Request> 
     aa.n_heads = c.n_heads;
     aa.kv_heads = c.n_kv_heads;
     aa.head_dim = D;
-    aa.k = sh.cache[size_t(l)].k;
-    aa.v = sh.cache[size_t(l)].v;
-    aa.num_slots = sh.cache[size_t(l)].num_slots;
+    aa.k = cache.k;
+    aa.v = cache.v;
+    aa.num_slots = cache.num_slots;
     aa.row_begin = d + req0;
     aa.n_rows = d + req0 + Mx;
     aa.pos0 = d + req0 + 2 * Mx;

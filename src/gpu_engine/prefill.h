@@ -39,9 +39,12 @@
 // a request's numbers do not depend on how its prompt was cut into steps
 // either. Policy "clamp" (the one a device state machine can run).
 //
-// Weights: FP8 E4M3 per output channel (quant/fp8_weights.h) from
-// QuantizedWeights of format fp8 (quantized on load, or a .futr file's fp8
-// set), or synthetic (drawn on the device) for benchmarks.
+// Weights: FP8 E4M3 per output channel (quant/fp8_weights.h), the FP8
+// projections of the engine's DeviceWeights (gpu_engine/device_weights.h:
+// from QuantizedWeights of format fp8, quantized on load or a .futr file's
+// fp8 set, or synthetic, drawn on the device, for benchmarks); the embedding
+// and the KV cache (gpu_engine/kv_cache.h) are the decode step's own: the path
+// borrows them and owns only its activations, row map and scale state.
 // Profile: set_profiling() (futr bench --breakdown on prompt tests). The
 // engine runs one warm-up chunk at construction, then reset_state().
 // Tests: tests/gpu_engine/prefill_test.cpp (the engine with prefill against the CPU
@@ -62,40 +65,32 @@
 
 struct CUstream_st;
 
-namespace futr::layout {
-struct KvLayerPtrs;  // kernels/layout/kv_cache.cuh (cuda::KvLayerPtrs)
-}
 namespace futr::cuda {
 class DeviceScaleBank;  // launch/fp8_scaling.h
 }
 
 namespace futr::gpu {
 
+class DeviceWeights;  // gpu_engine/device_weights.h
+class KvCache;        // gpu_engine/kv_cache.h
+class Profiler;       // gpu_engine/profiler.h
+
 class PrefillPath {
  public:
-  // What the engine lends a chunk: its embedding, RoPE tables and KV cache.
-  struct Shared {
-    const uint16_t* embd = nullptr;            // [vocab][H] BF16
-    const float* rope_cos = nullptr;           // [positions][D/2]
-    const float* rope_sin = nullptr;
-    std::span<const layout::KvLayerPtrs> cache;  // [layers]
-    bool mirror = false;                       // write the INT4 mirror (int4, int4-rot)
-    int rot_block = 0;                         // its Hadamard block (0: not rotated)
-    int* nonfinite = nullptr;                  // [1] count of non-finite K/V rows (added to)
-  };
   // One request of a chunk: n_rows consecutive rows, positions pos0.., its
   // sequence's slot region at slot_base (a multiple of 16).
   struct Request {
     int n_rows = 0, pos0 = 0, slot_base = 0;
   };
 
-  // fp8: q/k/v and gate/up with the RMSNorm gain folded in, o and down plain
-  // (quantize/quantize.h quantize_model with format fp8).
-  PrefillPath(const ModelConfig& c, const quant::QuantizedWeights& fp8, const quant::DelayedScalingConfig& scaling,
-              int max_rows, CUstream_st* st);
-  // Synthetic: E4M3 weights uniform in [-1, 1) x per-channel scales drawn on the device.
-  PrefillPath(const ModelConfig& c, uint64_t seed, const quant::DelayedScalingConfig& scaling, int max_rows,
-              CUstream_st* st);
+  // Borrows the engine's weights (their FP8 projections: q/k/v and gate/up
+  // with the RMSNorm gain folded in, o and down plain; the embedding), its KV
+  // cache (layers and RoPE tables) and its count of non-finite K/V rows
+  // (nonfinite, [1], added to); all must outlive the path. The FP8 sites'
+  // initial amax: the weights' stored one where there is one (synthetic
+  // weights: 64), the normalized sites' sqrt(K) bound.
+  PrefillPath(const ModelConfig& c, const DeviceWeights& w, const KvCache& kv, int* nonfinite,
+              const quant::DelayedScalingConfig& scaling, int max_rows, CUstream_st* st);
   ~PrefillPath();
   PrefillPath(const PrefillPath&) = delete;
   PrefillPath& operator=(const PrefillPath&) = delete;
@@ -104,7 +99,7 @@ class PrefillPath {
   static std::string unsupported_reason(const ModelConfig& c);
 
   int max_rows() const { return max_rows_; }
-  size_t weight_bytes() const;
+  size_t weight_bytes() const;  // the FP8 weights it reads (the borrowed weights' FP8 projections)
   // Runs the chunk (tokens: sum of the requests' rows <= max_rows, in request
   // order), asynchronously on st: K/V of every layer into the cache; the last
   // residual rows in x(). Token ids must be valid (the engine checked them).
@@ -114,7 +109,7 @@ class PrefillPath {
   // scales); false leaves the call open, its records accumulating over the
   // next chunks (delayed scaling per request: one call per window of
   // positions, however the window was cut into chunks).
-  void run(std::span<const int32_t> tokens, std::span<const Request> reqs, const Shared& sh, CUstream_st* st,
+  void run(std::span<const int32_t> tokens, std::span<const Request> reqs, CUstream_st* st,
            cuda::DeviceScaleBank* bank = nullptr, bool update = true);
   // A fresh scale state of this path's configuration and initial amax (a
   // request's own state under delayed scaling).
@@ -128,8 +123,7 @@ class PrefillPath {
   // recorded as its initial amax (its static scale under static scaling; the
   // normalized sites keep their sqrt(K) bound), and the path's state is reset.
   // Returns the sites' new initial amax; synchronizes st.
-  std::vector<float> calibrate(std::span<const int32_t> tokens, int window, int slot_base, const Shared& sh,
-                               CUstream_st* st);
+  std::vector<float> calibrate(std::span<const int32_t> tokens, int window, int slot_base, CUstream_st* st);
   const uint16_t* x() const;  // [max_rows][H] BF16: the residual rows of the last run()
   // Back to the state of a fresh path: every site's scale from its initial
   // amax, empty windows, counters zero (after a warm-up run; synchronizes st).
@@ -152,9 +146,11 @@ class PrefillPath {
 
  private:
   struct Impl;
-  struct Profiler;
   void allocate(const quant::DelayedScalingConfig& scaling, std::span<const float> initial_amax, CUstream_st* st);
   ModelConfig c_;
+  const DeviceWeights& w_;
+  const KvCache& kv_;
+  int* nonfinite_;  // [1] device
   int max_rows_;
   int64_t chunks_ = 0, rows_ = 0;
   std::unique_ptr<Impl> m_;

@@ -36,8 +36,8 @@ QuantLinear::QuantLinear(DecodeWeights f, int n, int k, int group, size_t weight
 
 // FUTR_DECODE_CONFIG_M8 (a measurement knob, docs/PERF.md): overrides in
 // apply_overrides' syntax for the launches of M <= 8 rows, e.g. "kernel=gemv,splits=2".
-DecodeConfig QuantLinear::config(int m) const {
-  DecodeConfig c = decode_heuristic(format_, m, n_, k_, sm_count_, group_);
+DecodeConfig linear_config(DecodeWeights f, int m, int n, int k, int sm_count, int group) {
+  DecodeConfig c = decode_heuristic(f, m, n, k, sm_count, group);
   static const std::string override_m8 = [] {
     const char* e = std::getenv("FUTR_DECODE_CONFIG_M8");
     return std::string(e ? e : "");
@@ -45,6 +45,8 @@ DecodeConfig QuantLinear::config(int m) const {
   if (m <= 8 && !override_m8.empty()) c = apply_overrides(c, override_m8);
   return c;
 }
+
+DecodeConfig QuantLinear::config(int m) const { return linear_config(format_, m, n_, k_, sm_count_, group_); }
 
 void QuantLinear::forward(const void* x, void* y, int m, cudaStream_t s) const {
   forward(x, y, m, config(m), s);

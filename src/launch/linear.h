@@ -23,6 +23,13 @@
 
 namespace futr::cuda {
 
+// The configuration a QuantLinear of (N, K, group) runs M rows with on a GPU of
+// `sm_count` multiprocessors: decode_heuristic(), then the measurement knob
+// FUTR_DECODE_CONFIG_M8 (apply_overrides' syntax, launches of M <= 8 rows).
+// A pure function of its arguments and the environment (no device query), so
+// a step plan can be built and inspected without a GPU.
+DecodeConfig linear_config(DecodeWeights f, int m, int n, int k, int sm_count, int group);
+
 class QuantLinear {
  public:
   int n() const { return n_; }

@@ -15,3 +15,6 @@ futr_add_test(gpu_prefill_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/prefill_test.cp
 # without a Hopper GPU.
 futr_add_test(gpu_invariance_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/invariance_test.cpp
               LIBS futr_gpu futr_cpu futr_quantize futr_formats futr_tokenizer)
+# The decode step plan (op list, shapes, the batch-invariant configurations)
+# for SmolLM2 and Llama-3.1-8B shapes; needs no GPU (label cpu).
+futr_add_test(step_plan_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/step_plan_test.cpp LIBS futr_gpu NO_GPU)
