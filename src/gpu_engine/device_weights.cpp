@@ -1,8 +1,12 @@
 // The model's weights on the GPU (see device_weights.h).
 #include "gpu_engine/device_weights.h"
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <exception>
 #include <string>
+#include <thread>
 
 #include "core/error.h"
 #include "core/numeric.h"
@@ -21,8 +25,9 @@ std::vector<uint16_t> to_bf16(const Tensor& t) {
   return out;
 }
 
-// The logical INT4 rows of `parts` stacked into one [sum n, k] matrix, packed.
-std::unique_ptr<cuda::W4Linear> fused(const quant::QuantizedWeights& q, const std::vector<ProjId>& ids, int max_m) {
+// The logical INT4 rows of `parts` stacked into one [sum n, k] matrix, packed
+// (host work only: many run at once, see the constructor).
+quant::Int4Packed pack_fused(const quant::QuantizedWeights& q, const std::vector<ProjId>& ids) {
   quant::Int4Weights w;
   for (const ProjId& id : ids) {
     const std::string name = projection_name(id);
@@ -39,8 +44,7 @@ std::unique_ptr<cuda::W4Linear> fused(const quant::QuantizedWeights& q, const st
     w.q.insert(w.q.end(), p.q.begin(), p.q.end());
     w.scale.insert(w.scale.end(), p.scale.begin(), p.scale.end());
   }
-  const quant::Int4Packed packed = quant::pack_int4(w);
-  return std::make_unique<cuda::W4Linear>(w.n, w.k, w.group, packed.weights, packed.scales, max_m);
+  return quant::pack_int4(w);
 }
 
 // A random INT4 layer drawn on the device: nibbles uniform over 0..15 (values
@@ -129,14 +133,53 @@ DeviceWeights::DeviceWeights(const Model& model, const ModelConfig& c, const qua
   layers_.resize(size_t(c.n_layers));
   for (int l = 0; l < c.n_layers; ++l) {
     Layer& L = layers_[size_t(l)];
-    std::vector<ProjId> n;  // q k v o gate up down
-    for (Projection p : kLayerProjections) n.push_back({l, p});
     L.attn_norm = cuda::DeviceBuffer<uint16_t>(to_bf16(model.weights.layers[size_t(l)].attn_norm));
     L.ffn_norm = cuda::DeviceBuffer<uint16_t>(to_bf16(model.weights.layers[size_t(l)].ffn_norm));
-    L.qkv = fused(q, {n[0], n[1], n[2]}, max_m);
-    L.o = fused(q, {n[3]}, max_m);
-    L.gate_up = fused(q, {n[4], n[5]}, max_m);
-    L.down = fused(q, {n[6]}, max_m);
+  }
+  // The four fused matrices of every layer: packed into the kernels' layout
+  // on the host's cores (the packing is per element; one core took ~0.8 s for
+  // a 135M model), a window of matrices at a time (host memory stays bounded),
+  // then uploaded in order.
+  struct Job {
+    int layer, slot;  // slot: 0 qkv, 1 o, 2 gate_up, 3 down
+    std::vector<ProjId> ids;
+  };
+  std::vector<Job> jobs;
+  for (int l = 0; l < c.n_layers; ++l) {
+    std::vector<ProjId> n;  // q k v o gate up down
+    for (Projection p : kLayerProjections) n.push_back({l, p});
+    jobs.push_back({l, 0, {n[0], n[1], n[2]}});
+    jobs.push_back({l, 1, {n[3]}});
+    jobs.push_back({l, 2, {n[4], n[5]}});
+    jobs.push_back({l, 3, {n[6]}});
+  }
+  const size_t threads = std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 16);
+  for (size_t w0 = 0; w0 < jobs.size(); w0 += 2 * threads) {
+    const size_t w1 = std::min(jobs.size(), w0 + 2 * threads);
+    std::vector<quant::Int4Packed> packed(w1 - w0);
+    std::vector<std::exception_ptr> errors(w1 - w0);
+    std::atomic<size_t> next{w0};
+    auto work = [&] {
+      for (size_t j; (j = next.fetch_add(1)) < w1;) {
+        try {
+          packed[j - w0] = pack_fused(q, jobs[j].ids);
+        } catch (...) {
+          errors[j - w0] = std::current_exception();
+        }
+      }
+    };
+    std::vector<std::thread> pool;
+    for (size_t t = 1; t < std::min(threads, w1 - w0); ++t) pool.emplace_back(work);
+    work();
+    for (std::thread& t : pool) t.join();
+    for (const std::exception_ptr& e : errors)
+      if (e) std::rethrow_exception(e);
+    for (size_t j = w0; j < w1; ++j) {
+      const quant::Int4Packed& p = packed[j - w0];
+      Layer& L = layers_[size_t(jobs[j].layer)];
+      std::unique_ptr<cuda::W4Linear>* slots[4] = {&L.qkv, &L.o, &L.gate_up, &L.down};
+      *slots[jobs[j].slot] = std::make_unique<cuda::W4Linear>(p.n, p.k, p.group, p.weights, p.scales, max_m);
+    }
   }
   FUTR_CUDA_CHECK(cudaDeviceSynchronize());
 }
