@@ -1,5 +1,5 @@
 // w4a16_probe_bench: the floor with the decode GEMM's work added piece by piece
-// (bench/kernels/w4a16_probe.cuh), on the byte counts of the 8B gate_up
+// (dev/bench/w4a16_probe.cuh), on the byte counts of the 8B gate_up
 // projection (58.7 MB) and of a 1 GiB stream; median of CUDA-graph replays
 // with the L2 flushed before each (bench::GraphTimer). Prints a markdown table
 // (us, TB/s, x the floor) and writes JSON with --json PATH.
@@ -12,7 +12,7 @@
 #include "launch/device.h"
 #include "launch/fill.h"
 #include "launch/stream.h"
-#include "kernels/w4a16_probe.cuh"
+#include "dev/bench/w4a16_probe.cuh"
 
 using namespace futr;
 

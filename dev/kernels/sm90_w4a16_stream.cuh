@@ -47,11 +47,12 @@
 //
 // Limits: N % 16 == 0, K % 64 == 0 (K % 128 == 0 if G == 128), M <= 8*MT;
 // 16-byte aligned pointers; one launch per workspace at a time; dynamic shared
-// memory StreamShape<WF, MT, TM>::kSmem (src/launch/w4a16.cu checks all of this).
-// Test: tests/kernels/w4a16_test.cpp. Bench: bench/w4a16_bench.cpp.
+// memory StreamShape<WF, MT, TM>::kSmem (src/launch/w4a16.cu checks all of
+// this).
+// Test: dev/tests/w4a16_dev_test.cpp. Bench: bench/w4a16_bench.cpp (its --sweep).
 #pragma once
 
-#include "kernels/sm90_w4a16_common.cuh"
+#include "dev/kernels/sm90_w4a16_stream_k.cuh"
 #include "kernels/ptx/fence.cuh"
 #include "kernels/ptx/mbarrier.cuh"
 #include "kernels/ptx/pdl.cuh"

@@ -4,7 +4,7 @@
 // the resident grid.
 //
 // Why (docs/PERF.md): a no-compute probe that adds
-// the gemv's work to the floor (bench/kernels/w4a16_probe.cuh) streams at
+// the gemv's work to the floor (dev/bench/w4a16_probe.cuh) streams at
 // 1.26x the floor when every CTA of a full 4-per-SM grid gets the same bytes;
 // the gemv's grid (columns x splits) leaves SMs with 3 or 4 CTAs and pays a
 // split-K epilogue in every CTA (1.54x). Here the grid is what is resident and
@@ -42,11 +42,11 @@
 //
 // Limits: M <= 8, N % 16 == 0, K % 64 == 0 (K % 128 == 0 if G == 128);
 // 16-byte aligned pointers; ws >= (ngroups + gridDim.x) * M * 128 floats.
-// Test: tests/kernels/w4a16_test.cpp. Bench: bench/w4a16_bench.cpp.
+// Test: dev/tests/w4a16_dev_test.cpp. Bench: bench/w4a16_bench.cpp (its --sweep).
 #pragma once
 
 #include "kernels/epilogue/swiglu_bf16.cuh"
-#include "kernels/sm90_w4a16_common.cuh"
+#include "dev/kernels/sm90_w4a16_stream_k.cuh"
 #include "kernels/ptx/pdl.cuh"
 
 namespace futr::device {
