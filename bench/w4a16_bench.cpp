@@ -1,7 +1,8 @@
 // w4a16_bench: the decode GEMMs with INT4 weights against their
 // peers and their physical limit, measured in one process on one GPU:
 //   - INT4 W4A16 (W4Linear: the heuristic's gemv / skinny kernels; "stream" =
-//     the bulk-copy stream kernel's configuration, same run),
+//     the bulk-copy stream kernel's configuration, same run, in a build with
+//     dev/: -DFUTR_DEV=ON, else empty),
 //   - the floor: a no-compute kernel reading the same bytes (weights + scales)
 //     with the same number of launches (bench::read_regions), also with PDL,
 //   - the E4M3-weight W8A16 path (W8Linear, the same skinny kernel),
@@ -17,6 +18,8 @@
 //   usage: w4a16_bench [--json PATH] [--peers PATH] [--models a,b] [--m 1,2,4]
 //                      [--config key=value,...] [--sweep MODEL] [--split-sweep MODEL] [--reps N]
 //                      [--flush read|memset] [--only MODEL:PROJ:M]
+// --sweep times every compiled variant (the dev/ ones too in a -DFUTR_DEV=ON
+// build) against the heuristic's choice.
 // --split-sweep times the heuristic's kernel for every M at every K split
 // count (the data that decode_splits' one count per (N, K) is chosen from).
 // --only runs one INT4 forward of one projection, plain (no graph, no timing):
@@ -237,6 +240,7 @@ int main(int argc, char** argv) {
       std::map<int, double> layer_best;  // M -> best layer time (plain or PDL graph)
       for (int m : o.ms) {
         std::vector<cuda::DecodeConfig> cfgs, olds;
+        bool stream = true;  // the stream kernel is compiled (dev/) for every shape
         double sum4 = 0, sum8 = 0, sum16 = 0, bytes_layer = 0;
         for (size_t i = 0; i < L.shapes.size(); ++i) {
           const auto& sh = L.shapes[i];
@@ -246,11 +250,13 @@ int main(int argc, char** argv) {
           cfgs.push_back(c);
           const cuda::DecodeConfig old = cuda::decode_stream_heuristic(cuda::DecodeWeights::kInt4, m, sh.n, sh.k,
                                                                        dev.sm_count);
-          L.w4[i]->reserve(old, m);
+          const bool has_old = cuda::decode_compiled(cuda::DecodeWeights::kInt4, sh.group, old);
+          stream = stream && has_old;
+          if (has_old) L.w4[i]->reserve(old, m);
           olds.push_back(old);
           const double t4 = timer.us([&](cudaStream_t st) { L.w4[i]->forward(x.get(), y4.get(), m, c, st); }, s);
           const double told =
-              timer.us([&](cudaStream_t st) { L.w4[i]->forward(x.get(), y4.get(), m, old, st); }, s);
+              has_old ? timer.us([&](cudaStream_t st) { L.w4[i]->forward(x.get(), y4.get(), m, old, st); }, s) : 0;
           const double tf = timer.us([&](cudaStream_t st) { floor_of(*L.w4[i], st, false); }, s);
           const double tfb = timer.us([&](cudaStream_t st) { floor_of(*L.w4[i], st, false, true); }, s);
           const double t8 = timer.us([&](cudaStream_t st) { L.w8[i]->forward(x.get(), y8.get(), m, st); }, s);
@@ -272,7 +278,7 @@ int main(int argc, char** argv) {
           const double gbs = bytes / (t4 * 1e-6) / 1e9;
           rep.add({{"model", model}, {"proj", sh.proj}, {"M", m}, {"N", sh.n}, {"K", sh.k},
                    {"config", cuda::describe(c)}, {"int4 us", t4}, {"floor us", tf}, {"x floor", t4 / tf},
-                   {"floor blocked us", tfb}, {"GB/s", gbs}, {"% copy", 100.0 * gbs / ceil.copy_gbs}, {"stream us", told}, {"fp8 us", t8},
+                   {"floor blocked us", tfb}, {"GB/s", gbs}, {"% copy", 100.0 * gbs / ceil.copy_gbs}, {"stream us", num_or_null(told)}, {"fp8 us", t8},
                    {"cuBLASLt bf16 us", num_or_null(t16)}, {"torch int4 us", num_or_null(ti4)},
                    {"torch bf16 us", num_or_null(tb)}, {"x bf16", ratio(t16, t4)}, {"x stream", ratio(told, t4)},
                    {"x fp8", ratio(t8, t4)}, {"x torch int4", ratio(ti4, t4)}});
@@ -309,7 +315,7 @@ int main(int argc, char** argv) {
           };
         };
         const double l4 = timer.us(all4, s), l8 = timer.us(all8, s);
-        const double l4p = timer.us(all4pdl, s), lold = timer.us(all_old, s);
+        const double l4p = timer.us(all4pdl, s), lold = stream ? timer.us(all_old, s) : 0;
         const double lf = timer.us(floor4(false), s), lfp = timer.us(floor4(true), s);
         double l16 = 0;
         try {
@@ -321,14 +327,14 @@ int main(int argc, char** argv) {
         const double gbs = bytes_layer / (l4 * 1e-6) / 1e9;
         rep.add({{"model", model}, {"proj", "layer (4 proj, 1 graph)"}, {"M", m}, {"config", "heuristic"},
                  {"int4 us", l4}, {"floor us", lf}, {"x floor", l4 / lf}, {"GB/s", gbs},
-                 {"% copy", 100.0 * gbs / ceil.copy_gbs}, {"stream us", lold}, {"fp8 us", l8},
+                 {"% copy", 100.0 * gbs / ceil.copy_gbs}, {"stream us", num_or_null(lold)}, {"fp8 us", l8},
                  {"cuBLASLt bf16 us", num_or_null(l16)}, {"torch int4 us", num_or_null(li4)},
                  {"torch bf16 us", num_or_null(lb)}, {"x bf16", ratio(l16, l4)}, {"x stream", ratio(lold, l4)},
                  {"x fp8", ratio(l8, l4)}, {"x torch int4", ratio(li4, l4)}});
         const double gbsp = bytes_layer / (l4p * 1e-6) / 1e9;
         rep.add({{"model", model}, {"proj", "layer, PDL (floor with PDL)"}, {"M", m}, {"config", "heuristic pdl"},
                  {"int4 us", l4p}, {"floor us", lfp}, {"x floor", l4p / lfp}, {"GB/s", gbsp},
-                 {"% copy", 100.0 * gbsp / ceil.copy_gbs}, {"stream us", lold},
+                 {"% copy", 100.0 * gbsp / ceil.copy_gbs}, {"stream us", num_or_null(lold)},
                  {"cuBLASLt bf16 us", num_or_null(l16)}, {"torch int4 us", num_or_null(li4)},
                  {"torch bf16 us", num_or_null(lb)}, {"x bf16", ratio(l16, l4p)}, {"x stream", ratio(lold, l4p)},
                  {"x torch int4", ratio(li4, l4p)}});
@@ -336,7 +342,7 @@ int main(int argc, char** argv) {
                  {"GB/s", bytes_layer / (sum4 * 1e-6) / 1e9},
                  {"% copy", 100.0 * bytes_layer / (sum4 * 1e-6) / 1e9 / ceil.copy_gbs}, {"fp8 us", sum8},
                  {"cuBLASLt bf16 us", num_or_null(sum16)}, {"x bf16", ratio(sum16, sum4)}, {"x fp8", ratio(sum8, sum4)}});
-        // Issue 11's "Done when" targets (the layer: four projections in one graph;
+        // The decode GEMMs' targets (the layer: four projections in one graph;
         // ours with PDL against the floor of the same launches with PDL, and the
         // plain graph against the plain floor: the better ratio counts).
         const double best = std::min(l4, l4p);
@@ -451,23 +457,27 @@ int main(int argc, char** argv) {
         meta["sweep"] = sw.json()["rows"];
       }
     }
-    json occ = json::object();
-    for (auto [f, g, c] : {std::tuple{cuda::DecodeWeights::kInt4, 128, cuda::DecodeConfig{}}}) {
-      (void)c;
+    json occ = json::object();  // the compiled INT4 g128 variants' resident CTAs per SM
+    {
+      const auto f = cuda::DecodeWeights::kInt4;
+      const int g = 128;
+      auto add = [&](const std::string& name, const cuda::DecodeConfig& cc) {
+        if (cuda::decode_compiled(f, g, cc)) occ[name] = cuda::decode_occupancy(f, g, cc);
+      };
       for (auto [tn, u] : {std::pair{2, 4}, {1, 4}, {1, 8}}) {
         cuda::DecodeConfig cc;
         cc.tn = tn, cc.loads = u;
-        occ["gemv tn=" + std::to_string(tn) + " loads=" + std::to_string(u)] = cuda::decode_occupancy(f, g, cc);
+        add("gemv tn=" + std::to_string(tn) + " loads=" + std::to_string(u), cc);
       }
       for (auto [mt, tn] : {std::pair{1, 1}, {1, 2}, {2, 1}, {2, 2}, {4, 1}}) {
         cuda::DecodeConfig cc;
         cc.kernel = cuda::DecodeKernel::kSkinny, cc.mt = mt, cc.tn = tn;
-        occ["skinny mt=" + std::to_string(mt) + " tn=" + std::to_string(tn)] = cuda::decode_occupancy(f, g, cc);
+        add("skinny mt=" + std::to_string(mt) + " tn=" + std::to_string(tn), cc);
       }
       for (auto [mt, tn] : {std::pair{1, 1}, {2, 1}, {4, 1}, {1, 2}, {2, 2}, {4, 2}}) {
         cuda::DecodeConfig cc;
         cc.kernel = cuda::DecodeKernel::kStream, cc.mt = mt, cc.tn = tn;
-        occ["stream mt=" + std::to_string(mt) + " tn=" + std::to_string(tn)] = cuda::decode_occupancy(f, g, cc);
+        add("stream mt=" + std::to_string(mt) + " tn=" + std::to_string(tn), cc);
       }
     }
     meta["ctas_per_sm"] = occ;

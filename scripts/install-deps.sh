@@ -6,7 +6,8 @@
 set -euo pipefail
 PKGS=(build-essential cmake ninja-build ccache pkg-config git unzip python3-pip
       libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev libfmt-dev
-      libpcre2-dev libopenblas-dev libcpp-httplib-dev prometheus-cpp-dev clang libclang-rt-14-dev)
+      libpcre2-dev libopenblas-dev libcpp-httplib-dev prometheus-cpp-dev clang libclang-rt-14-dev
+      clang-format)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

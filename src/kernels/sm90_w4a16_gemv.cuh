@@ -150,7 +150,7 @@ __global__ void __launch_bounds__(256, TM == 1 ? 4 : 2) sm90_w4a16_gemv_kernel(c
   // ---- main loop: batches of U chunks x TM tiles in registers -------------------
   // The U loads of a batch are issued together and consumed in order; the next
   // batch's loads are issued after the last use (a ring refilled one chunk at a
-  // time streamed ~9% slower in the probe, bench/kernels/w4a16_probe.cuh).
+  // time streamed ~9% slower in the probe, dev/bench/w4a16_probe.cuh).
   uint32_t wr[U][TM][4];
   auto fill = [&](int u) {
 #pragma unroll

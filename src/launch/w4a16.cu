@@ -1,5 +1,6 @@
 // Launchers, the explicit variant list and the heuristic of the decode GEMMs
-// (see w4a16.h). The kernels: src/kernels/sm90_w4a16_{stream,gemv,skinny}.cuh.
+// (see w4a16.h). The kernels: src/kernels/sm90_w4a16_{gemv,skinny}.cuh (and,
+// with -DFUTR_DEV=ON, dev/kernels/sm90_w4a16_{stream,sk}.cuh).
 #include "launch/w4a16.h"
 
 #include <algorithm>
@@ -12,77 +13,47 @@
 #include "core/error.h"
 #include "launch/check.h"
 #include "launch/device.h"
-#include "kernels/sm90_w4a16_gemv.cuh"
-#include "kernels/sm90_w4a16_sk.cuh"
-#include "kernels/sm90_w4a16_stream.cuh"
-#include "kernels/sm90_w4a16_skinny.cuh"
+#include "launch/w4a16_variant.cuh"
 
 namespace futr::cuda {
 
 namespace {
 
-constexpr int kThreads = 256;  // gemv and skinny: 8 warps
+using w4a16::Variant;
 constexpr size_t kSkMaxSmem = size_t(96) * 1024;  // sk: dynamic shared memory per CTA, at most
 
 // ---- the compiled variants ---------------------------------------------------
-// a, b = (tn, loads) for gemv, (mt, tn) for skinny and stream.
-struct Variant {
-  DecodeWeights format;
-  int group;  // 64 / 128 for INT4, 0 for E4M3
-  DecodeKernel kernel;
-  int a, b;
-  const void* fn;
-  size_t smem;      // dynamic shared memory (skinny: cp.async rings; stream: the bulk-copy ring)
-  int threads;      // CTA size
-  int min_blocks;   // __launch_bounds__ minimum CTAs per SM (what the heuristic plans with)
-};
-
-#define FUTR_GEMV(G, TM, U)                                      \
-  Variant{DecodeWeights::kInt4, G, DecodeKernel::kGemv, TM, U, \
-          (const void*)&device::sm90_w4a16_gemv_kernel<G, TM, U>, 0, kThreads, TM == 1 ? 4 : 2}
-#define FUTR_SKINNY4(G, MT, TN)                                                   \
-  Variant{DecodeWeights::kInt4, G, DecodeKernel::kSkinny, MT, TN,                \
-          (const void*)&device::sm90_w4a16_skinny_kernel<device::Int4Format<G>, MT, TN>, \
-          device::skinny_smem_bytes<device::Int4Format<G>, TN, MT>(), kThreads, 2}
-#define FUTR_SKINNY8(MT, TN)                                                 \
-  Variant{DecodeWeights::kE4M3, 0, DecodeKernel::kSkinny, MT, TN,           \
-          (const void*)&device::sm90_w4a16_skinny_kernel<device::E4M3Format, MT, TN>, \
-          device::skinny_smem_bytes<device::E4M3Format, TN, MT>(), kThreads, 2}
-#define FUTR_STREAM(WF, FMT, G, MT, TN)                                                   \
-  Variant{DecodeWeights::FMT, G, DecodeKernel::kStream, MT, TN,                           \
-          (const void*)&device::sm90_w4a16_stream_kernel<WF, MT, TN>,                     \
-          device::StreamShape<WF, MT, TN>::kSmem, device::StreamShape<WF, MT, TN>::kThreads, MT == 1 ? 3 : 2}
-#define FUTR_STREAM4(G, MT, TN) FUTR_STREAM(device::Int4Format<G>, kInt4, G, MT, TN)
-#define FUTR_SK(G, U, NB)                                                              \
-  Variant{DecodeWeights::kInt4, G, DecodeKernel::kStreamK, NB, U,                      \
-          (const void*)&device::sm90_w4a16_sk_kernel<G, U, NB>, 0, kThreads, NB == 1 ? 4 : 3}
-#define FUTR_STREAM8(MT, TN) FUTR_STREAM(device::E4M3Format, kE4M3, 0, MT, TN)
-
+// Exactly what decode_heuristic() can pick (the test
+// W4A16Invalid.HeuristicStaysInsideTheCompiledList holds the two together).
+// The stream and sk kernels and the tile shapes the heuristic never picks are
+// in dev/launch/w4a16_dev.cu (-DFUTR_DEV=ON), measured in docs/PERF.md.
 const Variant kVariants[] = {
-    // M = 1..8, INT4: per-lane loads under a stream-K partition (NB batches of U chunks in flight).
-    FUTR_SK(128, 2, 1), FUTR_SK(128, 4, 1), FUTR_SK(64, 2, 1), FUTR_SK(64, 4, 1),
-    FUTR_SK(128, 4, 2), FUTR_SK(64, 4, 2),
-    // M = 1..32, both formats: the bulk-copy stream kernel (MT row tiles of 8, TN weight tiles per warp).
-    FUTR_STREAM4(128, 1, 1), FUTR_STREAM4(128, 2, 1), FUTR_STREAM4(128, 4, 1), FUTR_STREAM4(128, 4, 2),
-    FUTR_STREAM4(128, 1, 2), FUTR_STREAM4(128, 2, 2),
-    FUTR_STREAM4(64, 1, 1), FUTR_STREAM4(64, 2, 1), FUTR_STREAM4(64, 4, 1),
-    FUTR_STREAM8(1, 1), FUTR_STREAM8(2, 1), FUTR_STREAM8(4, 1),
-    // M = 1: INT4 register-ring GEMV (TM weight tiles per warp, U-chunk ring).
-    FUTR_GEMV(128, 2, 4), FUTR_GEMV(128, 1, 4), FUTR_GEMV(128, 1, 8), FUTR_GEMV(64, 1, 4), FUTR_GEMV(64, 2, 4),
-    // M = 2..32: INT4 skinny (MT row tiles of 8, TM weight tiles per warp).
-    FUTR_SKINNY4(128, 1, 1), FUTR_SKINNY4(128, 1, 2), FUTR_SKINNY4(128, 2, 1), FUTR_SKINNY4(128, 2, 2),
+    // M = 1: INT4 register-ring GEMV (one weight tile per warp, a 4-chunk ring).
+    FUTR_GEMV(128, 1, 4),
+    FUTR_GEMV(64, 1, 4),
+    // M = 2..32: INT4 skinny (MT row tiles of 8, TN weight tiles per warp; TN = 2
+    // at M = 9..16 for the wide group-128 matrices).
+    FUTR_SKINNY4(128, 1, 1),
+    FUTR_SKINNY4(128, 2, 1),
+    FUTR_SKINNY4(128, 2, 2),
     FUTR_SKINNY4(128, 4, 1),
-    FUTR_SKINNY4(64, 1, 1), FUTR_SKINNY4(64, 2, 1), FUTR_SKINNY4(64, 4, 1),
+    FUTR_SKINNY4(64, 1, 1),
+    FUTR_SKINNY4(64, 2, 1),
+    FUTR_SKINNY4(64, 4, 1),
     // M = 1..32: the E4M3-weight comparison path.
-    FUTR_SKINNY8(1, 2), FUTR_SKINNY8(2, 2), FUTR_SKINNY8(4, 1),
+    FUTR_SKINNY8(1, 2),
+    FUTR_SKINNY8(2, 2),
+    FUTR_SKINNY8(4, 1),
 };
-#undef FUTR_GEMV
-#undef FUTR_SKINNY4
-#undef FUTR_SKINNY8
-#undef FUTR_STREAM
-#undef FUTR_STREAM4
-#undef FUTR_STREAM8
-#undef FUTR_SK
+
+// Every compiled row: the list above, then dev/'s.
+template <class F>
+void for_each_variant(F&& f) {
+  for (const Variant& v : kVariants)
+    if (v.fn) f(v);
+  for (const Variant& v : w4a16::dev_variants())
+    if (v.fn) f(v);
+}
 
 const char* kind_name(DecodeKernel k) {
   switch (k) {
@@ -108,19 +79,32 @@ const Variant& find_variant(DecodeWeights f, int group, const DecodeConfig& c) {
   const int g = f == DecodeWeights::kInt4 ? group : 0;
   const int a = c.kernel == DecodeKernel::kGemv ? c.tn : (c.kernel == DecodeKernel::kStreamK ? c.batches : c.mt);
   const int b = c.kernel == DecodeKernel::kSkinny || c.kernel == DecodeKernel::kStream ? c.tn : c.loads;
+  const Variant* exact = nullptr;
   const Variant* best = nullptr;
   double best_d = 1e30;
-  for (const Variant& v : kVariants) {
-    if (v.format != f || v.group != g || v.kernel != c.kernel) continue;
-    if (v.a == a && v.b == b) return v;
+  for_each_variant([&](const Variant& v) {
+    if (v.format != f || v.group != g || v.kernel != c.kernel || exact) return;
+    if (v.a == a && v.b == b) {
+      exact = &v;
+      return;
+    }
     const double d = std::fabs(std::log2(double(v.a) / std::max(a, 1))) +
                      std::fabs(std::log2(double(v.b) / std::max(b, 1)));
     if (d < best_d) best_d = d, best = &v;
+  });
+  if (exact) return *exact;
+  if (!best) {
+    std::string compiled;
+    for_each_variant([&](const Variant& v) {
+      const std::string k = (v.format == DecodeWeights::kInt4 ? "int4 g" + std::to_string(v.group) : "e4m3") +
+                            std::string(" ") + kind_name(v.kernel);
+      if (compiled.find(k) == std::string::npos) compiled += (compiled.empty() ? "" : ", ") + k;
+    });
+    fail("decode GEMM: no compiled {} variant for {} (group {}); compiled: {} (the stream and sk kernels and "
+         "the tiles the heuristic never picks are built with -DFUTR_DEV=ON, the weight formats by "
+         "FUTR_W4A16_VARIANTS)",
+         kind_name(c.kernel), f == DecodeWeights::kInt4 ? "INT4" : "E4M3", group, compiled);
   }
-  if (!best)
-    fail("decode GEMM: no compiled {} variant for {} (group {}); compiled variants: int4 g64/g128 stream, gemv "
-         "and skinny, e4m3 stream and skinny",
-         kind_name(c.kernel), f == DecodeWeights::kInt4 ? "INT4" : "E4M3", group);
   fail("decode GEMM: no compiled variant '{}' (group {}); nearest supported: '{}'", describe(c), g,
        variant_name(*best));
 }
@@ -173,14 +157,19 @@ int stream_items(int n, int k) { return ((n / 16 + 7) / 8) * num_blocks(k); }
 int stream_runs(const DecodeConfig& c, int n, int k) {  // 0: one per CTA
   return c.run > 0 ? (stream_items(n, k) + c.run - 1) / c.run : 0;
 }
-// The sk kernel stages its chunks' x rows and scales in shared memory
-// (device::sk_smem_bytes, at most kSkMaxSmem per CTA), so a grid too small for
-// that is raised (ctas= below it is honoured as far as it fits).
+// The sk kernel stages its chunks' x rows and scales in shared memory (its
+// rows' chunk_smem, at most kSkMaxSmem per CTA; every sk row of a group stages
+// the same bytes), so a grid too small for that is raised (ctas= below it is
+// honoured as far as it fits). 1 when no sk row is compiled (a request for sk
+// then fails naming the compiled variants).
 int sk_max_items(int group, int m) {
+  size_t (*chunk_smem)(int, int) = nullptr;
+  for_each_variant([&](const Variant& v) {
+    if (v.kernel == DecodeKernel::kStreamK && v.group == group) chunk_smem = v.chunk_smem;
+  });
+  if (!chunk_smem) return 1;
   int items = 1;
-  auto bytes = [&](int it) {
-    return group == 64 ? device::sk_smem_bytes<64>(m, 2 * it) : device::sk_smem_bytes<128>(m, 2 * it);
-  };
+  auto bytes = [&](int it) { return chunk_smem(m, 2 * it); };
   while (bytes(2 * items) <= kSkMaxSmem) items *= 2;
   while (bytes(items + 1) <= kSkMaxSmem) ++items;
   return items;
@@ -233,6 +222,10 @@ void check_shape(DecodeWeights f, const DecodeArgs& a) {
 
 }  // namespace
 
+#if !FUTR_DEV
+std::span<const w4a16::Variant> w4a16::dev_variants() { return {}; }
+#endif
+
 std::string describe(const DecodeConfig& c) {
   std::ostringstream os;
   os << kind_name(c.kernel);
@@ -252,8 +245,18 @@ std::string describe(const DecodeConfig& c) {
 
 std::vector<std::string> decode_variants() {
   std::vector<std::string> v;
-  for (const Variant& x : kVariants) v.push_back(variant_name(x));
+  for_each_variant([&](const Variant& x) { v.push_back(variant_name(x)); });
   return v;
+}
+
+bool decode_compiled(DecodeWeights f, int group, const DecodeConfig& c) {
+  try {
+    const Variant& v = find_variant(f, group, c);
+    (void)v;
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
 }
 
 // ---- the heuristic -------------------------------------------------------------
@@ -278,8 +281,8 @@ std::vector<std::string> decode_variants() {
 // large M, where the partials' traffic costs more than the parallelism gains;
 // measured on the H200, 8B gate_up at M = 32: 72.6 us with two split CTAs,
 // 57.6 with one). M > 32 runs as launches of 32 rows (mt = 4). The stream (bulk
-// copy) and sk (stream-K) kernels measured slower (docs/PERF.md) and are
-// chosen only on request.
+// copy) and sk (stream-K) kernels measured slower (docs/PERF.md): they are in
+// dev/ (-DFUTR_DEV=ON) and run only on request.
 namespace {
 
 struct KernelChoice {
@@ -461,7 +464,7 @@ void decode_gemm(DecodeWeights f, const DecodeArgs& a, const DecodeConfig& c, cu
              "decode GEMM ({}): the RMSNorm input is fused into the gemv kernel only (and not with the SwiGLU input)",
              describe(c));
   if (c.kernel == DecodeKernel::kGemv)
-    FUTR_CHECK(a.m == 1, "decode GEMM: the gemv kernel takes M = 1, got M = {}; use kernel=stream", a.m);
+    FUTR_CHECK(a.m == 1, "decode GEMM: the gemv kernel takes M = 1, got M = {}; use kernel=skinny", a.m);
   else if (c.kernel == DecodeKernel::kStreamK)
     FUTR_CHECK(a.m <= 8, "decode GEMM: the sk kernel takes M <= 8, got M = {}; use kernel=skinny", a.m);
   else
@@ -514,7 +517,7 @@ void decode_gemm(DecodeWeights f, const DecodeArgs& a, const DecodeConfig& c, cu
                            size_t(8 * c.tn) * size_t((sp.kb_per_split * 128 + a.group - 1) / a.group) * 32;
   else if (c.kernel == DecodeKernel::kStreamK) {  // the CTA's x rows and scales (at most 2 x ceil(T/P) chunks)
     const int maxc = 2 * ((stream_items(a.n, a.k) + grid_x - 1) / grid_x);
-    cfg.dynamicSmemBytes = a.group == 64 ? device::sk_smem_bytes<64>(a.m, maxc) : device::sk_smem_bytes<128>(a.m, maxc);
+    cfg.dynamicSmemBytes = v.chunk_smem(a.m, maxc);
   } else
     cfg.dynamicSmemBytes = v.smem;
   FUTR_CHECK(cfg.dynamicSmemBytes <= size_t(160) * 1024,

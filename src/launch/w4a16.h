@@ -8,14 +8,16 @@
 //
 // Kernels: sm90_w4a16_gemv (M = 1, register ring) and sm90_w4a16_skinny
 // (M = 2..32, lane-private cp.async ring), both splitting K with a last-CTA
-// reduction, chosen by the heuristic; sm90_w4a16_stream (a warp-specialised
-// bulk-copy ring with stream-K over the resident CTAs) on request
-// (kernel=stream: measured 1.1-1.35x slower, docs/PERF.md). M = 33..64 runs as
-// two launches of at most 32 rows. Every kernel supports programmatic
-// dependent launch (DecodeConfig::pdl).
-// The configuration comes from a heuristic (w4a16_heuristic) or the caller; only
-// the variants listed in w4a16_variants() are compiled, and any other request
-// fails with a futr::Error naming the nearest compiled one.
+// reduction, chosen by the heuristic. M = 33..64 runs as two launches of at
+// most 32 rows. Every kernel supports programmatic dependent launch
+// (DecodeConfig::pdl). The stream (warp-specialised bulk-copy ring, stream-K
+// over the resident CTAs) and sk (stream-K gemv) kernels measured slower
+// (docs/PERF.md) and are built only in dev/ (-DFUTR_DEV=ON); kernel=stream and
+// kernel=sk request them there.
+// The configuration comes from a heuristic (decode_heuristic) or the caller;
+// only the variants listed in w4a16.cu (and, with FUTR_DEV, dev/) are compiled
+// (decode_variants()), and any other request fails with a futr::Error naming
+// the nearest compiled one.
 //
 // Everything here is graph-capturable: no allocation, no synchronization; the
 // split-K workspace and counters are the caller's (W4Linear owns them).
@@ -36,7 +38,7 @@ enum class DecodeKernel { kGemv, kSkinny, kStream, kStreamK };
 // command line (apply_overrides).
 struct DecodeConfig {
   DecodeKernel kernel = DecodeKernel::kGemv;
-  int tn = 2;       // weight tiles of 16 channels per warp (a CTA: 8 warps, 128 * tn channels)
+  int tn = 1;       // weight tiles of 16 channels per warp (a CTA: 8 warps, 128 * tn channels)
   int loads = 4;    // gemv: register-ring depth in k64 chunks (tn * loads 16-byte loads in flight);
                     // sk: chunks per load batch
   int batches = 1;  // sk: batches of `loads` chunks in flight (1: 4 CTAs/SM; 2: 3 CTAs/SM)
@@ -61,7 +63,7 @@ struct DecodeConfig {
 // weights of WeightFormat::kFp8 read by the decode kernels).
 enum class DecodeWeights { kInt4, kE4M3 };
 
-// "gemv tn=2 loads=4 splits=1" / "skinny mt=1 tn=2 splits=4" / "stream mt=1 tn=1 ctas=396 pdl".
+// "gemv tn=1 loads=4 splits=1" / "skinny mt=1 tn=2 splits=4" / "stream mt=1 tn=1 ctas=396 pdl".
 std::string describe(const DecodeConfig& c);
 
 // The configuration the engine uses for (M, N, K) on a GPU with `sm_count`
@@ -71,7 +73,7 @@ std::string describe(const DecodeConfig& c);
 DecodeConfig decode_heuristic(DecodeWeights f, int m, int n, int k, int sm_count, int group = 128);
 // The K split count of (N, K) for every M (decode_heuristic's splits).
 int decode_splits(DecodeWeights f, int n, int k, int sm_count, int group = 128);
-// The stream kernel's configuration (selectable, measured slower: docs/PERF.md).
+// The stream kernel's configuration (dev/ only, measured slower: docs/PERF.md).
 DecodeConfig decode_stream_heuristic(DecodeWeights f, int m, int n, int k, int sm_count);
 
 // Applies "key=value[,key=value...]" (kernel=gemv|skinny|stream, tn, loads, mt,
@@ -79,8 +81,10 @@ DecodeConfig decode_stream_heuristic(DecodeWeights f, int m, int n, int k, int s
 // on top of `base`. Throws futr::Error on an unknown key or bad value.
 DecodeConfig apply_overrides(DecodeConfig base, const std::string& spec);
 
-// The compiled variants, one line each ("int4 g128 gemv tn=2 loads=4", ...).
+// The compiled variants, one line each ("int4 g128 gemv tn=1 loads=4", ...).
 std::vector<std::string> decode_variants();
+// Whether the variant `c` selects (kernel and tiles; not the grid) is compiled.
+bool decode_compiled(DecodeWeights f, int group, const DecodeConfig& c);
 
 // Device operands of one launch.
 // gemv only (M = 1): the input is bf16(RMSNorm(v) g), v = x + bf16(add) (the

@@ -3,7 +3,7 @@
 # docs/*.md names a file or folder of the repository, and no comment or doc in
 # src/ tests/ bench/ scripts/ docs/ (or README.md) cites a note kept outside
 # the repository (the design, anchors and GPU-machine notes: $pattern below).
-# Run by ctest (tests/docs/docs.cmake) with the repository root as $1.
+# Run by ctest (tests/docs/CMakeLists.txt) with the repository root as $1.
 set -u
 ROOT=${1:-$(cd "$(dirname "$0")/../.." && pwd)}
 cd "$ROOT" || exit 2

@@ -1,7 +1,8 @@
 // Decode GEMMs with quantized weights (src/launch/w4a16.h, src/launch/linear.h:
-// sm90_w4a16_stream (the default), sm90_w4a16_gemv, sm90_w4a16_skinny with
-// INT4 and E4M3 weights) against the
-// CPU reference (src/reference/w4a16_ref.h) on every shape of kDecodeShapes.
+// sm90_w4a16_gemv and sm90_w4a16_skinny with INT4 and E4M3 weights) against
+// the CPU reference (src/reference/w4a16_ref.h) on every shape of
+// kDecodeShapes (the harness: w4a16_check.h). The variants of dev/ are tested
+// by dev/tests/w4a16_dev_test.cpp.
 //
 // Weights and scales are drawn on the device (fresh seeds every run, so the
 // 405B matrices cost no host packing); the reference unpacks a sample of tile
@@ -24,7 +25,7 @@
 
 #include "core/error.h"
 #include "core/numeric.h"
-#include "reference/w4a16_ref.h"
+#include "kernels/w4a16_check.h"
 #include "launch/buffer.h"
 #include "launch/check.h"
 #include "launch/decode_ops.h"
@@ -34,154 +35,16 @@
 #include "launch/stream.h"
 #include "launch/w4a16.h"
 #include "launch/w4a16_shapes.h"
-#include "quant/int4_pack.h"
-#include "support/compare.h"
 #include "support/expect_error.h"
 #include "support/gpu.h"
 #include "support/tolerances.h"
-#include "support/random.h"
 
 using namespace futr;
 using cuda::DecodeConfig;
 using cuda::DecodeKernel;
 using cuda::DecodeShape;
 
-namespace {
-
-using test::rng;
-
-// Largest relative error seen per family (printed by the environment below).
-std::map<std::string, double>& worst() {
-  static std::map<std::string, double> w;
-  return w;
-}
-
-std::vector<int> sample_tiles(int ntiles, int count) {
-  std::set<int> t{0, ntiles - 1};
-  std::uniform_int_distribution<int> u(0, ntiles - 1);
-  while (int(t.size()) < std::min(count, ntiles)) t.insert(u(rng()));
-  return {t.begin(), t.end()};
-}
-
-std::vector<uint16_t> random_x(int m, int k) {
-  std::uniform_real_distribution<float> u(-1, 1);
-  std::vector<uint16_t> x(size_t(m) * k);
-  for (auto& v : x) v = float_to_bf16(u(rng()));
-  return x;
-}
-
-// A quantized layer with device-drawn weights and the logical weights of a
-// sample of its tiles on the host.
-struct Layer {
-  std::unique_ptr<cuda::QuantLinear> lin;
-  std::vector<int> tiles;     // sampled 16-channel tiles (whole groups of 8)
-  quant::Int4Weights sub4;    // INT4: logical weights of the sampled tiles' rows
-  std::vector<uint8_t> sub8;  // E4M3: [rows, K] logical bytes of the sampled rows
-  std::vector<float> sc8;     // E4M3: their scales
-};
-
-Layer make_layer(bool int4, int n, int k, int group, int sample = 3) {
-  Layer L;
-  const uint64_t seed = rng()();
-  if (int4) {
-    auto lin = std::make_unique<cuda::W4Linear>(n, k, group);
-    cuda::fill_random(lin->weights(), cuda::FillType::kU8, size_t(n) * k / 2, seed, 0, 0, nullptr);
-    cuda::fill_random(lin->scales(), cuda::FillType::kF16, size_t(n) * (k / group), seed + 1, 0.002f, 0.02f,
-                      nullptr);
-    L.lin = std::move(lin);
-  } else {
-    auto lin = std::make_unique<cuda::W8Linear>(n, k);
-    cuda::fill_random(lin->weights(), cuda::FillType::kE4M3, size_t(n) * k, seed, -2.0f, 2.0f, nullptr);
-    cuda::fill_random(lin->scales(), cuda::FillType::kF32, size_t(n), seed + 1, 0.005f, 0.02f, nullptr);
-    L.lin = std::move(lin);
-  }
-  FUTR_CUDA_CHECK(cudaDeviceSynchronize());
-  // Sample whole tile groups (8 tiles, interleaved chunk by chunk; the last may
-  // be partial): a group is a contiguous run, and groups in order (a partial one
-  // last) form a valid packed matrix of their own.
-  const int ntiles = n / 16, ngroups = (ntiles + 7) / 8;
-  const std::vector<int> groups = sample_tiles(ngroups, sample);  // sorted, first and last included
-  for (int gi : groups)
-    for (int t = 8 * gi; t < std::min(ntiles, 8 * gi + 8); ++t) L.tiles.push_back(t);
-  const size_t rows = L.tiles.size() * 16;
-  if (int4) {
-    const size_t tile_bytes = size_t(k) / 2 * 16, tile_scales = size_t(k / group) * 16;
-    quant::Int4Packed p{int(rows), k, group, std::vector<uint8_t>(rows * k / 2), std::vector<uint16_t>(rows * (k / group))};
-    const auto* sc = static_cast<const uint16_t*>(L.lin->scales());
-    size_t off = 0;
-    for (int gi : groups) {
-      const int gt = std::min(ntiles - 8 * gi, 8);
-      FUTR_CUDA_CHECK(cudaMemcpy(p.weights.data() + off * tile_bytes, L.lin->weights() + size_t(8 * gi) * tile_bytes,
-                                 gt * tile_bytes, cudaMemcpyDeviceToHost));
-      FUTR_CUDA_CHECK(cudaMemcpy(p.scales.data() + off * tile_scales, sc + size_t(8 * gi) * tile_scales,
-                                 gt * tile_scales * 2, cudaMemcpyDeviceToHost));
-      off += gt;
-    }
-    L.sub4 = quant::unpack_int4(p);
-  } else {
-    const size_t tile_bytes = size_t(k) * 16;
-    std::vector<uint8_t> packed(rows * k);
-    L.sc8.resize(rows);
-    const auto* sc = static_cast<const float*>(L.lin->scales());
-    size_t off = 0;
-    for (int gi : groups) {
-      const int gt = std::min(ntiles - 8 * gi, 8);
-      FUTR_CUDA_CHECK(cudaMemcpy(packed.data() + off * tile_bytes, L.lin->weights() + size_t(8 * gi) * tile_bytes,
-                                 gt * tile_bytes, cudaMemcpyDeviceToHost));
-      FUTR_CUDA_CHECK(cudaMemcpy(L.sc8.data() + off * 16, sc + size_t(8 * gi) * 16, gt * 64, cudaMemcpyDeviceToHost));
-      off += gt;
-    }
-    L.sub8 = quant::unpack_e4m3(int(rows), k, packed);
-  }
-  return L;
-}
-
-// One launch on fresh x, poisoned y; returns the relative error on the sample.
-double check(Layer& L, int m, const DecodeConfig* cfg, const std::string& what, double tol) {
-  const int n = L.lin->n(), k = L.lin->k();
-  const auto x = random_x(m, k);
-  cuda::DeviceBuffer<uint16_t> dx(x), dy(size_t(m) * n);
-  dy.fill_bytes(0xff);
-  if (cfg) {
-    L.lin->reserve(*cfg, m);
-    L.lin->forward(dx.get(), dy.get(), m, *cfg, nullptr);
-  } else {
-    L.lin->forward(dx.get(), dy.get(), m, nullptr);
-  }
-  FUTR_CUDA_CHECK(cudaDeviceSynchronize());
-  const auto y = dy.download();
-  const size_t rows = L.tiles.size() * 16;
-  std::vector<float> ref(size_t(m) * rows);
-  if (L.lin->format() == cuda::DecodeWeights::kInt4) ref::w4a16(L.sub4, x, m, ref);
-  else ref::w8a16(int(rows), k, L.sub8, L.sc8, x, m, ref);
-  std::vector<float> out(ref.size());
-  size_t non_finite = 0;
-  for (uint16_t h : y) non_finite += !std::isfinite(bf16_to_float(h));
-  for (int i = 0; i < m; ++i)
-    for (size_t t = 0; t < L.tiles.size(); ++t)
-      for (int ch = 0; ch < 16; ++ch)
-        out[size_t(i) * rows + t * 16 + ch] = bf16_to_float(y[size_t(i) * n + size_t(L.tiles[t]) * 16 + ch]);
-  const auto st = test::compare(out, ref);
-  const std::string conf = cuda::describe(cfg ? *cfg : L.lin->config(m));
-  EXPECT_EQ(non_finite, 0u) << what << " M=" << m << " " << conf << ": unwritten or non-finite outputs";
-  EXPECT_LT(st.rel_l2, tol) << what << " M=" << m << " " << conf;
-  double& w = worst()[(L.lin->format() == cuda::DecodeWeights::kInt4 ? "int4 " : "e4m3 ") +
-                      std::string(conf.substr(0, conf.find(' ')))];
-  w = std::max(w, st.rel_l2);
-  return st.rel_l2;
-}
-
-std::string name(const DecodeShape& s) { return std::string(s.model) + " " + s.proj; }
-
-class PrintWorst : public ::testing::Environment {
- public:
-  void TearDown() override {
-    for (const auto& [k, v] : worst()) std::printf("largest relative L2 error, %s: %.3g\n", k.c_str(), v);
-  }
-};
-const auto* const kPrintWorst = ::testing::AddGlobalTestEnvironment(new PrintWorst);
-
-}  // namespace
+using namespace test::w4a16;
 
 // ---- full shape list -----------------------------------------------------------
 
@@ -285,40 +148,24 @@ TEST(W4A16, EveryCompiledVariant) {
     DecodeConfig c;
   };
   std::vector<V> vs;
-  for (auto [g, tn, u] : {std::tuple{128, 2, 4}, {128, 1, 4}, {128, 1, 8}, {64, 1, 4}, {64, 2, 4}})
+  for (int g : {128, 64})
     for (int sp : {1, 5}) {
       DecodeConfig c;
-      c.kernel = DecodeKernel::kGemv, c.tn = tn, c.loads = u, c.splits = sp;
+      c.kernel = DecodeKernel::kGemv, c.tn = 1, c.loads = 4, c.splits = sp;
       vs.push_back({true, g, c});
     }
-  for (auto [int4, g, mt, tn] : {std::tuple{true, 128, 1, 1}, {true, 128, 1, 2}, {true, 128, 2, 1},
-                                 {true, 128, 2, 2}, {true, 128, 4, 1}, {true, 64, 1, 1}, {true, 64, 2, 1}, {true, 64, 4, 1},
+  for (auto [int4, g, mt, tn] : {std::tuple{true, 128, 1, 1}, {true, 128, 2, 1}, {true, 128, 2, 2},
+                                 {true, 128, 4, 1}, {true, 64, 1, 1}, {true, 64, 2, 1}, {true, 64, 4, 1},
                                  {false, 0, 1, 2}, {false, 0, 2, 2}, {false, 0, 4, 1}})
     for (int sp : {1, 3, 8}) {
       DecodeConfig c;
       c.kernel = DecodeKernel::kSkinny, c.mt = mt, c.tn = tn, c.splits = sp;
       vs.push_back({int4, g, c});
     }
-  // Stream kernel: every variant with the resident grid and with grids that cut
-  // the items into segments of every kind (one CTA for everything, groups
-  // shared by 2..many CTAs, CTAs spanning several groups).
-  for (auto [int4, g, mt, tn] : {std::tuple{true, 128, 1, 1}, {true, 128, 2, 1}, {true, 128, 4, 1},
-                                 {true, 128, 4, 2}, {true, 128, 1, 2}, {true, 128, 2, 2}, {true, 64, 1, 1},
-                                 {true, 64, 2, 1}, {true, 64, 4, 1}, {false, 0, 1, 1}, {false, 0, 2, 1},
-                                 {false, 0, 4, 1}})
-    for (auto [ctas, run] : {std::pair{0, 0}, {1, 0}, {7, 0}, {97, 0}, {0, 1}, {7, 3}, {97, 5}, {5, 40}}) {
-      DecodeConfig c;
-      c.kernel = DecodeKernel::kStream, c.mt = mt, c.tn = tn, c.ctas = ctas, c.run = run;
-      vs.push_back({int4, g, c});
-    }
-  // The stream-K gemv (M <= 8): every batch size and grids that cut groups.
-  for (int g : {128, 64})
-    for (auto [u, nb] : {std::pair{2, 1}, {4, 1}, {4, 2}})
-      for (int ctas : {0, 1, 7, 97}) {
-        DecodeConfig c;
-        c.kernel = DecodeKernel::kStreamK, c.loads = u, c.batches = nb, c.ctas = ctas;
-        vs.push_back({true, g, c});
-      }
+  // A build of fewer formats (FUTR_W4A16_VARIANTS) runs what it has.
+  std::erase_if(vs, [](const V& v) {
+    return !cuda::decode_compiled(v.int4 ? cuda::DecodeWeights::kInt4 : cuda::DecodeWeights::kE4M3, v.group, v.c);
+  });
   for (int g : {128, 64}) {
     const int n = 1024 + 16 * 5, k = g == 64 ? 1472 : 1536;  // N not a multiple of the CTA's columns
     Layer L4 = make_layer(true, n, k, g, 3);
@@ -359,7 +206,7 @@ TEST(W4A16, GraphReplayIsDeterministic) {
   }
 }
 
-// Programmatic dependent launch: a chain of stream kernels where each one reads
+// Programmatic dependent launch: a chain of decode GEMMs where each one reads
 // the previous one's output (x -> y1 -> y2 -> y3), captured with pdl=1, equals
 // the same chain run eagerly without PDL, bit for bit, over several replays.
 TEST(W4A16, PdlChainInGraphEqualsEager) {
@@ -375,10 +222,7 @@ TEST(W4A16, PdlChainInGraphEqualsEager) {
       const void* in[3] = {dx.get(), y1.get(), y2.get()};
       void* out[3] = {y1.get(), y2.get(), y3.get()};
       for (int i = 0; i < 3; ++i) {
-        // Alternate the heuristic's kernel (gemv / skinny) and the stream kernel.
-        DecodeConfig c = i == 1 ? cuda::decode_stream_heuristic(Ls[i].lin->format(), m, Ls[i].lin->n(),
-                                                                Ls[i].lin->k(), cuda::require_device().sm_count)
-                                : Ls[i].lin->config(m);
+        DecodeConfig c = Ls[i].lin->config(m);
         c.pdl = pdl;
         Ls[i].lin->reserve(c, m);
         Ls[i].lin->forward(in[i], out[i], m, c, st);
@@ -467,31 +311,6 @@ TEST(W4A16, GemvWithNormInputMatchesRmsnormThenGemv) {
   }
 }
 
-// The same for the stream-K kernel (sk, M <= 8): SwiGLU staged with x, bit for
-// bit equal to the separate kernel then sk, for several grids and batch sizes.
-TEST(W4A16, StreamKWithSwigluInputEqualsSwigluThenStreamK) {
-  FUTR_REQUIRE_GPU();
-  for (auto [n, k, g] : {std::tuple{576, 1536, 64}, {4096, 14336, 128}}) {
-    Layer L = make_layer(true, n, k, g, 1);
-    for (int m : {1, 3, 8}) {
-      const auto gu = random_x(m, 2 * k);
-      cuda::DeviceBuffer<uint16_t> dgu(gu), s(static_cast<size_t>(m) * k), want(static_cast<size_t>(m) * n),
-          got(static_cast<size_t>(m) * n);
-      cuda::swiglu(dgu.get(), s.get(), m, k, nullptr);
-      for (auto [u, nb, ctas] : {std::tuple{4, 1, 0}, {2, 1, 97}, {4, 2, 13}}) {
-        DecodeConfig c;
-        c.kernel = DecodeKernel::kStreamK, c.loads = u, c.batches = nb, c.ctas = ctas;
-        L.lin->reserve(c, m);
-        L.lin->forward(s.get(), want.get(), m, c, nullptr);
-        L.lin->forward(dgu.get(), got.get(), m, c, nullptr, true);
-        FUTR_CUDA_CHECK(cudaDeviceSynchronize());
-        EXPECT_EQ(got.download(), want.download()) << "N " << n << " K " << k << " M " << m << " loads " << u
-                                                   << " ctas " << ctas;
-      }
-    }
-  }
-}
-
 // ---- small set for compute-sanitizer (memcheck, racecheck) ----------------------
 
 TEST(W4A16Small, GemvSkinnySplitK) {
@@ -505,37 +324,11 @@ TEST(W4A16Small, GemvSkinnySplitK) {
     check(L, 9, &c, name(s) + " forced split", test::tol::kW4A16);
     c.seq = true;
     check(L, 9, &c, name(s) + " forced sequential split", test::tol::kW4A16);
-    DecodeConfig sk;
-    sk.kernel = DecodeKernel::kStreamK, sk.loads = 2, sk.ctas = 13;
-    check(L, 1, &sk, name(s) + " sk 13 CTAs", test::tol::kW4A16);
-    sk.loads = 4, sk.ctas = 0;
-    check(L, 7, &sk, name(s) + " sk resident grid", test::tol::kW4A16);
-    sk.batches = 2;
-    check(L, 1, &sk, name(s) + " sk 2 batches", test::tol::kW4A16);
   }
   Layer L = make_layer(true, 2048, 2048, 128, 2);
   for (int m : {1, 3, 32}) check(L, m, nullptr, "Llama-3.2-1B o", test::tol::kW4A16);
   Layer L8 = make_layer(false, 960, 576, 0, 2);
   for (int m : {1, 3, 20}) check(L8, m, nullptr, "SmolLM2-135M qkv e4m3", test::tol::kW8A16);
-}
-
-// The stream kernel's small set: memcheck and synccheck run it; racecheck
-// reports its bulk-copy (async proxy) writes against the consumers' reads of the
-// previous use of the slot although the empty/full mbarriers order them
-// (docs/RELIABILITY.md), so the racecheck step runs W4A16Small.* only.
-TEST(W4A16SmallStream, RingsAndRuns) {
-  FUTR_REQUIRE_GPU();
-  for (const DecodeShape& s : cuda::kDecodeShapes) {
-    if (std::string(s.model) != "SmolLM2-135M") continue;
-    Layer L = make_layer(true, s.n, s.k, s.group, 2);
-    DecodeConfig st;
-    st.kernel = DecodeKernel::kStream, st.mt = 1, st.tn = 1, st.ctas = 11;
-    check(L, 3, &st, name(s) + " stream 11 CTAs", test::tol::kW4A16);
-    st.mt = 4, st.tn = 1, st.ctas = 3;
-    check(L, 30, &st, name(s) + " stream 3 CTAs", test::tol::kW4A16);
-    st.mt = 2, st.ctas = 4, st.run = 3;
-    check(L, 12, &st, name(s) + " stream runs of 3", test::tol::kW4A16);
-  }
 }
 
 // ---- invalid requests fail loudly (host-side checks: no GPU needed) -------------
@@ -549,9 +342,9 @@ TEST(W4A16Invalid, ShapesAndConfigsAreRejected) {
     a.m = m, a.n = n, a.k = k, a.group = group;
     return a;
   };
-  DecodeConfig gemv;  // default: gemv tn=2 loads=4 splits=1
+  DecodeConfig gemv;  // default: gemv tn=1 loads=4 splits=1
   DecodeConfig sk;
-  sk.kernel = DecodeKernel::kSkinny, sk.mt = 1, sk.tn = 2, sk.splits = 1;
+  sk.kernel = DecodeKernel::kSkinny, sk.mt = 1, sk.tn = 1, sk.splits = 1;
   auto rejects = [](auto&& f, const char* needle) {
     try {
       f();
@@ -576,7 +369,7 @@ TEST(W4A16Invalid, ShapesAndConfigsAreRejected) {
   DecodeConfig bad2 = gemv;
   bad2.loads = 3;
   rejects([&] { cuda::decode_gemm(DecodeWeights::kInt4, args(1, 64, 128, 128), bad2, nullptr); },
-          "nearest supported: 'int4 g128 gemv tn=2 loads=");
+          "nearest supported: 'int4 g128 gemv tn=1 loads=4'");
   DecodeConfig bad3 = sk;
   bad3.tn = 4;
   rejects([&] { cuda::decode_gemm(DecodeWeights::kInt4, args(4, 64, 576, 64), bad3, nullptr); }, "nearest supported");
@@ -589,24 +382,22 @@ TEST(W4A16Invalid, ShapesAndConfigsAreRejected) {
   rejects([&] { cuda::apply_overrides(gemv, "tiles=3"); }, "unknown key");
   rejects([&] { cuda::apply_overrides(gemv, "kernel=fast"); }, "gemv, skinny, stream or sk");
   rejects([&] { cuda::apply_overrides(gemv, "pdl=2"); }, "expected 0 or 1");
-  DecodeConfig st;
-  st.kernel = DecodeKernel::kStream, st.mt = 1, st.tn = 1;
-  rejects([&] { cuda::decode_gemm(DecodeWeights::kInt4, args(1, 64, 1024, 128), st, nullptr); }, "workspace");
-  DecodeConfig st3 = st;
-  st3.tn = 3;
-  rejects([&] { cuda::decode_gemm(DecodeWeights::kInt4, args(1, 64, 1024, 128), st3, nullptr); },
-          "nearest supported: 'int4 g128 stream");
 }
 
 TEST(W4A16Invalid, HeuristicStaysInsideTheCompiledList) {
-  // Every heuristic choice for every listed shape and M names a compiled variant.
+  // Every heuristic choice for every listed shape and M names a compiled variant
+  // (of the formats this build compiles: FUTR_W4A16_VARIANTS).
   const auto variants = cuda::decode_variants();
+  auto format_compiled = [&](const std::string& prefix) {
+    return std::any_of(variants.begin(), variants.end(), [&](const std::string& v) { return v.rfind(prefix, 0) == 0; });
+  };
   for (const DecodeShape& s : cuda::kDecodeShapes)
     for (int m = 1; m <= 64; ++m)
       for (auto [f, group] : {std::pair{cuda::DecodeWeights::kInt4, s.group}, {cuda::DecodeWeights::kInt4, 64},
                               {cuda::DecodeWeights::kE4M3, 0}}) {
         const DecodeConfig c = cuda::decode_heuristic(f, m, s.n, s.k, kH200SmCount, group);
         std::string want = f == cuda::DecodeWeights::kInt4 ? "int4 g" + std::to_string(group) : "e4m3";
+        if (!format_compiled(want + " ")) continue;
         const std::string d = cuda::describe(c);
         want += " " + d.substr(0, std::min(d.find(" splits"), d.find(" ctas")));  // minus the grid
         EXPECT_NE(std::find(variants.begin(), variants.end(), want), variants.end())
