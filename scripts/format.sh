@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Formats the C++ and CUDA sources (.cu .cuh .cpp .h under src/ tests/ bench/
 # fuzz/ dev/, as git lists them) with .clang-format, in place. --check changes
-# nothing: it lists what differs and fails (ctest runs it: format_check).
+# nothing: it lists what differs and fails.
 # CLANG_FORMAT names another binary; the style was written for clang-format 14
 # (scripts/install-deps.sh installs it), and other versions may format a few
 # lines differently.
