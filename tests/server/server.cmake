@@ -26,3 +26,9 @@ endif()
 # sequential answers (the CPU engine in CI; the GPU engine on a Hopper GPU).
 futr_add_test(server_determinism_test SOURCES server/determinism_test.cpp
               LIBS futr_server futr_engines futr_formats PkgConfig::FUTR_HTTPLIB)
+
+# Every sampling parameter at the ends of its range through the server and the
+# real CPU engine (200 inside, 400 beyond, never a 500), with 200 slow
+# connections open.
+futr_add_test(server_sampling_sweep_test SOURCES server/sampling_sweep_test.cpp
+              LIBS futr_server futr_engines futr_formats PkgConfig::FUTR_HTTPLIB)
