@@ -10,7 +10,7 @@ futr_add_test(cli_chat_test SOURCES cli/chat_test.cpp LIBS futr_formats util)
 add_dependencies(cli_chat_test futr)
 target_compile_definitions(cli_chat_test PRIVATE FUTR_BINARY="$<TARGET_FILE:futr>")
 
-# Issue 14: hostile command lines (ranges, options that do not apply, limits, outputs).
+# Hostile command lines (ranges, options that do not apply, limits, outputs).
 futr_add_test(cli_hostile_test SOURCES cli/hostile_cli_test.cpp LIBS futr_core)
 add_dependencies(cli_hostile_test futr)
 target_compile_definitions(cli_hostile_test PRIVATE FUTR_BINARY="$<TARGET_FILE:futr>")

@@ -14,7 +14,7 @@ futr_add_test(info_command_test SOURCES formats/info_command_test.cpp LIBS futr_
 add_executable(gguf_dump_tool formats/gguf_dump_tool.cpp)
 target_link_libraries(gguf_dump_tool PRIVATE futr_formats futr_warnings)
 
-# Issue 14: hostile inputs across every reader, loaded and inspected.
+# Hostile inputs across every reader, loaded and inspected.
 futr_add_test(hostile_input_test SOURCES formats/hostile_input_test.cpp LIBS futr_formats)
 # The block decoders against the Python `gguf` package (ggml_reference.py, run
 # with $FUTR_PYTHON): random blocks and a model file gguf writes.

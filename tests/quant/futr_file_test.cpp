@@ -270,7 +270,7 @@ TEST(FutrFile, HostileHeaders) {
   expect(edit([](json& h) { h["format"] = 5; }), "does not say format");
 }
 
-// Issue 14 class 2: the .futr reader is as strict as the GGUF reader. Each
+// The .futr reader is as strict as the GGUF reader. Each
 // edit of a good header gets a futr::Error naming the file and the problem.
 TEST(FutrFile, StrictHeaderTable) {
   const Model m = tiny();
