@@ -3,7 +3,8 @@
 # each for SECONDS (default 120) on its committed seed corpus (fuzz/corpus/T),
 # keeping what it finds in build-fuzz/corpus/T. Crashes are written to
 # build-fuzz/artifacts/. Usage: fuzz/run.sh [SECONDS] [TARGET...]
-# (targets: gguf safetensors hf_config futr tokenizer_json). Inputs up to
+# (targets: gguf safetensors hf_config futr tokenizer_json chat_template
+# server_request). Inputs up to
 # 1.2 MB (deep JSON nesting needs large inputs). Runs at nice 19 on one core.
 # RUNS=N stops each target after N executions instead; MAX_LEN=B caps inputs
 # at B bytes instead of 1.2 MB (the 10-million runs: fuzz/README.md says why).
@@ -12,14 +13,16 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-120}
 shift || true
-targets=${*:-gguf safetensors hf_config futr tokenizer_json}
+targets=${*:-gguf safetensors hf_config futr tokenizer_json chat_template server_request}
 runs=${RUNS:+-runs=$RUNS}
 max_len=${MAX_LEN:-1200000}
 export PATH="/usr/local/cuda/bin:$PATH"
+# Paths relative to the checkout in ccache's keys, as scripts/build.sh sets them.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}" CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-1}"
 cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DFUTR_BUILD_FUZZ=ON \
-  -DFUTR_BUILD_TESTS=OFF -DFUTR_BUILD_BENCH=OFF >/dev/null
-nice ninja -C build-fuzz $(for t in $targets; do echo "${t}_fuzz"; done)
+  -DFUTR_BUILD_TESTS=OFF -DFUTR_BUILD_BENCH=OFF ${FUTR_CUDA:+-DFUTR_CUDA=$FUTR_CUDA} >/dev/null
+nice -n 19 ninja -C build-fuzz ${JOBS:+-j $JOBS} $(for t in $targets; do echo "${t}_fuzz"; done)
 mkdir -p build-fuzz/artifacts
 status=0
 for t in $targets; do

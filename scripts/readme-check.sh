@@ -2,10 +2,9 @@
 # Runs the README's commands, in the README's order, in a fresh clone of this
 # repository in DIR/futr (with no DIR/shared, the clone has no ../shared: what
 # a new user has), and records each command's exit status, wall time and last
-# lines in DIR/readme-check.log; a summary table is printed last. Issue 15's
-# check ("in a fresh clone in a temporary directory with no ../shared, the
-# README's commands all work"). The README's order, except that the two test
-# commands run last.
+# lines in DIR/readme-check.log; a summary table is printed last: in a fresh
+# clone in a temporary directory with no ../shared, the README's commands all
+# work. The README's order, except that the two test commands run last.
 #
 #   usage: scripts/readme-check.sh DIR [--skip-tests] [--skip-slow]
 #     --skip-tests  leaves out scripts/test.sh and scripts/test-sanitize.sh

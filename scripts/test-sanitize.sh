@@ -41,5 +41,5 @@ cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 # the normal build: they skip without a GPU and their device code is not
 # instrumented anyway).
 cmake --build "$B" -j "$JOBS" --target cpu_tests gguf_fuzz safetensors_fuzz hf_config_fuzz futr_fuzz \
-  tokenizer_json_fuzz
+  tokenizer_json_fuzz chat_template_fuzz server_request_fuzz
 cd "$B" && ctest --output-on-failure -j "$JOBS" -L 'cpu|fuzz' "$@"

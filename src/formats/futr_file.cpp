@@ -8,6 +8,7 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -16,6 +17,7 @@
 #include "core/json.h"
 #include "core/numeric.h"
 #include "core/text.h"
+#include "quant/delayed_scaling.h"
 #include "quant/fp8_weights.h"
 #include "quant/int4_pack.h"
 #include "quant/int4_quant.h"
@@ -137,7 +139,13 @@ std::pair<json, Layout> build(const Model& model, const std::vector<const quant:
     json f{{"format", to_string(set->format)}, {"method", set->method}};
     if (!set->fp8_initial_amax.empty()) {
       json amax = json::object();  // by site name, docs/FORMATS.md
-      for (const auto& [site, a] : set->fp8_initial_amax) amax[site_name(site)] = a;
+      for (const auto& [site, a] : set->fp8_initial_amax) {
+        // What the reader accepts (never a file that fails to load).
+        FUTR_CHECK(a >= quant::kFp8MinCalibratedAmax && a <= quant::kFp8MaxCalibratedAmax,
+                   ".futr writer: calibrated amax {} of site '{}' is outside [{}, {}]", a, site_name(site),
+                   quant::kFp8MinCalibratedAmax, quant::kFp8MaxCalibratedAmax);
+        amax[site_name(site)] = a;
+      }
       f["fp8_initial_amax"] = amax;
     }
     formats.push_back(f);
@@ -158,6 +166,10 @@ std::pair<json, Layout> build(const Model& model, const std::vector<const quant:
           e["scale_offset"] = s_off;
           e["scale_bytes"] = sb;
         } else if (t.format == WeightFormat::kFp8) {
+          for (float sc : t.fp8.scale)
+            FUTR_CHECK(sc >= quant::kFp8MinWeightScale && sc <= quant::kFp8MaxWeightScale,
+                       ".futr writer: '{}' has FP8 scale {}, outside [{}, {}]", name, sc, quant::kFp8MinWeightScale,
+                       quant::kFp8MaxWeightScale);
           const uint64_t w_off = data.add(t.fp8.w);
           const uint64_t s_off = data.add(as_bytes(t.fp8.scale));
           e = tensor_entry(name, "e4m3", {t.n, t.k}, w_off, t.fp8.w.size());
@@ -443,8 +455,9 @@ quant::QuantizedWeights FutrFile::read_weights(WeightFormat f) const {
             } catch (const Error& e) {
               fail("{}: fp8_initial_amax: {}", name_, e.what());
             }
-            out.fp8_initial_amax[id] =
-                float(json_float(v, name_ + ": fp8_initial_amax['" + printable(site, 100) + "']", 0.0, FLT_MAX));
+            // Finite and within what activations can be (quant/delayed_scaling.h).
+            out.fp8_initial_amax[id] = float(json_float(v, name_ + ": fp8_initial_amax['" + printable(site, 100) + "']",
+                                                        quant::kFp8MinCalibratedAmax, quant::kFp8MaxCalibratedAmax));
           }
         }
       }
@@ -506,8 +519,12 @@ quant::QuantizedWeights FutrFile::read_weights(WeightFormat f) const {
                    "{}: tensor '{}' has folded_gain, but its input is not the normed hidden state (only q, k, v, "
                    "gate and up can fold a norm gain)",
                    name_, pname);
-        for (float s : q.fp8.scale)
-          FUTR_CHECK(std::isfinite(s) && s > 0.0f, "{}: tensor '{}' has a bad FP8 scale {}", name_, pname, s);
+        for (size_t r = 0; r < q.fp8.scale.size(); ++r) {  // finite, positive, what a weight can be
+          const float s = q.fp8.scale[r];
+          FUTR_CHECK(s >= quant::kFp8MinWeightScale && s <= quant::kFp8MaxWeightScale,
+                     "{}: tensor '{}' has FP8 scale {} (row {}), outside [{}, {}]", name_, pname, s, r,
+                     quant::kFp8MinWeightScale, quant::kFp8MaxWeightScale);
+        }
         for (size_t i = 0; i < q.fp8.w.size(); ++i)  // E4M3 has one NaN pattern per sign and no Inf
           FUTR_CHECK((q.fp8.w[i] & 0x7f) != 0x7f, "{}: tensor '{}' holds an E4M3 NaN (element {})", name_, pname, i);
       } else if (f == WeightFormat::kBf16) {
@@ -539,6 +556,46 @@ quant::QuantizedWeights FutrFile::read_weights(WeightFormat f) const {
     fail("{}: bad tensor entry in the .futr header: {}", name_, e.what());
   }
   return out;
+}
+
+// Every stored tensor is one this model uses, as the GGUF and Hugging Face
+// readers require: the dense tensors token_embd, output_norm, output (only
+// when the embeddings are not tied), blk.L.attn_norm and blk.L.ffn_norm for
+// the config's layers; the projections of those layers, each in a format
+// that "weight_sets" lists. Anything else (a tensor of another architecture,
+// a layer beyond the config, a format without its set) is refused by name.
+void FutrFile::check_tensors_used(const ModelConfig& cfg) const {
+  std::set<std::string> dense = {"token_embd", "output_norm"};
+  if (!cfg.tied_embeddings) dense.insert("output");
+  for (int l = 0; l < cfg.n_layers; ++l) {
+    dense.insert(fmt::format("blk.{}.attn_norm", l));
+    dense.insert(fmt::format("blk.{}.ffn_norm", l));
+  }
+  std::set<std::string> sets;
+  for (WeightFormat f : formats()) sets.insert(to_string(f));
+  for (const json& e : header_["tensors"]) {
+    const std::string name = e.at("name").get<std::string>();
+    const std::string pname = printable(name, 100);
+    if (!e.contains("format")) {
+      FUTR_CHECK(!(name == "output" && cfg.tied_embeddings),
+                 "{}: unexpected tensor 'output' (the config ties the LM head to the embeddings)", name_);
+      FUTR_CHECK(dense.count(name), "{}: unexpected tensor '{}' (not a tensor of this model's {} layers)", name_,
+                 pname, cfg.n_layers);
+      continue;
+    }
+    const std::string format = e["format"].get<std::string>();
+    FUTR_CHECK(sets.count(format), "{}: tensor '{}' is stored as '{}', but no weight set of that format is listed",
+               name_, pname, printable(format, 40));
+    ProjId id;
+    try {
+      id = parse_projection_name(name);
+    } catch (const Error&) {
+      id = {};
+    }
+    FUTR_CHECK(id.layer >= 0 && id.layer < cfg.n_layers,
+               "{}: unexpected {} tensor '{}' (not a projection of this model's {} layers)", name_,
+               printable(format, 40), pname, cfg.n_layers);
+  }
 }
 
 Model FutrFile::to_model(bool with_weights) const {
@@ -663,6 +720,7 @@ Model FutrFile::to_model(bool with_weights) const {
       m.sources.push_back(s);
       if (!e.contains("format")) dense[name] = &e;
     }
+    check_tensors_used(cfg);
     if (!with_weights) return m;
 
     auto load_dense = [&](const std::string& name, std::vector<int64_t> shape) {

@@ -28,9 +28,15 @@
 // crash or an absurd allocation): the header is nested at most 64 deep
 // (core/json.h); every number must fit its field's range (no wrapping, no
 // 1e300 -> inf); blobs lie inside the data section, 64-byte aligned, and never
-// overlap; no tensor appears twice; scales and weights are finite (checked at
-// load, naming the tensor); folded_gain is allowed only on projections whose
-// input is the hidden state (q, k, v, gate, up). A version newer than this reader whose
+// overlap; no tensor appears twice; every tensor is one the model uses (a
+// dense tensor of the config's layers or a projection of them in a format of
+// "weight_sets"; anything else is refused by name, as GGUF and Hugging Face
+// readers do); scales and weights are finite (checked at load, naming the
+// tensor); FP8 weight scales lie in [2^-64, 2^16] and calibrated amax values
+// in [2^-24, 2^24] (quant/fp8_weights.h, quant/delayed_scaling.h: what weights
+// and activations can be; the message names the tensor or site and the
+// value); folded_gain is allowed only on projections whose input is the hidden
+// state (q, k, v, gate, up). A version newer than this reader whose
 // "oldest reader" field is still <= kFutrFormatVersion is read, otherwise the
 // error says which futr version is needed.
 //
@@ -97,6 +103,7 @@ class FutrFile {
  private:
   void parse();
   void check_blobs() const;
+  void check_tensors_used(const ModelConfig& cfg) const;
   std::span<const uint8_t> blob(const nlohmann::json& t, const char* off_key, const char* size_key,
                                 uint64_t expect) const;
   std::string name_;

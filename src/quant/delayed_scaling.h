@@ -84,6 +84,15 @@ struct DelayedScalingConfig {
 inline constexpr float kFp8MinScale = 0x1p-120f;
 inline constexpr float kFp8MaxScale = 0x1p120f;
 
+// The calibrated initial amax a .futr file may carry per site (checked by the
+// reader naming the site and value, kept to by futr quantize): [2^-24, 2^24].
+// NOTE: the largest activations reported for Llama-family models (the
+// attention sink's massive activations) are ~1e4 (SmolLM2's residual stream:
+// ~2e4), about 1/800 of the upper bound; below 2^-24 a site carries no signal
+// that FP8 could keep. Inside the bounds, next_scale() never reaches its clamp.
+inline constexpr float kFp8MinCalibratedAmax = 0x1p-24f;
+inline constexpr float kFp8MaxCalibratedAmax = 0x1p24f;
+
 // The scale for window maximum m (> 0) and margin: m * margin / 448 * (1 + 2^-20), clamped.
 float next_scale(float window_max, float margin);
 

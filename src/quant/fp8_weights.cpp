@@ -37,13 +37,18 @@ Fp8Weights quantize_fp8(std::span<const float> w, int n, int k, bool folded_gain
       finite = finite && std::isfinite(row[c]);
       amax = std::max(amax, std::fabs(row[c]));
     }
-    // An all-zero row keeps scale 1 (any scale represents it exactly).
-    const float s = (finite && amax > 0.0f) ? amax / kE4M3Max : 1.0f;
+    // An all-zero row keeps scale 1 (any scale represents it exactly); a row
+    // of tiny values gets the smallest scale (see kFp8MinWeightScale).
+    const float s = (finite && amax > 0.0f) ? std::max(amax / kE4M3Max, kFp8MinWeightScale) : 1.0f;
     out.scale[size_t(r)] = finite ? s : NAN;
     for (int c = 0; c < k; ++c) out.w[size_t(r) * size_t(k) + size_t(c)] = float_to_e4m3(row[c] / s);
   }
-  for (int r = 0; r < n; ++r)
+  for (int r = 0; r < n; ++r) {
     FUTR_CHECK(std::isfinite(out.scale[size_t(r)]), "{}: row {} holds a non-finite weight", name, r);
+    FUTR_CHECK(out.scale[size_t(r)] <= kFp8MaxWeightScale,
+               "{}: row {} holds a weight of magnitude {} (FP8 weights are stored up to {})", name, r,
+               out.scale[size_t(r)] * kE4M3Max, kFp8MaxWeightScale * kE4M3Max);
+  }
   return out;
 }
 

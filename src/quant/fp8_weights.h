@@ -24,6 +24,17 @@
 
 namespace futr::quant {
 
+// The per-channel scales futr writes and reads (.futr files; the reader names
+// the tensor, row and value of one outside): [2^-64, 2^16], i.e. a row's
+// largest |W'| = 448 b_s up to ~2.9e7. NOTE: trained weights (with a norm gain
+// folded in) are orders of magnitude below that; quantize_fp8() raises the
+// scale of a row whose largest value is below 448 * 2^-64 (~2.4e-17) to
+// 2^-64 (its values then carry an absolute error of at most 2^-74, half
+// E4M3's smallest step at that scale) and refuses a row above the bound,
+// naming the tensor.
+inline constexpr float kFp8MinWeightScale = 0x1p-64f;
+inline constexpr float kFp8MaxWeightScale = 0x1p16f;
+
 struct Fp8Weights {
   int n = 0;                  // output channels N
   int k = 0;                  // inputs K

@@ -8,7 +8,10 @@
 #include <limits>
 #include <numeric>
 
+#include <fmt/format.h>
+
 #include "core/error.h"
+#include "core/json.h"
 
 namespace futr::quant {
 
@@ -16,6 +19,7 @@ namespace {
 
 constexpr char kMagic[8] = {'F', 'U', 'T', 'R', 'K', 'L', 'B', '\0'};
 constexpr uint32_t kVersion = 1;
+constexpr uint64_t kMaxMetaBytes = uint64_t(1) << 20;  // the metadata futr writes is ~200 bytes
 
 // max_j z_j and log sum_j exp(z_j - max) in double.
 void log_sum_exp(std::span<const float> z, double& mx, double& lse) {
@@ -107,6 +111,8 @@ void KlBase::write(const std::string& path, const nlohmann::json& meta) const {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
   FUTR_CHECK(f.good(), "{}: cannot open for writing", path);
   const std::string js = meta.dump();
+  FUTR_CHECK(js.size() <= kMaxMetaBytes, "{}: KL base metadata of {} bytes, more than the limit of {}", path,
+             js.size(), kMaxMetaBytes);
   f.write(kMagic, 8);
   put(f, kVersion);
   put(f, uint32_t(k_));
@@ -156,14 +162,18 @@ KlBase KlBase::read(const std::string& path) {
              "{}: KL base sizes do not add up ({} entries of {} bytes + {} bytes of metadata in a file "
              "of {} bytes)",
              path, entries, per, json_bytes, size);
+  // The metadata through the one JSON entry point (core/json.h: nesting,
+  // duplicate keys, size), its size checked before it is read.
+  FUTR_CHECK(json_bytes <= kMaxMetaBytes, "{}: KL base metadata of {} bytes, more than the limit of {}", path,
+             json_bytes, kMaxMetaBytes);
   KlBase b(static_cast<int>(k), static_cast<int>(vocab));
   std::string js(size_t(json_bytes), '\0');
   f.read(js.data(), std::streamsize(js.size()));
-  try {
-    b.meta_ = nlohmann::json::parse(js);
-  } catch (const std::exception& e) {
-    fail("{}: KL base metadata is not valid JSON: {}", path, e.what());
-  }
+  b.meta_ = parse_json_document(js, path + ": KL base metadata", kMaxJsonDepth, kMaxMetaBytes);
+  FUTR_CHECK(b.meta_.is_object(), "{}: KL base metadata is not a JSON object", path);
+  for (const char* key : {"ctx", "stride"})  // what futr perplexity --kl-base compares with its run
+    if (b.meta_.contains(key)) json_int(b.meta_[key], fmt::format("{}: KL base metadata {}", path, key), 0, INT32_MAX);
+  if (b.meta_.contains("tokens")) json_int(b.meta_["tokens"], path + ": KL base metadata tokens", 0, INT64_MAX);
   b.entries_.resize(size_t(entries));
   for (KlEntry& e : b.entries_) {
     e.ids.resize(k);

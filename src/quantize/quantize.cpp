@@ -12,6 +12,7 @@
 #include "core/numeric.h"
 #include "cpu_engine/quant_forward.h"
 #include "cpu_engine/threads.h"
+#include "quant/delayed_scaling.h"
 #include "quant/fp8_weights.h"
 #include "quant/int4_quant.h"
 
@@ -358,7 +359,10 @@ quant::QuantizedWeights quantize_model(const Model& model, const QuantizeOptions
       // The calibration maximum itself: headroom is costly here (sites with massive
       // activations have no spare dynamic range, docs/QUANTIZATION.md).
       // Bank ids are kInputSites * layer + site (cpu_engine/quant_forward.h).
-      if (st && st->stats().max_amax > 0.0f)
+      // A site outside what a .futr may carry (no signal, or beyond any real
+      // activation) keeps the engine's default initial amax.
+      if (st && st->stats().max_amax >= quant::kFp8MinCalibratedAmax &&
+          st->stats().max_amax <= quant::kFp8MaxCalibratedAmax)
         out.fp8_initial_amax[SiteId{s / kInputSites, InputSite(s % kInputSites)}] = st->stats().max_amax;
     }
   }

@@ -203,22 +203,37 @@ class Regex {
   bool jit_ = false;
 };
 
-// Per-call matching state: match data and a JIT stack big enough for long pieces.
+// The JIT stack of the calling thread, big enough for long pieces (it grows up
+// to kJitStackMax), created on the thread's first match. One stack serves
+// every Matcher of the thread: PCRE2 uses it only inside pcre2_match(), and
+// the matches of one thread never overlap (a nested Matcher, the smollm
+// words inside digit stretches, runs between its caller's matches).
+// NOTE: a stack per Matcher, i.e. per encode() call, mapped and unmapped
+// 8 MiB each time: a chat prompt encodes three segments per message.
+pcre2_jit_stack* thread_jit_stack() {
+  struct Stack {
+    pcre2_jit_stack* s = pcre2_jit_stack_create(32 << 10, kJitStackMax, nullptr);
+    ~Stack() {
+      if (s) pcre2_jit_stack_free(s);
+    }
+  };
+  thread_local Stack stack;
+  return stack.s;
+}
+
+// Per-call matching state: match data, and the thread's JIT stack.
 class Matcher {
  public:
   explicit Matcher(const Regex& re) : re_(re) {
     md_ = pcre2_match_data_create_from_pattern(re.code(), nullptr);
     ctx_ = pcre2_match_context_create(nullptr);
-    if (re.jit()) {
-      stack_ = pcre2_jit_stack_create(32 << 10, kJitStackMax, nullptr);
-      pcre2_jit_stack_assign(ctx_, nullptr, stack_);
-    }
-    FUTR_CHECK(md_ && ctx_ && (!re.jit() || stack_), "tokenizer: out of memory creating PCRE2 match data");
+    pcre2_jit_stack* stack = re.jit() ? thread_jit_stack() : nullptr;
+    if (stack) pcre2_jit_stack_assign(ctx_, nullptr, stack);
+    FUTR_CHECK(md_ && ctx_ && (!re.jit() || stack), "tokenizer: out of memory creating PCRE2 match data");
   }
   ~Matcher() {
     pcre2_match_data_free(md_);
     pcre2_match_context_free(ctx_);
-    if (stack_) pcre2_jit_stack_free(stack_);
   }
   Matcher(const Matcher&) = delete;
   Matcher& operator=(const Matcher&) = delete;
@@ -250,7 +265,6 @@ class Matcher {
   const Regex& re_;
   pcre2_match_data* md_ = nullptr;
   pcre2_match_context* ctx_ = nullptr;
-  pcre2_jit_stack* stack_ = nullptr;
 };
 
 enum class Pre { Gpt2, SmolLM, Llama3 };

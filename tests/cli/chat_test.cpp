@@ -72,7 +72,7 @@ TEST(FutrChat, TurnsKeepTheirHistoryInTheCache) {
   std::printf("%s%s", r.out.c_str(), r.err.c_str());
 }
 
-// Issue 14 class 6: a line that spells the template's control tokens is the
+// A line that spells the template's control tokens is the
 // user's text, on the first turn (the whole conversation encoded) and on a
 // later one (only the new turn encoded, after the cached history). The
 // prompt token counts on stderr are those of ChatTemplate::encode, which

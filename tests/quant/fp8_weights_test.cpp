@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "core/numeric.h"
 #include "quant/quant_test_util.h"
 
@@ -46,4 +48,23 @@ TEST(Fp8Weights, Errors) {
   w[9] = INFINITY;
   EXPECT_FUTR_ERROR(quantize_fp8(w, 2, 8, false, "blk.0.ffn_down"), "blk.0.ffn_down: row 1 holds a non-finite weight");
   EXPECT_FUTR_ERROR(quantize_fp8(w, 3, 8, false, "x"), "x: 16 values for an FP8 weight [3, 8]");
+}
+
+// Scales stay in [kFp8MinWeightScale, kFp8MaxWeightScale] (what a .futr may
+// hold): a row of tiny values gets the smallest scale (its values within
+// half of E4M3's smallest step at that scale, 2^-74), a row beyond the
+// largest weight is refused naming the tensor and row.
+TEST(Fp8Weights, ScalesStayInTheirBounds) {
+  std::vector<float> w(16, 1e-30f);
+  w[3] = -3e-30f;
+  const Fp8Weights q = quantize_fp8(w, 2, 8, false, "t");
+  EXPECT_EQ(q.scale[0], kFp8MinWeightScale);
+  EXPECT_EQ(q.scale[1], kFp8MinWeightScale);
+  const std::vector<float> d = dequantize_fp8(q);
+  for (size_t i = 0; i < w.size(); ++i) EXPECT_LE(std::fabs(d[i] - w[i]), 0x1p-74f) << i;
+  std::vector<float> big(16, 1.0f);
+  big[12] = 1e9f;
+  EXPECT_FUTR_ERROR(quantize_fp8(big, 2, 8, false, "blk.0.ffn_up"), "blk.0.ffn_up: row 1 holds a weight of magnitude");
+  big[12] = kFp8MaxWeightScale * 448.0f;  // the largest allowed
+  EXPECT_EQ(quantize_fp8(big, 2, 8, false, "t").scale[1], kFp8MaxWeightScale);
 }

@@ -12,11 +12,14 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include "core/numeric.h"
 #include "quantize/quantize.h"
 #include "cpu_engine/quant_model.h"
 #include "formats/loader.h"
+#include "quant/delayed_scaling.h"
+#include "quant/fp8_weights.h"
 #include "quant/int4_quant.h"
 #include "quant/quant_test_util.h"
 
@@ -81,6 +84,16 @@ std::vector<uint8_t> with_header(const std::vector<uint8_t>& bytes, const std::f
   out.resize((out.size() + 63) / 64 * 64, 0);
   out.insert(out.end(), bytes.begin() + long(data), bytes.end());
   return out;
+}
+
+// The message of the futr::Error that f throws ("" if none).
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return {};
 }
 
 }  // namespace
@@ -257,7 +270,7 @@ TEST(FutrFile, HostileHeaders) {
   expect(edit([](json& h) { h["format"] = 5; }), "does not say format");
 }
 
-// Issue 14 class 2: the .futr reader is as strict as the GGUF reader. Each
+// The .futr reader is as strict as the GGUF reader. Each
 // edit of a good header gets a futr::Error naming the file and the problem.
 TEST(FutrFile, StrictHeaderTable) {
   const Model m = tiny();
@@ -399,11 +412,124 @@ TEST(FutrFile, NonFiniteValuesNameTheTensor) {
                     "tensor 'blk.1.ffn_gate' holds an E4M3 NaN (element 5)");
   EXPECT_FUTR_ERROR(FutrFile(poke(f8, "blk.1.ffn_gate", "fp8", "scale_offset", 0, {0, 0, 0xc0, 0x7f}), "x.futr")
                         .to_model(true),
-                    "tensor 'blk.1.ffn_gate' has a bad FP8 scale nan");
+                    "tensor 'blk.1.ffn_gate' has FP8 scale nan (row 0), outside");
   EXPECT_FUTR_ERROR(FutrFile(poke(b16, "blk.0.ffn_up", "bf16", "offset", 4, {0x80, 0x7f}), "x.futr").to_model(true),
                     "tensor 'blk.0.ffn_up' holds a non-finite value (element 2)");
   EXPECT_FUTR_ERROR(FutrFile(poke(i4, "output_norm", "", "offset", 0, {0xc0, 0xff}), "x.futr").to_model(true),
                     "tensor 'output_norm' holds a non-finite value");
+}
+
+// FP8 scales and calibrated amax values are finite, positive and within what
+// weights and activations can be (quant/fp8_weights.h, quant/delayed_scaling.h);
+// the message names the file, the tensor (row) or site, and the value. The
+// bounds themselves load.
+TEST(FutrFile, Fp8ScalesAndAmaxAreRangeChecked) {
+  const Model m = tiny();
+  const Sets s = quantize_all(m);
+  const std::vector<uint8_t> good = futr_bytes(m, {&s.fp8});
+  auto scale_at = [&](size_t row, float v) {
+    std::vector<uint8_t> b = good;
+    uint64_t hb = 0;
+    std::memcpy(&hb, b.data() + 16, 8);
+    const json h = json::parse(b.begin() + 24, b.begin() + 24 + long(hb));
+    const uint64_t data = (24 + hb + 63) / 64 * 64;
+    for (const json& t : h["tensors"])
+      if (t["name"] == "blk.1.attn_v" && t.value("format", std::string()) == "fp8")
+        std::memcpy(b.data() + data + t["scale_offset"].get<uint64_t>() + row * 4, &v, 4);
+    return b;
+  };
+  const struct {
+    float v;
+    const char* error;
+  } scales[] = {{0.0f, "scale 0 (row 2)"},          {-1.0f, "scale -1 (row 2)"},
+                {1e-40f, "scale 1e-40 (row 2)"},    {1e30f, "scale 1e+30 (row 2)"},
+                {INFINITY, "scale inf (row 2)"},    {0x1p-65f, "scale 2.7105054e-20 (row 2)"},
+                {0x1p17f, "scale 131072 (row 2)"}};
+  for (const auto& c : scales) {
+    SCOPED_TRACE(c.error);
+    const std::vector<uint8_t> b = scale_at(2, c.v);
+    const std::string e = error_of([&] { FutrFile(b, "x.futr").to_model(true); });
+    EXPECT_NE(e.find("x.futr: tensor 'blk.1.attn_v' has FP8 "), std::string::npos) << e;
+    EXPECT_NE(e.find(c.error), std::string::npos) << e;
+  }
+  for (float ok : {quant::kFp8MinWeightScale, quant::kFp8MaxWeightScale}) {
+    const std::vector<uint8_t> b = scale_at(2, ok);
+    EXPECT_NO_THROW(FutrFile(b, "x.futr").to_model(true));
+  }
+
+  auto amax = [&](json v) {
+    return with_header(good, [&](json& h) { h["weight_sets"][0]["fp8_initial_amax"]["blk.0.attn_in"] = v; });
+  };
+  for (const json& v : {json(0.0), json(-3.0), json(1e-30), json(1e9), json(1e300), json("12")}) {
+    SCOPED_TRACE(v.dump());
+    const std::vector<uint8_t> b = amax(v);
+    const std::string e = error_of([&] { FutrFile(b, "x.futr").read_weights(WeightFormat::kFp8); });
+    EXPECT_EQ(e.rfind("x.futr: fp8_initial_amax['blk.0.attn_in']", 0), 0u) << e;
+  }
+  for (float ok : {quant::kFp8MinCalibratedAmax, quant::kFp8MaxCalibratedAmax}) {
+    const std::vector<uint8_t> b = amax(ok);
+    EXPECT_EQ(FutrFile(b, "x.futr").read_weights(WeightFormat::kFp8).fp8_initial_amax.at({0, InputSite::kAttnIn}),
+              ok);
+  }
+  // The writer never writes what the reader refuses.
+  quant::QuantizedWeights bad = s.fp8;
+  bad.fp8_initial_amax[SiteId{1, InputSite::kOIn}] = 0.0f;
+  EXPECT_FUTR_ERROR(futr_bytes(m, {&bad}), "calibrated amax 0 of site 'blk.1.o_in' is outside");
+  bad = s.fp8;
+  bad.tensors.begin()->second.fp8.scale[0] = 1e30f;
+  EXPECT_FUTR_ERROR(futr_bytes(m, {&bad}), "has FP8 scale 1e+30, outside");
+}
+
+// Every tensor of a .futr is one the model uses, as the GGUF and Hugging Face
+// readers require: a tensor of another architecture, a layer beyond the
+// config, an LM head the config ties away, or projections in a format no
+// weight set lists are refused by name (before: loaded and ignored).
+TEST(FutrFile, TensorsTheModelDoesNotUseAreRefused) {
+  Model m = tiny();
+  m.config.tied_embeddings = false;  // an LM head of its own, so that a config can tie it away
+  m.weights.lm_head = m.weights.tok_embd;
+  const Sets s = quantize_all(m);
+  const std::vector<uint8_t> good = futr_bytes(m, {&s.int4, &s.fp8});
+  // An extra entry with an empty blob (no overlap with the others).
+  auto extra = [](const std::string& name, const std::string& format) {
+    return [=](json& h) {
+      json e = {{"name", name}, {"kind", "f32"}, {"shape", {1}}, {"offset", 0}, {"bytes", 0}};
+      if (!format.empty()) {
+        e["kind"] = "bf16";
+        e["shape"] = {1, 1};
+        e["format"] = format;
+      }
+      h["tensors"].push_back(e);
+    };
+  };
+  const struct {
+    const char* what;
+    std::function<void(json&)> edit;
+    const char* error;
+  } cases[] = {
+      {"rope_freqs", extra("rope_freqs", ""), "unexpected tensor 'rope_freqs' (not a tensor of this model's 2 layers)"},
+      {"a norm of layer 2", extra("blk.2.attn_norm", ""), "unexpected tensor 'blk.2.attn_norm'"},
+      {"a dense projection", extra("blk.0.attn_q", ""), "unexpected tensor 'blk.0.attn_q'"},
+      {"a projection of layer 9", extra("blk.9.attn_q", "int4"), "unexpected int4 tensor 'blk.9.attn_q'"},
+      {"another architecture's projection", extra("blk.0.attn_qkv", "fp8"), "unexpected fp8 tensor 'blk.0.attn_qkv'"},
+      {"a format without its set", extra("blk.0.attn_q", "bf16"),
+       "tensor 'blk.0.attn_q' is stored as 'bf16', but no weight set of that format is listed"},
+      {"a set removed", [](json& h) { h["weight_sets"].erase(1); },
+       "is stored as 'fp8', but no weight set of that format is listed"},
+      {"an LM head the config ties away", [](json& h) { h["config"]["tied_embeddings"] = true; },
+       "unexpected tensor 'output' (the config ties the LM head to the embeddings)"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.what);
+    const std::vector<uint8_t> b = with_header(good, c.edit);
+    const FutrFile f(b, "extra.futr");
+    for (bool weights : {false, true}) {
+      const std::string e = error_of([&] { f.to_model(weights); });
+      EXPECT_NE(e.find(c.error), std::string::npos) << e;
+      EXPECT_EQ(e.rfind("extra.futr: ", 0), 0u) << e;
+    }
+  }
+  EXPECT_NO_THROW(FutrFile(good, "good.futr").to_model(true));
 }
 
 // A config that disagrees with the file's own tensor table is refused before

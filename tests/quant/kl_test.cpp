@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -181,5 +182,57 @@ TEST(Kl, FileRoundTripAndCompare) {
   EXPECT_FUTR_ERROR(KlBase::read(path.string()), "impossible");
   write(bytes.substr(0, 10));
   EXPECT_FUTR_ERROR(KlBase::read(path.string()), "truncated KL base header");
+  std::filesystem::remove(path);
+}
+
+// The metadata is parsed by the one JSON entry point (core/json.h): nesting,
+// duplicate keys and size are refused naming the file; the fields futr
+// perplexity --kl-base compares must be integers; a length beyond the cap is
+// refused before anything of it is allocated.
+TEST(Kl, MetadataGoesThroughTheJsonEntryPoint) {
+  const int V = 40, k = 4;
+  std::vector<float> z(size_t(V), 0.5f);
+  const int32_t target = 3;
+  KlBase b(k, V);
+  b.add_rows(z.data(), 1, V, &target);
+  const auto path = tmp("meta.klb");
+  b.write(path.string(), {{"ctx", 64}});
+  std::string bytes;
+  {
+    std::ifstream f(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(f), {});
+  }
+  uint64_t json_bytes = 0;
+  std::memcpy(&json_bytes, bytes.data() + 32, 8);
+  auto with_meta = [&](const std::string& js, uint64_t declared) {
+    std::string s = bytes.substr(0, 40) + js + bytes.substr(40 + size_t(json_bytes));
+    std::memcpy(s.data() + 32, &declared, 8);
+    std::ofstream f(path, std::ios::binary | std::ios::trunc);
+    f.write(s.data(), std::streamsize(s.size()));
+  };
+  const std::string p = path.string();
+  const struct {
+    std::string js;
+    std::string error;
+  } cases[] = {
+      {"{\"ctx\": 64, \"ctx\": 128}", p + ": KL base metadata: duplicate key 'ctx'"},
+      {"{\"x\": " + std::string(100000, '[') + std::string(100000, ']') + "}",
+       p + ": KL base metadata: JSON nested deeper than 64 levels"},
+      {"{\"ctx\": 64", p + ": KL base metadata: not valid JSON"},
+      {"[64]", p + ": KL base metadata is not a JSON object"},
+      {"{\"ctx\": \"64\"}", p + ": KL base metadata ctx must be an integer"},
+      {"{\"stride\": 1e300}", p + ": KL base metadata stride = 1e+300 is not an integer"},
+      {"{\"tokens\": -5}", p + ": KL base metadata tokens = -5 is out of range"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.error);
+    with_meta(c.js, c.js.size());
+    EXPECT_FUTR_ERROR(KlBase::read(p), c.error);
+  }
+  // A declared length of 2 MiB in a file that holds it: refused by the cap.
+  with_meta("{\"pad\": \"" + std::string(2 << 20, 'x') + "\"}", (2 << 20) + 11);
+  EXPECT_FUTR_ERROR(KlBase::read(p), "KL base metadata of 2097163 bytes, more than the limit of 1048576");
+  with_meta("{\"ctx\": 64, \"stride\": 32, \"tokens\": 1000}", 41);
+  EXPECT_EQ(KlBase::read(p).meta()["tokens"], 1000);
   std::filesystem::remove(path);
 }

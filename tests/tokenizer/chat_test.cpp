@@ -150,7 +150,7 @@ TEST(Chat, FromTokenizerAndEncode) {
   EXPECT_EQ(tok.decode(ids), prompt);
 }
 
-// Issue 14 class 6: user text never becomes control tokens. Ordinary
+// User text never becomes control tokens. Ordinary
 // conversations encode exactly as the whole prompt would; a content (or role)
 // that spells special tokens gets their characters.
 TEST(Chat, EncodeNeverParsesUserTextAsSpecial) {

@@ -253,7 +253,7 @@ TEST_F(HfJson, BrokenFilesAreClearErrors) {
   EXPECT_NE(error_of([&] { tokenizer_spec_from_hf_json(dir_); }).find("outside the vocabulary"), std::string::npos);
 }
 
-// Issue 14, class 1: documents nested 100,000 deep are refused by the parser's
+// Documents nested 100,000 deep are refused by the parser's
 // depth limit, naming the file, in each of the three files.
 TEST_F(HfJson, DeepNestingIsRefused) {
   const std::string deep = "{\"a\": " + std::string(100000, '[') + std::string(100000, ']') + "}";
