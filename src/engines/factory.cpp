@@ -2,6 +2,7 @@
 #include "engines/factory.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <chrono>
 #include <memory>
 
@@ -72,6 +73,10 @@ std::string gpu_engine_unavailable_reason() {
   std::string why;
 #if FUTR_HAVE_CUDA
   why = cuda::gpu_unavailable_reason();
+  // Without the kernel driver the CUDA runtime blames an "insufficient" driver
+  // version; say what is the matter instead.
+  if (!why.empty() && !std::filesystem::exists("/proc/driver/nvidia/version"))
+    return "no NVIDIA driver found";
 #endif
   std::replace(why.begin(), why.end(), '\n', ' ');
   return why.empty() ? "" : "no GPU: " + why;

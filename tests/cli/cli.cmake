@@ -14,3 +14,8 @@ target_compile_definitions(cli_chat_test PRIVATE FUTR_BINARY="$<TARGET_FILE:futr
 futr_add_test(cli_hostile_test SOURCES cli/hostile_cli_test.cpp LIBS futr_core)
 add_dependencies(cli_hostile_test futr)
 target_compile_definitions(cli_hostile_test PRIVATE FUTR_BINARY="$<TARGET_FILE:futr>")
+# llama.cpp habits: aliases, unknown commands and options named, --help and
+# --help-all, serve's defaults, the default context.
+futr_add_test(cli_familiar_test SOURCES cli/familiar_cli_test.cpp LIBS futr_core)
+add_dependencies(cli_familiar_test futr)
+target_compile_definitions(cli_familiar_test PRIVATE FUTR_BINARY="$<TARGET_FILE:futr>")
