@@ -287,6 +287,17 @@ TokenizerSpec gguf_tokenizer_spec(const GgufFile& f) {
   }
   if (const GgufValue* v = f.find("tokenizer.ggml.merges"))
     s.merges = v->string_array(key_what(f, "tokenizer.ggml.merges"));
+  // SentencePiece ("llama"): the merge priority of each token, and whether a
+  // space goes before the text (llama.cpp's default for this model: true).
+  if (const GgufValue* v = f.find("tokenizer.ggml.scores"); v && s.model == "llama") {
+    FUTR_CHECK(v->type != GgufType::kArray || v->count == s.tokens.size(),
+               "{}: tokenizer.ggml.scores has {} entries but there are {} tokens", f.path(), v->count,
+               s.tokens.size());
+    const std::vector<double> sc = v->float_array(key_what(f, "tokenizer.ggml.scores"));
+    s.scores.assign(sc.begin(), sc.end());
+  }
+  if (const GgufValue* v = f.find("tokenizer.ggml.add_space_prefix"))
+    s.add_space_prefix = v->as_bool(key_what(f, "tokenizer.ggml.add_space_prefix"));
   const size_t n = s.tokens.size();
   s.bos = token_id(f, "tokenizer.ggml.bos_token_id", n);
   s.eos = token_id(f, "tokenizer.ggml.eos_token_id", n);

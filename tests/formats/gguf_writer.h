@@ -83,6 +83,13 @@ class GgufWriter {
     for (int32_t x : v) put(b, x);
     add_raw(k, ARR, b);
   }
+  void add_f32_array(const std::string& k, const std::vector<float>& v) {
+    Bytes b;
+    put<uint32_t>(b, F32);
+    put<uint64_t>(b, v.size());
+    for (float x : v) put(b, x);
+    add_raw(k, ARR, b);
+  }
   void remove_kv(const std::string& key) {
     std::erase_if(kvs_, [&](const KV& kv) { return kv.key == key; });
   }
