@@ -219,7 +219,12 @@ std::unique_ptr<runtime::Engine> runtime::make_engine(const Model& model, const 
   // --- engine ---
   // The GPU engine runs INT4 weights over a BF16 / INT4 cache: `auto` takes it
   // when a Hopper GPU is present and the formats asked for are those.
-  const std::string no_gpu = engines::gpu_engine_unavailable_reason();
+  std::string no_gpu = engines::gpu_engine_unavailable_reason();
+  // NOTE: the GPU engine's fused QKV GEMM has no bias epilogue: a model with
+  // q/k/v biases (qwen2) runs on the CPU engine, never without its biases.
+  if (no_gpu.empty() && model.config.qkv_bias)
+    no_gpu = fmt::format("the GPU engine does not support the {} architecture's q/k/v projection biases yet; the CPU "
+                         "engine runs it", model.config.arch);
   const bool gpu_formats = (c.weights == WeightFormat::kAuto || c.weights == WeightFormat::kInt4) &&
                            c.kv != KvFormat::kFp32;
   bool use_gpu = false;

@@ -166,6 +166,40 @@ TEST(Gguf, TinyModelF32ConfigAndWeights) {
   EXPECT_TRUE(header.weights.layers.empty());
 }
 
+// Qwen2 as llama.cpp writes it: the llama keys under qwen2.*, q/k/v biases,
+// and Q/K rows in Hugging Face's order (NEOX RoPE: no permutation to undo).
+TEST(Gguf, Qwen2BiasesAndUnpermutedRows) {
+  TinyLlama m;
+  m.arch = "qwen2";
+  m.theta = 1000000.0f;
+  m.make(11);
+  const Model model = load_bytes(m.writer().bytes());
+  EXPECT_EQ(model.config.arch, "qwen2");
+  EXPECT_TRUE(model.config.qkv_bias);
+  EXPECT_EQ(model.config.rope_theta, 1000000.0f);
+  const LayerWeights& l1 = model.weights.layers[1];
+  EXPECT_EQ(l1.wq.data, m.get("blk.1.attn_q.weight").v);
+  EXPECT_EQ(l1.wk.data, m.get("blk.1.attn_k.weight").v);
+  EXPECT_EQ(l1.bq.data, m.get("blk.1.attn_q.bias").v);
+  EXPECT_EQ(l1.bk.data, m.get("blk.1.attn_k.bias").v);
+  EXPECT_EQ(l1.bv.data, m.get("blk.1.attn_v.bias").v);
+  EXPECT_EQ(l1.bq.shape, (std::vector<int64_t>{64}));
+  // A missing bias is named; a bias in a llama file is refused.
+  GgufWriter missing = m.writer();
+  missing.remove_tensor("blk.0.attn_v.bias");
+  EXPECT_FUTR_ERROR(load_bytes(missing.bytes()), "missing tensor 'blk.0.attn_v.bias'");
+  TinyLlama llama;
+  llama.make(11);
+  GgufWriter extra = llama.writer();
+  extra.add_f32_tensor("blk.0.attn_q.bias", {64}, std::vector<float>(64, 0.5f));
+  EXPECT_FUTR_ERROR(load_bytes(extra.bytes()), "a projection bias, which the llama architecture");
+  // Architectures that do not run are named with what does.
+  TinyLlama gemma;
+  gemma.arch = "gemma";
+  gemma.make(11);
+  EXPECT_FUTR_ERROR(load_bytes(gemma.writer().bytes()), "unsupported architecture 'gemma' (supported: llama");
+}
+
 // A SentencePiece vocabulary (Llama-2, TinyLlama, Mistral): model "llama",
 // scores, add_space_prefix.
 TEST(Gguf, SentencePieceTokenizerMetadata) {
