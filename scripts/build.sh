@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Configures and builds everything (library, futr, tests, benchmarks; all CUDA
-# code for sm_90a) into build/. Extra arguments go to CMake. Without the CUDA
+# code for sm_90a) into build/, or only the targets in FUTR_TARGETS. Extra
+# arguments go to CMake. Without the CUDA
 # toolkit the build is CPU-only (said at configure time); FUTR_CUDA=ON in the
 # environment makes CUDA required (CI), FUTR_CUDA=OFF leaves it out.
 set -euo pipefail
@@ -15,4 +16,7 @@ mkdir -p build
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release ${FUTR_CUDA:+-DFUTR_CUDA=$FUTR_CUDA} "$@" \
   > build/configure.log 2>&1 || { cat build/configure.log; exit 1; }
 grep -A3 "FuTransformer:" build/configure.log || true
-cmake --build build -j "$(nproc)"
+# FUTR_TARGETS="futr ...": only these targets (scripts/setup.sh builds futr
+# first; scripts/test.sh builds everything).
+# shellcheck disable=SC2086
+cmake --build build -j "$(nproc)" ${FUTR_TARGETS:+--target $FUTR_TARGETS}

@@ -3,13 +3,15 @@
 
 Builds a `tokenizers.Tokenizer` from the vocabulary and merges stored in a GGUF
 file's metadata (read with the `gguf` package), saves it as a Hugging Face
-tokenizer directory and tokenizes a text file with it. Two variants:
+tokenizer directory and tokenizes a text file with it. Three variants:
 
   smollm  SmolLM2's pre-tokenizer: Sequence[Digits(individual_digits=True),
           ByteLevel(add_prefix_space=False, use_regex=True)], ByteLevel decoder.
   llama3  the same vocabulary with Llama-3's pre-tokenizer: Sequence[Split(Llama-3
           regex, isolated), ByteLevel(use_regex=False)], and ignore_merges=True as
           in Llama-3's tokenizer.json.
+  qwen2   the same vocabulary with Qwen2's pre-tokenizer (the Llama-3 regex with one
+          digit a piece), merges not ignored, as in Qwen2's tokenizer.json.
 
 For each variant, OUT/<variant>/ receives:
   tokenizer.json         written by tokenizers.Tokenizer.save()
@@ -47,6 +49,11 @@ except ImportError as e:  # the C++ test turns this into GTEST_SKIP
 # futr::pretok::kLlama3Pattern (src/tokenizer/patterns.h) for hf_json to accept it.
 LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
                   r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+# Qwen2's (its tokenizer.json): Llama-3's with one digit a piece; it must equal
+# futr::pretok::kQwen2Pattern.
+QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
+                 r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 
 # Conversations rendered into OUT/chat.json.
 CONVERSATIONS = [
@@ -97,6 +104,12 @@ def build(tok, variant):
         bpe = models.BPE(vocab=vocab, merges=merges, unk_token=None, ignore_merges=True)
         pre = pre_tokenizers.Sequence([
             pre_tokenizers.Split(Regex(LLAMA3_PATTERN), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ])
+    elif variant == "qwen2":
+        bpe = models.BPE(vocab=vocab, merges=merges, unk_token=None, ignore_merges=False)
+        pre = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(QWEN2_PATTERN), behavior="isolated", invert=False),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
         ])
     else:

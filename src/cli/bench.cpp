@@ -239,15 +239,29 @@ void run_bench(const BenchOptions& o) {
   const double load_s = t_load.seconds();
   const runtime::EngineInfo& info = engine->info();
   if (!o.quiet) fmt::print(stderr, "futr: bench {} | {} | loaded in {:.2f} s\n", model_name, info.describe, load_s);
+  warn_if_contended(o.run, info, o.quiet);
 
   Bench bench(*engine, o.seed);
   std::vector<Measurement> results;
   // The warm-up repetition also lets the GPU engine capture its graphs: a
   // bucket's first micro-step runs eagerly and its second captures, so every
   // timed repetition replays (decode warms up with at least two steps).
+  // Progress on stderr as the tests run: one line per test with its result
+  // (the table comes at the end).
+  const int n_tests = int(std::count_if(o.prompt.begin(), o.prompt.end(), [](int p) { return p > 0; }) +
+                          std::count_if(o.gen.begin(), o.gen.end(), [](int n) { return n > 0; }) +
+                          o.batch.size() * o.ctx_list.size());
+  if (!o.quiet)
+    fmt::print(stderr, "futr: bench: {} test{}, each one warm-up + {} repetition{}\n", n_tests,
+               n_tests == 1 ? "" : "s", o.reps, o.reps == 1 ? "" : "s");
   auto measure = [&](Measurement m, const auto& once, const auto& warm_up) {
+    const Stopwatch t_test;
     warm_up();
     for (int r = 0; r < o.reps; ++r) m.seconds.push_back(once());
+    if (!o.quiet)
+      fmt::print(stderr, "futr: bench [{}/{}] {}{}: {} tokens/s, {} ms/step ({:.1f} s)\n", results.size() + 1,
+                 n_tests, m.test, m.test == "decode" ? fmt::format(" batch {} ctx {}", m.batch, m.ctx) : "",
+                 cell(rate(m), 1), cell(ms_per_step(m), 3), t_test.seconds());
     results.push_back(std::move(m));
   };
   const int pb = o.prompt_batch;
@@ -397,7 +411,7 @@ void add_bench_command(CLI::App& app) {
                "(llama-bench style; markdown or JSON)");
   add_run_options(sub, o->run);
   add_tp_option(sub, o->run);
-  sub->add_option("-c,--ctx", o->run.ctx, "Context length (default: what the tests need)")->group(kModelGroup);
+  sub->add_option("-c,--ctx,--ctx-size", o->run.ctx, "Context length (default: what the tests need)")->group(kModelGroup);
   sub->add_option("--synthetic", o->synthetic,
                   "Random weights of a real model's shapes instead of --model (drawn on the GPU; the CPU has tiny "
                   "only): " + fmt::format("{}", fmt::join(synthetic_model_names(), "|")))
@@ -437,7 +451,7 @@ void add_bench_command(CLI::App& app) {
   sub->add_flag("--breakdown", o->breakdown,
                 "Per-kernel times (GPU engine): after each prompt test, one more prompt through the prefill path; "
                 "after each decode test, --steps more steps launched one by one");
-  sub->add_flag("-q,--quiet", o->quiet, "Nothing on stderr");
+  sub->add_flag("-q,--quiet", o->quiet, "Nothing on stderr (no progress lines)");
   sub->callback([o] { run_bench(*o); });
 }
 

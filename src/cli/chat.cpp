@@ -78,11 +78,13 @@ void run_chat(ChatOptions o) {
   const Tokenizer tok(model.tokenizer);
   const ChatTemplate tmpl = ChatTemplate::for_tokenizer(tok);
   runtime::RuntimeConfig rc = runtime_config(o.run, o.quant);
-  rc.ctx = o.run.ctx > 0 ? o.run.ctx : std::min(model.config.max_context, 4096);
+  rc.ctx = o.run.ctx > 0 ? o.run.ctx : default_ctx(model, rc.max_seqs);
   check_ctx(model, rc.ctx, rc.max_seqs, "--ctx");
+  if (!o.quiet) print_ctx(model, rc.ctx, o.run.ctx > 0);
   const std::unique_ptr<runtime::Engine> engine = runtime::make_engine(model, rc, stderr_log(o.quiet));
   runtime::SequenceRunner seq(*engine);
   const double load_s = t_load.seconds();
+  warn_if_contended(o.run, engine->info(), o.quiet);
   const bool tty = isatty(STDIN_FILENO) != 0;
   if (!o.quiet) {
     fmt::print(stderr, "futr: {} | {} | {} chat template\n", model.path, engine->info().describe, tmpl.family_name());
@@ -174,7 +176,9 @@ void add_chat_command(CLI::App& app) {
                                              "/reset, /exit, Ctrl-C stops an answer");
   add_run_options(sub, o->run);
   add_tp_option(sub, o->run);
-  sub->add_option("-c,--ctx", o->run.ctx, "Context length in tokens (default: the model's, at most 4096)")
+  sub->add_option("-c,--ctx,--ctx-size", o->run.ctx,
+                  fmt::format("Context length in tokens (default: the model's trained context, at most {} and what "
+                              "memory fits)", kDefaultCtx))
       ->group(kModelGroup);
   {
     const GroupNewOptions group(sub, kQuantGroup);
@@ -182,11 +186,12 @@ void add_chat_command(CLI::App& app) {
     add_calibration_options(sub, o->quant);
   }
   sub->add_option("--system", o->system, "System message (default: the template's own, if any)");
-  sub->add_option("-n,--max-tokens", o->max_tokens, "Tokens per answer at most")
+  sub->add_option("-n,--max-tokens,--n-predict", o->max_tokens, "Tokens per answer at most")
       ->capture_default_str()
       ->group(kSamplingGroup);
   CLI::Option* seed = add_sampling_options(sub, o->sampler);
   sub->add_flag("-q,--quiet", o->quiet, "No statistics on stderr");
+  hide_advanced(sub);
   sub->callback([o, seed] {
     ChatOptions copy = *o;
     copy.seed_given = seed->count() > 0;

@@ -30,7 +30,7 @@ namespace futr::cli {
 
 CLI::Option* add_sampling_options(CLI::App* app, runtime::SamplerConfig& c) {
   const GroupNewOptions group(app, kSamplingGroup);
-  app->add_option("--temperature", c.temperature, "Sampling temperature, [0, 100]; 0 = greedy")->capture_default_str();
+  app->add_option("--temperature,--temp", c.temperature, "Sampling temperature, [0, 100]; 0 = greedy")->capture_default_str();
   app->add_option("--top-k", c.top_k, "Keep the k most likely tokens (0: all)")
       ->capture_default_str()
       ->check(CLI::Range(0, INT32_MAX));
@@ -118,6 +118,73 @@ void add_tp_option(CLI::App* app, RunOptions& o) {
                   "query heads, the KV heads and the FFN width)")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
+}
+
+namespace {
+bool g_help_all = false;
+}  // namespace
+
+void set_help_all(bool all) { g_help_all = all; }
+
+namespace {
+// NOTE: CLI11 hides an option by giving it the empty group, but then its
+// errors lose its name (": sometimes not in {auto,on,off}"); the advanced
+// group keeps its name and only the help leaves it out.
+class HelpFormatter : public CLI::Formatter {
+ public:
+  std::string make_group(std::string group, bool is_positional, std::vector<const CLI::Option*> opts) const override {
+    if (group == kAdvancedGroup && !g_help_all) return {};
+    return CLI::Formatter::make_group(std::move(group), is_positional, std::move(opts));
+  }
+};
+}  // namespace
+
+void use_help_formatter(CLI::App& app) { app.formatter(std::make_shared<HelpFormatter>()); }
+
+void hide_advanced(CLI::App* sub) {
+  static const char* const kAdvanced[] = {
+      "--tp",          "--prefill",     "--prefill-rows", "--quant",      "--act-order",    "--group",
+      "--kv-block",    "--fp8-scaling", "--fp8-history",  "--fp8-margin", "--fp8-policy",   "--fp8-rms",
+      "--fp8-numerics", "--calib-file", "--calib-tokens", "--calib-ctx"};
+  int moved = 0;
+  for (const char* name : kAdvanced) {
+    CLI::Option* opt = sub->get_option_no_throw(name);
+    if (opt == nullptr) continue;
+    opt->group(kAdvancedGroup);
+    ++moved;
+  }
+  if (moved > 0 && !g_help_all)
+    sub->footer(fmt::format("{} more options (FP8 scaling, INT4 quantizers, calibration, the GPU prefill path, "
+                            "tensor parallelism): futr {} --help-all",
+                            moved, sub->get_name()));
+}
+
+int default_ctx(const Model& model, int seqs) {
+  const ModelConfig& c = model.config;
+  int ctx = std::min(c.max_context, kDefaultCtx);
+  const uint64_t per_position = uint64_t(std::max(seqs, 1)) * uint64_t(c.n_layers) * uint64_t(c.kv_dim()) * 8;
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+  if (pages > 0 && page > 0 && per_position > 0) {
+    const uint64_t fit = uint64_t(pages) * uint64_t(page) / 2 / per_position;
+    if (fit < uint64_t(ctx)) ctx = int(std::max<uint64_t>(fit / 256 * 256, 256));
+  }
+  return std::max(1, std::min(ctx, c.max_context));
+}
+
+void print_ctx(const Model& model, int ctx, bool given) {
+  const int trained = model.config.max_context;
+  if (given)
+    fmt::print(stderr, "futr: context {} tokens (--ctx; the model's trained context: {})\n", ctx, trained);
+  else
+    fmt::print(stderr, "futr: context {} tokens (the model's trained context {}{}; --ctx to change)\n", ctx, trained,
+               ctx == trained ? "" : ctx == kDefaultCtx ? fmt::format(", capped at {}", kDefaultCtx)
+                                                        : ", capped by this machine's memory");
+}
+
+void warn_if_contended(const RunOptions& o, const runtime::EngineInfo& info, bool quiet) {
+  if (quiet || o.threads != 0 || info.name != "cpu") return;
+  if (const std::string w = cpu::contention_warning(cpu::physical_cores()); !w.empty())
+    fmt::print(stderr, "{}\n", w);
 }
 
 std::string default_model_path() { return FUTR_DEFAULT_MODEL; }

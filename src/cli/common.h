@@ -33,6 +33,27 @@ struct RunOptions {
 inline constexpr const char* kSamplingGroup = "Sampling";
 inline constexpr const char* kModelGroup = "Model and engine";
 inline constexpr const char* kQuantGroup = "Quantized reference (CPU reference of the GPU formats)";
+// The research knobs (FP8 scaling, INT4 quantizers, calibration, the GPU
+// prefill path, tensor parallelism): listed by `--help-all` only; they parse
+// the same either way.
+inline constexpr const char* kAdvancedGroup = "Advanced (FP8, quantizers, calibration, GPU prefill)";
+
+// `futr <command> --help-all`: main() turns it into --help and calls this
+// before the commands are added, so hide_advanced() shows every option.
+void set_help_all(bool all);
+// Moves the advanced options of `sub` (the names in hide_advanced()'s list,
+// common.cpp) into kAdvancedGroup, which --help leaves out and --help-all
+// shows (use_help_formatter()), and says so in the command's footer.
+void hide_advanced(CLI::App* sub);
+// The help formatter of futr: main() sets it on the app before the commands
+// are added (they inherit it).
+void use_help_formatter(CLI::App& app);
+
+// Thrown by a command to end futr with this status after its output (generate
+// after Ctrl-C: 130, the shell's status for SIGINT).
+struct ExitStatus {
+  int code;
+};
 
 // Puts every option added to `app` during its lifetime into `group`.
 class GroupNewOptions {
@@ -63,6 +84,21 @@ void print_sampling(const runtime::SamplerConfig& c);
 void add_run_options(CLI::App* app, RunOptions& o);
 // --tp N: tensor parallelism over N GPUs (generate, chat, perplexity, bench, serve).
 void add_tp_option(CLI::App* app, RunOptions& o);
+
+// The default context of generate, chat and serve: the model's trained
+// context, at most kDefaultCtx, and at most what the FP32 KV cache of `seqs`
+// sequences fits in half the machine's memory (at least 256 or the trained
+// context). perplexity keeps its own fixed window (a measurement setting) and
+// bench sizes the context to its tests.
+inline constexpr int kDefaultCtx = 4096;
+int default_ctx(const Model& model, int seqs);
+// "futr: context N tokens (...)" on stderr, saying where N came from.
+void print_ctx(const Model& model, int ctx, bool given);
+
+// After make_engine(): when the CPU engine runs at the default thread count
+// (--threads not given) and the 1-minute load average says other processes
+// keep the CPUs busy, a warning with the -t value to try (cpu::contention_warning).
+void warn_if_contended(const RunOptions& o, const runtime::EngineInfo& info, bool quiet);
 
 // FUTR_DEFAULT_MODEL (compile definition set in the top-level CMakeLists).
 std::string default_model_path();

@@ -44,6 +44,10 @@ struct GenerateOptions {
   QuantCliOptions quant;     // --weights, --kv, ... (cli/engine_options.h)
   std::string prompt;
   bool prompt_given = false;
+  std::string prompt_opt;    // -p/--prompt (llama.cpp's spelling of the argument)
+  bool prompt_opt_given = false;
+  std::string file;          // -f/--file: the prompt from a file
+  bool ignore_eos = false;   // --ignore-eos: end-of-generation tokens are never drawn
   bool chat = false;
   std::string system;        // --system (chat only)
   int max_tokens = 256;
@@ -55,6 +59,15 @@ struct GenerateOptions {
 void write_out(const std::string& s) { write_stdout(s); }
 
 void run_generate(GenerateOptions o) {
+  FUTR_CHECK(int(o.prompt_given) + int(o.prompt_opt_given) + int(!o.file.empty()) <= 1,
+             "give the prompt once: as an argument, with -p/--prompt or with -f/--file");
+  if (o.prompt_opt_given) {
+    o.prompt = o.prompt_opt;
+    o.prompt_given = true;
+  } else if (!o.file.empty()) {
+    o.prompt = read_file_bytes(o.file);
+    o.prompt_given = true;
+  }
   if (!o.prompt_given) {
     if (isatty(STDIN_FILENO))
       fmt::print(stderr, "futr: reading the prompt from stdin (end it with Ctrl-D; or give it as an argument)\n");
@@ -87,29 +100,32 @@ void run_generate(GenerateOptions o) {
   FUTR_CHECK(!prompt.empty(), "the prompt is empty (give it as an argument or on stdin)");
 
   runtime::RuntimeConfig rc = runtime_config(o.run, o.quant);
-  rc.ctx = o.run.ctx > 0 ? o.run.ctx : std::min(model.config.max_context, 4096);
+  rc.ctx = o.run.ctx > 0 ? o.run.ctx : default_ctx(model, rc.max_seqs);
   check_ctx(model, rc.ctx, rc.max_seqs, "--ctx");
+  if (!o.quiet) print_ctx(model, rc.ctx, o.run.ctx > 0);
   FUTR_CHECK(int64_t(prompt.size()) <= rc.ctx,
              "the prompt has {} tokens, more than the context of {} (use a larger --ctx)",
              prompt.size(), rc.ctx);
   const std::unique_ptr<runtime::Engine> engine = runtime::make_engine(model, rc, stderr_log(o.quiet));
   runtime::SequenceRunner seq(*engine);
   const double load_s = t_load.seconds();
+  warn_if_contended(o.run, engine->info(), o.quiet);
 
   const InterruptScope ctrl_c;
   InterruptScope::begin();
-  const Generation g = generate_tokens(seq, sampler, tok, prompt, o.max_tokens, write_out);
+  const Generation g = generate_tokens(seq, sampler, tok, prompt, o.max_tokens, write_out, o.ignore_eos);
   InterruptScope::end();
   write_out("\n");
 
   if (o.quiet) {
     if (g.end == Generation::End::kContextFull)
       fmt::print(stderr, "futr: stopped: the context of {} tokens is full (use a larger --ctx)\n", seq.capacity());
-    return;
+  } else {
+    fmt::print(stderr, "futr: {} | {}\n", model.path, engine->info().describe);
+    print_stats(g, load_s, seq.capacity());
+    print_sampling(o.sampler);
   }
-  fmt::print(stderr, "futr: {} | {}\n", model.path, engine->info().describe);
-  print_stats(g, load_s, seq.capacity());
-  print_sampling(o.sampler);
+  if (g.end == Generation::End::kInterrupted) throw ExitStatus{130};  // the shell's status for Ctrl-C
 }
 
 }  // namespace
@@ -123,9 +139,13 @@ void add_generate_command(CLI::App& app) {
   o->sampler.top_p = 0.95f;
   CLI::App* sub = app.add_subcommand("generate", "Continue a prompt, streaming tokens to stdout");
   CLI::Option* prompt = sub->add_option("prompt", o->prompt, "Prompt text (default: read stdin)");
+  CLI::Option* prompt_opt = sub->add_option("-p,--prompt", o->prompt_opt, "Prompt text (same as the argument)");
+  sub->add_option("-f,--file", o->file, "Read the prompt from this file (bytes, as given)");
   add_run_options(sub, o->run);
   add_tp_option(sub, o->run);
-  sub->add_option("-c,--ctx", o->run.ctx, "Context length in tokens (default: the model's, at most 4096)")
+  sub->add_option("-c,--ctx,--ctx-size", o->run.ctx,
+                  fmt::format("Context length in tokens (default: the model's trained context, at most {} and what "
+                              "memory fits)", kDefaultCtx))
       ->group(kModelGroup);
   {
     const GroupNewOptions group(sub, kQuantGroup);
@@ -134,14 +154,18 @@ void add_generate_command(CLI::App& app) {
   }
   sub->add_flag("--chat", o->chat, "Format the prompt as a user message with the chat template");
   sub->add_option("--system", o->system, "System message (with --chat)");
-  sub->add_option("-n,--max-tokens", o->max_tokens, "Tokens to generate at most")
+  sub->add_option("-n,--max-tokens,--n-predict", o->max_tokens, "Tokens to generate at most")
       ->capture_default_str()
+      ->group(kSamplingGroup);
+  sub->add_flag("--ignore-eos", o->ignore_eos, "Never draw an end-of-generation token (run to --max-tokens)")
       ->group(kSamplingGroup);
   CLI::Option* seed = add_sampling_options(sub, o->sampler);
   sub->add_flag("-q,--quiet", o->quiet, "No statistics on stderr");
-  sub->callback([o, prompt, seed] {
+  hide_advanced(sub);
+  sub->callback([o, prompt, prompt_opt, seed] {
     GenerateOptions copy = *o;
     copy.prompt_given = prompt->count() > 0;
+    copy.prompt_opt_given = prompt_opt->count() > 0;
     copy.seed_given = seed->count() > 0;
     run_generate(copy);
   });

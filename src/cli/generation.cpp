@@ -1,6 +1,7 @@
 // The shared token loop, statistics and Ctrl-C handling (see generation.h).
 #include "cli/generation.h"
 
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 
@@ -49,7 +50,7 @@ void InterruptScope::end() { g_generating = 0; }
 
 Generation generate_tokens(runtime::SequenceRunner& seq, runtime::Sampler& sampler, const Tokenizer& tok,
                            std::span<const int32_t> prompt, int max_tokens,
-                           const std::function<void(const std::string&)>& emit) {
+                           const std::function<void(const std::string&)>& emit, bool ignore_eos) {
   Generation g;
   g.prompt_tokens = int(prompt.size());
   sampler.limit_vocab(tok.vocab_size());  // a vocabulary padded beyond the tokenizer: never drawn
@@ -65,6 +66,11 @@ Generation generate_tokens(runtime::SequenceRunner& seq, runtime::Sampler& sampl
     if (g.first_token_seconds < 0) g.first_token_seconds = start.seconds();
     emit(s);
   };
+  std::vector<int32_t> eog;  // --ignore-eos: masked
+  if (ignore_eos)
+    for (int32_t id = 0; id < tok.vocab_size(); ++id)
+      if (tok.is_eog(id)) eog.push_back(id);
+  std::vector<float> masked;
   const Stopwatch t_gen;
   g.end = Generation::End::kMaxTokens;
   while (g.generated < max_tokens) {
@@ -75,7 +81,14 @@ Generation generate_tokens(runtime::SequenceRunner& seq, runtime::Sampler& sampl
     const std::span<const float> row(logits.row(0), size_t(logits.dim(1)));
     check_logits_finite(row, g.generated == 0 ? std::string("generate: the prompt's last position")
                                               : fmt::format("generate: token {}", g.generated + 1));
-    const int32_t next = sampler.sample(row);
+    std::span<const float> draw = row;
+    if (!eog.empty()) {
+      masked.assign(row.begin(), row.end());
+      for (int32_t id : eog)
+        if (size_t(id) < masked.size()) masked[size_t(id)] = -INFINITY;
+      draw = masked;
+    }
+    const int32_t next = sampler.sample(draw);
     if (tok.is_eog(next)) {
       g.end = Generation::End::kEog;
       break;

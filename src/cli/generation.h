@@ -51,9 +51,10 @@ struct Generation {
 };
 
 // `emit` receives the text to show, piece by piece (already flushed by the caller).
+// ignore_eos: the end-of-generation tokens' logits are -inf (never drawn).
 Generation generate_tokens(runtime::SequenceRunner& seq, runtime::Sampler& sampler, const Tokenizer& tok,
                            std::span<const int32_t> prompt, int max_tokens,
-                           const std::function<void(const std::string&)>& emit);
+                           const std::function<void(const std::string&)>& emit, bool ignore_eos = false);
 
 // The statistics lines on stderr ("futr: ..."); load_seconds < 0: no load line.
 void print_stats(const Generation& g, double load_seconds, int capacity);

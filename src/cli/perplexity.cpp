@@ -145,6 +145,7 @@ void run_perplexity(const PerplexityOptions& o) {
     kl_save = std::make_unique<quant::KlBase>(o.kl_topk, model.config.vocab);
   }
   const std::unique_ptr<runtime::Engine> engine = runtime::make_engine(model, rc, stderr_log(o.quiet));
+  warn_if_contended(o.run, engine->info(), o.quiet);
   const runtime::EngineInfo& info = engine->info();
   if (!o.quiet)
     fmt::print(stderr, "futr: {} | {} tokens of {} | ctx {} stride {} | {}\n", model.path,
@@ -242,10 +243,16 @@ void add_perplexity_command(CLI::App& app) {
   auto o = std::make_shared<PerplexityOptions>();
   o->run.ctx = 1024;
   CLI::App* sub = app.add_subcommand("perplexity", "Perplexity of the model on a text file");
-  sub->add_option("file", o->file, "Text file, read as bytes")->capture_default_str();
+  CLI::Option* file = sub->add_option("file", o->file, "Text file, read as bytes")->capture_default_str();
+  auto file_opt = std::make_shared<std::string>();
+  CLI::Option* file_flag = sub->add_option("-f,--file", *file_opt, "Text file (same as the argument)");
+  file_flag->excludes(file);
   add_run_options(sub, o->run);
   add_tp_option(sub, o->run);
-  sub->add_option("-c,--ctx", o->run.ctx, "Context window in tokens")->capture_default_str();
+  // NOTE: a measurement setting, fixed so that results compare (docs/ACCURACY.md);
+  // the commands that hold a conversation default to the model's context.
+  sub->add_option("-c,--ctx,--ctx-size", o->run.ctx, "Evaluation window in tokens (fixed, so results compare)")
+      ->capture_default_str();
   sub->add_option("--stride", o->stride,
                   "Window stride (default: ctx); with stride < ctx each window after the first "
                   "scores only its last `stride` tokens");
@@ -267,7 +274,12 @@ void add_perplexity_command(CLI::App& app) {
                   "Compare with a KL base file: mean KL, top-1 agreement, perplexity delta");
   sub->add_option("--kl-topk", o->kl_topk, "Tokens kept per row by --save-kl-base")
       ->capture_default_str();
-  sub->callback([o] { run_perplexity(*o); });
+  hide_advanced(sub);
+  sub->callback([o, file_opt, file_flag] {
+    PerplexityOptions copy = *o;
+    if (file_flag->count() > 0) copy.file = *file_opt;
+    run_perplexity(copy);
+  });
 }
 
 }  // namespace futr::cli

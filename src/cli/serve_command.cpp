@@ -3,7 +3,7 @@
 // serves the OpenAI-compatible API (src/server/http_server.h) with continuous
 // batching (src/server/scheduler.h) until SIGTERM/SIGINT.
 //
-//   futr serve [--host 127.0.0.1] [--port 8080] [--max-seqs 8] [--ctx 2048]
+//   futr serve [--host 127.0.0.1] [--port 8080] [--max-seqs 8] [--ctx 4096]
 //              [--api-key KEY] [--max-queue 64] [--max-step-tokens 256]
 //              [--served-model-name NAME] [engine options]
 //
@@ -110,14 +110,16 @@ void run_serve(const ServeOptions& o) {
   }
 
   RunOptions run = o.run;
-  if (run.ctx == 0) run.ctx = std::min(model.config.max_context, 2048);
+  if (run.ctx == 0) run.ctx = default_ctx(model, o.max_seqs);
   check_ctx(model, run.ctx, o.max_seqs, "--ctx");
+  print_ctx(model, run.ctx, o.run.ctx > 0);
   runtime::RuntimeConfig cfg = runtime_config(run, o.quant);
   cfg.max_seqs = o.max_seqs;
   cfg.max_step_tokens = o.max_step_tokens;
   auto engine = runtime::make_engine(model, cfg, [](const std::string& s) {
     fmt::print(stderr, "futr: {}\n", s);
   });
+  warn_if_contended(run, engine->info(), /*quiet=*/false);
 
   server::Metrics metrics;
   server::SchedulerOptions so;
@@ -187,26 +189,37 @@ void add_serve_command(CLI::App& app) {
   add_run_options(sub, o->run);
   add_tp_option(sub, o->run);
   add_quant_options(sub, o->quant);
-  sub->add_option("--host", o->host, "Address to bind (default 127.0.0.1: this machine only)");
-  sub->add_option("--port", o->port, "TCP port (0: any free port, printed)")->check(CLI::Range(0, 65535));
-  sub->add_option("--ctx", o->run.ctx, "Positions per sequence (default: the model's, at most 2048)")
+  sub->add_option("--host", o->host, "Address to bind (127.0.0.1: this machine only; 0.0.0.0: every interface)")
+      ->capture_default_str();
+  sub->add_option("--port", o->port, "TCP port (0: any free port, printed)")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  sub->add_option("-c,--ctx,--ctx-size", o->run.ctx,
+                  fmt::format("Positions per sequence (default: the model's trained context, at most {} and what "
+                              "memory fits for --max-seqs sequences)", kDefaultCtx))
       ->check(CLI::NonNegativeNumber);
   sub->add_option("--max-seqs", o->max_seqs, "Requests decoded at once (sequences in the engine)")
-      ->check(CLI::PositiveNumber);
-  sub->add_option("--max-queue", o->max_queue, "Requests waiting at most (more get 429; at most 65536)");
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  sub->add_option("--max-queue", o->max_queue, "Requests waiting at most (more get 429; at most 65536)")
+      ->capture_default_str();
   sub->add_option("--max-step-tokens", o->max_step_tokens,
                   "Rows per engine step (prompt chunks + decode rows)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   sub->add_option("--api-key", o->api_key, "Require 'Authorization: Bearer KEY' on /v1/ routes");
   sub->add_option("--served-model-name", o->model_name,
                   "The model id clients send (default: the model file's name)");
   sub->add_option("--max-body", o->max_body,
-                  "Largest request body in bytes, after decompression (more get 413; at most 1 GiB)");
+                  "Largest request body in bytes, after decompression (more get 413; at most 1 GiB)")
+      ->capture_default_str();
   sub->add_option("--max-connections,--http-threads", o->max_connections,
                   "Connections served at once, one worker thread each (more get 503; 0: by the machine, "
                   "at most 512; at most 4096)");
   sub->add_option("--drain-timeout", o->drain_timeout,
-                  "Seconds the first SIGTERM/SIGINT waits for running requests (default 30)");
+                  "Seconds the first SIGTERM/SIGINT waits for running requests")
+      ->capture_default_str();
+  hide_advanced(sub);
   sub->callback([o] { run_serve(*o); });
 }
 

@@ -90,12 +90,19 @@ void Forward::eval_chunk(KvCache& cache, std::span<const int32_t> tokens, int fi
     // --- 2. Attention block input: xn = RMSNorm(x) * g_attn -----------------------
     rmsnorm(x_.data(), L.attn_norm.data(), xn_.data(), n, H, c.rms_eps);
 
-    // --- 3. Projections: q = xn Wq^T [n, Nh*D], k = xn Wk^T, v = xn Wv^T [n, Nkv*D]
+    // --- 3. Projections: q = xn Wq^T [n, Nh*D], k = xn Wk^T, v = xn Wv^T [n, Nkv*D] (+ biases)
     // (a projection with the RMSNorm folded in reads x itself: Linear::folds_rmsnorm)
     auto normed = [&](const Linear& lin) { return lin.folds_rmsnorm() ? x_.data() : xn_.data(); };
     L.wq->forward(normed(*L.wq), n, q_.data());
     L.wk->forward(normed(*L.wk), n, k_.data());
     L.wv->forward(normed(*L.wv), n, v_.data());
+    if (!L.bq.empty()) {  // qwen2: q += bq, k += bk, v += bv (before RoPE)
+      for (size_t i = 0; i < nn; ++i) {
+        add_inplace(q_.data() + i * size_t(Q), L.bq.data(), Q);
+        add_inplace(k_.data() + i * size_t(KV), L.bk.data(), KV);
+        add_inplace(v_.data() + i * size_t(KV), L.bv.data(), KV);
+      }
+    }
 
     if (bf16_activations_) {  // the BF16 q/k/v of a QKV GEMM's output
       round_all(q_);

@@ -7,6 +7,7 @@
 //   for each layer:
 //     a = RMSNorm(h; g_attn)
 //     q = a Wq^T, k = a Wk^T, v = a Wv^T         [n, Nh*D], [n, Nkv*D] x2
+//       (+ bq, bk, bv for qwen2)
 //     q, k = RoPE(q, p), RoPE(k, p)              rotate-half pairing
 //     cache[p] = (k, v)
 //     o = CausalGQA(q, cache[0..p])              softmax(q k^T / sqrt(D)) v

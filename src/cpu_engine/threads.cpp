@@ -79,6 +79,22 @@ std::string oversubscription_warning(int n) {
       n, cores, cores == 1 ? "" : "s", logical_cpus(), cores, cores);
 }
 
+std::string contention_warning(int threads, int logical, double load1) {
+  if (threads <= 0 || logical <= 0 || !(load1 >= 0.75) || double(threads) + load1 <= double(logical) + 0.5) return {};
+  const int fits = std::max(1, logical - int(load1 + 0.5));
+  if (fits >= threads) return {};
+  return fmt::format(
+      "futr: warning: the CPUs are busy (load average {:.1f} on {} logical CPU{}): {} threads will wait for "
+      "each other; -t {} (--threads) is likely faster",
+      load1, logical, logical == 1 ? "" : "s", threads, fits);
+}
+
+std::string contention_warning(int threads) {
+  double load[1] = {0};
+  if (getloadavg(load, 1) != 1) return {};
+  return contention_warning(threads, logical_cpus(), load[0]);
+}
+
 int set_num_threads(int n) {
   if (n <= 0) n = physical_cores();
   if (const std::string w = oversubscription_warning(n); !w.empty()) {

@@ -63,6 +63,17 @@ CpuWeights make_weights(const Model& model, const LinearFactory& factory) {
     L.wq = build(factory, {l, Projection::kQ}, lw.wq);
     L.wk = build(factory, {l, Projection::kK}, lw.wk);
     L.wv = build(factory, {l, Projection::kV}, lw.wv);
+    if (c.qkv_bias) {  // kept in FP32 by every weight format (they are a few thousand values)
+      expect_shape(lw.bq, {Q}, p + "attn_q.bias");
+      expect_shape(lw.bk, {KV}, p + "attn_k.bias");
+      expect_shape(lw.bv, {KV}, p + "attn_v.bias");
+      L.bq = lw.bq.data;
+      L.bk = lw.bk.data;
+      L.bv = lw.bv.data;
+    } else {
+      FUTR_CHECK(lw.bq.empty() && lw.bk.empty() && lw.bv.empty(), "model has q/k/v biases but architecture {}",
+                 c.arch);
+    }
     L.wo = build(factory, {l, Projection::kO}, lw.wo);
     L.w_gate = build(factory, {l, Projection::kGate}, lw.w_gate);
     L.w_up = build(factory, {l, Projection::kUp}, lw.w_up);

@@ -2,6 +2,7 @@
 #include "engines/factory.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -73,6 +74,10 @@ std::string gpu_engine_unavailable_reason() {
   std::string why;
 #if FUTR_HAVE_CUDA
   why = cuda::gpu_unavailable_reason();
+  // Without the kernel driver the CUDA runtime blames an "insufficient" driver
+  // version; say what is the matter instead.
+  if (!why.empty() && !std::filesystem::exists("/proc/driver/nvidia/version"))
+    return "no NVIDIA driver found";
 #endif
   std::replace(why.begin(), why.end(), '\n', ' ');
   return why.empty() ? "" : "no GPU: " + why;
@@ -220,7 +225,12 @@ std::unique_ptr<runtime::Engine> runtime::make_engine(const Model& model, const 
   // --- engine ---
   // The GPU engine runs INT4 weights over a BF16 / INT4 cache: `auto` takes it
   // when a Hopper GPU is present and the formats asked for are those.
-  const std::string no_gpu = engines::gpu_engine_unavailable_reason();
+  std::string no_gpu = engines::gpu_engine_unavailable_reason();
+  // NOTE: the GPU engine's fused QKV GEMM has no bias epilogue: a model with
+  // q/k/v biases (qwen2) runs on the CPU engine, never without its biases.
+  if (no_gpu.empty() && model.config.qkv_bias)
+    no_gpu = fmt::format("the GPU engine does not support the {} architecture's q/k/v projection biases yet; the CPU "
+                         "engine runs it", model.config.arch);
   const bool gpu_formats = (c.weights == WeightFormat::kAuto || c.weights == WeightFormat::kInt4) &&
                            c.kv != KvFormat::kFp32;
   bool use_gpu = false;

@@ -120,6 +120,9 @@ std::pair<json, Layout> build(const Model& model, const std::vector<const quant:
   FUTR_CHECK(!sets.empty(), ".futr writer: no quantized weights given");
   const ModelConfig& c = model.config;
   c.validate(model.path.empty() ? std::string("model") : model.path);
+  FUTR_CHECK(!c.qkv_bias, "{}: the .futr file does not hold q/k/v biases yet ({} architecture); run the model from "
+             "its GGUF or Hugging Face files (--weights int4|fp8|bf16 quantizes it on load)",
+             model.path.empty() ? std::string("model") : model.path, c.arch);
   Layout data;
   json tensors = json::array();
   auto add_bf16 = [&](const std::string& name, const Tensor& t) {

@@ -96,6 +96,8 @@ std::optional<SlotRef> gguf_slot(std::string_view name) {
       {".attn_output.weight", LlamaSlot::kWo},     {".ffn_norm.weight", LlamaSlot::kFfnNorm},
       {".ffn_gate.weight", LlamaSlot::kGate},      {".ffn_up.weight", LlamaSlot::kUp},
       {".ffn_down.weight", LlamaSlot::kDown},
+      {".attn_q.bias", LlamaSlot::kBq},            {".attn_k.bias", LlamaSlot::kBk},
+      {".attn_v.bias", LlamaSlot::kBv},
   };
   for (const auto& [suffix, slot] : kNames)
     if (rest == suffix) return SlotRef{slot, layer};
@@ -111,6 +113,9 @@ std::string gguf_name(const SlotRef& r) {
   }
   const char* s = "";
   switch (r.slot) {
+    case LlamaSlot::kBq: return fmt::format("blk.{}.attn_q.bias", r.layer);
+    case LlamaSlot::kBk: return fmt::format("blk.{}.attn_k.bias", r.layer);
+    case LlamaSlot::kBv: return fmt::format("blk.{}.attn_v.bias", r.layer);
     case LlamaSlot::kAttnNorm: s = "attn_norm"; break;
     case LlamaSlot::kWq: s = "attn_q"; break;
     case LlamaSlot::kWk: s = "attn_k"; break;
@@ -204,9 +209,10 @@ ModelConfig gguf_model_config(const GgufFile& f) {
   ModelConfig c;
   const std::optional<std::string> arch = opt_string(f, "general.architecture");
   FUTR_CHECK(arch.has_value(), "{}: missing metadata key 'general.architecture'", f.path());
-  FUTR_CHECK(*arch == "llama", "{}: unsupported architecture '{}' (supported: llama)", f.path(),
-             printable(*arch, 100));
+  FUTR_CHECK(*arch == "llama" || *arch == "qwen2", "{}: unsupported architecture '{}' ({})", f.path(),
+             printable(*arch, 100), kSupportedArchitectures);
   c.arch = *arch;
+  c.qkv_bias = *arch == "qwen2";  // Qwen2: the same keys under qwen2.*, biases on q, k and v
   const std::string p = *arch + ".";
   c.name = opt_string(f, "general.name").value_or("");
   c.n_layers = req_int(f, p + "block_count");
@@ -287,6 +293,17 @@ TokenizerSpec gguf_tokenizer_spec(const GgufFile& f) {
   }
   if (const GgufValue* v = f.find("tokenizer.ggml.merges"))
     s.merges = v->string_array(key_what(f, "tokenizer.ggml.merges"));
+  // SentencePiece ("llama"): the merge priority of each token, and whether a
+  // space goes before the text (llama.cpp's default for this model: true).
+  if (const GgufValue* v = f.find("tokenizer.ggml.scores"); v && s.model == "llama") {
+    FUTR_CHECK(v->type != GgufType::kArray || v->count == s.tokens.size(),
+               "{}: tokenizer.ggml.scores has {} entries but there are {} tokens", f.path(), v->count,
+               s.tokens.size());
+    const std::vector<double> sc = v->float_array(key_what(f, "tokenizer.ggml.scores"));
+    s.scores.assign(sc.begin(), sc.end());
+  }
+  if (const GgufValue* v = f.find("tokenizer.ggml.add_space_prefix"))
+    s.add_space_prefix = v->as_bool(key_what(f, "tokenizer.ggml.add_space_prefix"));
   const size_t n = s.tokens.size();
   s.bos = token_id(f, "tokenizer.ggml.bos_token_id", n);
   s.eos = token_id(f, "tokenizer.ggml.eos_token_id", n);
@@ -356,11 +373,11 @@ Model load_gguf_model(const GgufFile& f, bool with_weights) {
       continue;
     }
     const std::optional<SlotRef> ref = gguf_slot(t.name);
-    FUTR_CHECK(ref.has_value(), "{}: unexpected tensor '{}' (not part of the llama architecture)",
-               f.path(), printable(t.name, 200));
+    FUTR_CHECK(ref.has_value(), "{}: unexpected tensor '{}' (not part of the {} architecture)",
+               f.path(), printable(t.name, 200), c.arch);
     slots.push_back({*ref, t.name, t.shape()});
   }
-  const bool has_head = check_llama_layout(c, slots, f.path(), "the llama.* metadata", gguf_name);
+  const bool has_head = check_llama_layout(c, slots, f.path(), "the " + c.arch + ".* metadata", gguf_name);
   c.tied_embeddings = !has_head;
 
   if (rope_freqs) {
@@ -387,8 +404,10 @@ Model load_gguf_model(const GgufFile& f, bool with_weights) {
   m.weights.layers.resize(size_t(c.n_layers));
   for (const SlotTensor& st : slots) {
     Tensor w = f.read_tensor(*f.find_tensor(st.name));
-    if (st.ref.slot == LlamaSlot::kWq) unpermute_rope_rows(w, c.n_heads);
-    if (st.ref.slot == LlamaSlot::kWk) unpermute_rope_rows(w, c.n_kv_heads);
+    // NOTE: llama.cpp's converter interleaves the Q/K rows of llama models
+    // only; qwen2 keeps Hugging Face's rotate-half order (its NEOX RoPE).
+    if (c.arch == "llama" && st.ref.slot == LlamaSlot::kWq) unpermute_rope_rows(w, c.n_heads);
+    if (c.arch == "llama" && st.ref.slot == LlamaSlot::kWk) unpermute_rope_rows(w, c.n_kv_heads);
     slot_tensor(m.weights, st.ref) = std::move(w);
   }
   return m;

@@ -146,6 +146,9 @@ std::optional<SlotRef> hf_slot(std::string_view name) {
       {".mlp.gate_proj.weight", LlamaSlot::kGate},
       {".mlp.up_proj.weight", LlamaSlot::kUp},
       {".mlp.down_proj.weight", LlamaSlot::kDown},
+      {".self_attn.q_proj.bias", LlamaSlot::kBq},
+      {".self_attn.k_proj.bias", LlamaSlot::kBk},
+      {".self_attn.v_proj.bias", LlamaSlot::kBv},
   };
   for (const auto& [suffix, slot] : kNames)
     if (rest == suffix) return SlotRef{slot, layer};
@@ -167,6 +170,9 @@ std::string hf_name(const SlotRef& r) {
     case LlamaSlot::kGate: return fmt::format("model.layers.{}.mlp.gate_proj.weight", r.layer);
     case LlamaSlot::kUp: return fmt::format("model.layers.{}.mlp.up_proj.weight", r.layer);
     case LlamaSlot::kDown: return fmt::format("model.layers.{}.mlp.down_proj.weight", r.layer);
+    case LlamaSlot::kBq: return fmt::format("model.layers.{}.self_attn.q_proj.bias", r.layer);
+    case LlamaSlot::kBk: return fmt::format("model.layers.{}.self_attn.k_proj.bias", r.layer);
+    case LlamaSlot::kBv: return fmt::format("model.layers.{}.self_attn.v_proj.bias", r.layer);
   }
   return "?";
 }
@@ -222,16 +228,26 @@ ModelConfig parse_hf_config(std::string_view text, const std::string& src) {
   const json* archs = field(j, "architectures");
   const std::optional<std::string> mt = opt_string(j, "model_type", src);
   FUTR_CHECK(archs || mt, "{}: neither 'architectures' nor 'model_type' is given", src);
+  // Qwen2ForCausalLM is LlamaForCausalLM with biases on q, k and v.
+  bool qwen2 = mt && *mt == "qwen2";
   if (archs) {
     FUTR_CHECK(archs->is_array(), "{}: 'architectures' must be an array", src);
-    bool llama = false;
-    for (const json& a : *archs) llama = llama || (a.is_string() && a.get<std::string>() == "LlamaForCausalLM");
-    FUTR_CHECK(llama, "{}: unsupported architecture {} (supported: LlamaForCausalLM)", src,
-               json_snippet(*archs));
+    bool known = false;
+    for (const json& a : *archs) {
+      const std::string name = a.is_string() ? a.get<std::string>() : "";
+      known = known || name == "LlamaForCausalLM" || name == "Qwen2ForCausalLM";
+      qwen2 = qwen2 || name == "Qwen2ForCausalLM";
+    }
+    FUTR_CHECK(known, "{}: unsupported architecture {} (supported: LlamaForCausalLM, Qwen2ForCausalLM; {})", src,
+               json_snippet(*archs), kSupportedArchitectures);
   }
-  FUTR_CHECK(!mt || *mt == "llama", "{}: unsupported model_type '{}' (supported: llama)", src,
-             clip(*mt));
-  c.arch = "llama";
+  FUTR_CHECK(!mt || *mt == "llama" || *mt == "qwen2", "{}: unsupported model_type '{}' ({})", src, clip(*mt),
+             kSupportedArchitectures);
+  c.arch = qwen2 ? "qwen2" : "llama";
+  c.qkv_bias = qwen2;
+  // NOTE: Qwen2 configs carry sliding_window even when it is off (use_sliding_window false).
+  FUTR_CHECK(!opt_bool(j, "use_sliding_window", src).value_or(false),
+             "{}: sliding-window attention (use_sliding_window = true) is not supported", src);
   c.name = opt_string(j, "_name_or_path", src).value_or("");
   if (auto act = opt_string(j, "hidden_act", src))
     FUTR_CHECK(*act == "silu", "{}: hidden_act '{}' is not supported (silu only)", src, clip(*act));

@@ -22,6 +22,9 @@ const char* slot_name(LlamaSlot s) {
     case LlamaSlot::kDown: return "w_down";
     case LlamaSlot::kOutNorm: return "out_norm";
     case LlamaSlot::kLmHead: return "lm_head";
+    case LlamaSlot::kBq: return "bq";
+    case LlamaSlot::kBk: return "bk";
+    case LlamaSlot::kBv: return "bv";
   }
   return "?";
 }
@@ -45,6 +48,9 @@ std::vector<int64_t> slot_shape(const ModelConfig& c, LlamaSlot s) {
     case LlamaSlot::kDown: return {h, i};
     case LlamaSlot::kOutNorm: return {h};
     case LlamaSlot::kLmHead: return {v, h};
+    case LlamaSlot::kBq: return {q};
+    case LlamaSlot::kBk: return {kv};
+    case LlamaSlot::kBv: return {kv};
   }
   return {};
 }
@@ -68,6 +74,9 @@ Tensor& slot_tensor(ModelWeights& w, const SlotRef& ref) {
     case LlamaSlot::kFfnNorm: return l.ffn_norm;
     case LlamaSlot::kGate: return l.w_gate;
     case LlamaSlot::kUp: return l.w_up;
+    case LlamaSlot::kBq: return l.bq;
+    case LlamaSlot::kBk: return l.bk;
+    case LlamaSlot::kBv: return l.bv;
     default: return l.w_down;
   }
 }
@@ -81,7 +90,8 @@ std::string shape_string(const std::vector<int64_t>& shape) {
 bool check_llama_layout(const ModelConfig& c, const std::vector<SlotTensor>& tensors,
                         const std::string& source, const std::string& config_from,
                         const std::function<std::string(const SlotRef&)>& name_of) {
-  constexpr int kSlots = int(LlamaSlot::kLmHead) + 1;
+  constexpr int kSlots = int(LlamaSlot::kBv) + 1;
+  auto is_bias = [](LlamaSlot s) { return s == LlamaSlot::kBq || s == LlamaSlot::kBk || s == LlamaSlot::kBv; };
   // seen[slot][layer + 1]: layer -1 (global slots) at index 0.
   std::vector<std::vector<const SlotTensor*>> seen(kSlots);
   for (int s = 0; s < kSlots; ++s)
@@ -92,6 +102,9 @@ bool check_llama_layout(const ModelConfig& c, const std::vector<SlotTensor>& ten
       FUTR_CHECK(t.ref.layer >= 0 && t.ref.layer < c.n_layers,
                  "{}: tensor '{}' belongs to layer {}, but the model has {} layers", source, printable(t.name, 200),
                  t.ref.layer, c.n_layers);
+    FUTR_CHECK(!is_bias(t.ref.slot) || c.qkv_bias,
+               "{}: tensor '{}' is a projection bias, which the {} architecture does not have", source,
+               printable(t.name, 200), c.arch);
     const SlotTensor*& slot = seen[size_t(t.ref.slot)][per_layer ? size_t(t.ref.layer) : 0];
     FUTR_CHECK(slot == nullptr, "{}: tensors '{}' and '{}' both provide {}{}", source,
                slot ? slot->name : "", printable(t.name, 200), slot_name(t.ref.slot),
@@ -102,7 +115,7 @@ bool check_llama_layout(const ModelConfig& c, const std::vector<SlotTensor>& ten
                printable(t.name, 200), shape_string(t.shape), shape_string(want), config_from);
   }
   for (int s = 0; s < kSlots; ++s) {
-    if (LlamaSlot(s) == LlamaSlot::kLmHead) continue;
+    if (LlamaSlot(s) == LlamaSlot::kLmHead || (is_bias(LlamaSlot(s)) && !c.qkv_bias)) continue;
     for (size_t l = 0; l < seen[size_t(s)].size(); ++l)
       FUTR_CHECK(seen[size_t(s)][l] != nullptr, "{}: missing tensor '{}'", source,
                  name_of(SlotRef{LlamaSlot(s), slot_per_layer(LlamaSlot(s)) ? int(l) : -1}));

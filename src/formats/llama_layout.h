@@ -14,6 +14,8 @@
 //   w_down      [hidden, intermediate]        yes
 //   out_norm    [hidden]                      no
 //   lm_head     [vocab, hidden]               no (optional: absent = tied)
+//   bq          [n_heads*head_dim]            yes (qwen2 only)
+//   bk, bv      [n_kv_heads*head_dim]         yes (qwen2 only)
 //
 // Tested through the readers (tests/formats/*).
 #pragma once
@@ -31,6 +33,7 @@ namespace futr {
 
 enum class LlamaSlot : uint8_t {
   kTokEmbd, kAttnNorm, kWq, kWk, kWv, kWo, kFfnNorm, kGate, kUp, kDown, kOutNorm, kLmHead,
+  kBq, kBk, kBv,  // q/k/v biases: required with ModelConfig::qkv_bias (qwen2), refused without
 };
 
 struct SlotRef {

@@ -8,8 +8,10 @@
 namespace futr {
 
 void ModelConfig::validate(const std::string& source) const {
-  FUTR_CHECK(arch == "llama", "{}: unsupported architecture '{}' (supported: llama)", source,
-             printable(arch, 100));
+  FUTR_CHECK(arch == "llama" || arch == "qwen2", "{}: unsupported architecture '{}' ({})", source,
+             printable(arch, 100), kSupportedArchitectures);
+  FUTR_CHECK(qkv_bias == (arch == "qwen2"), "{}: architecture {} {} q/k/v biases", source, arch,
+             qkv_bias ? "does not have" : "has");
   auto positive = [&](const char* field, int v, int limit) {
     FUTR_CHECK(v > 0 && v <= limit, "{}: {} = {} is out of range (1..{})", source, field, v, limit);
   };

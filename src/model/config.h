@@ -16,8 +16,14 @@ struct RopeScaling {
   int original_max_position = 8192;
 };
 
+// For messages: what runs and what does not (docs/MODELS.md).
+inline constexpr const char* kSupportedArchitectures =
+    "supported: llama (Llama 2/3, TinyLlama, Mistral 7B without sliding-window attention, SmolLM) and qwen2 "
+    "(Qwen2, Qwen2.5); not supported: gemma, phi, mixture-of-experts models (mixtral, qwen2moe), "
+    "sliding-window attention";
+
 struct ModelConfig {
-  std::string arch = "llama";  // only "llama" is supported
+  std::string arch = "llama";  // "llama" | "qwen2" (Llama with biases on q, k and v)
   std::string name;            // human-readable, from the file's metadata
   int hidden = 0;              // d_model
   int n_layers = 0;
@@ -31,6 +37,7 @@ struct ModelConfig {
   float rms_eps = 1e-5f;
   RopeScaling rope_scaling;
   bool tied_embeddings = false;  // LM head shares tok_embd
+  bool qkv_bias = false;         // q, k and v projections add a bias (qwen2)
 
   int q_dim() const { return n_heads * head_dim; }
   int kv_dim() const { return n_kv_heads * head_dim; }

@@ -24,6 +24,9 @@ struct LayerWeights {
   Tensor wq;         // [n_heads*head_dim, hidden]
   Tensor wk;         // [n_kv_heads*head_dim, hidden]
   Tensor wv;         // [n_kv_heads*head_dim, hidden]
+  Tensor bq;         // [n_heads*head_dim] q bias (qwen2); empty: none
+  Tensor bk;         // [n_kv_heads*head_dim] k bias (qwen2); empty: none
+  Tensor bv;         // [n_kv_heads*head_dim] v bias (qwen2); empty: none
   Tensor wo;         // [hidden, n_heads*head_dim]
   Tensor ffn_norm;   // [hidden]
   Tensor w_gate;     // [intermediate, hidden]

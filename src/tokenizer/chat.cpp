@@ -83,11 +83,12 @@ std::string trim(std::string_view s) {
 
 }  // namespace
 
-ChatTemplate ChatTemplate::from_source(std::string_view src, std::string bos_text) {
+ChatTemplate ChatTemplate::from_source(std::string_view src, std::string bos_text, std::string eos_text) {
   FUTR_CHECK(!src.empty(), "chat: the model has no chat template; run without --chat (the prompt is then "
              "used as is)");
   ChatTemplate t;
   t.bos_text_ = std::move(bos_text);
+  t.eos_text_ = std::move(eos_text);
   t.trim_ = src.find("| trim") != std::string_view::npos || src.find("|trim") != std::string_view::npos;
   if (src.find(kStartHeader) != std::string_view::npos && src.find(kEotId) != std::string_view::npos) {
     t.family_ = ChatFamily::Llama3;
@@ -103,19 +104,34 @@ ChatTemplate ChatTemplate::from_source(std::string_view src, std::string bos_tex
     t.default_system_ = chatml_default_system(src);
     return t;
   }
+  if (src.find("[INST]") != std::string_view::npos && src.find("[/INST]") != std::string_view::npos) {
+    // NOTE: both [INST] templates write bos_token themselves.
+    t.family_ = src.find("<<SYS>>") != std::string_view::npos ? ChatFamily::Llama2 : ChatFamily::Mistral;
+    t.emits_bos_ = true;
+    return t;
+  }
   std::string head(src.substr(0, 120));
   for (char& c : head)
     if (c == '\n') c = ' ';
   fail("chat: the model's chat template is not recognised (supported: ChatML with <|im_start|>, Llama-3 with "
-       "<|start_header_id|>); template begins: \"{}{}\". Run without --chat to use the prompt as is",
+       "<|start_header_id|>, Llama-2 and Mistral with [INST]); template begins: \"{}{}\". Run without --chat to use the prompt as is",
        head, src.size() > head.size() ? "..." : "");
 }
 
 ChatTemplate ChatTemplate::for_tokenizer(const Tokenizer& tok) {
-  return from_source(tok.chat_template(), tok.bos() >= 0 ? tok.token_text(tok.bos()) : std::string());
+  return from_source(tok.chat_template(), tok.bos() >= 0 ? tok.token_text(tok.bos()) : std::string(),
+                     tok.eos() >= 0 ? tok.token_text(tok.eos()) : std::string());
 }
 
-const char* ChatTemplate::family_name() const { return family_ == ChatFamily::ChatML ? "chatml" : "llama3"; }
+const char* ChatTemplate::family_name() const {
+  switch (family_) {
+    case ChatFamily::ChatML: return "chatml";
+    case ChatFamily::Llama3: return "llama3";
+    case ChatFamily::Llama2: return "llama2";
+    case ChatFamily::Mistral: return "mistral";
+  }
+  return "?";
+}
 
 std::vector<ChatTemplate::Segment> ChatTemplate::segments(std::span<const ChatMessage> messages,
                                                           bool add_generation_prompt) const {
@@ -135,6 +151,52 @@ std::vector<ChatTemplate::Segment> ChatTemplate::segments(std::span<const ChatMe
       tmpl(std::string(kImEnd) + "\n");
     }
     if (add_generation_prompt) tmpl(std::string(kImStart) + "assistant\n");
+    return out;
+  }
+  if (family_ == ChatFamily::Llama2) {
+    // content.strip() of "<<SYS>>\n{system}\n<</SYS>>\n\n{content}" for the first user
+    // message: the system text as written, the content stripped at its end only
+    // (the whole is stripped, and it starts with "<<SYS>>").
+    const bool has_system = !messages.empty() && messages[0].role == "system";
+    for (size_t i = has_system ? 1 : 0; i < messages.size(); ++i) {
+      const ChatMessage& m = messages[i];
+      if (m.role == "user") {
+        tmpl(bos_text_ + "[INST] ");
+        if (has_system && i == 1) {
+          const std::string c = trim("x" + m.content).substr(1);  // right-stripped
+          tmpl("<<SYS>>\n");
+          user(messages[0].content);
+          tmpl(c.empty() ? "\n<</SYS>>" : "\n<</SYS>>\n\n");
+          user(c);
+        } else {
+          user(trim(m.content));
+        }
+        tmpl(" [/INST]");
+      } else if (m.role == "assistant") {
+        tmpl(" ");
+        user(trim(m.content));
+        tmpl(" " + eos_text_);
+      } else {
+        fail("chat: the Llama-2 template has no role '{}' (system, user, assistant)", m.role.substr(0, 40));
+      }
+    }
+    return out;
+  }
+  if (family_ == ChatFamily::Mistral) {
+    tmpl(bos_text_);
+    for (const ChatMessage& m : messages) {
+      if (m.role == "user") {
+        tmpl("[INST] ");
+        user(m.content);
+        tmpl(" [/INST]");
+      } else if (m.role == "assistant") {
+        user(m.content);
+        tmpl(eos_text_);
+      } else {
+        fail("chat: the Mistral template has only the roles user and assistant (got '{}'); a system message is "
+             "not part of it", m.role.substr(0, 40));
+      }
+    }
     return out;
   }
   // Llama-3
@@ -169,8 +231,39 @@ std::string ChatTemplate::apply(std::span<const ChatMessage> messages, bool add_
   return out;
 }
 
+std::vector<int32_t> ChatTemplate::encode_stretches(const Tokenizer& tok, std::span<const Segment> segs) const {
+  std::vector<int32_t> ids;
+  std::string text;  // the stretch since the last control token
+  auto flush = [&] {
+    const std::vector<int32_t> part = tok.encode_content(text);
+    ids.insert(ids.end(), part.begin(), part.end());
+    text.clear();
+  };
+  for (const Segment& s : segs) {
+    if (!s.from_template) {
+      text += s.text;
+      continue;
+    }
+    size_t cursor = 0;
+    for (int32_t id : tok.encode(s.text, false, /*parse_special=*/true)) {
+      if (!tok.is_control(id)) continue;
+      const std::string& p = tok.piece(id);
+      const size_t at = s.text.find(p, cursor);
+      FUTR_CHECK(at != std::string::npos, "chat template: control token {} not found in its text", id);
+      text += s.text.substr(cursor, at - cursor);
+      flush();
+      ids.push_back(id);
+      cursor = at + p.size();
+    }
+    text += s.text.substr(cursor);
+  }
+  flush();
+  return ids;
+}
+
 std::vector<int32_t> ChatTemplate::encode(const Tokenizer& tok, std::span<const ChatMessage> messages,
                                           bool add_generation_prompt) const {
+  if (inst_family()) return encode_stretches(tok, segments(messages, add_generation_prompt));
   std::vector<int32_t> ids;
   if (!emits_bos_ && tok.add_bos()) ids.push_back(tok.bos());
   for (const Segment& s : segments(messages, add_generation_prompt)) {
@@ -189,6 +282,20 @@ std::optional<std::vector<int32_t>> ChatTemplate::encode_after(const Tokenizer& 
                                                                bool add_generation_prompt) const {
   std::vector<int32_t> ids;
   size_t at = 0;  // characters of the segments before `s`
+  if (inst_family()) {
+    // From a segment boundary on, encoded as a prompt of its own: right where the
+    // prefix ends at a control token (the turns of these templates start after
+    // </s> or with <s>); elsewhere the caller encodes the whole prompt.
+    const std::vector<Segment> all = segments(messages, add_generation_prompt);
+    size_t i = 0;
+    for (; i < all.size() && at < prefix_chars; ++i) at += all[i].text.size();
+    if (at != prefix_chars) return std::nullopt;
+    const std::string before = apply(messages, add_generation_prompt).substr(0, prefix_chars);
+    const bool after_control = prefix_chars == 0 || (!eos_text_.empty() && before.ends_with(eos_text_)) ||
+                               (!bos_text_.empty() && before.ends_with(bos_text_));
+    if (!after_control || (i < all.size() && !all[i].from_template)) return std::nullopt;
+    return encode_stretches(tok, std::span<const Segment>(all).subspan(i));
+  }
   for (const Segment& s : segments(messages, add_generation_prompt)) {
     if (at >= prefix_chars) {
       const std::vector<int32_t> part = s.from_template ? tok.encode(s.text, false, /*parse_special=*/true) : tok.encode_content(s.text);

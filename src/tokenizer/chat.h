@@ -20,6 +20,25 @@
 //     <|start_header_id|>assistant<|end_header_id|>\n\n   generation prompt
 //   Contents are trimmed when the template applies `| trim` (all Llama-3 templates do).
 //
+//   Llama-2 chat, markers [INST] and <<SYS>> (Llama-2-chat):
+//     {bos}[INST] {content} [/INST]                        per user message, content stripped; the
+//                                                          first one is <<SYS>>\n{system}\n<</SYS>>\n\n
+//                                                          {content} when there is a system message
+//      {content} {eos}                                     per assistant message, stripped
+//
+//   Mistral instruct, marker [INST] without <<SYS>> (Mistral-7B-Instruct v0.1-v0.3):
+//     {bos}                                                once
+//     [INST] {content} [/INST]                             per user message
+//     {content}{eos}                                       per assistant message
+//   A system message is refused (the template has no system role).
+//
+// The [INST] families render no generation prompt: the answer follows [/INST].
+// They belong to SentencePiece tokenizers, whose encoding depends on where a
+// stretch of text starts (a space goes before the text after each special
+// token), so their prompt is encoded the way `futr serve` encodes any
+// template: the template's control tokens as ids, every stretch of text
+// between them (template text and contents together) with special tokens off.
+//
 // Anything else (or no template) is a futr::Error that suggests running
 // without --chat. Tools, images and multi-part contents are not supported.
 //
@@ -52,13 +71,14 @@ struct ChatMessage {
   std::string content;  // plain text
 };
 
-enum class ChatFamily { ChatML, Llama3 };
+enum class ChatFamily { ChatML, Llama3, Llama2, Mistral };
 
 class ChatTemplate {
  public:
-  // Recognises `source` (Jinja). bos_text: the BOS token's text, used where the
-  // template emits bos_token. futr::Error if empty or not recognised.
-  static ChatTemplate from_source(std::string_view source, std::string bos_text);
+  // Recognises `source` (Jinja). bos_text / eos_text: the BOS and EOS tokens'
+  // texts, used where the template emits bos_token / eos_token. futr::Error if
+  // empty or not recognised.
+  static ChatTemplate from_source(std::string_view source, std::string bos_text, std::string eos_text = "</s>");
   // The template of a tokenizer (spec.chat_template) with its BOS text.
   static ChatTemplate for_tokenizer(const Tokenizer& tok);
 
@@ -90,10 +110,14 @@ class ChatTemplate {
     bool from_template;  // true: the template's own text (special tokens parsed); false: a role or content
   };
   std::vector<Segment> segments(std::span<const ChatMessage> messages, bool add_generation_prompt) const;
+  // [INST] families: control tokens of the template text as ids, the text between them with special tokens off.
+  std::vector<int32_t> encode_stretches(const Tokenizer& tok, std::span<const Segment> segs) const;
+  bool inst_family() const { return family_ == ChatFamily::Llama2 || family_ == ChatFamily::Mistral; }
 
   ChatFamily family_ = ChatFamily::ChatML;
   std::string default_system_;  // ChatML: inserted before a conversation without a system message
   std::string bos_text_;        // text of the BOS token
+  std::string eos_text_;        // text of the EOS token ([INST] families)
   bool emits_bos_ = false;      // template writes bos_token
   bool trim_ = false;           // template trims contents (`| trim`)
   bool dated_system_ = false;   // Llama-3.1+: system block with knowledge/today dates, always

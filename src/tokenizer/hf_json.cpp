@@ -86,15 +86,16 @@ std::string recognise_pre(const json& pre, const fs::path& file) {
     const json& a = pre["pretokenizers"][0];
     const json& b = pre["pretokenizers"][1];
     if (is_type(a, "Digits") && flag(a, "individual_digits", false) && is_byte_level(b, true)) return "smollm";
-    if (is_type(a, "Split") && a.contains("pattern") && a["pattern"].is_object() &&
-        a["pattern"].contains("Regex") && a["pattern"]["Regex"] == pretok::kLlama3Pattern &&
-        string_field(a, "behavior") == "Isolated" && !flag(a, "invert", false) &&
-        is_byte_level(b, false))
-      return "llama3";
+    for (const auto& [pattern, name] : {std::pair{pretok::kLlama3Pattern, "llama3"},
+                                        std::pair{pretok::kQwen2Pattern, "qwen2"}})
+      if (is_type(a, "Split") && a.contains("pattern") && a["pattern"].is_object() &&
+          a["pattern"].contains("Regex") && a["pattern"]["Regex"] == pattern &&
+          string_field(a, "behavior") == "Isolated" && !flag(a, "invert", false) && is_byte_level(b, false))
+        return name;
   }
   fail("{}: unsupported pre_tokenizer {}; supported: ByteLevel(add_prefix_space=false) (gpt2), "
        "Sequence[Digits(individual_digits=true), ByteLevel] (smollm), "
-       "Sequence[Split(Llama-3 regex, Isolated), ByteLevel(use_regex=false)] (llama3)",
+       "Sequence[Split(Llama-3 or Qwen2 regex, Isolated), ByteLevel(use_regex=false)] (llama3, qwen2)",
        file.string(), describe(pre));
 }
 

@@ -11,9 +11,14 @@
 namespace futr {
 
 struct TokenizerSpec {
-  std::string model = "gpt2";          // "gpt2" = byte-level BPE (the only kind supported)
-  std::string pre = "gpt2";            // pre-tokenizer: "gpt2" | "smollm" | "llama3"
-  std::vector<std::string> tokens;     // [vocab] id -> token text (byte-level alphabet)
+  std::string model = "gpt2";          // "gpt2" = byte-level BPE; "llama" = SentencePiece BPE
+                                       // (Llama-2, TinyLlama, Mistral: scores, byte fallback)
+  std::string pre = "gpt2";            // pre-tokenizer: "gpt2" | "smollm" | "llama3" (gpt2 only)
+  std::vector<std::string> tokens;     // [vocab] id -> token text (byte-level alphabet; "llama":
+                                       //         U+2581 (▁) for a space, "<0xNN>" byte tokens)
+  std::vector<float> scores;           // [vocab] "llama": merge priority (higher first); empty: all 0
+  bool add_space_prefix = true;        // "llama": a space before the text at the start and after
+                                       //          each special token (SentencePiece's dummy prefix)
   std::vector<int32_t> token_types;    // [vocab] GGUF types: 1 normal, 2 unknown, 3 control,
                                        //         4 user-defined, 5 unused, 6 byte (empty: all 1)
   std::vector<std::string> merges;     // ["a b", ...] in priority order

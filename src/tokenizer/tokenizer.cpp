@@ -19,7 +19,18 @@ namespace futr {
 namespace {
 
 // GGUF token types (TokenizerSpec::token_types).
-constexpr int32_t kNormal = 1, kControl = 3, kUserDefined = 4;
+constexpr int32_t kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kByte = 6;
+
+// SentencePiece's space marker U+2581 (▁) in UTF-8.
+constexpr std::string_view kSpaceMarker = "\xE2\x96\x81";
+
+// The byte a SentencePiece byte token "<0xNN>" stands for (-1: not one).
+int spm_byte_value(std::string_view t) {
+  if (t.size() != 6 || t.substr(0, 3) != "<0x" || t[5] != '>') return -1;
+  auto hex = [](char c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1; };
+  const int hi = hex(t[3]), lo = hex(t[4]);
+  return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
+}
 
 constexpr size_t kCacheMaxWord = 64;        // longer pieces are not cached (bytes)
 constexpr size_t kCacheMaxEntries = 1 << 17;  // the cache is cleared when it grows past this
@@ -267,7 +278,7 @@ class Matcher {
   pcre2_match_context* ctx_ = nullptr;
 };
 
-enum class Pre { Gpt2, SmolLM, Llama3 };
+enum class Pre { Gpt2, SmolLM, Llama3, Qwen2 };
 
 struct Merge {
   int32_t rank;    // position in spec.merges: lower merges first
@@ -422,6 +433,11 @@ struct Tokenizer::Impl {
   SpecialMatcher special;                       // control and user-defined texts
   std::vector<uint8_t> chat_marker;             // [vocab] 1: a user-defined token the chat template uses
   Pre pre = Pre::Gpt2;
+  bool spm = false;                             // model "llama": SentencePiece BPE
+  std::vector<float> score;                     // [vocab] spm: merge priority (higher first)
+  std::array<int32_t, 256> spm_byte{};          // spm: byte -> id of its <0xNN> token (-1: none)
+  bool add_space_prefix = true;                 // spm: dummy prefix (TokenizerSpec)
+  int32_t unk = -1;
   std::string pre_name;
   std::string chat_template;
   bool ignore_merges = false;
@@ -435,6 +451,8 @@ struct Tokenizer::Impl {
 
   std::vector<int32_t> encode(std::string_view text, bool add_bos, SpecialMatcher::Allow allow) const;
   void bpe(std::string_view piece, std::vector<int32_t>& out) const;
+  void spm_encode(std::string_view fragment, bool prefix, std::vector<int32_t>& out) const;
+  int32_t spm_piece(std::string_view text) const;  // id of a normal token with this text, or -1
   void merge_loop(std::string_view piece, std::vector<int32_t>& out) const;
   template <class F>
   void pieces(std::string_view text, Matcher& split, Matcher* digits, F&& on_piece) const;
@@ -442,16 +460,26 @@ struct Tokenizer::Impl {
 
 Tokenizer::Tokenizer(const TokenizerSpec& spec) : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
-  FUTR_CHECK(spec.model == "gpt2", "tokenizer: model '{}' is not supported (only byte-level BPE, 'gpt2')",
+  FUTR_CHECK(spec.model == "gpt2" || spec.model == "llama",
+             "tokenizer: model '{}' is not supported (supported: 'gpt2', byte-level BPE as in Llama-3, Qwen2 and "
+             "SmolLM; 'llama', SentencePiece BPE as in Llama-2, TinyLlama and Mistral)",
              spec.model);
+  m.spm = spec.model == "llama";
   // NOTE: GGUF files written by llama.cpp's converter name Llama-3's pre-tokenizer
   // "llama-bpe" (older ones "llama-v3") and GPT-2's "gpt-2"; they are aliases.
-  if (spec.pre == "gpt2" || spec.pre == "gpt-2") m.pre = Pre::Gpt2;
+  // A SentencePiece vocabulary has no pre-tokenizer (its GGUF says "default").
+  if (m.spm) m.pre = Pre::Gpt2;
+  else if (spec.pre == "gpt2" || spec.pre == "gpt-2") m.pre = Pre::Gpt2;
   else if (spec.pre == "smollm") m.pre = Pre::SmolLM;
   else if (spec.pre == "llama3" || spec.pre == "llama-bpe" || spec.pre == "llama-v3") m.pre = Pre::Llama3;
-  else fail("tokenizer: pre-tokenizer '{}' is not supported (supported: gpt2, smollm, llama3; GGUF aliases "
+  else if (spec.pre == "qwen2") m.pre = Pre::Qwen2;
+  else fail("tokenizer: pre-tokenizer '{}' is not supported (supported: gpt2, smollm, llama3, qwen2; GGUF aliases "
             "gpt-2, llama-bpe, llama-v3)", spec.pre);
-  m.pre_name = m.pre == Pre::Gpt2 ? "gpt2" : m.pre == Pre::SmolLM ? "smollm" : "llama3";
+  m.pre_name = m.spm                  ? "sentencepiece"
+               : m.pre == Pre::Gpt2   ? "gpt2"
+               : m.pre == Pre::SmolLM ? "smollm"
+               : m.pre == Pre::Qwen2  ? "qwen2"
+                                      : "llama3";
   m.chat_template = spec.chat_template;
   m.ignore_merges = spec.ignore_merges.value_or(m.pre == Pre::Llama3);
 
@@ -470,7 +498,13 @@ Tokenizer::Tokenizer(const TokenizerSpec& spec) : impl_(std::make_unique<Impl>()
   for (int32_t id : spec.extra_eos) check_id(id, "extra eos");
   m.bos = spec.bos;
   m.eos = spec.eos;
+  m.unk = spec.unk;
   m.add_bos = spec.add_bos && spec.bos >= 0;
+  m.add_space_prefix = spec.add_space_prefix;
+  FUTR_CHECK(spec.scores.empty() || spec.scores.size() == n, "tokenizer: {} scores for {} tokens", spec.scores.size(),
+             n);
+  if (m.spm) m.score = spec.scores.empty() ? std::vector<float>(n, 0.0f) : spec.scores;
+  m.spm_byte.fill(-1);
 
   m.text = spec.tokens;
   m.type = spec.token_types.empty() ? std::vector<int32_t>(n, kNormal) : spec.token_types;
@@ -488,7 +522,10 @@ Tokenizer::Tokenizer(const TokenizerSpec& spec) : impl_(std::make_unique<Impl>()
     const std::string& t = m.text[i];
     m.id_of_text.emplace(t, int32_t(i));
     const int32_t ty = m.type[i];
-    if (ty == kControl || ty == kUserDefined) {
+    // NOTE: the unknown token (<unk>) is matched like a control token, with
+    // parse_special only, as llama.cpp and HF tokenizers (an added special
+    // token there) match it.
+    if (ty == kControl || ty == kUserDefined || ty == kUnknown) {
       m.bytes[i] = t;  // special tokens are their text
       special_bytes += t.size();
       FUTR_CHECK(special_bytes <= kMaxSpecialBytes,
@@ -503,6 +540,25 @@ Tokenizer::Tokenizer(const TokenizerSpec& spec) : impl_(std::make_unique<Impl>()
       if (!t.empty()) m.special.add(t, int32_t(i), ty == kUserDefined, ty == kUserDefined && !marker);
       continue;
     }
+    if (m.spm) {
+      // SentencePiece: a byte token is its byte, the others their text with ▁ as a space.
+      const int byte = ty == kByte ? spm_byte_value(t) : -1;
+      if (byte >= 0) {
+        m.bytes[i] = std::string(1, char(byte));
+        if (m.spm_byte[size_t(byte)] < 0) m.spm_byte[size_t(byte)] = int32_t(i);
+        continue;
+      }
+      std::string& out = m.bytes[i];
+      for (size_t k = 0; k < t.size();) {
+        if (t.compare(k, kSpaceMarker.size(), kSpaceMarker) == 0) {
+          out += ' ';
+          k += kSpaceMarker.size();
+        } else {
+          out += t[k++];
+        }
+      }
+      continue;
+    }
     // Normal (and unknown/unused/byte) tokens: through the alphabet when the
     // text is byte-level encoded, else their text as is (HF's ByteLevel decoder).
     std::optional<std::string> b = alphabet_to_bytes(t);
@@ -510,6 +566,17 @@ Tokenizer::Tokenizer(const TokenizerSpec& spec) : impl_(std::make_unique<Impl>()
     if (!b || b->empty() || ty != kNormal) continue;
     m.id_of_bytes.emplace(*b, int32_t(i));
     if (b->size() == 1 && m.byte_token[uint8_t((*b)[0])] < 0) m.byte_token[uint8_t((*b)[0])] = int32_t(i);
+  }
+  m.special.finish();
+  if (m.spm) {
+    // Byte fallback needs the 256 <0xNN> tokens (or <unk>); without either, a
+    // character outside the vocabulary would be lost silently.
+    int missing_bytes = 0;
+    for (int b = 0; b < 256; ++b) missing_bytes += m.spm_byte[size_t(b)] < 0;
+    FUTR_CHECK(missing_bytes == 0 || m.unk >= 0,
+               "tokenizer: the SentencePiece vocabulary lacks {} of the 256 byte tokens <0x00>..<0xFF> and has no "
+               "unknown token", missing_bytes);
+    return;
   }
   // A byte-level vocabulary has a token for every printable ASCII byte (space
   // as U+0120); without them ordinary text would lose its bytes silently.
@@ -520,7 +587,6 @@ Tokenizer::Tokenizer(const TokenizerSpec& spec) : impl_(std::make_unique<Impl>()
              "tokenizer: the vocabulary has no byte token for {} of the 95 printable ASCII bytes ('{}'); it is not "
              "a byte-level BPE vocabulary",
              missing.size(), printable(missing, 20));
-  m.special.finish();
 
   m.merges.reserve(spec.merges.size() * 2);
   for (size_t r = 0; r < spec.merges.size(); ++r) {
@@ -537,8 +603,9 @@ Tokenizer::Tokenizer(const TokenizerSpec& spec) : impl_(std::make_unique<Impl>()
     m.merges.emplace(pair_key(ia->second, ib->second), Merge{int32_t(r), ir->second});  // first rank wins
   }
 
-  m.split_re = std::make_unique<Regex>(pcre2_pattern(m.pre == Pre::Llama3 ? pretok::kLlama3Pattern
-                                                                          : pretok::kGpt2Pattern));
+  m.split_re = std::make_unique<Regex>(pcre2_pattern(m.pre == Pre::Llama3  ? pretok::kLlama3Pattern
+                                                     : m.pre == Pre::Qwen2 ? pretok::kQwen2Pattern
+                                                                           : pretok::kGpt2Pattern));
   if (m.pre == Pre::SmolLM) m.digit_re = std::make_unique<Regex>(R"(\p{N})");
 }
 
@@ -625,6 +692,88 @@ void Tokenizer::Impl::bpe(std::string_view piece, std::vector<int32_t>& out) con
   }
 }
 
+// ---------------------------------------------------------------------------
+// SentencePiece BPE (model "llama")
+// ---------------------------------------------------------------------------
+
+int32_t Tokenizer::Impl::spm_piece(std::string_view t) const {
+  const auto it = id_of_text.find(t);
+  return it != id_of_text.end() && type[size_t(it->second)] == kNormal ? it->second : -1;
+}
+
+// SentencePiece's BPE encoding, as llama.cpp's llm_tokenizer_spm: spaces
+// become ▁ (with one more in front when `prefix`), the text starts as one
+// symbol per UTF-8 character (an invalid byte is a symbol of its own), and the
+// adjacent pair whose concatenation is a normal token of the highest score
+// merges first (the leftmost among equal scores) until no pair is a token.
+// A symbol that is not a token is emitted as its bytes' <0xNN> tokens (byte
+// fallback; <unk> where one is missing). Only normal tokens are ever produced
+// by merging: control, user-defined and byte tokens come from their own rules.
+void Tokenizer::Impl::spm_encode(std::string_view fragment, bool prefix, std::vector<int32_t>& out) const {
+  std::string text;
+  text.reserve(fragment.size() + 16);
+  if (prefix) text += kSpaceMarker;
+  for (char c : fragment) {
+    if (c == ' ') text += kSpaceMarker;
+    else text += c;
+  }
+  struct Sym {
+    int32_t prev, next;
+    uint32_t off, len;  // bytes of text; len 0: merged into its left neighbour
+  };
+  std::vector<Sym> sym;
+  const auto* u = reinterpret_cast<const unsigned char*>(text.data());
+  for (size_t i = 0; i < text.size();) {
+    const int l = utf8_check(u + i, text.size() - i);
+    const size_t len = l > 0 ? size_t(l) : 1;
+    const int32_t k = int32_t(sym.size());
+    sym.push_back({k - 1, -1, uint32_t(i), uint32_t(len)});
+    if (k > 0) sym[size_t(k - 1)].next = k;
+    i += len;
+  }
+  struct Bigram {
+    float score;
+    int32_t left, right;
+    uint32_t len;
+    bool operator<(const Bigram& o) const { return score != o.score ? score < o.score : left > o.left; }
+  };
+  std::priority_queue<Bigram> heap;
+  auto try_add = [&](int32_t left, int32_t right) {
+    if (left < 0 || right < 0) return;
+    const uint32_t len = sym[size_t(left)].len + sym[size_t(right)].len;
+    const int32_t id = spm_piece(std::string_view(text).substr(sym[size_t(left)].off, len));
+    if (id >= 0) heap.push({score[size_t(id)], left, right, len});
+  };
+  for (int32_t i = 1; i < int32_t(sym.size()); ++i) try_add(i - 1, i);
+  while (!heap.empty()) {
+    const Bigram b = heap.top();
+    heap.pop();
+    Sym& l = sym[size_t(b.left)];
+    Sym& r = sym[size_t(b.right)];
+    // Stale: one side merged since (lengths only grow; a merged-away symbol has length 0).
+    if (l.len == 0 || r.len == 0 || l.len + r.len != b.len) continue;
+    l.len += r.len;
+    r.len = 0;
+    l.next = r.next;
+    if (r.next >= 0) sym[size_t(r.next)].prev = b.left;
+    try_add(l.prev, b.left);
+    try_add(b.left, l.next);
+  }
+  for (int32_t i = sym.empty() ? -1 : 0; i >= 0; i = sym[size_t(i)].next) {
+    const std::string_view t = std::string_view(text).substr(sym[size_t(i)].off, sym[size_t(i)].len);
+    const int32_t id = spm_piece(t);
+    if (id >= 0) {
+      out.push_back(id);
+      continue;
+    }
+    for (char c : t) {
+      const int32_t b = spm_byte[uint8_t(c)];
+      if (b >= 0) out.push_back(b);
+      else if (unk >= 0) out.push_back(unk);
+    }
+  }
+}
+
 // Pre-tokenizes a stretch of text without special tokens: on_piece(string_view)
 // for each piece, in order. The pieces cover the text exactly.
 template <class F>
@@ -661,11 +810,22 @@ std::vector<int32_t> Tokenizer::Impl::encode(std::string_view text, bool add_bos
     FUTR_CHECK(m.bos >= 0, "tokenizer: add_bos requested but the tokenizer has no BOS token");
     out.push_back(m.bos);
   }
-  Matcher split(*m.split_re);
+  std::optional<Matcher> split;
+  if (m.split_re) split.emplace(*m.split_re);
   std::optional<Matcher> digits;
   if (m.digit_re) digits.emplace(*m.digit_re);
   Matcher* dm = digits ? &*digits : nullptr;
-  auto bpe_out = [&](std::string_view p) { m.bpe(p, out); };
+  // SentencePiece: the dummy prefix at the start and after each special token.
+  bool after_special = true;
+  auto encode_text = [&](std::string_view t) {
+    if (m.spm) {
+      if (t.empty()) return;
+      m.spm_encode(t, m.add_space_prefix && after_special, out);
+      after_special = false;
+      return;
+    }
+    m.pieces(t, *split, dm, [&](std::string_view p) { m.bpe(p, out); });
+  };
 
   // Special tokens split the text; the stretches between them are encoded.
   // The leftmost match wins, the longest one at that position (linear time:
@@ -677,17 +837,19 @@ std::vector<int32_t> Tokenizer::Impl::encode(std::string_view text, bool add_bos
     for (size_t i = 0; i < text.size(); ++i) {
       const int32_t id = best[i];
       if (id < 0) continue;
-      m.pieces(text.substr(start, i - start), split, dm, bpe_out);
+      encode_text(text.substr(start, i - start));
       out.push_back(id);
+      after_special = true;
       i += m.text[size_t(id)].size() - 1;
       start = i + 1;
     }
   }
-  m.pieces(text.substr(start), split, dm, bpe_out);
+  encode_text(text.substr(start));
   return out;
 }
 
 std::vector<std::string_view> Tokenizer::split_words(std::string_view text) const {
+  if (!impl_->split_re) return text.empty() ? std::vector<std::string_view>{} : std::vector<std::string_view>{text};
   Matcher split(*impl_->split_re);
   std::optional<Matcher> digits;
   if (impl_->digit_re) digits.emplace(*impl_->digit_re);

@@ -1,8 +1,21 @@
-// futr::Tokenizer: byte-level BPE (GPT-2 family) built from a TokenizerSpec.
+// futr::Tokenizer: byte-level BPE (GPT-2 family: spec.model "gpt2") or
+// SentencePiece BPE (Llama-2, TinyLlama, Mistral: spec.model "llama") built
+// from a TokenizerSpec.
+//
+// SentencePiece (tokenizer.cpp spm_encode(), llama.cpp's llm_tokenizer_spm):
+// special tokens are matched as below; each stretch of text between them has
+// its spaces replaced by U+2581 (▁), with one more in front at the start and
+// after each special token (add_space_prefix), and is merged pair by pair,
+// the pair whose concatenation is the normal token of highest score first
+// (leftmost on ties); a character left without a token becomes its bytes'
+// <0xNN> tokens (byte fallback, <unk> where one is missing). No
+// pre-tokenizer, no merge list, no byte-level alphabet. The steps below are
+// those of byte-level BPE.
 //
 // encode(text):
-//   1. special tokens: control tokens (type 3, only when parse_special) and
-//      user-defined tokens (type 4, always) are found as whole strings,
+//   1. special tokens: control tokens and the unknown token (types 3 and 2,
+//      only when parse_special) and user-defined tokens (type 4, always) are
+//      found as whole strings,
 //      leftmost-longest, and emitted as their ids; the text between them goes on;
 //   2. pre-tokenizer (spec.pre; the GGUF names gpt-2, llama-bpe and llama-v3 are
 //      accepted as aliases), compiled once with PCRE2 (UTF + UCP, JIT):

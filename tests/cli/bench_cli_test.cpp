@@ -34,6 +34,11 @@ TEST(FutrBench, SweepsEveryListIntoTheTableAndTheJson) {
                 "--ctx-list", "0,20", "--steps", "3", "-r", "2", "--json", json.string()});
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_NE(r.err.find("loaded in"), std::string::npos) << r.err;
+  // Progress as it goes: one stderr line per test, numbered, with its rate.
+  EXPECT_NE(r.err.find("futr: bench: 7 tests, each one warm-up + 2 repetitions"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("futr: bench [1/7] pp16: "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("futr: bench [3/7] tg6: "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("futr: bench [7/7] decode batch 3 ctx 20: "), std::string::npos) << r.err;
   EXPECT_NE(r.out.find("| model | engine | weights | kv | test | batch | ctx | t/s | ms/step |"), std::string::npos)
       << r.out;
   EXPECT_EQ(count(r.out, "| pp16 |"), 1) << r.out;

@@ -1,7 +1,7 @@
 // End to end: `futr chat` driven through pipes (turns, the KV-cached history,
 // /reset, /exit, Ctrl-C stopping one answer, a user line that spells control
 // tokens staying text), and `futr generate` on a terminal (a pty) saying that
-// it reads the prompt from stdin. Greedy, one thread; the default model
+// it reads the prompt from stdin and exiting 130 after Ctrl-C. Greedy, one thread; the default model
 // (skips with the reason when it is absent).
 #include <gtest/gtest.h>
 #include <poll.h>
@@ -209,6 +209,19 @@ TEST(FutrChat, CtrlCStopsTheAnswerNotTheProgram) {
   EXPECT_EQ(c.wait_exit(), 0) << c.err_text;
   EXPECT_NE(c.out_text.find("Paris", first), std::string::npos) << c.out_text;
   EXPECT_LT(lines(c.out_text).front().size(), 1500u) << "the first answer was not cut short";
+}
+
+TEST(FutrGenerate, CtrlCStopsWithItsStatisticsAndExits130) {
+  REQUIRE_MODEL();
+  Child c({"generate", "Write a long story about a dragon.", "--temperature", "0", "--ignore-eos", "-n", "2000",
+           "-t", "1"});
+  ASSERT_GT(c.pid, 0);
+  ASSERT_TRUE(c.read_until([&] { return c.out_text.size() > 20; }, 300)) << c.err_text;
+  ASSERT_EQ(kill(c.pid, SIGINT), 0);
+  const int rc = c.wait_exit();
+  EXPECT_EQ(rc, 130) << c.err_text;  // the shell's status for SIGINT, as after llama.cpp's Ctrl-C
+  EXPECT_NE(c.err_text.find("interrupted (Ctrl-C)"), std::string::npos) << c.err_text;
+  EXPECT_NE(c.err_text.find("futr: generation"), std::string::npos) << c.err_text;
 }
 
 TEST(FutrGenerate, SaysItReadsStdinOnATerminal) {

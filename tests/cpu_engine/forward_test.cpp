@@ -1,4 +1,5 @@
-// The CPU forward pass (cpu_engine/forward.h) on random tiny models: against the
+// The CPU forward pass (cpu_engine/forward.h) on random tiny models (Llama
+// variants and a Qwen2 with q/k/v biases): against the
 // naive double-precision reference (tests/cpu_engine/tiny_model.h), prefill vs
 // token-by-token decode through the KV cache, chunking, and the context and
 // vocabulary errors.
@@ -59,6 +60,12 @@ std::vector<Case> cases() {
   l3.n_kv_heads = 4;  // MHA
   l3.head_dim = 32;
   cs.push_back({"mha_llama3", l3});
+  ModelConfig qwen2 = test::tiny_config();  // biases on q, k and v; Qwen2's rope theta, tied head
+  qwen2.arch = "qwen2";
+  qwen2.qkv_bias = true;
+  qwen2.rope_theta = 1000000.0f;
+  qwen2.tied_embeddings = true;
+  cs.push_back({"qwen2_bias_tied", qwen2});
   return cs;
 }
 
@@ -195,6 +202,17 @@ TEST(CpuForward, RejectsInconsistentWeights) {
   Model u = test::random_model(cfg, 5);
   u.weights.lm_head = Tensor();  // untied without an LM head
   EXPECT_THROW(Forward(u, 16), Error);
+  ModelConfig qcfg = test::tiny_config();
+  qcfg.arch = "qwen2";
+  qcfg.qkv_bias = true;
+  Model q = test::random_model(qcfg, 5);
+  q.weights.layers[0].bk = Tensor();  // a qwen2 layer without its k bias
+  try {
+    Forward f(q, 16);
+    FAIL() << "expected a missing-bias error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("blk.0.attn_k.bias"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -62,5 +62,20 @@ TEST(Threads, WarnsAboveThePhysicalCores) {
   set_num_threads(0);
 }
 
+TEST(Threads, WarnsWhenOtherProcessesKeepTheCpusBusy) {
+  // An idle machine, or threads that fit beside the load: no warning.
+  EXPECT_EQ(contention_warning(2, 2, 0.0), "");
+  EXPECT_EQ(contention_warning(2, 2, 0.4), "");
+  EXPECT_EQ(contention_warning(4, 8, 3.0), "");
+  EXPECT_EQ(contention_warning(1, 2, 1.9), "");  // one thread is the least there is
+  // The 2-core machine with one busy process: 2 threads wait on each other.
+  const std::string w = contention_warning(2, 2, 1.0);
+  EXPECT_NE(w.find("load average 1.0 on 2 logical CPUs"), std::string::npos) << w;
+  EXPECT_NE(w.find("-t 1 (--threads)"), std::string::npos) << w;
+  EXPECT_NE(contention_warning(16, 16, 6.2).find("-t 10 "), std::string::npos);
+  EXPECT_NE(contention_warning(2, 2, 5.0).find("-t 1 "), std::string::npos);  // never below 1
+  EXPECT_EQ(contention_warning(0, 2, 5.0), "");
+}
+
 }  // namespace
 }  // namespace futr::cpu

@@ -61,6 +61,11 @@ inline Model random_model(const ModelConfig& c, uint32_t seed) {
     L.w_gate = random_tensor({I, H}, rng, 0.0f, s);
     L.w_up = random_tensor({I, H}, rng, 0.0f, s);
     L.w_down = random_tensor({H, I}, rng, 0.0f, s);
+    if (c.qkv_bias) {  // qwen2: biases large enough to move every logit
+      L.bq = random_tensor({Q}, rng, 0.0f, 0.5f);
+      L.bk = random_tensor({KV}, rng, 0.0f, 0.5f);
+      L.bv = random_tensor({KV}, rng, 0.0f, 0.5f);
+    }
     m.weights.layers.push_back(std::move(L));
   }
   m.weights.out_norm = random_tensor({H}, rng, 1.0f, 0.2f);
@@ -151,6 +156,9 @@ inline std::vector<double> naive_forward(const Model& m, const std::vector<int32
       q[size_t(t)] = naive_matvec(L.wq, a);
       k[size_t(t)] = naive_matvec(L.wk, a);
       v[size_t(t)] = naive_matvec(L.wv, a);
+      for (size_t i = 0; i < L.bq.data.size(); ++i) q[size_t(t)][i] += L.bq.data[i];  // qwen2 biases
+      for (size_t i = 0; i < L.bk.data.size(); ++i) k[size_t(t)][i] += L.bk.data[i];
+      for (size_t i = 0; i < L.bv.data.size(); ++i) v[size_t(t)][i] += L.bv.data[i];
       for (int h = 0; h < c.n_heads; ++h) naive_rope(&q[size_t(t)][size_t(h * D)], D, t, f);
       for (int h = 0; h < c.n_kv_heads; ++h) naive_rope(&k[size_t(t)][size_t(h * D)], D, t, f);
     }

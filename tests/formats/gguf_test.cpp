@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <map>
 #include <numbers>
@@ -14,6 +15,7 @@
 #include "formats/gguf_writer.h"
 #include "formats/loader.h"
 #include "support/expect_error.h"
+#include "tokenizer/tokenizer.h"
 
 using namespace futr;
 using namespace futr::test;
@@ -162,6 +164,79 @@ TEST(Gguf, TinyModelF32ConfigAndWeights) {
   const Model header = load_bytes(m.writer().bytes(), false);
   EXPECT_EQ(header.sources.size(), model.sources.size());
   EXPECT_TRUE(header.weights.layers.empty());
+}
+
+// Qwen2 as llama.cpp writes it: the llama keys under qwen2.*, q/k/v biases,
+// and Q/K rows in Hugging Face's order (NEOX RoPE: no permutation to undo).
+TEST(Gguf, Qwen2BiasesAndUnpermutedRows) {
+  TinyLlama m;
+  m.arch = "qwen2";
+  m.theta = 1000000.0f;
+  m.make(11);
+  const Model model = load_bytes(m.writer().bytes());
+  EXPECT_EQ(model.config.arch, "qwen2");
+  EXPECT_TRUE(model.config.qkv_bias);
+  EXPECT_EQ(model.config.rope_theta, 1000000.0f);
+  const LayerWeights& l1 = model.weights.layers[1];
+  EXPECT_EQ(l1.wq.data, m.get("blk.1.attn_q.weight").v);
+  EXPECT_EQ(l1.wk.data, m.get("blk.1.attn_k.weight").v);
+  EXPECT_EQ(l1.bq.data, m.get("blk.1.attn_q.bias").v);
+  EXPECT_EQ(l1.bk.data, m.get("blk.1.attn_k.bias").v);
+  EXPECT_EQ(l1.bv.data, m.get("blk.1.attn_v.bias").v);
+  EXPECT_EQ(l1.bq.shape, (std::vector<int64_t>{64}));
+  // A missing bias is named; a bias in a llama file is refused.
+  GgufWriter missing = m.writer();
+  missing.remove_tensor("blk.0.attn_v.bias");
+  EXPECT_FUTR_ERROR(load_bytes(missing.bytes()), "missing tensor 'blk.0.attn_v.bias'");
+  TinyLlama llama;
+  llama.make(11);
+  GgufWriter extra = llama.writer();
+  extra.add_f32_tensor("blk.0.attn_q.bias", {64}, std::vector<float>(64, 0.5f));
+  EXPECT_FUTR_ERROR(load_bytes(extra.bytes()), "a projection bias, which the llama architecture");
+  // Architectures that do not run are named with what does.
+  TinyLlama gemma;
+  gemma.arch = "gemma";
+  gemma.make(11);
+  EXPECT_FUTR_ERROR(load_bytes(gemma.writer().bytes()), "unsupported architecture 'gemma' (supported: llama");
+}
+
+// A SentencePiece vocabulary (Llama-2, TinyLlama, Mistral): model "llama",
+// scores, add_space_prefix.
+TEST(Gguf, SentencePieceTokenizerMetadata) {
+  TinyLlama m;
+  m.vocab = 300;
+  m.make();
+  GgufWriter g = m.writer();
+  std::vector<std::string> toks = {"<unk>", "<s>", "</s>"};
+  std::vector<int32_t> types = {2, 3, 3};
+  for (int b = 0; b < 256; ++b) {
+    char buf[8];
+    std::snprintf(buf, sizeof buf, "<0x%02X>", b);
+    toks.push_back(buf);
+    types.push_back(6);
+  }
+  for (const char* t : {"\xE2\x96\x81t", "he", "\xE2\x96\x81the"}) {  // ids 259, 260, 261
+    toks.push_back(t);
+    types.push_back(1);
+  }
+  std::vector<float> scores(toks.size(), 0.0f);
+  scores.back() = -3.5f;
+  g.add_string("tokenizer.ggml.model", "llama");
+  g.add_string_array("tokenizer.ggml.tokens", toks);
+  g.add_f32_array("tokenizer.ggml.scores", scores);
+  g.add_i32_array("tokenizer.ggml.token_type", types);
+  g.add_u32("tokenizer.ggml.bos_token_id", 1);
+  g.add_u32("tokenizer.ggml.eos_token_id", 2);
+  g.add_u32("tokenizer.ggml.unknown_token_id", 0);
+  g.add_bool("tokenizer.ggml.add_space_prefix", false);
+  const Model model = load_bytes(g.bytes(), false);
+  const TokenizerSpec& s = model.tokenizer;
+  EXPECT_EQ(s.model, "llama");
+  EXPECT_EQ(s.scores, scores);
+  EXPECT_FALSE(s.add_space_prefix);
+  const Tokenizer tok(s);
+  EXPECT_EQ(tok.encode("the", false, false), (std::vector<int32_t>{3 + 't', 260}));  // t by byte fallback
+  EXPECT_EQ(tok.encode(" the", false, false), std::vector<int32_t>{261});
 }
 
 TEST(Gguf, TiedWhenOutputAbsent) {

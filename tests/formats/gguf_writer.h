@@ -83,6 +83,13 @@ class GgufWriter {
     for (int32_t x : v) put(b, x);
     add_raw(k, ARR, b);
   }
+  void add_f32_array(const std::string& k, const std::vector<float>& v) {
+    Bytes b;
+    put<uint32_t>(b, F32);
+    put<uint64_t>(b, v.size());
+    for (float x : v) put(b, x);
+    add_raw(k, ARR, b);
+  }
   void remove_kv(const std::string& key) {
     std::erase_if(kvs_, [&](const KV& kv) { return kv.key == key; });
   }
@@ -232,8 +239,10 @@ inline std::vector<float> llama_cpp_permute(const std::vector<float>& w, int64_t
   return out;
 }
 
-// A tiny synthetic llama model in canonical (Hugging Face) order.
+// A tiny synthetic llama model in canonical (Hugging Face) order; with
+// arch = "qwen2", a Qwen2 (q/k/v biases, qwen2.* keys, Q/K rows not permuted).
 struct TinyLlama {
+  std::string arch = "llama";
   int hidden = 64, layers = 2, heads = 4, kv_heads = 2, head_dim = 16, inter = 96, vocab = 40;
   int ctx = 256;
   float theta = 10000.0f, eps = 1e-5f;
@@ -262,6 +271,11 @@ struct TinyLlama {
       w(p + "attn_q.weight", {q, hidden});
       w(p + "attn_k.weight", {kv, hidden});
       w(p + "attn_v.weight", {kv, hidden});
+      if (arch == "qwen2") {
+        w(p + "attn_q.bias", {q});
+        w(p + "attn_k.bias", {kv});
+        w(p + "attn_v.bias", {kv});
+      }
       w(p + "attn_output.weight", {hidden, q});
       w(p + "ffn_norm.weight", {hidden});
       w(p + "ffn_gate.weight", {inter, hidden});
@@ -279,19 +293,20 @@ struct TinyLlama {
 
   // The metadata llama.cpp writes for such a model (without a tokenizer).
   void add_metadata(GgufWriter& g) const {
-    g.add_string("general.architecture", "llama");
+    const std::string a = arch + ".";
+    g.add_string("general.architecture", arch);
     g.add_string("general.name", "tiny");
-    g.add_u32("llama.block_count", uint32_t(layers));
-    g.add_u32("llama.context_length", uint32_t(ctx));
-    g.add_u32("llama.embedding_length", uint32_t(hidden));
-    g.add_u32("llama.feed_forward_length", uint32_t(inter));
-    g.add_u32("llama.attention.head_count", uint32_t(heads));
-    g.add_u32("llama.attention.head_count_kv", uint32_t(kv_heads));
-    if (head_dim * heads != hidden) g.add_u32("llama.attention.key_length", uint32_t(head_dim));
-    g.add_f32("llama.rope.freq_base", theta);
-    g.add_f32("llama.attention.layer_norm_rms_epsilon", eps);
-    g.add_u32("llama.vocab_size", uint32_t(vocab));
-    g.add_u32("llama.rope.dimension_count", uint32_t(head_dim));
+    g.add_u32(a + "block_count", uint32_t(layers));
+    g.add_u32(a + "context_length", uint32_t(ctx));
+    g.add_u32(a + "embedding_length", uint32_t(hidden));
+    g.add_u32(a + "feed_forward_length", uint32_t(inter));
+    g.add_u32(a + "attention.head_count", uint32_t(heads));
+    g.add_u32(a + "attention.head_count_kv", uint32_t(kv_heads));
+    if (head_dim * heads != hidden) g.add_u32(a + "attention.key_length", uint32_t(head_dim));
+    g.add_f32(a + "rope.freq_base", theta);
+    g.add_f32(a + "attention.layer_norm_rms_epsilon", eps);
+    g.add_u32(a + "vocab_size", uint32_t(vocab));
+    g.add_u32(a + "rope.dimension_count", uint32_t(head_dim));
   }
 
   // Adds every weight as F32, with Q and K rows permuted the way llama.cpp's
@@ -299,9 +314,9 @@ struct TinyLlama {
   void add_tensors(GgufWriter& g, uint32_t matrix_type = T_F32) const {
     for (const auto& x : weights) {
       std::vector<float> v = x.v;
-      if (x.name.find("attn_q.") != std::string::npos)
+      if (arch == "llama" && x.name.find("attn_q.") != std::string::npos)
         v = llama_cpp_permute(v, x.shape[0], x.shape[1], heads);
-      if (x.name.find("attn_k.") != std::string::npos)
+      if (arch == "llama" && x.name.find("attn_k.") != std::string::npos)
         v = llama_cpp_permute(v, x.shape[0], x.shape[1], kv_heads);
       const uint32_t t = x.shape.size() == 2 ? matrix_type : uint32_t(T_F32);
       Bytes b;

@@ -248,9 +248,21 @@ TEST(HfCheckpoint, BrokenConfigs) {
   EXPECT_FUTR_ERROR(parse_hf_config("{\"a\": ", "cfg.json"), "cfg.json: not valid JSON");
   EXPECT_FUTR_ERROR(parse_hf_config("[1]", "cfg.json"), "expected a JSON object");
   err([](json& j) { j["architectures"] = {"MistralForCausalLM"}; },
-      "cfg.json: unsupported architecture [\"MistralForCausalLM\"] (supported: LlamaForCausalLM)");
+      "cfg.json: unsupported architecture [\"MistralForCausalLM\"] (supported: LlamaForCausalLM, Qwen2ForCausalLM");
   err([](json& j) { j["architectures"] = "LlamaForCausalLM"; }, "'architectures' must be an array");
-  err([](json& j) { j.erase("architectures"); j["model_type"] = "qwen2"; }, "unsupported model_type 'qwen2'");
+  err([](json& j) { j.erase("architectures"); j["model_type"] = "gemma"; }, "unsupported model_type 'gemma'");
+  err([](json& j) { j["architectures"] = {"Qwen2ForCausalLM"}; j["use_sliding_window"] = true; },
+      "sliding-window attention (use_sliding_window = true) is not supported");
+  {  // Qwen2: Llama with q/k/v biases
+    json j = base;
+    j["architectures"] = {"Qwen2ForCausalLM"};
+    j["model_type"] = "qwen2";
+    j["use_sliding_window"] = false;
+    const ModelConfig c = parse_hf_config(j.dump(), "cfg.json");
+    EXPECT_EQ(c.arch, "qwen2");
+    EXPECT_TRUE(c.qkv_bias);
+    c.validate("cfg.json");
+  }
   err([](json& j) { j.erase("architectures"); j.erase("model_type"); }, "neither 'architectures' nor 'model_type'");
   err([](json& j) { j["hidden_size"] = "4096"; }, "'hidden_size' must be an integer, found \"4096\"");
   err([](json& j) { j["hidden_size"] = 4096.5; }, "'hidden_size' must be an integer");
@@ -312,7 +324,7 @@ TEST(HfCheckpoint, BrokenTensorSets) {
       ts.push_back(st_from_floats("model.layers.0.self_attn.q_proj.bias", "F32", {192}, std::vector<float>(192)));
       ts.push_back(st_from_floats("model.layers.0.self_attn.rotary_emb.inv_freq", "F32", {32}, std::vector<float>(32)));
     });
-    EXPECT_FUTR_ERROR(load_model(c.dir), "unexpected tensor 'model.layers.0.self_attn.q_proj.bias'");
+    EXPECT_FUTR_ERROR(load_model(c.dir), "tensor 'model.layers.0.self_attn.q_proj.bias' is a projection bias, which the llama architecture");
   }
   {  // inv_freq buffers alone are ignored.
     Copy c("mqa_hd64_wide_heads_f32");

@@ -9,8 +9,9 @@
 // the same text from (a) the GGUF metadata via load_tokenizer_spec() and (b)
 // that tokenizer.json via tokenizer_spec_from_hf_json(); the ids must be
 // identical, token for token, and decode(encode(text)) must give the text back
-// byte for byte. Variants: "smollm" (SmolLM2's own pre-tokenizer) and
-// "llama3" (the same vocabulary with Llama-3's pattern and ignore_merges).
+// byte for byte. Variants: "smollm" (SmolLM2's own pre-tokenizer), "llama3"
+// (the same vocabulary with Llama-3's pattern and ignore_merges) and "qwen2"
+// (Qwen2's pattern: one digit a piece).
 // The SmolLM2 chat template rendered by jinja2 is compared with ChatTemplate.
 //
 // Skips (with the reason) when the model or text is missing or the script's
@@ -167,7 +168,7 @@ void compare_variant(const std::string& variant) {
   // (a) from the GGUF metadata; llama3 swaps the pre-tokenizer of the same vocabulary.
   TokenizerSpec gguf_spec = load_tokenizer_spec(model);
   ASSERT_EQ(gguf_spec.pre, "smollm");
-  if (variant == "llama3") gguf_spec.pre = "llama3";
+  if (variant != "smollm") gguf_spec.pre = variant;
   // (b) from the tokenizer.json that HF tokenizers saved.
   const TokenizerSpec hf_spec = tokenizer_spec_from_hf_json(ref.dir / variant);
   EXPECT_EQ(hf_spec.pre, variant);
@@ -225,6 +226,7 @@ void compare_variant(const std::string& variant) {
 
 TEST(TokenizerReference, SmolLM2WikiText) { compare_variant("smollm"); }
 TEST(TokenizerReference, Llama3PatternWikiText) { compare_variant("llama3"); }
+TEST(TokenizerReference, Qwen2PatternWikiText) { compare_variant("qwen2"); }
 
 }  // namespace
 }  // namespace futr

@@ -279,8 +279,11 @@ TEST(Tokenizer, SpecErrors) {
   s.pre = "bert";
   EXPECT_NE(err(s).find("'bert' is not supported"), std::string::npos) << err(s);
   s = alphabet_spec();
-  s.model = "llama";
-  EXPECT_NE(err(s).find("'llama'"), std::string::npos);
+  s.model = "unigram";
+  EXPECT_NE(err(s).find("'unigram' is not supported"), std::string::npos) << err(s);
+  s = alphabet_spec();
+  s.model = "llama";  // SentencePiece without byte tokens or <unk>
+  EXPECT_NE(err(s).find("lacks 256 of the 256 byte tokens"), std::string::npos) << err(s);
   s = alphabet_spec();
   s.merges.push_back("zz q");
   EXPECT_NE(err(s).find("'zz q'"), std::string::npos) << err(s);
