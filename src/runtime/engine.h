@@ -127,6 +127,11 @@ class Engine {
     (void)on;
     return false;
   }
+
+  // Empty when truncate() leaves a sequence exactly as if the dropped rows had
+  // never run (what speculative decoding needs to drop the rows of rejected
+  // drafts, runtime/speculative.h); otherwise why not, in one sentence.
+  virtual std::string rollback_unsupported_reason() const { return {}; }
 };
 
 // One-line notes for the user (engine chosen and why, quantizing on load,
@@ -151,6 +156,7 @@ class SequenceRunner {
   int position() const;
   int capacity() const;
   void reset();  // truncate to 0
+  void truncate(int len);  // keep positions [0, len)
   // prompt: the tokens were given (BatchRow::prompt); false for a token the
   // engine drew (one decode step).
   Tensor eval(std::span<const int32_t> tokens, int first_logit, bool prompt = true);
