@@ -98,7 +98,8 @@ def main():
               f"{r['tokens_per_step']:.2f} |")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({"args": vars(args), "rows": rows, "runs": runs}, f, indent=1)
+            meta = dict(vars(args), futr=os.path.relpath(args.futr, ROOT))
+            json.dump({"args": meta, "rows": rows, "runs": runs}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -92,7 +92,7 @@ void run_chat(ChatOptions o) {
   const std::unique_ptr<runtime::Engine> engine = runtime::make_engine(model, rc, stderr_log(o.quiet));
   runtime::SequenceRunner seq(*engine);
   std::string spec_note;
-  const std::unique_ptr<runtime::Drafter> drafter = make_cli_drafter(o.spec, *engine, &spec_note);
+  const std::unique_ptr<runtime::Drafter> drafter = make_cli_drafter(o.spec, *engine, o.sampler, &spec_note);
   const double load_s = t_load.seconds();
   const bool tty = isatty(STDIN_FILENO) != 0;
   if (!o.quiet) {

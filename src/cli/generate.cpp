@@ -103,7 +103,7 @@ void run_generate(GenerateOptions o) {
   const std::unique_ptr<runtime::Engine> engine = runtime::make_engine(model, rc, stderr_log(o.quiet));
   runtime::SequenceRunner seq(*engine);
   std::string spec_note;
-  const std::unique_ptr<runtime::Drafter> drafter = make_cli_drafter(o.spec, *engine, &spec_note);
+  const std::unique_ptr<runtime::Drafter> drafter = make_cli_drafter(o.spec, *engine, o.sampler, &spec_note);
   if (!spec_note.empty() && !o.quiet) fmt::print(stderr, "futr: {}\n", spec_note);
   const double load_s = t_load.seconds();
 

@@ -9,8 +9,8 @@ namespace futr::cli {
 void add_speculative_options(CLI::App* app, SpeculativeCliOptions& o) {
   const GroupNewOptions group(app, kSamplingGroup);
   app->add_option("--speculative", o.mode,
-                  "Speculative decoding: auto (ngram where the engine supports it), ngram (drafts looked up in the "
-                  "prompt and output, verified in one step; the same tokens), off")
+                  "Speculative decoding: auto (ngram when greedy, where the engine supports it), ngram (drafts looked "
+                  "up in the prompt and output, verified in one step; the same tokens), off")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "ngram", "off"}));
   app->add_option("--draft-max", o.draft_max, "Tokens per draft at most (1..64; adapts below that)")
@@ -25,10 +25,10 @@ void check_speculative_options(const SpeculativeCliOptions& o) {
 }
 
 std::unique_ptr<runtime::Drafter> make_cli_drafter(const SpeculativeCliOptions& o, const runtime::Engine& engine,
-                                                   std::string* note) {
+                                                   const runtime::SamplerConfig& sampling, std::string* note) {
   check_speculative_options(o);
   if (note) note->clear();
-  if (o.mode == "off") return nullptr;
+  if (o.mode == "off" || (o.mode == "auto" && sampling.temperature > 0.0f)) return nullptr;
   const std::string why = engine.rollback_unsupported_reason();
   if (!why.empty()) {
     FUTR_CHECK(o.mode != "ngram", "--speculative ngram: not with this engine ({}); use --speculative off", why);

@@ -3,9 +3,12 @@
 // (runtime/speculative.h, runtime/ngram_drafter.h). The tokens are those of
 // ordinary decoding; only the speed changes.
 //
-//   --speculative auto   (the default) ngram where the engine can drop the
-//                        rows of rejected drafts, off otherwise (said on
-//                        stderr unless quiet)
+//   --speculative auto   (the default) ngram for greedy decoding
+//                        (--temperature 0) where the engine can drop the rows
+//                        of rejected drafts (else off, said on stderr unless
+//                        quiet); off when sampling, where the drafts are
+//                        accepted less often and it did not measure faster on
+//                        the CPU engine (docs/PERF.md "Speculative decoding")
 //   --speculative ngram  drafts from the longest recent match of the last 3,
 //                        2 or 1 tokens in the prompt and the output; an error
 //                        naming the reason where the engine cannot drop rows
@@ -22,6 +25,7 @@
 
 #include "runtime/engine.h"
 #include "runtime/ngram_drafter.h"
+#include "runtime/sampler.h"
 #include "runtime/speculative.h"
 
 namespace futr::cli {
@@ -35,9 +39,9 @@ struct SpeculativeCliOptions {
 void add_speculative_options(CLI::App* app, SpeculativeCliOptions& o);
 // Checks the flags before the model loads (futr::Error naming the flag).
 void check_speculative_options(const SpeculativeCliOptions& o);
-// The drafter for the engine (null: off). `note` (may be null) receives why
-// auto chose off, empty otherwise.
+// The drafter for the engine and sampler (null: off). `note` (may be null)
+// receives why auto chose off for a greedy run, empty otherwise.
 std::unique_ptr<runtime::Drafter> make_cli_drafter(const SpeculativeCliOptions& o, const runtime::Engine& engine,
-                                                   std::string* note);
+                                                   const runtime::SamplerConfig& sampling, std::string* note);
 
 }  // namespace futr::cli
