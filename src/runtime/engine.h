@@ -34,6 +34,10 @@
 // the same bits whether its sequence runs alone or with others, and however
 // its prompt was cut into steps (on the GPU engine for a given prompt flag;
 // tests/runtime/engine_test.cpp and tests/gpu_engine/invariance_test.cpp).
+// Rows that are not prompt rows have the bits they have alone also when
+// several rows of their sequence share a step, on every engine (speculative
+// decoding's drafts, runtime/speculative.h); the CPU engines' prompt rows
+// depend on the cut within rounding (tests/support/tolerances.h kCpuChunking).
 //
 // Tests: tests/runtime/engine_test.cpp (the contract, on every CPU engine).
 #pragma once
