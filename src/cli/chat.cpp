@@ -24,6 +24,11 @@
 // conversation that no longer fits the context is refused with a hint to
 // /reset.
 //
+// Speculative decoding (--speculative, cli/speculative_options.h): one
+// drafter holds the conversation's tokens across turns (emptied with the
+// sequence on /reset or a full re-evaluation), so an answer can draft from
+// earlier turns; the answers are those without it.
+//
 // stdout gets only the answers (one per turn, ending with a newline); the
 // "> " prompt is written to stderr when stdin is a terminal, and the
 // statistics of each answer to stderr unless --quiet. An input line longer
@@ -45,6 +50,7 @@
 #include "cli/common.h"
 #include "cli/engine_options.h"
 #include "cli/generation.h"
+#include "cli/speculative_options.h"
 #include "core/error.h"
 #include "runtime/engine.h"
 #include "runtime/sampler.h"
@@ -63,6 +69,8 @@ struct ChatOptions {
   runtime::SamplerConfig sampler;
   bool seed_given = false;
   bool quiet = false;
+  bool json = false;           // each answer's statistics as one JSON line on stderr
+  SpeculativeCliOptions spec;  // --speculative, --draft-max
 };
 
 void write_out(const std::string& s) { write_stdout(s); }
@@ -71,6 +79,7 @@ void run_chat(ChatOptions o) {
   FUTR_CHECK(o.max_tokens >= 1, "--max-tokens must be >= 1 (got {})", o.max_tokens);
   if (!o.seed_given) o.sampler.seed = std::random_device{}();
   runtime::Sampler sampler(o.sampler);  // validates the sampling flags before the model loads
+  check_speculative_options(o.spec);
 
   const Stopwatch t_load;
   const Model model = load_model_for_cli(o.run);
@@ -83,6 +92,8 @@ void run_chat(ChatOptions o) {
   if (!o.quiet) print_ctx(model, rc.ctx, o.run.ctx > 0);
   const std::unique_ptr<runtime::Engine> engine = runtime::make_engine(model, rc, stderr_log(o.quiet));
   runtime::SequenceRunner seq(*engine);
+  std::string spec_note;
+  const std::unique_ptr<runtime::Drafter> drafter = make_cli_drafter(o.spec, *engine, o.sampler, &spec_note);
   const double load_s = t_load.seconds();
   warn_if_contended(o.run, engine->info(), o.quiet);
   const bool tty = isatty(STDIN_FILENO) != 0;
@@ -91,6 +102,7 @@ void run_chat(ChatOptions o) {
     fmt::print(stderr, "futr: load {:.3f} s; one line per turn, /reset starts over, /exit (or Ctrl-D) ends; "
                        "Ctrl-C stops an answer\n", load_s);
     print_sampling(o.sampler);
+    if (!spec_note.empty()) fmt::print(stderr, "futr: {}\n", spec_note);
   }
 
   std::vector<ChatMessage> messages;
@@ -102,6 +114,7 @@ void run_chat(ChatOptions o) {
     held.clear();
     pending = -1;
     seq.reset();
+    if (drafter) drafter->truncate(0);
     sampler.reset_history();
   };
   reset();
@@ -141,6 +154,7 @@ void run_chat(ChatOptions o) {
       if (!held.empty() && !o.quiet)
         fmt::print(stderr, "futr: the template rewrote earlier turns: evaluating the whole conversation again\n");
       seq.reset();
+      if (drafter) drafter->truncate(0);
       held.clear();  // the sequence is empty now, even if this turn is refused below
       pending = -1;
       sampler.reset_history();  // the penalties see the conversation once
@@ -153,14 +167,15 @@ void run_chat(ChatOptions o) {
       continue;
     }
     InterruptScope::begin();
-    const Generation g = generate_tokens(seq, sampler, tok, input, o.max_tokens, write_out);
+    const Generation g = generate_tokens(seq, sampler, tok, input, o.max_tokens, write_out, drafter.get());
     InterruptScope::end();
     write_out("\n");
     messages.push_back({"assistant", g.text});
     held = text + g.text;
     pending = g.pending;
-    if (!o.quiet) print_stats(g, -1.0, seq.capacity());
-    else if (g.end == Generation::End::kContextFull)
+    if (o.json) print_stats_json(g, -1.0);
+    else if (!o.quiet) print_stats(g, -1.0, seq.capacity());
+    if (o.quiet && g.end == Generation::End::kContextFull)
       fmt::print(stderr, "futr: stopped: the context of {} tokens is full (/reset to start over)\n", seq.capacity());
   }
 }
@@ -190,7 +205,9 @@ void add_chat_command(CLI::App& app) {
       ->capture_default_str()
       ->group(kSamplingGroup);
   CLI::Option* seed = add_sampling_options(sub, o->sampler);
+  add_speculative_options(sub, o->spec);
   sub->add_flag("-q,--quiet", o->quiet, "No statistics on stderr");
+  sub->add_flag("--json", o->json, "Each answer's statistics as one JSON line on stderr (also with --quiet)");
   hide_advanced(sub);
   sub->callback([o, seed] {
     ChatOptions copy = *o;

@@ -10,8 +10,12 @@
 //      string or Ctrl-C; print the text through a StreamDecoder (UTF-8
 //      sequences split across tokens are held back until complete) and flush;
 //      evaluate the token alone (decode step).
+//      With --speculative (cli/speculative_options.h) a decode step also
+//      runs a draft of the next tokens looked up in the prompt and output;
+//      the text is the same.
 //   4. stderr: load time, prompt tokens and rate, time to first token,
-//      generation tokens and rate (also after Ctrl-C).
+//      generation tokens and rate, drafts accepted (also after Ctrl-C); with
+//      --json one JSON line instead (cli/generation.h print_stats_json).
 //
 // A prompt longer than the context is an error; reaching the context during
 // generation stops it with a note. With no prompt argument the prompt is read
@@ -29,6 +33,7 @@
 #include "cli/common.h"
 #include "cli/engine_options.h"
 #include "cli/generation.h"
+#include "cli/speculative_options.h"
 #include "core/error.h"
 #include "runtime/engine.h"
 #include "runtime/sampler.h"
@@ -54,6 +59,8 @@ struct GenerateOptions {
   runtime::SamplerConfig sampler;
   bool seed_given = false;
   bool quiet = false;        // no statistics on stderr
+  bool json = false;         // the statistics as one JSON line on stderr
+  SpeculativeCliOptions spec;  // --speculative, --draft-max
 };
 
 void write_out(const std::string& s) { write_stdout(s); }
@@ -78,6 +85,7 @@ void run_generate(GenerateOptions o) {
              o.run.ctx);
   if (!o.seed_given) o.sampler.seed = std::random_device{}();
   runtime::Sampler sampler(o.sampler);  // validates every sampling flag before the model loads
+  check_speculative_options(o.spec);
 
   const Stopwatch t_load;
   const Model model = load_model_for_cli(o.run);
@@ -108,15 +116,25 @@ void run_generate(GenerateOptions o) {
              prompt.size(), rc.ctx);
   const std::unique_ptr<runtime::Engine> engine = runtime::make_engine(model, rc, stderr_log(o.quiet));
   runtime::SequenceRunner seq(*engine);
+  std::string spec_note;
+  const std::unique_ptr<runtime::Drafter> drafter = make_cli_drafter(o.spec, *engine, o.sampler, &spec_note);
+  if (!spec_note.empty() && !o.quiet) fmt::print(stderr, "futr: {}\n", spec_note);
   const double load_s = t_load.seconds();
   warn_if_contended(o.run, engine->info(), o.quiet);
 
   const InterruptScope ctrl_c;
   InterruptScope::begin();
-  const Generation g = generate_tokens(seq, sampler, tok, prompt, o.max_tokens, write_out, o.ignore_eos);
+  const Generation g =
+      generate_tokens(seq, sampler, tok, prompt, o.max_tokens, write_out, drafter.get(), o.ignore_eos);
   InterruptScope::end();
   write_out("\n");
 
+  if (o.json) {
+    if (g.end == Generation::End::kContextFull && o.quiet)
+      fmt::print(stderr, "futr: stopped: the context of {} tokens is full (use a larger --ctx)\n", seq.capacity());
+    print_stats_json(g, load_s);
+    return;
+  }
   if (o.quiet) {
     if (g.end == Generation::End::kContextFull)
       fmt::print(stderr, "futr: stopped: the context of {} tokens is full (use a larger --ctx)\n", seq.capacity());
@@ -160,7 +178,9 @@ void add_generate_command(CLI::App& app) {
   sub->add_flag("--ignore-eos", o->ignore_eos, "Never draw an end-of-generation token (run to --max-tokens)")
       ->group(kSamplingGroup);
   CLI::Option* seed = add_sampling_options(sub, o->sampler);
+  add_speculative_options(sub, o->spec);
   sub->add_flag("-q,--quiet", o->quiet, "No statistics on stderr");
+  sub->add_flag("--json", o->json, "The statistics as one JSON line on stderr (also with --quiet)");
   hide_advanced(sub);
   sub->callback([o, prompt, prompt_opt, seed] {
     GenerateOptions copy = *o;

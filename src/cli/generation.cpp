@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "cli/common.h"
 
@@ -25,6 +26,15 @@ extern "C" void on_sigint(int sig) {
   // Not generating: what Ctrl-C does anywhere else (async-signal-safe calls only).
   signal(sig, SIG_DFL);
   raise(sig);
+}
+
+// Tokens per second of the decode steps: the tokens drawn from their rows over their time.
+double decode_rate(const Generation& g) {
+  return g.decode_tokens > 0 ? double(g.decode_tokens) / std::max(g.decode_seconds, 1e-9) : 0.0;
+}
+
+double tokens_per_step(const Generation& g) {
+  return g.decode_steps > 0 ? double(g.decode_tokens) / double(g.decode_steps) : 0.0;
 }
 
 }  // namespace
@@ -50,13 +60,16 @@ void InterruptScope::end() { g_generating = 0; }
 
 Generation generate_tokens(runtime::SequenceRunner& seq, runtime::Sampler& sampler, const Tokenizer& tok,
                            std::span<const int32_t> prompt, int max_tokens,
-                           const std::function<void(const std::string&)>& emit, bool ignore_eos) {
+                           const std::function<void(const std::string&)>& emit, runtime::Drafter* drafter,
+                           bool ignore_eos) {
   Generation g;
   g.prompt_tokens = int(prompt.size());
+  g.speculative = drafter != nullptr;
   sampler.limit_vocab(tok.vocab_size());  // a vocabulary padded beyond the tokenizer: never drawn
   for (int32_t t : prompt) sampler.accept(t, /*generated=*/false);
+  runtime::SpeculativeDecoder dec(seq, drafter);
   const Stopwatch start;
-  Tensor logits = seq.eval(prompt, int(prompt.size()) - 1);
+  dec.prefill(prompt);
   g.prompt_seconds = start.seconds();
 
   StreamDecoder decoder(tok);
@@ -70,25 +83,19 @@ Generation generate_tokens(runtime::SequenceRunner& seq, runtime::Sampler& sampl
   if (ignore_eos)
     for (int32_t id = 0; id < tok.vocab_size(); ++id)
       if (tok.is_eog(id)) eog.push_back(id);
-  std::vector<float> masked;
   const Stopwatch t_gen;
   g.end = Generation::End::kMaxTokens;
+  bool first_draw = true;
   while (g.generated < max_tokens) {
     if (interrupted()) {
       g.end = Generation::End::kInterrupted;
       break;
     }
-    const std::span<const float> row(logits.row(0), size_t(logits.dim(1)));
-    check_logits_finite(row, g.generated == 0 ? std::string("generate: the prompt's last position")
-                                              : fmt::format("generate: token {}", g.generated + 1));
-    std::span<const float> draw = row;
-    if (!eog.empty()) {
-      masked.assign(row.begin(), row.end());
-      for (int32_t id : eog)
-        if (size_t(id) < masked.size()) masked[size_t(id)] = -INFINITY;
-      draw = masked;
-    }
-    const int32_t next = sampler.sample(draw);
+    check_logits_finite(dec.logits(), g.generated == 0 ? std::string("generate: the prompt's last position")
+                                                       : fmt::format("generate: token {}", g.generated + 1));
+    const int32_t next = dec.draw(sampler, eog).token;
+    if (!first_draw) ++g.decode_tokens;
+    first_draw = false;
     if (tok.is_eog(next)) {
       g.end = Generation::End::kEog;
       break;
@@ -104,16 +111,18 @@ Generation generate_tokens(runtime::SequenceRunner& seq, runtime::Sampler& sampl
       g.end = Generation::End::kStop;
       break;
     }
-    if (g.generated == max_tokens || seq.position() >= seq.capacity()) {
+    if (g.generated == max_tokens || dec.position() >= seq.capacity()) {
       g.pending = next;
       if (g.generated < max_tokens) g.end = Generation::End::kContextFull;
       break;
     }
-    const int32_t one[1] = {next};
-    logits = seq.eval(one, 0, /*prompt=*/false);  // a drawn token: the decode path
-    ++g.decode_steps;
+    // A drawn token: the decode path (with a draft: no step when it was drafted).
+    dec.advance(next, max_tokens - g.generated);
   }
+  dec.finish();  // the rows of drafts after the last draw
   g.decode_seconds = t_gen.seconds();
+  g.decode_steps = int(dec.stats().steps);
+  g.drafts = dec.stats();
   const std::string tail = decoder.flush();
   g.text += tail;
   if (!stops.stopped()) show(stops.push(tail) + stops.flush());
@@ -130,10 +139,37 @@ void print_stats(const Generation& g, double load_seconds, int capacity) {
              g.prompt_seconds, prate, g.prompt_tokens < 32 ? "; short prompt: mostly fixed cost" : "");
   if (g.first_token_seconds >= 0)
     fmt::print(stderr, "futr: first token after {:.3f} s\n", g.first_token_seconds);
-  const double rate = g.decode_steps > 0 ? double(g.decode_steps) / std::max(g.decode_seconds, 1e-9) : 0.0;
+  const double rate = decode_rate(g);
   fmt::print(stderr, "futr: generation {:5} tokens in {:7.3f} s ({:8.1f} tokens/s, {} decode steps{})\n",
              g.generated, g.decode_seconds, rate, g.decode_steps,
-             g.decode_steps > 0 ? fmt::format(", {:.1f} ms/token", 1000.0 / std::max(rate, 1e-9)) : "");
+             g.decode_tokens > 0 ? fmt::format(", {:.1f} ms/token", 1000.0 / std::max(rate, 1e-9)) : "");
+  if (g.speculative)
+    fmt::print(stderr, "futr: speculative {} of {} draft tokens accepted ({:.1f}%), {:.2f} tokens per decode step\n",
+               g.drafts.accepted, g.drafts.drafted, 100.0 * g.drafts.acceptance(), tokens_per_step(g));
+}
+
+void print_stats_json(const Generation& g, double load_seconds) {
+  static constexpr const char* kEnds[] = {"eog", "max_tokens", "stop", "context_full", "interrupted"};
+  nlohmann::ordered_json j;
+  if (load_seconds >= 0) j["load_seconds"] = load_seconds;
+  j["prompt_tokens"] = g.prompt_tokens;
+  j["prompt_seconds"] = g.prompt_seconds;
+  j["first_token_seconds"] = g.first_token_seconds;
+  j["generated"] = g.generated;
+  j["decode_steps"] = g.decode_steps;
+  j["decode_tokens"] = g.decode_tokens;
+  j["decode_seconds"] = g.decode_seconds;
+  j["tokens_per_second"] = decode_rate(g);
+  j["end"] = kEnds[int(g.end)];
+  nlohmann::ordered_json s;
+  s["mode"] = g.speculative ? "ngram" : "off";
+  s["steps"] = g.drafts.steps;
+  s["drafted"] = g.drafts.drafted;
+  s["accepted"] = g.drafts.accepted;
+  s["acceptance"] = g.drafts.acceptance();
+  s["tokens_per_step"] = tokens_per_step(g);
+  j["speculative"] = std::move(s);
+  fmt::print(stderr, "{}\n", j.dump());
 }
 
 }  // namespace futr::cli

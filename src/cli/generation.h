@@ -10,14 +10,24 @@
 // not evaluated (nothing needs its logits); Generation::pending says which it
 // was, so a chat can evaluate it with the next turn.
 //
+// With a drafter (--speculative ngram, cli/speculative_options.h) the loop is
+// the same, over runtime::SpeculativeDecoder: a decode step runs the token
+// with a draft of the next ones, and a draw that matches the draft needs no
+// step of its own. The tokens, the text and where it stops are those without
+// a drafter (runtime/speculative.h); only the time and the step count change.
+//
 // Statistics (print_stats(), also after Ctrl-C):
 //   load        reading the model and building the engine (s)
 //   prompt      tokens evaluated before the first draw, their time and rate;
 //               below 32 tokens the rate is marked as mostly fixed cost
 //   first token time from the start of the prompt to the first token shown
 //               (prefill + first draw): what a user waits for
-//   generation  tokens produced; the rate counts decode steps only (the first
-//               token comes from the prefill), with the time per token
+//   generation  tokens produced; the rate counts the tokens drawn from decode
+//               steps only (the first token comes from the prefill), with the
+//               time per token and the decode steps
+//   speculative (with a drafter) draft tokens run, accepted, the acceptance
+//               rate and the tokens per decode step
+// print_stats_json(): the same as one JSON object on one line (--json).
 //
 // Ctrl-C: InterruptScope installs a SIGINT handler for its lifetime. While a
 // generation runs, Ctrl-C sets a flag the loop checks before each token (the
@@ -33,6 +43,7 @@
 
 #include "runtime/engine.h"
 #include "runtime/sampler.h"
+#include "runtime/speculative.h"
 #include "tokenizer/tokenizer.h"
 
 namespace futr::cli {
@@ -42,7 +53,10 @@ struct Generation {
   double prompt_seconds = 0;    // their evaluation
   double first_token_seconds = -1;  // start -> first token shown (-1: none)
   int generated = 0;            // tokens produced (the ending token not counted)
-  int decode_steps = 0;         // single-token evaluations
+  int decode_steps = 0;         // engine steps after the prompt (one row each without a drafter)
+  int decode_tokens = 0;        // tokens drawn from their rows (every draw but the first, the end token included)
+  bool speculative = false;     // a drafter proposed the next tokens
+  runtime::SpeculativeStats drafts;  // its drafts (speculative only)
   double decode_seconds = 0;    // from the first draw to the end
   std::vector<int32_t> tokens;  // the generated tokens
   std::string text;             // their full text (stop string included)
@@ -51,13 +65,22 @@ struct Generation {
 };
 
 // `emit` receives the text to show, piece by piece (already flushed by the caller).
-// ignore_eos: the end-of-generation tokens' logits are -inf (never drawn).
+// drafter: null (one row per decode step) or one holding the tokens the
+// sequence holds; it holds them again afterwards (the pending token not included).
+// ignore_eos: the end-of-generation tokens' logits are -inf (never drawn, nor accepted as drafts).
 Generation generate_tokens(runtime::SequenceRunner& seq, runtime::Sampler& sampler, const Tokenizer& tok,
                            std::span<const int32_t> prompt, int max_tokens,
-                           const std::function<void(const std::string&)>& emit, bool ignore_eos = false);
+                           const std::function<void(const std::string&)>& emit,
+                           runtime::Drafter* drafter = nullptr, bool ignore_eos = false);
 
 // The statistics lines on stderr ("futr: ..."); load_seconds < 0: no load line.
 void print_stats(const Generation& g, double load_seconds, int capacity);
+// The statistics as one JSON line on stderr: {"prompt_tokens", "prompt_seconds",
+// "first_token_seconds", "generated", "decode_steps", "decode_tokens",
+// "decode_seconds", "tokens_per_second", "end", "load_seconds" (>= 0 only),
+// "speculative": {"mode", "steps", "drafted", "accepted", "acceptance",
+// "tokens_per_step"} (mode "off": no drafts)}.
+void print_stats_json(const Generation& g, double load_seconds);
 
 // True once Ctrl-C was pressed during the current generation (cleared by
 // InterruptScope::begin()).

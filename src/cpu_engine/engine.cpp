@@ -1,6 +1,7 @@
 // The CPU engines (see engine.h).
 #include "cpu_engine/engine.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -111,7 +112,11 @@ runtime::StepResult CpuEngine::step(std::span<const BatchRow> rows) {
     for (int i = run.begin; i < run.end; ++i) tokens.push_back(rows[size_t(i)].token);
     Tensor logits;
     try {
-      logits = forward().eval(*s.cache, tokens, run.first_out - run.begin);
+      // Decode rows (none given as prompt: speculative decoding's drafts) as
+      // each alone, so that a row's logits never depend on the rows beside it.
+      const bool decode = std::none_of(rows.begin() + run.begin, rows.begin() + run.end,
+                                       [](const BatchRow& b) { return b.prompt; });
+      logits = forward().eval(*s.cache, tokens, run.first_out - run.begin, decode);
     } catch (...) {
       table_.set_length(slot, s.cache->length());  // the table follows the cache, whatever it kept
       throw;
@@ -131,6 +136,13 @@ runtime::StepResult CpuEngine::step(std::span<const BatchRow> rows) {
     }
   }
   return r;
+}
+
+std::string CpuEngine::rollback_unsupported_reason() const {
+  const quant::ScaleBank* bank = fp8_bank();
+  if (bank && bank->config().scaling == Fp8Scaling::kDelayed)
+    return "FP8 delayed scaling is engine state: the rows of rejected drafts would change the scales of later steps";
+  return {};
 }
 
 nlohmann::json CpuEngine::stats() const {

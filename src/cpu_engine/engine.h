@@ -74,6 +74,9 @@ class CpuEngine final : public runtime::Engine {
   int free_sequences() const override { return table_.free_sequences(); }
   const runtime::EngineInfo& info() const override { return info_; }
   nlohmann::json stats() const override;
+  // FP8 delayed scaling: the scales are engine state that dropped rows would
+  // have changed (speculative decoding is off); empty otherwise.
+  std::string rollback_unsupported_reason() const override;
 
   // The forward pass (tests, calibration).
   Forward& forward() { return quant_ ? quant_->forward() : *fp32_; }

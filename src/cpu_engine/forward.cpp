@@ -2,9 +2,11 @@
 #include "cpu_engine/forward.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "core/error.h"
 #include "core/numeric.h"
+#include "cpu_engine/linear.h"
 
 namespace futr::cpu {
 
@@ -27,7 +29,7 @@ Forward::Forward(const Model& model, CpuWeights weights, std::unique_ptr<KvStora
              weights_.layers.size(), config_.n_layers);
 }
 
-Tensor Forward::eval(KvCache& cache, std::span<const int32_t> tokens, int first_logit) {
+Tensor Forward::eval(KvCache& cache, std::span<const int32_t> tokens, int first_logit, bool row_invariant) {
   const int n = int(tokens.size());
   FUTR_CHECK(tokens.size() < size_t(1) << 30, "CPU forward: {} tokens in one call",
              tokens.size());
@@ -49,13 +51,13 @@ Tensor Forward::eval(KvCache& cache, std::span<const int32_t> tokens, int first_
     // Rows of this chunk that need logits: [max(first_logit, c0), c1).
     const int f = std::max(first_logit, c0);
     float* dst = f < c1 ? logits.row(f - first_logit) : nullptr;
-    eval_chunk(cache, tokens.subspan(size_t(c0), size_t(c1 - c0)), f - c0, dst);
+    eval_chunk(cache, tokens.subspan(size_t(c0), size_t(c1 - c0)), f - c0, dst, row_invariant);
   }
   return logits;
 }
 
 void Forward::eval_chunk(KvCache& cache, std::span<const int32_t> tokens, int first_logit,
-                         float* logits) {
+                         float* logits, bool row_invariant) {
   const ModelConfig& c = config_;
   const int n = int(tokens.size());
   const int pos0 = cache.length();
@@ -71,6 +73,8 @@ void Forward::eval_chunk(KvCache& cache, std::span<const int32_t> tokens, int fi
   gate_.resize(nn * I);
   up_.resize(nn * I);
   KvStorage& kv = cache.storage();
+  std::optional<RowInvariantScope> invariant;  // the GEMMs of every row as alone (eval())
+  if (row_invariant && n > 1) invariant.emplace();
 
   // --- 1. Embedding: x[i] = E[token_i] -------------------------------------------
   embed(weights_.tok_embd, c.vocab, H, tokens, x_.data());
@@ -122,8 +126,17 @@ void Forward::eval_chunk(KvCache& cache, std::span<const int32_t> tokens, int fi
     // --- 6. Causal GQA: attn = softmax(q k^T / sqrt(D), causal) v per head ---------
     // (in the storage's attention space: identity for FP32, q H / o H^T if rotated)
     kv.map_query(q_.data(), n, Q);
-    causal_attention(q_.data(), Q, n, pos0, c.n_heads, c.head_dim, view, attn_.data(), Q,
-                     scratch_);
+    if (invariant) {
+      // Row by row: each row's keys and GEMM shapes those of a call of its own.
+      KvLayerView row_view = view;
+      for (int i = 0; i < n; ++i) {
+        row_view.len = pos0 + i + 1;
+        causal_attention(q_.data() + size_t(i) * Q, Q, 1, pos0 + i, c.n_heads, c.head_dim, row_view,
+                         attn_.data() + size_t(i) * Q, Q, scratch_);
+      }
+    } else {
+      causal_attention(q_.data(), Q, n, pos0, c.n_heads, c.head_dim, view, attn_.data(), Q, scratch_);
+    }
     kv.unmap_output(attn_.data(), n, Q);
 
     // --- 7. Output projection and residual: x += attn Wo^T -----------------------

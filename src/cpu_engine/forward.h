@@ -65,7 +65,10 @@ class Forward {
     return eval(cache_, tokens, first_logit);
   }
   // The same on another sequence's cache (capacity at most capacity()).
-  Tensor eval(KvCache& cache, std::span<const int32_t> tokens, int first_logit);
+  // row_invariant: every row gets the bits it would get in a call of its own
+  // (the GEMMs through RowInvariantScope, attention row by row): the decode
+  // rows of a step (speculative decoding's drafts), not prompts.
+  Tensor eval(KvCache& cache, std::span<const int32_t> tokens, int first_logit, bool row_invariant = false);
   // Logits for every position: [n, vocab] (perplexity).
   Tensor eval_all(std::span<const int32_t> tokens) { return eval(tokens, 0); }
   // Logits for the last position only: [1, vocab] (generation).
@@ -91,7 +94,8 @@ class Forward {
  private:
   // One chunk of at most max_batch_ tokens; logits rows [first_logit, n)
   // go to `logits` (row-major, vocab wide) when first_logit < n.
-  void eval_chunk(KvCache& cache, std::span<const int32_t> tokens, int first_logit, float* logits);
+  void eval_chunk(KvCache& cache, std::span<const int32_t> tokens, int first_logit, float* logits,
+                  bool row_invariant);
 
   ModelConfig config_;
   CpuWeights weights_;

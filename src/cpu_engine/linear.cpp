@@ -48,7 +48,36 @@ void DenseLinear::forward(const float* x, int64_t m, float* y) {
   gemm_xwt(x, m, w_, out_, in_, y);
 }
 
+namespace {
+thread_local bool t_row_invariant = false;
+
+// Row-invariant mode (RowInvariantScope): rows one by one through sgemv, over
+// column chunks small enough to stay in cache while every row reads them.
+void gemm_xwt_rows(const float* x, int64_t m, const float* w, int64_t n, int64_t k, float* y) {
+  constexpr int64_t kChunkBytes = 128 << 10;
+  const int64_t chunk = std::max<int64_t>(16, kChunkBytes / (4 * k) / 16 * 16);
+  const int64_t chunks = (n + chunk - 1) / chunk;
+  constexpr int64_t kParallelMin = 1 << 18;
+#pragma omp parallel for schedule(dynamic, 1) if (m * n * k >= kParallelMin && chunks > 1)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t n0 = c * chunk, n1 = std::min(n, n0 + chunk);
+    for (int64_t i = 0; i < m; ++i)
+      cblas_sgemv(CblasRowMajor, CblasNoTrans, blasint(n1 - n0), blasint(k), 1.0f, w + n0 * k, blasint(k),
+                  x + i * k, 1, 0.0f, y + i * n + n0, 1);
+  }
+}
+}  // namespace
+
+RowInvariantScope::RowInvariantScope() : previous_(t_row_invariant) { t_row_invariant = true; }
+RowInvariantScope::~RowInvariantScope() { t_row_invariant = previous_; }
+bool row_invariant_gemms() { return t_row_invariant; }
+
 void gemm_xwt(const float* x, int64_t m, const float* w, int64_t n, int64_t k, float* y) {
+  if (m > 1 && t_row_invariant) {
+    ensure_single_threaded_blas();
+    gemm_xwt_rows(x, m, w, n, k, y);
+    return;
+  }
   // NOTE: one thread pool (OpenMP) for everything: OpenBLAS runs single-threaded
   // inside each OpenMP thread (cpu_engine/threads.h says why). The output columns are
   // cut into about 4 slices per thread (multiples of 16 columns, at least 64)

@@ -51,6 +51,27 @@ class Linear {
 // of the n output columns, handed out dynamically (about 4 per thread).
 void gemm_xwt(const float* x, int64_t m, const float* w, int64_t n, int64_t k, float* y);
 
+// Row-invariant GEMMs on the calling thread while a scope is alive: gemm_xwt
+// gives every row of an m-row call the bits that row gets alone (m == 1),
+// by one sgemv per row over column chunks of about 128 KiB of weights (read
+// from memory once, from cache for the other rows). OpenBLAS's sgemv computes
+// each output in an order that does not depend on the columns around it in
+// the call (the chunking; checked bit for bit by
+// tests/runtime/speculative_test.cpp). The CPU engines run decode steps of
+// several rows of one sequence (speculative decoding's drafts) in it, so
+// each row's logits are ordinary decoding's.
+class RowInvariantScope {
+ public:
+  RowInvariantScope();
+  ~RowInvariantScope();
+  RowInvariantScope(const RowInvariantScope&) = delete;
+  RowInvariantScope& operator=(const RowInvariantScope&) = delete;
+
+ private:
+  bool previous_;
+};
+bool row_invariant_gemms();  // a RowInvariantScope is alive on this thread
+
 // FP32 weights, W [out, in] row-major. Either borrows the model's tensor (no
 // copy; the tensor must outlive the layer) or owns a tensor moved into it.
 class DenseLinear final : public Linear {

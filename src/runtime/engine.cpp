@@ -27,6 +27,7 @@ SequenceRunner::~SequenceRunner() {
 int SequenceRunner::position() const { return engine_.length(id_); }
 int SequenceRunner::capacity() const { return engine_.info().ctx; }
 void SequenceRunner::reset() { engine_.truncate(id_, 0); }
+void SequenceRunner::truncate(int len) { engine_.truncate(id_, len); }
 
 Tensor SequenceRunner::eval(std::span<const int32_t> tokens, int first_logit, bool prompt) {
   const EngineInfo& info = engine_.info();

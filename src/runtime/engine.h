@@ -34,6 +34,10 @@
 // the same bits whether its sequence runs alone or with others, and however
 // its prompt was cut into steps (on the GPU engine for a given prompt flag;
 // tests/runtime/engine_test.cpp and tests/gpu_engine/invariance_test.cpp).
+// Rows that are not prompt rows have the bits they have alone also when
+// several rows of their sequence share a step, on every engine (speculative
+// decoding's drafts, runtime/speculative.h); the CPU engines' prompt rows
+// depend on the cut within rounding (tests/support/tolerances.h kCpuChunking).
 //
 // Tests: tests/runtime/engine_test.cpp (the contract, on every CPU engine).
 #pragma once
@@ -127,6 +131,11 @@ class Engine {
     (void)on;
     return false;
   }
+
+  // Empty when truncate() leaves a sequence exactly as if the dropped rows had
+  // never run (what speculative decoding needs to drop the rows of rejected
+  // drafts, runtime/speculative.h); otherwise why not, in one sentence.
+  virtual std::string rollback_unsupported_reason() const { return {}; }
 };
 
 // One-line notes for the user (engine chosen and why, quantizing on load,
@@ -151,6 +160,7 @@ class SequenceRunner {
   int position() const;
   int capacity() const;
   void reset();  // truncate to 0
+  void truncate(int len);  // keep positions [0, len)
   // prompt: the tokens were given (BatchRow::prompt); false for a token the
   // engine drew (one decode step).
   Tensor eval(std::span<const int32_t> tokens, int first_logit, bool prompt = true);

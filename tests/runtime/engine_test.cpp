@@ -355,8 +355,9 @@ TEST_P(EngineContract, SequenceRunnerSplitsLongPrompts) {
   std::vector<float> by_hand;
   for (int a = 0; a < 21; a += 8) {
     const int b = std::min(21, a + 8);
-    const auto rows = rows_of(0, std::vector<int32_t>(t.begin() + a, t.begin() + b), a, RowOutput::kLogits,
-                              std::max(0, 15 - a));
+    auto rows = rows_of(0, std::vector<int32_t>(t.begin() + a, t.begin() + b), a, RowOutput::kLogits,
+                        std::max(0, 15 - a));
+    for (BatchRow& row : rows) row.prompt = true;  // as SequenceRunner::eval marks them (the prompt path)
     const StepResult r = manual->step(rows);
     by_hand.insert(by_hand.end(), r.logits.data.begin(), r.logits.data.end());
   }

@@ -1,0 +1,93 @@
+// Prompt-lookup drafts (see ngram_drafter.h).
+#include "runtime/ngram_drafter.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace futr::runtime {
+
+NgramDrafter::NgramDrafter(const NgramDrafterConfig& config) : config_(config) {
+  FUTR_CHECK(config.draft_max >= 1 && config.draft_max <= kMaxDraft, "--draft-max must be in [1, {}] (got {})",
+             kMaxDraft, config.draft_max);
+  FUTR_CHECK(config.ngram_max >= 1 && config.ngram_max <= kMaxNgram, "the longest n-gram must be in [1, {}] (got {})",
+             kMaxNgram, config.ngram_max);
+  FUTR_CHECK(config.ngram_min >= 1 && config.ngram_min <= config.ngram_max,
+             "the shortest n-gram must be in [1, {}] (got {})", config.ngram_max, config.ngram_min);
+  k_ = config.draft_max;
+}
+
+bool NgramDrafter::key_of(int64_t end, int n, uint64_t& key) const {
+  key = 0;
+  for (int64_t i = end - n; i < end; ++i) {
+    const int32_t t = tokens_[size_t(i)];
+    if (t < 0 || t >= (1 << 21)) return false;
+    key = (key << 21) | uint64_t(t);
+  }
+  return true;
+}
+
+void NgramDrafter::push(int32_t token) {
+  const int64_t p = int64_t(tokens_.size());  // the new token's position: the follower of t[p-n, p)
+  FUTR_CHECK(p < INT32_MAX, "the drafter holds {} tokens already", p);
+  tokens_.push_back(token);
+  for (int n = 1; n <= kMaxNgram; ++n) {
+    std::vector<int32_t>& prev = prev_[size_t(n - 1)];
+    uint64_t key = 0;
+    if (p < n || !key_of(p, n, key)) {
+      prev.push_back(kNotIndexed);
+      continue;
+    }
+    auto [it, inserted] = head_[size_t(n - 1)].try_emplace(key, int32_t(p));
+    prev.push_back(inserted ? kNone : it->second);
+    it->second = int32_t(p);
+  }
+}
+
+void NgramDrafter::truncate(int64_t len) {
+  FUTR_CHECK(len >= 0 && len <= size(), "drafter: cannot keep {} of {} tokens", len, size());
+  // Newest first: each map entry goes back to what it was before the position came.
+  for (int64_t p = size() - 1; p >= len; --p) {
+    for (int n = 1; n <= kMaxNgram; ++n) {
+      const int32_t prev = prev_[size_t(n - 1)][size_t(p)];
+      if (prev == kNotIndexed) continue;
+      uint64_t key = 0;
+      key_of(p, n, key);
+      auto& head = head_[size_t(n - 1)];
+      if (prev == kNone) {
+        head.erase(key);
+      } else {
+        head[key] = prev;
+      }
+    }
+  }
+  tokens_.resize(size_t(len));
+  for (auto& prev : prev_) prev.resize(size_t(len));
+}
+
+void NgramDrafter::draft(int max_tokens, std::vector<int32_t>& out) {
+  out.clear();
+  last_match_ = 0;
+  const int64_t L = size();
+  const int k = std::min(k_, max_tokens);
+  if (k <= 0) return;
+  for (int n = std::min(config_.ngram_max, kMaxNgram); n >= config_.ngram_min; --n) {
+    uint64_t key = 0;
+    if (L < n || !key_of(L, n, key)) continue;
+    const auto& head = head_[size_t(n - 1)];
+    const auto it = head.find(key);
+    if (it == head.end()) continue;
+    const int64_t p = it->second;  // < L: the last n-gram itself has no follower yet
+    const int64_t end = std::min<int64_t>(p + k, L);
+    out.assign(tokens_.begin() + p, tokens_.begin() + end);
+    last_match_ = n;
+    return;
+  }
+}
+
+void NgramDrafter::observe(int drafted, int accepted) {
+  if (drafted <= 0) return;
+  k_ = accepted >= drafted ? std::min(config_.draft_max, k_ + 2) : std::clamp(accepted + 1, 1, config_.draft_max);
+}
+
+}  // namespace futr::runtime
