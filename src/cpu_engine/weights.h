@@ -4,7 +4,7 @@
 //
 // make_weights() builds them from a Model with a LinearFactory that decides,
 // per projection, which Linear to build. The default factory borrows the
-// model's FP32 tensors (DenseLinear, no copy). Issue 3's quantized reference
+// model's FP32 tensors (DenseLinear, no copy). The quantized reference
 // passes a factory that quantizes (INT4 g128, FP8 per channel) and may also
 // rewrite the norm gains (folding the RMSNorm gain g into the next projection:
 // W' = W diag(g), gain set to 1). GPTQ calibration can wrap each Linear in a
