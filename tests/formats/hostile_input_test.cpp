@@ -200,9 +200,9 @@ const std::vector<Case>& cases() {
                for (auto& w : m.weights)
                  if (w.name == "blk.0.attn_q.weight") w.v[0] = NAN;
              },
-             [](GgufWriter& g) { g.add_string("tokenizer.ggml.pre", "qwen2"); });
+             [](GgufWriter& g) { g.add_string("tokenizer.ggml.pre", "chatglm-bpe"); });
        },
-       "m.gguf: tokenizer: pre-tokenizer 'qwen2' is not supported"},
+       "m.gguf: tokenizer: pre-tokenizer 'chatglm-bpe' is not supported"},
   };
   return c;
 }
