@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <map>
 #include <mutex>
 #include <set>
@@ -37,6 +38,7 @@ class FakeEngine : public runtime::Engine {
     int eos_every = 0;                // 0: never EOS
     std::chrono::microseconds step_time{0};  // sleep per step (a slow engine)
     std::chrono::microseconds row_time{0};   // and per row
+    bool held = false;  // steps wait for release(): requests submitted meanwhile queue up
   };
 
   explicit FakeEngine(Options o) : o_(std::move(o)) {
@@ -47,6 +49,16 @@ class FakeEngine : public runtime::Engine {
     info_.max_seqs = o_.max_seqs;
     info_.max_step_tokens = o_.max_step_tokens;
     if (o_.positions == 0) o_.positions = int64_t(o_.ctx) * o_.max_seqs;
+    held_ = o_.held;
+  }
+
+  // Lets the steps of a held engine run (Options::held).
+  void release() {
+    {
+      std::lock_guard lock(gate_mutex_);
+      held_ = false;
+    }
+    gate_.notify_all();
   }
 
   void open(runtime::SeqId id, const runtime::SamplerConfig& s = {}) override {
@@ -96,6 +108,10 @@ class FakeEngine : public runtime::Engine {
     }
     FUTR_CHECK(added <= free_positions(), "out of KV positions");
     // Run.
+    {
+      std::unique_lock lock(gate_mutex_);
+      gate_.wait(lock, [&] { return !held_; });
+    }
     if (o_.step_time.count() || o_.row_time.count())
       std::this_thread::sleep_for(o_.step_time + o_.row_time * int64_t(rows.size()));
     runtime::StepResult out;
@@ -172,6 +188,9 @@ class FakeEngine : public runtime::Engine {
   runtime::EngineInfo info_;
   std::map<runtime::SeqId, Seq> seqs_;
   int steps_ = 0, max_rows_ = 0, max_seqs_in_step_ = 0, opened_ = 0, closed_ = 0;
+  std::mutex gate_mutex_;
+  std::condition_variable gate_;
+  bool held_ = false;
 };
 
 }  // namespace futr::test

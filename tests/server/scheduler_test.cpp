@@ -112,6 +112,7 @@ TEST_F(SchedulerTest, ConcurrentRequestsGetExactlyTheirOwnTokens) {
   eo.max_seqs = 4;
   eo.max_step_tokens = 16;
   eo.eos_every = 40;  // some requests end early with EOS
+  eo.held = true;     // all twelve are queued before the first step runs
   test::FakeEngine engine(eo);
   Metrics metrics;
   Scheduler s(engine, *tok_, {}, &metrics);
@@ -122,6 +123,7 @@ TEST_F(SchedulerTest, ConcurrentRequestsGetExactlyTheirOwnTokens) {
     ps.push_back(params(random_prompt(rng, 1 + int(rng() % 40)), 1 + int(rng() % 30), rng()));
     rs.push_back(s.submit(ps.back()));
   }
+  engine.release();
   for (size_t i = 0; i < rs.size(); ++i) {
     const Outcome o = collect(*rs[i]);
     const auto ref = reference_tokens(engine, ps[i], tok_->eos());

@@ -78,7 +78,9 @@ inline constexpr double kLogitsReduce = 2e-6;  // observed on the H200: (first r
 // The GPU engine (tests/gpu_engine/engine_test.cpp) against the CPU quantized
 // reference with the same INT4 weights and KV format. The yardstick is the
 // reference's own spread when only its FP32 summation order changes (the same
-// tokens one position per step instead of one chunk): measured on SmolLM2
+// tokens one position per step instead of one chunk through its prompt path,
+// rows marked BatchRow::prompt; its decode rows are one position per step
+// exactly, so they would give no spread at all): measured on SmolLM2
 // (dev machine, 2026-12-01, 120 tokens), mean / max relative L2 of the logits
 // per row 1.2e-2 / 4.7e-2 with the BF16 cache, 0.22 / 0.78 with the INT4
 // mirror, 0.14 / 1.0 with the rotated mirror: every BF16 re-rounding of 30
