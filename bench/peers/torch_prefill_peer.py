@@ -21,7 +21,9 @@ for every (model, projection, M, policy) row of our JSON:
 
 Timing: triton.testing.do_bench medians (it clears L2 between reps).
 Then merges with our JSON into the final table (markdown + JSON) and checks the
-issue-5 targets.
+prefill GEMM targets (targets() below: the plain FP8 GEMM against cuBLASLt, the
+fused gate/up block against compiled PyTorch, every epilogue policy against
+the plain GEMM plus a separate PyTorch epilogue).
 
   usage: torch_prefill_peer.py --ours ours.json --out merged.json --md merged.md
 """
