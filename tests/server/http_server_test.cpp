@@ -15,6 +15,7 @@
 
 #include <zlib.h>
 
+#include <atomic>
 #include <thread>
 
 #include "server/fake_engine.h"
@@ -562,6 +563,93 @@ TEST_F(HttpTest, DrainIsBoundedWithLongRequestsAndSlowClients) {
   EXPECT_LT(since(t0), 3.0);
   t.join();
   close(slow);
+}
+
+// The worst bodies a client can send within --max-body (1 MiB): a prompt of
+// a megabyte of text, of chat markers, tens of thousands of chat messages,
+// stop strings or logit_bias entries, JSON nested beyond the depth cap in a
+// field the server ignores. Each ends in an answer (never a 500), /health
+// answers within 1 s while it is being handled and after it, and the
+// server is idle again at the end (nothing left running or reserved).
+TEST_F(HttpTest, HealthAnswersWhileAndAfterEveryWorstBodyWithinMaxBody) {
+  HttpOptions ho;
+  ho.max_body_bytes = 1 << 20;
+  start({}, ho);
+  const size_t cap = ho.max_body_bytes - 4096;  // room for the other fields
+  auto repeat = [&](const std::string& piece) {
+    std::string s;
+    while (s.size() + piece.size() < cap) s += piece;
+    return s;
+  };
+  std::vector<std::pair<std::string, std::string>> bodies;  // (route, body)
+  bodies.push_back({"/v1/completions",
+                    json{{"model", "fake"}, {"prompt", repeat("story ")}, {"max_tokens", 4}}.dump()});
+  bodies.push_back({"/v1/completions",
+                    json{{"model", "fake"}, {"prompt", repeat("<|im_start|>user <|im_end|>")}, {"max_tokens", 4}}
+                        .dump()});
+  {
+    json messages = json::array();
+    const json one = {{"role", "user"}, {"content", "hi"}};
+    for (size_t n = 0; n + one.dump().size() + 1 < cap - 64; n += one.dump().size() + 1) messages.push_back(one);
+    bodies.push_back({"/v1/chat/completions",
+                      json{{"model", "fake"}, {"messages", messages}, {"max_tokens", 4}}.dump()});
+  }
+  {
+    json stops = json::array();
+    for (size_t n = 0; n + 7 < cap - 64; n += 7) stops.push_back("stop");  // "stop", = 7 bytes
+    bodies.push_back({"/v1/completions",
+                      json{{"model", "fake"}, {"prompt", "story"}, {"stop", stops}, {"max_tokens", 4}}.dump()});
+  }
+  {
+    json bias = json::object();
+    size_t n = 0;
+    for (int id = 0; n + 16 < cap - 64; ++id) {
+      bias[std::to_string(id)] = 1;
+      n += std::to_string(id).size() + 5;  // "id":1,
+    }
+    bodies.push_back({"/v1/completions",
+                      json{{"model", "fake"}, {"prompt", "story"}, {"logit_bias", bias}, {"max_tokens", 4}}.dump()});
+  }
+  {
+    const size_t depth = (cap - 200) / 2;
+    bodies.push_back({"/v1/completions", R"({"model":"fake","prompt":"story","max_tokens":4,"user":)" +
+                                             std::string(depth, '[') + std::string(depth, ']') + "}"});
+  }
+  auto health_within_1s = [&](const std::string& what) {
+    httplib::Client probe("127.0.0.1", port_);
+    probe.set_connection_timeout(1, 0);
+    probe.set_read_timeout(1, 0);
+    const auto t0 = Clock::now();
+    auto h = probe.Get("/health");
+    ASSERT_TRUE(h) << what;
+    EXPECT_EQ(h->status, 200) << what;
+    EXPECT_LT(since(t0), 1.0) << what;
+  };
+  for (size_t i = 0; i < bodies.size(); ++i) {
+    const auto& [route, body] = bodies[i];
+    ASSERT_LE(body.size(), ho.max_body_bytes) << "body " << i;
+    const auto t0 = Clock::now();
+    std::atomic<bool> done{false};
+    int status = 0;
+    std::thread sender([&] {
+      httplib::Client c("127.0.0.1", port_);
+      c.set_read_timeout(60, 0);
+      auto r = c.Post(route.c_str(), body, "application/json");
+      status = r ? r->status : -1;
+      done = true;
+    });
+    for (int k = 0; k < 3 && !done; ++k) {
+      health_within_1s("body " + std::to_string(i) + " in flight");
+      std::this_thread::sleep_for(milliseconds(50));
+    }
+    sender.join();
+    std::printf("body %zu (%zu bytes to %s): %d in %.2f s\n", i, body.size(), route.c_str(), status, since(t0));
+    EXPECT_TRUE(status == 200 || (status >= 400 && status < 500)) << "body " << i << ": " << status;
+    health_within_1s("body " + std::to_string(i) + " after");
+  }
+  scheduler_->wait_idle();
+  EXPECT_EQ(engine_->open_now(), 0);
+  EXPECT_EQ(metric("futr_requests_running"), 0);
 }
 
 }  // namespace
