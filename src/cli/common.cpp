@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <thread>
@@ -92,8 +93,9 @@ void add_run_options(CLI::App* app, RunOptions& o) {
                       default_model_path());
   // NOTE: CLI::NonNegativeNumber prints DBL_MAX's 309 digits in its message.
   app->add_option("-t,--threads", o.threads,
-                  fmt::format("CPU threads, 0..{} (default: the physical cores, {} here; more warns)", max_threads(),
-                              cpu::physical_cores()))
+                  fmt::format("CPU threads, 0..{} (default: the physical cores, one left free above 4, fewer "
+                              "when other processes keep them busy; {} here when idle; more warns)",
+                              max_threads(), cpu::idle_default_threads()))
       ->check(CLI::Range(0, max_threads()));
   app->add_option("--backend", o.backend,
                   "Engine: cpu|gpu|auto (auto: the GPU engine when it can run, else cpu; says "
@@ -182,9 +184,21 @@ void print_ctx(const Model& model, int ctx, bool given) {
 }
 
 void warn_if_contended(const RunOptions& o, const runtime::EngineInfo& info, bool quiet) {
-  if (quiet || o.threads != 0 || info.name != "cpu") return;
-  if (const std::string w = cpu::contention_warning(cpu::physical_cores()); !w.empty())
-    fmt::print(stderr, "{}\n", w);
+  if (quiet || info.name != "cpu") return;
+  if (o.threads != 0) {  // a count the user chose: warn when the busy CPUs cannot run it
+    if (const std::string w = cpu::contention_warning(o.threads); !w.empty()) fmt::print(stderr, "{}\n", w);
+    return;
+  }
+  // The default adapted to the CPUs other processes leave free: say so.
+  if (cpu::default_threads() < cpu::idle_default_threads()) {
+    double load[1] = {0};
+    if (getloadavg(load, 1) != 1) load[0] = 0;
+    fmt::print(stderr,
+               "futr: the CPUs are busy (load average {:.1f} on {} logical CPUs): {} thread{} instead of {} "
+               "(-t to choose)\n",
+               load[0], cpu::logical_cpus(), cpu::default_threads(), cpu::default_threads() == 1 ? "" : "s",
+               cpu::idle_default_threads());
+  }
 }
 
 std::string default_model_path() { return FUTR_DEFAULT_MODEL; }

@@ -21,7 +21,7 @@ namespace futr::cli {
 struct RunOptions {
   std::string model;       // "" -> default_model_path()
   int ctx = 0;             // command-specific default when 0
-  int threads = 0;         // 0: the physical cores (cpu::physical_cores())
+  int threads = 0;         // 0: cpu::default_threads() (the free physical cores)
   std::string backend = "auto";  // auto | cpu | gpu (runtime::parse_engine_kind)
   int tp = 1;              // GPUs, tensor parallel (add_tp_option; the commands that run a model)
   std::string prefill = "auto";  // auto | on | off: the GPU engine's FP8 prefill path (runtime::PrefillMode)

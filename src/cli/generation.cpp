@@ -4,11 +4,13 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <optional>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "cli/common.h"
+#include "cpu_engine/threads.h"
 
 namespace futr::cli {
 
@@ -83,6 +85,10 @@ Generation generate_tokens(runtime::SequenceRunner& seq, runtime::Sampler& sampl
   if (ignore_eos)
     for (int32_t id = 0; id < tok.vocab_size(); ++id)
       if (tok.is_eog(id)) eog.push_back(id);
+  // On the CPU engine, a warning when the steps suddenly slow down (other
+  // processes took the cores; cpu::ContentionWatch).
+  std::optional<cpu::ContentionWatch> watch;
+  if (seq.engine().info().name == "cpu") watch.emplace(cpu::num_threads());
   const Stopwatch t_gen;
   g.end = Generation::End::kMaxTokens;
   bool first_draw = true;
@@ -117,7 +123,13 @@ Generation generate_tokens(runtime::SequenceRunner& seq, runtime::Sampler& sampl
       break;
     }
     // A drawn token: the decode path (with a draft: no step when it was drafted).
+    const Stopwatch t_step;
+    const auto steps_before = dec.stats().steps;
     dec.advance(next, max_tokens - g.generated);
+    if (watch && dec.stats().steps == steps_before + 1) {  // one engine step ran
+      const std::string w = watch->observe(t_step.seconds());
+      if (!w.empty()) fmt::print(stderr, "\n{}\n", w);
+    }
   }
   dec.finish();  // the rows of drafts after the last draw
   g.decode_seconds = t_gen.seconds();

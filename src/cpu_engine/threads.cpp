@@ -76,7 +76,7 @@ std::string oversubscription_warning(int n) {
   return fmt::format(
       "futr: warning: {} threads on {} physical core{} ({} logical CPUs available): the extra threads "
       "share cores and usually make it slower; the default is {} (-t {})",
-      n, cores, cores == 1 ? "" : "s", logical_cpus(), cores, cores);
+      n, cores, cores == 1 ? "" : "s", logical_cpus(), idle_default_threads(), idle_default_threads());
 }
 
 std::string contention_warning(int threads, int logical, double load1) {
@@ -95,8 +95,55 @@ std::string contention_warning(int threads) {
   return contention_warning(threads, logical_cpus(), load[0]);
 }
 
+int default_threads(int physical, int logical, double load1) {
+  int n = physical > 4 ? physical - 1 : physical;
+  if (load1 >= 0 && logical > 0) n = std::min(n, logical - int(load1 + 0.5));
+  return std::max(1, n);
+}
+
+int idle_default_threads() { return default_threads(physical_cores(), logical_cpus(), -1.0); }
+
+int default_threads() {
+  static const int n = [] {
+    double load[1] = {-1.0};
+    if (getloadavg(load, 1) != 1) load[0] = -1.0;
+    return default_threads(physical_cores(), logical_cpus(), load[0]);
+  }();
+  return n;
+}
+
+std::string ContentionWatch::observe(double seconds, int logical, double load1) {
+  if (warned_ || !(seconds >= 0)) return {};
+  const int have = std::min(seen_, kWindow);
+  std::string out;
+  if (have >= kMinSteps) {
+    double sorted[kWindow];
+    std::copy(recent_, recent_ + have, sorted);
+    std::nth_element(sorted, sorted + have / 2, sorted + have);
+    const double median = sorted[have / 2];
+    if (seconds > kSlowdown * median && load1 >= 0 && double(threads_) + load1 > double(logical) + 0.5) {
+      warned_ = true;
+      const int fits = std::max(1, logical - int(load1 + 0.5));
+      out = fmt::format(
+          "futr: warning: decode steps slowed from {:.1f} ms to {:.1f} ms: other processes keep the CPUs busy "
+          "(load average {:.1f} on {} logical CPU{}){}",
+          1e3 * median, 1e3 * seconds, load1, logical, logical == 1 ? "" : "s",
+          fits < threads_ ? fmt::format("; -t {} (--threads) is likely faster than {}", fits, threads_) : "");
+    }
+  }
+  recent_[seen_ % kWindow] = seconds;
+  ++seen_;
+  return out;
+}
+
+std::string ContentionWatch::observe(double seconds) {
+  double load[1] = {-1.0};
+  if (getloadavg(load, 1) != 1) load[0] = -1.0;
+  return observe(seconds, logical_cpus(), load[0]);
+}
+
 int set_num_threads(int n) {
-  if (n <= 0) n = physical_cores();
+  if (n <= 0) n = default_threads();
   if (const std::string w = oversubscription_warning(n); !w.empty()) {
     static std::mutex mu;
     static std::set<int> warned;

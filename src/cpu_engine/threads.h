@@ -19,7 +19,7 @@
 
 namespace futr::cpu {
 
-// Uses n OpenMP threads (n <= 0: physical_cores()) and sets OpenBLAS to one
+// Uses n OpenMP threads (n <= 0: default_threads()) and sets OpenBLAS to one
 // thread. Returns the count in use. When n is more than physical_cores(),
 // prints a warning to stderr once per process and count (hyperthreads and
 // oversubscribed cores slow the memory-bound GEMVs down instead of helping:
@@ -44,6 +44,40 @@ std::string contention_warning(int threads, int logical, double load1);
 // contention_warning() with this machine's logical_cpus() and load average
 // (getloadavg; "" when it cannot be read).
 std::string contention_warning(int threads);
+// The default thread count: the physical cores (one left free above 4, for
+// the system and the program's own other threads), and no more than the
+// logical CPUs that other processes leave free, logical - round(load1) with
+// `load1` the 1-minute load average (< 0: unknown, not counted); at least 1.
+// Why: a thread that waits for a busy core stalls the others at the end of
+// every parallel region (contention_warning() above).
+int default_threads(int physical, int logical, double load1);
+// default_threads() for this machine, its load read at the first call (the
+// count stays the same for the rest of the process).
+int default_threads();
+// The count default_threads() would be on an idle machine (physical cores,
+// one left free above 4).
+int idle_default_threads();
+
+// Decode steps that suddenly take far longer: another process took the
+// cores. Fed the time of each decode step (one row), observe() returns a
+// warning once, when a step takes more than kSlowdown times the median of
+// the last kWindow steps (at least kMinSteps seen) and the load average says
+// the CPUs are oversubscribed (threads + load1 > logical + 0.5); "" otherwise.
+class ContentionWatch {
+ public:
+  static constexpr double kSlowdown = 4.0;
+  static constexpr int kWindow = 32;
+  static constexpr int kMinSteps = 8;
+  explicit ContentionWatch(int threads) : threads_(threads) {}
+  std::string observe(double seconds, int logical, double load1);
+  std::string observe(double seconds);  // this machine's logical CPUs and load average
+ private:
+  int threads_;
+  double recent_[kWindow] = {};  // ring of the last step times, seconds
+  int seen_ = 0;
+  bool warned_ = false;
+};
+
 // Sets OpenBLAS to one thread once per process (called by every BLAS user in
 // futr_cpu, so a program that never calls set_num_threads() is still right).
 void ensure_single_threaded_blas();

@@ -38,9 +38,12 @@ TEST(Threads, PhysicalCoresMatchSiblingLists) {
   std::printf("[ topology ] %d physical cores, %d logical CPUs\n", physical_cores(), logical_cpus());
 }
 
-TEST(Threads, DefaultIsPhysicalCores) {
-  EXPECT_EQ(set_num_threads(0), physical_cores());
-  EXPECT_EQ(num_threads(), physical_cores());
+TEST(Threads, DefaultIsTheFreePhysicalCores) {
+  EXPECT_EQ(set_num_threads(0), default_threads());
+  EXPECT_EQ(num_threads(), default_threads());
+  EXPECT_GE(default_threads(), 1);
+  EXPECT_LE(default_threads(), idle_default_threads());
+  EXPECT_LE(idle_default_threads(), physical_cores());
   EXPECT_EQ(set_num_threads(1), 1);
   EXPECT_EQ(num_threads(), 1);
 }
@@ -78,4 +81,48 @@ TEST(Threads, WarnsWhenOtherProcessesKeepTheCpusBusy) {
 }
 
 }  // namespace
+// The default on an idle machine: the physical cores, one left free above 4;
+// other processes' load takes its cores away, never below one thread.
+TEST(Threads, DefaultAdaptsToTheLoad) {
+  EXPECT_EQ(default_threads(1, 1, -1), 1);
+  EXPECT_EQ(default_threads(2, 2, -1), 2);
+  EXPECT_EQ(default_threads(4, 8, -1), 4);
+  EXPECT_EQ(default_threads(8, 16, -1), 7);
+  EXPECT_EQ(default_threads(2, 2, 0.3), 2);   // idle
+  EXPECT_EQ(default_threads(2, 2, 1.0), 1);   // the 2-core machine with one busy process
+  EXPECT_EQ(default_threads(2, 2, 12.0), 1);  // never below one
+  EXPECT_EQ(default_threads(8, 16, 6.2), 7);  // hyperthreads left free: the cores are
+  EXPECT_EQ(default_threads(16, 16, 6.2), 10);
+}
+
+// A decode step far slower than the recent ones while the CPUs are
+// oversubscribed warns once, naming the count that fits; slow steps on an
+// idle machine (a long context, a page fault) or before enough steps were
+// seen do not.
+TEST(Threads, ContentionWatchWarnsOnceWhenStepsSlowDownUnderLoad) {
+  {
+    ContentionWatch w(2);
+    for (int i = 0; i < ContentionWatch::kMinSteps - 1; ++i) EXPECT_EQ(w.observe(0.010, 2, 0.1), "");
+    EXPECT_EQ(w.observe(0.100, 2, 3.0), "");  // too few steps seen
+  }
+  {
+    ContentionWatch w(2);
+    for (int i = 0; i < 20; ++i) EXPECT_EQ(w.observe(0.010, 2, 0.1), "");
+    EXPECT_EQ(w.observe(0.100, 2, 0.2), "");   // slow, but the machine is idle
+    EXPECT_EQ(w.observe(0.035, 2, 3.0), "");   // busy, but only 3.5x slower
+    const std::string m = w.observe(0.100, 2, 3.0);
+    EXPECT_NE(m.find("slowed from 10.0 ms to 100.0 ms"), std::string::npos) << m;
+    EXPECT_NE(m.find("load average 3.0 on 2 logical CPUs"), std::string::npos) << m;
+    EXPECT_NE(m.find("-t 1 (--threads)"), std::string::npos) << m;
+    EXPECT_EQ(w.observe(0.500, 2, 3.0), "");  // once
+  }
+  {
+    ContentionWatch w(1);  // one thread: no smaller count to suggest
+    for (int i = 0; i < 20; ++i) w.observe(0.010, 2, 0.1);
+    const std::string m = w.observe(0.100, 2, 4.0);
+    EXPECT_NE(m.find("slowed"), std::string::npos) << m;
+    EXPECT_EQ(m.find("-t "), std::string::npos) << m;
+  }
+}
+
 }  // namespace futr::cpu
