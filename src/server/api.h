@@ -6,7 +6,7 @@
 //   prompt       completions: string | [string] | [int] | [[int]] (one prompt)
 //   messages     chat: [{role: system|developer|user|assistant, content: string |
 //                [{type: "text", text}], name?}], not empty, at most 8192
-//   max_tokens   integer >= 1 (chat also max_completion_tokens); default 16
+//   max_tokens   integer >= 1 (0 with echo; chat also max_completion_tokens); default 16
 //                (completions) or the rest of the context (chat)
 //   temperature  number in [0, 2], default 1 (0 = greedy)
 //   top_p        number in (0, 1], default 1
