@@ -17,10 +17,12 @@
 //    (<= 1024 bytes whatever the body: clipped echoes) and whose error body
 //    serializes (valid UTF-8); a model-side futr::Error is answered 400 with
 //    its message, which must serialize too;
-//  - an accepted request has a prompt of ids in the vocabulary, max_tokens >= 1,
-//    prompt + max_tokens within the context, sampling parameters the sampler
+//  - an accepted request has a prompt of ids in the vocabulary, max_tokens >= 1
+//    (0 only when it scores its prompt: echo), prompt + max_tokens within the
+//    context, n and logprobs in their ranges, sampling parameters the sampler
 //    accepts; sampling never fails on finite logits (it would be a 500), every
-//    drawn id is drawable, and the streamed text and response bodies serialize.
+//    drawn id is drawable, and the streamed text and response bodies (with
+//    the choices' logprobs of those logits) serialize.
 // A violation calls __builtin_trap(). Seeds: fuzz/corpus/server_request.
 // See fuzz/README.md.
 #include <algorithm>
@@ -102,7 +104,10 @@ Served make_served(bool llama3) {
 // What generation does with an accepted request, without an engine.
 void generate(const Tokenizer& tok, Endpoint e, const ApiRequest& r) {
   const GenerationParams& g = r.gen;
-  check(!g.prompt.empty() && g.max_tokens >= 1);
+  check(!g.prompt.empty() && g.max_tokens >= (g.prompt_logprobs >= 0 ? 0 : 1));
+  check(r.n >= 1 && r.n <= kMaxChoices && int(choice_params(r).size()) == r.n);
+  check(g.logprobs == r.logprobs && r.logprobs >= -1 && r.logprobs <= kMaxTopLogprobs);
+  check(g.prompt_logprobs >= -1 && g.prompt_logprobs <= kMaxTopLogprobs && (r.echo || g.prompt_logprobs < 0));
   check(int64_t(g.prompt.size()) + g.max_tokens <= kPositions);
   for (int32_t id : g.prompt) check(id >= 0 && id < tok.vocab_size());
   runtime::validate_sampler_config(g.sampling, "");  // a futr::Error here escapes: a bug
@@ -112,6 +117,8 @@ void generate(const Tokenizer& tok, Endpoint e, const ApiRequest& r) {
   for (int32_t id : g.prompt) sampler.accept(id, false);
   TextStream text(tok, g.stop);
   std::string out;
+  ChoiceOutput choice;
+  for (int32_t id : g.prompt) choice.prompt_logprobs.push_back({id, -1.0, true, {}});
   // Logits as engines give them: moderate, then large (1e4), with the ids
   // past the tokenizer's vocabulary at -inf (a padded LM head masks them).
   std::mt19937_64 rng(g.sampling.seed);
@@ -123,6 +130,10 @@ void generate(const Tokenizer& tok, Endpoint e, const ApiRequest& r) {
       logits[size_t(i)] = scale * (float(rng() >> 40) * 0x1p-24f * 2.0f - 1.0f);
     const int32_t id = sampler.sample(logits);  // a futr::Error here escapes: a bug
     check(id >= 0 && id < tok.vocab_size());
+    if (r.logprobs >= 0) {
+      choice.logprobs.push_back(token_logprob(logits, id, r.logprobs, tok.vocab_size()));
+      check(choice.logprobs.back().top.size() == size_t(r.logprobs));
+    }
     sampler.accept(id, true);
     out += text.push(id);
   }
@@ -130,6 +141,14 @@ void generate(const Tokenizer& tok, Endpoint e, const ApiRequest& r) {
   const ResponseMeta meta{"cmpl-fuzz", 0, "futr-fuzz"};
   (void)full_response(e, meta, out, Finish::kLength, int(g.prompt.size()), steps).dump();
   (void)stream_chunk(e, meta, out, Finish::kStop, true).dump();
+  choice.text = out;
+  choice.finish = Finish::kLength;
+  choice.completion_tokens = steps;
+  (void)full_response(r, &tok, meta, {&choice, 1}).dump();
+  if (r.logprobs >= 0) {
+    LogprobsWriter w(tok, e == Endpoint::kChat, r.logprobs);
+    (void)stream_chunk(e, meta, out, Finish::kNone, false, r.n - 1, w.add(choice.logprobs)).dump();
+  }
 }
 
 void serve(const Served& s, Endpoint e, std::string_view body) {

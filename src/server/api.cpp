@@ -72,14 +72,7 @@ void check_neutral(const std::string& k, const json& v) {
   auto unsupported = [&] {
     bad(k, fmt::format("'{}' = {} is not supported by this server", k, json_snippet(v, 64)));
   };
-  if (k == "logprobs") {
-    if (!(v.is_boolean() && !v.get<bool>()) && !(v.is_number_integer() && v.get<int64_t>() == 0))
-      unsupported();
-  } else if (k == "top_logprobs") {
-    if (!(v.is_number_integer() && v.get<int64_t>() == 0)) unsupported();
-  } else if (k == "echo") {
-    if (get_bool(v, k)) unsupported();
-  } else if (k == "best_of") {
+  if (k == "best_of") {
     if (get_int(v, k) != 1) unsupported();
   } else if (k == "logit_bias") {
     if (!v.is_object() || !v.empty()) unsupported();
@@ -219,8 +212,7 @@ ApiRequest parse_request(Endpoint endpoint, std::string_view body, const ApiCont
       "messages", "max_completion_tokens", "top_logprobs", "response_format", "tools",
       "tool_choice", "parallel_tool_calls", "store", "metadata"};
   static const std::set<std::string> neutral = {
-      "logprobs", "top_logprobs", "echo", "best_of", "logit_bias", "suffix", "response_format", "tools",
-      "tool_choice"};
+      "best_of", "logit_bias", "suffix", "response_format", "tools", "tool_choice"};
 
   ApiRequest r;
   r.endpoint = endpoint;
@@ -230,6 +222,9 @@ ApiRequest parse_request(Endpoint endpoint, std::string_view body, const ApiCont
   s.top_k = 0;
   s.penalty_last_n = 0;  // the penalties see the whole sequence (OpenAI, vLLM)
   std::optional<int64_t> max_tokens, seed;
+  std::optional<int64_t> top_logprobs;  // chat
+  std::string max_tokens_name = "max_tokens";
+  bool chat_logprobs = false;
   bool have_model = false, have_input = false;
   const json* input = nullptr;
   const json* stream_options = nullptr;
@@ -254,7 +249,8 @@ ApiRequest parse_request(Endpoint endpoint, std::string_view body, const ApiCont
       have_input = true;
     } else if (k == "max_tokens" || k == "max_completion_tokens") {
       max_tokens = get_int(v, k);
-      if (*max_tokens < 1) bad(k, fmt::format("'{}' must be >= 1 (got {})", k, *max_tokens));
+      max_tokens_name = k;
+      if (*max_tokens < 0) bad(k, fmt::format("'{}' must be >= 1 (got {})", k, *max_tokens));
       if (*max_tokens > ctx.max_request_positions)
         bad(k, fmt::format("'{}' = {} is more than the context of {} tokens", k, *max_tokens,
                            ctx.max_request_positions));
@@ -285,7 +281,29 @@ ApiRequest parse_request(Endpoint endpoint, std::string_view body, const ApiCont
       if (x < -2 || x > 2) bad(k, fmt::format("'{}' must be in [-2, 2] (0 = off; got {})", k, x));
       (k == "presence_penalty" ? s.presence_penalty : s.frequency_penalty) = float(x);
     } else if (k == "n") {
-      if (get_int(v, k) != 1) bad(k, "only n = 1 is supported");
+      const int64_t n = get_int(v, k);
+      if (n < 1 || n > kMaxChoices)
+        bad(k, fmt::format("'n' must be in [1, {}] (got {})", kMaxChoices, n));
+      r.n = int(n);
+    } else if (k == "logprobs") {
+      if (chat) {
+        // A bool; 0 reads as false (what this server accepted before).
+        if (v.is_number_integer() && v.get<int64_t>() == 0) continue;
+        chat_logprobs = get_bool(v, k);
+      } else if (!(v.is_boolean() && !v.get<bool>())) {  // false: none
+        if (!v.is_number_integer())
+          bad(k, fmt::format("'logprobs' must be an integer in [0, {}] (got {})", kMaxTopLogprobs, type_name(v)));
+        const int64_t lp = get_int(v, k);
+        if (lp < 0 || lp > kMaxTopLogprobs)
+          bad(k, fmt::format("'logprobs' must be in [0, {}] (got {})", kMaxTopLogprobs, lp));
+        r.logprobs = int(lp);
+      }
+    } else if (k == "top_logprobs") {
+      top_logprobs = get_int(v, k);
+      if (*top_logprobs < 0 || *top_logprobs > kMaxTopLogprobs)
+        bad(k, fmt::format("'top_logprobs' must be in [0, {}] (got {})", kMaxTopLogprobs, *top_logprobs));
+    } else if (k == "echo") {
+      r.echo = get_bool(v, k);
     } else if (k == "stream") {
       r.stream = get_bool(v, k);
     } else if (k == "stream_options") {
@@ -300,6 +318,15 @@ ApiRequest parse_request(Endpoint endpoint, std::string_view body, const ApiCont
     }
   }
   if (!have_model) bad("model", "you must provide a model parameter");
+  if (chat) {
+    if (top_logprobs && *top_logprobs > 0 && !chat_logprobs)
+      bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    if (chat_logprobs) r.logprobs = top_logprobs ? int(*top_logprobs) : 0;
+  }
+  // max_tokens 0: only to echo (and score) the prompt, as OpenAI's completions allow.
+  if (max_tokens && *max_tokens == 0 && !r.echo)
+    bad(max_tokens_name, fmt::format("'{}' must be >= 1 (0 only with 'echo': true; got 0)", max_tokens_name));
+  const bool prompt_only = max_tokens && *max_tokens == 0;
   if (!have_input) bad(chat ? "messages" : "prompt",
                        fmt::format("'{}' is a required property", chat ? "messages" : "prompt"));
   if (stream_options) {
@@ -322,7 +349,7 @@ ApiRequest parse_request(Endpoint endpoint, std::string_view body, const ApiCont
   }
   if (r.gen.prompt.empty()) bad(chat ? "messages" : "prompt", "the prompt is empty");
   const int64_t n = int64_t(r.gen.prompt.size());
-  if (n >= ctx.max_request_positions)
+  if (n > ctx.max_request_positions || (n == ctx.max_request_positions && !prompt_only))
     bad(chat ? "messages" : "prompt",
         fmt::format("This model's maximum context length is {} tokens. However, your prompt has {} "
                     "tokens (at least one must be left to generate).",
@@ -334,6 +361,16 @@ ApiRequest parse_request(Endpoint endpoint, std::string_view body, const ApiCont
                     "tokens ({} in the prompt, {} for the completion).",
                     ctx.max_request_positions, n + mt, n, mt));
   r.gen.max_tokens = int(mt);
+  r.gen.logprobs = r.logprobs;
+  // echo with logprobs scores the prompt; echo with max_tokens 0 and no
+  // logprobs too (a prompt-only request runs as a scoring one; nothing of it
+  // is returned but the text).
+  if (r.echo) r.gen.prompt_logprobs = r.logprobs >= 0 ? r.logprobs : prompt_only ? 0 : -1;
+  if (r.echo) {
+    StreamDecoder d(*ctx.tok);
+    for (int32_t t : r.gen.prompt) r.echo_text += d.push(t);
+    r.echo_text += d.flush();
+  }
   s.seed = seed ? uint64_t(*seed) : uint64_t(std::random_device{}()) << 32 | std::random_device{}();
   // The ranges above are the sampler's (runtime/sampler.h; temperature is
   // OpenAI's narrower [0, 2]); the engine would refuse anything else.
@@ -353,24 +390,62 @@ json usage_json(int prompt_tokens, int completion_tokens) {
           {"total_tokens", prompt_tokens + completion_tokens}};
 }
 
+std::vector<GenerationParams> choice_params(const ApiRequest& r) {
+  std::vector<GenerationParams> out(size_t(r.n), r.gen);
+  for (int i = 0; i < r.n; ++i) out[size_t(i)].sampling.seed = r.gen.sampling.seed + uint64_t(i);
+  return out;
+}
+
 json full_response(Endpoint e, const ResponseMeta& m, const std::string& text, Finish f,
                    int prompt_tokens, int completion_tokens) {
-  json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish_reason(f)}};
-  if (e == Endpoint::kChat)
-    choice["message"] = {{"role", "assistant"}, {"content", text}};
-  else
-    choice["text"] = text;
+  ApiRequest r;
+  r.endpoint = e;
+  r.gen.prompt.resize(size_t(prompt_tokens));
+  ChoiceOutput c;
+  c.text = text;
+  c.finish = f;
+  c.completion_tokens = completion_tokens;
+  return full_response(r, nullptr, m, {&c, 1});
+}
+
+json full_response(const ApiRequest& r, const Tokenizer* tok, const ResponseMeta& m,
+                   std::span<const ChoiceOutput> choices) {
+  const Endpoint e = r.endpoint;
+  json out = json::array();
+  int completion_tokens = 0;
+  for (size_t i = 0; i < choices.size(); ++i) {
+    const ChoiceOutput& c = choices[i];
+    completion_tokens += c.completion_tokens;
+    json logprobs = nullptr;
+    if (r.logprobs >= 0) {
+      FUTR_CHECK(tok, "logprobs need the tokenizer");
+      LogprobsWriter w(*tok, e == Endpoint::kChat, r.logprobs);
+      if (e == Endpoint::kChat) {
+        logprobs = w.add(c.logprobs);
+      } else {
+        std::vector<TokenLogprob> all = r.echo ? c.prompt_logprobs : std::vector<TokenLogprob>{};
+        all.insert(all.end(), c.logprobs.begin(), c.logprobs.end());
+        logprobs = w.add(all);
+      }
+    }
+    json choice = {{"index", int(i)}, {"logprobs", std::move(logprobs)}, {"finish_reason", finish_reason(c.finish)}};
+    if (e == Endpoint::kChat)
+      choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+    else
+      choice["text"] = r.echo ? r.echo_text + c.text : c.text;
+    out.push_back(std::move(choice));
+  }
   return {{"id", m.id},
           {"object", e == Endpoint::kChat ? "chat.completion" : "text_completion"},
           {"created", m.created},
           {"model", m.model},
-          {"choices", json::array({choice})},
-          {"usage", usage_json(prompt_tokens, completion_tokens)}};
+          {"choices", std::move(out)},
+          {"usage", usage_json(int(r.gen.prompt.size()), completion_tokens)}};
 }
 
 json stream_chunk(Endpoint e, const ResponseMeta& m, const std::string& text, Finish f,
-                  bool role_chunk) {
-  json choice = {{"index", 0}, {"logprobs", nullptr},
+                  bool role_chunk, int index, json logprobs) {
+  json choice = {{"index", index}, {"logprobs", std::move(logprobs)},
                  {"finish_reason", f == Finish::kNone ? json(nullptr) : json(finish_reason(f))}};
   if (e == Endpoint::kChat) {
     json delta = json::object();

@@ -6,7 +6,7 @@
 //   prompt       completions: string | [string] | [int] | [[int]] (one prompt)
 //   messages     chat: [{role: system|developer|user|assistant, content: string |
 //                [{type: "text", text}], name?}], not empty, at most 8192
-//   max_tokens   integer >= 1 (chat also max_completion_tokens); default 16
+//   max_tokens   integer >= 1 (0 with echo; chat also max_completion_tokens); default 16
 //                (completions) or the rest of the context (chat)
 //   temperature  number in [0, 2], default 1 (0 = greedy)
 //   top_p        number in (0, 1], default 1
@@ -20,11 +20,21 @@
 //   see the whole sequence: penalty_last_n = 0)
 //   seed         integer; default: a random seed
 //   stop         string | [string] (at most 4, not empty)
-//   n            1 only;  stream  bool;  stream_options {include_usage: bool}
-//   accepted at their neutral value only: logprobs (null/false/0), echo
-//   (false), best_of (1), logit_bias ({}), suffix (null), response_format
-//   ({"type": "text"}), tools ([]), tool_choice ("none"); user, store,
-//   metadata, parallel_tool_calls: accepted and ignored;
+//   n            integer in [1, kMaxChoices]: n choices, choice i sampled with
+//                seed + i (each its own sequence)
+//   stream  bool;  stream_options {include_usage: bool}
+//   logprobs     completions: integer in [0, kMaxTopLogprobs] (false: none),
+//                each token's log-probability and the k most likely tokens;
+//                chat: bool (0: false)
+//   top_logprobs chat: integer in [0, kMaxTopLogprobs], > 0 only with logprobs
+//   echo         completions: bool, the prompt's text before the completion
+//                (with logprobs: the prompt tokens' too, the first null);
+//                max_tokens may then be 0 (score the prompt only)
+//   (log-probabilities of the model's raw distribution: server/logprobs.h)
+//   accepted at their neutral value only: best_of (1), logit_bias ({}),
+//   suffix (null), response_format ({"type": "text"}), tools ([]),
+//   tool_choice ("none"); user, store, metadata, parallel_tool_calls:
+//   accepted and ignored;
 //   anything else: 400 "Unrecognized request argument supplied: X".
 // A null value counts as absent (as in OpenAI's API). The body is parsed by
 // core/json.h's parse_json_document (nesting at most 64 levels, no duplicate
@@ -37,12 +47,15 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "server/logprobs.h"
 #include "server/scheduler.h"
 #include "tokenizer/chat.h"
 #include "tokenizer/tokenizer.h"
@@ -52,6 +65,7 @@ namespace futr::server {
 enum class Endpoint { kCompletions, kChat };
 
 inline constexpr size_t kMaxMessages = 8192;  // per chat request
+inline constexpr int kMaxChoices = 16;         // n at most
 
 // A 4xx/5xx answer: HTTP status and the OpenAI error fields.
 class ApiError : public Error {
@@ -83,11 +97,28 @@ struct ApiRequest {
   Endpoint endpoint = Endpoint::kCompletions;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
-  GenerationParams gen;        // prompt ids, max_tokens, sampling, stop
+  GenerationParams gen;        // prompt ids, max_tokens, sampling, stop, logprobs (choice 0)
+  int n = 1;                   // choices
+  int logprobs = -1;           // -1: no logprobs in the answer; else k alternatives per token
+  bool echo = false;           // completions: the prompt's text (and logprobs) first
+  std::string echo_text;       // echo: the prompt's text, as the server decodes it
 };
 
 // Parses and validates a body; ApiError (400, 404) naming the parameter.
 ApiRequest parse_request(Endpoint endpoint, std::string_view body, const ApiContext& ctx);
+
+// The n choices' parameters: gen with the seed of choice i = gen's seed + i
+// (mod 2^64).
+std::vector<GenerationParams> choice_params(const ApiRequest& r);
+
+// One choice of an answer as the HTTP layer collected it.
+struct ChoiceOutput {
+  std::string text;                           // the completion (without the echoed prompt)
+  Finish finish = Finish::kNone;
+  int completion_tokens = 0;
+  std::vector<TokenLogprob> prompt_logprobs;  // echo with logprobs
+  std::vector<TokenLogprob> logprobs;         // the completion's tokens
+};
 
 // What the response bodies need besides the text.
 struct ResponseMeta {
@@ -99,13 +130,20 @@ struct ResponseMeta {
 std::string finish_reason(Finish f);  // "stop" | "length" (others: "stop")
 nlohmann::json usage_json(int prompt_tokens, int completion_tokens);
 
-// A whole (non-streaming) response.
+// A whole (non-streaming) response of one choice without logprobs.
 nlohmann::json full_response(Endpoint e, const ResponseMeta& m, const std::string& text,
                              Finish f, int prompt_tokens, int completion_tokens);
-// One streaming chunk: text delta, finish (kNone: still running). Chat's first
-// chunk carries {"role": "assistant"} (role_chunk).
+// A whole response: choices[i] from choices[i] (echo text and logprobs as `r`
+// asks); usage counts the prompt once and the completions' tokens summed (as
+// OpenAI and vLLM report n > 1). `tok` writes the logprobs (may be null without).
+nlohmann::json full_response(const ApiRequest& r, const Tokenizer* tok, const ResponseMeta& m,
+                             std::span<const ChoiceOutput> choices);
+// One streaming chunk of choice `index`: text delta, finish (kNone: still
+// running), its tokens' logprobs object (null: none). Chat's first chunk of a
+// choice carries {"role": "assistant"} (role_chunk).
 nlohmann::json stream_chunk(Endpoint e, const ResponseMeta& m, const std::string& text,
-                            Finish f, bool role_chunk = false);
+                            Finish f, bool role_chunk = false, int index = 0,
+                            nlohmann::json logprobs = nullptr);
 // The final chunk of stream_options.include_usage: empty choices, usage.
 nlohmann::json usage_chunk(Endpoint e, const ResponseMeta& m, int prompt_tokens,
                            int completion_tokens);

@@ -589,14 +589,14 @@ void HttpServer::routes() {
 
   auto generate = [this](Endpoint endpoint, const std::string& body, httplib::Response& res) {
     ApiRequest r;
-    std::shared_ptr<Request> handle;
+    std::vector<std::shared_ptr<Request>> handles;  // one per choice
     try {
       if (scheduler_.draining()) {
         metrics_.rejected(503);
         throw ApiError(503, "server_shutting_down", "the server is shutting down; no new requests");
       }
       r = parse_request(endpoint, body, api_);
-      handle = scheduler_.submit(r.gen);
+      handles = scheduler_.submit(choice_params(r));
     } catch (const ApiError& e) {
       if (e.status() == 400 || e.status() == 404) metrics_.rejected(e.status());
       send_error(res, e);
@@ -610,82 +610,142 @@ void HttpServer::routes() {
       send_error(res, 400, error_body(e.what(), "invalid_request_error"));
       return;
     }
-    t_log.prompt_tokens = handle->prompt_tokens();
+    t_log.prompt_tokens = handles.front()->prompt_tokens();
     ResponseMeta meta;
     meta.id = fmt::format("{}-{:016x}", endpoint == Endpoint::kChat ? "chatcmpl" : "cmpl",
                           next_id_.fetch_add(1) * 0x9e3779b97f4a7c15ull);
     meta.created = unix_now();
     meta.model = options_.model;
+    auto cancel_all = [handles] {
+      for (const auto& h : handles) h->cancel();  // no-op for a finished request
+    };
 
     if (!r.stream) {
-      std::string text;
-      Request::Update u;
-      while (!u.done) {
-        Request::Update next;
-        if (http_->stopping()) handle->cancel();  // drain timeout or a second signal
-        if (!handle->wait(next, std::chrono::milliseconds(1000))) continue;
-        text += next.text;
-        u = std::move(next);
+      std::vector<ChoiceOutput> choices(handles.size());
+      std::string error;
+      for (size_t i = 0; i < handles.size(); ++i) {
+        Request::Update u;
+        ChoiceOutput& c = choices[i];
+        while (!u.done) {
+          Request::Update next;
+          if (http_->stopping()) cancel_all();  // drain timeout or a second signal
+          if (!handles[i]->wait(next, std::chrono::milliseconds(1000))) continue;
+          c.text += next.text;
+          c.logprobs.insert(c.logprobs.end(), next.logprobs.begin(), next.logprobs.end());
+          if (!next.prompt_logprobs.empty()) c.prompt_logprobs = std::move(next.prompt_logprobs);
+          u = std::move(next);
+        }
+        c.finish = u.finish;
+        c.completion_tokens = u.completion_tokens;
+        t_log.completion_tokens += u.completion_tokens;
+        t_log.finish = to_string(u.finish);
+        if (u.finish == Finish::kError && error.empty()) {
+          error = u.error;
+          cancel_all();  // the answer is an error: the other choices stop
+        }
       }
-      t_log.completion_tokens = u.completion_tokens;
-      t_log.finish = to_string(u.finish);
-      if (u.finish == Finish::kError) {
-        send_error(res, 500, error_body("generation failed: " + u.error, "server_error"));
+      if (!error.empty()) {
+        t_log.finish = to_string(Finish::kError);
+        send_error(res, 500, error_body("generation failed: " + error, "server_error"));
         return;
       }
-      res.set_content(full_response(endpoint, meta, text, u.finish, u.prompt_tokens,
-                                    u.completion_tokens)
-                          .dump(),
-                      "application/json");
+      res.set_content(full_response(r, &tok_, meta, choices).dump(), "application/json");
       return;
     }
 
     // Streaming: the provider runs on this worker thread after the handler
-    // returns, until it calls sink.done() or a write fails.
+    // returns, until it calls sink.done() or a write fails. Each call waits
+    // (at most a second) for any choice to change, then writes what every
+    // choice has: a chunk per choice and update, in choice order.
+    struct Choice {
+      bool started = false;   // its role chunk (chat) or echo chunk (completions) is written
+      bool done = false;
+      int completion_tokens = 0;
+      LogprobsWriter logprobs;
+    };
     struct Stream {
-      bool role_sent = false;
-      bool finished = false;
+      std::vector<Choice> choices;
+      bool failed = false;
     };
     auto st = std::make_shared<Stream>();
-    const bool include_usage = r.include_usage;
+    for (size_t i = 0; i < handles.size(); ++i)
+      st->choices.push_back({false, false, 0, LogprobsWriter(tok_, endpoint == Endpoint::kChat, std::max(r.logprobs, 0))});
+    auto req = std::make_shared<const ApiRequest>(std::move(r));
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         "text/event-stream",
-        [handle, st, meta, endpoint, include_usage](size_t, httplib::DataSink& sink) {
+        [handles, st, meta, req, cancel_all](size_t, httplib::DataSink& sink) {
+          const Endpoint endpoint = req->endpoint;
+          const bool lp = req->logprobs >= 0;
           auto write = [&](const std::string& s) {
             if (sink.write(s.data(), s.size())) return true;
-            handle->cancel();  // the client went away
+            cancel_all();  // the client went away
             t_log.finish = "cancelled";
             return false;
           };
-          if (endpoint == Endpoint::kChat && !st->role_sent) {
-            st->role_sent = true;
-            if (!write(sse(stream_chunk(endpoint, meta, "", Finish::kNone, true)))) return false;
+          if (endpoint == Endpoint::kChat)
+            for (size_t i = 0; i < handles.size(); ++i)
+              if (!st->choices[i].started) {
+                st->choices[i].started = true;
+                if (!write(sse(stream_chunk(endpoint, meta, "", Finish::kNone, true, int(i))))) return false;
+              }
+          const auto& signal = handles.front()->signal();
+          const uint64_t seen = signal->version();
+          bool any = false;
+          for (size_t i = 0; i < handles.size(); ++i) {
+            Choice& c = st->choices[i];
+            Request::Update u;
+            if (c.done || !handles[i]->wait(u, std::chrono::milliseconds(0))) continue;
+            any = true;
+            if (u.finish == Finish::kError) {
+              c.done = true;
+              if (!st->failed) {
+                st->failed = true;
+                t_log.error = u.error;
+                t_log.finish = to_string(u.finish);
+                cancel_all();
+                if (!write(sse(error_body("generation failed: " + u.error, "server_error")))) return false;
+              }
+              continue;
+            }
+            if (st->failed) continue;
+            // Completions with echo: the prompt first (the scheduler sends its
+            // logprobs before any token of the choice).
+            if (endpoint == Endpoint::kCompletions && req->echo && !c.started) {
+              c.started = true;
+              json plp = lp ? c.logprobs.add(u.prompt_logprobs) : json(nullptr);
+              if (!write(sse(stream_chunk(endpoint, meta, req->echo_text, Finish::kNone, false, int(i),
+                                          std::move(plp)))))
+                return false;
+            }
+            if (!u.text.empty() || !u.logprobs.empty()) {
+              json tlp = lp ? c.logprobs.add(u.logprobs) : json(nullptr);
+              if (!write(sse(stream_chunk(endpoint, meta, u.text, Finish::kNone, false, int(i), std::move(tlp)))))
+                return false;
+            }
+            if (!u.done) continue;
+            c.done = true;
+            c.completion_tokens = u.completion_tokens;
+            t_log.finish = to_string(u.finish);
+            if (!write(sse(stream_chunk(endpoint, meta, "", u.finish, false, int(i))))) return false;
           }
-          Request::Update u;
-          if (!handle->wait(u, std::chrono::milliseconds(1000)))
+          const bool all_done =
+              std::all_of(st->choices.begin(), st->choices.end(), [](const Choice& c) { return c.done; });
+          if (!all_done) {
+            if (any || signal->wait_change(seen, std::chrono::milliseconds(1000))) return true;
             return write(": keep-alive\n\n");
-          if (!u.text.empty() && !write(sse(stream_chunk(endpoint, meta, u.text, Finish::kNone))))
-            return false;
-          if (!u.done) return true;
-          t_log.completion_tokens = u.completion_tokens;
-          t_log.finish = to_string(u.finish);
-          if (u.finish == Finish::kError) {
-            t_log.error = u.error;
-            if (!write(sse(error_body("generation failed: " + u.error, "server_error"))))
-              return false;
-          } else {
-            if (!write(sse(stream_chunk(endpoint, meta, "", u.finish)))) return false;
-            if (include_usage &&
-                !write(sse(usage_chunk(endpoint, meta, u.prompt_tokens, u.completion_tokens))))
-              return false;
           }
+          int completion_tokens = 0;
+          for (const Choice& c : st->choices) completion_tokens += c.completion_tokens;
+          t_log.completion_tokens = completion_tokens;
+          if (!st->failed && req->include_usage &&
+              !write(sse(usage_chunk(endpoint, meta, handles.front()->prompt_tokens(), completion_tokens))))
+            return false;
           if (!write("data: [DONE]\n\n")) return false;
-          st->finished = true;
           sink.done();
           return true;
         },
-        [handle](bool) { handle->cancel(); });  // no-op for a finished request
+        [cancel_all](bool) { cancel_all(); });  // no-op for finished requests
   };
 
   for (const auto& [path, endpoint] : {std::pair{"/v1/completions", Endpoint::kCompletions},

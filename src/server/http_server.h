@@ -7,7 +7,11 @@
 //        then "data: [DONE]\n\n". While nothing is produced (queued, long
 //        prefill) a ": keep-alive" comment goes out every second: a write
 //        that fails means the client left, and the request is cancelled (its
-//        sequence closed at the next step).
+//        sequence closed at the next step). The n choices of a request are
+//        n Scheduler requests (seeds seed + i) sharing a RequestSignal: the
+//        answer collects them in order; a stream writes each choice's
+//        chunks (tagged with its index, with their tokens' logprobs) as they
+//        come, then one usage chunk and [DONE] after the last choice ends.
 //   GET /v1/models, /health (503 while draining), /metrics (Prometheus text).
 //
 // --api-key: every /v1/ route needs "Authorization: Bearer KEY" (401

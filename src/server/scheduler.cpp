@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <optional>
 #include <span>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -33,6 +34,10 @@ bool Request::wait(Update& u, std::chrono::milliseconds timeout) {
   changed_ = false;
   u.text = std::move(text_);
   text_.clear();
+  u.logprobs = std::move(logprobs_);
+  logprobs_.clear();
+  u.prompt_logprobs = std::move(prompt_logprobs_);
+  prompt_logprobs_.clear();
   u.done = done_;
   u.finish = finish_;
   u.prompt_tokens = int(params_.prompt.size());
@@ -41,14 +46,32 @@ bool Request::wait(Update& u, std::chrono::milliseconds timeout) {
   return true;
 }
 
-void Request::emit(const std::string& text, int completion_tokens) {
+void Request::changed() {
+  cv_.notify_all();
+  if (signal_) signal_->notify();
+}
+
+void Request::emit(const std::string& text, int completion_tokens, std::vector<TokenLogprob> logprobs) {
   {
     std::lock_guard lk(mu_);
     text_ += text;
     completion_tokens_ = completion_tokens;
+    if (logprobs_.empty())
+      logprobs_ = std::move(logprobs);
+    else
+      logprobs_.insert(logprobs_.end(), logprobs.begin(), logprobs.end());
     changed_ = true;
   }
-  cv_.notify_all();
+  changed();
+}
+
+void Request::set_prompt_logprobs(std::vector<TokenLogprob> logprobs) {
+  {
+    std::lock_guard lk(mu_);
+    prompt_logprobs_ = std::move(logprobs);
+    changed_ = true;
+  }
+  changed();
 }
 
 void Request::end(Finish f, int completion_tokens, std::string error) {
@@ -60,7 +83,7 @@ void Request::end(Finish f, int completion_tokens, std::string error) {
     error_ = std::move(error);
     changed_ = true;
   }
-  cv_.notify_all();
+  changed();
 }
 
 // --- Scheduler ---
@@ -73,6 +96,9 @@ bool needs_history(const SamplerConfig& c) {
   return c.repetition_penalty != 1.0f || c.presence_penalty != 0.0f || c.frequency_penalty != 0.0f;
 }
 
+// Requests whose tokens the scheduler draws from kLogits rows (scheduler.h, step 3).
+bool draws_here(const GenerationParams& p) { return needs_history(p.sampling) || p.logprobs >= 0; }
+
 }  // namespace
 
 // A request admitted into the engine (scheduler thread only).
@@ -84,7 +110,9 @@ struct Scheduler::Active {
   int generated = 0;           // tokens sampled (EOS/EOT not counted)
   int32_t last = -1;           // the token to feed next (decode phase)
   bool decoding = false;       // the prompt is done
-  std::optional<runtime::Sampler> sampler;  // penalties: drawn here from kLogits rows (else the engine draws)
+  std::optional<runtime::Sampler> sampler;  // penalties or logprobs: drawn here from kLogits rows (else the engine draws)
+  std::vector<TokenLogprob> prompt_lp;      // prompt_logprobs: the prompt's entries so far
+  std::vector<TokenLogprob> pending_lp;     // logprobs: entries of tokens whose text is not sent yet
   TextStream text;
   Clock::time_point first_token{}, last_token{};
 
@@ -130,36 +158,56 @@ Scheduler::~Scheduler() {
 }
 
 std::shared_ptr<Request> Scheduler::submit(GenerationParams p) {
+  std::vector<GenerationParams> one;
+  one.push_back(std::move(p));
+  return submit(std::move(one)).front();
+}
+
+std::vector<std::shared_ptr<Request>> Scheduler::submit(std::vector<GenerationParams> choices) {
   auto reject = [&](int status, const char* type, const std::string& msg) {
     if (metrics_) metrics_->rejected(status);
     throw AdmissionError(status, type, msg);
   };
-  if (p.prompt.empty()) reject(400, "invalid_request_error", "the prompt is empty");
-  if (p.max_tokens < 1)
-    reject(400, "invalid_request_error", fmt::format("max_tokens must be >= 1 (got {})", p.max_tokens));
-  const int64_t need = int64_t(p.prompt.size()) + p.max_tokens;
-  if (need > max_request_)
-    reject(400, "invalid_request_error",
-           fmt::format("this model's maximum context length is {} tokens; the request has {} "
-                       "prompt tokens + max_tokens {} = {}",
-                       max_request_, p.prompt.size(), p.max_tokens, need));
-  for (int32_t t : p.prompt)
-    if (t < 0 || t >= info_.vocab)
+  if (choices.empty()) reject(400, "invalid_request_error", "no choices to generate");
+  for (const GenerationParams& p : choices) {
+    if (p.prompt.empty()) reject(400, "invalid_request_error", "the prompt is empty");
+    if (p.logprobs < -1 || p.logprobs > kMaxTopLogprobs || p.prompt_logprobs < -1 ||
+        p.prompt_logprobs > kMaxTopLogprobs)
       reject(400, "invalid_request_error",
-             fmt::format("prompt token {} is outside the vocabulary [0, {})", t, info_.vocab));
-  auto req = std::shared_ptr<Request>(new Request(std::move(p)));
+             fmt::format("logprobs must be in [0, {}] (got {} and {} for the prompt)", kMaxTopLogprobs,
+                         p.logprobs, p.prompt_logprobs));
+    // max_tokens 0: a request that only scores its prompt.
+    if (p.max_tokens < (p.prompt_logprobs >= 0 ? 0 : 1))
+      reject(400, "invalid_request_error", fmt::format("max_tokens must be >= 1 (got {})", p.max_tokens));
+    const int64_t need = int64_t(p.prompt.size()) + p.max_tokens;
+    if (need > max_request_)
+      reject(400, "invalid_request_error",
+             fmt::format("this model's maximum context length is {} tokens; the request has {} "
+                         "prompt tokens + max_tokens {} = {}",
+                         max_request_, p.prompt.size(), p.max_tokens, need));
+    for (int32_t t : p.prompt)
+      if (t < 0 || t >= info_.vocab)
+        reject(400, "invalid_request_error",
+               fmt::format("prompt token {} is outside the vocabulary [0, {})", t, info_.vocab));
+  }
+  auto signal = std::make_shared<RequestSignal>();
+  std::vector<std::shared_ptr<Request>> reqs;
+  for (GenerationParams& p : choices) reqs.push_back(std::shared_ptr<Request>(new Request(std::move(p), signal)));
   {
     std::lock_guard lk(mu_);
     if (draining_.load())
       reject(503, "server_shutting_down", "the server is shutting down; no new requests");
-    if (int(waiting_.size()) >= options_.max_queue)
+    if (waiting_.size() + reqs.size() > size_t(options_.max_queue))
       reject(429, "rate_limit_exceeded",
-             fmt::format("the queue is full ({} requests waiting); retry later", waiting_.size()));
-    waiting_.push_back(req);
+             reqs.size() == 1
+                 ? fmt::format("the queue is full ({} requests waiting); retry later", waiting_.size())
+                 : fmt::format("the queue has no room for {} choices ({} requests waiting, at most {}); retry later",
+                               reqs.size(), waiting_.size(), options_.max_queue));
+    for (auto& r : reqs) waiting_.push_back(r);
     n_waiting_.store(int(waiting_.size()));
   }
   cv_.notify_all();
-  return req;
+  return reqs;
 }
 
 void Scheduler::begin_drain() {
@@ -244,7 +292,7 @@ void Scheduler::admit() {
     std::optional<runtime::Sampler> sampler;
     try {
       const SamplerConfig& sc = head->params_.sampling;
-      if (needs_history(sc)) {
+      if (draws_here(head->params_)) {
         sampler.emplace(sc);
         sampler->limit_vocab(tok_.vocab_size());  // as futr generate: ids without a token are never drawn
         for (int32_t t : head->params_.prompt) sampler->accept(t, /*generated=*/false);
@@ -275,7 +323,14 @@ void Scheduler::admit() {
 void Scheduler::run_step() {
   if (running_.empty()) return;
   std::vector<runtime::BatchRow> rows;
-  std::vector<Active*> asked;  // the Active of each kToken row, in batch order
+  // Every row that returns something, in batch order: whose it is, and the
+  // prompt index whose next token it scores (-1: the row draws a token).
+  struct Use {
+    Active* a;
+    runtime::RowOutput out;
+    int scores = -1;
+  };
+  std::vector<Use> uses;
   int budget = step_budget_;
 
   // 1. Decode rows: one per sequence whose prompt is done.
@@ -287,24 +342,34 @@ void Scheduler::run_step() {
   for (size_t k = 0; k < nd && budget > 0; ++k) {
     Active* a = decoding[(decode_rr_ + k) % nd];
     rows.push_back({a->last, a->id, a->stored, ask_out(a), -1});
-    asked.push_back(a);
+    uses.push_back({a, rows.back().out});
     --budget;
   }
   if (nd > 0) decode_rr_ = (decode_rr_ + size_t(std::min<int>(int(nd), step_budget_))) % nd;
 
-  // 2. Prompt chunks, in admission order, in what is left of the budget.
+  // 2. Prompt chunks, in admission order, in what is left of the budget. The
+  // chunk that ends a prompt asks for the first token (none with max_tokens
+  // 0); with prompt_logprobs every other prompt row scores the next prompt token.
   std::vector<std::pair<Active*, int>> chunks;  // (request, rows)
   for (auto& a : running_) {
     if (a->decoding || budget <= 0) continue;
-    const auto& prompt = a->req->params_.prompt;
+    const GenerationParams& p = a->req->params_;
+    const auto& prompt = p.prompt;
     const int n = std::min<int>(budget, int(prompt.size()) - a->prefilled);
-    const bool last = a->prefilled + n == int(prompt.size());
     for (int j = 0; j < n; ++j) {
-      const bool ask = last && j == n - 1;
-      rows.push_back({prompt[size_t(a->prefilled + j)], a->id, a->stored + j,
-                      ask ? ask_out(a.get()) : runtime::RowOutput::kNone, -1, true});
+      const int i = a->prefilled + j;
+      runtime::BatchRow row{prompt[size_t(i)], a->id, a->stored + j, runtime::RowOutput::kNone, -1, true};
+      int scores = -1;
+      if (i + 1 == int(prompt.size())) {
+        if (p.max_tokens > 0) row.out = ask_out(a.get());
+      } else if (p.prompt_logprobs >= 0) {
+        row.out = p.prompt_logprobs > 0 ? runtime::RowOutput::kLogits : runtime::RowOutput::kLogprob;
+        row.target = prompt[size_t(i + 1)];
+        scores = i + 1;
+      }
+      rows.push_back(row);
+      if (row.out != runtime::RowOutput::kNone) uses.push_back({a.get(), row.out, scores});
     }
-    if (last) asked.push_back(a.get());
     chunks.emplace_back(a.get(), n);
     budget -= n;
   }
@@ -330,23 +395,33 @@ void Scheduler::run_step() {
   }
 
   // 3. Bookkeeping: decode rows stored their token, chunks their prompt rows.
-  for (Active* a : asked)
-    if (a->decoding) a->stored += 1;
+  for (const Use& u : uses)
+    if (u.scores < 0 && u.a->decoding) u.a->stored += 1;
+  std::vector<Active*> prompt_done;  // requests whose prompt ended in this step
   for (auto& [a, n] : chunks) {
     a->prefilled += n;
     a->stored += n;
     if (metrics_) metrics_->add_prompt_tokens(n);
+    if (a->prefilled == int(a->req->params_.prompt.size())) prompt_done.push_back(a);
   }
 
-  // 4. The sampled tokens: the engine's (kToken rows), or drawn here from the
-  // logits (kLogits rows: requests with penalties), both in batch order.
-  size_t n_logits = 0;
-  for (const Active* a : asked) n_logits += a->sampler ? 1 : 0;
-  FUTR_CHECK(result.tokens.size() == asked.size() - n_logits, "the engine returned {} tokens for {} rows",
-             result.tokens.size(), asked.size() - n_logits);
+  // 4. The outputs, in batch order: the engine's tokens (kToken rows),
+  // logits (kLogits rows: drawn here, and the logprobs), log-probabilities
+  // (kLogprob rows: prompt scores).
+  size_t n_tokens = 0, n_logits = 0, n_logprobs = 0;
+  for (const Use& u : uses) {
+    n_tokens += u.out == runtime::RowOutput::kToken;
+    n_logits += u.out == runtime::RowOutput::kLogits;
+    n_logprobs += u.out == runtime::RowOutput::kLogprob;
+  }
+  FUTR_CHECK(result.tokens.size() == n_tokens, "the engine returned {} tokens for {} rows", result.tokens.size(),
+             n_tokens);
+  FUTR_CHECK(result.logprobs.size() == n_logprobs, "the engine returned {} log-probabilities for {} rows",
+             result.logprobs.size(), n_logprobs);
   FUTR_CHECK(n_logits == 0 || (result.logits.rank() == 2 && result.logits.dim(0) == int64_t(n_logits) &&
                                result.logits.dim(1) == info_.vocab),
              "the engine returned no [{}, {}] logits", n_logits, info_.vocab);
+  const int32_t limit = std::min<int32_t>(tok_.vocab_size(), info_.vocab);  // ids with a token
   const auto now = Clock::now();
   struct Done {
     Active* a;
@@ -354,22 +429,65 @@ void Scheduler::run_step() {
     std::string error;
   };
   std::vector<Done> done;
-  size_t next_token = 0, next_logits = 0;
-  for (size_t k = 0; k < asked.size(); ++k) {
-    Active* a = asked[k];
-    int32_t t = -1;
-    if (a->sampler) {
-      const std::span<const float> z(result.logits.row(int64_t(next_logits++)), size_t(info_.vocab));
-      try {
-        t = a->sampler->sample(z);  // checks the logits (NaN, +inf) and names the id
-      } catch (const std::exception& e) {
-        done.push_back({a, Finish::kError, e.what()});
-        continue;
-      }
-      if (!tok_.is_eog(t)) a->sampler->accept(t, /*generated=*/true);
-    } else {
-      t = result.tokens[next_token++];
+  auto failed = [&](const Active* a) {
+    return std::any_of(done.begin(), done.end(), [&](const Done& d) { return d.a == a; });
+  };
+  struct Drawn {
+    Active* a;
+    int32_t t;
+    std::optional<TokenLogprob> lp;
+  };
+  std::vector<Drawn> drawn;
+  size_t next_token = 0, next_logits = 0, next_logprob = 0;
+  for (const Use& u : uses) {
+    Active* a = u.a;
+    const GenerationParams& p = a->req->params_;
+    std::span<const float> z;
+    if (u.out == runtime::RowOutput::kLogits) z = {result.logits.row(int64_t(next_logits++)), size_t(info_.vocab)};
+    if (u.scores >= 0) {  // a prompt row scoring prompt[scores]
+      const int32_t target = p.prompt[size_t(u.scores)];
+      if (a->prompt_lp.empty()) a->prompt_lp.push_back({p.prompt[0], 0.0, false, {}});
+      if (u.out == runtime::RowOutput::kLogprob)
+        a->prompt_lp.push_back({target, result.logprobs[next_logprob++], true, {}});
+      else
+        a->prompt_lp.push_back(token_logprob(z, target, p.prompt_logprobs, limit));
+      continue;
     }
+    if (u.out == runtime::RowOutput::kToken) {
+      drawn.push_back({a, result.tokens[next_token++], std::nullopt});
+      continue;
+    }
+    if (failed(a)) continue;
+    int32_t t = -1;
+    try {
+      t = a->sampler->sample(z);  // checks the logits (NaN, +inf) and names the id
+    } catch (const std::exception& e) {
+      done.push_back({a, Finish::kError, e.what()});
+      continue;
+    }
+    if (!tok_.is_eog(t)) a->sampler->accept(t, /*generated=*/true);
+    std::optional<TokenLogprob> lp;
+    if (p.logprobs >= 0) lp = token_logprob(z, t, p.logprobs, limit);
+    drawn.push_back({a, t, std::move(lp)});
+  }
+
+  // 5. Prompts done: their log-probabilities reach the request before its
+  // first token; a request with max_tokens 0 ends here.
+  for (Active* a : prompt_done) {
+    const GenerationParams& p = a->req->params_;
+    if (failed(a)) continue;
+    if (p.prompt_logprobs >= 0) {
+      if (a->prompt_lp.empty()) a->prompt_lp.push_back({p.prompt[0], 0.0, false, {}});  // a one-token prompt
+      a->req->set_prompt_logprobs(std::move(a->prompt_lp));
+      a->prompt_lp.clear();
+    }
+    if (p.max_tokens == 0) done.push_back({a, Finish::kLength, {}});
+  }
+
+  // 6. The drawn tokens.
+  for (Drawn& d : drawn) {
+    Active* a = d.a;
+    const int32_t t = d.t;
     a->decoding = true;
     if (a->generated == 0) {
       a->first_token = now;
@@ -383,25 +501,26 @@ void Scheduler::run_step() {
     ++a->generated;
     if (metrics_) metrics_->add_generated_tokens(1);
     a->last = t;
+    if (d.lp) a->pending_lp.push_back(std::move(*d.lp));
     std::string text = a->text.push(t);
     if (a->text.stopped()) {
-      if (!text.empty()) a->req->emit(text, a->generated);
+      if (!text.empty()) a->req->emit(text, a->generated, std::exchange(a->pending_lp, {}));
       done.push_back({a, Finish::kStop, {}});
     } else if (a->generated >= a->req->params_.max_tokens) {
-      a->req->emit(text + a->text.finish(), a->generated);
+      a->req->emit(text + a->text.finish(), a->generated, std::exchange(a->pending_lp, {}));
       done.push_back({a, Finish::kLength, {}});
     } else if (!text.empty()) {
-      a->req->emit(text, a->generated);
+      a->req->emit(text, a->generated, std::exchange(a->pending_lp, {}));
     }
   }
   for (Done& d : done) finish(*d.a, d.f, std::move(d.error));
 }
 
 void Scheduler::finish(Active& a, Finish f, std::string error) {
-  if (f == Finish::kStop && !a.text.stopped()) {
-    const std::string tail = a.text.finish();  // EOS: the held-back text is final
-    if (!tail.empty()) a.req->emit(tail, a.generated);
-  }
+  std::string tail;
+  if (f == Finish::kStop && !a.text.stopped()) tail = a.text.finish();  // EOS: the held-back text is final
+  // The logprobs of tokens whose text was held back (or was a stop string's).
+  if (!tail.empty() || !a.pending_lp.empty()) a.req->emit(tail, a.generated, std::exchange(a.pending_lp, {}));
   try {
     engine_.close(a.id);
   } catch (const std::exception& e) {

@@ -18,16 +18,30 @@
 //      RowOutput::kLogits instead and the scheduler draws with its own
 //      runtime::Sampler, which has seen the prompt and every token drawn
 //      (Sampler::accept): the engine's samplers see no history;
+//      A request that asks for log-probabilities (GenerationParams::logprobs)
+//      takes the same path: its kLogits rows give the drawn token's logprob
+//      and the top alternatives of the raw distribution (logprobs.h), and
+//      the host sampler draws the token, so the tokens are those the
+//      engine's sampler would draw from the same logits (the CPU engine's
+//      kToken rows run this very Sampler with the same seed). With
+//      prompt_logprobs (completions' echo) the prompt rows score the next
+//      prompt token: RowOutput::kLogprob rows (k = 0), or kLogits rows when
+//      top alternatives are asked for, within the same step budget;
 //   4. each sampled token: EOS/EOT -> finish "stop"; else its text goes
 //      through the request's TextStream (stop strings) to the client; a stop
-//      string -> "stop"; max_tokens reached -> "length".
+//      string -> "stop"; max_tokens reached -> "length". A request with
+//      max_tokens 0 (only with prompt_logprobs: it scores its prompt) ends
+//      "length" when its prompt is done.
 // New requests therefore join the running batch between steps, and a long
 // prompt is prefilled in chunks while the others keep decoding.
 //
 // submit() refuses, by throwing AdmissionError, a request that can never fit
 // (400: prompt + max_tokens > min(ctx, all KV positions)), one that finds
 // the queue full (429) and any request after begin_drain() (503). A request
-// that only has to wait, waits.
+// that only has to wait, waits. The n choices of one call (OpenAI's `n`) are
+// n requests submitted together: all are queued or none (each counts against
+// max_queue), each is its own sequence with its own sampler, and they share
+// a RequestSignal so that one reader can wait for any of them.
 //
 // Results do not depend on what else runs (the Engine contract), so greedy
 // requests give the same text alone and together (tested).
@@ -48,6 +62,7 @@
 
 #include "core/error.h"
 #include "runtime/engine.h"
+#include "server/logprobs.h"
 #include "tokenizer/tokenizer.h"
 
 namespace futr::server {
@@ -63,6 +78,40 @@ struct GenerationParams {
   int max_tokens = 16;             // >= 1 tokens to generate at most
   SamplerConfig sampling;          // temperature 0 = greedy
   std::vector<std::string> stop;   // stop strings (matched on the decoded text)
+  // Log-probabilities (logprobs.h), of the raw distribution: -1 none; k >= 0:
+  // each generated token's (Update::logprobs) with its k most likely ids.
+  int logprobs = -1;
+  // -1 none; k >= 0: each prompt token's from the second on (the first has
+  // none), with k alternatives (Update::prompt_logprobs). max_tokens may then
+  // be 0: the request only scores its prompt.
+  int prompt_logprobs = -1;
+};
+
+// Wakes the one reader of several requests (the n choices of a call): every
+// change of any of them bumps the version.
+class RequestSignal {
+ public:
+  uint64_t version() {
+    std::lock_guard lk(mu_);
+    return version_;
+  }
+  // Waits up to `timeout` for a version other than `seen`; false if none came.
+  bool wait_change(uint64_t seen, std::chrono::milliseconds timeout) {
+    std::unique_lock lk(mu_);
+    return cv_.wait_for(lk, timeout, [&] { return version_ != seen; });
+  }
+  void notify() {
+    {
+      std::lock_guard lk(mu_);
+      ++version_;
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  uint64_t version_ = 0;
 };
 
 // A refusal before admission: HTTP status and OpenAI error type.
@@ -89,6 +138,8 @@ class Request {
     int prompt_tokens = 0;
     int completion_tokens = 0;   // tokens generated so far (EOS/EOT not counted)
     std::string error;           // Finish::kError: what went wrong
+    std::vector<TokenLogprob> logprobs;         // GenerationParams::logprobs: the tokens generated since the previous update
+    std::vector<TokenLogprob> prompt_logprobs;  // GenerationParams::prompt_logprobs: all, in the first update
   };
   // Waits up to `timeout` for new text or the end. Returns false (and leaves
   // `u` alone) when nothing happened in time.
@@ -97,19 +148,26 @@ class Request {
   void cancel() { cancelled_.store(true); }
   bool cancelled() const { return cancelled_.load(); }
   int prompt_tokens() const { return int(params_.prompt.size()); }
+  // Notified at every change of this request and of the others of its call.
+  const std::shared_ptr<RequestSignal>& signal() const { return signal_; }
 
  private:
   friend class Scheduler;
-  explicit Request(GenerationParams p) : params_(std::move(p)) {}
-  void emit(const std::string& text, int completion_tokens);
+  Request(GenerationParams p, std::shared_ptr<RequestSignal> signal)
+      : params_(std::move(p)), signal_(std::move(signal)) {}
+  void emit(const std::string& text, int completion_tokens, std::vector<TokenLogprob> logprobs = {});
+  void set_prompt_logprobs(std::vector<TokenLogprob> logprobs);
   void end(Finish f, int completion_tokens, std::string error = {});
+  void changed();  // wakes wait() and the signal (mu_ released)
 
   GenerationParams params_;
+  std::shared_ptr<RequestSignal> signal_;
   std::chrono::steady_clock::time_point submitted_ = std::chrono::steady_clock::now();
   std::atomic<bool> cancelled_{false};
   std::mutex mu_;
   std::condition_variable cv_;
   std::string text_;            // not yet taken by wait()
+  std::vector<TokenLogprob> logprobs_, prompt_logprobs_;  // not yet taken by wait()
   bool done_ = false;
   bool changed_ = false;        // something new since the last wait()
   Finish finish_ = Finish::kNone;
@@ -135,6 +193,9 @@ class Scheduler {
 
   // Queues a request (AdmissionError: 400 never fits, 429 queue full, 503 draining).
   std::shared_ptr<Request> submit(GenerationParams params);
+  // Queues the choices of one call, all or none (each checked as above; 429
+  // unless the queue has room for all), sharing one RequestSignal.
+  std::vector<std::shared_ptr<Request>> submit(std::vector<GenerationParams> choices);
 
   void begin_drain();  // refuse new requests from now on (503); the accepted ones finish
   bool draining() const { return draining_.load(); }

@@ -76,7 +76,9 @@ TEST_F(ApiTest, BadRequestsGet4xxNamingTheParameter) {
       {C, R"({"model": "m", "prompt": "hi", "top_p": 0})", 400, "top_p"},
       {C, R"({"model": "m", "prompt": "hi", "top_p": 1.5})", 400, "top_p"},
       {C, R"({"model": "m", "prompt": "hi", "top_k": -2})", 400, "top_k"},
-      {C, R"({"model": "m", "prompt": "hi", "n": 2})", 400, "n"},
+      {C, R"({"model": "m", "prompt": "hi", "n": 17})", 400, "n"},
+      {C, R"({"model": "m", "prompt": "hi", "n": 0})", 400, "n"},
+      {C, R"({"model": "m", "prompt": "hi", "n": 1.5})", 400, "n"},
       {C, R"({"model": "m", "prompt": "hi", "stream": "yes"})", 400, "stream"},
       {C, R"({"model": "m", "prompt": "hi", "stream_options": {"include_usage": true}})", 400, "stream_options"},
       {C, R"({"model": "m", "prompt": "hi", "stop": ""})", 400, "stop"},
@@ -93,8 +95,24 @@ TEST_F(ApiTest, BadRequestsGet4xxNamingTheParameter) {
       {C, R"({"model": "m", "prompt": "hi", "repetition_penalty": 11})", 400, "repetition_penalty"},
       {C, R"({"model": "m", "prompt": "hi", "top_p": 1e-50})", 400, "top_p"},
       {H, R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "frequency_penalty": 3})", 400, "frequency_penalty"},
-      {C, R"({"model": "m", "prompt": "hi", "echo": true})", 400, "echo"},
-      {C, R"({"model": "m", "prompt": "hi", "logprobs": 3})", 400, "logprobs"},
+      {C, R"({"model": "m", "prompt": "hi", "echo": "yes"})", 400, "echo"},
+      {C, R"({"model": "m", "prompt": "hi", "logprobs": 21})", 400, "logprobs"},
+      {C, R"({"model": "m", "prompt": "hi", "logprobs": -1})", 400, "logprobs"},
+      {C, R"({"model": "m", "prompt": "hi", "logprobs": true})", 400, "logprobs"},
+      {C, R"({"model": "m", "prompt": "hi", "logprobs": 1.5})", 400, "logprobs"},
+      {C, R"({"model": "m", "prompt": "hi", "top_logprobs": 2})", 400, "top_logprobs"},
+      {C, R"({"model": "m", "prompt": "hi", "logprobs": 1, "max_tokens": 0})", 400, "max_tokens"},
+      {C, R"({"model": "m", "prompt": "hi", "echo": false, "max_tokens": 0})", 400, "max_tokens"},
+      {C, R"({"model": "m", "prompt": ")" + long_prompt + R"(", "echo": true, "max_tokens": 0})", 400, "prompt"},
+      {H, R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "echo": true})", 400, "echo"},
+      {H, R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "logprobs": 2})", 400, "logprobs"},
+      {H, R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "logprobs": "yes"})", 400, "logprobs"},
+      {H, R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "top_logprobs": 3})", 400, "top_logprobs"},
+      {H, R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "logprobs": false, "top_logprobs": 3})", 400, "top_logprobs"},
+      {H, R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": 21})", 400, "top_logprobs"},
+      {H, R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": -1})", 400, "top_logprobs"},
+      {H, R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 0})", 400, "max_completion_tokens"},
+      {H, R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "n": 17})", 400, "n"},
       {H, R"({"model": "m", "messages": []})", 400, "messages"},
       {H, R"({"model": "m", "messages": "hi"})", 400, "messages"},
       {H, R"({"model": "m", "messages": [{"role": "tool", "content": "x"}]})", 400, "messages[0].role"},
@@ -274,6 +292,114 @@ TEST_F(ApiTest, ChatUsesTheTemplateAndTheRestOfTheContext) {
   const std::vector<ChatMessage> m = {{"system", "Be brief."}, {"user", "Hi"}};
   EXPECT_EQ(r.gen.prompt, encode_chat_prompt(*tok_, *chat_, m));
   EXPECT_EQ(r.gen.max_tokens, 64 - int(r.gen.prompt.size()));
+}
+
+// logprobs, top_logprobs, echo and n reach the generation parameters: the
+// choices get seeds seed, seed + 1, ...; echo with logprobs scores the
+// prompt with the same k; echo allows max_tokens 0 (lm-evaluation-harness's
+// loglikelihood request) and a prompt that fills the context then.
+TEST_F(ApiTest, LogprobsEchoAndChoices) {
+  const ApiRequest d = parse_request(Endpoint::kCompletions, R"({"model": "m", "prompt": "Hello"})", ctx_);
+  EXPECT_EQ(d.n, 1);
+  EXPECT_EQ(d.logprobs, -1);
+  EXPECT_EQ(d.gen.logprobs, -1);
+  EXPECT_EQ(d.gen.prompt_logprobs, -1);
+  EXPECT_FALSE(d.echo);
+  const ApiRequest c = parse_request(Endpoint::kCompletions, R"({"model": "m", "prompt": "Hello world",
+      "logprobs": 3, "echo": true, "max_tokens": 0, "n": 3, "seed": -1})", ctx_);
+  EXPECT_EQ(c.logprobs, 3);
+  EXPECT_EQ(c.gen.logprobs, 3);
+  EXPECT_EQ(c.gen.prompt_logprobs, 3);
+  EXPECT_EQ(c.gen.max_tokens, 0);
+  EXPECT_EQ(c.echo_text, "Hello world");
+  const auto choices = choice_params(c);
+  ASSERT_EQ(choices.size(), 3u);
+  EXPECT_EQ(choices[0].sampling.seed, 18446744073709551615ull);
+  EXPECT_EQ(choices[1].sampling.seed, 0u);  // mod 2^64
+  EXPECT_EQ(choices[2].sampling.seed, 1u);
+  EXPECT_EQ(choices[2].prompt, c.gen.prompt);
+  // Neutral values stay neutral; echo alone scores nothing unless max_tokens is 0.
+  for (const char* body : {R"({"model": "m", "prompt": "Hi", "logprobs": false})",
+                           R"({"model": "m", "prompt": "Hi", "logprobs": null, "echo": false})"}) {
+    const ApiRequest r = parse_request(Endpoint::kCompletions, body, ctx_);
+    EXPECT_EQ(r.logprobs, -1) << body;
+    EXPECT_EQ(r.gen.prompt_logprobs, -1) << body;
+  }
+  const ApiRequest e = parse_request(Endpoint::kCompletions, R"({"model": "m", "prompt": "Hi", "echo": true})", ctx_);
+  EXPECT_EQ(e.gen.prompt_logprobs, -1);
+  EXPECT_EQ(e.gen.max_tokens, 16);
+  const ApiRequest e0 =
+      parse_request(Endpoint::kCompletions, R"({"model": "m", "prompt": "Hi", "echo": true, "max_tokens": 0})", ctx_);
+  EXPECT_EQ(e0.gen.prompt_logprobs, 0);  // runs as a scoring request
+  EXPECT_EQ(e0.logprobs, -1);            // whose scores are not returned
+  // A prompt of exactly the context: only to score it.
+  std::vector<int32_t> full(64, 100);
+  json body = {{"model", "m"}, {"prompt", full}, {"echo", true}, {"max_tokens", 0}, {"logprobs", 0}};
+  EXPECT_EQ(parse_request(Endpoint::kCompletions, body.dump(), ctx_).gen.prompt.size(), 64u);
+  body.erase("max_tokens");
+  EXPECT_EQ(error_of(Endpoint::kCompletions, body.dump()), (std::pair<int, std::string>{400, "prompt"}));
+
+  // Chat: logprobs true with top_logprobs k; 0 and false are off.
+  const std::string msgs = R"("messages": [{"role": "user", "content": "Hi"}])";
+  const ApiRequest h = parse_request(Endpoint::kChat, R"({"model": "m", )" + msgs +
+                                                          R"(, "logprobs": true, "top_logprobs": 20, "n": 16})", ctx_);
+  EXPECT_EQ(h.logprobs, 20);
+  EXPECT_EQ(h.gen.logprobs, 20);
+  EXPECT_EQ(h.gen.prompt_logprobs, -1);
+  EXPECT_EQ(h.n, 16);
+  EXPECT_EQ(parse_request(Endpoint::kChat, R"({"model": "m", )" + msgs + R"(, "logprobs": true})", ctx_).logprobs, 0);
+  for (const char* extra : {R"("logprobs": 0)", R"("logprobs": false, "top_logprobs": 0)", R"("top_logprobs": 0)"})
+    EXPECT_EQ(parse_request(Endpoint::kChat, R"({"model": "m", )" + msgs + ", " + extra + "}", ctx_).logprobs, -1)
+        << extra;
+}
+
+// n choices in one answer: index 0..n-1, the echoed prompt before each text,
+// logprobs per choice (with echo: the prompt's first), usage with the prompt
+// once and the completions summed.
+TEST_F(ApiTest, ResponseWithChoicesAndLogprobs) {
+  const ApiRequest r = parse_request(Endpoint::kCompletions,
+                                     R"({"model": "m", "prompt": "Hello", "echo": true, "logprobs": 1, "n": 2})", ctx_);
+  const int32_t hello = r.gen.prompt.back();
+  const auto ids = tok_->encode(" the end", false, false);
+  std::vector<ChoiceOutput> choices(2);
+  for (size_t i = 0; i < 2; ++i) {
+    choices[i].text = i == 0 ? " the end" : "";
+    choices[i].finish = i == 0 ? Finish::kLength : Finish::kStop;
+    choices[i].completion_tokens = i == 0 ? int(ids.size()) : 0;
+    for (int32_t t : r.gen.prompt) choices[i].prompt_logprobs.push_back({t, -1.0, true, {{t, -1.0}}});
+    choices[i].prompt_logprobs[0] = {r.gen.prompt[0], 0.0, false, {}};
+    if (i == 0)
+      for (int32_t t : ids) choices[i].logprobs.push_back({t, -0.25, true, {{hello, -0.125}}});
+  }
+  const json j = full_response(r, tok_, ResponseMeta{"cmpl-1", 1, "m"}, choices);
+  ASSERT_EQ(j["choices"].size(), 2u);
+  EXPECT_EQ(j["usage"]["prompt_tokens"], int(r.gen.prompt.size()));
+  EXPECT_EQ(j["usage"]["completion_tokens"], int(ids.size()));
+  const json& c0 = j["choices"][0];
+  EXPECT_EQ(c0["index"], 0);
+  EXPECT_EQ(c0["text"], "Hello the end");
+  EXPECT_EQ(c0["finish_reason"], "length");
+  const json& lp = c0["logprobs"];
+  ASSERT_EQ(lp["tokens"].size(), r.gen.prompt.size() + ids.size());
+  EXPECT_TRUE(lp["token_logprobs"][0].is_null());
+  EXPECT_TRUE(lp["top_logprobs"][0].is_null());
+  EXPECT_EQ(lp["token_logprobs"].back().get<double>(), -0.25);
+  EXPECT_EQ(lp["top_logprobs"].back()[token_string(*tok_, hello)].get<double>(), -0.125);
+  EXPECT_EQ(lp["text_offset"][r.gen.prompt.size()].get<int>(), 5);  // " the" after "Hello"
+  const json& c1 = j["choices"][1];
+  EXPECT_EQ(c1["index"], 1);
+  EXPECT_EQ(c1["text"], "Hello");
+  EXPECT_EQ(c1["logprobs"]["tokens"].size(), r.gen.prompt.size());
+  // Without logprobs: null, as before.
+  const ApiRequest plain = parse_request(Endpoint::kCompletions, R"({"model": "m", "prompt": "Hello", "n": 2})", ctx_);
+  const json k = full_response(plain, nullptr, ResponseMeta{"cmpl-1", 1, "m"}, choices);
+  EXPECT_TRUE(k["choices"][0]["logprobs"].is_null());
+  EXPECT_EQ(k["choices"][0]["text"], " the end");
+  // A streaming chunk of choice 3 with its logprobs.
+  const json ch = stream_chunk(Endpoint::kChat, ResponseMeta{"c", 1, "m"}, "x", Finish::kNone, false, 3,
+                               json{{"content", json::array()}});
+  EXPECT_EQ(ch["choices"][0]["index"], 3);
+  EXPECT_TRUE(ch["choices"][0]["logprobs"]["content"].is_array());
 }
 
 TEST_F(ApiTest, ResponseShapes) {

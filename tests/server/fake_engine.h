@@ -9,10 +9,12 @@
 // the same tokens whatever else is in the batch, and any token fed out of
 // order, lost or given to another sequence changes everything after it.
 // A kLogits row gets logits that make that token the argmax: 1 for it, 0 for
-// the other words, -100 for every other id (logits_for()).
+// the other words, -100 for every other id (logits_for()); a kLogprob row
+// gets log softmax of those logits at its target (-runtime::token_nll).
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <condition_variable>
 #include <map>
@@ -22,6 +24,7 @@
 
 #include "core/error.h"
 #include "runtime/engine.h"
+#include "runtime/perplexity.h"
 
 namespace futr::test {
 
@@ -103,6 +106,8 @@ class FakeEngine : public runtime::Engine {
       FUTR_CHECK(r.pos == next[r.seq], "row {}: position {} of sequence {}, expected {}", i, r.pos,
                  r.seq, next[r.seq]);
       FUTR_CHECK(r.pos < o_.ctx, "row {}: sequence {} past the context", i, r.seq);
+      FUTR_CHECK(r.out != runtime::RowOutput::kLogprob || (r.target >= 0 && r.target < o_.vocab),
+                 "row {}: target {} outside the vocabulary", i, r.target);
       ++next[r.seq];
       ++added;
     }
@@ -127,8 +132,10 @@ class FakeEngine : public runtime::Engine {
         const std::vector<float> z = logits_for(draw(s));
         std::copy(z.begin(), z.end(), out.logits.row(logit_row++));
       }
+      if (r.out == runtime::RowOutput::kLogprob) out.logprobs.push_back(-runtime::token_nll(logits_for(draw(s)), r.target));
     }
     ++steps_;
+    for (const auto& r : rows) ++rows_by_out_[size_t(r.out)];
     max_rows_ = std::max<int>(max_rows_, int(rows.size()));
     max_seqs_in_step_ = std::max<int>(max_seqs_in_step_, int(seen.size()));
     return out;
@@ -165,6 +172,7 @@ class FakeEngine : public runtime::Engine {
   int opened() const { return opened_; }
   int closed() const { return closed_; }
   int open_now() const { return int(seqs_.size()); }
+  int64_t rows_with(runtime::RowOutput out) const { return rows_by_out_[size_t(out)]; }
 
  private:
   struct Seq {
@@ -188,6 +196,7 @@ class FakeEngine : public runtime::Engine {
   runtime::EngineInfo info_;
   std::map<runtime::SeqId, Seq> seqs_;
   int steps_ = 0, max_rows_ = 0, max_seqs_in_step_ = 0, opened_ = 0, closed_ = 0;
+  std::array<int64_t, 4> rows_by_out_{};  // rows run, by RowOutput
   std::mutex gate_mutex_;
   std::condition_variable gate_;
   bool held_ = false;

@@ -203,6 +203,154 @@ TEST_F(HttpTest, PenaltiesAndMinPRunOrAreRefused) {
   EXPECT_NE(e["message"].get<std::string>().find("[-2, 2]"), std::string::npos) << e;
 }
 
+// n choices with logprobs and echo: choice i is what a single request with
+// seed + i answers (text and logprobs), the streamed chunks (tagged with
+// their index, each carrying its tokens' logprobs) add up to the whole
+// answer, usage counts the prompt once and the completions summed.
+TEST_F(HttpTest, ChoicesWithLogprobsStreamedAndNot) {
+  start({});
+  const json body = {{"model", "fake"}, {"prompt", "The quick brown"}, {"max_tokens", 8}, {"temperature", 0},
+                     {"seed", 5}, {"n", 3}, {"logprobs", 2}, {"echo", true}};
+  auto r = post("/v1/completions", body);
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json j = json::parse(r->body);
+  ASSERT_EQ(j["choices"].size(), 3u);
+  int completion_tokens = 0;
+  for (int i = 0; i < 3; ++i) {
+    const json& c = j["choices"][size_t(i)];
+    EXPECT_EQ(c["index"], i);
+    EXPECT_EQ(c["text"].get<std::string>().rfind("The quick brown", 0), 0u) << c["text"];
+    json one = body;
+    one["n"] = 1;
+    one["seed"] = 5 + i;
+    auto r1 = post("/v1/completions", one);
+    ASSERT_EQ(r1->status, 200);
+    const json j1 = json::parse(r1->body);
+    EXPECT_EQ(c["text"], j1["choices"][0]["text"]) << "choice " << i;
+    EXPECT_EQ(c["logprobs"], j1["choices"][0]["logprobs"]) << "choice " << i;
+    EXPECT_EQ(c["logprobs"]["tokens"].size(),
+              size_t(j1["usage"]["prompt_tokens"].get<int>() + j1["usage"]["completion_tokens"].get<int>()));
+    EXPECT_TRUE(c["logprobs"]["token_logprobs"][0].is_null());
+    completion_tokens += j1["usage"]["completion_tokens"].get<int>();
+  }
+  EXPECT_NE(j["choices"][0]["text"], j["choices"][1]["text"]);  // the fake engine's draws follow the seed
+  EXPECT_EQ(j["usage"]["completion_tokens"], completion_tokens);
+  EXPECT_EQ(j["usage"]["prompt_tokens"], json::parse(post("/v1/completions", {{"model", "fake"},
+      {"prompt", "The quick brown"}, {"max_tokens", 1}})->body)["usage"]["prompt_tokens"]);
+
+  json sb = body;
+  sb["stream"] = true;
+  sb["stream_options"] = {{"include_usage", true}};
+  auto s = post("/v1/completions", sb);
+  ASSERT_EQ(s->status, 200);
+  const auto ev = events(s->body);
+  ASSERT_GE(ev.size(), 3u);
+  EXPECT_EQ(ev.back(), "[DONE]");
+  std::vector<std::string> text(3);
+  std::vector<json> lp(3, json{{"tokens", json::array()}, {"token_logprobs", json::array()},
+                               {"top_logprobs", json::array()}, {"text_offset", json::array()}});
+  std::vector<int> finishes(3, 0);
+  for (size_t e = 0; e + 2 < ev.size(); ++e) {
+    const json chunk = json::parse(ev[e]);
+    ASSERT_EQ(chunk["choices"].size(), 1u);
+    const json& c = chunk["choices"][0];
+    const size_t i = c["index"].get<size_t>();
+    ASSERT_LT(i, 3u);
+    text[i] += c["text"].get<std::string>();
+    if (!c["finish_reason"].is_null()) ++finishes[i];
+    if (c["logprobs"].is_null()) continue;
+    for (const char* f : {"tokens", "token_logprobs", "top_logprobs", "text_offset"})
+      for (const auto& x : c["logprobs"][f]) lp[i][f].push_back(x);
+  }
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(text[i], j["choices"][i]["text"]) << "choice " << i;
+    EXPECT_EQ(lp[i], j["choices"][i]["logprobs"]) << "choice " << i;
+    EXPECT_EQ(finishes[i], 1) << "choice " << i;
+  }
+  EXPECT_EQ(json::parse(ev[ev.size() - 2])["usage"]["completion_tokens"], completion_tokens);
+}
+
+// Chat logprobs: content entries, streamed per chunk; each choice's stream
+// starts with its role.
+TEST_F(HttpTest, ChatLogprobsStreamedAndNot) {
+  start({});
+  const json body = {{"model", "fake"}, {"messages", json::array({{{"role", "user"}, {"content", "Hi"}}})},
+                     {"max_tokens", 10}, {"temperature", 0}, {"seed", 9}, {"n", 2}, {"logprobs", true},
+                     {"top_logprobs", 3}};
+  auto r = post("/v1/chat/completions", body);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json j = json::parse(r->body);
+  ASSERT_EQ(j["choices"].size(), 2u);
+  for (const auto& c : j["choices"]) {
+    const json& content = c["logprobs"]["content"];
+    ASSERT_EQ(content.size(), 10u);
+    std::string joined;
+    for (const auto& e : content) {
+      joined += e["token"].get<std::string>();
+      EXPECT_EQ(e["top_logprobs"].size(), 3u);
+      EXPECT_EQ(e["top_logprobs"][0]["token"], e["token"]);  // greedy: the drawn token is the most likely
+      EXPECT_LT(e["logprob"].get<double>(), 0.0);
+    }
+    EXPECT_EQ(joined, c["message"]["content"]);
+  }
+  json sb = body;
+  sb["stream"] = true;
+  auto s = post("/v1/chat/completions", sb);
+  ASSERT_EQ(s->status, 200);
+  const auto ev = events(s->body);
+  std::vector<json> content(2, json::array());
+  std::vector<int> roles(2, 0);
+  for (size_t e = 0; e + 1 < ev.size(); ++e) {
+    const json c = json::parse(ev[e])["choices"][0];
+    const size_t i = c["index"].get<size_t>();
+    if (c["delta"].contains("role")) ++roles[i];
+    if (!c["logprobs"].is_null())
+      for (const auto& x : c["logprobs"]["content"]) content[i].push_back(x);
+  }
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(roles[i], 1);
+    EXPECT_EQ(content[i], j["choices"][i]["logprobs"]["content"]) << "choice " << i;
+  }
+}
+
+// lm-evaluation-harness's loglikelihood request: echo, logprobs, max_tokens
+// 0, the prompt as token ids: the prompt back with one entry per token.
+TEST_F(HttpTest, EchoWithMaxTokensZeroScoresThePrompt) {
+  start({});
+  const auto ids = tok_->encode("The quick brown fox jumps", false, false);
+  const json body = {{"model", "fake"}, {"prompt", ids}, {"max_tokens", 0}, {"echo", true}, {"logprobs", 1},
+                     {"temperature", 0}};
+  auto r = post("/v1/completions", body);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json c = json::parse(r->body)["choices"][0];
+  EXPECT_EQ(c["text"], "The quick brown fox jumps");
+  EXPECT_EQ(c["finish_reason"], "length");
+  ASSERT_EQ(c["logprobs"]["tokens"].size(), ids.size());
+  EXPECT_TRUE(c["logprobs"]["token_logprobs"][0].is_null());
+  for (size_t i = 1; i < ids.size(); ++i) {
+    EXPECT_LT(c["logprobs"]["token_logprobs"][i].get<double>(), 0.0);
+    EXPECT_EQ(c["logprobs"]["top_logprobs"][i].size() >= 1, true);
+  }
+  EXPECT_EQ(json::parse(r->body)["usage"]["completion_tokens"], 0);
+  // Without logprobs: the text only.
+  json plain = body;
+  plain.erase("logprobs");
+  auto p = post("/v1/completions", plain);
+  ASSERT_EQ(p->status, 200) << p->body;
+  EXPECT_EQ(json::parse(p->body)["choices"][0]["text"], "The quick brown fox jumps");
+  EXPECT_TRUE(json::parse(p->body)["choices"][0]["logprobs"].is_null());
+  // Streamed: the prompt's chunk, the finish, [DONE].
+  json sb = body;
+  sb["stream"] = true;
+  const auto ev = events(post("/v1/completions", sb)->body);
+  ASSERT_EQ(ev.size(), 3u);
+  const json first = json::parse(ev[0])["choices"][0];
+  EXPECT_EQ(first["text"], "The quick brown fox jumps");
+  EXPECT_EQ(first["logprobs"]["tokens"].size(), ids.size());
+  EXPECT_EQ(json::parse(ev[1])["choices"][0]["finish_reason"], "length");
+}
+
 TEST_F(HttpTest, ChatStreamStartsWithTheRole) {
   start({});
   const json body = {{"model", "fake"}, {"messages", {{{"role", "user"}, {"content", "Hi"}}}},

@@ -12,7 +12,10 @@
 #include <random>
 #include <set>
 
+#include <fmt/format.h>
+
 #include "server/fake_engine.h"
+#include "runtime/perplexity.h"
 #include "server/metrics.h"
 #include "server/server_test_util.h"
 #include "support/expect_error.h"
@@ -27,6 +30,8 @@ struct Outcome {
   Finish finish = Finish::kNone;
   int completion_tokens = 0;
   std::string error;
+  std::vector<TokenLogprob> logprobs, prompt_logprobs;
+  bool prompt_logprobs_first = true;  // no text came before the prompt's logprobs
 };
 
 Outcome collect(Request& r) {
@@ -38,7 +43,13 @@ Outcome collect(Request& r) {
       ADD_FAILURE() << "no progress in 5 s";
       return o;
     }
+    if (!next.prompt_logprobs.empty()) {
+      EXPECT_TRUE(o.prompt_logprobs.empty()) << "prompt logprobs twice";
+      o.prompt_logprobs = next.prompt_logprobs;
+    }
+    if (!next.text.empty() && o.prompt_logprobs.empty()) o.prompt_logprobs_first = false;
     o.text += next.text;
+    o.logprobs.insert(o.logprobs.end(), next.logprobs.begin(), next.logprobs.end());
     u = next;
   }
   o.finish = u.finish;
@@ -218,6 +229,152 @@ TEST_F(SchedulerTest, PenaltiesDrawFromTheSequencesHistory) {
   EXPECT_EQ(o.text, tok_->decode(want));
   EXPECT_EQ(o.finish, Finish::kLength);
   s.wait_idle();
+  EXPECT_EQ(engine.open_now(), 0);
+}
+
+// log softmax of the fake engine's logits row after `history` at `token`.
+double fake_logprob(const test::FakeEngine& e, uint64_t seed, std::span<const int32_t> history, int32_t token) {
+  return -runtime::token_nll(e.logits_for(e.draw_for(seed, history)), token);
+}
+
+// Requests asking for logprobs draw on the host from kLogits rows, beside
+// plain requests in the same steps: every request gets the engine's tokens,
+// and each generated token's entry is log softmax of its row exactly, with
+// the k most likely ids (the drawn word at 1, then the other words at 0,
+// lower ids first).
+TEST_F(SchedulerTest, LogprobsOfGeneratedTokensAreExact) {
+  auto eo = engine_options();
+  eo.max_step_tokens = 8;
+  eo.held = true;  // all four are queued before the first step
+  test::FakeEngine engine(eo);
+  Scheduler s(engine, *tok_, {});
+  std::mt19937 rng(std::random_device{}());
+  std::vector<GenerationParams> ps;
+  std::vector<std::shared_ptr<Request>> rs;
+  for (int i = 0; i < 4; ++i) {
+    ps.push_back(params(random_prompt(rng, 1 + int(rng() % 12)), 10 + int(rng() % 10), rng()));
+    ps.back().logprobs = i % 2 == 0 ? 3 : -1;
+    rs.push_back(s.submit(ps.back()));
+  }
+  engine.release();
+  std::vector<int32_t> sorted_words = words_;
+  std::sort(sorted_words.begin(), sorted_words.end());
+  for (size_t i = 0; i < rs.size(); ++i) {
+    const GenerationParams& p = ps[i];
+    const Outcome o = collect(*rs[i]);
+    const auto ref = reference_tokens(engine, p, -1);
+    EXPECT_EQ(o.text, tok_->decode(ref)) << "request " << i;
+    if (p.logprobs < 0) {
+      EXPECT_TRUE(o.logprobs.empty());
+      continue;
+    }
+    ASSERT_EQ(o.logprobs.size(), ref.size()) << "request " << i;
+    std::vector<int32_t> history = p.prompt;
+    for (size_t j = 0; j < ref.size(); ++j) {
+      const TokenLogprob& e = o.logprobs[j];
+      EXPECT_EQ(e.token, ref[j]);
+      EXPECT_TRUE(e.has_logprob);
+      EXPECT_EQ(e.logprob, fake_logprob(engine, p.sampling.seed, history, ref[j])) << "token " << j;
+      ASSERT_EQ(e.top.size(), 3u);
+      std::vector<int32_t> want = {ref[j]};
+      for (int32_t w : sorted_words)
+        if (w != ref[j] && want.size() < 3) want.push_back(w);
+      for (size_t k = 0; k < 3; ++k) {
+        EXPECT_EQ(e.top[k].token, want[k]) << "token " << j << " top " << k;
+        EXPECT_EQ(e.top[k].logprob, fake_logprob(engine, p.sampling.seed, history, want[k]));
+      }
+      history.push_back(ref[j]);
+    }
+  }
+  EXPECT_GT(engine.rows_with(runtime::RowOutput::kLogits), 0);
+  EXPECT_GT(engine.rows_with(runtime::RowOutput::kToken), 0);
+  s.wait_idle();
+  EXPECT_EQ(engine.open_now(), 0);
+}
+
+// Echo's prompt scores: each prompt token from the second on gets log p(it |
+// the tokens before it), from kLogprob rows (k = 0) or kLogits rows (k > 0,
+// with the alternatives), the same values either way, over prompt chunks of
+// several steps within max_step_tokens; they reach the request before its
+// first token. max_tokens 0 only scores the prompt and ends "length".
+TEST_F(SchedulerTest, PromptLogprobsScoreEachNextPromptToken) {
+  auto eo = engine_options();
+  eo.max_step_tokens = 8;
+  std::mt19937 rng(std::random_device{}());
+  const std::vector<int32_t> prompt = random_prompt(rng, 30);
+  const uint64_t seed = rng();
+  for (const int k : {0, 2}) {
+    for (const int max_tokens : {0, 5}) {
+      test::FakeEngine engine(eo);
+      Scheduler s(engine, *tok_, {});
+      auto p = params(prompt, max_tokens, seed);
+      p.prompt_logprobs = k;
+      const Outcome o = collect(*s.submit(p));
+      SCOPED_TRACE(fmt::format("k {} max_tokens {}", k, max_tokens));
+      EXPECT_EQ(o.finish, Finish::kLength);
+      EXPECT_EQ(o.completion_tokens, max_tokens);
+      EXPECT_EQ(o.text, tok_->decode(reference_tokens(engine, p, -1)));
+      EXPECT_TRUE(o.prompt_logprobs_first);
+      ASSERT_EQ(o.prompt_logprobs.size(), prompt.size());
+      EXPECT_EQ(o.prompt_logprobs[0].token, prompt[0]);
+      EXPECT_FALSE(o.prompt_logprobs[0].has_logprob);
+      for (size_t i = 1; i < prompt.size(); ++i) {
+        const TokenLogprob& e = o.prompt_logprobs[i];
+        EXPECT_EQ(e.token, prompt[i]);
+        EXPECT_TRUE(e.has_logprob);
+        EXPECT_EQ(e.logprob, fake_logprob(engine, seed, std::span(prompt).first(i), prompt[i])) << "token " << i;
+        EXPECT_EQ(e.top.size(), size_t(k));
+      }
+      EXPECT_EQ(engine.rows_with(k == 0 ? runtime::RowOutput::kLogprob : runtime::RowOutput::kLogits),
+                int64_t(prompt.size()) - 1);
+      EXPECT_LE(engine.max_rows(), 8);
+      s.wait_idle();
+      EXPECT_EQ(engine.open_now(), 0);
+    }
+  }
+  // A one-token prompt: its one entry, without a logprob.
+  test::FakeEngine engine(eo);
+  Scheduler s(engine, *tok_, {});
+  auto p = params({words_[0]}, 0, 1);
+  p.prompt_logprobs = 1;
+  const Outcome o = collect(*s.submit(p));
+  ASSERT_EQ(o.prompt_logprobs.size(), 1u);
+  EXPECT_FALSE(o.prompt_logprobs[0].has_logprob);
+  EXPECT_EQ(o.finish, Finish::kLength);
+}
+
+// The n choices of a call: queued together, each its own sequence with its
+// own seed, one signal for all; a group the queue has no room for is
+// refused whole.
+TEST_F(SchedulerTest, ChoicesOfOneCallAreQueuedTogether) {
+  auto eo = engine_options();
+  eo.max_seqs = 2;
+  eo.held = true;
+  test::FakeEngine engine(eo);
+  Scheduler s(engine, *tok_, {.max_queue = 5});
+  std::vector<GenerationParams> ps;
+  for (uint64_t i = 0; i < 5; ++i) ps.push_back(params({words_[1], words_[2]}, 12, 100 + i));
+  const auto rs = s.submit(ps);
+  ASSERT_EQ(rs.size(), 5u);
+  const uint64_t v0 = rs[0]->signal()->version();
+  try {
+    s.submit(std::vector<GenerationParams>(6, ps[0]));
+    ADD_FAILURE() << "no AdmissionError";
+  } catch (const AdmissionError& e) {
+    EXPECT_EQ(e.status(), 429);
+  }
+  engine.release();
+  std::set<std::string> texts;
+  for (size_t i = 0; i < rs.size(); ++i) {
+    EXPECT_EQ(rs[i]->signal(), rs[0]->signal());
+    const Outcome o = collect(*rs[i]);
+    EXPECT_EQ(o.text, tok_->decode(reference_tokens(engine, ps[i], -1))) << "choice " << i;
+    texts.insert(o.text);
+  }
+  EXPECT_GT(texts.size(), 1u);  // the seeds differ
+  EXPECT_GT(rs[0]->signal()->version(), v0);
+  s.wait_idle();
+  EXPECT_EQ(engine.opened(), 5);  // the refused group opened nothing
   EXPECT_EQ(engine.open_now(), 0);
 }
 

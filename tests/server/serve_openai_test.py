@@ -149,6 +149,83 @@ class Served(unittest.TestCase):
         if os.environ.get("FUTR_SERVE_BATCHED_ENGINE") == "1":
             self.assertLess(concurrent, sequential)
 
+    def test_logprobs_echo_n(self):
+        m = self.model
+        # lm-evaluation-harness's loglikelihood request (local-completions):
+        # echo + logprobs + max_tokens 0, the prompt's log-probabilities back.
+        prompt = "The capital of France is Paris"
+        r = self.c.completions.create(model=m, prompt=prompt, echo=True, logprobs=1, max_tokens=0, temperature=0)
+        ch = r.choices[0]
+        self.assertEqual(ch.text, prompt)
+        self.assertEqual(ch.finish_reason, "length")
+        self.assertEqual(r.usage.completion_tokens, 0)
+        lp = ch.logprobs
+        self.assertEqual(len(lp.tokens), r.usage.prompt_tokens)
+        self.assertEqual(len(lp.text_offset), len(lp.tokens))
+        self.assertIsNone(lp.token_logprobs[0])
+        self.assertIsNone(lp.top_logprobs[0])
+        for tok, top in zip(lp.token_logprobs[1:], lp.top_logprobs[1:]):
+            self.assertLess(tok, 0)
+            self.assertGreaterEqual(max(top.values()), tok)  # the harness's is_greedy test
+        # logprobs 0: the same values, each token's dict holding only itself.
+        status, body = raw_post(self.url, "/v1/completions", json.dumps(
+            {"model": m, "prompt": prompt, "echo": True, "max_tokens": 0, "logprobs": 0}))
+        self.assertEqual(status, 200)
+        self.assertEqual(body["choices"][0]["logprobs"]["token_logprobs"], lp.token_logprobs)
+        self.assertTrue(all(len(t) == 1 for t in body["choices"][0]["logprobs"]["top_logprobs"][1:]))
+
+        # Generated tokens: logprobs change no token; streamed chunks carry theirs.
+        text, _ = self.complete("Once upon a time", 10)
+        r = self.c.completions.create(model=m, prompt="Once upon a time", max_tokens=10, temperature=0, logprobs=2)
+        self.assertEqual(r.choices[0].text, text)
+        lp = r.choices[0].logprobs
+        self.assertEqual(len(lp.tokens), r.usage.completion_tokens)
+        self.assertEqual("".join(lp.tokens), text)
+        self.assertTrue(all(len(t) in (2, 3) for t in lp.top_logprobs))  # k = 2, and the chosen token
+        streamed = []
+        for c in self.c.completions.create(model=m, prompt="Once upon a time", max_tokens=10, temperature=0,
+                                           logprobs=2, stream=True):
+            if c.choices and c.choices[0].logprobs:
+                streamed += c.choices[0].logprobs.token_logprobs
+        self.assertEqual(streamed, lp.token_logprobs)
+
+        # Chat: logprobs true, top_logprobs k, streamed too.
+        msgs = [{"role": "user", "content": "Say hello."}]
+        r = self.c.chat.completions.create(model=m, messages=msgs, max_tokens=12, temperature=0, logprobs=True,
+                                           top_logprobs=3)
+        content = r.choices[0].logprobs.content
+        self.assertEqual("".join(e.token for e in content), r.choices[0].message.content)
+        for e in content:
+            self.assertEqual(len(e.top_logprobs), 3)
+            self.assertEqual(e.top_logprobs[0].token, e.token)  # greedy
+            self.assertEqual(bytes(e.bytes).decode("utf-8", "replace"), e.token)
+        streamed = []
+        for c in self.c.chat.completions.create(model=m, messages=msgs, max_tokens=12, temperature=0,
+                                                logprobs=True, top_logprobs=3, stream=True):
+            if c.choices and c.choices[0].logprobs:
+                streamed += [e.logprob for e in c.choices[0].logprobs.content]
+        self.assertEqual(streamed, [e.logprob for e in content])
+        with self.assertRaises(openai.BadRequestError):
+            self.c.chat.completions.create(model=m, messages=msgs, top_logprobs=3)  # needs logprobs=True
+
+        # n: greedy choices are equal; sampled ones follow the seed; usage sums the completions.
+        r = self.c.completions.create(model=m, prompt="The capital of France is", max_tokens=6, temperature=0, n=3)
+        self.assertEqual([c.index for c in r.choices], [0, 1, 2])
+        self.assertEqual(len({c.text for c in r.choices}), 1)
+        one = self.c.completions.create(model=m, prompt="The capital of France is", max_tokens=6, temperature=0)
+        self.assertEqual(r.choices[0].text, one.choices[0].text)
+        self.assertEqual(r.usage.completion_tokens, 3 * one.usage.completion_tokens)
+        self.assertEqual(r.usage.prompt_tokens, one.usage.prompt_tokens)
+        kw = dict(model=m, messages=msgs, max_tokens=8, temperature=1, seed=4, n=2)
+        a = self.c.chat.completions.create(**kw)
+        b = self.c.chat.completions.create(**kw)
+        self.assertEqual([c.message.content for c in a.choices], [c.message.content for c in b.choices])
+        parts = {0: [], 1: []}
+        for c in self.c.chat.completions.create(**kw, stream=True):
+            for x in c.choices:
+                parts[x.index].append(x.delta.content or "")
+        self.assertEqual(["".join(parts[0]), "".join(parts[1])], [c.message.content for c in a.choices])
+
     def test_bad_requests(self):
         m = self.model
         bad = openai.BadRequestError
@@ -157,7 +234,9 @@ class Served(unittest.TestCase):
             (bad, dict(prompt="x", max_tokens=10**9)),
             (bad, dict(prompt="x", temperature=-0.5)),
             (bad, dict(prompt="x", top_p=2)),
-            (bad, dict(prompt="x", n=2)),
+            (bad, dict(prompt="x", n=17)),
+            (bad, dict(prompt="x", logprobs=21)),
+            (bad, dict(prompt="x", max_tokens=0)),                 # 0 only with echo
             (bad, dict(prompt="word " * 600)),          # longer than the context
             (bad, dict(prompt="x", extra_body={"no_such_field": 1})),
             (bad, dict(prompt="x", extra_body={"max_tokens": "ten"})),

@@ -17,6 +17,15 @@ inline constexpr double kCpuVsTransformers = 1e-4;
 // up to the summation order inside BLAS. Observed (tests/cpu_engine/forward_test.cpp,
 // tests/runtime/engine_test.cpp): below 1e-6.
 inline constexpr double kCpuChunking = 1e-5;
+// The same, seen through a log-probability: the absolute difference of
+// log softmax(z)[t] (runtime::token_nll, double) when the prompt is cut into
+// other chunks (the server's prefill steps vs one SequenceRunner step). A
+// logit moved by d moves the logprob by at most 2 |d|, and the logits of the
+// default model are a few tens in size, so kCpuChunking's relative 1e-6
+// becomes absolute 1e-5 here. Observed (tests/server/logprobs_engine_test.cpp,
+// SmolLM2): 1.0e-5 over a 46-token prompt cut into 16-row steps, 8.9e-6 over
+// 24 decoded tokens (one row per step) against one step of all of them.
+inline constexpr double kCpuChunkingLogprob = 1e-4;
 
 // Tensor parallelism on the CPU (tests/runtime/tensor_parallel_test.cpp): the
 // split layers (partial O / down products summed over the ranks, the LM head
