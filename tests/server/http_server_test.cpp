@@ -774,7 +774,8 @@ TEST_F(HttpTest, HealthAnswersWhileAndAfterEveryWorstBodyWithinMaxBody) {
     EXPECT_LT(since(t0), 1.0) << what;
   };
   for (size_t i = 0; i < bodies.size(); ++i) {
-    const auto& [route, body] = bodies[i];
+    const std::string& route = bodies[i].first;  // (not a structured binding: clang 14 cannot capture one)
+    const std::string& body = bodies[i].second;
     ASSERT_LE(body.size(), ho.max_body_bytes) << "body " << i;
     const auto t0 = Clock::now();
     std::atomic<bool> done{false};
