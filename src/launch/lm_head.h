@@ -1,0 +1,34 @@
+// Launcher of the decode step's LM head (src/kernels/sm90_lm_head.cuh): the
+// logits of M = 1..32 BF16 rows against the BF16 head matrix, FP32 out, our
+// streaming kernel (the alternative to cuBLASLt's BF16 GEMM, launch/cublaslt.h).
+// Batch invariant: a row's logits do not depend on M or on the other rows.
+// Graph-capturable. `pdl`: launched as a programmatic dependent (its weight
+// loads start before griddepcontrol.wait). Reference: reference/lm_head_ref.h.
+// Test: tests/kernels/lm_head_test.cpp. Benchmark: bench/lm_head_bench.cpp.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace futr::cuda {
+
+inline constexpr int kLmHeadMaxRows = 32;
+
+struct LmHeadArgs {
+  const void* w = nullptr;  // [n][k] BF16 device, 16-byte aligned
+  const void* x = nullptr;  // [m][k] BF16 device, 16-byte aligned
+  float* out = nullptr;     // [m][ld] FP32 device
+  int64_t ld = 0;           // 0: n
+  int m = 0, n = 0, k = 0;  // m in 0..32 (0: nothing), k % 64 == 0
+};
+
+// Why the kernel cannot run a head of this shape ("" if it can).
+const char* lm_head_unsupported(int n, int k);
+
+void lm_head(const LmHeadArgs& a, cudaStream_t s, bool pdl = false);
+
+// The compiled variant for m rows: "mt=<row tiles> loads=<chunks in flight>".
+const char* lm_head_describe(int m);
+
+}  // namespace futr::cuda
