@@ -87,7 +87,9 @@
 // count one for every bucket (cuda::attention_heuristic_invariant), the
 // RMSNorm factor summed in the same order by sm90_rmsnorm and by the gemv's
 // fused norm, the LM head always over kMaxMicroBatch rows (cuBLASLt chooses
-// its kernel by M). Tests: tests/gpu_engine/invariance_test.cpp.
+// its kernel by M) or, with GpuEngineOptions::lm_head_streaming, by our
+// streaming kernel over the bucket's rows (one chain of MMAs per logit over K
+// for any M: sm90_lm_head.cuh). Tests: tests/gpu_engine/invariance_test.cpp.
 //
 // Where the pieces live (one home per concept):
 //   gpu_engine/device_weights.h   the weights on the device: INT4 projections (fused q|k|v,
@@ -179,6 +181,12 @@ struct GpuEngineOptions {
   // At large batch, a CTA reduces several of a sequence's attention chunks in
   // turn (cuda::attention_ctas; the same bits). FUTR_GPU_ATTN_CTAS=0: one CTA per chunk.
   bool attn_ctas = true;
+  // The LM head by our streaming kernel (launch/lm_head.h) over the bucket's
+  // rows, a programmatic dependent of the norm before it, instead of cuBLASLt
+  // over kMaxMicroBatch rows (the default until the H200 measurement in
+  // bench/lm_head_bench.cpp decides). FUTR_GPU_LM_HEAD=streaming | cublaslt
+  // overrides it. Needs H % 64 == 0 (refused otherwise).
+  bool lm_head_streaming = false;
 
   // The FP8 prefill path (gpu_engine/prefill.h): its weights (format fp8: q/k/v and
   // gate/up with the RMSNorm gain folded in), or drawn on the device for a

@@ -10,6 +10,7 @@
 #include "gpu_engine/nccl.h"
 #include "gpu_engine/profiler.h"
 #include "launch/cublaslt.h"
+#include "launch/lm_head.h"
 #include "launch/linear.h"
 
 namespace futr::gpu {
@@ -172,8 +173,12 @@ void LaunchExecutor::enqueue(const StepPlan& plan, cudaStream_t st, Profiler* pr
         cuda::swiglu(m.get(op.in), m.get(op.out), op.rows, op.n, st, pdl);
         break;
       case StepOpKind::kLmHead:
-        lt_.matmul(cuda::LtInput::kBF16, m.get(op.in), w_.lm_head_rows(), m.get(op.out), op.rows, op.n, op.k, nullptr,
-                   nullptr, st, cuda::LtOutput::kF32);
+        if (op.lm_streaming)
+          cuda::lm_head({w_.lm_head_rows(), m.get(op.in), static_cast<float*>(m.get(op.out)), 0, op.rows, op.n, op.k},
+                        st, pdl);
+        else
+          lt_.matmul(cuda::LtInput::kBF16, m.get(op.in), w_.lm_head_rows(), m.get(op.out), op.rows, op.n, op.k,
+                     nullptr, nullptr, st, cuda::LtOutput::kF32);
         break;
       case StepOpKind::kLogitsReduce: {
         cuda::LogitsReduceArgs ra;
@@ -231,9 +236,12 @@ void LaunchExecutor::enqueue_outputs(int rows, const uint16_t* x_rows, cudaStrea
   norm.H = H;
   norm.eps = o_.rms_eps;
   cuda::rmsnorm(norm, st);
-  // kDecodeMaxRows rows, as the decode step's head: the same kernel, the same bits.
-  lt_.matmul(cuda::LtInput::kBF16, m.a.get(), w_.lm_head_rows(), m.logits.get(), kDecodeMaxRows, w_.lm_rows(), H,
-             nullptr, nullptr, st, cuda::LtOutput::kF32);
+  // As the decode step's head: the same kernel, the same bits (cuBLASLt over kDecodeMaxRows rows).
+  if (o_.lm_head_streaming)
+    cuda::lm_head({w_.lm_head_rows(), m.a.get(), m.logits.get(), 0, rows, w_.lm_rows(), H}, st);
+  else
+    lt_.matmul(cuda::LtInput::kBF16, m.a.get(), w_.lm_head_rows(), m.logits.get(), kDecodeMaxRows, w_.lm_rows(), H,
+               nullptr, nullptr, st, cuda::LtOutput::kF32);
   cuda::LogitsReduceArgs ra;
   ra.logits = m.logits.get();
   ra.vocab = w_.lm_rows();
