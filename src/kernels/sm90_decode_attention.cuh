@@ -292,10 +292,11 @@ __host__ __device__ __forceinline__ int decode_attention_grid_x(const DecodeAtte
 
 // One unit (work_unit.h): chunk group `split` = unit.x() of KV head unit.y()
 // of sequence unit.z() (linear: x + grid_x * (y + kv_heads * z)); kAttnWarps * 32 threads.
-template <int D, KvKind KIND, class Unit, class Wait>
+template <int D, KvKind KIND, class Unit, class Deps>
 __device__ __forceinline__ void decode_attention_unit(const DecodeAttentionParams& p, const Unit& unit, int /*units*/,
-                                                      const DecodeAttentionSmem<D, KIND>& sm, Wait wait) {
-  wait();  // q, the cache and the row map come from earlier ops
+                                                      const DecodeAttentionSmem<D, KIND>& sm, const Deps& deps) {
+  deps.release();  // the next op may start (launch executor: PDL, ptx/pdl.cuh)
+  deps.wait();     // q, the cache and the row map come from earlier ops
 
   static_assert(D == 64 || D == 128, "head_dim 64 or 128");
   constexpr int kSteps = D / 16;       // mma k-steps of Q K^T, m-tiles of V^T P^T
@@ -621,7 +622,7 @@ __device__ __forceinline__ void decode_attention_unit(const DecodeAttentionParam
     __syncthreads();
     if (tid == 0) {
       int* counter = p.counters + size_t(b) * p.kv_heads + head;
-      is_last = atomicAdd(counter, 1) == decode_attention_grid_x(p) - 1;  // one arrival per unit
+      is_last = atomicAdd(counter, 1) == int(unit.nx()) - 1;  // one arrival per unit of the x extent
       if (is_last) *counter = 0;  // ready for the next launch (graph replays)
     }
     __syncthreads();
@@ -681,7 +682,6 @@ __device__ __forceinline__ void decode_attention_unit(const DecodeAttentionParam
 
 template <int D, KvKind KIND>
 __global__ void __launch_bounds__(kAttnWarps * 32) sm90_decode_attention_kernel(const DecodeAttentionParams p) {
-  ptx::griddep_launch_dependents();  // PDL (ptx/pdl.cuh): the next kernel may launch
   using Smem = DecodeAttentionSmem<D, KIND>;
   __shared__ float q_s[8][D + 4];
   __shared__ __align__(16) uint8_t smem_raw[Smem::kRawBytes];
@@ -689,7 +689,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sm90_decode_attention_kernel(
   __shared__ float lsum[8];
   __shared__ int is_last;
   const Smem sm{q_s, smem_raw, m_s, l_s, lsum, &is_last};
-  decode_attention_unit<D, KIND>(p, BlockUnit{}, gridDim.x * gridDim.y * gridDim.z, sm, PdlWait{});
+  decode_attention_unit<D, KIND>(p, BlockUnit{}, gridDim.x * gridDim.y * gridDim.z, sm, PdlDeps{});
 }
 
 }  // namespace futr::device

@@ -46,9 +46,9 @@ struct KvAppendSmem {
 };
 
 // One row (work_unit.h): unit = the row, 64 * kv_heads threads.
-template <int D, class Wait>
+template <int D, class Deps>
 __device__ __forceinline__ void kv_append_unit(const KvAppendParams& p, int unit, int /*units*/,
-                                               KvAppendSmem<D>& sm, Wait wait) {
+                                               KvAppendSmem<D>& sm, const Deps& deps) {
   static_assert(D == 64 || D == 128, "head_dim 64 or 128");
   constexpr int kPer = D / 32;  // values per lane
   float(&rows_smem)[32][D] = sm.rows;
@@ -57,7 +57,8 @@ __device__ __forceinline__ void kv_append_unit(const KvAppendParams& p, int unit
   const int r = unit;
   const int head = warp / 2;
   const bool is_v = warp % 2;
-  wait();  // k, v, q and the row map come from earlier ops
+  deps.release();  // the next op may start (launch executor: PDL, ptx/pdl.cuh)
+  deps.wait();     // k, v, q and the row map come from earlier ops
   if (head >= p.kv_heads) return;
   const int slot = p.slot_base[p.row_seq[r]] + p.row_pos[r];
   const bool rope = p.rope_cos != nullptr;
@@ -107,9 +108,8 @@ __device__ __forceinline__ void kv_append_unit(const KvAppendParams& p, int unit
 
 template <int D>
 __global__ void __launch_bounds__(1024) sm90_kv_append_kernel(const KvAppendParams p) {
-  ptx::griddep_launch_dependents();  // PDL (ptx/pdl.cuh): the next kernel may launch
   __shared__ KvAppendSmem<D> sm;
-  kv_append_unit<D>(p, blockIdx.x, gridDim.x, sm, PdlWait{});
+  kv_append_unit<D>(p, blockIdx.x, gridDim.x, sm, PdlDeps{});
 }
 
 }  // namespace futr::device

@@ -66,10 +66,11 @@ __host__ __device__ constexpr int lm_head_units(int n) {
 // One unit (work_unit.h): tiles 8 unit .. 8 unit + 7 of 16 vocabulary rows,
 // kLmHeadThreads threads, no shared memory. MT: row tiles of 8 (M <= 8 MT);
 // U: chunks of W in flight per lane.
-template <int MT, int U, class Wait>
-__device__ __forceinline__ void lm_head_unit(const LmHeadParams& p, int unit, int /*units*/, Wait wait) {
+template <int MT, int U, class Deps>
+__device__ __forceinline__ void lm_head_unit(const LmHeadParams& p, int unit, int /*units*/, const Deps& deps) {
   static_assert(MT == 1 || MT == 2 || MT == 4, "MT row tiles of 8: 1, 2 or 4");
   static_assert(U >= 1 && U <= 8, "U chunks in flight: 1..8");
+  deps.release();  // the next op may start (launch executor: PDL, ptx/pdl.cuh)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
   const int tile = unit * kLmHeadWarps + warp;
   const int ntiles = (p.n + kLmHeadTileN - 1) / kLmHeadTileN;
@@ -93,7 +94,7 @@ __device__ __forceinline__ void lm_head_unit(const LmHeadParams& p, int unit, in
   for (int u = 0; u < U; ++u)
     if (u < nchunks) fill(u, u);
   // The loads above stream weights; x belongs to the op before until the wait.
-  wait();
+  deps.wait();
 
   // ---- x: row 8 mt + g of each row tile (rows >= m read row m - 1, never stored) ----
   const uint16_t* xr[MT];
@@ -151,8 +152,7 @@ __device__ __forceinline__ void lm_head_unit(const LmHeadParams& p, int unit, in
 
 template <int MT, int U>
 __global__ void __launch_bounds__(kLmHeadThreads, 2) sm90_lm_head_kernel(const LmHeadParams p) {
-  ptx::griddep_launch_dependents();  // PDL (ptx/pdl.cuh): the next kernel may launch
-  lm_head_unit<MT, U>(p, blockIdx.x, gridDim.x, PdlWait{});
+  lm_head_unit<MT, U>(p, blockIdx.x, gridDim.x, PdlDeps{});
 }
 
 }  // namespace futr::device

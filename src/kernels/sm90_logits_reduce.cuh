@@ -82,10 +82,11 @@ struct LogitsReduceSmem {
 };
 
 // One row (work_unit.h): unit = the row, kLogitsThreads threads.
-template <class Wait>
+template <class Deps>
 __device__ __forceinline__ void logits_reduce_unit(const LogitsReduceParams& p, int unit, int /*units*/,
-                                                   const LogitsReduceSmem& sm, Wait wait) {
-  wait();  // everything it reads may come from the op before
+                                                   const LogitsReduceSmem& sm, const Deps& deps) {
+  deps.release();  // the next op may start (launch executor: PDL, ptx/pdl.cuh)
+  deps.wait();     // everything it reads may come from the op before
 
   constexpr int kWarps = LogitsReduceSmem::kWarps;
   const int row = unit, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
@@ -173,14 +174,13 @@ __device__ __forceinline__ void logits_reduce_unit(const LogitsReduceParams& p, 
 }
 
 __global__ void __launch_bounds__(kLogitsThreads) sm90_logits_reduce_kernel(const LogitsReduceParams p) {
-  ptx::griddep_launch_dependents();  // PDL (ptx/pdl.cuh): the next kernel may launch
   constexpr int kWarps = LogitsReduceSmem::kWarps;
   __shared__ float s_val[kWarps];
   __shared__ int s_idx[kWarps];
   __shared__ int s_bad[kWarps];
   __shared__ double s_sum[kWarps];
   __shared__ float s_max;
-  logits_reduce_unit(p, blockIdx.x, gridDim.x, LogitsReduceSmem{s_val, s_idx, s_bad, s_sum, &s_max}, PdlWait{});
+  logits_reduce_unit(p, blockIdx.x, gridDim.x, LogitsReduceSmem{s_val, s_idx, s_bad, s_sum, &s_max}, PdlDeps{});
 }
 
 }  // namespace futr::device

@@ -51,9 +51,10 @@ struct RmsNormSmem {
 };
 
 // One row (work_unit.h): unit = the row, kRmsThreads threads.
-template <class Wait>
+template <class Deps>
 __device__ __forceinline__ void rmsnorm_unit(const RmsNormParams& p, int unit, int /*units*/, RmsNormSmem& sm,
-                                             Wait wait) {
+                                             const Deps& deps) {
+  deps.release();  // the next op may start (launch executor: PDL, ptx/pdl.cuh)
   const int row = unit, tid = threadIdx.x;
   const int n4 = p.H / 4;
   auto bf = [](uint16_t h) { return __uint_as_float(uint32_t(h) << 16); };
@@ -65,7 +66,7 @@ __device__ __forceinline__ void rmsnorm_unit(const RmsNormParams& p, int unit, i
 #pragma unroll
     for (int e = 0; e < 4; ++e) g[i][e] = j < n4 ? bf(p.gain[4 * j + e]) : 0.f;
   }
-  wait();  // x, add and the tokens may come from the op before
+  deps.wait();  // x, add and the tokens may come from the op before
 
   // Every load of the row is issued before the first store: a load after a
   // store to x could alias it, so interleaving them serialized the row into
@@ -123,9 +124,8 @@ __device__ __forceinline__ void rmsnorm_unit(const RmsNormParams& p, int unit, i
 }
 
 __global__ void __launch_bounds__(kRmsThreads) sm90_rmsnorm_kernel(const RmsNormParams p) {
-  ptx::griddep_launch_dependents();  // PDL (ptx/pdl.cuh): the next kernel may launch
   __shared__ RmsNormSmem sm;
-  rmsnorm_unit(p, blockIdx.x, gridDim.x, sm, PdlWait{});
+  rmsnorm_unit(p, blockIdx.x, gridDim.x, sm, PdlDeps{});
 }
 
 }  // namespace futr::device

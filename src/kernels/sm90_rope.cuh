@@ -34,9 +34,10 @@ struct RopeParams {
 inline constexpr int kRopeThreads = 256;
 
 // One row (work_unit.h): unit = the row, kRopeThreads threads, no shared memory.
-template <class Wait>
-__device__ __forceinline__ void rope_unit(const RopeParams& p, int unit, int /*units*/, Wait wait) {
-  wait();  // everything it reads may come from the op before
+template <class Deps>
+__device__ __forceinline__ void rope_unit(const RopeParams& p, int unit, int /*units*/, const Deps& deps) {
+  deps.release();  // the next op may start (launch executor: PDL, ptx/pdl.cuh)
+  deps.wait();     // everything it reads may come from the op before
 
   const int row = unit, half = p.D / 2;
   uint16_t* x = p.x + size_t(row) * size_t(p.ld);
@@ -55,8 +56,7 @@ __device__ __forceinline__ void rope_unit(const RopeParams& p, int unit, int /*u
 }
 
 __global__ void __launch_bounds__(kRopeThreads) sm90_rope_kernel(const RopeParams p) {
-  ptx::griddep_launch_dependents();  // PDL (ptx/pdl.cuh): the next kernel may launch
-  rope_unit(p, blockIdx.x, gridDim.x, PdlWait{});
+  rope_unit(p, blockIdx.x, gridDim.x, PdlDeps{});
 }
 
 }  // namespace futr::device

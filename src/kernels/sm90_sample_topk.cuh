@@ -97,9 +97,9 @@ struct SampleTopkSmem {
 };
 
 // One row (work_unit.h): unit = the row, kSampleThreads threads.
-template <class Wait>
+template <class Deps>
 __device__ __forceinline__ void sample_topk_unit(const SampleParams& p, int unit, int /*units*/, const SampleTopkSmem& sm,
-                                                 Wait wait) {
+                                                 const Deps& deps) {
   using Sort = SampleTopkSmem::Sort;
   using Scan = SampleTopkSmem::Scan;
   auto& tmp = *sm.tmp;
@@ -111,7 +111,8 @@ __device__ __forceinline__ void sample_topk_unit(const SampleParams& p, int unit
   double& s_div = *sm.div;
 
   const int tid = threadIdx.x, row = unit;
-  wait();  // the logits and the rows' samplers come from the ops / copies before
+  deps.wait();  // the logits and the rows' samplers come from the ops / copies before
+  deps.release();
   const SampleRow r = p.rows[row];
   if (r.top_k <= 0) {
     if (tid == 0) p.out[row] = -1;
@@ -254,10 +255,7 @@ __global__ void __launch_bounds__(kSampleThreads) sm90_sample_topk_kernel(const 
   __shared__ int s_rank, s_gt, s_keep;
   __shared__ double s_div;
   const SampleTopkSmem sm{&tmp, hist, cand, prob, &s_prefix, &s_rank, &s_gt, &s_keep, &s_div};
-  sample_topk_unit(p, blockIdx.x, gridDim.x, sm, [] {
-    ptx::griddep_wait();
-    ptx::griddep_launch_dependents();  // PDL (ptx/pdl.cuh): after the wait, as this kernel always did
-  });
+  sample_topk_unit(p, blockIdx.x, gridDim.x, sm, PdlDeps{});
 }
 
 }  // namespace futr::device

@@ -31,9 +31,10 @@ inline constexpr int kSwigluThreads = 256;
 
 // Unit `unit` of `units` (work_unit.h): a grid-stride loop, elements
 // unit * 256 + i * units * 256 (+ thread), kSwigluThreads threads.
-template <class Wait>
-__device__ __forceinline__ void swiglu_unit(const SwigluParams& p, int unit, int units, Wait wait) {
-  wait();  // everything it reads may come from the op before
+template <class Deps>
+__device__ __forceinline__ void swiglu_unit(const SwigluParams& p, int unit, int units, const Deps& deps) {
+  deps.release();  // the next op may start (launch executor: PDL, ptx/pdl.cuh)
+  deps.wait();     // everything it reads may come from the op before
 
   const size_t n = size_t(p.rows) * p.I;
   for (size_t t = unsigned(unit) * size_t(blockDim.x) + threadIdx.x; t < n; t += size_t(unsigned(units)) * blockDim.x) {
@@ -43,8 +44,7 @@ __device__ __forceinline__ void swiglu_unit(const SwigluParams& p, int unit, int
 }
 
 __global__ void __launch_bounds__(kSwigluThreads) sm90_swiglu_kernel(const SwigluParams p) {
-  ptx::griddep_launch_dependents();  // PDL (ptx/pdl.cuh): the next kernel may launch
-  swiglu_unit(p, blockIdx.x, gridDim.x, PdlWait{});
+  swiglu_unit(p, blockIdx.x, gridDim.x, PdlDeps{});
 }
 
 }  // namespace futr::device

@@ -54,12 +54,13 @@ namespace futr::device {
 // All 256 threads call it; it ends with a barrier. Two passes over the row
 // (the sum of squares, then the slice recomputed: the same bits), so the row
 // never sits in registers (the gemv has 64 per thread). part: [8] floats of
-// shared memory; first: the unit that stores v (unit (0, 0)).
+// shared memory; unit (0, 0) stores v.
+template <class Unit>
 __device__ __forceinline__ void gemv_stage_norm(const DecodeParams& p, uint16_t* xs, int c0, int n_in, float* part,
-                                                bool first) {
+                                                const Unit& unit) {
   const float4* __restrict__ x4 = reinterpret_cast<const float4*>(p.nx);
   const uint2* __restrict__ a4 = reinterpret_cast<const uint2*>(p.nadd);
-  float4* __restrict__ out4 = first ? reinterpret_cast<float4*>(p.nx_out) : nullptr;
+  float4* __restrict__ out4 = unit.x() == 0 && unit.y() == 0 ? reinterpret_cast<float4*>(p.nx_out) : nullptr;
   const int n4 = p.k / 4;
   auto bf = [](uint32_t h) { return __uint_as_float(h << 16); };
   auto value = [&](int j) {  // v[4j .. 4j + 3]
@@ -108,9 +109,9 @@ __device__ __forceinline__ void gemv_stage_norm(const DecodeParams& p, uint16_t*
 // One unit (work_unit.h): column group unit.x() (8 TM tiles), K split
 // unit.y(); 256 threads; xs: the dynamic shared memory (the launcher's bytes:
 // the split's x slice and its tiles' scales).
-template <int G, int TM, int U, class Unit, class Wait>
+template <int G, int TM, int U, class Unit, class Deps>
 __device__ __forceinline__ void w4a16_gemv_unit(const DecodeParams& p, const Unit& unit, int /*units*/,
-                                                const W4a16Smem& sm, uint4* gemv_xs, Wait wait) {
+                                                const W4a16Smem& sm, uint4* gemv_xs, const Deps& deps) {
   static_assert(TM == 1 || TM == 2 || TM == 4, "TM weight tiles of 16 channels per warp: 1, 2 or 4");
   static_assert(U >= 2 && U <= 8 && U % 2 == 0, "ring depth: 2..8 chunks, even (whole 128-blocks)");
   using WF = Int4Format<G>;
@@ -118,6 +119,7 @@ __device__ __forceinline__ void w4a16_gemv_unit(const DecodeParams& p, const Uni
   // ---- indices ------------------------------------------------------------
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, c = lane % 4;
+  deps.release();  // the next op may start (launch executor: PDL, see ptx/pdl.cuh)
   WarpTiles<WF, TM> wt(p, warp, lane, unit.x(), unit.y());
   const int c0 = wt.c0, nj = wt.nj;
   auto& wnext = wt.wnext;
@@ -170,10 +172,9 @@ __device__ __forceinline__ void w4a16_gemv_unit(const DecodeParams& p, const Uni
     if (u < nj) fill(u);
   // PDL: the loads above already stream weights; x (and y, ws) belong to the
   // previous op until the wait.
-  wait();
+  deps.wait();
   if (p.x_norm) {
-    gemv_stage_norm(p, reinterpret_cast<uint16_t*>(gemv_xs), c0, nj * layout::kChunkK, sm.part,
-                    unit.x() == 0 && unit.y() == 0);
+    gemv_stage_norm(p, reinterpret_cast<uint16_t*>(gemv_xs), c0, nj * layout::kChunkK, sm.part, unit);
   } else if (p.x_swiglu) {  // the SwiGLU fused in: x = bf16(silu(gate) * up), the rounding of sm90_swiglu
     const uint4* const gg = reinterpret_cast<const uint4*>(p.x + size_t(c0) * layout::kChunkK);
     const uint4* const ug = reinterpret_cast<const uint4*>(p.x + size_t(p.k) + size_t(c0) * layout::kChunkK);
@@ -228,11 +229,10 @@ __device__ __forceinline__ void w4a16_gemv_unit(const DecodeParams& p, const Uni
 
 template <int G, int TM, int U>
 __global__ void __launch_bounds__(256, TM == 1 ? 4 : 2) sm90_w4a16_gemv_kernel(const DecodeParams p) {
-  ptx::griddep_launch_dependents();  // PDL: the next kernel may launch (see ptx/pdl.cuh)
   extern __shared__ uint4 gemv_xs[];
   __shared__ float part[8];
   __shared__ uint32_t s_last;
-  w4a16_gemv_unit<G, TM, U>(p, BlockUnit{}, gridDim.x * gridDim.y, W4a16Smem{part, &s_last}, gemv_xs, PdlWait{});
+  w4a16_gemv_unit<G, TM, U>(p, BlockUnit{}, gridDim.x * gridDim.y, W4a16Smem{part, &s_last}, gemv_xs, PdlDeps{});
 }
 
 }  // namespace futr::device

@@ -57,9 +57,9 @@ constexpr size_t skinny_smem_bytes() {
 // One unit (work_unit.h): column group unit.x() (8 TM tiles), K split
 // unit.y(); 256 threads; smem: the dynamic shared memory
 // (skinny_smem_bytes); sm.part unused.
-template <class WF, int MT, int TM, class Unit, class Wait>
+template <class WF, int MT, int TM, class Unit, class Deps>
 __device__ __forceinline__ void w4a16_skinny_unit(const DecodeParams& p, const Unit& unit, int /*units*/,
-                                                  const W4a16Smem& sm, uint4* smem, Wait wait) {
+                                                  const W4a16Smem& sm, uint4* smem, const Deps& deps) {
   static_assert(MT == 1 || MT == 2 || MT == 4, "MT row tiles of 8: 1, 2 or 4");
   static_assert(TM == 1 || TM == 2, "TM weight tiles of 16 channels per warp: 1 or 2");
   static_assert(WF::kStages % 2 == 0, "the ring must hold whole 128-blocks (G = 128 groups)");
@@ -70,6 +70,7 @@ __device__ __forceinline__ void w4a16_skinny_unit(const DecodeParams& p, const U
   // ---- indices ------------------------------------------------------------
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, c = lane % 4;
+  deps.release();  // the next op may start (launch executor: PDL, see ptx/pdl.cuh)
   WarpTiles<WF, TM> wt(p, warp, lane, unit.x(), unit.y());
   const int c0 = wt.c0, nj = wt.nj;
   auto& wnext = wt.wnext;
@@ -138,7 +139,7 @@ __device__ __forceinline__ void w4a16_skinny_unit(const DecodeParams& p, const U
   }
   // PDL: the ring above already streams weights; x (and y, ws) belong to the
   // previous op until the wait.
-  wait();
+  deps.wait();
   // x is loaded one chunk ahead: its latency (L2 for the first warp of a CTA
   // to touch a chunk) overlaps the MMAs of the chunk before (docs/PERF.md: with
   // the load right before use, warps stalled ~10 cycles per instruction).
@@ -205,10 +206,9 @@ __device__ __forceinline__ void w4a16_skinny_unit(const DecodeParams& p, const U
 
 template <class WF, int MT, int TM>
 __global__ void __launch_bounds__(256, TM == 1 && MT == 1 ? 4 : (TM == 1 && MT == 2 ? 3 : 2)) sm90_w4a16_skinny_kernel(const DecodeParams p) {
-  ptx::griddep_launch_dependents();  // PDL: the next kernel may launch (see ptx/pdl.cuh)
   extern __shared__ uint4 smem[];
   __shared__ uint32_t s_last;
-  w4a16_skinny_unit<WF, MT, TM>(p, BlockUnit{}, gridDim.x * gridDim.y, W4a16Smem{nullptr, &s_last}, smem, PdlWait{});
+  w4a16_skinny_unit<WF, MT, TM>(p, BlockUnit{}, gridDim.x * gridDim.y, W4a16Smem{nullptr, &s_last}, smem, PdlDeps{});
 }
 
 }  // namespace futr::device

@@ -6,8 +6,8 @@
 //
 // The contract of a body, for every decode kernel:
 //
-//   template <[Unit,] Wait>
-//   __device__ void <op>_unit(const <Op>Params& p, unit, int units, <Op>Smem sm, [dynamic smem,] Wait wait);
+//   template <[Unit,] Deps>
+//   __device__ void <op>_unit(const <Op>Params& p, unit, int units, <Op>Smem sm, [dynamic smem,] const Deps& deps);
 //
 //   - unit: which piece of the op this call computes, of `units`. For the
 //     row-wise ops an int in [0, units); for the ops with 2-D / 3-D work (the
@@ -33,14 +33,20 @@
 //   - A body leaves no state in shared memory between units (each writes
 //     what it reads first), but it does not barrier at its end: a persistent
 //     caller runs __syncthreads() between two units of one CTA. A body may
-//     return early, always uniformly over the CTA.
-//   - wait(): called by every thread where the body first touches what an
-//     earlier op writes (activations, the KV cache, the row map); what it
+//     return early: the whole CTA, or whole warps that have no work and
+//     meet no barrier after (the LM head's last unit, the KV append's
+//     spare warps).
+//   - deps.wait(): called by every thread where the body first touches what
+//     an earlier op writes (activations, the KV cache, the row map); what it
 //     does before (weight loads, gains, index math) needs nothing from
-//     earlier ops. Under the launch executor it is PdlWait (griddepcontrol.wait,
-//     ptx/pdl.cuh) and the wrapper calls griddepcontrol.launch_dependents at
-//     its start (sample top-k: right after the wait, as it always did); a
-//     persistent executor passes its dependency-counter wait.
+//     earlier ops. deps.release(): where the op stops holding back the next
+//     one (at the body's start; sample top-k: right after its wait). Under
+//     the launch executor Deps is PdlDeps (griddepcontrol, ptx/pdl.cuh),
+//     both at the places the kernels always had them; a persistent executor
+//     passes its dependency-counter wait and a release that does nothing.
+//     NOTE: the release stays inside the body, not in the wrapper, because
+//     moving it changed the instruction schedule of the W4A16 kernels
+//     (same registers, 90% of the instructions reordered).
 //   - in-op arrivals: the split-K GEMMs and the split attention keep their own
 //     last-arrival counters (p.counters): the last unit of a group to arrive
 //     reduces and re-arms the counter, whatever the order the units ran in.
@@ -77,12 +83,14 @@
 //     y[rows][the group's channels] (splits > 1: ws, and the last split of x
 //     to arrive reduces into y; gemv with the fused norm: unit (0, 0) also
 //     writes nx_out)
+//   lm_head_unit<MT, U>     256   -        -   blockIdx.x: vocabulary tiles 8 unit .. 8 unit + 7 (16 rows each)
+//     W[128 rows of the unit], x[all rows][all of K] -> out[rows][the unit's 128 columns]
 //
 // Not work units (the prefill path's, launched once per chunk):
 // sm90_gather_rows, sm90_kv_append_rows, the FP8 GEMM and prefill attention.
 //
-// Block shapes: 256 threads is the common shape (the norms, RoPE, SwiGLU and
-// both GEMMs). The others differ for reasons of their own:
+// Block shapes: 256 threads is the common shape (the norms, RoPE, SwiGLU,
+// both GEMMs and the LM head). The others differ for reasons of their own:
 //   - decode attention: 128 (4 warps). Its registers (86-128 per thread: a
 //     warp's K/V step in registers) and 19-43 KB of shared memory per CTA
 //     make 4 warps the shape that keeps several CTAs per SM; a 256-thread
@@ -102,10 +110,13 @@
 
 namespace futr::device {
 
-// The launch executor's wait: the kernel was launched as a programmatic
-// dependent (or not: then griddepcontrol.wait returns at once).
-struct PdlWait {
-  __device__ __forceinline__ void operator()() const { ptx::griddep_wait(); }
+// The launch executor's dependencies: the kernel was launched as a
+// programmatic dependent (or not: then both instructions return at once).
+//   release(): the next op may start (griddepcontrol.launch_dependents);
+//   wait(): what earlier ops wrote is visible (griddepcontrol.wait).
+struct PdlDeps {
+  __device__ __forceinline__ void release() const { ptx::griddep_launch_dependents(); }
+  __device__ __forceinline__ void wait() const { ptx::griddep_wait(); }
 };
 
 // The coordinates of a unit of an op whose units form a grid (x fastest:
@@ -119,14 +130,16 @@ struct PdlWait {
 //   LinearUnit: a persistent executor's, decomposed from the linear index once.
 // Unsigned, as blockIdx: the bodies' index arithmetic is the kernels' as it was.
 struct BlockUnit {
+  __device__ __forceinline__ unsigned nx() const { return gridDim.x; }  // the x extent
   __device__ __forceinline__ unsigned x() const { return blockIdx.x; }
   __device__ __forceinline__ unsigned y() const { return blockIdx.y; }
   __device__ __forceinline__ unsigned z() const { return blockIdx.z; }
 };
 struct LinearUnit {
-  unsigned ux, uy, uz;
+  unsigned ux, uy, uz, unx;
   __device__ __forceinline__ LinearUnit(unsigned u, unsigned nx, unsigned ny)
-      : ux(u % nx), uy(u / nx % ny), uz(u / nx / ny) {}
+      : ux(u % nx), uy(u / nx % ny), uz(u / nx / ny), unx(nx) {}
+  __device__ __forceinline__ unsigned nx() const { return unx; }
   __device__ __forceinline__ unsigned x() const { return ux; }
   __device__ __forceinline__ unsigned y() const { return uy; }
   __device__ __forceinline__ unsigned z() const { return uz; }
