@@ -47,6 +47,14 @@
 //     NOTE: the release stays inside the body, not in the wrapper, because
 //     moving it changed the instruction schedule of the W4A16 kernels
 //     (same registers, 90% of the instructions reordered).
+//   - NOTE: read-only-path loads. The GEMMs and the LM head read their
+//     activations (x) and the attention its BF16 KV cache with
+//     ld.global.nc (ptx/ld.cuh ld_cached_*, attn::ld_nc): the non-coherent
+//     path is valid for data written by an earlier kernel, not by another
+//     CTA of the same grid. A persistent kernel in which the producing op
+//     runs in the same grid must read those through coherent loads (the
+//     bodies' load policy, a later step); weights (ld_stream_*) are never
+//     written and stay as they are.
 //   - in-op arrivals: the split-K GEMMs and the split attention keep their own
 //     last-arrival counters (p.counters): the last unit of a group to arrive
 //     reduces and re-arms the counter, whatever the order the units ran in.
