@@ -4,9 +4,11 @@
 //   out[r][v] = sum_k x[r][k] * W[v][k]        r < M (1..32), v < N (the vocabulary rows)
 //
 // W is the head's BF16 matrix [N][K] row-major (read exactly once: 2 N K
-// bytes, the step's largest single read), x the BF16 rows [M][K] (L1), out
-// FP32 [M][ld]. Products are exact in FP32 (8 x 8 significant bits) and summed
-// on the tensor cores (mma.sync m16n8k16, FP32 accumulation).
+// bytes, the step's largest single read), or the head quantized to INT4 with
+// FP16 scales per group of 128 inputs (W[v][k] = q s, N K / 2 bytes + scales:
+// the --head int4 option), x the BF16 rows [M][K] (L1), out FP32 [M][ld].
+// Products are exact in FP32 (8 x 8 significant bits) and summed on the
+// tensor cores (mma.sync m16n8k16, FP32 accumulation).
 //
 // Operand roles ("swap AB", as the W4A16 kernels): a 16-row tile of W is the
 // A operand, 8 rows of x the B operand (n = 8 columns), so M = 1..8 costs one
@@ -29,8 +31,9 @@
 // bits whatever rows share the launch. An MMA's output column depends only on
 // its own B column.
 //
-// Limits: K % 64 == 0; M in 1..32; W and x 16-byte aligned (K % 8 == 0
-// follows); ld >= N (checked by the launcher, src/launch/lm_head.cu).
+// Limits: K % 64 == 0 (INT4: K % 128 == 0 and N % 16 == 0); M in 1..32; W
+// and x 16-byte aligned (K % 8 == 0 follows); ld >= N (checked by the
+// launcher, src/launch/lm_head.cu).
 // Test: tests/kernels/lm_head_test.cpp. Benchmark: bench/lm_head_bench.cpp.
 // Work unit: lm_head_unit (the contract: kernels/work_unit.h); the __global__
 // kernel is its wrapper, one CTA per unit.
@@ -38,15 +41,20 @@
 
 #include <cstdint>
 
+#include <type_traits>
+
 #include "kernels/ptx/ld.cuh"
 #include "kernels/ptx/mma.cuh"
 #include "kernels/ptx/pdl.cuh"
+#include "kernels/sm90_w4a16_common.cuh"
 #include "kernels/work_unit.h"
 
 namespace futr::device {
 
 struct LmHeadParams {
-  const uint16_t* w = nullptr;  // [n][k] BF16 row-major (vocabulary rows)
+  const void* w = nullptr;      // BF16 head: [n][k] row-major (vocabulary rows);
+                                //   INT4 head: n k / 2 bytes, fragment order (quant::Int4Packed)
+  const void* scales = nullptr; // INT4 head: [n / 8][k / 128][8] FP16 pairs, fragment order; BF16: unused
   const uint16_t* x = nullptr;  // [m][k] BF16 row-major
   float* out = nullptr;         // [m][ld] FP32
   int64_t ld = 0;               // elements between output rows (>= n)
@@ -63,32 +71,68 @@ __host__ __device__ constexpr int lm_head_units(int n) {
   return (n + kLmHeadWarps * kLmHeadTileN - 1) / (kLmHeadWarps * kLmHeadTileN);
 }
 
+// The head's weight formats (the A operand's source, template parameter WF):
+//   LmHeadBf16: the BF16 rows [n][k] row-major; a lane's chunk is 32 bytes of
+//     rows g and g + 8 (four 16-byte loads), used as they come (above);
+//   Int4Format<128> (sm90_w4a16_common.cuh): the INT4 head in the decode
+//     GEMMs' fragment order (quant::pack_int4; N % 16 == 0, K % 128 == 0),
+//     16 bytes per lane and chunk plus its group's FP16 scales (one 4-byte
+//     load per chunk); a group's two chunks are summed on the tensor cores
+//     from zero, then acc += s * group (FP32), as the W4A16 kernels do.
+struct LmHeadBf16 {
+  static constexpr bool kGroupScales = false;
+  static constexpr int kGroup = 0;
+};
+
 // One unit (work_unit.h): tiles 8 unit .. 8 unit + 7 of 16 vocabulary rows,
 // kLmHeadThreads threads, no shared memory. MT: row tiles of 8 (M <= 8 MT);
-// U: chunks of W in flight per lane.
-template <int MT, int U, class Deps>
+// U: chunks of W in flight per lane (even for the INT4 head: whole groups).
+template <class WF, int MT, int U, class Deps>
 __device__ __forceinline__ void lm_head_unit(const LmHeadParams& p, int unit, int /*units*/, const Deps& deps) {
   static_assert(MT == 1 || MT == 2 || MT == 4, "MT row tiles of 8: 1, 2 or 4");
   static_assert(U >= 1 && U <= 8, "U chunks in flight: 1..8");
+  constexpr bool kInt4 = !std::is_same_v<WF, LmHeadBf16>;
+  static_assert(!kInt4 || (WF::kGroupScales && WF::kGroup == 128 && U % 2 == 0),
+                "the INT4 head: group 128, whole groups in flight");
   deps.release();  // the next op may start (launch executor: PDL, ptx/pdl.cuh)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
   const int tile = unit * kLmHeadWarps + warp;
   const int ntiles = (p.n + kLmHeadTileN - 1) / kLmHeadTileN;
   if (tile >= ntiles) return;  // the last unit's spare warps (no barrier below)
   const int nchunks = p.k / kLmHeadChunkK;
-
-  // ---- W: rows g and g + 8 of the tile (the tail's missing rows read row n - 1, never stored) ----
   const int v0 = tile * kLmHeadTileN + g;
-  const uint16_t* const w0 = p.w + size_t(min(v0, p.n - 1)) * size_t(p.k) + 16 * c;
-  const uint16_t* const w1 = p.w + size_t(min(v0 + 8, p.n - 1)) * size_t(p.k) + 16 * c;
+
+  // ---- W: this lane's part of the tile's chunks, U chunks in flight -----------------
+  // BF16: rows g and g + 8 (the tail's missing rows read row n - 1, never stored);
   // wr[u]: chunk words of row g (0, 1) and row g + 8 (2, 3).
-  uint4 wr[U][4];
-  auto fill = [&](int u, int j) {
-    const size_t o = size_t(j) * kLmHeadChunkK;
-    wr[u][0] = ptx::ld_stream_v4(w0 + o);
-    wr[u][1] = ptx::ld_stream_v4(w0 + o + 8);
-    wr[u][2] = ptx::ld_stream_v4(w1 + o);
-    wr[u][3] = ptx::ld_stream_v4(w1 + o + 8);
+  const uint16_t* const w0 = static_cast<const uint16_t*>(p.w) + size_t(min(v0, p.n - 1)) * size_t(p.k) + 16 * c;
+  const uint16_t* const w1 = static_cast<const uint16_t*>(p.w) + size_t(min(v0 + 8, p.n - 1)) * size_t(p.k) + 16 * c;
+  uint4 wr[kInt4 ? 1 : U][4];
+  // INT4: the lane's 16-byte pieces (layout/int4_fragment.cuh) and its scales (channels g, g + 8).
+  const uint8_t* wq = nullptr;
+  size_t wq_stride = 0;
+  const uint16_t* sq = nullptr;
+  uint32_t qr[kInt4 ? U : 1][1][4];
+  uint32_t sr[kInt4 ? U : 1][1];
+  if constexpr (kInt4) {
+    const uint8_t* const base = reinterpret_cast<const uint8_t*>(p.w);
+    wq = base + layout::tile_chunk_offset(ntiles, p.k, WF::kChunkBytes, tile, 0) + lane * 16;
+    wq_stride = layout::tile_chunk_stride(ntiles, WF::kChunkBytes, tile);
+    sq = WF::scale_ptr(p.scales, p.k, tile, 0, g);
+  }
+  auto fill = [&](int u, int j) {  // chunk j into ring slot u (u and j of one parity)
+    if constexpr (kInt4) {
+      WF::load(wq, qr[u][0]);
+      sr[u][0] = WF::load_scale(sq);
+      wq += wq_stride;
+      sq += WF::scale_step(u);
+    } else {
+      const size_t o = size_t(j) * kLmHeadChunkK;
+      wr[u][0] = ptx::ld_stream_v4(w0 + o);
+      wr[u][1] = ptx::ld_stream_v4(w0 + o + 8);
+      wr[u][2] = ptx::ld_stream_v4(w1 + o);
+      wr[u][3] = ptx::ld_stream_v4(w1 + o + 8);
+    }
   };
 #pragma unroll
   for (int u = 0; u < U; ++u)
@@ -101,11 +145,12 @@ __device__ __forceinline__ void lm_head_unit(const LmHeadParams& p, int unit, in
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) xr[mt] = p.x + size_t(min(8 * mt + g, p.m - 1)) * size_t(p.k) + 16 * c;
 
-  float acc[MT][4];
+  // acc[0][mt]: the output fragments (D of mma.m16n8k16); blk: the INT4 head's current group.
+  float acc[1][MT][4], blk[1][MT][4];
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) acc[mt][e] = 0.f;
+    for (int e = 0; e < 4; ++e) acc[0][mt][e] = blk[0][mt][e] = 0.f;
 
   // ---- main loop: batches of U chunks; the next batch issued after the last use ----
   for (int j0 = 0; j0 < nchunks; j0 += U) {
@@ -119,18 +164,23 @@ __device__ __forceinline__ void lm_head_unit(const LmHeadParams& p, int unit, in
           xq[mt][0] = ptx::ld_cached_v4(xr[mt] + o);
           xq[mt][1] = ptx::ld_cached_v4(xr[mt] + o + 8);
         }
-        // Step i: words 2i, 2i + 1 of the chunk (row g: wr[u][0] words 0..3, wr[u][1] 4..7; row g + 8: 2, 3).
+        if constexpr (kInt4) {
+          chunk_mma<WF, MT, 1>(blk, acc, qr[u], xq, WF::group_start(u));
+          if (WF::group_end(u)) apply_scales<MT, 1>(acc, blk, sr[u]);
+        } else {
+          // Step i: words 2i, 2i + 1 of the chunk (row g: wr[u][0] words 0..3, wr[u][1] 4..7; row g + 8: 2, 3).
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const uint4& l = wr[u][i / 2];
-          const uint4& h = wr[u][2 + i / 2];
-          const uint32_t a[4] = {i % 2 == 0 ? l.x : l.z, i % 2 == 0 ? h.x : h.z, i % 2 == 0 ? l.y : l.w,
-                                 i % 2 == 0 ? h.y : h.w};
+          for (int i = 0; i < 4; ++i) {
+            const uint4& l = wr[u][i / 2];
+            const uint4& h = wr[u][2 + i / 2];
+            const uint32_t a[4] = {i % 2 == 0 ? l.x : l.z, i % 2 == 0 ? h.x : h.z, i % 2 == 0 ? l.y : l.w,
+                                   i % 2 == 0 ? h.y : h.w};
 #pragma unroll
-          for (int mt = 0; mt < MT; ++mt) {
-            const uint4& q = xq[mt][i / 2];
-            const uint32_t b[2] = {i % 2 == 0 ? q.x : q.z, i % 2 == 0 ? q.y : q.w};
-            ptx::mma_m16n8k16_bf16(acc[mt], a, b);
+            for (int mt = 0; mt < MT; ++mt) {
+              const uint4& q = xq[mt][i / 2];
+              const uint32_t b[2] = {i % 2 == 0 ? q.x : q.z, i % 2 == 0 ? q.y : q.w};
+              ptx::mma_m16n8k16_bf16(acc[0][mt], a, b);
+            }
           }
         }
       }
@@ -140,19 +190,19 @@ __device__ __forceinline__ void lm_head_unit(const LmHeadParams& p, int unit, in
       if (j0 + u + U < nchunks) fill(u, j0 + u + U);
   }
 
-  // ---- epilogue: acc[mt][e] = out[8 mt + 2c + e % 2][v0 + 8 (e / 2)] ----------------
+  // ---- epilogue: acc[0][mt][e] = out[8 mt + 2c + e % 2][v0 + 8 (e / 2)] ----------------
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int r = 8 * mt + 2 * c + e % 2, v = v0 + 8 * (e / 2);
-      if (r < p.m && v < p.n) p.out[size_t(r) * size_t(p.ld) + size_t(v)] = acc[mt][e];
+      if (r < p.m && v < p.n) p.out[size_t(r) * size_t(p.ld) + size_t(v)] = acc[0][mt][e];
     }
 }
 
-template <int MT, int U>
+template <class WF, int MT, int U>
 __global__ void __launch_bounds__(kLmHeadThreads, 2) sm90_lm_head_kernel(const LmHeadParams p) {
-  lm_head_unit<MT, U>(p, blockIdx.x, gridDim.x, PdlDeps{});
+  lm_head_unit<WF, MT, U>(p, blockIdx.x, gridDim.x, PdlDeps{});
 }
 
 }  // namespace futr::device

@@ -11,6 +11,10 @@
 // Tolerance: tol::kLmHead (relative L2 over the checked entries).
 // Batch invariance: the rows of an M = 32 launch have the same bits as the
 // same rows in launches of M = 1..31, at any position among the rows.
+// The INT4 head (group 128, quant::pack_int4's order): random nibbles and
+// FP16 scales against ref::w4a16 (float64 over the dequantized weights,
+// unrounded), on SmolLM2's and Llama-3's head shapes, the same tolerance and
+// the same invariance.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -24,7 +28,10 @@
 #include "launch/buffer.h"
 #include "launch/lm_head.h"
 #include "launch/stream.h"
+#include "core/numeric.h"
+#include "quant/int4_pack.h"
 #include "reference/lm_head_ref.h"
+#include "reference/w4a16_ref.h"
 #include "support/compare.h"
 #include "support/expect_error.h"
 #include "support/gpu.h"
@@ -64,6 +71,11 @@ TEST(LmHeadArgs, RefusesBadArguments) {
   EXPECT_FUTR_ERROR(cuda::lm_head(a, nullptr), "null");
   EXPECT_STREQ(cuda::lm_head_unsupported(49152, 576), "");
   EXPECT_STRNE(cuda::lm_head_unsupported(100, 100), "");
+  EXPECT_STREQ(cuda::lm_head_unsupported(128256, 4096, true), "");
+  EXPECT_STRNE(cuda::lm_head_unsupported(1000, 576, true), "");  // K % 128
+  EXPECT_STRNE(cuda::lm_head_unsupported(1001, 512, true), "");  // N % 16
+  a.scales = &a;  // an INT4 head of K = 64
+  EXPECT_FUTR_ERROR(cuda::lm_head(a, nullptr), "multiple of 128");
 }
 
 struct Head {
@@ -169,6 +181,86 @@ TEST(LmHead, BatchInvariant) {
                 0)
           << "row " << r << " of 32 at position " << at << " of " << m;
     }
+  }
+}
+
+// ---- the INT4 head ----------------------------------------------------------------
+
+struct Int4Head {
+  quant::Int4Weights w;
+  cuda::DeviceBuffer<uint8_t> d_w;
+  cuda::DeviceBuffer<uint16_t> d_s;
+  Int4Head(int n, int k) {
+    w.n = n, w.k = k, w.group = 128;
+    w.q.resize(size_t(n) * size_t(k));
+    w.scale.resize(size_t(n) * size_t(k / 128));
+    std::uniform_int_distribution<int> q(-8, 7);
+    std::uniform_real_distribution<float> sc(0.002f, 0.02f);
+    for (auto& v : w.q) v = int8_t(q(rng()));
+    for (auto& v : w.scale) v = float_to_fp16(sc(rng()));
+    const quant::Int4Packed p = quant::pack_int4(w);
+    d_w = cuda::DeviceBuffer<uint8_t>(p.weights);
+    d_s = cuda::DeviceBuffer<uint16_t>(p.scales);
+  }
+};
+
+void check_int4(const Int4Head& h, int m) {
+  const int n = h.w.n, k = h.w.k;
+  SCOPED_TRACE(testing::Message() << "int4 n " << n << " k " << k << " m " << m << " ("
+                                  << cuda::lm_head_describe(m, true) << ")");
+  const std::vector<uint16_t> x = test::randn_bf16(size_t(m) * size_t(k), 1.f);
+  cuda::Stream st;
+  cuda::DeviceBuffer<uint16_t> d_x(x);
+  cuda::DeviceBuffer<float> d_out(size_t(m) * size_t(n));
+  d_out.fill_bytes(0xff);
+  cuda::LmHeadArgs a{h.d_w.get(), d_x.get(), d_out.get(), 0, m, n, k, h.d_s.get()};
+  cuda::lm_head(a, st);
+  const std::vector<float> got = d_out.download(st);
+  const std::vector<int> rows = rows_checked(n);
+  std::vector<float> want(got.size(), 0.f);
+  ref::w4a16(h.w, x, m, want, rows);
+  std::vector<float> g, w;
+  for (int r = 0; r < m; ++r)
+    for (int v : rows) {
+      g.push_back(got[size_t(r) * size_t(n) + size_t(v)]);
+      w.push_back(want[size_t(r) * size_t(n) + size_t(v)]);
+    }
+  const test::ErrorStats e = test::compare(g, w);
+  EXPECT_EQ(e.non_finite, 0u);
+  EXPECT_LE(e.rel_l2, test::tol::kLmHead);
+  std::printf("lm_head int4 n %d k %d m %2d: rel L2 %.3g (bound %.1g)\n", n, k, m, e.rel_l2, test::tol::kLmHead);
+}
+
+TEST(LmHeadInt4, MatchesReference) {
+  FUTR_REQUIRE_GPU();
+  for (auto [n, k] : {std::pair{1008, 128}, std::pair{49152, 640}, std::pair{128256, 4096}}) {
+    const Int4Head h(n, k);
+    for (int m : {1, 8, 9, 16, 17, 32}) check_int4(h, m);
+  }
+}
+
+TEST(LmHeadInt4, BatchInvariant) {
+  FUTR_REQUIRE_GPU();
+  const int n = 49152, k = 640;
+  const Int4Head h(n, k);
+  cuda::Stream st;
+  const std::vector<uint16_t> x32 = test::randn_bf16(size_t(32) * size_t(k), 1.f);
+  cuda::DeviceBuffer<uint16_t> d_x32(x32);
+  cuda::DeviceBuffer<float> d_ref(size_t(32) * size_t(n));
+  cuda::lm_head({h.d_w.get(), d_x32.get(), d_ref.get(), 0, 32, n, k, h.d_s.get()}, st);
+  const std::vector<float> ref32 = d_ref.download(st);
+  for (int m = 1; m < 32; ++m) {
+    const int r = int(rng()() % 32u), at = int(rng()() % uint64_t(m));
+    std::vector<uint16_t> x = test::randn_bf16(size_t(m) * size_t(k), 1.f);
+    std::copy_n(x32.begin() + ptrdiff_t(r) * k, k, x.begin() + ptrdiff_t(at) * k);
+    cuda::DeviceBuffer<uint16_t> d_x(x);
+    cuda::DeviceBuffer<float> d_out(size_t(m) * size_t(n));
+    cuda::lm_head({h.d_w.get(), d_x.get(), d_out.get(), 0, m, n, k, h.d_s.get()}, st);
+    const std::vector<float> got = d_out.download(st);
+    EXPECT_EQ(std::memcmp(got.data() + size_t(at) * size_t(n), ref32.data() + size_t(r) * size_t(n),
+                          size_t(n) * sizeof(float)),
+              0)
+        << "row " << r << " of 32 at position " << at << " of " << m;
   }
 }
 

@@ -67,7 +67,7 @@ __global__ void __launch_bounds__(device::kSampleThreads) sample_loop(const devi
 template <int MT, int U>
 __global__ void __launch_bounds__(device::kLmHeadThreads) lm_head_loop(const device::LmHeadParams p, int units) {
   FOR_UNITS(u, units) {
-    device::lm_head_unit<MT, U>(p, u, units, NoDeps{});
+    device::lm_head_unit<device::LmHeadBf16, MT, U>(p, u, units, NoDeps{});
     __syncthreads();
   }
 }
@@ -118,10 +118,10 @@ void loop_sample_topk(const cuda::SampleArgs& a, int ctas, cudaStream_t s) {
 }
 
 void loop_lm_head(const cuda::LmHeadArgs& a, int ctas, cudaStream_t s) {
-  const device::LmHeadParams p{static_cast<const uint16_t*>(a.w), static_cast<const uint16_t*>(a.x), a.out,
-                               a.ld ? a.ld : a.n, a.m, a.n, a.k};
+  const device::LmHeadParams p{a.w, nullptr, static_cast<const uint16_t*>(a.x), a.out, a.ld ? a.ld : a.n, a.m, a.n,
+                               a.k};
   const int units = device::lm_head_units(a.n);
-  // The launcher's variant for m (launch/lm_head.cu): another one gives the same bits too.
+  // The launcher's BF16 variant for m (launch/lm_head.cu): another one gives the same bits too.
   if (a.m <= 8) lm_head_loop<1, 4><<<ctas, device::kLmHeadThreads, 0, s>>>(p, units);
   else if (a.m <= 16) lm_head_loop<2, 4><<<ctas, device::kLmHeadThreads, 0, s>>>(p, units);
   else lm_head_loop<4, 2><<<ctas, device::kLmHeadThreads, 0, s>>>(p, units);
