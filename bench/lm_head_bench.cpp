@@ -1,5 +1,5 @@
 // LM head benchmark: our streaming kernel (launch/lm_head.h; the BF16 head,
-// and with --formats int4 the INT4 g128 head) against
+// and with --formats int4 the INT4 head, groups of 128 or 64 by K) against
 // cuBLASLt's BF16 GEMM with FP32 output (the peer, and the engine's head
 // today) and the no-compute floor (one launch reading the head's bytes with
 // 16-byte loads), all in the same run. Shapes: the heads of SmolLM2-135M
@@ -107,10 +107,10 @@ int main(int argc, char** argv) try {
     for (const std::string& f : o.formats) {
       FUTR_CHECK(f == "bf16" || f == "int4", "unknown head format {} (bf16, int4)", f);
       const bool int4 = f == "int4";
-      if (int4 && cuda::lm_head_unsupported(sh->n, sh->k, true)[0]) continue;
+      const int group = sh->k % 128 == 0 ? 128 : 64;  // the quantizer's rule (quant::int4_group_for)
       // The INT4 head: random nibbles and FP16 scales in fragment order (the kernel reads them as any).
       cuda::DeviceBuffer<uint8_t> q(int4 ? wn / 2 : 0);
-      cuda::DeviceBuffer<uint16_t> sc(int4 ? wn / 128 : 0);
+      cuda::DeviceBuffer<uint16_t> sc(int4 ? wn / size_t(group) : 0);
       if (int4) {
         cuda::fill_random(q.get(), cuda::FillType::kU8, q.size(), 3, 0, 0, stream);
         cuda::fill_random(sc.get(), cuda::FillType::kF16, sc.size(), 4, 0.002f, 0.02f, stream);
@@ -124,10 +124,10 @@ int main(int argc, char** argv) try {
       for (size_t i = 0; i < o.ms.size(); ++i) {
         const int m = o.ms[i];
         const cuda::LmHeadArgs a{int4 ? static_cast<const void*>(q.get()) : w.get(), x.get(), out.get(), 0, m, sh->n,
-                                 sh->k, int4 ? sc.get() : nullptr};
+                                 sh->k, int4 ? sc.get() : nullptr, group};
         const double us = timer.us([&](cudaStream_t st) { cuda::lm_head(a, st); }, stream);
         rep.add({{"model", sh->model}, {"N", sh->n}, {"K", sh->k}, {"head", f}, {"M", m},
-                 {"config", cuda::lm_head_describe(m, int4)}, {"us", us}, {"MB", mb},
+                 {"config", cuda::lm_head_describe(m, int4 ? group : 0)}, {"us", us}, {"MB", mb},
                  {"GB/s", mb * 1e6 / (us * 1e-6) / 1e9}, {"floor us", floor_us}, {"% of floor", 100.0 * floor_us / us},
                  {"cublaslt us", ltm[i]}, {"cublaslt M=32 us", lt32}, {"x cublaslt", ltm[i] / us},
                  {"x cublaslt M=32", lt32 / us}});

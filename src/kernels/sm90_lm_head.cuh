@@ -6,7 +6,8 @@
 // W is the head's BF16 matrix [N][K] row-major (read exactly once: 2 N K
 // bytes, the step's largest single read), or the head quantized to INT4 with
 // FP16 scales per group of 128 inputs (W[v][k] = q s, N K / 2 bytes + scales:
-// the --head int4 option), x the BF16 rows [M][K] (L1), out FP32 [M][ld].
+// the --head int4 option; groups of 64 where K % 128 != 0, the quantizer's
+// rule), x the BF16 rows [M][K] (L1), out FP32 [M][ld].
 // Products are exact in FP32 (8 x 8 significant bits) and summed on the
 // tensor cores (mma.sync m16n8k16, FP32 accumulation).
 //
@@ -31,7 +32,7 @@
 // bits whatever rows share the launch. An MMA's output column depends only on
 // its own B column.
 //
-// Limits: K % 64 == 0 (INT4: K % 128 == 0 and N % 16 == 0); M in 1..32; W
+// Limits: K % 64 == 0 (INT4: K % G == 0 and N % 16 == 0); M in 1..32; W
 // and x 16-byte aligned (K % 8 == 0 follows); ld >= N (checked by the
 // launcher, src/launch/lm_head.cu).
 // Test: tests/kernels/lm_head_test.cpp. Benchmark: bench/lm_head_bench.cpp.
@@ -54,7 +55,7 @@ namespace futr::device {
 struct LmHeadParams {
   const void* w = nullptr;      // BF16 head: [n][k] row-major (vocabulary rows);
                                 //   INT4 head: n k / 2 bytes, fragment order (quant::Int4Packed)
-  const void* scales = nullptr; // INT4 head: [n / 8][k / 128][8] FP16 pairs, fragment order; BF16: unused
+  const void* scales = nullptr; // INT4 head: [n / 8][k / G][8] FP16 pairs, fragment order; BF16: unused
   const uint16_t* x = nullptr;  // [m][k] BF16 row-major
   float* out = nullptr;         // [m][ld] FP32
   int64_t ld = 0;               // elements between output rows (>= n)
@@ -74,11 +75,11 @@ __host__ __device__ constexpr int lm_head_units(int n) {
 // The head's weight formats (the A operand's source, template parameter WF):
 //   LmHeadBf16: the BF16 rows [n][k] row-major; a lane's chunk is 32 bytes of
 //     rows g and g + 8 (four 16-byte loads), used as they come (above);
-//   Int4Format<128> (sm90_w4a16_common.cuh): the INT4 head in the decode
-//     GEMMs' fragment order (quant::pack_int4; N % 16 == 0, K % 128 == 0),
-//     16 bytes per lane and chunk plus its group's FP16 scales (one 4-byte
-//     load per chunk); a group's two chunks are summed on the tensor cores
-//     from zero, then acc += s * group (FP32), as the W4A16 kernels do.
+//   Int4Format<G> (sm90_w4a16_common.cuh, G = 128 or 64): the INT4 head in
+//     the decode GEMMs' fragment order (quant::pack_int4; N % 16 == 0,
+//     K % G == 0), 16 bytes per lane and chunk plus its group's FP16 scales
+//     (one 4-byte load per chunk); a group's chunks are summed on the tensor
+//     cores from zero, then acc += s * group (FP32), as the W4A16 kernels do.
 struct LmHeadBf16 {
   static constexpr bool kGroupScales = false;
   static constexpr int kGroup = 0;
@@ -92,8 +93,7 @@ __device__ __forceinline__ void lm_head_unit(const LmHeadParams& p, int unit, in
   static_assert(MT == 1 || MT == 2 || MT == 4, "MT row tiles of 8: 1, 2 or 4");
   static_assert(U >= 1 && U <= 8, "U chunks in flight: 1..8");
   constexpr bool kInt4 = !std::is_same_v<WF, LmHeadBf16>;
-  static_assert(!kInt4 || (WF::kGroupScales && WF::kGroup == 128 && U % 2 == 0),
-                "the INT4 head: group 128, whole groups in flight");
+  static_assert(!kInt4 || (WF::kGroupScales && U % 2 == 0), "the INT4 head: group scales, whole k128 blocks in flight");
   deps.release();  // the next op may start (launch executor: PDL, ptx/pdl.cuh)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
   const int tile = unit * kLmHeadWarps + warp;

@@ -1,5 +1,5 @@
 // Launcher of the decode step's LM head (src/kernels/sm90_lm_head.cuh): the
-// logits of M = 1..32 BF16 rows against the BF16 (or INT4 g128) head matrix, FP32 out, our
+// logits of M = 1..32 BF16 rows against the BF16 (or INT4) head matrix, FP32 out, our
 // streaming kernel (the alternative to cuBLASLt's BF16 GEMM, launch/cublaslt.h).
 // Batch invariant: a row's logits do not depend on M or on the other rows.
 // Graph-capturable. `pdl`: launched as a programmatic dependent (its weight
@@ -21,17 +21,20 @@ struct LmHeadArgs {
   float* out = nullptr;     // [m][ld] FP32 device
   int64_t ld = 0;           // 0: n
   int m = 0, n = 0, k = 0;  // m in 0..32 (0: nothing), k % 64 == 0
-  // The INT4 head (group 128, quant::pack_int4's fragment order, as cuda::W4Linear
-  // holds it): its FP16 scales, fragment order; null: a BF16 head.
+  // The INT4 head (quant::pack_int4's fragment order, as cuda::W4Linear holds
+  // it): its FP16 scales, fragment order, and its group (128, or 64); scales
+  // null: a BF16 head.
   const void* scales = nullptr;
+  int group = 128;
 };
 
-// Why the kernel cannot run a head of this shape ("" if it can); int4: the INT4 head.
-const char* lm_head_unsupported(int n, int k, bool int4 = false);
+// Why the kernel cannot run a head of this shape ("" if it can); int4_group:
+// the INT4 head's group (128 or 64), 0 for a BF16 head.
+const char* lm_head_unsupported(int n, int k, int int4_group = 0);
 
 void lm_head(const LmHeadArgs& a, cudaStream_t s, bool pdl = false);
 
-// The compiled variant for m rows: "bf16 mt=<row tiles> loads=<chunks in flight>" (or "int4 ...").
-const char* lm_head_describe(int m, bool int4 = false);
+// The compiled variant for m rows: "bf16 mt=<row tiles> loads=<chunks in flight>" (or "int4 g128 ...").
+const char* lm_head_describe(int m, int int4_group = 0);
 
 }  // namespace futr::cuda

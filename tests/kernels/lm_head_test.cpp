@@ -11,10 +11,10 @@
 // Tolerance: tol::kLmHead (relative L2 over the checked entries).
 // Batch invariance: the rows of an M = 32 launch have the same bits as the
 // same rows in launches of M = 1..31, at any position among the rows.
-// The INT4 head (group 128, quant::pack_int4's order): random nibbles and
-// FP16 scales against ref::w4a16 (float64 over the dequantized weights,
-// unrounded), on SmolLM2's and Llama-3's head shapes, the same tolerance and
-// the same invariance.
+// The INT4 head (groups of 128 and 64, quant::pack_int4's order): random
+// nibbles and FP16 scales against ref::w4a16 (float64 over the dequantized
+// weights, unrounded), on SmolLM2's (group 64: K = 576) and Llama-3's head
+// shapes, the same tolerance and the same invariance.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -71,10 +71,12 @@ TEST(LmHeadArgs, RefusesBadArguments) {
   EXPECT_FUTR_ERROR(cuda::lm_head(a, nullptr), "null");
   EXPECT_STREQ(cuda::lm_head_unsupported(49152, 576), "");
   EXPECT_STRNE(cuda::lm_head_unsupported(100, 100), "");
-  EXPECT_STREQ(cuda::lm_head_unsupported(128256, 4096, true), "");
-  EXPECT_STRNE(cuda::lm_head_unsupported(1000, 576, true), "");  // K % 128
-  EXPECT_STRNE(cuda::lm_head_unsupported(1001, 512, true), "");  // N % 16
-  a.scales = &a;  // an INT4 head of K = 64
+  EXPECT_STREQ(cuda::lm_head_unsupported(128256, 4096, 128), "");
+  EXPECT_STREQ(cuda::lm_head_unsupported(49152, 576, 64), "");
+  EXPECT_STRNE(cuda::lm_head_unsupported(1008, 576, 128), "");  // K % 128
+  EXPECT_STRNE(cuda::lm_head_unsupported(1001, 512, 128), "");  // N % 16
+  EXPECT_STRNE(cuda::lm_head_unsupported(1008, 512, 32), "");   // the group
+  a.scales = &a;  // an INT4 head of group 128 and K = 64
   EXPECT_FUTR_ERROR(cuda::lm_head(a, nullptr), "multiple of 128");
 }
 
@@ -190,10 +192,10 @@ struct Int4Head {
   quant::Int4Weights w;
   cuda::DeviceBuffer<uint8_t> d_w;
   cuda::DeviceBuffer<uint16_t> d_s;
-  Int4Head(int n, int k) {
-    w.n = n, w.k = k, w.group = 128;
+  Int4Head(int n, int k, int group) {
+    w.n = n, w.k = k, w.group = group;
     w.q.resize(size_t(n) * size_t(k));
-    w.scale.resize(size_t(n) * size_t(k / 128));
+    w.scale.resize(size_t(n) * size_t(k / group));
     std::uniform_int_distribution<int> q(-8, 7);
     std::uniform_real_distribution<float> sc(0.002f, 0.02f);
     for (auto& v : w.q) v = int8_t(q(rng()));
@@ -207,13 +209,13 @@ struct Int4Head {
 void check_int4(const Int4Head& h, int m) {
   const int n = h.w.n, k = h.w.k;
   SCOPED_TRACE(testing::Message() << "int4 n " << n << " k " << k << " m " << m << " ("
-                                  << cuda::lm_head_describe(m, true) << ")");
+                                  << cuda::lm_head_describe(m, h.w.group) << ")");
   const std::vector<uint16_t> x = test::randn_bf16(size_t(m) * size_t(k), 1.f);
   cuda::Stream st;
   cuda::DeviceBuffer<uint16_t> d_x(x);
   cuda::DeviceBuffer<float> d_out(size_t(m) * size_t(n));
   d_out.fill_bytes(0xff);
-  cuda::LmHeadArgs a{h.d_w.get(), d_x.get(), d_out.get(), 0, m, n, k, h.d_s.get()};
+  cuda::LmHeadArgs a{h.d_w.get(), d_x.get(), d_out.get(), 0, m, n, k, h.d_s.get(), h.w.group};
   cuda::lm_head(a, st);
   const std::vector<float> got = d_out.download(st);
   const std::vector<int> rows = rows_checked(n);
@@ -228,26 +230,30 @@ void check_int4(const Int4Head& h, int m) {
   const test::ErrorStats e = test::compare(g, w);
   EXPECT_EQ(e.non_finite, 0u);
   EXPECT_LE(e.rel_l2, test::tol::kLmHead);
-  std::printf("lm_head int4 n %d k %d m %2d: rel L2 %.3g (bound %.1g)\n", n, k, m, e.rel_l2, test::tol::kLmHead);
+  std::printf("lm_head int4 g%d n %d k %d m %2d: rel L2 %.3g (bound %.1g)\n", h.w.group, n, k, m, e.rel_l2,
+              test::tol::kLmHead);
 }
 
 TEST(LmHeadInt4, MatchesReference) {
   FUTR_REQUIRE_GPU();
-  for (auto [n, k] : {std::pair{1008, 128}, std::pair{49152, 640}, std::pair{128256, 4096}}) {
-    const Int4Head h(n, k);
+  for (auto [n, k, g] : {std::tuple{1008, 128, 128}, std::tuple{49152, 640, 128}, std::tuple{128256, 4096, 128},
+                         std::tuple{1008, 192, 64}, std::tuple{49152, 576, 64}}) {
+    const Int4Head h(n, k, g);
     for (int m : {1, 8, 9, 16, 17, 32}) check_int4(h, m);
   }
 }
 
 TEST(LmHeadInt4, BatchInvariant) {
   FUTR_REQUIRE_GPU();
-  const int n = 49152, k = 640;
-  const Int4Head h(n, k);
+  for (auto [k, group] : {std::pair{640, 128}, std::pair{576, 64}}) {
+  SCOPED_TRACE(testing::Message() << "group " << group);
+  const int n = 49152;
+  const Int4Head h(n, k, group);
   cuda::Stream st;
   const std::vector<uint16_t> x32 = test::randn_bf16(size_t(32) * size_t(k), 1.f);
   cuda::DeviceBuffer<uint16_t> d_x32(x32);
   cuda::DeviceBuffer<float> d_ref(size_t(32) * size_t(n));
-  cuda::lm_head({h.d_w.get(), d_x32.get(), d_ref.get(), 0, 32, n, k, h.d_s.get()}, st);
+  cuda::lm_head({h.d_w.get(), d_x32.get(), d_ref.get(), 0, 32, n, k, h.d_s.get(), group}, st);
   const std::vector<float> ref32 = d_ref.download(st);
   for (int m = 1; m < 32; ++m) {
     const int r = int(rng()() % 32u), at = int(rng()() % uint64_t(m));
@@ -255,12 +261,13 @@ TEST(LmHeadInt4, BatchInvariant) {
     std::copy_n(x32.begin() + ptrdiff_t(r) * k, k, x.begin() + ptrdiff_t(at) * k);
     cuda::DeviceBuffer<uint16_t> d_x(x);
     cuda::DeviceBuffer<float> d_out(size_t(m) * size_t(n));
-    cuda::lm_head({h.d_w.get(), d_x.get(), d_out.get(), 0, m, n, k, h.d_s.get()}, st);
+    cuda::lm_head({h.d_w.get(), d_x.get(), d_out.get(), 0, m, n, k, h.d_s.get(), group}, st);
     const std::vector<float> got = d_out.download(st);
     EXPECT_EQ(std::memcmp(got.data() + size_t(at) * size_t(n), ref32.data() + size_t(r) * size_t(n),
                           size_t(n) * sizeof(float)),
               0)
         << "row " << r << " of 32 at position " << at << " of " << m;
+  }
   }
 }
 
