@@ -187,6 +187,11 @@ struct GpuEngineOptions {
   // bench/lm_head_bench.cpp decides). FUTR_GPU_LM_HEAD=streaming | cublaslt
   // overrides it. Needs H % 64 == 0 (refused otherwise).
   bool lm_head_streaming = false;
+  // The LM head quantized to INT4 (--head int4; FUTR_GPU_LM_HEAD=int4): its
+  // rows RTN with FP16 scales per group of 128 inputs (64 where H % 128 != 0)
+  // at construction, run by the streaming kernel (implies lm_head_streaming):
+  // a quarter of the head's bytes, at an accuracy cost (docs/ACCURACY.md).
+  bool lm_head_int4 = false;
 
   // The FP8 prefill path (gpu_engine/prefill.h): its weights (format fp8: q/k/v and
   // gate/up with the RMSNorm gain folded in), or drawn on the device for a
@@ -309,6 +314,8 @@ class GpuEngine final : public runtime::TableEngine {
 
   ModelConfig config_;
   int lm_begin_ = 0, lm_rows_ = 0;  // the LM head's vocabulary rows (the whole vocabulary without TP)
+  // The INT4 head's group: 128, or 64 where H % 128 != 0 (the quantizer's rule).
+  int lm_head_int4_group() const { return config_.hidden % 128 == 0 ? 128 : 64; }
   int32_t sampleable_vocab_;  // ids a sampler may draw (the tokenizer's; padded LM-head rows excluded)
   GpuEngineOptions opt_;
   std::unique_ptr<Impl> impl_;

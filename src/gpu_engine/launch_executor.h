@@ -99,6 +99,7 @@ class LaunchExecutor {
     int hidden = 0;                  // H: the residual's width
     float rms_eps = 1e-5f;           // the RMSNorms' epsilon
     bool lm_head_streaming = false;  // enqueue_outputs' head: our streaming kernel (else cuBLASLt), as the plans'
+    bool lm_head_int4 = false;       // and over the INT4 head
   };
   // Borrows everything (the engine owns it all and outlives the executor).
   LaunchExecutor(const DeviceWeights& w, const KvCache& kv, StepBuffers& b, cuda::CublasLt& lt, const Options& o);

@@ -233,14 +233,15 @@ StepPlan build_step_plan(const StepPlanConfig& c, int bucket) {
   {
     StepOp op;
     op.kind = StepOpKind::kLmHead;
-    op.lm_streaming = c.lm_head_streaming;
-    op.rows = c.lm_head_streaming ? B : kDecodeMaxRows;
+    op.lm_streaming = c.lm_head_streaming || c.lm_head_int4;
+    op.lm_int4 = c.lm_head_int4;
+    op.rows = op.lm_streaming ? B : kDecodeMaxRows;
     op.w = {StepParam::kLmHead, -1};
     op.in = StepAct::kA;
     op.out = StepAct::kLogits;
     op.n = c.lm_rows;
     op.k = H;
-    op.pdl = c.lm_head_streaming;  // cuBLASLt: a plain launch
+    op.pdl = op.lm_streaming;  // cuBLASLt: a plain launch
     op.breakdown = kBdLmHead;
     ops.push_back(op);
   }
@@ -332,7 +333,7 @@ std::string StepPlan::describe(const StepOp& op) {
       break;
     case StepOpKind::kLmHead:
       s += fmt::format(" {} -> {} [{} x {} x {}] {}", to_string(op.in), to_string(op.out), op.rows, op.n, op.k,
-                       op.lm_streaming ? "streaming" : "cublaslt");
+                       op.lm_int4 ? "streaming int4" : op.lm_streaming ? "streaming" : "cublaslt");
       break;
     case StepOpKind::kRopeAppend:
       s += fmt::format(" {}: k, v -> kv[{}], q rotated in place [{}]", to_string(op.in), op.layer, op.rows);

@@ -115,6 +115,7 @@ struct StepOp {
   bool norm_in = false;           // kGemm: the input is bf16(RMSNorm(x + add) gain) (one-row gemv)
   bool all_reduce = false;        // kGemm: the output summed over the tensor-parallel ranks
   bool lm_streaming = false;      // kLmHead: our streaming kernel (launch/lm_head.h), else cuBLASLt
+  bool lm_int4 = false;           // kLmHead: the INT4 head (streaming)
   bool pdl = true;                // may launch as a programmatic dependent of the op before
   int breakdown = 0;              // its BreakdownRow
 };
@@ -145,6 +146,7 @@ struct StepPlanConfig {
   // kDecodeMaxRows rows, a plain launch. Both batch invariant (ours by
   // construction: one summation order for any M).
   bool lm_head_streaming = false;
+  bool lm_head_int4 = false;      // the streaming head over the INT4 rows (DeviceWeights::lm_head_int4)
   bool tensor_parallel = false;   // the O and down outputs all-reduced
   int sm_count = 1;               // the GPU's multiprocessors (the heuristics' input)
   int attention_resident_per_sm = 0;  // the attention's resident CTAs per SM; 0: the device's (needs a GPU)

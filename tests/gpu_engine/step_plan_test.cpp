@@ -10,8 +10,8 @@
 //     cuda::decode_splits(N, K) in every bucket; the attention's split count
 //     cuda::attention_heuristic_invariant's, the same in every bucket;
 //   - PDL on every op but the first and the LM head; the breakdown's rows;
-//   - with the streaming LM head: the head over the bucket's rows, PDL on,
-//     every other op as with cuBLASLt;
+//   - with the streaming LM head (BF16 or INT4): the head over the bucket's
+//     rows, PDL on, every other op as with cuBLASLt;
 //   - tensor parallelism all-reduces the O and down outputs only; without GPU
 //     sampling there is no sample op; describe() has a line per op;
 //   - every op reads only what an earlier op wrote (StepAccess), the attention
@@ -142,6 +142,15 @@ TEST(StepPlan, StreamingLmHeadRunsTheBucketsRows) {
           EXPECT_EQ(StepPlan::describe(o), StepPlan::describe(l));
         }
       }
+      // The INT4 head: the streaming kernel over the quantized rows (lm_head_int4 alone implies it).
+      c.lm_head_int4 = true;
+      const StepPlan q = build_step_plan(c, b);
+      c.lm_head_int4 = false;
+      const StepOp& head = q.ops[q.ops.size() - 3];
+      ASSERT_EQ(head.kind, K::kLmHead);
+      EXPECT_TRUE(head.lm_streaming && head.lm_int4 && head.pdl);
+      EXPECT_EQ(head.rows, b);
+      EXPECT_NE(StepPlan::describe(head).find("streaming int4"), std::string::npos) << StepPlan::describe(head);
     }
   }
 }
