@@ -46,7 +46,8 @@ TEST(WorkUnit, RmsNormLoopEqualsLaunch) {
   for (int H : {576, 4096}) {
     const int rows = 32;
     const std::vector<float> x = randn(size_t(rows) * H, 1.f);
-    const std::vector<uint16_t> add = test::randn_bf16(size_t(rows) * H, 1.f), gain = test::randn_bf16(size_t(H), 1.f);
+    const std::vector<uint16_t> add = test::randn_bf16(size_t(rows) * H, 1.f);
+    const std::vector<uint16_t> gain = test::randn_bf16(static_cast<size_t>(H), 1.f);
     cuda::Stream st;
     cuda::DeviceBuffer<uint16_t> d_add(add), d_gain(gain);
     auto run = [&](int ctas) {  // ctas 0: the launcher
@@ -96,8 +97,8 @@ TEST(WorkUnit, LogitsReduceAndSampleLoopEqualLaunch) {
   FUTR_REQUIRE_GPU();
   const int rows = 32, vocab = 49152;
   const std::vector<float> z = randn(size_t(rows) * vocab, 3.f);
-  std::vector<int> targets(size_t(rows));
-  std::vector<cuda::SampleRow> samplers(size_t(rows));
+  std::vector<int> targets(static_cast<size_t>(rows));
+  std::vector<cuda::SampleRow> samplers(static_cast<size_t>(rows));
   std::uniform_real_distribution<double> u01(0.0, 1.0);
   for (int r = 0; r < rows; ++r) {
     targets[size_t(r)] = r % 3 == 0 ? -1 : int(rng()() % uint64_t(vocab));
@@ -110,9 +111,9 @@ TEST(WorkUnit, LogitsReduceAndSampleLoopEqualLaunch) {
   }
   cuda::Stream st;
   cuda::DeviceBuffer<float> d_z(z);
-  cuda::DeviceBuffer<int> d_t(targets), d_tok(size_t(rows));
+  cuda::DeviceBuffer<int> d_t(targets), d_tok(static_cast<size_t>(rows));
   cuda::DeviceBuffer<cuda::SampleRow> d_s(samplers);
-  cuda::DeviceBuffer<cuda::LogitsRowStats> d_stats(size_t(rows));
+  cuda::DeviceBuffer<cuda::LogitsRowStats> d_stats(static_cast<size_t>(rows));
   cuda::LogitsReduceArgs ra;
   ra.logits = d_z.get();
   ra.vocab = vocab;
