@@ -91,7 +91,7 @@
 //     y[rows][the group's channels] (splits > 1: ws, and the last split of x
 //     to arrive reduces into y; gemv with the fused norm: unit (0, 0) also
 //     writes nx_out)
-//   lm_head_unit<MT, U>     256   -        -   blockIdx.x: vocabulary tiles 8 unit .. 8 unit + 7 (16 rows each)
+//   lm_head_unit<WF, MT, U> 256   -        -   blockIdx.x: vocabulary tiles 8 unit .. 8 unit + 7 (16 rows each)
 //     W[128 rows of the unit], x[all rows][all of K] -> out[rows][the unit's 128 columns]
 //
 // Not work units (the prefill path's, launched once per chunk):
