@@ -21,6 +21,12 @@ void add_quant_options(CLI::App* app, QuantCliOptions& o) {
   app->add_flag("--act-order", o.act_order, "GPTQ on load: quantize inputs by decreasing activity (off by default)");
   app->add_option("--group", o.group, "INT4 group size 64|128 (default: 128, 64 where K % 128 != 0)")
       ->check(CLI::IsMember({0, 64, 128}));
+  app->add_option("--head", o.head,
+                  "LM head of the GPU engine: bf16 (as stored) | int4 (quantized at load, RTN with FP16 scales per "
+                  "group of 128, 64 where the hidden size is not a multiple of 128; the accuracy cost: "
+                  "docs/ACCURACY.md)")
+      ->check(CLI::IsMember({"bf16", "int4"}))
+      ->capture_default_str();
   app->add_option("--kv", o.kv,
                   "KV cache format: auto|fp32|bf16|int4|int4-rot (auto: fp32 with fp32 weights, "
                   "else bf16)")
@@ -87,6 +93,7 @@ runtime::RuntimeConfig runtime_config(const RunOptions& run, const QuantCliOptio
   c.weights = runtime::parse_weight_format(q.weights);
   c.kv = runtime::parse_kv_format(q.kv);
   c.kv_block = q.kv_block;
+  c.lm_head_int4 = q.head == "int4";
   c.fp8.history = q.fp8_history;
   c.fp8.margin = q.fp8_margin;
   c.fp8.policy = runtime::parse_fp8_policy(q.fp8_policy);

@@ -17,6 +17,8 @@
 //       is gptq-clip with act-order, cli/quantize.cpp) and load the .futr file.
 //   --act-order                     GPTQ processes inputs by decreasing activity
 //       (off on load; `futr quantize` has it on for gptq*, --no-act-order there).
+//   --head bf16|int4                the GPU engine's LM head: as stored (BF16), or
+//       quantized to INT4 at load (gpu::GpuEngineOptions::lm_head_int4).
 //   --kv auto|fp32|bf16|int4|int4-rot   KV cache format (auto: fp32 with fp32
 //       weights, else bf16).
 //   --kv-block N                    Hadamard block of int4-rot (16, 32, 64 ...;
@@ -48,6 +50,7 @@ struct QuantCliOptions {
                                  // gptq-clip in `futr quantize`)
   bool act_order = false;
   int group = 0;                 // INT4 group (0: 128, or 64 where K % 128 != 0)
+  std::string head = "bf16";     // bf16 | int4: the GPU engine's LM head
   std::string kv = "auto";       // auto | fp32 | bf16 | int4 | int4-rot
   int kv_block = 0;              // 0: runtime::kDefaultKvBlock
   int fp8_history = 16;

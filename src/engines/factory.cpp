@@ -40,6 +40,8 @@ quant::DelayedScalingConfig fp8_config(const runtime::Fp8Config& f) {
 
 // --prefill-rows asks for GPU prefill chunks: refused where there are none.
 void check_prefill_rows(const runtime::RuntimeConfig& c, bool use_gpu) {
+  FUTR_CHECK(!c.lm_head_int4 || use_gpu, "--head int4: the INT4 LM head is the GPU engine's (this run uses the CPU "
+             "engine)");
   if (c.prefill_rows == 0) return;
   FUTR_CHECK(use_gpu, "--prefill-rows {}: prefill chunks are the GPU engine's (this run uses the CPU engine)",
              c.prefill_rows);
@@ -119,6 +121,7 @@ std::unique_ptr<runtime::Engine> make_synthetic_engine(const std::string& name, 
   go.max_step_tokens = c.max_step_tokens;
   go.graphs = c.gpu_graphs;
   go.pdl = c.gpu_pdl;
+  go.lm_head_int4 = c.lm_head_int4;
   {
     const std::string why = c.tp > 1 ? "tensor parallel" : gpu::PrefillPath::unsupported_reason(config);
     FUTR_CHECK(c.prefill != runtime::PrefillMode::kOn || why.empty(), "--prefill on: the FP8 prefill path cannot "
@@ -350,6 +353,7 @@ std::unique_ptr<runtime::Engine> runtime::make_engine(const Model& model, const 
     go.max_step_tokens = c.max_step_tokens;
     go.graphs = c.gpu_graphs;
     go.pdl = c.gpu_pdl;
+    go.lm_head_int4 = c.lm_head_int4;
     go.prefill_fp8 = engines::prefill_weights(model, c, file.get(), stored, log, &go.fp8_calibration);
     if (go.prefill_fp8) {
       go.fp8 = engines::fp8_config(c.fp8);

@@ -13,6 +13,7 @@
 #include "launch/check.h"
 #include "launch/fill.h"
 #include "quant/int4_pack.h"
+#include "quant/int4_quant.h"
 
 namespace futr::gpu {
 
@@ -255,6 +256,23 @@ void DeviceWeights::draw_fp8(const ModelConfig& c, uint64_t seed, cudaStream_t s
   fp8_ = std::move(layers);
   fp8_synthetic_ = true;
   fp8_initial_amax_.clear();
+}
+
+void DeviceWeights::quantize_lm_head_int4(int group, cudaStream_t st) {
+  const size_t n = size_t(lm_rows_) * size_t(hidden_);
+  std::vector<float> w(n);
+  {
+    std::vector<uint16_t> bf(n);
+    FUTR_CUDA_CHECK(cudaMemcpyAsync(bf.data(), lm_head_rows(), n * sizeof(uint16_t), cudaMemcpyDeviceToHost, st));
+    FUTR_CUDA_CHECK(cudaStreamSynchronize(st));
+    for (size_t i = 0; i < n; ++i) w[i] = bf16_to_float(bf[i]);
+  }
+  const quant::Int4Weights q = quant::quantize_int4(w, lm_rows_, hidden_, group, quant::ClipSearch{}, {}, "lm_head");
+  const quant::Int4Packed p = quant::pack_int4(q);
+  lm_int4_w_ = cuda::DeviceBuffer<uint8_t>(p.weights, st);
+  lm_int4_s_ = cuda::DeviceBuffer<uint16_t>(p.scales, st);
+  FUTR_CUDA_CHECK(cudaStreamSynchronize(st));
+  lm_int4_group_ = group;
 }
 
 const uint16_t* DeviceWeights::lm_head_rows() const {

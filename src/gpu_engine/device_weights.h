@@ -4,6 +4,9 @@
 //   embd      [vocab][H] BF16                 the embedding (the tied LM head's rows too)
 //   lm_head   [lm_rows][H] BF16               the LM head's rows [lm_begin, lm_begin + lm_rows)
 //                                             (empty when tied: the embedding's rows)
+//   lm_head_int4  [lm_rows][H] INT4           optional (--head int4): those rows quantized (RTN,
+//                                             FP16 scales per group of 128, or 64 where H % 128 != 0),
+//                                             in the decode GEMMs' fragment order
 //   out_norm  [H] BF16                        the final RMSNorm gain
 //   per layer:
 //     attn_norm, ffn_norm   [H] BF16          RMSNorm gains
@@ -101,6 +104,15 @@ class DeviceWeights {
   const uint16_t* lm_head_rows() const;
   int lm_begin() const { return lm_begin_; }
   int lm_rows() const { return lm_rows_; }
+  // The INT4 head (--head int4): the BF16 rows above quantized round-to-nearest
+  // with FP16 scales per group of `group` inputs on the host's cores (copied
+  // down, quantized, packed, uploaded: a synthetic model's drawn head too); the
+  // BF16 rows stay (the embedding may be them). Its nibbles and scales
+  // (quant::Int4Packed's order), or null before.
+  void quantize_lm_head_int4(int group, cudaStream_t st);
+  const uint8_t* lm_head_int4() const { return lm_int4_w_.size() ? lm_int4_w_.get() : nullptr; }
+  const uint16_t* lm_head_int4_scales() const { return lm_int4_s_.get(); }
+  int lm_head_int4_group() const { return lm_int4_group_; }
 
   size_t int4_bytes() const;  // the INT4 projections' weights and scales (what a decode step reads of them)
   size_t fp8_bytes() const;   // the FP8 projections' (what a prefill chunk reads)
@@ -109,6 +121,9 @@ class DeviceWeights {
   int hidden_ = 0, lm_begin_ = 0, lm_rows_ = 0;
   cuda::DeviceBuffer<uint16_t> embd_;      // [vocab][H] BF16
   cuda::DeviceBuffer<uint16_t> lm_head_;   // [lm_rows][H] BF16 (empty when tied: embd)
+  cuda::DeviceBuffer<uint8_t> lm_int4_w_;  // [lm_rows * H / 2] INT4 head, fragment order (or empty)
+  cuda::DeviceBuffer<uint16_t> lm_int4_s_; // [lm_rows * H / group] FP16 scales, fragment order
+  int lm_int4_group_ = 0;
   cuda::DeviceBuffer<uint16_t> out_norm_;  // [H] BF16
   std::vector<Layer> layers_;              // [layers]
   std::vector<Fp8Layer> fp8_;              // [layers] or empty

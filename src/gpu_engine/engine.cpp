@@ -25,6 +25,7 @@
 #include "launch/decode_ops.h"
 #include "launch/device.h"
 #include "launch/fp8_scaling.h"
+#include "launch/lm_head.h"
 #include "launch/stream.h"
 #include "runtime/batch.h"
 #include "runtime/perplexity.h"
@@ -155,6 +156,13 @@ GpuEngine::GpuEngine(const ModelConfig& config, uint64_t seed, const GpuEngineOp
 
 void GpuEngine::init_step() {
   Impl& m = *impl_;
+  if (opt_.lm_head_int4) {
+    const auto t0 = std::chrono::steady_clock::now();
+    m.weights->quantize_lm_head_int4(lm_head_int4_group(), m.stream);
+    if (opt_.log)
+      opt_.log(fmt::format("LM head quantized to INT4 (group {}) in {:.2f} s", lm_head_int4_group(),
+                           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()));
+  }
   StepPlanConfig& pc = m.plan_config;
   pc.gemms.resize(size_t(config_.n_layers));
   for (int l = 0; l < config_.n_layers; ++l) {
@@ -186,6 +194,8 @@ void GpuEngine::init_step() {
   eo.tp_rank = opt_.tp_rank;
   eo.hidden = config_.hidden;
   eo.rms_eps = config_.rms_eps;
+  eo.lm_head_streaming = opt_.lm_head_streaming;
+  eo.lm_head_int4 = opt_.lm_head_int4;
   m.exec = std::make_unique<LaunchExecutor>(*m.weights, *m.kv, *m.buf, m.lt, eo);
 }
 
@@ -273,6 +283,19 @@ void GpuEngine::init(const std::string& weights_what, size_t weights_est) {
   if (disabled_by_env("FUTR_GPU_PDL")) opt_.pdl = false;
   if (disabled_by_env("FUTR_GPU_FUSE_NORM")) opt_.fuse_norm = false;
   if (disabled_by_env("FUTR_GPU_ATTN_CTAS")) opt_.attn_ctas = false;
+  if (const char* e = std::getenv("FUTR_GPU_LM_HEAD")) {
+    const std::string v = e;
+    FUTR_CHECK(v == "streaming" || v == "cublaslt" || v == "int4",
+               "FUTR_GPU_LM_HEAD={}: expected streaming, cublaslt or int4", v);
+    opt_.lm_head_streaming = v != "cublaslt";
+    opt_.lm_head_int4 = v == "int4";
+  }
+  if (opt_.lm_head_int4) opt_.lm_head_streaming = true;
+  if (opt_.lm_head_streaming) {
+    const char* why = cuda::lm_head_unsupported(lm_rows_, c.hidden, opt_.lm_head_int4 ? lm_head_int4_group() : 0);
+    FUTR_CHECK(why[0] == 0, "GPU engine: the streaming LM head cannot run this model's head ([{} x {}]{}): {}",
+               lm_rows_, c.hidden, opt_.lm_head_int4 ? ", int4" : "", why);
+  }
   const bool int4 = o.kv != KvFormat::kBf16;
   const int rot = o.kv == KvFormat::kInt4Rot ? o.kv_block : 0;
   // Refuse what the kernels do not compile before allocating anything. The
@@ -296,6 +319,8 @@ void GpuEngine::init(const std::string& weights_what, size_t weights_est) {
   pc.fuse_norm = opt_.fuse_norm;
   pc.attention_ctas = opt_.attn_ctas;
   pc.gpu_sampling = opt_.gpu_sampling;
+  pc.lm_head_streaming = opt_.lm_head_streaming;
+  pc.lm_head_int4 = opt_.lm_head_int4;
   pc.tensor_parallel = opt_.tp_comms != nullptr;
   pc.sm_count = dev.sm_count;
   pc.attention_resident_per_sm = 0;  // the device's occupancy
@@ -319,6 +344,8 @@ void GpuEngine::init(const std::string& weights_what, size_t weights_est) {
       double(m.kv->bytes()) / (1 << 20), opt_.ctx, o.max_seqs,
       opt_.graphs ? "CUDA graphs per batch bucket" : "eager launches (graphs off)",
       opt_.pdl ? "programmatic dependent launch" : "no PDL", kMaxMicroBatch);
+  if (opt_.lm_head_streaming)
+    info_.describe += opt_.lm_head_int4 ? "; LM head: INT4, the streaming kernel" : "; LM head: the streaming kernel";
   info_.vocab = c.vocab;
   info_.ctx = opt_.ctx;
   info_.max_seqs = o.max_seqs;

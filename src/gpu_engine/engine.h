@@ -87,7 +87,9 @@
 // count one for every bucket (cuda::attention_heuristic_invariant), the
 // RMSNorm factor summed in the same order by sm90_rmsnorm and by the gemv's
 // fused norm, the LM head always over kMaxMicroBatch rows (cuBLASLt chooses
-// its kernel by M). Tests: tests/gpu_engine/invariance_test.cpp.
+// its kernel by M) or, with GpuEngineOptions::lm_head_streaming, by our
+// streaming kernel over the bucket's rows (one chain of MMAs per logit over K
+// for any M: sm90_lm_head.cuh). Tests: tests/gpu_engine/invariance_test.cpp.
 //
 // Where the pieces live (one home per concept):
 //   gpu_engine/device_weights.h   the weights on the device: INT4 projections (fused q|k|v,
@@ -179,6 +181,17 @@ struct GpuEngineOptions {
   // At large batch, a CTA reduces several of a sequence's attention chunks in
   // turn (cuda::attention_ctas; the same bits). FUTR_GPU_ATTN_CTAS=0: one CTA per chunk.
   bool attn_ctas = true;
+  // The LM head by our streaming kernel (launch/lm_head.h) over the bucket's
+  // rows, a programmatic dependent of the norm before it, instead of cuBLASLt
+  // over kMaxMicroBatch rows (the default until the H200 measurement in
+  // bench/lm_head_bench.cpp decides). FUTR_GPU_LM_HEAD=streaming | cublaslt
+  // overrides it. Needs H % 64 == 0 (refused otherwise).
+  bool lm_head_streaming = false;
+  // The LM head quantized to INT4 (--head int4; FUTR_GPU_LM_HEAD=int4): its
+  // rows RTN with FP16 scales per group of 128 inputs (64 where H % 128 != 0)
+  // at construction, run by the streaming kernel (implies lm_head_streaming):
+  // a quarter of the head's bytes, at an accuracy cost (docs/ACCURACY.md).
+  bool lm_head_int4 = false;
 
   // The FP8 prefill path (gpu_engine/prefill.h): its weights (format fp8: q/k/v and
   // gate/up with the RMSNorm gain folded in), or drawn on the device for a
@@ -301,6 +314,8 @@ class GpuEngine final : public runtime::TableEngine {
 
   ModelConfig config_;
   int lm_begin_ = 0, lm_rows_ = 0;  // the LM head's vocabulary rows (the whole vocabulary without TP)
+  // The INT4 head's group: 128, or 64 where H % 128 != 0 (the quantizer's rule).
+  int lm_head_int4_group() const { return config_.hidden % 128 == 0 ? 128 : 64; }
   int32_t sampleable_vocab_;  // ids a sampler may draw (the tokenizer's; padded LM-head rows excluded)
   GpuEngineOptions opt_;
   std::unique_ptr<Impl> impl_;

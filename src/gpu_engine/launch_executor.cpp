@@ -10,6 +10,7 @@
 #include "gpu_engine/nccl.h"
 #include "gpu_engine/profiler.h"
 #include "launch/cublaslt.h"
+#include "launch/lm_head.h"
 #include "launch/linear.h"
 
 namespace futr::gpu {
@@ -88,6 +89,18 @@ const uint16_t* gain(const DeviceWeights& w, const StepRef& r) {
     default: break;
   }
   fail("step plan: {} is not an RMSNorm gain", to_string(r.param));
+}
+
+// The streaming LM head over the BF16 rows or the INT4 ones.
+cuda::LmHeadArgs lm_head_args(const DeviceWeights& w, bool int4, const void* x, float* out, int rows, int n, int k) {
+  cuda::LmHeadArgs a{w.lm_head_rows(), x, out, 0, rows, n, k};
+  if (int4) {
+    FUTR_CHECK(w.lm_head_int4(), "step plan: the INT4 LM head was not quantized");
+    a.w = w.lm_head_int4();
+    a.scales = w.lm_head_int4_scales();
+    a.group = w.lm_head_int4_group();
+  }
+  return a;
 }
 
 }  // namespace
@@ -172,8 +185,13 @@ void LaunchExecutor::enqueue(const StepPlan& plan, cudaStream_t st, Profiler* pr
         cuda::swiglu(m.get(op.in), m.get(op.out), op.rows, op.n, st, pdl);
         break;
       case StepOpKind::kLmHead:
-        lt_.matmul(cuda::LtInput::kBF16, m.get(op.in), w_.lm_head_rows(), m.get(op.out), op.rows, op.n, op.k, nullptr,
-                   nullptr, st, cuda::LtOutput::kF32);
+        if (op.lm_streaming)
+          cuda::lm_head(lm_head_args(w_, op.lm_int4, m.get(op.in), static_cast<float*>(m.get(op.out)), op.rows,
+                                     op.n, op.k),
+                        st, pdl);
+        else
+          lt_.matmul(cuda::LtInput::kBF16, m.get(op.in), w_.lm_head_rows(), m.get(op.out), op.rows, op.n, op.k,
+                     nullptr, nullptr, st, cuda::LtOutput::kF32);
         break;
       case StepOpKind::kLogitsReduce: {
         cuda::LogitsReduceArgs ra;
@@ -231,9 +249,12 @@ void LaunchExecutor::enqueue_outputs(int rows, const uint16_t* x_rows, cudaStrea
   norm.H = H;
   norm.eps = o_.rms_eps;
   cuda::rmsnorm(norm, st);
-  // kDecodeMaxRows rows, as the decode step's head: the same kernel, the same bits.
-  lt_.matmul(cuda::LtInput::kBF16, m.a.get(), w_.lm_head_rows(), m.logits.get(), kDecodeMaxRows, w_.lm_rows(), H,
-             nullptr, nullptr, st, cuda::LtOutput::kF32);
+  // As the decode step's head: the same kernel, the same bits (cuBLASLt over kDecodeMaxRows rows).
+  if (o_.lm_head_streaming || o_.lm_head_int4)
+    cuda::lm_head(lm_head_args(w_, o_.lm_head_int4, m.a.get(), m.logits.get(), rows, w_.lm_rows(), H), st);
+  else
+    lt_.matmul(cuda::LtInput::kBF16, m.a.get(), w_.lm_head_rows(), m.logits.get(), kDecodeMaxRows, w_.lm_rows(), H,
+               nullptr, nullptr, st, cuda::LtOutput::kF32);
   cuda::LogitsReduceArgs ra;
   ra.logits = m.logits.get();
   ra.vocab = w_.lm_rows();

@@ -98,6 +98,8 @@ class LaunchExecutor {
     int tp_rank = 0;
     int hidden = 0;                  // H: the residual's width
     float rms_eps = 1e-5f;           // the RMSNorms' epsilon
+    bool lm_head_streaming = false;  // enqueue_outputs' head: our streaming kernel (else cuBLASLt), as the plans'
+    bool lm_head_int4 = false;       // and over the INT4 head
   };
   // Borrows everything (the engine owns it all and outlives the executor).
   LaunchExecutor(const DeviceWeights& w, const KvCache& kv, StepBuffers& b, cuda::CublasLt& lt, const Options& o);
@@ -111,8 +113,9 @@ class LaunchExecutor {
   // The output pass of `rows` (<= kDecodeMaxRows) rows of a prefill chunk,
   // eager, no PDL: x = the chunk's BF16 residual rows x_rows[tok] (the row
   // map's kTok entries, written by the caller), a = RMSNorm(x) g_out, the LM
-  // head over kDecodeMaxRows rows (the decode step's: the same kernel, the
-  // same bits), the logits reductions with the kTarget entries.
+  // head as the decode step runs it (the same kernel, the same bits: cuBLASLt
+  // over kDecodeMaxRows rows, or the streaming kernel over `rows`), the
+  // logits reductions with the kTarget entries.
   void enqueue_outputs(int rows, const uint16_t* x_rows, cudaStream_t st);
 
   int graphs_captured() const;

@@ -226,19 +226,22 @@ StepPlan build_step_plan(const StepPlanConfig& c, int bucket) {
       ops.push_back(norm(l, gain, kBdNormFfn));  // x += down; a = RMSNorm(x) g_next
     }
   }
-  // The LM head always over kDecodeMaxRows rows (rows >= B hold stale inputs,
-  // their logits unread): cuBLASLt picks its kernel, and so the summation
-  // order, by M; one M keeps every row's logits the same bits in any bucket.
+  // The LM head. cuBLASLt: always over kDecodeMaxRows rows (rows >= B hold
+  // stale inputs, their logits unread): cuBLASLt picks its kernel, and so the
+  // summation order, by M; one M keeps every row's logits the same bits in any
+  // bucket. Ours: the bucket's rows (its order does not depend on M).
   {
     StepOp op;
     op.kind = StepOpKind::kLmHead;
-    op.rows = kDecodeMaxRows;
+    op.lm_streaming = c.lm_head_streaming || c.lm_head_int4;
+    op.lm_int4 = c.lm_head_int4;
+    op.rows = op.lm_streaming ? B : kDecodeMaxRows;
     op.w = {StepParam::kLmHead, -1};
     op.in = StepAct::kA;
     op.out = StepAct::kLogits;
     op.n = c.lm_rows;
     op.k = H;
-    op.pdl = false;  // cuBLASLt: a plain launch
+    op.pdl = op.lm_streaming;  // cuBLASLt: a plain launch
     op.breakdown = kBdLmHead;
     ops.push_back(op);
   }
@@ -329,7 +332,8 @@ std::string StepPlan::describe(const StepOp& op) {
                        to_string(op.out), op.rows, op.n);
       break;
     case StepOpKind::kLmHead:
-      s += fmt::format(" {} -> {} [{} x {} x {}] cublaslt", to_string(op.in), to_string(op.out), op.rows, op.n, op.k);
+      s += fmt::format(" {} -> {} [{} x {} x {}] {}", to_string(op.in), to_string(op.out), op.rows, op.n, op.k,
+                       op.lm_int4 ? "streaming int4" : op.lm_streaming ? "streaming" : "cublaslt");
       break;
     case StepOpKind::kRopeAppend:
       s += fmt::format(" {}: k, v -> kv[{}], q rotated in place [{}]", to_string(op.in), op.layer, op.rows);

@@ -20,7 +20,8 @@
 //     swiglu     sw = bf16(silu(g) u)            (not where the down GEMM stages it itself)
 //     gemm down  y = sw Wdown^T                  (x_swiglu: from gu)
 //     norm       x += y; a = bf16(RMSNorm(x) g_next)  (fused norm: only after the last layer)
-//   lm_head      logits = a Wlm^T over kDecodeMaxRows rows (cuBLASLt; every bucket the same M)
+//   lm_head      logits = a Wlm^T: cuBLASLt over kDecodeMaxRows rows (every bucket the same M),
+//                or our streaming kernel over the bucket's rows (lm_head_streaming)
 //   logits_reduce  per row: argmax, log-sum-exp, log p(target)
 //   sample       per sampled row: the drawn token            (with GPU sampling)
 //
@@ -113,6 +114,8 @@ struct StepOp {
   bool x_swiglu = false;          // kGemm: the input is bf16(silu(g) u) of [rows][2k] gate|up
   bool norm_in = false;           // kGemm: the input is bf16(RMSNorm(x + add) gain) (one-row gemv)
   bool all_reduce = false;        // kGemm: the output summed over the tensor-parallel ranks
+  bool lm_streaming = false;      // kLmHead: our streaming kernel (launch/lm_head.h), else cuBLASLt
+  bool lm_int4 = false;           // kLmHead: the INT4 head (streaming)
   bool pdl = true;                // may launch as a programmatic dependent of the op before
   int breakdown = 0;              // its BreakdownRow
 };
@@ -138,6 +141,12 @@ struct StepPlanConfig {
   int ctx = 1;                    // positions per sequence (the attention's longest: max(ctx, kDecodeMaxRows))
   bool fuse_norm = true;          // the residual add + RMSNorm in the one-row QKV and gate/up gemv
   bool gpu_sampling = true;       // a sample op after the reductions
+  // The LM head by our streaming kernel (launch/lm_head.h) over the bucket's
+  // rows, a programmatic dependent of the norm before it; false: cuBLASLt over
+  // kDecodeMaxRows rows, a plain launch. Both batch invariant (ours by
+  // construction: one summation order for any M).
+  bool lm_head_streaming = false;
+  bool lm_head_int4 = false;      // the streaming head over the INT4 rows (DeviceWeights::lm_head_int4)
   bool tensor_parallel = false;   // the O and down outputs all-reduced
   int sm_count = 1;               // the GPU's multiprocessors (the heuristics' input)
   int attention_resident_per_sm = 0;  // the attention's resident CTAs per SM; 0: the device's (needs a GPU)

@@ -45,12 +45,15 @@
 // Limits: D in {64, 128}; G <= 8. Launcher (variant list, split heuristic):
 // src/launch/decode_attention.cu. Test: tests/kernels/decode_attention_test.cpp.
 // Benchmark: bench/decode_attention_bench.cpp.
+// Work unit: decode_attention_unit (the contract: kernels/work_unit.h); the __global__ kernel
+// is its wrapper, one CTA per unit.
 #pragma once
 
 #include "kernels/sm90_kv_common.cuh"
 #include "kernels/ptx/cp_async.cuh"
 #include "kernels/ptx/mma.cuh"
 #include "kernels/ptx/pdl.cuh"
+#include "kernels/work_unit.h"
 
 namespace futr::device {
 
@@ -261,10 +264,39 @@ struct Step<D, KvKind::kBf16> {
 
 }  // namespace attn
 
+// Shared memory of one unit, as a view of its pieces (work_unit.h). The INT4
+// ring (main loop), the per-warp O rows and the split merge's weights
+// (epilogue) share one buffer (raw).
 template <int D, KvKind KIND>
-__global__ void __launch_bounds__(kAttnWarps * 32) sm90_decode_attention_kernel(const DecodeAttentionParams p) {
-  ptx::griddep_launch_dependents();  // PDL (ptx/pdl.cuh): the next kernel may launch
-  ptx::griddep_wait();               // q, the cache and the row map come from earlier kernels
+struct DecodeAttentionSmem {
+  static constexpr bool kInt4 = KIND == KvKind::kInt4;
+  static constexpr int kRingBytes = kInt4 ? kAttnWarps * kAttnStages * attn::Step<D, KvKind::kInt4>::kStageBytes : 0;
+  static constexpr int kOBytes = kAttnWarps * 8 * (D + 4) * 4;
+  static constexpr int kWBytes = 8 * kAttnMaxSplits * 4;  // the split merge's weights [G][splits]
+  static constexpr int kRawBytes = kRingBytes > kOBytes ? (kRingBytes > kWBytes ? kRingBytes : kWBytes)
+                                                        : (kOBytes > kWBytes ? kOBytes : kWBytes);
+  float (*q)[D + 4];     // [8][D + 4] the group's query rows (FP32; rotated)
+  uint8_t* raw;          // [kRawBytes], 16-byte aligned
+  float (*m)[8];         // [kAttnWarps][8] the warps' running max
+  float (*l)[8];         // [kAttnWarps][8] and sum
+  float* lsum;           // [8] the split merge's sums per head
+  int* is_last;          // this unit is the last of its (sequence, KV head)
+  // Its bytes (the static declarations of the kernel below, unpadded).
+  static constexpr size_t kBytes = 8 * (D + 4) * 4 + kRawBytes + 2 * kAttnWarps * 8 * 4 + 8 * 4 + 4;
+};
+
+// The unit count of a launch (work_unit.h): chunk groups x KV heads x sequences.
+__host__ __device__ __forceinline__ int decode_attention_grid_x(const DecodeAttentionParams& p) {
+  return (p.splits + p.chunks_per_cta - 1) / p.chunks_per_cta;
+}
+
+// One unit (work_unit.h): chunk group `split` = unit.x() of KV head unit.y()
+// of sequence unit.z() (linear: x + grid_x * (y + kv_heads * z)); kAttnWarps * 32 threads.
+template <int D, KvKind KIND, class Unit, class Deps>
+__device__ __forceinline__ void decode_attention_unit(const DecodeAttentionParams& p, const Unit& unit, int /*units*/,
+                                                      const DecodeAttentionSmem<D, KIND>& sm, const Deps& deps) {
+  deps.release();  // the next op may start (launch executor: PDL, ptx/pdl.cuh)
+  deps.wait();     // q, the cache and the row map come from earlier ops
 
   static_assert(D == 64 || D == 128, "head_dim 64 or 128");
   constexpr int kSteps = D / 16;       // mma k-steps of Q K^T, m-tiles of V^T P^T
@@ -273,20 +305,14 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sm90_decode_attention_kernel(
   using StepT = attn::Step<D, KIND>;
 
   // ---- shared memory ----------------------------------------------------------
-  // The INT4 ring (main loop), the per-warp O rows and the split merge's
-  // weights (epilogue) share one buffer.
-  constexpr int kRingBytes = kInt4 ? kAttnWarps * kAttnStages * attn::Step<D, KvKind::kInt4>::kStageBytes : 0;
-  constexpr int kOBytes = kAttnWarps * 8 * (D + 4) * 4;
-  __shared__ float q_s[8][D + 4];                  // the group's query rows (FP32; rotated)
-  constexpr int kWBytes = 8 * kAttnMaxSplits * 4;  // the split merge's weights [G][splits]
-  constexpr int kRawBytes = kRingBytes > kOBytes ? (kRingBytes > kWBytes ? kRingBytes : kWBytes)
-                                                 : (kOBytes > kWBytes ? kOBytes : kWBytes);
-  __shared__ __align__(16) uint8_t smem_raw[kRawBytes];
-  __shared__ float m_s[kAttnWarps][8], l_s[kAttnWarps][8];
+  float(*const q_s)[D + 4] = sm.q;
+  uint8_t* const smem_raw = sm.raw;
+  float(*const m_s)[8] = sm.m;
+  float(*const l_s)[8] = sm.l;
   auto o_s = reinterpret_cast<float (*)[8][D + 4]>(smem_raw);  // [warp][head][D]
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, c = lane % 4;
-  const int split = blockIdx.x, head = blockIdx.y, b = blockIdx.z;
+  const int split = unit.x(), head = unit.y(), b = unit.z();
   const int G = p.group, n_heads = p.kv_heads * G;
   const int len = p.kv_len[b], base = p.slot_base[b];
   // Work split in iterations of kU 16-token steps (the mirror: two steps per
@@ -591,12 +617,12 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sm90_decode_attention_kernel(
   // ---- split-KV: the last CTA of (sequence, KV head) to finish combines ----------
   //   M = max_s m_s, w_s = 2^(m_s - M), out = sum_s w_s O_s / sum_s w_s l_s
   if (p.splits > 1) {
-    __shared__ int is_last;
+    int& is_last = *sm.is_last;
     __threadfence();  // this CTA's partials are visible before its arrival counts
     __syncthreads();
     if (tid == 0) {
       int* counter = p.counters + size_t(b) * p.kv_heads + head;
-      is_last = atomicAdd(counter, 1) == int(gridDim.x) - 1;  // one arrival per CTA
+      is_last = atomicAdd(counter, 1) == int(unit.nx()) - 1;  // one arrival per unit of the x extent
       if (is_last) *counter = 0;  // ready for the next launch (graph replays)
     }
     __syncthreads();
@@ -605,7 +631,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sm90_decode_attention_kernel(
     // (1) One warp per head: the chunks' weights 2^(m_s - M) (shared memory) and L.
     // NOTE: other CTAs wrote the partials: __ldcg reads them from L2, never a stale L1 line.
     float* wts = reinterpret_cast<float*>(smem_raw);  // [G][splits]
-    __shared__ float lsum[8];
+    float* const lsum = sm.lsum;
     for (int r = warp; r < G; r += kAttnWarps) {
       const float* ml = p.ml_part + (size_t(b) * n_heads + size_t(head) * G + r) * p.splits * 2;
       float mmax = -INFINITY;
@@ -652,6 +678,18 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sm90_decode_attention_kernel(
     const int r = i / D, d = i % D;
     p.out[(size_t(b) * n_heads + size_t(head) * G + r) * D + d] = __float2bfloat16_rn(q_s[r][d]);
   }
+}
+
+template <int D, KvKind KIND>
+__global__ void __launch_bounds__(kAttnWarps * 32) sm90_decode_attention_kernel(const DecodeAttentionParams p) {
+  using Smem = DecodeAttentionSmem<D, KIND>;
+  __shared__ float q_s[8][D + 4];
+  __shared__ __align__(16) uint8_t smem_raw[Smem::kRawBytes];
+  __shared__ float m_s[kAttnWarps][8], l_s[kAttnWarps][8];
+  __shared__ float lsum[8];
+  __shared__ int is_last;
+  const Smem sm{q_s, smem_raw, m_s, l_s, lsum, &is_last};
+  decode_attention_unit<D, KIND>(p, BlockUnit{}, gridDim.x * gridDim.y * gridDim.z, sm, PdlDeps{});
 }
 
 }  // namespace futr::device

@@ -29,25 +29,36 @@
 //
 // Limits: D in {64, 128}; kv_heads <= 16. Launcher: src/launch/decode_attention.cu.
 // Test: tests/kernels/decode_attention_test.cpp (byte-identical to the CPU).
+// Work unit: kv_append_unit (the contract: kernels/work_unit.h); the __global__ kernel
+// is its wrapper, one CTA per unit.
 #pragma once
 
 #include "kernels/sm90_kv_common.cuh"
 #include "kernels/ptx/pdl.cuh"
+#include "kernels/work_unit.h"
 
 namespace futr::device {
 
+// Shared memory of one unit: one staged row per warp (<= 32 warps).
 template <int D>
-__global__ void __launch_bounds__(1024) sm90_kv_append_kernel(const KvAppendParams p) {
+struct KvAppendSmem {
+  float rows[32][D];
+};
+
+// One row (work_unit.h): unit = the row, 64 * kv_heads threads.
+template <int D, class Deps>
+__device__ __forceinline__ void kv_append_unit(const KvAppendParams& p, int unit, int /*units*/,
+                                               KvAppendSmem<D>& sm, const Deps& deps) {
   static_assert(D == 64 || D == 128, "head_dim 64 or 128");
   constexpr int kPer = D / 32;  // values per lane
-  __shared__ float rows_smem[32][D];  // one row per warp (<= 32 warps)
+  float(&rows_smem)[32][D] = sm.rows;
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int r = blockIdx.x;
+  const int r = unit;
   const int head = warp / 2;
   const bool is_v = warp % 2;
-  ptx::griddep_launch_dependents();  // PDL (ptx/pdl.cuh): the next kernel may launch
-  ptx::griddep_wait();               // k, v, q and the row map come from earlier kernels
+  deps.release();  // the next op may start (launch executor: PDL, ptx/pdl.cuh)
+  deps.wait();     // k, v, q and the row map come from earlier ops
   if (head >= p.kv_heads) return;
   const int slot = p.slot_base[p.row_seq[r]] + p.row_pos[r];
   const bool rope = p.rope_cos != nullptr;
@@ -93,6 +104,12 @@ __global__ void __launch_bounds__(1024) sm90_kv_append_kernel(const KvAppendPara
   if (!finite && lane == 0 && p.nonfinite) atomicAdd(p.nonfinite, 1);
   if (!p.mirror) return;
   kv_mirror_write_warp<D>(x, p.cache, p.kv_heads, slot, head, is_v, p.rot_block, lane);
+}
+
+template <int D>
+__global__ void __launch_bounds__(1024) sm90_kv_append_kernel(const KvAppendParams p) {
+  __shared__ KvAppendSmem<D> sm;
+  kv_append_unit<D>(p, blockIdx.x, gridDim.x, sm, PdlDeps{});
 }
 
 }  // namespace futr::device

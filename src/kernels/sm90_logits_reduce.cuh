@@ -25,12 +25,15 @@
 // Launcher: src/launch/decode_ops.cu (logits_reduce). Test:
 // tests/kernels/logits_reduce_test.cpp (random rows, ties, -inf, NaN, vocab
 // tails). Graph-capturable (no allocation, no synchronization).
+// Work unit: logits_reduce_unit (the contract: kernels/work_unit.h); the __global__ kernel
+// is its wrapper, one CTA per unit.
 #pragma once
 
 #include <math_constants.h>
 
 #include <cstdint>
 #include "kernels/ptx/pdl.cuh"
+#include "kernels/work_unit.h"
 
 namespace futr::device {
 
@@ -65,21 +68,36 @@ __device__ __forceinline__ bool beats(float v, int i, float bv, int bi) {
 
 }  // namespace logits
 
-__global__ void __launch_bounds__(kLogitsThreads) sm90_logits_reduce_kernel(const LogitsReduceParams p) {
-  ptx::griddep_launch_dependents();  // PDL (ptx/pdl.cuh): the next kernel may launch
-  ptx::griddep_wait();               // everything it reads may come from the kernel before
-
+// Shared memory of one unit: the warps' partial results, as a view of its
+// pieces (work_unit.h).
+struct LogitsReduceSmem {
   static_assert(kLogitsThreads % 32 == 0 && kLogitsThreads <= 1024, "whole warps, one CTA");
-  constexpr int kWarps = kLogitsThreads / 32;
-  const int row = blockIdx.x, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  static constexpr int kWarps = kLogitsThreads / 32;
+  float* val;    // [kWarps] the warps' max
+  int* idx;      // [kWarps] its lowest id
+  int* bad;      // [kWarps] non-finite counts
+  double* sum;   // [kWarps] sums of exp
+  float* max;    // the row's max
+  static constexpr size_t kBytes = kWarps * (4 + 4 + 4 + 8) + 4;
+};
+
+// One row (work_unit.h): unit = the row, kLogitsThreads threads.
+template <class Deps>
+__device__ __forceinline__ void logits_reduce_unit(const LogitsReduceParams& p, int unit, int /*units*/,
+                                                   const LogitsReduceSmem& sm, const Deps& deps) {
+  deps.release();  // the next op may start (launch executor: PDL, ptx/pdl.cuh)
+  deps.wait();     // everything it reads may come from the op before
+
+  constexpr int kWarps = LogitsReduceSmem::kWarps;
+  const int row = unit, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const float* z = p.logits + size_t(row) * size_t(p.ld);
 
   // ---- shared memory ----------------------------------------------------------
-  __shared__ float s_val[kWarps];
-  __shared__ int s_idx[kWarps];
-  __shared__ int s_bad[kWarps];
-  __shared__ double s_sum[kWarps];
-  __shared__ float s_max;
+  float* const s_val = sm.val;
+  int* const s_idx = sm.idx;
+  int* const s_bad = sm.bad;
+  double* const s_sum = sm.sum;
+  float& s_max = *sm.max;
 
   // ---- pass 1: max, argmax, non-finite count -------------------------------------
   float bv = CUDART_NAN_F;  // NaN: beaten by any number
@@ -153,6 +171,16 @@ __global__ void __launch_bounds__(kLogitsThreads) sm90_logits_reduce_kernel(cons
     p.out[row].lse = lse;
     p.out[row].logprob = lp;
   }
+}
+
+__global__ void __launch_bounds__(kLogitsThreads) sm90_logits_reduce_kernel(const LogitsReduceParams p) {
+  constexpr int kWarps = LogitsReduceSmem::kWarps;
+  __shared__ float s_val[kWarps];
+  __shared__ int s_idx[kWarps];
+  __shared__ int s_bad[kWarps];
+  __shared__ double s_sum[kWarps];
+  __shared__ float s_max;
+  logits_reduce_unit(p, blockIdx.x, gridDim.x, LogitsReduceSmem{s_val, s_idx, s_bad, s_sum, &s_max}, PdlDeps{});
 }
 
 }  // namespace futr::device

@@ -10,12 +10,15 @@
 // in a fixed order (below). Limits: H <= 8192, H % 4 == 0 (x staged per thread
 // in registers: 8 quads at 256 threads).
 // Launcher: src/launch/decode_ops.cu. Test: tests/kernels/decode_ops_test.cpp.
+// Work unit: rmsnorm_unit (the contract: kernels/work_unit.h); the __global__ kernel
+// is its wrapper, one CTA per unit.
 #pragma once
 
 #include <cuda_bf16.h>
 
 #include <cstdint>
 #include "kernels/ptx/pdl.cuh"
+#include "kernels/work_unit.h"
 
 namespace futr::device {
 
@@ -42,9 +45,17 @@ inline constexpr int kRmsMaxPerThread = 4 * kRmsQuads;       // H <= 8192
 // step ran it here (micro-steps of several rows) or inside the gemv (one row).
 // H % 4 == 0 (checked by the launcher).
 
-__global__ void __launch_bounds__(kRmsThreads) sm90_rmsnorm_kernel(const RmsNormParams p) {
-  ptx::griddep_launch_dependents();  // PDL (ptx/pdl.cuh): the next kernel may launch
-  const int row = blockIdx.x, tid = threadIdx.x;
+// Shared memory of one unit: the warps' partial sums of squares.
+struct RmsNormSmem {
+  float part[kRmsThreads / 32];
+};
+
+// One row (work_unit.h): unit = the row, kRmsThreads threads.
+template <class Deps>
+__device__ __forceinline__ void rmsnorm_unit(const RmsNormParams& p, int unit, int /*units*/, RmsNormSmem& sm,
+                                             const Deps& deps) {
+  deps.release();  // the next op may start (launch executor: PDL, ptx/pdl.cuh)
+  const int row = unit, tid = threadIdx.x;
   const int n4 = p.H / 4;
   auto bf = [](uint16_t h) { return __uint_as_float(uint32_t(h) << 16); };
   // The gain is a weight (no kernel writes it): loaded before griddepcontrol.wait.
@@ -55,7 +66,7 @@ __global__ void __launch_bounds__(kRmsThreads) sm90_rmsnorm_kernel(const RmsNorm
 #pragma unroll
     for (int e = 0; e < 4; ++e) g[i][e] = j < n4 ? bf(p.gain[4 * j + e]) : 0.f;
   }
-  ptx::griddep_wait();  // x, add and the tokens may come from the kernel before
+  deps.wait();  // x, add and the tokens may come from the op before
 
   // Every load of the row is issued before the first store: a load after a
   // store to x could alias it, so interleaving them serialized the row into
@@ -89,7 +100,7 @@ __global__ void __launch_bounds__(kRmsThreads) sm90_rmsnorm_kernel(const RmsNorm
     }
   }
   // ---- block sum of squares (the gemv's order, above) ---------------------------
-  __shared__ float part[kRmsThreads / 32];
+  float* const part = sm.part;
 #pragma unroll
   for (int o = 16; o > 0; o /= 2) ss += __shfl_xor_sync(0xffffffffu, ss, o);
   if (tid % 32 == 0) part[tid / 32] = ss;
@@ -110,6 +121,11 @@ __global__ void __launch_bounds__(kRmsThreads) sm90_rmsnorm_kernel(const RmsNorm
       }
     }
   }
+}
+
+__global__ void __launch_bounds__(kRmsThreads) sm90_rmsnorm_kernel(const RmsNormParams p) {
+  __shared__ RmsNormSmem sm;
+  rmsnorm_unit(p, blockIdx.x, gridDim.x, sm, PdlDeps{});
 }
 
 }  // namespace futr::device

@@ -10,12 +10,15 @@
 // cos/sin tables are model/rope.h's make_rope_table, FP32 [max_pos][D/2]. The first
 // `heads` head vectors of each row are rotated (q heads, then k heads).
 // One CTA per row. Launcher: src/launch/decode_ops.cu. Test: tests/kernels/decode_ops_test.cpp.
+// Work unit: rope_unit (the contract: kernels/work_unit.h); the __global__ kernel
+// is its wrapper, one CTA per unit.
 #pragma once
 
 #include <cuda_bf16.h>
 
 #include <cstdint>
 #include "kernels/ptx/pdl.cuh"
+#include "kernels/work_unit.h"
 
 namespace futr::device {
 
@@ -28,11 +31,15 @@ struct RopeParams {
   int heads = 0, D = 0;
 };
 
-__global__ void __launch_bounds__(256) sm90_rope_kernel(const RopeParams p) {
-  ptx::griddep_launch_dependents();  // PDL (ptx/pdl.cuh): the next kernel may launch
-  ptx::griddep_wait();               // everything it reads may come from the kernel before
+inline constexpr int kRopeThreads = 256;
 
-  const int row = blockIdx.x, half = p.D / 2;
+// One row (work_unit.h): unit = the row, kRopeThreads threads, no shared memory.
+template <class Deps>
+__device__ __forceinline__ void rope_unit(const RopeParams& p, int unit, int /*units*/, const Deps& deps) {
+  deps.release();  // the next op may start (launch executor: PDL, ptx/pdl.cuh)
+  deps.wait();     // everything it reads may come from the op before
+
+  const int row = unit, half = p.D / 2;
   uint16_t* x = p.x + size_t(row) * size_t(p.ld);
   const float* c = p.cos + size_t(p.pos[row]) * half;
   const float* s = p.sin + size_t(p.pos[row]) * half;
@@ -46,6 +53,10 @@ __global__ void __launch_bounds__(256) sm90_rope_kernel(const RopeParams p) {
     v[i] = *reinterpret_cast<const uint16_t*>(&l);
     v[i + half] = *reinterpret_cast<const uint16_t*>(&u);
   }
+}
+
+__global__ void __launch_bounds__(kRopeThreads) sm90_rope_kernel(const RopeParams p) {
+  rope_unit(p, blockIdx.x, gridDim.x, PdlDeps{});
 }
 
 }  // namespace futr::device

@@ -31,6 +31,8 @@
 //
 // Launcher: src/launch/decode_ops.cu (sample_topk). Reference: runtime::Sampler
 // (sample_with). Test: tests/kernels/sample_topk_test.cpp. Graph-capturable.
+// Work unit: sample_topk_unit (the contract: kernels/work_unit.h); the __global__ kernel
+// is its wrapper, one CTA per unit.
 #pragma once
 
 #include <math_constants.h>
@@ -41,6 +43,7 @@
 #include <cstdint>
 
 #include "kernels/ptx/pdl.cuh"
+#include "kernels/work_unit.h"
 
 namespace futr::device {
 
@@ -74,23 +77,42 @@ __device__ __forceinline__ uint32_t order_key(float f) {
 
 }  // namespace sample
 
-__global__ void __launch_bounds__(kSampleThreads) sm90_sample_topk_kernel(const SampleParams p) {
+// Shared memory of one unit, as a view of its pieces (work_unit.h: why not one struct).
+struct SampleTopkSmem {
   using Sort = cub::BlockRadixSort<unsigned long long, kSampleThreads, 2>;
   using Scan = cub::BlockScan<int, kSampleThreads>;
-  __shared__ union {
+  union Tmp {
     typename Sort::TempStorage sort;
     typename Scan::TempStorage scan;
-  } tmp;
-  __shared__ uint32_t hist[256];
-  __shared__ unsigned long long cand[kSampleMaxTopK];  // (~key << 32) | id
-  __shared__ double prob[kSampleMaxTopK];
-  __shared__ uint32_t s_prefix;
-  __shared__ int s_rank, s_gt, s_keep;
-  __shared__ double s_div;
+  };
+  Tmp* tmp;
+  uint32_t* hist;            // [256]
+  unsigned long long* cand;  // [kSampleMaxTopK] (~key << 32) | id
+  double* prob;              // [kSampleMaxTopK]
+  uint32_t* prefix;
+  int *rank, *gt, *keep;
+  double* div;
+  // Its bytes (the static declarations of the kernel below, unpadded).
+  static constexpr size_t kBytes = sizeof(Tmp) + 256 * 4 + kSampleMaxTopK * (8 + 8) + 4 + 3 * 4 + 8;
+};
 
-  const int tid = threadIdx.x, row = blockIdx.x;
-  ptx::griddep_wait();  // the logits and the rows' samplers come from the kernels / copies before
-  ptx::griddep_launch_dependents();
+// One row (work_unit.h): unit = the row, kSampleThreads threads.
+template <class Deps>
+__device__ __forceinline__ void sample_topk_unit(const SampleParams& p, int unit, int /*units*/, const SampleTopkSmem& sm,
+                                                 const Deps& deps) {
+  using Sort = SampleTopkSmem::Sort;
+  using Scan = SampleTopkSmem::Scan;
+  auto& tmp = *sm.tmp;
+  uint32_t* const hist = sm.hist;
+  unsigned long long* const cand = sm.cand;
+  double* const prob = sm.prob;
+  uint32_t& s_prefix = *sm.prefix;
+  int &s_rank = *sm.rank, &s_gt = *sm.gt, &s_keep = *sm.keep;
+  double& s_div = *sm.div;
+
+  const int tid = threadIdx.x, row = unit;
+  deps.wait();  // the logits and the rows' samplers come from the ops / copies before
+  deps.release();
   const SampleRow r = p.rows[row];
   if (r.top_k <= 0) {
     if (tid == 0) p.out[row] = -1;
@@ -222,6 +244,18 @@ __global__ void __launch_bounds__(kSampleThreads) sm90_sample_topk_kernel(const 
     }
     p.out[row] = token;
   }
+}
+
+__global__ void __launch_bounds__(kSampleThreads) sm90_sample_topk_kernel(const SampleParams p) {
+  __shared__ SampleTopkSmem::Tmp tmp;
+  __shared__ uint32_t hist[256];
+  __shared__ unsigned long long cand[kSampleMaxTopK];
+  __shared__ double prob[kSampleMaxTopK];
+  __shared__ uint32_t s_prefix;
+  __shared__ int s_rank, s_gt, s_keep;
+  __shared__ double s_div;
+  const SampleTopkSmem sm{&tmp, hist, cand, prob, &s_prefix, &s_rank, &s_gt, &s_keep, &s_div};
+  sample_topk_unit(p, blockIdx.x, gridDim.x, sm, PdlDeps{});
 }
 
 }  // namespace futr::device

@@ -59,6 +59,12 @@ struct DecodeParams {
   int vsplit_chunks;
 };
 
+// Static shared memory of a gemv or skinny unit, as a view of its pieces (work_unit.h).
+struct W4a16Smem {
+  float* part;     // [8] the gemv's fused RMSNorm: the warps' sums of squares (null in the skinny kernel)
+  uint32_t* last;  // the split-K arrival's verdict
+  static constexpr size_t kBytes = 8 * 4 + 4;
+};
 
 // ---- weight formats (the dequantizing policies) -----------------------------
 // The loop unit of both kernels is a k64 chunk of a 16-channel tile: kWords
@@ -147,17 +153,18 @@ struct WarpTiles {
   const uint16_t* snext[TM];  // its scales
   size_t wstride[TM];         // bytes from one chunk of the tile to the next
 
-  __device__ __forceinline__ WarpTiles(const DecodeParams& p, int warp, int lane) {
+  // col, split: the unit's column group (8 TM tiles) and K split (work_unit.h).
+  __device__ __forceinline__ WarpTiles(const DecodeParams& p, int warp, int lane, unsigned col, unsigned split) {
     const int g = lane / 4;
     const int ntiles = p.n / layout::kTileN;
     const int nchunks = p.k / layout::kChunkK;
     const int nblk = (p.k + layout::kBlockK - 1) / layout::kBlockK;
-    const int kb0 = blockIdx.y * p.kb_per_split;
+    const int kb0 = split * p.kb_per_split;
     c0 = 2 * kb0;
     nj = max(0, min(nchunks, 2 * min(nblk, kb0 + p.kb_per_split)) - c0);
 #pragma unroll
     for (int tm = 0; tm < TM; ++tm) {
-      tile[tm] = blockIdx.x * kWarps * TM + tm * kWarps + warp;
+      tile[tm] = col * kWarps * TM + tm * kWarps + warp;
       tok[tm] = tile[tm] < ntiles;
       const int tt = tok[tm] ? tile[tm] : 0;
       wnext[tm] = p.w + layout::tile_chunk_offset(ntiles, p.k, WF::kChunkBytes, tt, c0) + lane * 16;
@@ -246,9 +253,12 @@ __device__ __forceinline__ void reduce_partials(const DecodeParams& p, Part part
 }
 
 // acc[tm][mt][i]: channel tile[tm]*16 + g + 8*(i/2), row of x 8mt + 2c + i%2.
-template <class WF, int MT, int TM>
+// unit: the CTA's column group x() and split y() (work_unit.h); s_last: one
+// word of shared memory (the split-K arrival's verdict).
+template <class WF, int MT, int TM, class Unit>
 __device__ __forceinline__ void store_output(const DecodeParams& p, const float (&acc)[TM][MT][4],
-                                             const int (&tile)[TM], const bool (&tok)[TM], int g, int c) {
+                                             const int (&tile)[TM], const bool (&tok)[TM], int g, int c,
+                                             const Unit& unit, uint32_t& s_last) {
   // Per-channel scales of the E4M3 path (channels g, g + 8).
   float cs[TM][2];
 #pragma unroll
@@ -283,24 +293,23 @@ __device__ __forceinline__ void store_output(const DecodeParams& p, const float 
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
       for (int i = 0; i < 4; ++i)
-        if (tok[tm] && row_of(mt, i) < p.m) *part(blockIdx.y, tm, mt, i) = acc[tm][mt][i];
+        if (tok[tm] && row_of(mt, i) < p.m) *part(unit.y(), tm, mt, i) = acc[tm][mt][i];
   // NOTE: release: every thread's partials must be visible device-wide before
   // the counter moves; the last CTA's fence orders its reads after the atomic.
   __threadfence();
   __syncthreads();
-  __shared__ uint32_t s_last;
-  if (threadIdx.x == 0) s_last = atomicAdd(&p.counters[blockIdx.x], 1u) == uint32_t(p.splits - 1);
+  if (threadIdx.x == 0) s_last = atomicAdd(&p.counters[unit.x()], 1u) == uint32_t(p.splits - 1);
   __syncthreads();
   if (!s_last) return;
   __threadfence();
   {  // the CTA's tiles are 8 TM consecutive ones (WarpTiles), the last range clipped to N
-    const size_t c0 = size_t(blockIdx.x) * 8 * TM * layout::kTileN;
+    const size_t c0 = size_t(unit.x()) * 8 * TM * layout::kTileN;
     const int width = int(min(size_t(8 * TM * layout::kTileN), size_t(p.n) - c0));
     reduce_partials<WF>(
         p, [&](int sp, int row, int ch) { return p.ws + (size_t(sp) * p.m + row) * p.n + c0 + ch; }, p.splits,
         p.m, width, c0, blockDim.x);
   }
-  if (threadIdx.x == 0) p.counters[blockIdx.x] = 0u;  // re-arm for the next launch
+  if (threadIdx.x == 0) p.counters[unit.x()] = 0u;  // re-arm for the next launch
 }
 
 }  // namespace futr::device

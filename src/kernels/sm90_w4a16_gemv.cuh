@@ -38,11 +38,14 @@
 // Limits: N % 16 == 0, K % 64 == 0, K % 128 == 0 if G == 128; 16-byte aligned
 // pointers (checked by the launcher, src/launch/w4a16.cu).
 // Test: tests/kernels/w4a16_test.cpp. Benchmark: bench/w4a16_bench.cpp.
+// Work unit: w4a16_gemv_unit (the contract: kernels/work_unit.h); the __global__ kernel
+// is its wrapper, one CTA per unit.
 #pragma once
 
 #include "kernels/epilogue/swiglu_bf16.cuh"
 #include "kernels/sm90_w4a16_common.cuh"
 #include "kernels/ptx/pdl.cuh"
+#include "kernels/work_unit.h"
 
 namespace futr::device {
 
@@ -50,11 +53,14 @@ namespace futr::device {
 // split's slice [c0 * 64, c0 * 64 + n_in) into xs (BF16), v = nx + bf16(nadd).
 // All 256 threads call it; it ends with a barrier. Two passes over the row
 // (the sum of squares, then the slice recomputed: the same bits), so the row
-// never sits in registers (the gemv has 64 per thread).
-__device__ __forceinline__ void gemv_stage_norm(const DecodeParams& p, uint16_t* xs, int c0, int n_in) {
+// never sits in registers (the gemv has 64 per thread). part: [8] floats of
+// shared memory; unit (0, 0) stores v.
+template <class Unit>
+__device__ __forceinline__ void gemv_stage_norm(const DecodeParams& p, uint16_t* xs, int c0, int n_in, float* part,
+                                                const Unit& unit) {
   const float4* __restrict__ x4 = reinterpret_cast<const float4*>(p.nx);
   const uint2* __restrict__ a4 = reinterpret_cast<const uint2*>(p.nadd);
-  float4* __restrict__ out4 = blockIdx.x == 0 && blockIdx.y == 0 ? reinterpret_cast<float4*>(p.nx_out) : nullptr;
+  float4* __restrict__ out4 = unit.x() == 0 && unit.y() == 0 ? reinterpret_cast<float4*>(p.nx_out) : nullptr;
   const int n4 = p.k / 4;
   auto bf = [](uint32_t h) { return __uint_as_float(h << 16); };
   auto value = [&](int j) {  // v[4j .. 4j + 3]
@@ -74,7 +80,6 @@ __device__ __forceinline__ void gemv_stage_norm(const DecodeParams& p, uint16_t*
     if (out4) out4[j] = v;
   }
   // Block sum of squares in a fixed order: the same factor in every CTA.
-  __shared__ float part[8];
 #pragma unroll
   for (int o = 16; o > 0; o /= 2) ss += __shfl_xor_sync(0xffffffffu, ss, o);
   if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = ss;
@@ -101,8 +106,12 @@ __device__ __forceinline__ void gemv_stage_norm(const DecodeParams& p, uint16_t*
   __syncthreads();
 }
 
-template <int G, int TM, int U>
-__global__ void __launch_bounds__(256, TM == 1 ? 4 : 2) sm90_w4a16_gemv_kernel(const DecodeParams p) {
+// One unit (work_unit.h): column group unit.x() (8 TM tiles), K split
+// unit.y(); 256 threads; xs: the dynamic shared memory (the launcher's bytes:
+// the split's x slice and its tiles' scales).
+template <int G, int TM, int U, class Unit, class Deps>
+__device__ __forceinline__ void w4a16_gemv_unit(const DecodeParams& p, const Unit& unit, int /*units*/,
+                                                const W4a16Smem& sm, uint4* gemv_xs, const Deps& deps) {
   static_assert(TM == 1 || TM == 2 || TM == 4, "TM weight tiles of 16 channels per warp: 1, 2 or 4");
   static_assert(U >= 2 && U <= 8 && U % 2 == 0, "ring depth: 2..8 chunks, even (whole 128-blocks)");
   using WF = Int4Format<G>;
@@ -110,8 +119,8 @@ __global__ void __launch_bounds__(256, TM == 1 ? 4 : 2) sm90_w4a16_gemv_kernel(c
   // ---- indices ------------------------------------------------------------
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, c = lane % 4;
-  ptx::griddep_launch_dependents();  // PDL: the next kernel may launch (see ptx/pdl.cuh)
-  WarpTiles<WF, TM> wt(p, warp, lane);
+  deps.release();  // the next op may start (launch executor: PDL, see ptx/pdl.cuh)
+  WarpTiles<WF, TM> wt(p, warp, lane, unit.x(), unit.y());
   const int c0 = wt.c0, nj = wt.nj;
   auto& wnext = wt.wnext;
   const auto& wstride = wt.wstride;
@@ -120,7 +129,6 @@ __global__ void __launch_bounds__(256, TM == 1 ? 4 : 2) sm90_w4a16_gemv_kernel(c
   // broadcast). Read from global memory, the first warp of a CTA to touch each
   // line waited on L2 once per chunk (docs/PERF.md: with x always in
   // L1 the gemv's arithmetic cost the floor 6%).
-  extern __shared__ uint4 gemv_xs[];
   const uint4* const xrow = gemv_xs + 2 * c;
 
   float acc[TM][1][4], blk[TM][1][4];
@@ -140,7 +148,7 @@ __global__ void __launch_bounds__(256, TM == 1 ? 4 : 2) sm90_w4a16_gemv_kernel(c
     const uint16_t* const sc = static_cast<const uint16_t*>(p.scales);
     for (int i = threadIdx.x; i < 8 * TM * ngrp * 2; i += blockDim.x) {  // 16-byte pieces
       const int t = i / (ngrp * 2), r = i % (ngrp * 2);
-      const int tile = blockIdx.x * 8 * TM + t;  // local t = 8 tm + warp (WarpTiles' order)
+      const int tile = unit.x() * 8 * TM + t;  // local t = 8 tm + warp (WarpTiles' order)
       if (tile < ntiles)
         reinterpret_cast<uint4*>(ss)[i] =
             ptx::ld_cached_v4(sc + (size_t(tile) * (p.k / G) + gi0) * layout::kTileN + 8 * r);
@@ -163,10 +171,10 @@ __global__ void __launch_bounds__(256, TM == 1 ? 4 : 2) sm90_w4a16_gemv_kernel(c
   for (int u = 0; u < U; ++u)
     if (u < nj) fill(u);
   // PDL: the loads above already stream weights; x (and y, ws) belong to the
-  // previous kernel until griddepcontrol.wait.
-  ptx::griddep_wait();
+  // previous op until the wait.
+  deps.wait();
   if (p.x_norm) {
-    gemv_stage_norm(p, reinterpret_cast<uint16_t*>(gemv_xs), c0, nj * layout::kChunkK);
+    gemv_stage_norm(p, reinterpret_cast<uint16_t*>(gemv_xs), c0, nj * layout::kChunkK, sm.part, unit);
   } else if (p.x_swiglu) {  // the SwiGLU fused in: x = bf16(silu(gate) * up), the rounding of sm90_swiglu
     const uint4* const gg = reinterpret_cast<const uint4*>(p.x + size_t(c0) * layout::kChunkK);
     const uint4* const ug = reinterpret_cast<const uint4*>(p.x + size_t(p.k) + size_t(c0) * layout::kChunkK);
@@ -216,7 +224,15 @@ __global__ void __launch_bounds__(256, TM == 1 ? 4 : 2) sm90_w4a16_gemv_kernel(c
       if (j0 + u + U < nj) fill(u);
   }
 
-  store_output<WF, 1, TM>(p, acc, wt.tile, wt.tok, g, c);
+  store_output<WF, 1, TM>(p, acc, wt.tile, wt.tok, g, c, unit, *sm.last);
+}
+
+template <int G, int TM, int U>
+__global__ void __launch_bounds__(256, TM == 1 ? 4 : 2) sm90_w4a16_gemv_kernel(const DecodeParams p) {
+  extern __shared__ uint4 gemv_xs[];
+  __shared__ float part[8];
+  __shared__ uint32_t s_last;
+  w4a16_gemv_unit<G, TM, U>(p, BlockUnit{}, gridDim.x * gridDim.y, W4a16Smem{part, &s_last}, gemv_xs, PdlDeps{});
 }
 
 }  // namespace futr::device

@@ -35,10 +35,13 @@
 // 16-byte aligned pointers; one launch per workspace at a time; dynamic shared
 // memory skinny_smem_bytes<WF, TM, MT>() (src/launch/w4a16.cu checks and sets all of this).
 // Test: tests/kernels/w4a16_test.cpp. Bench: bench/w4a16_bench.cpp.
+// Work unit: w4a16_skinny_unit (the contract: kernels/work_unit.h); the __global__ kernel
+// is its wrapper, one CTA per unit.
 #pragma once
 
 #include "kernels/sm90_w4a16_common.cuh"
 #include "kernels/ptx/pdl.cuh"
+#include "kernels/work_unit.h"
 
 namespace futr::device {
 
@@ -51,8 +54,12 @@ constexpr size_t skinny_smem_bytes() {
          size_t(TM) * MT * 4 * 256 * sizeof(float);
 }
 
-template <class WF, int MT, int TM>
-__global__ void __launch_bounds__(256, TM == 1 && MT == 1 ? 4 : (TM == 1 && MT == 2 ? 3 : 2)) sm90_w4a16_skinny_kernel(const DecodeParams p) {
+// One unit (work_unit.h): column group unit.x() (8 TM tiles), K split
+// unit.y(); 256 threads; smem: the dynamic shared memory
+// (skinny_smem_bytes); sm.part unused.
+template <class WF, int MT, int TM, class Unit, class Deps>
+__device__ __forceinline__ void w4a16_skinny_unit(const DecodeParams& p, const Unit& unit, int /*units*/,
+                                                  const W4a16Smem& sm, uint4* smem, const Deps& deps) {
   static_assert(MT == 1 || MT == 2 || MT == 4, "MT row tiles of 8: 1, 2 or 4");
   static_assert(TM == 1 || TM == 2, "TM weight tiles of 16 channels per warp: 1 or 2");
   static_assert(WF::kStages % 2 == 0, "the ring must hold whole 128-blocks (G = 128 groups)");
@@ -63,8 +70,8 @@ __global__ void __launch_bounds__(256, TM == 1 && MT == 1 ? 4 : (TM == 1 && MT =
   // ---- indices ------------------------------------------------------------
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, c = lane % 4;
-  ptx::griddep_launch_dependents();  // PDL: the next kernel may launch (see ptx/pdl.cuh)
-  WarpTiles<WF, TM> wt(p, warp, lane);
+  deps.release();  // the next op may start (launch executor: PDL, see ptx/pdl.cuh)
+  WarpTiles<WF, TM> wt(p, warp, lane, unit.x(), unit.y());
   const int c0 = wt.c0, nj = wt.nj;
   auto& wnext = wt.wnext;
   auto& snext = wt.snext;
@@ -86,7 +93,6 @@ __global__ void __launch_bounds__(256, TM == 1 && MT == 1 ? 4 : (TM == 1 && MT =
       for (int i = 0; i < 4; ++i) acc[tm][mt][i] = blk[tm][mt][i] = 0.f;
 
   // ---- shared memory: lane-private cp.async rings [kS][TM][kChunks16][256] -----
-  extern __shared__ uint4 smem[];
   uint4* const wring = smem + threadIdx.x;
   uint32_t* const sring = reinterpret_cast<uint32_t*>(smem + kS * TM * kChunks16 * 256) + threadIdx.x;
   // Sequential splits (p.vsplit_chunks > 0): this thread's folded sums, [TM*MT*4][256].
@@ -132,8 +138,8 @@ __global__ void __launch_bounds__(256, TM == 1 && MT == 1 ? 4 : (TM == 1 && MT =
     else ptx::cp_async_commit();  // empty group: keeps the group count uniform
   }
   // PDL: the ring above already streams weights; x (and y, ws) belong to the
-  // previous kernel until griddepcontrol.wait.
-  ptx::griddep_wait();
+  // previous op until the wait.
+  deps.wait();
   // x is loaded one chunk ahead: its latency (L2 for the first warp of a CTA
   // to touch a chunk) overlaps the MMAs of the chunk before (docs/PERF.md: with
   // the load right before use, warps stalled ~10 cycles per instruction).
@@ -195,7 +201,14 @@ __global__ void __launch_bounds__(256, TM == 1 && MT == 1 ? 4 : (TM == 1 && MT =
 #pragma unroll
         for (int i = 0; i < 4; ++i) acc[tm][mt][i] = run(tm, mt, i);
   }
-  store_output<WF, MT, TM>(p, acc, wt.tile, wt.tok, g, c);
+  store_output<WF, MT, TM>(p, acc, wt.tile, wt.tok, g, c, unit, *sm.last);
+}
+
+template <class WF, int MT, int TM>
+__global__ void __launch_bounds__(256, TM == 1 && MT == 1 ? 4 : (TM == 1 && MT == 2 ? 3 : 2)) sm90_w4a16_skinny_kernel(const DecodeParams p) {
+  extern __shared__ uint4 smem[];
+  __shared__ uint32_t s_last;
+  w4a16_skinny_unit<WF, MT, TM>(p, BlockUnit{}, gridDim.x * gridDim.y, W4a16Smem{nullptr, &s_last}, smem, PdlDeps{});
 }
 
 }  // namespace futr::device

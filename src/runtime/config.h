@@ -98,6 +98,7 @@ struct RuntimeConfig {
   bool quant_given = false;  // --quant / --act-order were given (refused for .futr files)
   bool act_order = false;
   int group = 0;             // INT4 group: 0 = 128, or 64 where K % 128 != 0
+  bool lm_head_int4 = false; // --head int4: the GPU engine's LM head quantized to INT4 (gpu::GpuEngineOptions)
   KvFormat kv = KvFormat::kAuto;
   int kv_block = 0;          // int4-rot Hadamard block; 0 = kDefaultKvBlock capped at head_dim
   int ctx = 0;               // positions per sequence; 0 = the model's trained context, capped

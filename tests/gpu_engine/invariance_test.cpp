@@ -14,6 +14,9 @@
 //   - the FP8 prefill path with delayed scaling (each request's own state,
 //     one call per window of positions): alone, packed with others, chunked
 //     three ways, repeated after traffic: bit for bit;
+//   - the same with the streaming LM head (GpuEngineOptions::lm_head_streaming;
+//     BF16 cache on the decode path, rotated INT4 with the static prefill) and
+//     with the INT4 head (BF16 cache, decode path);
 //   - perplexity of the WikiText excerpt with one sequence at a time and with
 //     32 side by side: the same log-probabilities (the mean equal up to the
 //     order of its double-precision sum);
@@ -78,9 +81,12 @@ Shared& shared() {
 
 enum class Prefill { kOff, kStatic, kDelayed };
 
-std::unique_ptr<gpu::GpuEngine> make_gpu(KvFormat kv, Prefill prefill, int seqs = 32, int prefill_rows = 2048) {
+std::unique_ptr<gpu::GpuEngine> make_gpu(KvFormat kv, Prefill prefill, int seqs = 32, int prefill_rows = 2048,
+                                         bool streaming_head = false, bool int4_head = false) {
   gpu::GpuEngineOptions o;
   o.kv = kv;
+  o.lm_head_streaming = streaming_head;
+  o.lm_head_int4 = int4_head;
   o.ctx = 512;
   o.max_seqs = seqs;
   o.max_step_tokens = 4096;
@@ -173,10 +179,8 @@ void expect_same(const Request& got, const Request& want, const std::string& wha
 
 class GpuInvariance : public ::testing::TestWithParam<std::tuple<KvFormat, Prefill>> {};
 
-TEST_P(GpuInvariance, ARequestsLogitsDoNotDependOnItsNeighboursOrItsChunking) {
-  FUTR_REQUIRE_GPU();
-  const auto [kv, prefill] = GetParam();
-  auto e = make_gpu(kv, prefill);
+void check_invariance(KvFormat kv, Prefill prefill, bool streaming_head, bool int4_head = false) {
+  auto e = make_gpu(kv, prefill, 32, 2048, streaming_head, int4_head);
   std::mt19937_64 g(test::rng()());
   const int decode = 6;
   Request probe{7, text_at(g() % 100000, 40 + g() % 60), 0, {}};
@@ -201,9 +205,32 @@ TEST_P(GpuInvariance, ARequestsLogitsDoNotDependOnItsNeighboursOrItsChunking) {
   std::vector<Request> again{probe};
   run_together(*e, again, 4096, decode);
   expect_same(again[0], want, "repeated after other traffic");
-  std::printf("%s / %s: %s\n", to_string(kv).c_str(),
+  std::printf("%s / %s%s: %s\n", to_string(kv).c_str(),
               prefill == Prefill::kOff ? "decode path" : (prefill == Prefill::kStatic ? "prefill, static" : "prefill, delayed"),
+              int4_head ? " / INT4 LM head" : streaming_head ? " / streaming LM head" : "",
               e->stats()["prefill"].dump().c_str());
+}
+
+TEST_P(GpuInvariance, ARequestsLogitsDoNotDependOnItsNeighboursOrItsChunking) {
+  FUTR_REQUIRE_GPU();
+  const auto [kv, prefill] = GetParam();
+  check_invariance(kv, prefill, false);
+}
+
+// The same with the LM head by the streaming kernel over each bucket's rows
+// (GpuEngineOptions::lm_head_streaming): its summation order does not depend
+// on M, so the buckets' heads agree bit for bit.
+TEST(GpuInvarianceStreamingHead, ARequestsLogitsDoNotDependOnItsNeighboursOrItsChunking) {
+  FUTR_REQUIRE_GPU();
+  check_invariance(KvFormat::kBf16, Prefill::kOff, true);
+  check_invariance(KvFormat::kInt4Rot, Prefill::kStatic, true);
+}
+
+// And with the INT4 head (GpuEngineOptions::lm_head_int4, the same kernel over
+// the quantized rows).
+TEST(GpuInvarianceInt4Head, ARequestsLogitsDoNotDependOnItsNeighboursOrItsChunking) {
+  FUTR_REQUIRE_GPU();
+  check_invariance(KvFormat::kBf16, Prefill::kOff, false, true);
 }
 
 INSTANTIATE_TEST_SUITE_P(

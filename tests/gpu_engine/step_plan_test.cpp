@@ -10,6 +10,8 @@
 //     cuda::decode_splits(N, K) in every bucket; the attention's split count
 //     cuda::attention_heuristic_invariant's, the same in every bucket;
 //   - PDL on every op but the first and the LM head; the breakdown's rows;
+//   - with the streaming LM head (BF16 or INT4): the head over the bucket's
+//     rows, PDL on, every other op as with cuBLASLt;
 //   - tensor parallelism all-reduces the O and down outputs only; without GPU
 //     sampling there is no sample op; describe() has a line per op;
 //   - every op reads only what an earlier op wrote (StepAccess), the attention
@@ -111,6 +113,44 @@ TEST(StepPlan, OpsPerLayerAndOrderInEveryBucket) {
         EXPECT_LT(op.breakdown, kBreakdownRows);
         EXPECT_EQ(op.pdl, op.kind != K::kEmbedNorm && op.kind != K::kLmHead) << StepPlan::describe(op);
       }
+    }
+  }
+}
+
+TEST(StepPlan, StreamingLmHeadRunsTheBucketsRows) {
+  for (const std::string model : {"smollm2-135m", "llama-3.1-8b"}) {
+    StepPlanConfig c = config_for(model);
+    for (int b : kDecodeBuckets) {
+      SCOPED_TRACE(model + " bucket " + std::to_string(b));
+      const StepPlan lt = build_step_plan(c, b);
+      c.lm_head_streaming = true;
+      const StepPlan ours = build_step_plan(c, b);
+      c.lm_head_streaming = false;
+      ASSERT_EQ(ours.ops.size(), lt.ops.size());
+      for (size_t i = 0; i < ours.ops.size(); ++i) {
+        const StepOp &o = ours.ops[i], &l = lt.ops[i];
+        EXPECT_EQ(o.kind, l.kind);
+        if (o.kind == K::kLmHead) {
+          EXPECT_TRUE(o.lm_streaming);
+          EXPECT_FALSE(l.lm_streaming);
+          EXPECT_EQ(o.rows, b);
+          EXPECT_TRUE(o.pdl);
+          EXPECT_EQ(o.n, l.n);
+          EXPECT_EQ(o.k, l.k);
+          EXPECT_NE(StepPlan::describe(o).find("streaming"), std::string::npos) << StepPlan::describe(o);
+        } else {
+          EXPECT_EQ(StepPlan::describe(o), StepPlan::describe(l));
+        }
+      }
+      // The INT4 head: the streaming kernel over the quantized rows (lm_head_int4 alone implies it).
+      c.lm_head_int4 = true;
+      const StepPlan q = build_step_plan(c, b);
+      c.lm_head_int4 = false;
+      const StepOp& head = q.ops[q.ops.size() - 3];
+      ASSERT_EQ(head.kind, K::kLmHead);
+      EXPECT_TRUE(head.lm_streaming && head.lm_int4 && head.pdl);
+      EXPECT_EQ(head.rows, b);
+      EXPECT_NE(StepPlan::describe(head).find("streaming int4"), std::string::npos) << StepPlan::describe(head);
     }
   }
 }
