@@ -183,7 +183,7 @@ void GpuEngine::init_step() {
                                                                    : *L.down;
       const cuda::DecodeConfig a = op.gemm, b = w.config(op.rows);
       FUTR_ASSERT(a.kernel == b.kernel && a.tn == b.tn && a.loads == b.loads && a.batches == b.batches &&
-                  a.mt == b.mt && a.splits == b.splits && a.seq == b.seq && a.ctas == b.ctas && a.run == b.run &&
+                  a.mt == b.mt && a.splits == b.splits && a.fold == b.fold && a.seq == b.seq && a.ctas == b.ctas && a.run == b.run &&
                   a.probe == b.probe && !a.pdl && !b.pdl);
     }
   }

@@ -51,12 +51,19 @@ struct DecodeParams {
   const uint16_t* ngain;   // [K] BF16 RMSNorm gain
   float* nx_out;           // [1, K] FP32: v
   float neps;              // RMSNorm epsilon
-  // skinny only, sequential splits (> 0): the CTA covers all of K (gridDim.y
-  // = 1) and folds its sum every vsplit_chunks k64 chunks, the boundaries of
-  // the splits it stands in for: out = (((0 + s_0) + s_1) + ...), the order
-  // and roundings of the last CTA's reduction of those splits (reduce_partials),
-  // so a row has the same bits as with one CTA per split, with no partials.
+  // skinny only, sequential splits (> 0): the CTA covers a group of splits
+  // (all of K when gridDim.y = 1) and folds its sum every vsplit_chunks k64
+  // chunks, the boundaries of the splits it stands in for: its output is the
+  // group's sum (((0 + s_0) + s_1) + ...), the order and roundings of the
+  // reduction of those splits (reduce_partials), so a row has the same bits
+  // as with one CTA per split, with fewer (or no) partials.
   int vsplit_chunks;
+  // The reduction's two levels: the last CTA sums its column's partials in
+  // groups of reduce_group (each group from +0, in split order), then the
+  // groups' sums in order. 0: one group (a plain in-order sum). A launch with
+  // one CTA per split sets the shape's group size; one with a CTA per group
+  // (the groups' sums as its partials) sets 1.
+  int reduce_group;
 };
 
 // Static shared memory of a gemv or skinny unit, as a view of its pieces (work_unit.h).
@@ -234,18 +241,32 @@ __device__ __forceinline__ void apply_scales(float (&acc)[TM][MT][4], const floa
 template <class WF, class Part>
 __device__ __forceinline__ void reduce_partials(const DecodeParams& p, Part part, int count, int rows, int width,
                                                 size_t c0, int nthreads) {
+  // Two levels (DecodeParams::reduce_group): a group's sum starts at +0, the
+  // total at +0 and adds each group's sum when the group ends. With one group
+  // this is the plain in-order sum's bits (a sum that starts at +0 is never
+  // -0, so adding it to +0 changes nothing).
+  const int grp = p.reduce_group > 0 && p.reduce_group < count ? p.reduce_group : count;
   for (int o = threadIdx.x; o < rows * width; o += nthreads) {
     const int row = o / width, ch = o % width;
-    float sum = 0.f;
+    float sum = 0.f, gsum = 0.f;
+    int left = grp;  // partials left in the current group
+    auto add = [&](float v) {
+      gsum = __fadd_rn(left == grp ? 0.f : gsum, v);
+      if (--left == 0) {
+        sum = __fadd_rn(sum, gsum);
+        left = grp;
+      }
+    };
     int r = 0;
     for (; r + 8 <= count; r += 8) {
       float v[8];
 #pragma unroll
       for (int i = 0; i < 8; ++i) v[i] = ptx::ld_l2_f32(part(r + i, row, ch));
 #pragma unroll
-      for (int i = 0; i < 8; ++i) sum += v[i];
+      for (int i = 0; i < 8; ++i) add(v[i]);
     }
-    for (; r < count; ++r) sum += ptx::ld_l2_f32(part(r, row, ch));
+    for (; r < count; ++r) add(ptx::ld_l2_f32(part(r, row, ch)));
+    if (left != grp) sum = __fadd_rn(sum, gsum);  // the last group, shorter
     float cs = 1.f;  // the E4M3 path's per-channel scale
     if constexpr (!WF::kGroupScales) cs = static_cast<const float*>(p.scales)[c0 + ch];
     p.y[size_t(row) * p.n + c0 + ch] = __float2bfloat16_rn(sum * cs);

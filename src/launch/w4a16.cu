@@ -238,6 +238,7 @@ std::string describe(const DecodeConfig& c) {
     if (c.pdl) os << " pdl";
   } else {
     os << " splits=" << c.splits;
+    if (c.fold > 0) os << " fold=" << c.fold;
     if (c.seq) os << " seq";
   }
   return os.str();
@@ -275,12 +276,13 @@ bool decode_compiled(DecodeWeights f, int group, const DecodeConfig& c) {
 // the group scaling and the in-order reduction of sm90_w4a16_common.cuh), so
 // with one K split a row's output has the same bits whatever rows share its
 // launch (batch invariance: a greedy request gives the same tokens alone and
-// in any batch). What M still chooses is how the splits run: one CTA per
-// split (small M: parallelism) or, for the skinny kernel, all of them in turn
-// in one CTA folding their sums in the reduction's order (DecodeConfig::seq:
-// large M, where the partials' traffic costs more than the parallelism gains;
-// measured on the H200, 8B gate_up at M = 32: 72.6 us with two split CTAs,
-// 57.6 with one). M > 32 runs as launches of 32 rows (mt = 4). The stream (bulk
+// in any batch). The reduction's order is a property of the shape too: the
+// splits summed in groups (decode_fold), then the groups. What M still
+// chooses is how the splits run: one CTA per split (small M: parallelism)
+// or, for the skinny kernel, a CTA per group folding its splits' sums in the
+// reduction's order (DecodeConfig::seq: large M, where the partials' traffic
+// costs more than the parallelism gains; measured on the H200, 8B gate_up at
+// M = 32: 72.6 us with two split CTAs, 57.6 with one). M > 32 runs as launches of 32 rows (mt = 4). The stream (bulk
 // copy) and sk (stream-K) kernels measured slower (docs/PERF.md): they are in
 // dev/ (-DFUTR_DEV=ON) and run only on request.
 namespace {
@@ -314,64 +316,110 @@ KernelChoice kernel_for(DecodeWeights f, int m, int n, int group) {
   return k;
 }
 
-// The wave model of one launch of M rows with s splits: waves(s) *
-// (blocks_per_cta(s) + 4) (the 4: a CTA's fixed cost, ring fill and epilogue),
-// plus the partial sums' L2 traffic (grows with M and s). With 9 or more rows
-// and at most 8 k128 blocks a split costs 1.15-1.45x more than the model says
-// (measured: SmolLM2's K = 576 at M = 16 / 32, one split against five).
-// With sequential splits (the skinny kernel folding them in one CTA) a launch
-// costs what one split costs: one CTA along K, no partials.
-double split_cost(DecodeWeights f, int m, int n, int k, int s, int sm_count, int group) {
+// The wave model of one launch of M rows with `ctas` CTAs along K of `kbps`
+// k128 blocks each: waves * (kbps + 4) (the 4: a CTA's fixed cost, ring fill
+// and epilogue), plus the partial sums' L2 traffic (grows with M and the
+// partials). With 9 or more rows and at most 8 k128 blocks a split costs
+// 1.15-1.45x more than the model says (measured: SmolLM2's K = 576 at M = 16 /
+// 32, one split against five).
+double grid_cost(DecodeWeights f, int m, int n, int k, int ctas, int kbps, int sm_count, int group) {
   const KernelChoice kc = kernel_for(f, m, n, group);
   const int slots = kc.ctas_per_sm * std::max(sm_count, 1);
-  const SplitPlan sp = split_plan(k, s);
-  const int waves = (col_ctas(kc.c, n) * s + slots - 1) / slots;
-  double cost = double(waves) * (sp.kb_per_split + 4) + (s > 1 ? 0.05 * m * (1.0 + 0.25 * s) : 0.0);
-  if (s > 1 && m >= 9 && num_blocks(k) <= 8) cost *= 1.6;
+  const int waves = (col_ctas(kc.c, n) * ctas + slots - 1) / slots;
+  double cost = double(waves) * (kbps + 4) + (ctas > 1 ? 0.05 * m * (1.0 + 0.25 * ctas) : 0.0);
+  if (ctas > 1 && m >= 9 && num_blocks(k) <= 8) cost *= 1.6;
   return cost;
 }
 
-// The cheaper way to run s splits at M rows: one CTA per split, or (skinny,
-// M >= 2) all of them in turn in one CTA (DecodeConfig::seq).
-double run_cost(DecodeWeights f, int m, int n, int k, int s, int sm_count, int group, bool* seq = nullptr) {
-  const double par = split_cost(f, m, n, k, s, sm_count, group);
-  const bool can_seq = s > 1 && kernel_for(f, m, n, group).c.kernel == DecodeKernel::kSkinny;
-  const double sq = can_seq ? split_cost(f, m, n, k, 1, sm_count, group) : par;
+// A CTA per group of `fold` splits (0: one group): how many CTAs along K, and
+// the k128 blocks of each.
+SplitPlan group_plan(int k, int splits, int fold) {
+  const SplitPlan sp = split_plan(k, splits);
+  const int g = fold > 0 ? std::min(fold, sp.splits) : sp.splits;
+  const int kbps = std::min(g * sp.kb_per_split, num_blocks(k));
+  return {kbps, (num_blocks(k) + kbps - 1) / kbps};
+}
+
+// The cheaper way to run s splits (reduced in groups of `fold`) at M rows: one
+// CTA per split, or (skinny, M >= 2) a CTA per group folding its splits in turn
+// (DecodeConfig::seq; one group: one CTA along K, no partials). Several
+// groups only where one CTA per split takes more than one wave: within one
+// wave the model's partial traffic overstates what fewer CTAs along K save
+// (measured: SmolLM2's down at M = 32, 60 CTAs, 12 splits in 6 groups 2x
+// slower than one CTA per split).
+double run_cost(DecodeWeights f, int m, int n, int k, int s, int fold, int sm_count, int group,
+                bool* seq = nullptr) {
+  const SplitPlan sp = split_plan(k, s);
+  const double par = grid_cost(f, m, n, k, sp.splits, sp.kb_per_split, sm_count, group);
+  const KernelChoice kc = kernel_for(f, m, n, group);
+  const SplitPlan gp = group_plan(k, s, fold);
+  const bool one_wave = col_ctas(kc.c, n) * sp.splits <= kc.ctas_per_sm * std::max(sm_count, 1);
+  const bool can_seq = sp.splits > 1 && kc.c.kernel == DecodeKernel::kSkinny && (gp.splits == 1 || !one_wave);
+  const double sq = can_seq ? grid_cost(f, m, n, k, gp.splits, gp.kb_per_split, sm_count, group) : par;
   if (seq) *seq = can_seq && sq < par;
   return std::min(par, sq);
 }
 
-}  // namespace
-
-// One split count for every M: the count minimizing the sum over the decode
-// buckets (M = 1, 2, 4, 8, 16, 32) of each bucket's modelled cost relative to
-// its own best count (so no bucket is sacrificed to another); ties go to fewer
-// splits (less partial traffic).
-int decode_splits(DecodeWeights f, int n, int k, int sm_count, int group) {
+// One split count and one reduction group size for every M: the pair
+// minimizing the sum over the decode buckets (M = 1, 2, 4, 8, 16, 32) of each
+// bucket's modelled cost relative to its own best (so no bucket is sacrificed
+// to another); ties go to fewer splits (less partial traffic), then to one
+// group. The groups give the large-M launches a middle way between one CTA per
+// split and one CTA for all of K (8B down at M = 32: 16 splits 44.1 us, all in
+// one CTA 152.5, 8 CTAs of two 38.2; docs/PERF.md) with every M's bits the same.
+struct SplitChoice {
+  int splits, fold;
+};
+SplitChoice split_choice(DecodeWeights f, int n, int k, int sm_count, int group) {
   constexpr int kBuckets[] = {1, 2, 4, 8, 16, 32};
   const int max_s = std::min(16, num_blocks(k));
+  // The candidates: s splits in groups of g (g = s: one group), each group
+  // count once.
+  std::vector<SplitChoice> cands;
+  for (int s = 1; s <= max_s; ++s) {
+    if (split_plan(k, s).splits != s) continue;  // equivalent to a smaller count
+    int last_groups = 0;
+    for (int g = s; g >= 1; --g) {
+      const int groups = (s + g - 1) / g;
+      if (groups == last_groups) continue;
+      last_groups = groups;
+      cands.push_back({s, g == s ? 0 : g});
+    }
+  }
   double best_m[6];
   for (int b = 0; b < 6; ++b) {
     best_m[b] = 1e30;
-    for (int s = 1; s <= max_s; ++s)
-      if (split_plan(k, s).splits == s) best_m[b] = std::min(best_m[b], run_cost(f, kBuckets[b], n, k, s, sm_count, group));
+    for (const SplitChoice& c : cands)
+      best_m[b] = std::min(best_m[b], run_cost(f, kBuckets[b], n, k, c.splits, c.fold, sm_count, group));
   }
   double best = 1e30;
-  int best_s = 1;
-  for (int s = 1; s <= max_s; ++s) {
-    if (split_plan(k, s).splits != s) continue;  // equivalent to a smaller count
+  SplitChoice pick{1, 0};
+  for (const SplitChoice& c : cands) {
     double total = 0;
-    for (int b = 0; b < 6; ++b) total += run_cost(f, kBuckets[b], n, k, s, sm_count, group) / best_m[b];
-    if (total < best - 1e-9) best = total, best_s = s;
+    for (int b = 0; b < 6; ++b)
+      total += run_cost(f, kBuckets[b], n, k, c.splits, c.fold, sm_count, group) / best_m[b];
+    if (total < best - 1e-9) best = total, pick = c;
   }
-  return best_s;
+  return pick;
+}
+
+}  // namespace
+
+int decode_splits(DecodeWeights f, int n, int k, int sm_count, int group) {
+  return split_choice(f, n, k, sm_count, group).splits;
+}
+
+int decode_fold(DecodeWeights f, int n, int k, int sm_count, int group) {
+  return split_choice(f, n, k, sm_count, group).fold;
 }
 
 DecodeConfig decode_heuristic(DecodeWeights f, int m, int n, int k, int sm_count, int group) {
   m = std::min(m, 32);
   DecodeConfig c = kernel_for(f, m, n, group).c;
-  c.splits = decode_splits(f, n, k, sm_count, group);
-  run_cost(f, m, n, k, c.splits, sm_count, group, &c.seq);
+  const SplitChoice sc = split_choice(f, n, k, sm_count, group);
+  c.splits = sc.splits;
+  c.fold = sc.fold;
+  run_cost(f, m, n, k, c.splits, c.fold, sm_count, group, &c.seq);
   return c;
 }
 
@@ -415,7 +463,7 @@ DecodeConfig apply_overrides(DecodeConfig c, const std::string& spec) {
     }
     char* end = nullptr;
     const long v = std::strtol(val.c_str(), &end, 10);
-    FUTR_CHECK(end && *end == 0 && v >= (key == "probe" ? 0 : 1) && v <= 100000, "config override {}={}: expected a positive integer", key,
+    FUTR_CHECK(end && *end == 0 && v >= (key == "probe" || key == "seq" || key == "fold" ? 0 : 1) && v <= 100000, "config override {}={}: expected a positive integer", key,
                val);
     if (key == "loads") c.loads = int(v);
     else if (key == "mt") c.mt = int(v);
@@ -423,10 +471,12 @@ DecodeConfig apply_overrides(DecodeConfig c, const std::string& spec) {
     else if (key == "tn") c.tn = int(v);
     else if (key == "splits") c.splits = int(v);
     else if (key == "seq") c.seq = v != 0;
+    else if (key == "fold") c.fold = int(v);
     else if (key == "ctas") c.ctas = int(v);
     else if (key == "run") c.run = int(v);
     else if (key == "probe") c.probe = int(v);
-    else fail("config override: unknown key '{}' (kernel, tn, loads, batches, mt, splits, seq, ctas, run, pdl)", key);
+    else fail("config override: unknown key '{}' (kernel, tn, loads, batches, mt, splits, fold, seq, ctas, run, pdl)",
+              key);
   }
   return c;
 }
@@ -436,8 +486,8 @@ size_t decode_workspace_floats(const DecodeConfig& c, int m, int n, int k) {
   if (is_stream_k(c.kernel))  // ws[group + run][M][128] (runs: the grid's bound, or ceil(T/R))
     return size_t(col_ctas(c, n) + (c.run > 0 ? stream_runs(c, n, k) : stream_grid(c, n, k, 0, 64, m))) *
            size_t(m) * 128;
-  const SplitPlan sp = split_plan(k, c.splits);
-  return sp.splits > 1 && !c.seq ? size_t(sp.splits) * size_t(m) * size_t(n) : 0;
+  const SplitPlan sp = c.seq ? group_plan(k, c.splits, c.fold) : split_plan(k, c.splits);
+  return sp.splits > 1 ? size_t(sp.splits) * size_t(m) * size_t(n) : 0;
 }
 
 size_t decode_counters(const DecodeConfig& c, int n) { return size_t(col_ctas(c, n)); }
@@ -472,9 +522,10 @@ void decode_gemm(DecodeWeights f, const DecodeArgs& a, const DecodeConfig& c, cu
   const bool stream = is_stream_k(c.kernel);
   FUTR_CHECK(!c.seq || c.kernel == DecodeKernel::kSkinny, "decode GEMM ({}): sequential splits are the skinny "
              "kernel's", describe(c));
-  // Sequential splits: one CTA along K (the whole of K as its slice), folding at the splits' boundaries.
+  // Sequential splits: a CTA per group of splits (one group: the whole of K as
+  // its slice), folding at the splits' boundaries.
   const SplitPlan arith = split_plan(a.k, stream ? 1 : c.splits);
-  const SplitPlan sp = c.seq ? split_plan(a.k, 1) : arith;
+  const SplitPlan sp = c.seq ? group_plan(a.k, c.splits, c.fold) : arith;
   // The stream kernel's workspace is checked against its bound for c (the grid
   // may shrink below c.ctas to what is resident, never grow).
   const size_t need_ws = decode_workspace_floats(c, a.m, a.n, a.k);
@@ -507,7 +558,8 @@ void decode_gemm(DecodeWeights f, const DecodeArgs& a, const DecodeConfig& c, cu
                          a.norm ? a.norm->gain : nullptr,
                          a.norm ? a.norm->x_out : nullptr,
                          a.norm ? a.norm->eps : 0.f,
-                         c.seq && arith.splits > 1 ? 2 * arith.kb_per_split : 0};
+                         c.seq && arith.splits > 1 ? 2 * arith.kb_per_split : 0,
+                         c.seq ? 1 : c.fold};
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = stream ? dim3(unsigned(grid_x)) : dim3(unsigned(grid_x), unsigned(sp.splits));
   cfg.blockDim = dim3(unsigned(v.threads));

@@ -44,10 +44,13 @@ struct DecodeConfig {
   int batches = 1;  // sk: batches of `loads` chunks in flight (1: 4 CTAs/SM; 2: 3 CTAs/SM)
   int mt = 1;       // skinny: tiles of 8 rows of x (1: M <= 8, 2: M <= 16, 4: M <= 32)
   int splits = 1;   // gemv / skinny: K slices over gridDim.y (1 = no workspace)
-  bool seq = false; // skinny: the `splits` slices run one after another in one CTA along K, their
-                    // sums folded in registers in the reduction's order: the same bits as the
-                    // split launch, no workspace (large M, where the partials' traffic costs more
-                    // than the parallelism gains)
+  int fold = 0;     // gemv / skinny: the reduction sums the splits in groups of `fold` (each
+                    // group from 0, then the groups in order; 0 = one group of all `splits`).
+                    // A property of the shape like `splits` (decode_fold): it fixes the bits
+  bool seq = false; // skinny: each group's slices run one after another in one CTA along K, their
+                    // sums folded in the reduction's order: the same bits as one CTA per split,
+                    // a group's sum as the CTA's partial (one group: no workspace; large M, where
+                    // the partials' traffic costs more than the parallelism gains)
   int ctas = 0;     // stream: grid size (0 = every CTA that can be resident; clamped to that)
   int run = 0;      // stream: 0 = one contiguous item range per CTA (stream-K); R > 0 = runs
                     // of R items (tile group x k128 block) dealt round-robin to the CTAs
@@ -73,6 +76,9 @@ std::string describe(const DecodeConfig& c);
 DecodeConfig decode_heuristic(DecodeWeights f, int m, int n, int k, int sm_count, int group = 128);
 // The K split count of (N, K) for every M (decode_heuristic's splits).
 int decode_splits(DecodeWeights f, int n, int k, int sm_count, int group = 128);
+// The reduction's group size of (N, K) for every M (decode_heuristic's fold;
+// 0 = one group): the size that lets the large-M launches run a CTA per group.
+int decode_fold(DecodeWeights f, int n, int k, int sm_count, int group = 128);
 // The stream kernel's configuration (dev/ only, measured slower: docs/PERF.md).
 DecodeConfig decode_stream_heuristic(DecodeWeights f, int m, int n, int k, int sm_count);
 

@@ -77,8 +77,11 @@ TEST(W4A16, RowsAreTheSameBitsInEveryM) {
     const std::string model = s.model;
     if (model != "SmolLM2-135M" && model != "Llama-3.2-1B" && model != "Llama-3.1-8B") continue;
     Layer L = make_layer(true, s.n, s.k, s.group, 1);
-    const int splits = L.lin->config(1).splits;
-    for (int m = 2; m <= 64; ++m) ASSERT_EQ(L.lin->config(m).splits, splits) << name(s) << " M " << m;
+    const int splits = L.lin->config(1).splits, fold = L.lin->config(1).fold;
+    for (int m = 2; m <= 64; ++m) {
+      ASSERT_EQ(L.lin->config(m).splits, splits) << name(s) << " M " << m;
+      ASSERT_EQ(L.lin->config(m).fold, fold) << name(s) << " M " << m;
+    }
     const int M = 64;
     const auto x = random_x(M, s.k);
     cuda::DeviceBuffer<uint16_t> dx(x), all(size_t(M) * s.n), part(size_t(M) * s.n);
@@ -103,9 +106,10 @@ TEST(W4A16, RowsAreTheSameBitsInEveryM) {
   }
 }
 
-// Sequential splits (DecodeConfig::seq: one CTA along K folding the splits'
-// sums in registers) give the split launch's bits, for INT4 (both group sizes)
-// and E4M3 weights, several split counts and M.
+// Sequential splits (DecodeConfig::seq: a CTA per group of splits, or one CTA
+// along K, folding the splits' sums in the reduction's order) give the split
+// launch's bits, for INT4 (both group sizes) and E4M3 weights, several split
+// counts, group sizes (the last group shorter too) and M.
 TEST(W4A16, SequentialSplitsEqualTheSplitLaunch) {
   FUTR_REQUIRE_GPU();
   for (auto [int4, n, k, g] : {std::tuple{true, 960, 576, 64}, {true, 576, 1536, 64}, {true, 4096, 14336, 128},
@@ -114,18 +118,20 @@ TEST(W4A16, SequentialSplitsEqualTheSplitLaunch) {
     for (int m : {2, 9, 32}) {
       const auto x = random_x(m, k);
       cuda::DeviceBuffer<uint16_t> dx(x), want(size_t(m) * n), got(size_t(m) * n);
-      for (int sp : {2, 3, 5}) {
-        DecodeConfig c = L.lin->config(m);
-        c.kernel = DecodeKernel::kSkinny, c.splits = sp, c.seq = false;
-        L.lin->reserve(c, m);
-        L.lin->forward(dx.get(), want.get(), m, c, nullptr);
-        c.seq = true;
-        got.fill_bytes(0xff);
-        L.lin->forward(dx.get(), got.get(), m, c, nullptr);
-        FUTR_CUDA_CHECK(cudaDeviceSynchronize());
-        EXPECT_EQ(got.download(), want.download())
-            << (int4 ? "int4" : "e4m3") << " N " << n << " K " << k << " M " << m << " splits " << sp;
-      }
+      for (int sp : {2, 3, 5})
+        for (int fold : {0, 1, 2}) {
+          DecodeConfig c = L.lin->config(m);
+          c.kernel = DecodeKernel::kSkinny, c.splits = sp, c.fold = fold, c.seq = false;
+          L.lin->reserve(c, m);
+          L.lin->forward(dx.get(), want.get(), m, c, nullptr);
+          c.seq = true;
+          L.lin->reserve(c, m);
+          got.fill_bytes(0xff);
+          L.lin->forward(dx.get(), got.get(), m, c, nullptr);
+          FUTR_CUDA_CHECK(cudaDeviceSynchronize());
+          EXPECT_EQ(got.download(), want.download()) << (int4 ? "int4" : "e4m3") << " N " << n << " K " << k
+                                                     << " M " << m << " splits " << sp << " fold " << fold;
+        }
     }
   }
 }
