@@ -260,7 +260,19 @@ void Scheduler::admit() {
     if (engine_.free_sequences() <= 0) return;
     // Preempted requests first, oldest first: they resume before anything new starts.
     if (!preempted_.empty()) {
-      if (!admit_paged(preempted_.front())) return;  // waits for blocks
+      bool admitted = false;
+      try {
+        admitted = admit_paged(preempted_.front());
+      } catch (const std::exception& e) {
+        // The engine refused to open or attach: this request fails, no other.
+        Active& a = *preempted_.front();
+        a.req->end(Finish::kError, a.generated, e.what());
+        if (metrics_) metrics_->finished("error");
+        preempted_.pop_front();
+        n_preempted_.store(int(preempted_.size()));
+        continue;
+      }
+      if (!admitted) return;  // waits for blocks
       std::unique_ptr<Active> a = std::move(preempted_.front());
       preempted_.pop_front();
       n_preempted_.store(int(preempted_.size()));
