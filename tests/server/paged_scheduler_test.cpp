@@ -217,5 +217,99 @@ TEST_F(PagedSchedulerTest, ALaterTurnReusesTheConversationsBlocks) {
   }
 }
 
+// Log-probabilities through preemption: requests that score their prompt
+// (echo), ask for their tokens' logprobs with alternatives, or only score
+// (max_tokens 0), through a cache too small for all at once, get exactly the
+// values the same requests get one at a time from an idle server.
+TEST_F(PagedSchedulerTest, LogprobsAndPromptScoresThroughPreemptionEqualAnIdleServers) {
+  struct Scores {
+    std::string text;
+    std::vector<TokenLogprob> generated, prompt;
+  };
+  auto collect_scores = [](Request& r) {
+    Scores out;
+    Request::Update u;
+    while (!u.done) {
+      Request::Update next;
+      if (!r.wait(next, milliseconds(20000))) {
+        ADD_FAILURE() << "no progress in 20 s";
+        return out;
+      }
+      out.text += next.text;
+      out.generated.insert(out.generated.end(), next.logprobs.begin(), next.logprobs.end());
+      out.prompt.insert(out.prompt.end(), next.prompt_logprobs.begin(), next.prompt_logprobs.end());
+      u = next;
+    }
+    return out;
+  };
+  auto same = [](const std::vector<TokenLogprob>& a, const std::vector<TokenLogprob>& b, const std::string& what) {
+    ASSERT_EQ(a.size(), b.size()) << what;
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_EQ(a[i].token, b[i].token) << what << " " << i;
+      EXPECT_EQ(a[i].has_logprob, b[i].has_logprob) << what << " " << i;
+      if (a[i].has_logprob) EXPECT_EQ(a[i].logprob, b[i].logprob) << what << " " << i;  // the same bits
+      ASSERT_EQ(a[i].top.size(), b[i].top.size()) << what << " " << i;
+      for (size_t k = 0; k < a[i].top.size(); ++k) {
+        EXPECT_EQ(a[i].top[k].token, b[i].top[k].token) << what << " " << i;
+        EXPECT_EQ(a[i].top[k].logprob, b[i].top[k].logprob) << what << " " << i;
+      }
+    }
+  };
+  std::mt19937 rng(77);
+  const auto system = random_words(rng, 19);
+  std::vector<GenerationParams> ps;
+  for (int i = 0; i < 60; ++i) {
+    GenerationParams p;
+    p.prompt = system;
+    const auto user = random_words(rng, 1 + int(rng() % 24));
+    p.prompt.insert(p.prompt.end(), user.begin(), user.end());
+    p.sampling.seed = rng();
+    switch (i % 4) {
+      case 0: p.prompt_logprobs = 0, p.max_tokens = 0; break;           // scores only
+      case 1: p.prompt_logprobs = 2, p.logprobs = 2, p.max_tokens = 1 + int(rng() % 30); break;
+      case 2: p.logprobs = 0, p.max_tokens = 1 + int(rng() % 30); break;
+      default: p.max_tokens = 1 + int(rng() % 30); break;
+    }
+    ps.push_back(p);
+  }
+  // The idle server: one request at a time, a cache for all of it.
+  std::vector<Scores> alone;
+  {
+    auto eo = engine_options(/*block_size=*/8, /*blocks=*/64);
+    eo.ctx = 128;
+    eo.max_seqs = 8;
+    eo.max_step_tokens = 24;
+    eo.eos_every = 60;
+    test::FakeEngine engine(eo);
+    Scheduler s(engine, *tok_, {});
+    for (const auto& p : ps) alone.push_back(collect_scores(*s.submit(p)));
+  }
+  auto eo = engine_options(/*block_size=*/8, /*blocks=*/24);
+  eo.ctx = 128;
+  eo.max_seqs = 8;
+  eo.max_step_tokens = 24;
+  eo.eos_every = 60;
+  eo.held = true;
+  test::FakeEngine engine(eo);
+  Metrics metrics;
+  SchedulerOptions so;
+  so.max_queue = 128;
+  Scheduler s(engine, *tok_, so, &metrics);
+  std::vector<std::shared_ptr<Request>> rs;
+  for (const auto& p : ps) rs.push_back(s.submit(p));
+  engine.release();
+  for (size_t i = 0; i < rs.size(); ++i) {
+    const Scores got = collect_scores(*rs[i]);
+    EXPECT_EQ(got.text, alone[i].text) << "request " << i;
+    same(got.generated, alone[i].generated, "generated logprobs of request " + std::to_string(i));
+    same(got.prompt, alone[i].prompt, "prompt logprobs of request " + std::to_string(i));
+    if (ps[i].prompt_logprobs >= 0) EXPECT_EQ(got.prompt.size(), ps[i].prompt.size()) << "request " << i;
+  }
+  s.wait_idle();
+  EXPECT_GT(metric(metrics, "futr_preemptions_total"), 0);
+  EXPECT_EQ(engine.pool()->used_blocks(), 0);
+  EXPECT_EQ(engine.open_now(), 0);
+}
+
 }  // namespace
 }  // namespace futr::server
