@@ -73,6 +73,9 @@ struct ServeOptions {
   size_t max_body = 1 << 20;  // bytes
   int max_connections = 0;    // 0: by the machine
   double drain_timeout = 30;  // seconds
+  int block_size = -1;        // paged KV cache: positions per block; -1: the engine's default; 0: no paging
+  int64_t kv_blocks = 0;      // paged: blocks in all; 0: --max-seqs x ceil(ctx / block)
+  bool no_prefix_cache = false;
 };
 
 constexpr int kMaxQueue = 65536;
@@ -116,6 +119,8 @@ void run_serve(const ServeOptions& o) {
   runtime::RuntimeConfig cfg = runtime_config(run, o.quant);
   cfg.max_seqs = o.max_seqs;
   cfg.max_step_tokens = o.max_step_tokens;
+  cfg.kv_block_size = o.block_size;
+  cfg.kv_blocks = o.kv_blocks;
   auto engine = runtime::make_engine(model, cfg, [](const std::string& s) {
     fmt::print(stderr, "futr: {}\n", s);
   });
@@ -125,6 +130,7 @@ void run_serve(const ServeOptions& o) {
   server::SchedulerOptions so;
   so.max_queue = o.max_queue;
   so.max_step_tokens = o.max_step_tokens;
+  so.prefix_cache = !o.no_prefix_cache;
   server::Scheduler scheduler(*engine, tok, so, &metrics);
 
   server::HttpOptions ho;
@@ -172,6 +178,15 @@ void run_serve(const ServeOptions& o) {
   fmt::print(stderr, "futr serve: {} sequences x {} positions, {} rows per step, queue {}, {} connections{}\n",
              info.max_seqs, info.ctx, std::min(info.max_step_tokens, o.max_step_tokens), o.max_queue,
              http.max_connections(), o.api_key.empty() ? "" : ", API key required");
+  if (info.kv_block_size > 0)
+    fmt::print(stderr, "futr serve: KV cache: {} tokens, paged: {} blocks of {} positions, admission by blocks with "
+                       "preemption, prefix cache {}\n",
+               info.kv_blocks * info.kv_block_size, info.kv_blocks, info.kv_block_size,
+               o.no_prefix_cache ? "off" : "on");
+  else
+    fmt::print(stderr, "futr serve: KV cache: {} tokens ({} sequences x {} positions, a region per sequence; "
+                       "admission reserves prompt + max_tokens)\n",
+               int64_t(info.max_seqs) * info.ctx, info.max_seqs, info.ctx);
   fmt::print(stderr, "futr serve: listening on http://{}:{}\n", o.host, port);
   http.run();  // until drain() or stop()
   const char zero = 0;
@@ -219,6 +234,17 @@ void add_serve_command(CLI::App& app) {
   sub->add_option("--drain-timeout", o->drain_timeout,
                   "Seconds the first SIGTERM/SIGINT waits for running requests")
       ->capture_default_str();
+  sub->add_option("--block-size", o->block_size,
+                  fmt::format("Paged KV cache: positions per block (0: a contiguous region per sequence; default: "
+                              "{} on the CPU engine; the GPU engine does not page yet)",
+                              runtime::kDefaultKvBlockSize))
+      ->check(CLI::Range(-1, 65536));
+  sub->add_option("--kv-blocks", o->kv_blocks,
+                  "Paged KV cache: blocks in all (default: --max-seqs x ctx / block, the memory of one region per "
+                  "sequence); the start-up line says the cache size in tokens")
+      ->check(CLI::NonNegativeNumber);
+  sub->add_flag("--no-prefix-cache", o->no_prefix_cache,
+                "Paged KV cache: compute every prompt in full (no reuse of cached prefixes)");
   hide_advanced(sub);
   sub->callback([o] { run_serve(*o); });
 }

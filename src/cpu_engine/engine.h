@@ -4,10 +4,15 @@
 // INT4 / rotated INT4 KV storage, docs/QUANTIZATION.md).
 //
 // Sequences: up to max_seqs open at once (runtime::SequenceTable: ids, slots,
-// lengths, samplers, the misuse checks), each slot with its own KV cache of
-// ctx positions (allocated when the slot is first used, kept for the next
-// sequence). The weights, the RoPE table and the activation buffers are
-// shared (one Forward).
+// lengths, samplers, the misuse checks). The weights, the RoPE table and the
+// activation buffers are shared (one Forward). The KV cache is either
+//   contiguous (kv_block_size 0): each slot its own cache of ctx positions
+//     (allocated when the slot is first used, kept for the next sequence); or
+//   paged (kv_block_size B > 0): one pool of kv_blocks blocks of B positions
+//     (cpu_engine/paged_kv.h) shared by all sequences, blocks taken as a
+//     sequence grows and given back when it closes, full blocks indexed by
+//     their token prefix (runtime/kv_blocks.h) for attach_prefix(). Results
+//     are bit for bit those of the contiguous cache, for any B.
 //
 // A step: runtime::plan_batch() checks every row first (misuse changes
 // nothing), then each run of rows (one sequence) is one Forward::eval() on
@@ -19,7 +24,9 @@
 // activation site, as on the GPU), so FP8 results depend on what ran before.
 //
 // stats(): {"engine", "sequences_open", "max_seqs", "ctx",
-// "kv_positions_used", "kv_positions_free", "kv_bytes", "fp8" (FP8 only:
+// "kv_positions_used", "kv_positions_free", "kv_bytes", "kv_paged" (paged
+// only: block_size, blocks, blocks_free, blocks_used, blocks_cached,
+// blocks_attached, blocks_evicted, block_copies), "fp8" (FP8 only:
 // history, margin, policy, calls, saturated_calls, saturated_values,
 // zero_calls, recomputes, max_amax)}.
 //
@@ -33,11 +40,13 @@
 
 #include "core/number_formats.h"
 #include "cpu_engine/forward.h"
+#include "cpu_engine/paged_kv.h"
 #include "cpu_engine/quant_forward.h"
 #include "model/model.h"
 #include "quant/delayed_scaling.h"
 #include "quant/quantized_model.h"
 #include "runtime/engine.h"
+#include "runtime/kv_blocks.h"
 #include "runtime/sequence_table.h"
 
 namespace futr::cpu {
@@ -53,6 +62,8 @@ struct CpuEngineOptions {
   int max_seqs = 1;                            // sequences open at once (1..4096)
   int max_step_tokens = 256;                   // rows per step (1..2^20)
   int threads = 0;                             // OpenMP threads; 0: all (cpu_engine/threads.h)
+  int kv_block_size = 0;                       // positions per KV block (1..65536); 0: contiguous caches
+  int64_t kv_blocks = 0;                       // paged: blocks in all; 0: max_seqs x ceil(ctx / block)
 };
 
 class CpuEngine final : public runtime::Engine {
@@ -72,6 +83,11 @@ class CpuEngine final : public runtime::Engine {
   runtime::StepResult step(std::span<const runtime::BatchRow> rows) override;
   int64_t free_positions() const override;
   int free_sequences() const override { return table_.free_sequences(); }
+  int64_t free_blocks() const override { return pool_ ? pool_->free_blocks() : 0; }
+  int64_t blocks_needed(runtime::SeqId id, int n) const override;
+  int attach_prefix(runtime::SeqId id, std::span<const int32_t> tokens) override;
+  std::optional<runtime::Sampler> sampler_state(runtime::SeqId id) const override;
+  void restore_sampler(runtime::SeqId id, const runtime::Sampler& sampler) override;
   const runtime::EngineInfo& info() const override { return info_; }
   nlohmann::json stats() const override;
   // FP8 delayed scaling: the scales are engine state that dropped rows would
@@ -86,12 +102,16 @@ class CpuEngine final : public runtime::Engine {
 
  private:
   struct Slot {
-    std::unique_ptr<KvCache> own;  // the slot's cache (slot 0 uses the Forward's own)
+    std::unique_ptr<KvCache> own;  // the slot's cache (contiguous: slot 0 uses the Forward's own)
     KvCache* cache = nullptr;      // null until first used
+    PagedKvStorage* paged = nullptr;  // paged: own's storage (its block table)
   };
 
   const Model& model_;
   CpuEngineOptions opt_;
+  // Paged only (declared before the forward passes, whose caches view them).
+  std::unique_ptr<runtime::BlockPool> pool_;  // which blocks each sequence holds, the prefix index
+  std::unique_ptr<PagedKvPool> kv_pool_;      // the blocks' K/V
   std::unique_ptr<Forward> fp32_;        // the FP32 reference, or
   std::unique_ptr<QuantForward> quant_;  // the quantized reference
   runtime::EngineInfo info_;

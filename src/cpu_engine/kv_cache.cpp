@@ -54,6 +54,21 @@ KvLayerView dense_kv_view(const DenseKvShape& s, const float* k, const float* v,
   return view;
 }
 
+void dense_kv_copy(const DenseKvShape& s, float* k, float* v, int src, int dst, int n) {
+  FUTR_ASSERT(n >= 0 && src >= 0 && dst >= 0 && src + n <= s.capacity && dst + n <= s.capacity &&
+              (src + n <= dst || dst + n <= src));
+  const size_t bytes = sizeof(float) * size_t(n) * size_t(s.head_dim);
+  for (int l = 0; l < s.n_layers; ++l)
+    for (int h = 0; h < s.n_kv_heads; ++h) {
+      std::memcpy(k + s.offset(l, h, dst), k + s.offset(l, h, src), bytes);
+      std::memcpy(v + s.offset(l, h, dst), v + s.offset(l, h, src), bytes);
+    }
+}
+
+void Fp32KvStorage::copy_rows(int src, int dst, int n) {
+  dense_kv_copy({n_layers_, n_kv_heads_, capacity_, head_dim_}, k_.data(), v_.data(), src, dst, n);
+}
+
 KvLayerView Fp32KvStorage::read(int layer, int len) {
   return dense_kv_view({n_layers_, n_kv_heads_, capacity_, head_dim_}, k_.data(), v_.data(), layer, len);
 }

@@ -58,6 +58,8 @@ struct DenseKvShape {
   }
 };
 KvLayerView dense_kv_view(const DenseKvShape& s, const float* k, const float* v, int layer, int len);
+// copy_rows() of such arrays: rows [src, src + n) -> [dst, dst + n) of every (layer, head).
+void dense_kv_copy(const DenseKvShape& s, float* k, float* v, int src, int dst, int n);
 
 class KvStorage {
  public:
@@ -78,6 +80,11 @@ class KvStorage {
   virtual void unmap_output(float* o, int64_t n, int64_t ld) const {}
   // Bytes held (for reports).
   virtual int64_t bytes() const = 0;
+  // Copies positions [src, src + n) to [dst, dst + n) in every layer, every
+  // form the storage keeps (the FP32 rows, the INT4 mirror's bytes and
+  // scales): the copy-on-write of a paged cache block (cpu_engine/paged_kv.h).
+  // The ranges must not overlap.
+  virtual void copy_rows(int src, int dst, int n) = 0;
 };
 
 // Plain FP32 rows: exactly what the FP32 forward computed.
@@ -89,6 +96,7 @@ class Fp32KvStorage final : public KvStorage {
   void write(int layer, int pos, int n, const float* k, const float* v) override;
   KvLayerView read(int layer, int len) override;
   int64_t bytes() const override { return int64_t(k_.size() + v_.size()) * 4; }
+  void copy_rows(int src, int dst, int n) override;
 
  private:
   int64_t offset(int layer, int head, int pos) const;  // float index of a row

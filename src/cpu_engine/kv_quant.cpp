@@ -111,6 +111,23 @@ void QuantKvStorage::write(int layer, int pos, int n, const float* k, const floa
   }
 }
 
+void QuantKvStorage::copy_rows(int src, int dst, int n) {
+  dense_kv_copy({n_layers_, n_kv_heads_, capacity_, head_dim_}, k_.data(), v_.data(), src, dst, n);
+  const int D = head_dim_;
+  for (Mirror& m : mirror_)
+    for (int i = 0; i < n; ++i)
+      for (int h = 0; h < n_kv_heads_; ++h) {
+        // K: a byte holds dims d and d + 1 (even d) of one slot; V: a slot's head row is D/2 bytes.
+        for (int d = 0; d < D; d += 2)
+          m.k[layout::kv_key_nibble(n_kv_heads_, D, dst + i, h, d).byte] =
+              m.k[layout::kv_key_nibble(n_kv_heads_, D, src + i, h, d).byte];
+        std::memcpy(&m.v[layout::kv_value_nibble(n_kv_heads_, D, dst + i, h, 0).byte],
+                    &m.v[layout::kv_value_nibble(n_kv_heads_, D, src + i, h, 0).byte], size_t(D / 2));
+        m.ks[layout::kv_scale_index(slots_, dst + i, h)] = m.ks[layout::kv_scale_index(slots_, src + i, h)];
+        m.vs[layout::kv_scale_index(slots_, dst + i, h)] = m.vs[layout::kv_scale_index(slots_, src + i, h)];
+      }
+}
+
 KvLayerView QuantKvStorage::read(int layer, int len) {
   return dense_kv_view({n_layers_, n_kv_heads_, capacity_, head_dim_}, k_.data(), v_.data(), layer, len);
 }

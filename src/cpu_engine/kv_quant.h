@@ -46,6 +46,7 @@ class QuantKvStorage final : public KvStorage {
   void map_query(float* q, int64_t n, int64_t ld) const override;
   void unmap_output(float* o, int64_t n, int64_t ld) const override;
   int64_t bytes() const override;
+  void copy_rows(int src, int dst, int n) override;
 
   // The mirror of one layer, in the layout of kernels/layout/kv_cache.cuh (INT4 modes).
   const std::vector<uint8_t>& key_nibbles(int layer) const { return mirror_[size_t(layer)].k; }

@@ -65,11 +65,11 @@ LinearFactory quant_linear_factory(const Model& model, WeightFormat format,
 }
 
 QuantForward::QuantForward(const Model& model, std::shared_ptr<const quant::QuantizedWeights> q,
-                           const QuantRunOptions& o, int ctx)
+                           const QuantRunOptions& o, int ctx, std::unique_ptr<KvStorage> kv)
     : opt_(o), q_(std::move(q)) {
   const ModelConfig& c = model.config;
   if (ctx <= 0) ctx = c.max_context;
-  std::unique_ptr<KvStorage> kv = make_kv_storage(c, ctx, o.kv, o.kv_block);
+  if (!kv) kv = make_kv_storage(c, ctx, o.kv, o.kv_block);
   if (o.weights == WeightFormat::kFp32) {
     fwd_ = std::make_unique<Forward>(model, make_weights(model), std::move(kv), o.max_batch);
     return;

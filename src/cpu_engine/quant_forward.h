@@ -42,8 +42,10 @@ struct QuantRunOptions {
 class QuantForward {
  public:
   // q: the quantized projections for fp8/int4 (ignored for fp32/bf16).
+  // kv: the storage of the forward pass's own cache (a paged view,
+  // cpu_engine/paged_kv.h); null: a contiguous one of ctx positions in o.kv.
   QuantForward(const Model& model, std::shared_ptr<const quant::QuantizedWeights> q,
-               const QuantRunOptions& o, int ctx);
+               const QuantRunOptions& o, int ctx, std::unique_ptr<KvStorage> kv = nullptr);
   Forward& forward() { return *fwd_; }
   const Forward& forward() const { return *fwd_; }
   std::string describe() const;           // weights, KV, scaling in one line

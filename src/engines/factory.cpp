@@ -28,6 +28,14 @@ namespace engines {
 
 namespace {
 
+// The GPU engine keeps a slot region per sequence: an explicit paging request is refused (-1, the
+// engine's default, means none there).
+[[maybe_unused]] void check_gpu_paging(const runtime::RuntimeConfig& c) {
+  FUTR_CHECK(c.kv_block_size <= 0 && c.kv_blocks == 0,
+             "--block-size / --kv-blocks: the GPU engine does not page its KV cache yet (it reserves a region of "
+             "ctx positions per sequence); use --backend cpu for a paged cache");
+}
+
 quant::DelayedScalingConfig fp8_config(const runtime::Fp8Config& f) {
   quant::DelayedScalingConfig c;
   c.history = f.history;
@@ -116,6 +124,7 @@ std::unique_ptr<runtime::Engine> make_synthetic_engine(const std::string& name, 
   go.kv = c.kv == KvFormat::kAuto ? KvFormat::kBf16 : c.kv;
   FUTR_CHECK(c.kv_block == 0 || go.kv == KvFormat::kInt4Rot, "--kv-block applies to --kv int4-rot");
   go.kv_block = c.kv_block ? c.kv_block : std::min(runtime::kDefaultKvBlock, config.head_dim);
+  engines::check_gpu_paging(c);
   go.ctx = c.ctx;
   go.max_seqs = c.max_seqs > 0 ? c.max_seqs : gpu::GpuEngine::kMaxMicroBatch;
   go.max_step_tokens = c.max_step_tokens;
@@ -298,6 +307,8 @@ std::unique_ptr<runtime::Engine> runtime::make_engine(const Model& model, const 
   eo.max_seqs = c.max_seqs > 0 ? c.max_seqs : 1;
   eo.max_step_tokens = c.max_step_tokens;
   eo.threads = c.threads;
+  eo.kv_block_size = c.kv_block_size < 0 ? kDefaultKvBlockSize : c.kv_block_size;
+  eo.kv_blocks = c.kv_blocks;
   if (w != WeightFormat::kFp32 || kv != KvFormat::kFp32) {
     eo.fp8 = engines::fp8_config(c.fp8);
     eo.fp8_rms_in_cast = c.fp8.rms == Fp8RmsPlacement::kCast;
@@ -348,6 +359,7 @@ std::unique_ptr<runtime::Engine> runtime::make_engine(const Model& model, const 
     gpu::GpuEngineOptions go;
     go.kv = kv;
     go.kv_block = eo.kv_block;
+    engines::check_gpu_paging(c);
     go.ctx = c.ctx;
     go.max_seqs = c.max_seqs > 0 ? c.max_seqs : gpu::GpuEngine::kMaxMicroBatch;
     go.max_step_tokens = c.max_step_tokens;

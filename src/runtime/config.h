@@ -65,6 +65,11 @@ std::vector<std::string> fp8_rms_names();
 // docs/ACCURACY.md), capped at head_dim.
 inline constexpr int kDefaultKvBlock = 64;
 
+// Positions per block of a paged KV cache where the engine's default is asked
+// for (RuntimeConfig::kv_block_size -1, `futr serve`): the CPU engine pages in
+// blocks of this many; the GPU engine does not page yet.
+inline constexpr int kDefaultKvBlockSize = 16;
+
 struct Fp8Config {
   Fp8Scaling scaling = Fp8Scaling::kStatic;             // static per site | delayed per request
   int history = 16;                                     // amax history length (calls)
@@ -101,6 +106,9 @@ struct RuntimeConfig {
   bool lm_head_int4 = false; // --head int4: the GPU engine's LM head quantized to INT4 (gpu::GpuEngineOptions)
   KvFormat kv = KvFormat::kAuto;
   int kv_block = 0;          // int4-rot Hadamard block; 0 = kDefaultKvBlock capped at head_dim
+  int kv_block_size = 0;     // paged KV cache: positions per block; 0: contiguous caches; -1: the engine's
+                             // default (the CPU engine pages in kDefaultKvBlockSize, the GPU engine does not)
+  int64_t kv_blocks = 0;     // paged: blocks in all; 0 = max_seqs x ceil(ctx / block), the contiguous caches' memory
   int ctx = 0;               // positions per sequence; 0 = the model's trained context, capped
   int max_seqs = 1;          // sequences open at once (each gets ctx positions); 0: the engine's default
   int max_step_tokens = 256; // rows per step() at most

@@ -39,12 +39,28 @@
 // decoding's drafts, runtime/speculative.h); the CPU engines' prompt rows
 // depend on the cut within rounding (tests/support/tolerances.h kCpuChunking).
 //
-// Tests: tests/runtime/engine_test.cpp (the contract, on every CPU engine).
+// Paged KV cache (optional; docs/LAYOUTS.md "Paged KV cache"). An engine
+// whose info().kv_block_size > 0 keeps its KV cache in blocks of that many
+// positions, shared by all sequences: a sequence takes a block when it grows
+// into one (free_blocks(), blocks_needed() say what a step will take, and a
+// step that would need more than are free throws before computing anything),
+// its full blocks are indexed by their token prefix and outlive it in the
+// cache until evicted, and attach_prefix() gives a new sequence the longest
+// cached prefix instead of computing it. free_positions() then counts free
+// blocks x block size. An engine that does not page (block size 0: the GPU
+// engine, tensor-parallel engines) keeps the defaults below, and a scheduler
+// admits against free_positions() as before. A scheduler that preempts a
+// sequence (closes it and opens it again later) keeps its sampler with
+// sampler_state() / restore_sampler(), so the draws continue exactly.
+//
+// Tests: tests/runtime/engine_test.cpp (the contract, on every CPU engine);
+// tests/cpu_engine/paged_kv_test.cpp (paging).
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -91,6 +107,8 @@ struct EngineInfo {
   int max_step_tokens = 0;// rows per step()
   WeightFormat weights = WeightFormat::kFp32;  // resolved (never kAuto)
   KvFormat kv = KvFormat::kFp32;               // resolved (never kAuto)
+  int kv_block_size = 0;  // positions per KV block when the engine pages; 0: it does not
+  int64_t kv_blocks = 0;  // blocks in the paged cache (0 when it does not page)
 };
 
 class Engine {
@@ -130,6 +148,39 @@ class Engine {
   virtual bool set_profiling(bool on) {
     (void)on;
     return false;
+  }
+
+  // --- Paged KV cache (info().kv_block_size > 0; see the file comment) ---
+  // Blocks a step can still take: free blocks and cached blocks no sequence holds.
+  virtual int64_t free_blocks() const { return 0; }
+  // Blocks a step appending n rows to open sequence `id` takes (a new block
+  // per block boundary crossed, one more to copy a shared partial last block).
+  virtual int64_t blocks_needed(SeqId id, int n) const {
+    (void)id;
+    (void)n;
+    return 0;
+  }
+  // On an open, empty sequence: attaches the longest cached prefix of
+  // `tokens` (whole blocks) and returns its length (the sequence's length
+  // now; its rows continue from there). 0 where nothing is cached or the
+  // engine does not page.
+  virtual int attach_prefix(SeqId id, std::span<const int32_t> tokens) {
+    (void)id;
+    (void)tokens;
+    return 0;
+  }
+  // The state of the sampler of open sequence `id` (its generator position),
+  // for restore_sampler() on the sequence that continues it after a
+  // preemption. nullopt where the engine's draws depend on nothing but the
+  // sequence's tokens and SamplerConfig (nothing to keep).
+  virtual std::optional<Sampler> sampler_state(SeqId id) const {
+    (void)id;
+    return std::nullopt;
+  }
+  // Replaces the sampler of open sequence `id` (a state from sampler_state()).
+  virtual void restore_sampler(SeqId id, const Sampler& sampler) {
+    (void)id;
+    (void)sampler;
   }
 
   // Empty when truncate() leaves a sequence exactly as if the dropped rows had

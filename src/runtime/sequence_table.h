@@ -52,6 +52,7 @@ class SequenceTable {
   int slot_length(int slot) const { return slots_[size_t(slot)].len; }
   void set_length(int slot, int len);  // 0 <= len <= ctx (FUTR_ASSERT: an engine bug otherwise)
   Sampler& sampler(int slot) { return *slots_[size_t(slot)].sampler; }
+  const Sampler& sampler(int slot) const { return *slots_[size_t(slot)].sampler; }
 
   int max_seqs() const { return int(slots_.size()); }
   int ctx() const { return ctx_; }

@@ -26,6 +26,12 @@ struct Metrics::Impl {
   prometheus::Gauge* waiting;
   prometheus::Gauge* kv_used;
   prometheus::Gauge* kv_total;
+  prometheus::Gauge* blocks_used;
+  prometheus::Gauge* blocks_free;
+  prometheus::Counter* preemptions;
+  prometheus::Counter* prefix_hit;
+  prometheus::Counter* prefix_query;
+  prometheus::Gauge* prefix_rate;
   prometheus::Counter* prompt_tokens;
   prometheus::Counter* generated_tokens;
   prometheus::Histogram* ttft;
@@ -45,6 +51,14 @@ struct Metrics::Impl {
     waiting = gauge("futr_requests_waiting", "Requests accepted and waiting for admission");
     kv_used = gauge("futr_kv_positions_used", "KV cache positions in use");
     kv_total = gauge("futr_kv_positions_total", "KV cache positions in all");
+    blocks_used = gauge("futr_kv_blocks_used", "Paged KV cache: blocks held by sequences");
+    blocks_free = gauge("futr_kv_blocks_free", "Paged KV cache: blocks free or cached with no owner");
+    preemptions = counter("futr_preemptions_total",
+                          "Requests that gave their KV blocks back (the cache was full) to resume later");
+    prefix_hit = counter("futr_prefix_cache_hit_tokens_total", "Prompt tokens attached from the prefix cache");
+    prefix_query = counter("futr_prefix_cache_query_tokens_total",
+                           "Prompt tokens of the requests admitted into a paged KV cache");
+    prefix_rate = gauge("futr_prefix_cache_hit_rate", "Prefix cache hit tokens / query tokens since start");
     prompt_tokens = counter("futr_prompt_tokens_total", "Prompt tokens prefilled");
     generated_tokens = counter("futr_generation_tokens_total", "Tokens generated");
     ttft = &BuildHistogram()
@@ -79,6 +93,17 @@ void Metrics::set_queue(int running, int waiting) {
 void Metrics::set_kv(int64_t used, int64_t total) {
   impl_->kv_used->Set(double(used));
   impl_->kv_total->Set(double(total));
+}
+void Metrics::set_kv_blocks(int64_t used, int64_t free) {
+  impl_->blocks_used->Set(double(used));
+  impl_->blocks_free->Set(double(free));
+}
+void Metrics::preempted() { impl_->preemptions->Increment(); }
+void Metrics::add_prefix_lookup(int64_t cached, int64_t prompt) {
+  impl_->prefix_hit->Increment(double(cached));
+  impl_->prefix_query->Increment(double(prompt));
+  const double q = impl_->prefix_query->Value();
+  impl_->prefix_rate->Set(q > 0 ? impl_->prefix_hit->Value() / q : 0.0);
 }
 void Metrics::add_prompt_tokens(int64_t n) { impl_->prompt_tokens->Increment(double(n)); }
 void Metrics::add_generated_tokens(int64_t n) { impl_->generated_tokens->Increment(double(n)); }

@@ -12,6 +12,12 @@
 //   futr_time_per_output_token_seconds histogram (last - first token) / (n - 1), n >= 2
 //   futr_kv_positions_used           gauge      engine KV positions in use
 //   futr_kv_positions_total          gauge      engine KV positions in all
+//   futr_kv_blocks_used              gauge      paged KV cache: blocks held by sequences
+//   futr_kv_blocks_free              gauge      paged KV cache: blocks free or cached unreferenced
+//   futr_preemptions_total           counter    requests that gave their blocks back to be resumed later
+//   futr_prefix_cache_hit_tokens_total counter  prompt tokens attached from the prefix cache
+//   futr_prefix_cache_query_tokens_total counter prompt tokens of the requests admitted (paged)
+//   futr_prefix_cache_hit_rate       gauge      hit tokens / query tokens since start
 //
 // All methods are thread-safe (prometheus-cpp metrics are atomic).
 // Tests: tests/server/http_server_test.cpp (scraped over HTTP).
@@ -29,6 +35,10 @@ class Metrics {
 
   void set_queue(int running, int waiting);
   void set_kv(int64_t used, int64_t total);
+  void set_kv_blocks(int64_t used, int64_t free);
+  void preempted();
+  // An admitted request's prompt of `prompt` tokens, `cached` of them attached from the prefix cache.
+  void add_prefix_lookup(int64_t cached, int64_t prompt);
   void add_prompt_tokens(int64_t n);
   void add_generated_tokens(int64_t n);
   void observe_ttft(double seconds);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <optional>
 #include <span>
+#include <unordered_map>
 #include <utility>
 
 #include <fmt/format.h>
@@ -101,16 +102,19 @@ bool draws_here(const GenerationParams& p) { return needs_history(p.sampling) ||
 
 }  // namespace
 
-// A request admitted into the engine (scheduler thread only).
+// A request admitted into the engine (scheduler thread only), running or preempted.
 struct Scheduler::Active {
   std::shared_ptr<Request> req;
   runtime::SeqId id = 0;
-  int prefilled = 0;           // prompt tokens stored in the engine
-  int stored = 0;              // positions stored (== engine.length(id))
+  int64_t order = 0;           // admission order (kept when preempted: seniority)
+  int stored = 0;              // positions stored (== engine.length(id); 0 while preempted)
   int generated = 0;           // tokens sampled (EOS/EOT not counted)
+  std::vector<int32_t> output; // [generated] the tokens sampled (recomputed after a preemption)
   int32_t last = -1;           // the token to feed next (decode phase)
-  bool decoding = false;       // the prompt is done
+  bool decoding = false;       // a token was drawn: the prompt is done
+  bool resumed = false;        // preempted at least once
   std::optional<runtime::Sampler> sampler;  // penalties or logprobs: drawn here from kLogits rows (else the engine draws)
+  std::optional<runtime::Sampler> engine_sampler;  // preempted: the engine's sampler, given back on resume
   std::vector<TokenLogprob> prompt_lp;      // prompt_logprobs: the prompt's entries so far
   std::vector<TokenLogprob> pending_lp;     // logprobs: entries of tokens whose text is not sent yet
   TextStream text;
@@ -118,9 +122,17 @@ struct Scheduler::Active {
 
   Active(std::shared_ptr<Request> r, runtime::SeqId i, const Tokenizer& tok)
       : req(std::move(r)), id(i), text(tok, req->params_.stop) {}
-  int64_t reserve() const {
-    return int64_t(req->params_.prompt.size()) + req->params_.max_tokens;
+  int prompt_len() const { return int(req->params_.prompt.size()); }
+  int64_t reserve() const { return int64_t(prompt_len()) + req->params_.max_tokens; }
+  // Positions stored before the next token is drawn: the prompt, or (decoding)
+  // the prompt and every generated token but the last, which the next decode row feeds.
+  int target() const { return decoding ? prompt_len() + generated - 1 : prompt_len(); }
+  // The token at position p of the request's history (prompt, then output).
+  int32_t token_at(int p) const {
+    return p < prompt_len() ? req->params_.prompt[size_t(p)] : output[size_t(p - prompt_len())];
   }
+  // The next row is a decode row (else prompt rows, or the recomputation of a preempted history).
+  bool ready() const { return decoding && stored == target(); }
 };
 
 Scheduler::Scheduler(runtime::Engine& engine, const Tokenizer& tok, SchedulerOptions options,
@@ -136,6 +148,7 @@ Scheduler::Scheduler(runtime::Engine& engine, const Tokenizer& tok, SchedulerOpt
              info_.max_step_tokens);
   total_positions_ = engine_.free_positions();
   max_request_ = std::min<int64_t>(info_.ctx, total_positions_);
+  paged_ = info_.kv_block_size > 0;
   publish();
   thread_ = std::thread([this] { loop(); });
 }
@@ -154,6 +167,7 @@ Scheduler::~Scheduler() {
     }
     a->req->end(Finish::kCancelled, a->generated);
   }
+  for (auto& a : preempted_) a->req->end(Finish::kCancelled, a->generated);
   for (auto& r : waiting_) r->end(Finish::kCancelled, 0);
 }
 
@@ -220,12 +234,16 @@ void Scheduler::begin_drain() {
 
 void Scheduler::wait_idle() {
   std::unique_lock lk(mu_);
-  idle_cv_.wait(lk, [&] { return (waiting_.empty() && n_running_.load() == 0) || stop_; });
+  idle_cv_.wait(lk, [&] {
+    return (waiting_.empty() && n_running_.load() == 0 && n_preempted_.load() == 0) || stop_;
+  });
 }
 
 bool Scheduler::wait_idle_for(std::chrono::duration<double> timeout) {
   std::unique_lock lk(mu_);
-  return idle_cv_.wait_for(lk, timeout, [&] { return (waiting_.empty() && n_running_.load() == 0) || stop_; });
+  return idle_cv_.wait_for(lk, timeout, [&] {
+    return (waiting_.empty() && n_running_.load() == 0 && n_preempted_.load() == 0) || stop_;
+  });
 }
 
 void Scheduler::loop() {
@@ -235,7 +253,7 @@ void Scheduler::loop() {
       // Idle: sleep until a request arrives (the timeout only bounds how late
       // a cancelled waiting request is noticed).
       cv_.wait_for(lk, std::chrono::milliseconds(100),
-                   [&] { return stop_ || !waiting_.empty() || !running_.empty(); });
+                   [&] { return stop_ || !waiting_.empty() || !running_.empty() || !preempted_.empty(); });
       if (stop_) return;
     }
     drop_cancelled();
@@ -246,7 +264,7 @@ void Scheduler::loop() {
     bool idle;
     {
       std::lock_guard lk(mu_);
-      idle = waiting_.empty() && running_.empty();
+      idle = waiting_.empty() && running_.empty() && preempted_.empty();
     }
     if (idle) idle_cv_.notify_all();
   }
@@ -273,31 +291,72 @@ void Scheduler::drop_cancelled() {
       ++i;
     }
   }
+  for (auto it = preempted_.begin(); it != preempted_.end();) {
+    if ((*it)->req->cancelled()) {
+      (*it)->req->end(Finish::kCancelled, (*it)->generated);  // its sequence is closed already
+      if (metrics_) metrics_->finished("cancelled");
+      it = preempted_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  n_preempted_.store(int(preempted_.size()));
 }
 
 void Scheduler::admit() {
   for (;;) {
+    if (engine_.free_sequences() <= 0) return;
+    // Preempted requests first, oldest first: they resume before anything new starts.
+    if (!preempted_.empty()) {
+      bool admitted = false;
+      try {
+        admitted = admit_paged(preempted_.front());
+      } catch (const std::exception& e) {
+        // The engine refused to open or attach: this request fails, no other.
+        Active& a = *preempted_.front();
+        a.req->end(Finish::kError, a.generated, e.what());
+        if (metrics_) metrics_->finished("error");
+        preempted_.pop_front();
+        n_preempted_.store(int(preempted_.size()));
+        continue;
+      }
+      if (!admitted) return;  // waits for blocks
+      std::unique_ptr<Active> a = std::move(preempted_.front());
+      preempted_.pop_front();
+      n_preempted_.store(int(preempted_.size()));
+      // Back at its place in admission order (its seniority).
+      auto at = std::upper_bound(running_.begin(), running_.end(), a->order,
+                                 [](int64_t o, const std::unique_ptr<Active>& r) { return o < r->order; });
+      running_.insert(at, std::move(a));
+      n_running_.store(int(running_.size()));
+      continue;
+    }
     std::shared_ptr<Request> head;
     {
       std::lock_guard lk(mu_);
       if (waiting_.empty()) return;
       head = waiting_.front();
     }
-    if (engine_.free_sequences() <= 0) return;
-    int64_t committed = 0;  // positions the running requests may still take
-    for (const auto& a : running_) committed += a->reserve() - a->stored;
-    const int64_t need = int64_t(head->params_.prompt.size()) + head->params_.max_tokens;
-    if (engine_.free_positions() - committed < need) return;  // waits for a finish
-    const runtime::SeqId id = next_id_++;
-    std::optional<runtime::Sampler> sampler;
+    if (!paged_) {
+      int64_t committed = 0;  // positions the running requests may still take
+      for (const auto& a : running_) committed += a->reserve() - a->stored;
+      const int64_t need = int64_t(head->params_.prompt.size()) + head->params_.max_tokens;
+      if (engine_.free_positions() - committed < need) return;  // waits for a finish
+    }
+    auto active = std::make_unique<Active>(head, 0, tok_);
     try {
       const SamplerConfig& sc = head->params_.sampling;
       if (draws_here(head->params_)) {
-        sampler.emplace(sc);
-        sampler->limit_vocab(tok_.vocab_size());  // as futr generate: ids without a token are never drawn
-        for (int32_t t : head->params_.prompt) sampler->accept(t, /*generated=*/false);
+        active->sampler.emplace(sc);
+        active->sampler->limit_vocab(tok_.vocab_size());  // as futr generate: ids without a token are never drawn
+        for (int32_t t : head->params_.prompt) active->sampler->accept(t, /*generated=*/false);
       }
-      engine_.open(id, sc);
+      if (paged_) {
+        if (!admit_paged(active)) return;  // waits for blocks
+      } else {
+        active->id = next_id_++;
+        engine_.open(active->id, sc);
+      }
     } catch (const std::exception& e) {
       // A sampler setting the engine refuses: this request fails, no other.
       {
@@ -314,10 +373,76 @@ void Scheduler::admit() {
       waiting_.pop_front();
       n_waiting_.store(int(waiting_.size()));
     }
-    running_.push_back(std::make_unique<Active>(std::move(head), id, tok_));
-    running_.back()->sampler = std::move(sampler);
+    active->order = next_order_++;
+    running_.push_back(std::move(active));
     n_running_.store(int(running_.size()));
   }
+}
+
+bool Scheduler::admit_paged(std::unique_ptr<Active>& ap) {
+  Active& a = *ap;
+  const runtime::SeqId id = next_id_++;
+  engine_.open(id, a.req->params_.sampling);  // throws (nothing opened) for a setting the engine refuses
+  a.id = id;
+  a.stored = 0;
+  int attached = 0;
+  // A prompt being scored (prompt_logprobs) runs every row from the start:
+  // the scores come from its rows, so nothing is attached and the entries of
+  // an earlier, preempted pass are dropped.
+  const bool scoring = a.req->params_.prompt_logprobs >= 0 && !a.decoding;
+  if (scoring) a.prompt_lp.clear();
+  try {
+    if (options_.prefix_cache && !scoring) {
+      // A new request's last prompt row always runs (it gives the first
+      // token's logits); a resumed one attaches its whole history.
+      const int upto = a.decoding ? a.target() : a.prompt_len() - 1;
+      std::vector<int32_t> history(size_t(std::max(0, upto)));
+      for (int p = 0; p < upto; ++p) history[size_t(p)] = a.token_at(p);
+      attached = engine_.attach_prefix(id, history);
+      a.stored = attached;
+    }
+    // The rows up to the next token, and one block to grow into.
+    const int rows = a.target() - a.stored + (a.decoding ? 1 : 0);
+    const int64_t need = engine_.blocks_needed(id, rows) + 1;
+    if (!running_.empty() && need > engine_.free_blocks()) {
+      engine_.close(id);  // attached blocks go back to the cache
+      a.stored = 0;
+      return false;
+    }
+    if (a.engine_sampler) {
+      engine_.restore_sampler(id, *a.engine_sampler);
+      a.engine_sampler.reset();
+    }
+  } catch (...) {
+    engine_.close(id);
+    a.stored = 0;
+    throw;
+  }
+  if (metrics_ && !a.resumed) metrics_->add_prefix_lookup(attached, a.prompt_len());
+  return true;
+}
+
+void Scheduler::preempt(Active& a) {
+  try {
+    a.engine_sampler = engine_.sampler_state(a.id);  // before close: the draws continue from here
+    engine_.close(a.id);  // its full blocks stay cached for the resume
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "futr serve: preempting sequence {} failed: {}\n", a.id, e.what());
+  }
+  a.stored = 0;
+  a.resumed = true;
+  if (metrics_) metrics_->preempted();
+  for (size_t i = 0; i < running_.size(); ++i)
+    if (running_[i].get() == &a) {
+      std::unique_ptr<Active> moved = std::move(running_[i]);
+      running_.erase(running_.begin() + std::ptrdiff_t(i));
+      auto at = std::upper_bound(preempted_.begin(), preempted_.end(), moved->order,
+                                 [](int64_t o, const std::unique_ptr<Active>& r) { return o < r->order; });
+      preempted_.insert(at, std::move(moved));
+      break;
+    }
+  n_running_.store(int(running_.size()));
+  n_preempted_.store(int(preempted_.size()));
 }
 
 void Scheduler::run_step() {
@@ -333,45 +458,97 @@ void Scheduler::run_step() {
   std::vector<Use> uses;
   int budget = step_budget_;
 
-  // 1. Decode rows: one per sequence whose prompt is done.
-  std::vector<Active*> decoding;
+  // 1. The rows each request wants: a decode row per sequence whose next row
+  // is one (round robin when they exceed the budget), then chunks of the
+  // others (prompts, recomputed histories) in admission order, in what is
+  // left of the budget. A chunk never mixes prompt tokens and generated ones,
+  // so each row takes the engine path it took the first time.
+  std::unordered_map<Active*, int> want;  // request -> rows this step
+  std::vector<Active*> ready;
   for (auto& a : running_)
-    if (a->decoding) decoding.push_back(a.get());
-  const size_t nd = decoding.size();
-  auto ask_out = [](const Active* a) { return a->sampler ? runtime::RowOutput::kLogits : runtime::RowOutput::kToken; };
+    if (a->ready()) ready.push_back(a.get());
+  const size_t nd = ready.size();
+  std::vector<Active*> decode;  // the decode rows, in batch order
   for (size_t k = 0; k < nd && budget > 0; ++k) {
-    Active* a = decoding[(decode_rr_ + k) % nd];
-    rows.push_back({a->last, a->id, a->stored, ask_out(a), -1});
-    uses.push_back({a, rows.back().out});
+    decode.push_back(ready[(decode_rr_ + k) % nd]);
+    want[decode.back()] = 1;
     --budget;
   }
   if (nd > 0) decode_rr_ = (decode_rr_ + size_t(std::min<int>(int(nd), step_budget_))) % nd;
+  for (auto& a : running_) {
+    if (a->ready() || budget <= 0) continue;
+    int n = std::min(budget, a->target() - a->stored);
+    if (a->stored < a->prompt_len()) n = std::min(n, a->prompt_len() - a->stored);
+    want[a.get()] = n;
+    budget -= n;
+  }
 
-  // 2. Prompt chunks, in admission order, in what is left of the budget. The
-  // chunk that ends a prompt asks for the first token (none with max_tokens
-  // 0); with prompt_logprobs every other prompt row scores the next prompt token.
+  // 2. Paging: blocks granted in admission order; when the oldest cannot go
+  // on, the newest gives its blocks back (preempt()).
+  if (paged_) {
+    int64_t granted = 0;
+    for (size_t i = 0; i < running_.size(); ++i) {
+      Active* a = running_[i].get();
+      const auto it = want.find(a);
+      if (it == want.end()) continue;
+      bool gone = false;
+      for (;;) {
+        const int64_t avail = engine_.free_blocks() - granted;
+        const int64_t need = engine_.blocks_needed(a->id, it->second);
+        if (need <= avail) {
+          granted += need;
+          break;
+        }
+        if (!a->ready()) {  // a chunk: the most rows that fit
+          int m = it->second - 1;
+          while (m > 0 && engine_.blocks_needed(a->id, m) > avail) --m;
+          if (m > 0) {
+            it->second = m;
+            granted += engine_.blocks_needed(a->id, m);
+            break;
+          }
+        }
+        Active* victim = running_.back().get();
+        gone = victim == a;
+        want.erase(victim);
+        preempt(*victim);  // erases it from running_
+        if (gone) break;
+      }
+      if (gone) break;  // a was the newest: nothing runs after it
+    }
+  }
+
+  // 3. The rows: decode rows first, then the chunks.
+  auto ask_out = [](const Active* a) { return a->sampler ? runtime::RowOutput::kLogits : runtime::RowOutput::kToken; };
+  for (Active* a : decode) {
+    if (!want.count(a)) continue;  // preempted
+    rows.push_back({a->last, a->id, a->stored, ask_out(a), -1});
+    uses.push_back({a, rows.back().out});
+  }
   std::vector<std::pair<Active*, int>> chunks;  // (request, rows)
   for (auto& a : running_) {
-    if (a->decoding || budget <= 0) continue;
-    const GenerationParams& p = a->req->params_;
-    const auto& prompt = p.prompt;
-    const int n = std::min<int>(budget, int(prompt.size()) - a->prefilled);
+    const auto it = want.find(a.get());
+    if (a->ready() || it == want.end() || it->second <= 0) continue;
+    const int n = it->second;
+    const GenerationParams& gp = a->req->params_;
     for (int j = 0; j < n; ++j) {
-      const int i = a->prefilled + j;
-      runtime::BatchRow row{prompt[size_t(i)], a->id, a->stored + j, runtime::RowOutput::kNone, -1, true};
+      const int p = a->stored + j;
+      runtime::BatchRow row{a->token_at(p), a->id, p, runtime::RowOutput::kNone, -1, p < a->prompt_len()};
       int scores = -1;
-      if (i + 1 == int(prompt.size())) {
-        if (p.max_tokens > 0) row.out = ask_out(a.get());
-      } else if (p.prompt_logprobs >= 0) {
-        row.out = p.prompt_logprobs > 0 ? runtime::RowOutput::kLogits : runtime::RowOutput::kLogprob;
-        row.target = prompt[size_t(i + 1)];
-        scores = i + 1;
+      // Never on a recomputed history (decoding): the first token is asked by
+      // the row of the last prompt token (none with max_tokens 0); with
+      // prompt_logprobs every other prompt row scores the next prompt token.
+      if (!a->decoding && p == a->prompt_len() - 1) {
+        if (gp.max_tokens > 0) row.out = ask_out(a.get());
+      } else if (!a->decoding && p < a->prompt_len() - 1 && gp.prompt_logprobs >= 0) {
+        row.out = gp.prompt_logprobs > 0 ? runtime::RowOutput::kLogits : runtime::RowOutput::kLogprob;
+        row.target = gp.prompt[size_t(p + 1)];
+        scores = p + 1;
       }
       rows.push_back(row);
       if (row.out != runtime::RowOutput::kNone) uses.push_back({a.get(), row.out, scores});
     }
     chunks.emplace_back(a.get(), n);
-    budget -= n;
   }
   if (rows.empty()) return;
 
@@ -399,10 +576,9 @@ void Scheduler::run_step() {
     if (u.scores < 0 && u.a->decoding) u.a->stored += 1;
   std::vector<Active*> prompt_done;  // requests whose prompt ended in this step
   for (auto& [a, n] : chunks) {
-    a->prefilled += n;
     a->stored += n;
     if (metrics_) metrics_->add_prompt_tokens(n);
-    if (a->prefilled == int(a->req->params_.prompt.size())) prompt_done.push_back(a);
+    if (!a->decoding && a->stored == a->prompt_len()) prompt_done.push_back(a);  // the prompt's end, the first time
   }
 
   // 4. The outputs, in batch order: the engine's tokens (kToken rows),
@@ -499,6 +675,7 @@ void Scheduler::run_step() {
       continue;
     }
     ++a->generated;
+    a->output.push_back(t);
     if (metrics_) metrics_->add_generated_tokens(1);
     a->last = t;
     if (d.lp) a->pending_lp.push_back(std::move(*d.lp));
@@ -543,8 +720,12 @@ void Scheduler::finish(Active& a, Finish f, std::string error) {
 
 void Scheduler::publish() {
   if (!metrics_) return;
-  metrics_->set_queue(n_running_.load(), n_waiting_.load());
+  metrics_->set_queue(n_running_.load(), n_waiting_.load() + n_preempted_.load());
   metrics_->set_kv(total_positions_ - engine_.free_positions(), total_positions_);
+  if (paged_) {
+    const int64_t free = engine_.free_blocks();
+    metrics_->set_kv_blocks(info_.kv_blocks - free, free);
+  }
 }
 
 }  // namespace futr::server

@@ -4,11 +4,20 @@
 // One thread owns the engine. Every iteration:
 //   1. requests cancelled by their client leave (waiting: dropped; running:
 //      their sequence is closed, its KV positions freed);
-//   2. admission, first come first served: the head of the queue is opened
-//      as a sequence when a sequence is free and its reservation fits,
-//        reserve(r) = prompt(r) + max_tokens(r)
-//        free_positions() - sum over running r of (reserve(r) - stored(r)) >= reserve(new),
-//      so an admitted request can always run to max_tokens (no preemption);
+//   2. admission, first come first served (preempted requests first, oldest
+//      first, then the queue). Two regimes, by the engine:
+//      - an engine that pages (info().kv_block_size > 0): the head is opened
+//        as a sequence, attaches the longest cached prefix of its tokens
+//        (Engine::attach_prefix; not with prefix_cache off), and stays when
+//        the blocks for the rest of its prompt (plus one) are free; else it
+//        is closed again and waits. Blocks are then taken one at a time as
+//        sequences grow, and a step that needs more than are free preempts
+//        (below);
+//      - any other engine: the head is opened when a sequence is free and
+//        its reservation fits,
+//          reserve(r) = prompt(r) + max_tokens(r)
+//          free_positions() - sum over running r of (reserve(r) - stored(r)) >= reserve(new),
+//        so an admitted request can always run to max_tokens (no preemption);
 //   3. one step of at most max_step_tokens rows: a decode row per running
 //      sequence whose prompt is done (its last token, RowOutput::kToken: the
 //      engine samples with the sequence's SamplerConfig), then prompt chunks
@@ -34,6 +43,20 @@
 //      "length" when its prompt is done.
 // New requests therefore join the running batch between steps, and a long
 // prompt is prefilled in chunks while the others keep decoding.
+//
+// Preemption (paging engines). Before a step, the rows each running request
+// wants are granted blocks in admission order (Engine::blocks_needed against
+// free_blocks()); a prompt chunk that does not fit shrinks; a request that
+// gets nothing makes the newest running request give its blocks back: its
+// sampler state is kept (Engine::sampler_state), its sequence closed (its
+// full blocks stay cached), and it waits at the head of the queue. Resumed,
+// it attaches what is still cached, recomputes the rest of its prompt and of
+// the tokens it generated (prompt tokens as prompt rows, generated ones as
+// decode rows, so each row takes the path it took the first time), gets its
+// sampler back (Engine::restore_sampler; the scheduler's own Sampler of a
+// penalty request stays with the request) and goes on: its tokens are those
+// of an unpreempted run. The oldest request always gets its rows, so a
+// request that fits the cache alone always finishes.
 //
 // submit() refuses, by throwing AdmissionError, a request that can never fit
 // (400: prompt + max_tokens > min(ctx, all KV positions)), one that finds
@@ -178,6 +201,7 @@ class Request {
 struct SchedulerOptions {
   int max_queue = 64;        // requests waiting for admission at most (more: 429)
   int max_step_tokens = 0;   // rows per step; 0 = the engine's max_step_tokens
+  bool prefix_cache = true;  // paging engines: attach cached prefixes (off: recompute every prompt)
 };
 
 class Scheduler {
@@ -207,6 +231,7 @@ class Scheduler {
   int64_t max_request_positions() const { return max_request_; }
   int running() const { return n_running_.load(); }
   int waiting() const { return n_waiting_.load(); }
+  int preempted() const { return n_preempted_.load(); }  // given their blocks back, waiting to resume
   const runtime::EngineInfo& engine_info() const { return info_; }
 
  private:
@@ -214,7 +239,9 @@ class Scheduler {
   void loop();
   void drop_cancelled();
   void admit();
+  bool admit_paged(std::unique_ptr<Active>& a);  // opens a; false (a closed again) when its blocks are not free
   void run_step();
+  void preempt(Active& a);
   void finish(Active& a, Finish f, std::string error = {});
   void publish();
 
@@ -235,10 +262,14 @@ class Scheduler {
   std::atomic<bool> draining_{false};
   std::atomic<int> n_running_{0};
   std::atomic<int> n_waiting_{0};
+  std::atomic<int> n_preempted_{0};
+  bool paged_ = false;                // the engine pages (info().kv_block_size > 0)
 
   // Scheduler thread only.
-  std::vector<std::unique_ptr<Active>> running_;  // in admission order
+  std::vector<std::unique_ptr<Active>> running_;    // in admission order (Active::order)
+  std::deque<std::unique_ptr<Active>> preempted_;   // oldest first; resumed before the queue
   runtime::SeqId next_id_ = 1;
+  int64_t next_order_ = 0;            // admission order of the next new request
   size_t decode_rr_ = 0;              // round-robin start when decode rows exceed the budget
 
   std::thread thread_;                // last: starts after everything above exists
