@@ -9,20 +9,11 @@
 // With a GPU also under --fp8-scaling delayed (each request its own scale
 // state). Skips without the model (scripts/fetch-model.sh).
 #include <gtest/gtest.h>
-#include <httplib.h>
 
 #include <cstdio>
-#include <filesystem>
 #include <future>
-#include <thread>
 
-#include "formats/loader.h"
-#include "runtime/engine.h"
-#include "server/http_server.h"
-#include "server/metrics.h"
-#include "server/scheduler.h"
-#include "tokenizer/chat.h"
-#include "tokenizer/tokenizer.h"
+#include "served_model.h"
 
 namespace futr::server {
 namespace {
@@ -32,66 +23,36 @@ using json = nlohmann::json;
 class ServeDeterminism : public ::testing::TestWithParam<Fp8Scaling> {
  protected:
   void SetUp() override {
-    std::error_code ec;
-    if (!std::filesystem::is_regular_file(FUTR_DEFAULT_MODEL, ec))
-      GTEST_SKIP() << FUTR_DEFAULT_MODEL << " is absent (scripts/fetch-model.sh)";
-    model_ = std::make_unique<Model>(load_model(FUTR_DEFAULT_MODEL));
-    tok_ = std::make_unique<Tokenizer>(model_->tokenizer);
-    chat_ = std::make_unique<ChatTemplate>(ChatTemplate::for_tokenizer(*tok_));
-    runtime::RuntimeConfig cfg;
-    cfg.engine = runtime::EngineKind::kAuto;
-    cfg.ctx = 512;
-    cfg.max_seqs = 8;
-    cfg.max_step_tokens = 64;  // prompt chunks of several steps beside decode rows
-    cfg.fp8.scaling = GetParam();
-    engine_ = runtime::make_engine(*model_, cfg, [](const std::string& s) { std::printf("futr: %s\n", s.c_str()); });
-    if (GetParam() == Fp8Scaling::kDelayed && engine_->info().name != "gpu")
-      GTEST_SKIP() << "--fp8-scaling applies to the GPU engine's FP8 prefill path (engine: " << engine_->info().name
-                   << ")";
-    SchedulerOptions so;
-    so.max_step_tokens = cfg.max_step_tokens;
-    scheduler_ = std::make_unique<Scheduler>(*engine_, *tok_, so, &metrics_);
-    HttpOptions ho;
-    ho.port = 0;
-    ho.model = "m";
-    server_ = std::make_unique<HttpServer>(*scheduler_, *tok_, chat_.get(), metrics_, ho);
-    port_ = server_->bind();
-    thread_ = std::thread([this] { server_->run(); });
-  }
-  void TearDown() override {
-    if (server_) server_->stop();
-    if (thread_.joinable()) thread_.join();
+    test::ServedModelOptions o;
+    o.engine.engine = runtime::EngineKind::kAuto;
+    o.engine.ctx = 512;
+    o.engine.max_seqs = 8;
+    o.engine.max_step_tokens = 64;  // prompt chunks of several steps beside decode rows
+    o.engine.fp8.scaling = GetParam();
+    o.scheduler.max_step_tokens = o.engine.max_step_tokens;
+    o.log = true;
+    std::string why;
+    served_ = test::ServedModel::start(o, &why);
+    if (!served_) GTEST_SKIP() << why;
+    if (GetParam() == Fp8Scaling::kDelayed && served_->engine().info().name != "gpu")
+      GTEST_SKIP() << "--fp8-scaling applies to the GPU engine's FP8 prefill path (engine: "
+                   << served_->engine().info().name << ")";
   }
   // The greedy answer to one user message.
   std::string ask(const std::string& question) {
-    httplib::Client cl("127.0.0.1", port_);
-    cl.set_read_timeout(300, 0);
-    const json body = {{"model", "m"},
-                       {"messages", json::array({{{"role", "user"}, {"content", question}}})},
-                       {"max_tokens", 16},
-                       {"temperature", 0}};
-    auto r = cl.Post("/v1/chat/completions", body.dump(), "application/json");
-    if (!r || r->status != 200) {
-      ADD_FAILURE() << "request failed: " << (r ? r->body : std::string("no response"));
-      return "";
-    }
-    return json::parse(r->body)["choices"][0]["message"]["content"].get<std::string>();
+    const json r = served_->post("/v1/chat/completions",
+                                 {{"messages", json::array({{{"role", "user"}, {"content", question}}})},
+                                  {"max_tokens", 16},
+                                  {"temperature", 0}});
+    return r.contains("choices") ? r["choices"][0]["message"]["content"].get<std::string>() : "";
   }
 
-  std::unique_ptr<Model> model_;
-  std::unique_ptr<Tokenizer> tok_;
-  std::unique_ptr<ChatTemplate> chat_;
-  std::unique_ptr<runtime::Engine> engine_;
-  Metrics metrics_;
-  std::unique_ptr<Scheduler> scheduler_;
-  std::unique_ptr<HttpServer> server_;
-  std::thread thread_;
-  int port_ = 0;
+  std::unique_ptr<test::ServedModel> served_;
 };
 
 TEST_P(ServeDeterminism, TheSameGreedyRequestGivesOneAnswer) {
   const std::string first = ask("What is the capital of France?");
-  std::printf("engine %s: %s\n", engine_->info().name.c_str(), first.c_str());
+  std::printf("engine %s: %s\n", served_->engine().info().name.c_str(), first.c_str());
   EXPECT_FALSE(first.empty());
   for (int i = 0; i < 4; ++i) EXPECT_EQ(ask("What is the capital of France?"), first) << "repeat " << i + 1;
 }

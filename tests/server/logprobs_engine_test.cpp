@@ -15,24 +15,15 @@
 //   - streamed chunks with logprobs add up to the whole answer.
 // Skips without the model (scripts/fetch-model.sh).
 #include <gtest/gtest.h>
-#include <httplib.h>
 
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
 #include <set>
-#include <thread>
 
-#include "formats/loader.h"
-#include "runtime/engine.h"
 #include "runtime/perplexity.h"
-#include "server/http_server.h"
-#include "server/metrics.h"
+#include "served_model.h"
 #include "server/prompt.h"
-#include "server/scheduler.h"
 #include "support/tolerances.h"
-#include "tokenizer/chat.h"
-#include "tokenizer/tokenizer.h"
 
 namespace futr::server {
 namespace {
@@ -47,53 +38,26 @@ constexpr const char* kText =
 class ServeLogprobs : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::error_code ec;
-    if (!std::filesystem::is_regular_file(FUTR_DEFAULT_MODEL, ec))
-      GTEST_SKIP() << FUTR_DEFAULT_MODEL << " is absent (scripts/fetch-model.sh)";
-    model_ = std::make_unique<Model>(load_model(FUTR_DEFAULT_MODEL));
-    tok_ = std::make_unique<Tokenizer>(model_->tokenizer);
-    chat_ = std::make_unique<ChatTemplate>(ChatTemplate::for_tokenizer(*tok_));
-    runtime::RuntimeConfig cfg;
-    cfg.engine = runtime::EngineKind::kCpu;
-    cfg.ctx = 512;
-    cfg.max_seqs = 4;
-    cfg.max_step_tokens = 16;  // prompts prefilled over several steps
-    engine_ = runtime::make_engine(*model_, cfg);
+    test::ServedModelOptions o;
+    o.engine.engine = runtime::EngineKind::kCpu;
+    o.engine.ctx = 512;
+    o.engine.max_seqs = 4;
+    o.engine.max_step_tokens = 16;  // prompts prefilled over several steps
+    o.scheduler.max_step_tokens = 16;
+    std::string why;
+    served_ = test::ServedModel::start(o, &why);
+    if (!served_) GTEST_SKIP() << why;
+    runtime::RuntimeConfig cfg = o.engine;
     cfg.max_seqs = 1;
     cfg.max_step_tokens = 512;  // the reference: a prompt in one step
-    reference_ = runtime::make_engine(*model_, cfg);
-    SchedulerOptions so;
-    so.max_step_tokens = 16;
-    scheduler_ = std::make_unique<Scheduler>(*engine_, *tok_, so, &metrics_);
-    HttpOptions ho;
-    ho.port = 0;
-    ho.model = "m";
-    server_ = std::make_unique<HttpServer>(*scheduler_, *tok_, chat_.get(), metrics_, ho);
-    port_ = server_->bind();
-    thread_ = std::thread([this] { server_->run(); });
+    reference_ = runtime::make_engine(served_->model(), cfg);
+    tok_ = &served_->tok();
   }
   void TearDown() override {
-    if (server_) server_->stop();
-    if (thread_.joinable()) thread_.join();
+    served_.reset();  // the server stops before the reference engine goes
   }
-  json post(const std::string& path, json body) {
-    body["model"] = "m";
-    httplib::Client cl("127.0.0.1", port_);
-    cl.set_read_timeout(300, 0);
-    auto r = cl.Post(path.c_str(), body.dump(), "application/json");
-    if (!r || r->status != 200) {
-      ADD_FAILURE() << "request failed: " << (r ? r->body : std::string("no response"));
-      return json::object();
-    }
-    return json::parse(r->body);
-  }
-  std::string raw_post(const std::string& path, json body) {
-    body["model"] = "m";
-    httplib::Client cl("127.0.0.1", port_);
-    cl.set_read_timeout(300, 0);
-    auto r = cl.Post(path.c_str(), body.dump(), "application/json");
-    return r ? r->body : "";
-  }
+  json post(const std::string& path, json body) { return served_->post(path, std::move(body)); }
+  std::string raw_post(const std::string& path, json body) { return served_->raw_post(path, std::move(body)); }
   // log p(ids[i] | ids[0..i)) for i >= first, from the reference engine's logits.
   std::vector<double> reference_logprobs(const std::vector<int32_t>& ids, size_t first = 1) {
     runtime::SequenceRunner runner(*reference_);
@@ -104,15 +68,9 @@ class ServeLogprobs : public ::testing::Test {
     return out;
   }
 
-  std::unique_ptr<Model> model_;
-  std::unique_ptr<Tokenizer> tok_;
-  std::unique_ptr<ChatTemplate> chat_;
-  std::unique_ptr<runtime::Engine> engine_, reference_;
-  Metrics metrics_;
-  std::unique_ptr<Scheduler> scheduler_;
-  std::unique_ptr<HttpServer> server_;
-  std::thread thread_;
-  int port_ = 0;
+  std::unique_ptr<test::ServedModel> served_;
+  std::unique_ptr<runtime::Engine> reference_;
+  const Tokenizer* tok_ = nullptr;
 };
 
 TEST_F(ServeLogprobs, EchoLogprobsAreThePerplexityPathsValues) {
@@ -179,7 +137,7 @@ TEST_F(ServeLogprobs, LogprobsChangeNoTokenAndAreTheRawDistributions) {
   p.sampling.top_k = 0;
   p.sampling.seed = 7;
   p.logprobs = 0;
-  auto req = scheduler_->submit(p);
+  auto req = served_->scheduler().submit(p);
   std::vector<TokenLogprob> got;
   std::string text;
   for (Request::Update u; !u.done;) {

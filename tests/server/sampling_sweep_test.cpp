@@ -19,17 +19,10 @@
 #include <cfloat>
 #include <cstdint>
 #include <cstdio>
-#include <filesystem>
 #include <limits>
 #include <thread>
 
-#include "formats/loader.h"
-#include "runtime/engine.h"
-#include "server/http_server.h"
-#include "server/metrics.h"
-#include "server/scheduler.h"
-#include "tokenizer/chat.h"
-#include "tokenizer/tokenizer.h"
+#include "served_model.h"
 
 namespace futr::server {
 namespace {
@@ -41,30 +34,20 @@ constexpr int kCtx = 32;  // positions per request: max_tokens up to the rest of
 class SamplingSweep : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::error_code ec;
-    if (!std::filesystem::is_regular_file(FUTR_DEFAULT_MODEL, ec))
-      GTEST_SKIP() << FUTR_DEFAULT_MODEL << " is absent (scripts/fetch-model.sh)";
-    model_ = std::make_unique<Model>(load_model(FUTR_DEFAULT_MODEL));
-    tok_ = std::make_unique<Tokenizer>(model_->tokenizer);
-    chat_ = std::make_unique<ChatTemplate>(ChatTemplate::for_tokenizer(*tok_));
-    runtime::RuntimeConfig cfg;
-    cfg.engine = runtime::EngineKind::kCpu;
-    cfg.ctx = kCtx;
-    cfg.max_seqs = 2;
-    engine_ = runtime::make_engine(*model_, cfg, [](const std::string& s) { std::printf("futr: %s\n", s.c_str()); });
-    scheduler_ = std::make_unique<Scheduler>(*engine_, *tok_, SchedulerOptions{}, &metrics_);
-    HttpOptions ho;
-    ho.port = 0;
-    ho.model = "m";
-    ho.request_timeout_s = 600;  // the slow connections stay open for the whole sweep
-    ho.read_timeout_s = 600;
-    server_ = std::make_unique<HttpServer>(*scheduler_, *tok_, chat_.get(), metrics_, ho);
-    port_ = server_->bind();
-    thread_ = std::thread([this] { server_->run(); });
+    test::ServedModelOptions o;
+    o.engine.engine = runtime::EngineKind::kCpu;
+    o.engine.ctx = kCtx;
+    o.engine.max_seqs = 2;
+    o.http.request_timeout_s = 600;  // the slow connections stay open for the whole sweep
+    o.http.read_timeout_s = 600;
+    o.log = true;
+    std::string why;
+    served_ = test::ServedModel::start(o, &why);
+    if (!served_) GTEST_SKIP() << why;
+    port_ = served_->port();
   }
   void TearDown() override {
-    if (server_) server_->stop();
-    if (thread_.joinable()) thread_.join();
+    served_.reset();
     for (int fd : slow_) close(fd);
   }
 
@@ -99,14 +82,7 @@ class SamplingSweep : public ::testing::Test {
     return r->status;
   }
 
-  std::unique_ptr<Model> model_;
-  std::unique_ptr<Tokenizer> tok_;
-  std::unique_ptr<ChatTemplate> chat_;
-  std::unique_ptr<runtime::Engine> engine_;
-  Metrics metrics_;
-  std::unique_ptr<Scheduler> scheduler_;
-  std::unique_ptr<HttpServer> server_;
-  std::thread thread_;
+  std::unique_ptr<test::ServedModel> served_;
   std::vector<int> slow_;
   int port_ = 0;
 };
@@ -115,7 +91,7 @@ TEST_F(SamplingSweep, RangeEndsGenerateAndBeyondIs400NeverA500) {
   open_slow(200);
   const double tiny = std::numeric_limits<double>::denorm_min();  // 5e-324: 0 as a float
   const double min_float = double(std::numeric_limits<float>::denorm_min());  // 1.4e-45
-  const int vocab = tok_->vocab_size();
+  const int vocab = served_->tok().vocab_size();
   struct Case {
     json extra;
     int status;             // expected
@@ -221,7 +197,7 @@ TEST_F(SamplingSweep, RangeEndsGenerateAndBeyondIs400NeverA500) {
 
   // max_tokens up to the whole rest of the context, and chat's default (the rest).
   std::string body;
-  const int n_prompt = int(tok_->encode("The cat", tok_->add_bos(), false).size());
+  const int n_prompt = int(served_->tok().encode("The cat", served_->tok().add_bos(), false).size());
   ASSERT_EQ(post(false, {{"max_tokens", kCtx - n_prompt}, {"temperature", 0}}, &body), 200) << body;
   ASSERT_EQ(post(true, {{"max_tokens", nullptr}, {"temperature", 2}, {"seed", 3}}, &body), 200) << body;
   ASSERT_EQ(post(false, {{"max_tokens", kCtx - n_prompt + 1}}, &body), 400) << body;
