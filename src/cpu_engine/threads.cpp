@@ -29,7 +29,7 @@ namespace {
 // before all shared-library constructors. A user's own OMP_WAIT_POLICY or
 // GOMP_SPINCOUNT wins. OPENBLAS_NUM_THREADS=1 likewise keeps OpenBLAS from
 // starting a thread pool it would never use (set_num_threads() says why).
-// .preinit_array exists only in executables: futr_cpu must stay a static
+// .preinit_array exists only in executables: futr_cpu_engine must stay a static
 // library.
 void futr_cpu_preinit(int, char**, char**) {
   if (!std::getenv("OMP_WAIT_POLICY") && !std::getenv("GOMP_SPINCOUNT"))

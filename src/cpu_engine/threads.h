@@ -10,7 +10,7 @@
 // with 2 threads against 25 with 1 (and 44 with GOMP_SPINCOUNT=0). With one
 // pool there is nothing to compete with (docs/CPU_BACKEND.md).
 //
-// Every program linking futr_cpu starts with OMP_WAIT_POLICY=passive unless
+// Every program linking futr_cpu_engine starts with OMP_WAIT_POLICY=passive unless
 // the user set OMP_WAIT_POLICY or GOMP_SPINCOUNT (threads.cpp says why and
 // how); on a dedicated machine OMP_WAIT_POLICY=active may be a little faster.
 #pragma once
@@ -79,7 +79,7 @@ class ContentionWatch {
 };
 
 // Sets OpenBLAS to one thread once per process (called by every BLAS user in
-// futr_cpu, so a program that never calls set_num_threads() is still right).
+// futr_cpu_engine, so a program that never calls set_num_threads() is still right).
 void ensure_single_threaded_blas();
 // Threads OpenMP regions use.
 int num_threads();
