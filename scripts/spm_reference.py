@@ -17,10 +17,13 @@ Hugging Face `tokenizers` package (test-only; nothing is downloaded).
    tokens, by decreasing score of the token), normalizer Prepend(U+2581) +
    Replace(" ", U+2581), no pre-tokenizer, <unk> <s> </s> as special tokens.
 
-OUT receives spm.gguf, tokenizer.json (the reference), ids.i32 (the whole
-text, int32 little-endian, no special tokens added), info.json (tokens,
-seconds, vocabulary size) and, with --cases FILE.json (a list of strings),
-cases.json (each one's ids). tests/tokenizer/spm_reference_test.cpp compares
+OUT receives spm.gguf, tokenizer.json (the reference), first/tokenizer.json
+(the same model as transformers converts it without `legacy`: a Metaspace
+pre-tokenizer whose dummy prefix goes only where the text starts, as in
+Mistral's files), ids.i32 (the whole text, int32 little-endian, no special
+tokens added), info.json (tokens, seconds, vocabulary size) and, with --cases
+FILE.json (a list of strings), cases.json and cases_first.json (each one's
+ids under either). tests/tokenizer/spm_reference_test.cpp compares
 futr's SentencePiece tokenizer (tokenizer/tokenizer.h, model "llama") with
 these ids. Exit status 3: a required package is missing (the test skips).
 
@@ -111,6 +114,15 @@ def main():
                                      decoders.Strip(" ", 1, 0)])
     ref.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in ("<unk>", "<s>", "</s>")])
     ref.save(os.path.join(a.out, "tokenizer.json"))
+    # The non-legacy conversion (Mistral's files): no normalizer, a Metaspace
+    # pre-tokenizer that prepends the space only where the text starts.
+    first = Tokenizer(models.BPE(vocab=vocab, merges=[(l, r) for l, r, _, _ in merges], unk_token="<unk>",
+                                 fuse_unk=True, byte_fallback=True))
+    first.pre_tokenizer = pre_tokenizers.Metaspace(replacement=SPACE, prepend_scheme="first", split=False)
+    first.decoder = decoders.Metaspace(replacement=SPACE, prepend_scheme="first", split=False)
+    first.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in ("<unk>", "<s>", "</s>")])
+    os.makedirs(os.path.join(a.out, "first"), exist_ok=True)
+    first.save(os.path.join(a.out, "first", "tokenizer.json"))
 
     t0 = time.time()
     ids = ref.encode(text, add_special_tokens=False).ids
@@ -124,6 +136,8 @@ def main():
             cases = json.load(f)
         with open(os.path.join(a.out, "cases.json"), "w") as f:
             json.dump([ref.encode(c, add_special_tokens=False).ids for c in cases], f)
+        with open(os.path.join(a.out, "cases_first.json"), "w") as f:
+            json.dump([first.encode(c, add_special_tokens=False).ids for c in cases], f)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 // Hugging Face checkpoint directory reader: see hf_checkpoint.h.
 #include "formats/hf_checkpoint.h"
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <fstream>
@@ -228,21 +229,26 @@ ModelConfig parse_hf_config(std::string_view text, const std::string& src) {
   const json* archs = field(j, "architectures");
   const std::optional<std::string> mt = opt_string(j, "model_type", src);
   FUTR_CHECK(archs || mt, "{}: neither 'architectures' nor 'model_type' is given", src);
-  // Qwen2ForCausalLM is LlamaForCausalLM with biases on q, k and v.
+  // Qwen2ForCausalLM is LlamaForCausalLM with biases on q, k and v;
+  // MistralForCausalLM is LlamaForCausalLM with an optional sliding window.
   bool qwen2 = mt && *mt == "qwen2";
+  bool mistral = mt && *mt == "mistral";
   if (archs) {
     FUTR_CHECK(archs->is_array(), "{}: 'architectures' must be an array", src);
     bool known = false;
     for (const json& a : *archs) {
       const std::string name = a.is_string() ? a.get<std::string>() : "";
-      known = known || name == "LlamaForCausalLM" || name == "Qwen2ForCausalLM";
+      known = known || name == "LlamaForCausalLM" || name == "Qwen2ForCausalLM" || name == "MistralForCausalLM";
       qwen2 = qwen2 || name == "Qwen2ForCausalLM";
+      mistral = mistral || name == "MistralForCausalLM";
     }
-    FUTR_CHECK(known, "{}: unsupported architecture {} (supported: LlamaForCausalLM, Qwen2ForCausalLM; {})", src,
-               json_snippet(*archs), kSupportedArchitectures);
+    FUTR_CHECK(known,
+               "{}: unsupported architecture {} (supported: LlamaForCausalLM, MistralForCausalLM, "
+               "Qwen2ForCausalLM; {})",
+               src, json_snippet(*archs), kSupportedArchitectures);
   }
-  FUTR_CHECK(!mt || *mt == "llama" || *mt == "qwen2", "{}: unsupported model_type '{}' ({})", src, clip(*mt),
-             kSupportedArchitectures);
+  FUTR_CHECK(!mt || *mt == "llama" || *mt == "qwen2" || *mt == "mistral", "{}: unsupported model_type '{}' ({})",
+             src, clip(*mt), kSupportedArchitectures);
   c.arch = qwen2 ? "qwen2" : "llama";
   c.qkv_bias = qwen2;
   // NOTE: Qwen2 configs carry sliding_window even when it is off (use_sliding_window false).
@@ -270,6 +276,14 @@ ModelConfig parse_hf_config(std::string_view text, const std::string& src) {
   }
   c.rms_eps = opt_float(j, "rms_norm_eps", src).value_or(1e-6f);
   c.max_context = opt_int(j, "max_position_embeddings", src).value_or(2048);
+  // Mistral's sliding window (7B v0.1: 4096; null from v0.2 on): attention
+  // over the last `window` positions equals full attention up to that many
+  // positions, so the model runs exactly with its context capped there.
+  if (mistral)
+    if (const std::optional<int> w = opt_int(j, "sliding_window", src)) {
+      FUTR_CHECK(*w > 0, "{}: sliding_window {} must be positive (or null: no window)", src, *w);
+      c.max_context = std::min(c.max_context, *w);
+    }
   c.tied_embeddings = opt_bool(j, "tie_word_embeddings", src).value_or(false);
   c.rope_theta = opt_float(j, "rope_theta", src).value_or(10000.0f);
   if (const json* rp = field(j, "rope_parameters"))

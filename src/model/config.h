@@ -18,7 +18,7 @@ struct RopeScaling {
 
 // For messages: what runs and what does not (docs/MODELS.md).
 inline constexpr const char* kSupportedArchitectures =
-    "supported: llama (Llama 2/3, TinyLlama, Mistral 7B without sliding-window attention, SmolLM) and qwen2 "
+    "supported: llama (Llama 2/3, TinyLlama, Mistral 7B (v0.1 within its 4096-token window), SmolLM) and qwen2 "
     "(Qwen2, Qwen2.5); not supported: gemma, phi, mixture-of-experts models (mixtral, qwen2moe), "
     "sliding-window attention";
 

@@ -72,10 +72,65 @@ bool flag(const json& j, const char* key, bool def) {
   return j[key].is_boolean() ? j[key].get<bool>() : def;
 }
 
+// "<0xNN>" (two upper-case hex digits): a SentencePiece byte token.
+bool is_byte_token(const std::string& t) {
+  auto hex = [](char c) { return (c >= '0' && c <= '9') || (c >= 'A' && c <= 'F'); };
+  return t.size() == 6 && t.compare(0, 3, "<0x") == 0 && hex(t[3]) && hex(t[4]) && t[5] == '>';
+}
+
 // ByteLevel(add_prefix_space=false, use_regex=want_regex)?
 bool is_byte_level(const json& j, bool want_regex) {
   return is_type(j, "ByteLevel") && !flag(j, "add_prefix_space", true) &&
          flag(j, "use_regex", true) == want_regex;
+}
+
+// How a SentencePiece-style tokenizer.json (BPE with byte_fallback) writes
+// spaces: transformers' Llama converter either normalizes (legacy:
+// Prepend("\u2581") + Replace(" ", "\u2581"), no pre-tokenizer: the dummy
+// prefix on every stretch between special tokens) or pre-tokenizes (Metaspace
+// "\u2581": prepend_scheme "always" on every stretch, "first" only where the
+// text starts, "never" none; and never where a stretch already starts with a
+// space). An error names anything else.
+struct SpmSpaces {
+  bool prefix = true;          // TokenizerSpec::add_space_prefix
+  bool first_only = false;     // TokenizerSpec::space_prefix_first_only
+  bool unless_space = false;   // TokenizerSpec::space_prefix_unless_space
+};
+SpmSpaces recognise_spm_spaces(const json& root, const fs::path& file) {
+  static const std::string kSpace = "\u2581";
+  const json& norm = root.contains("normalizer") ? root["normalizer"] : json();
+  const json& pre = root.contains("pre_tokenizer") ? root["pre_tokenizer"] : json();
+  auto is_replace_space = [&](const json& r) {
+    return is_type(r, "Replace") && r.contains("pattern") && r["pattern"].is_object() &&
+           r["pattern"].contains("String") && r["pattern"]["String"] == " " && string_field(r, "content") == kSpace;
+  };
+  auto is_metaspace = [&](const json& m) { return is_type(m, "Metaspace") && string_field(m, "replacement") == kSpace; };
+  SpmSpaces sp;
+  if (is_type(norm, "Sequence") && norm.contains("normalizers") && norm["normalizers"].is_array()) {
+    const json& n = norm["normalizers"];
+    const bool prepend = n.size() == 2 && is_type(n[0], "Prepend") && string_field(n[0], "prepend") == kSpace &&
+                         is_replace_space(n[1]);
+    const bool replace = n.size() == 1 && is_replace_space(n[0]);
+    FUTR_CHECK((prepend || replace) && pre.is_null(),
+               "{}: SentencePiece normalizer {} with pre_tokenizer {} is not supported (supported: "
+               "Prepend(\u2581) + Replace(' ', \u2581) without a pre-tokenizer, or Metaspace)",
+               file.string(), describe(norm), describe(pre));
+    sp.prefix = prepend;
+    return sp;
+  }
+  FUTR_CHECK(norm.is_null(), "{}: SentencePiece normalizer {} is not supported (supported: Prepend(\u2581) + "
+             "Replace(' ', \u2581), or none with a Metaspace pre-tokenizer)", file.string(), describe(norm));
+  FUTR_CHECK(is_metaspace(pre), "{}: SentencePiece pre_tokenizer {} is not supported (supported: Metaspace(\u2581), "
+             "or none after a Prepend + Replace normalizer)", file.string(), describe(pre));
+  // NOTE: older files say add_prefix_space (true: "always") instead of prepend_scheme.
+  std::string scheme = string_field(pre, "prepend_scheme");
+  if (scheme.empty()) scheme = flag(pre, "add_prefix_space", true) ? "always" : "never";
+  FUTR_CHECK(scheme == "always" || scheme == "first" || scheme == "never",
+             "{}: Metaspace prepend_scheme '{}' is not supported (always, first, never)", file.string(), clip(scheme));
+  sp.prefix = scheme != "never";
+  sp.first_only = scheme == "first";
+  sp.unless_space = true;  // Metaspace prepends only to text that does not start with its replacement
+  return sp;
 }
 
 // The pre_tokenizer structure -> spec.pre, or an error naming what was found.
@@ -154,28 +209,51 @@ TokenizerSpec spec_from_texts(const HfTokenizerTexts& texts, int64_t max_vocab) 
              "{}: no \"model\" object (not a tokenizers file?)", file.string());
   const json& model = root["model"];
 
-  // --- model: byte-level BPE only ---
+  // --- model: byte-level BPE, or BPE with byte_fallback (SentencePiece's, as
+  // transformers converts Llama-2, TinyLlama and Mistral tokenizers) ---
   const std::string mtype = model.contains("type") && model["type"].is_string() ? model["type"].get<std::string>()
                                                                                  : std::string("?");
-  FUTR_CHECK(mtype == "BPE", "{}: model type {} is not supported (only byte-level BPE)", file.string(), clip(mtype));
-  FUTR_CHECK(!flag(model, "byte_fallback", false), "{}: BPE with byte_fallback (SentencePiece style) is not "
-             "supported, only byte-level BPE", file.string());
+  FUTR_CHECK(mtype == "BPE", "{}: model type {} is not supported (only BPE: byte-level, or SentencePiece-style "
+             "with byte_fallback)", file.string(), clip(mtype));
+  const bool spm = flag(model, "byte_fallback", false);
   for (const char* k : {"continuing_subword_prefix", "end_of_word_suffix"})
     FUTR_CHECK(!model.contains(k) || model[k].is_null() || model[k] == "", "{}: BPE {}={} is not supported",
                file.string(), k, clip(model[k].dump()));
   FUTR_CHECK(!model.contains("dropout") || model["dropout"].is_null() || model["dropout"] == 0,
              "{}: BPE dropout is not supported", file.string());
-  FUTR_CHECK(!root.contains("normalizer") || root["normalizer"].is_null(),
-             "{}: normalizer {} is not supported (byte-level BPE tokenizers have none)", file.string(),
-             describe(root["normalizer"]));
   const json& dec = root.contains("decoder") ? root["decoder"] : json();
-  FUTR_CHECK(dec.is_null() || is_type(dec, "ByteLevel"), "{}: decoder {} is not supported (expected ByteLevel)",
-             file.string(), describe(dec));
-
   TokenizerSpec spec;
-  spec.model = "gpt2";
-  spec.pre = recognise_pre(root.contains("pre_tokenizer") ? root["pre_tokenizer"] : json(), file);
-  spec.ignore_merges = flag(model, "ignore_merges", false);
+  if (spm) {
+    const SpmSpaces sp = recognise_spm_spaces(root, file);
+    // The decoder only undoes what the model did (\u2581 to space, <0xNN> to
+    // bytes, the dummy prefix stripped); futr's SentencePiece decoding does
+    // the same, so any decoder made of these steps is accepted.
+    auto spm_decoder = [](const json& d) {
+      return is_type(d, "Replace") || is_type(d, "ByteFallback") || is_type(d, "Fuse") || is_type(d, "Strip") ||
+             is_type(d, "Metaspace");
+    };
+    bool dec_ok = dec.is_null() || spm_decoder(dec);
+    if (is_type(dec, "Sequence") && dec.contains("decoders") && dec["decoders"].is_array()) {
+      dec_ok = true;
+      for (const json& d : dec["decoders"]) dec_ok = dec_ok && spm_decoder(d);
+    }
+    FUTR_CHECK(dec_ok, "{}: SentencePiece decoder {} is not supported (Replace, ByteFallback, Fuse, Strip, "
+               "Metaspace)", file.string(), describe(dec));
+    spec.model = "llama";
+    spec.pre = "default";
+    spec.add_space_prefix = sp.prefix;
+    spec.space_prefix_first_only = sp.first_only;
+    spec.space_prefix_unless_space = sp.unless_space;
+  } else {
+    FUTR_CHECK(!root.contains("normalizer") || root["normalizer"].is_null(),
+               "{}: normalizer {} is not supported (byte-level BPE tokenizers have none)", file.string(),
+               describe(root["normalizer"]));
+    FUTR_CHECK(dec.is_null() || is_type(dec, "ByteLevel"), "{}: decoder {} is not supported (expected ByteLevel)",
+               file.string(), describe(dec));
+    spec.model = "gpt2";
+    spec.pre = recognise_pre(root.contains("pre_tokenizer") ? root["pre_tokenizer"] : json(), file);
+    spec.ignore_merges = flag(model, "ignore_merges", false);
+  }
 
   // --- vocab and added tokens -> tokens[id], token_types[id] ---
   FUTR_CHECK(model.contains("vocab") && model["vocab"].is_object(), "{}: model.vocab is not an object",
@@ -206,7 +284,7 @@ TokenizerSpec spec_from_texts(const HfTokenizerTexts& texts, int64_t max_vocab) 
                clip(spec.tokens[id]), clip(it.key()));
     have[id] = true;
     spec.tokens[id] = it.key();
-    spec.token_types[id] = 1;
+    spec.token_types[id] = spm && is_byte_token(it.key()) ? 6 : 1;
   }
   for (const json& a : added) {
     const size_t id = size_t(a["id"].get<int64_t>());
@@ -255,6 +333,25 @@ TokenizerSpec spec_from_texts(const HfTokenizerTexts& texts, int64_t max_vocab) 
   }
   if (model.contains("unk_token") && model["unk_token"].is_string())
     spec.unk = lookup(model["unk_token"].get<std::string>(), file, "model.unk_token");
+  if (spm) {
+    // SentencePiece merges by the score of the merged piece: the rank of the
+    // first merge that makes it (earlier higher), as the converter ordered
+    // the merges by those scores; pieces no merge makes rank below all.
+    spec.scores.assign(size_t(n), -float(spec.merges.size() + 1));
+    for (size_t r = spec.merges.size(); r-- > 0;) {
+      const std::string& m = spec.merges[r];
+      const size_t sp = m.find(' ');
+      const std::string a = m.substr(0, sp), b = m.substr(sp + 1);
+      lookup(a, file, "merge token");
+      lookup(b, file, "merge token");
+      auto it = id_of.find(a + b);
+      FUTR_CHECK(it != id_of.end(), "{}: merge '{}' makes '{}', which is not in the vocabulary", file.string(),
+                 clip(m), clip(a + b));
+      spec.scores[size_t(it->second)] = -float(r);
+    }
+    spec.merges.clear();
+    if (spec.unk >= 0) spec.token_types[size_t(spec.unk)] = 2;
+  }
 
   // --- tokenizer_config.json: special token strings, add_bos, chat template ---
   std::optional<bool> add_bos;

@@ -19,6 +19,11 @@ struct TokenizerSpec {
   std::vector<float> scores;           // [vocab] "llama": merge priority (higher first); empty: all 0
   bool add_space_prefix = true;        // "llama": a space before the text at the start and after
                                        //          each special token (SentencePiece's dummy prefix)
+  bool space_prefix_first_only = false;  // "llama": the dummy prefix only where the text starts,
+                                         //          not after special tokens (tokenizer.json's
+                                         //          Metaspace prepend_scheme "first": Mistral)
+  bool space_prefix_unless_space = false;  // "llama": no dummy prefix where the text already starts
+                                           //          with a space (tokenizer.json's Metaspace)
   std::vector<int32_t> token_types;    // [vocab] GGUF types: 1 normal, 2 unknown, 3 control,
                                        //         4 user-defined, 5 unused, 6 byte (empty: all 1)
   std::vector<std::string> merges;     // ["a b", ...] in priority order

@@ -437,6 +437,8 @@ struct Tokenizer::Impl {
   std::vector<float> score;                     // [vocab] spm: merge priority (higher first)
   std::array<int32_t, 256> spm_byte{};          // spm: byte -> id of its <0xNN> token (-1: none)
   bool add_space_prefix = true;                 // spm: dummy prefix (TokenizerSpec)
+  bool prefix_first_only = false;               // spm: ... only where the text starts
+  bool prefix_unless_space = false;             // spm: ... not before a space
   int32_t unk = -1;
   std::string pre_name;
   std::string chat_template;
@@ -501,6 +503,8 @@ Tokenizer::Tokenizer(const TokenizerSpec& spec) : impl_(std::make_unique<Impl>()
   m.unk = spec.unk;
   m.add_bos = spec.add_bos && spec.bos >= 0;
   m.add_space_prefix = spec.add_space_prefix;
+  m.prefix_first_only = spec.space_prefix_first_only;
+  m.prefix_unless_space = spec.space_prefix_unless_space;
   FUTR_CHECK(spec.scores.empty() || spec.scores.size() == n, "tokenizer: {} scores for {} tokens", spec.scores.size(),
              n);
   if (m.spm) m.score = spec.scores.empty() ? std::vector<float>(n, 0.0f) : spec.scores;
@@ -815,13 +819,17 @@ std::vector<int32_t> Tokenizer::Impl::encode(std::string_view text, bool add_bos
   std::optional<Matcher> digits;
   if (m.digit_re) digits.emplace(*m.digit_re);
   Matcher* dm = digits ? &*digits : nullptr;
-  // SentencePiece: the dummy prefix at the start and after each special token.
-  bool after_special = true;
+  // SentencePiece: the dummy prefix at the start and after each special token
+  // (prefix_first_only: at the start only, where the text begins;
+  // prefix_unless_space: not where the stretch already starts with a space).
+  bool after_special = true, at_start = true;
   auto encode_text = [&](std::string_view t) {
     if (m.spm) {
       if (t.empty()) return;
-      m.spm_encode(t, m.add_space_prefix && after_special, out);
-      after_special = false;
+      const bool prefix = m.add_space_prefix && after_special && (at_start || !m.prefix_first_only) &&
+                          !(m.prefix_unless_space && t.front() == ' ');
+      m.spm_encode(t, prefix, out);
+      after_special = at_start = false;
       return;
     }
     m.pieces(t, *split, dm, [&](std::string_view p) { m.bpe(p, out); });
@@ -840,6 +848,7 @@ std::vector<int32_t> Tokenizer::Impl::encode(std::string_view text, bool add_bos
       encode_text(text.substr(start, i - start));
       out.push_back(id);
       after_special = true;
+      at_start = false;
       i += m.text[size_t(id)].size() - 1;
       start = i + 1;
     }

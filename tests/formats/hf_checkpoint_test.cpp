@@ -247,8 +247,24 @@ TEST(HfCheckpoint, BrokenConfigs) {
   };
   EXPECT_FUTR_ERROR(parse_hf_config("{\"a\": ", "cfg.json"), "cfg.json: not valid JSON");
   EXPECT_FUTR_ERROR(parse_hf_config("[1]", "cfg.json"), "expected a JSON object");
-  err([](json& j) { j["architectures"] = {"MistralForCausalLM"}; },
-      "cfg.json: unsupported architecture [\"MistralForCausalLM\"] (supported: LlamaForCausalLM, Qwen2ForCausalLM");
+  err([](json& j) { j["architectures"] = {"GemmaForCausalLM"}; },
+      "cfg.json: unsupported architecture [\"GemmaForCausalLM\"] (supported: LlamaForCausalLM, MistralForCausalLM, "
+      "Qwen2ForCausalLM");
+  err([](json& j) { j["architectures"] = {"MistralForCausalLM"}; j["model_type"] = "mistral"; j["sliding_window"] = 0; },
+      "sliding_window 0 must be positive");
+  {  // Mistral: Llama; a sliding window caps the context (attention within it is exact)
+    json j = base;
+    j["architectures"] = {"MistralForCausalLM"};
+    j["model_type"] = "mistral";
+    j["max_position_embeddings"] = 32768;
+    j["sliding_window"] = 4096;  // 7B v0.1
+    ModelConfig c = parse_hf_config(j.dump(), "cfg.json");
+    EXPECT_EQ(c.arch, "llama");
+    EXPECT_FALSE(c.qkv_bias);
+    EXPECT_EQ(c.max_context, 4096);
+    j["sliding_window"] = nullptr;  // v0.2, v0.3
+    EXPECT_EQ(parse_hf_config(j.dump(), "cfg.json").max_context, 32768);
+  }
   err([](json& j) { j["architectures"] = "LlamaForCausalLM"; }, "'architectures' must be an array");
   err([](json& j) { j.erase("architectures"); j["model_type"] = "gemma"; }, "unsupported model_type 'gemma'");
   err([](json& j) { j["architectures"] = {"Qwen2ForCausalLM"}; j["use_sliding_window"] = true; },

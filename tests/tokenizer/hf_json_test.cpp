@@ -13,6 +13,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "tokenizer/patterns.h"
@@ -184,6 +185,66 @@ TEST_F(HfJson, ValuesOfTheWrongJsonTypeAreIgnoredOrRefusedNotThrown) {
   EXPECT_EQ(tokenizer_spec_from_hf_json(dir_).chat_template, "");
 }
 
+// A SentencePiece tokenizer as transformers converts Llama-2 (legacy: a
+// Prepend + Replace normalizer) and Mistral (a Metaspace pre-tokenizer,
+// prepend_scheme "first"): model "llama", byte tokens typed as bytes, the
+// merges' order as scores (the first merge making a piece ranks it), the
+// dummy prefix as each form places it. (The whole WikiText-2 text against
+// Hugging Face tokenizers: spm_reference_test.)
+TEST_F(HfJson, SentencePieceStructures) {
+  const std::string sp = "\u2581";
+  json vocab = {{"<unk>", 0}, {"<s>", 1}, {"</s>", 2}};
+  for (int b = 0; b < 256; ++b) vocab[fmt::format("<0x{:02X}>", b)] = 3 + b;
+  int id = 259;
+  for (const std::string& t : {sp, std::string("h"), std::string("i"), sp + "h", sp + "hi"}) vocab[t] = id++;
+  auto added = [](int i, const char* content) {
+    return json{{"id", i}, {"content", content}, {"single_word", false}, {"lstrip", false},
+                {"rstrip", false}, {"normalized", false}, {"special", true}};
+  };
+  const json replace_space = {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", sp}};
+  const json replace_back = {{"type", "Replace"}, {"pattern", {{"String", sp}}}, {"content", " "}};
+  json j = json::object();
+  j["added_tokens"] = json::array({added(0, "<unk>"), added(1, "<s>"), added(2, "</s>")});
+  j["normalizer"] = {{"type", "Sequence"},
+                     {"normalizers", json::array({json{{"type", "Prepend"}, {"prepend", sp}}, replace_space})}};
+  j["pre_tokenizer"] = nullptr;
+  j["decoder"] = {{"type", "Sequence"},
+                  {"decoders", json::array({replace_back, json{{"type", "ByteFallback"}}, json{{"type", "Fuse"}},
+                                            json{{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}})}};
+  j["model"] = {{"type", "BPE"},          {"unk_token", "<unk>"}, {"fuse_unk", true},
+                {"byte_fallback", true},  {"vocab", vocab},       {"merges", json::array({sp + " h", sp + "h i"})}};
+  write("tokenizer.json", j);
+  const TokenizerSpec s = tokenizer_spec_from_hf_json(dir_);
+  EXPECT_EQ(s.model, "llama");
+  EXPECT_TRUE(s.add_space_prefix);
+  EXPECT_FALSE(s.space_prefix_first_only);
+  EXPECT_EQ(s.unk, 0);
+  EXPECT_EQ(s.token_types[0], 2);
+  EXPECT_EQ(s.token_types[3 + 0x41], 6);
+  ASSERT_EQ(s.scores.size(), s.tokens.size());
+  EXPECT_GT(s.scores[size_t(vocab[sp + "h"].get<int>())], s.scores[size_t(vocab[sp + "hi"].get<int>())]);
+  EXPECT_TRUE(s.merges.empty());
+  const Tokenizer legacy(s);
+  EXPECT_EQ(legacy.encode("hi", false, true), std::vector<int32_t>{vocab[sp + "hi"].get<int32_t>()});
+  EXPECT_EQ(legacy.encode("<s>hi", false, true), (std::vector<int32_t>{1, vocab[sp + "hi"].get<int32_t>()}));
+
+  j["normalizer"] = nullptr;
+  j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", sp}, {"prepend_scheme", "first"}, {"split", false}};
+  j["decoder"] = {{"type", "Metaspace"}, {"replacement", sp}, {"prepend_scheme", "first"}, {"split", false}};
+  write("tokenizer.json", j);
+  const TokenizerSpec m = tokenizer_spec_from_hf_json(dir_);
+  EXPECT_TRUE(m.space_prefix_first_only);
+  const Tokenizer mistral(m);
+  EXPECT_EQ(mistral.encode("hi", false, true), std::vector<int32_t>{vocab[sp + "hi"].get<int32_t>()});
+  // After a special token no dummy prefix: "h" "i" without the space marker.
+  EXPECT_EQ(mistral.encode("<s>hi", false, true),
+            (std::vector<int32_t>{1, vocab["h"].get<int32_t>(), vocab["i"].get<int32_t>()}));
+
+  j["pre_tokenizer"]["prepend_scheme"] = "sometimes";
+  write("tokenizer.json", j);
+  EXPECT_THROW(tokenizer_spec_from_hf_json(dir_), Error);
+}
+
 TEST_F(HfJson, UnsupportedStructuresAreClearErrors) {
   auto expect_error = [&](json j, const std::string& needle) {
     const std::string e = error_with(j);
@@ -193,8 +254,8 @@ TEST_F(HfJson, UnsupportedStructuresAreClearErrors) {
   j["model"]["type"] = "WordPiece";
   expect_error(j, "model type WordPiece");
   j = base_tokenizer();
-  j["model"]["byte_fallback"] = true;
-  expect_error(j, "byte_fallback");
+  j["model"]["byte_fallback"] = true;  // SentencePiece-style, but with byte-level pre-tokenization
+  expect_error(j, "SentencePiece pre_tokenizer");
   j = base_tokenizer();
   j["model"]["continuing_subword_prefix"] = "##";
   expect_error(j, "continuing_subword_prefix");

@@ -9,7 +9,9 @@
 // encodes the text with the tokenizer transformers makes of such a model
 // (BPE + byte fallback, Prepend/Replace normalizer). futr loads the GGUF
 // (load_tokenizer_spec) and must give the same ids, token for token; its
-// decode gives the text back with the dummy prefix's space in front.
+// decode gives the text back with the dummy prefix's space in front. The
+// reference's own tokenizer.json, legacy and Metaspace ("first") forms, loads
+// through the Hugging Face reader and gives the same ids too.
 // Nothing is downloaded: the vocabulary is made from the repository's text.
 // Skips (with the reason) when the text or the Python packages are missing.
 #include <gtest/gtest.h>
@@ -26,6 +28,7 @@
 #include <sstream>
 
 #include "formats/loader.h"
+#include "tokenizer/hf_json.h"
 #include "tokenizer/tokenizer.h"
 
 namespace futr {
@@ -112,6 +115,26 @@ TEST(SentencePieceReference, WikiTextIdenticalToHuggingFace) {
   ASSERT_EQ(cases.size(), kCases.size());
   for (size_t c = 0; c < kCases.size(); ++c)
     EXPECT_EQ(tok.encode(kCases[c], false, true), cases[c].get<std::vector<int32_t>>()) << "case " << c;
+
+  // The same vocabulary as a Hugging Face tokenizer.json (BPE with
+  // byte_fallback, the merges in the converter's order): both conversions load
+  // as SentencePiece and give the reference's ids, the legacy one on the
+  // whole text too.
+  const TokenizerSpec hf = tokenizer_spec_from_hf_json(out);
+  ASSERT_EQ(hf.model, "llama");
+  ASSERT_EQ(hf.tokens, spec.tokens);
+  const Tokenizer hf_tok(hf);
+  EXPECT_TRUE(hf_tok.encode(text, false, true) == want) << "tokenizer.json (legacy): the whole text differs";
+  for (size_t c = 0; c < kCases.size(); ++c)
+    EXPECT_EQ(hf_tok.encode(kCases[c], false, true), cases[c].get<std::vector<int32_t>>()) << "legacy case " << c;
+  const TokenizerSpec hf_first = tokenizer_spec_from_hf_json(out / "first");
+  EXPECT_TRUE(hf_first.space_prefix_first_only);
+  const Tokenizer first_tok(hf_first);
+  const json cases_first = json::parse(read_bytes(out / "cases_first.json"));
+  ASSERT_EQ(cases_first.size(), kCases.size());
+  for (size_t c = 0; c < kCases.size(); ++c)
+    EXPECT_EQ(first_tok.encode(kCases[c], false, true), cases_first[c].get<std::vector<int32_t>>())
+        << "prepend_scheme first, case " << c;
   if (!::testing::Test::HasFailure()) fs::remove_all(out);
   else std::printf("[ reference ] files kept in %s\n", out.c_str());
 }
