@@ -302,10 +302,17 @@ class HttpConnections : public httplib::Server {
   void deepen_backlog(int n) {
     FUTR_CHECK(::listen(svr_sock_, n) == 0, "listen(): cannot set the accept queue to {}", n);
   }
-  // Every connection's waits end (within 0.1 s) and the listener closes.
+  // Every connection's waits end (within 0.1 s) and the listener closes,
+  // also when run() has not started yet: httplib's stop() does nothing until
+  // the accept loop runs (a stop right after bind() then left run() waiting
+  // forever), while the loop ends as soon as it finds the socket closed.
   void stop_all() {
     stopping_.store(true);
-    stop();
+    const socket_t s = svr_sock_.exchange(INVALID_SOCKET);
+    if (s != INVALID_SOCKET) {
+      ::shutdown(s, SHUT_RDWR);
+      ::close(s);
+    }
   }
   bool stopping() const { return stopping_.load(); }
 

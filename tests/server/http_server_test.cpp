@@ -16,6 +16,7 @@
 #include <zlib.h>
 
 #include <atomic>
+#include <future>
 #include <thread>
 
 #include "server/fake_engine.h"
@@ -132,6 +133,31 @@ class HttpTest : public ::testing::Test {
   std::thread thread_;
   int port_ = 0;
 };
+
+// A stop that comes before run() starts (futr serve's SIGTERM right after the
+// bind, a test that skips once its server exists) still ends run(): it
+// returns at once instead of accepting forever.
+TEST_F(HttpTest, StopBeforeRunEndsRun) {
+  tok_ = test::default_tokenizer();
+  test::FakeEngine::Options eo;
+  eo.vocab = tok_->vocab_size();
+  eo.words = test::word_tokens(*tok_);
+  engine_ = std::make_unique<test::FakeEngine>(eo);
+  scheduler_ = std::make_unique<Scheduler>(*engine_, *tok_, SchedulerOptions{}, &metrics_);
+  HttpOptions ho;
+  ho.port = 0;
+  ho.model = "fake";
+  server_ = std::make_unique<HttpServer>(*scheduler_, *tok_, nullptr, metrics_, ho);
+  server_->bind();
+  server_->stop();
+  std::promise<void> done;
+  std::future<void> ended = done.get_future();
+  thread_ = std::thread([&] {
+    server_->run();
+    done.set_value();
+  });
+  EXPECT_EQ(ended.wait_for(std::chrono::seconds(30)), std::future_status::ready) << "run() did not return";
+}
 
 TEST_F(HttpTest, HealthModelsMetrics) {
   start({});
