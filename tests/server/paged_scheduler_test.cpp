@@ -75,19 +75,12 @@ class PagedSchedulerTest : public ::testing::Test {
     ASSERT_GE(words_.size(), 8u);
   }
   test::FakeEngine::Options engine_options(int block_size, int64_t blocks) {
-    test::FakeEngine::Options o;
-    o.vocab = tok_->vocab_size();
-    o.words = words_;
-    o.eos = tok_->eos();
+    test::FakeEngine::Options o = test::fake_engine_options(*tok_, words_);
     o.block_size = block_size;
     o.blocks = blocks;
     return o;
   }
-  std::vector<int32_t> random_words(std::mt19937& rng, int n) {
-    std::vector<int32_t> p;
-    for (int i = 0; i < n; ++i) p.push_back(words_[rng() % words_.size()]);
-    return p;
-  }
+  std::vector<int32_t> random_words(std::mt19937& rng, int n) { return test::random_words(rng, words_, n); }
   const Tokenizer* tok_ = nullptr;
   std::vector<int32_t> words_;
 };

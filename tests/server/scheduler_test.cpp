@@ -87,18 +87,8 @@ class SchedulerTest : public ::testing::Test {
     words_ = test::word_tokens(*tok_);
     ASSERT_GE(words_.size(), 8u);
   }
-  test::FakeEngine::Options engine_options() {
-    test::FakeEngine::Options o;
-    o.vocab = tok_->vocab_size();
-    o.words = words_;
-    o.eos = tok_->eos();
-    return o;
-  }
-  std::vector<int32_t> random_prompt(std::mt19937& rng, int n) {
-    std::vector<int32_t> p;
-    for (int i = 0; i < n; ++i) p.push_back(words_[rng() % words_.size()]);
-    return p;
-  }
+  test::FakeEngine::Options engine_options() { return test::fake_engine_options(*tok_, words_); }
+  std::vector<int32_t> random_prompt(std::mt19937& rng, int n) { return test::random_words(rng, words_, n); }
   const Tokenizer* tok_ = nullptr;
   std::vector<int32_t> words_;
 };

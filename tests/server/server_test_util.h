@@ -7,10 +7,12 @@
 
 #include <filesystem>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "formats/loader.h"
+#include "server/fake_engine.h"
 #include "tokenizer/tokenizer.h"
 
 namespace futr::test {
@@ -37,6 +39,23 @@ inline std::vector<int32_t> word_tokens(const Tokenizer& tok) {
     if (ids.size() == 1) w.push_back(ids[0]);
   }
   return w;
+}
+
+// The fake engine's options for `tok`: its vocabulary size and EOS, drawing
+// from `words` (word_tokens(tok)).
+inline FakeEngine::Options fake_engine_options(const Tokenizer& tok, const std::vector<int32_t>& words) {
+  FakeEngine::Options o;
+  o.vocab = tok.vocab_size();
+  o.words = words;
+  o.eos = tok.eos();
+  return o;
+}
+
+// n tokens drawn from `words`.
+inline std::vector<int32_t> random_words(std::mt19937& rng, const std::vector<int32_t>& words, int n) {
+  std::vector<int32_t> p;
+  for (int i = 0; i < n; ++i) p.push_back(words[rng() % words.size()]);
+  return p;
 }
 
 }  // namespace futr::test
