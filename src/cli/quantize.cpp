@@ -171,8 +171,6 @@ void run_quantize(const QuantizeCmdOptions& o) {
              to_string(rc.quant));
   Stopwatch total;
   const Model model = load_model_for_cli(o.run);
-  FUTR_CHECK(!model.config.qkv_bias, "{}: the .futr file does not hold q/k/v biases yet ({} architecture); "
-             "quantize on load instead (futr generate --weights int4 ...)", model.path, model.config.arch);
   const int threads = cpu::set_num_threads(o.run.threads);
   if (!o.quiet) {
     fmt::print(stderr, "futr: quantizing {} ({}, {} layers) with {} threads\n", model.path, model.format,

@@ -101,6 +101,7 @@ json config_json(const ModelConfig& c) {
   j["rope_theta"] = c.rope_theta;
   j["rms_eps"] = c.rms_eps;
   j["tied_embeddings"] = c.tied_embeddings;
+  j["qkv_bias"] = c.qkv_bias;  // version 2
   j["rope_scaling"] = {{"type", c.rope_scaling.type},
                        {"factor", c.rope_scaling.factor},
                        {"low_freq_factor", c.rope_scaling.low_freq_factor},
@@ -120,9 +121,6 @@ std::pair<json, Layout> build(const Model& model, const std::vector<const quant:
   FUTR_CHECK(!sets.empty(), ".futr writer: no quantized weights given");
   const ModelConfig& c = model.config;
   c.validate(model.path.empty() ? std::string("model") : model.path);
-  FUTR_CHECK(!c.qkv_bias, "{}: the .futr file does not hold q/k/v biases yet ({} architecture); run the model from "
-             "its GGUF or Hugging Face files (--weights int4|fp8|bf16 quantizes it on load)",
-             model.path.empty() ? std::string("model") : model.path, c.arch);
   Layout data;
   json tensors = json::array();
   auto add_bf16 = [&](const std::string& name, const Tensor& t) {
@@ -133,8 +131,16 @@ std::pair<json, Layout> build(const Model& model, const std::vector<const quant:
   add_bf16("output_norm", model.weights.out_norm);
   if (!c.tied_embeddings) add_bf16("output", model.weights.lm_head);
   for (int l = 0; l < c.n_layers; ++l) {
-    add_bf16(fmt::format("blk.{}.attn_norm", l), model.weights.layers.at(size_t(l)).attn_norm);
-    add_bf16(fmt::format("blk.{}.ffn_norm", l), model.weights.layers.at(size_t(l)).ffn_norm);
+    const LayerWeights& L = model.weights.layers.at(size_t(l));
+    add_bf16(fmt::format("blk.{}.attn_norm", l), L.attn_norm);
+    add_bf16(fmt::format("blk.{}.ffn_norm", l), L.ffn_norm);
+    if (c.qkv_bias)  // FP32, as every engine adds them (version 2)
+      for (const auto& [name, t] : {std::pair{"attn_q.bias", &L.bq}, {"attn_k.bias", &L.bk}, {"attn_v.bias", &L.bv}}) {
+        FUTR_CHECK(!t->data.empty(), ".futr writer: blk.{}.{} is missing", l, name);
+        const uint64_t off = data.add(as_bytes(t->data));
+        tensors.push_back(tensor_entry(fmt::format("blk.{}.{}", l, name), "f32", t->shape, off,
+                                       uint64_t(t->data.size()) * 4));
+      }
   }
   json formats = json::array();
   for (const quant::QuantizedWeights* set : sets) {
@@ -206,6 +212,14 @@ std::pair<json, Layout> build(const Model& model, const std::vector<const quant:
   tok["extra_eos"] = tk.extra_eos;
   tok["add_bos"] = tk.add_bos;
   tok["ignore_merges"] = tk.ignore_merges ? json(*tk.ignore_merges) : json(nullptr);
+  // Version 2: SentencePiece's scores and dummy prefix.
+  if (!tk.scores.empty()) {
+    const uint64_t s_off = data.add(as_bytes(tk.scores));
+    tok["scores"] = {{"count", tk.scores.size()}, {"offset", s_off}, {"bytes", tk.scores.size() * 4}};
+  }
+  tok["add_space_prefix"] = tk.add_space_prefix;
+  tok["space_prefix_first_only"] = tk.space_prefix_first_only;
+  tok["space_prefix_unless_space"] = tk.space_prefix_unless_space;
 
   json h;
   h["format"] = "futr";
@@ -225,11 +239,19 @@ void put_u64(std::vector<uint8_t>& b, uint64_t v) {
   for (int i = 0; i < 8; ++i) b.push_back(uint8_t(v >> (8 * i)));
 }
 
+// The oldest reader that reads `header` right: 2 for what version 1 did not
+// hold (q/k/v biases, a SentencePiece tokenizer's scores and dummy prefix:
+// version 1 readers would run without them), else 1.
+uint32_t min_reader_for(const json& header) {
+  const bool v2 = header["config"].value("qkv_bias", false) || header["tokenizer"].value("model", "") == "llama";
+  return v2 ? 2 : 1;
+}
+
 std::vector<uint8_t> prefix_bytes(const json& header, const FutrWriteOptions& o) {
   const std::string js = header.dump(-1, ' ', false, json::error_handler_t::strict);
   std::vector<uint8_t> b(kFutrMagic, kFutrMagic + 8);
   put_u32(b, o.version);
-  put_u32(b, o.min_reader_version);
+  put_u32(b, o.min_reader_version > 0 ? o.min_reader_version : min_reader_for(header));
   put_u64(b, js.size());
   b.insert(b.end(), js.begin(), js.end());
   b.resize(size_t(align_up(b.size())), 0);
@@ -386,7 +408,7 @@ void FutrFile::check_blobs() const {
     if (t.contains("scale_offset") || t.contains("scale_bytes")) add(t, "scale_offset", "scale_bytes", what + " scales");
   }
   if (header_.contains("tokenizer") && header_["tokenizer"].is_object())
-    for (const char* k : {"tokens", "merges", "chat_template"}) {
+    for (const char* k : {"tokens", "merges", "chat_template", "scores"}) {
       const json& tk = header_["tokenizer"];
       if (tk.contains(k) && tk[k].is_object()) add(tk[k], "offset", "bytes", fmt::format("tokenizer {}", k));
     }
@@ -573,6 +595,8 @@ void FutrFile::check_tensors_used(const ModelConfig& cfg) const {
   for (int l = 0; l < cfg.n_layers; ++l) {
     dense.insert(fmt::format("blk.{}.attn_norm", l));
     dense.insert(fmt::format("blk.{}.ffn_norm", l));
+    if (cfg.qkv_bias)
+      for (const char* b : {"attn_q.bias", "attn_k.bias", "attn_v.bias"}) dense.insert(fmt::format("blk.{}.{}", l, b));
   }
   std::set<std::string> sets;
   for (WeightFormat f : formats()) sets.insert(to_string(f));
@@ -629,6 +653,7 @@ Model FutrFile::to_model(bool with_weights) const {
     cfg.rope_theta = get_float(c, "config", "rope_theta");
     cfg.rms_eps = get_float(c, "config", "rms_eps");
     cfg.tied_embeddings = c.at("tied_embeddings").get<bool>();
+    cfg.qkv_bias = c.contains("qkv_bias") && c["qkv_bias"].get<bool>();  // version 2; absent: none
     const json& rs = c.at("rope_scaling");
     cfg.rope_scaling.type = rs.at("type").get<std::string>();
     cfg.rope_scaling.factor = get_float(rs, "config.rope_scaling", "factor");
@@ -691,6 +716,20 @@ Model FutrFile::to_model(bool with_weights) const {
     for (const json& v : extra) tk.extra_eos.push_back(id(v, "extra_eos"));
     tk.add_bos = t.at("add_bos").get<bool>();
     if (!t.at("ignore_merges").is_null()) tk.ignore_merges = t["ignore_merges"].get<bool>();
+    // Version 2 (absent in version 1 files: the defaults).
+    if (t.contains("scores")) {
+      const json& sc = t["scores"];
+      const uint64_t count = json_uint(sc.at("count"), name_ + ": tokenizer.scores count");
+      FUTR_CHECK(count == tk.tokens.size(), "{}: tokenizer.scores has {} entries for {} tokens", name_, count,
+                 tk.tokens.size());
+      const std::span<const uint8_t> b = blob(sc, "offset", "bytes", count * 4);
+      tk.scores = from_bytes<float>(b);
+      for (float v : tk.scores) FUTR_CHECK(std::isfinite(v), "{}: tokenizer.scores holds a non-finite value", name_);
+    }
+    if (t.contains("add_space_prefix")) tk.add_space_prefix = t["add_space_prefix"].get<bool>();
+    if (t.contains("space_prefix_first_only")) tk.space_prefix_first_only = t["space_prefix_first_only"].get<bool>();
+    if (t.contains("space_prefix_unless_space"))
+      tk.space_prefix_unless_space = t["space_prefix_unless_space"].get<bool>();
     FUTR_CHECK(tk.tokens.empty() || int64_t(tk.tokens.size()) == cfg.vocab || int64_t(tk.tokens.size()) <= cfg.vocab,
                "{}: the tokenizer has {} tokens, more than the vocabulary {}", name_, tk.tokens.size(),
                cfg.vocab);
@@ -763,6 +802,11 @@ Model FutrFile::to_model(bool with_weights) const {
       LayerWeights L;
       L.attn_norm = load_dense(fmt::format("blk.{}.attn_norm", l), {H});
       L.ffn_norm = load_dense(fmt::format("blk.{}.ffn_norm", l), {H});
+      if (cfg.qkv_bias) {
+        L.bq = load_dense(fmt::format("blk.{}.attn_q.bias", l), {Q});
+        L.bk = load_dense(fmt::format("blk.{}.attn_k.bias", l), {KV});
+        L.bv = load_dense(fmt::format("blk.{}.attn_v.bias", l), {KV});
+      }
       Tensor* dst[7] = {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down};
       const int64_t shapes[7][2] = {{Q, H}, {KV, H}, {KV, H}, {H, Q}, {I, H}, {I, H}, {H, I}};
       for (size_t i = 0; i < 7; ++i) {

@@ -14,7 +14,8 @@
 //   ...           zero padding to a multiple of 64
 //   D       ...   data: every blob at a 64-byte aligned offset relative to D
 // All integers little-endian. Tensor kinds (header "tensors" entries):
-//   "f32" / "bf16"  [dims] row-major                                  (norms, embedding, LM head)
+//   "f32" / "bf16"  [dims] row-major     (norms, embedding, LM head; version 2: the q/k/v
+//                                         biases blk.L.attn_{q,k,v}.bias in FP32, config qkv_bias)
 //   "int4"  N*K/2 nibble bytes in the decode kernels' fragment order
 //           + N*K/G FP16 group scales in fragment order (quant/int4_pack.h,
 //           kernels/layout/int4_fragment.cuh); fields group, method
@@ -59,7 +60,7 @@
 
 namespace futr {
 
-inline constexpr uint32_t kFutrFormatVersion = 1;
+inline constexpr uint32_t kFutrFormatVersion = 2;
 inline constexpr char kFutrMagic[8] = {'F', 'U', 'T', 'R', '\0', '\r', '\n', '\x1a'};
 
 // True if the file starts with the .futr magic.
@@ -68,7 +69,8 @@ bool is_futr_file(const std::filesystem::path& path);
 struct FutrWriteOptions {
   nlohmann::json provenance;  // free-form: source model, command line, calibration, time
   uint32_t version = kFutrFormatVersion;          // tests write other versions
-  uint32_t min_reader_version = kFutrFormatVersion;
+  uint32_t min_reader_version = 0;  // 0: the oldest reader that reads what is written (1, or 2 with what
+                                    // version 2 added: q/k/v biases, SentencePiece scores); tests set others
   std::function<void(int64_t done, int64_t total)> progress;  // bytes written
 };
 

@@ -153,6 +153,80 @@ TEST(FutrFile, RoundTripEveryFormat) {
   EXPECT_FLOAT_EQ(m8.weights.layers[0].wk.data[3], qk.fp8.dequant(0, 3) / g);
 }
 
+// The oldest reader a file asks for (bytes 12..15).
+uint32_t min_reader_of(const std::vector<uint8_t>& bytes) {
+  uint32_t v = 0;
+  std::memcpy(&v, bytes.data() + 12, 4);
+  return v;
+}
+
+// Version 2: the q/k/v biases (FP32) and a SentencePiece tokenizer's scores
+// and dummy-prefix rules come back as written; such a file asks for a version
+// 2 reader (a version 1 reader would run without them), any other for 1.
+TEST(FutrFile, BiasesAndSentencePieceTokenizerRoundTrip) {
+  {
+    const Model m = tiny();
+    const Sets s = quantize_all(m);
+    const std::vector<uint8_t> plain = futr_bytes(m, {&s.int4});
+    EXPECT_EQ(min_reader_of(plain), 1u);
+    const Model back = FutrFile(plain, "p.futr").to_model(true);
+    EXPECT_FALSE(back.config.qkv_bias);
+    EXPECT_TRUE(back.tokenizer.scores.empty());
+  }
+  ModelConfig cfg = test::quant_config();
+  cfg.arch = "qwen2";
+  cfg.qkv_bias = true;
+  Model m = test::random_model(cfg, 12);
+  m.tokenizer = tiny().tokenizer;
+  m.tokenizer.model = "llama";
+  m.tokenizer.unk = 2;  // (no byte tokens in this vocabulary)
+  m.tokenizer.scores.clear();
+  for (size_t i = 0; i < m.tokenizer.tokens.size(); ++i) m.tokenizer.scores.push_back(-0.25f * float(i));
+  m.tokenizer.add_space_prefix = true;
+  m.tokenizer.space_prefix_first_only = true;
+  m.tokenizer.space_prefix_unless_space = true;
+  cpu::QuantizeOptions qo;
+  qo.format = WeightFormat::kInt4;
+  const quant::QuantizedWeights q = cpu::quantize_model(m, qo, {});
+  const std::vector<uint8_t> bytes = futr_bytes(m, {&q});
+  EXPECT_EQ(min_reader_of(bytes), 2u);
+  const FutrFile f(bytes, "q.futr");
+  const Model back = f.to_model(true);
+  EXPECT_EQ(back.config.arch, "qwen2");
+  EXPECT_TRUE(back.config.qkv_bias);
+  for (size_t l = 0; l < m.weights.layers.size(); ++l) {
+    EXPECT_EQ(back.weights.layers[l].bq.data, m.weights.layers[l].bq.data) << l;  // FP32: exact
+    EXPECT_EQ(back.weights.layers[l].bk.data, m.weights.layers[l].bk.data) << l;
+    EXPECT_EQ(back.weights.layers[l].bv.data, m.weights.layers[l].bv.data) << l;
+  }
+  EXPECT_EQ(back.tokenizer.model, "llama");
+  EXPECT_EQ(back.tokenizer.scores, m.tokenizer.scores);
+  EXPECT_TRUE(back.tokenizer.space_prefix_first_only);
+  EXPECT_TRUE(back.tokenizer.space_prefix_unless_space);
+  // A bias missing from the table, or one in a model without biases: refused by name.
+  EXPECT_FUTR_ERROR(FutrFile(with_header(bytes,
+                                         [](json& h) {
+                                           json& t = h["tensors"];
+                                           for (size_t i = 0; i < t.size(); ++i)
+                                             if (t[i]["name"] == "blk.1.attn_k.bias") t.erase(i--);
+                                         }),
+                             "q.futr")
+                        .to_model(true),
+                    "q.futr: tensor 'blk.1.attn_k.bias' is missing");
+  EXPECT_FUTR_ERROR(FutrFile(with_header(bytes,
+                                         [](json& h) {
+                                           h["config"]["qkv_bias"] = false;
+                                           h["config"]["arch"] = "llama";
+                                         }),
+                             "l.futr")
+                        .to_model(false),
+                    "unexpected tensor 'blk.0.attn_q.bias'");
+  // Scores of another length than the vocabulary: refused.
+  EXPECT_FUTR_ERROR(FutrFile(with_header(bytes, [](json& h) { h["tokenizer"]["scores"]["count"] = 3; }), "s.futr")
+                        .to_model(false),
+                    "tokenizer.scores has 3 entries");
+}
+
 TEST(FutrFile, LoaderDispatchAndFiles) {
   const Model m = tiny();
   const Sets s = quantize_all(m);
@@ -184,7 +258,9 @@ TEST(FutrFile, Versions) {
   // A newer writer that breaks old readers: a clear error.
   o.min_reader_version = kFutrFormatVersion + 1;
   EXPECT_FUTR_ERROR(FutrFile(futr_bytes(m, {&s.int4}, o), "new.futr"),
-                     "new.futr: .futr format version 2 needs a reader of version >= 2; this futr reads versions 1..1");
+                     fmt::format("new.futr: .futr format version {0} needs a reader of version >= {0}; this futr "
+                                 "reads versions 1..{1}",
+                                 kFutrFormatVersion + 1, kFutrFormatVersion));
   o.version = 0;
   o.min_reader_version = 0;
   EXPECT_FUTR_ERROR(FutrFile(futr_bytes(m, {&s.int4}, o), "z.futr"), "format version 0 is invalid");
