@@ -76,6 +76,9 @@ struct ServeOptions {
   int block_size = -1;        // paged KV cache: positions per block; -1: the engine's default; 0: no paging
   int64_t kv_blocks = 0;      // paged: blocks in all; 0: --max-seqs x ceil(ctx / block)
   bool no_prefix_cache = false;
+  std::string speculative = "off";  // ngram | off: requests that do not say
+  int draft_max = 8;                // tokens per draft at most
+  int speculative_max_batch = 4;    // drafts only while at most this many requests run
 };
 
 constexpr int kMaxQueue = 65536;
@@ -131,6 +134,7 @@ void run_serve(const ServeOptions& o) {
   so.max_queue = o.max_queue;
   so.max_step_tokens = o.max_step_tokens;
   so.prefix_cache = !o.no_prefix_cache;
+  so.speculative_max_batch = o.speculative_max_batch;
   server::Scheduler scheduler(*engine, tok, so, &metrics);
 
   server::HttpOptions ho;
@@ -142,6 +146,7 @@ void run_serve(const ServeOptions& o) {
   ho.max_body_bytes = o.max_body;
   ho.max_connections = o.max_connections;
   ho.drain_timeout_s = o.drain_timeout;
+  ho.speculative = o.speculative == "ngram" ? o.draft_max : 0;
   server::HttpServer http(scheduler, tok, chat ? &*chat : nullptr, metrics, ho);
   const int port = http.bind();
 
@@ -245,6 +250,18 @@ void add_serve_command(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   sub->add_flag("--no-prefix-cache", o->no_prefix_cache,
                 "Paged KV cache: compute every prompt in full (no reuse of cached prefixes)");
+  sub->add_option("--speculative", o->speculative,
+                  "Speculative decoding of requests that do not set \"speculative\": ngram (prompt-lookup drafts "
+                  "verified in one step: the same tokens, fewer steps on text that repeats its context) or off")
+      ->check(CLI::IsMember({"ngram", "off"}))
+      ->capture_default_str();
+  sub->add_option("--draft-max", o->draft_max, "Speculative decoding: draft tokens per step at most")
+      ->check(CLI::Range(1, server::kMaxSpeculative))
+      ->capture_default_str();
+  sub->add_option("--speculative-max-batch", o->speculative_max_batch,
+                  "Speculative decoding: drafts run only while at most this many requests run")
+      ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
   hide_advanced(sub);
   sub->callback([o] { run_serve(*o); });
 }

@@ -206,7 +206,7 @@ ApiRequest parse_request(Endpoint endpoint, std::string_view body, const ApiCont
   static const std::set<std::string> common = {
       "model", "max_tokens", "temperature", "top_p", "top_k", "n", "stream", "stream_options",
       "stop", "seed", "user", "frequency_penalty", "presence_penalty", "min_p", "repetition_penalty",
-      "logprobs", "logit_bias"};
+      "logprobs", "logit_bias", "speculative"};
   static const std::set<std::string> completions_only = {"prompt", "echo", "best_of", "suffix"};
   static const std::set<std::string> chat_only = {
       "messages", "max_completion_tokens", "top_logprobs", "response_format", "tools",
@@ -222,7 +222,8 @@ ApiRequest parse_request(Endpoint endpoint, std::string_view body, const ApiCont
   s.top_k = 0;
   s.penalty_last_n = 0;  // the penalties see the whole sequence (OpenAI, vLLM)
   std::optional<int64_t> max_tokens, seed;
-  std::optional<int64_t> top_logprobs;  // chat
+  std::optional<int64_t> top_logprobs;
+  std::optional<int> speculative;  // the request's "speculative" (absent: the server's default)  // chat
   std::string max_tokens_name = "max_tokens";
   bool chat_logprobs = false;
   bool have_model = false, have_input = false;
@@ -304,6 +305,19 @@ ApiRequest parse_request(Endpoint endpoint, std::string_view body, const ApiCont
         bad(k, fmt::format("'top_logprobs' must be in [0, {}] (got {})", kMaxTopLogprobs, *top_logprobs));
     } else if (k == "echo") {
       r.echo = get_bool(v, k);
+    } else if (k == "speculative") {
+      // futr's own field: prompt-lookup drafts verified in one step (the same
+      // tokens as without): true (the server's draft length, 8 where it has
+      // none), false, or the most draft tokens per step.
+      if (v.is_boolean()) {
+        speculative = v.get<bool>() ? (ctx.speculative > 0 ? ctx.speculative : 8) : 0;
+      } else {
+        const int64_t d = get_int(v, k);
+        if (d < 0 || d > kMaxSpeculative)
+          bad(k, fmt::format("'speculative' must be a boolean or a draft length in [0, {}] (got {})",
+                             kMaxSpeculative, d));
+        speculative = int(d);
+      }
     } else if (k == "stream") {
       r.stream = get_bool(v, k);
     } else if (k == "stream_options") {
@@ -362,6 +376,7 @@ ApiRequest parse_request(Endpoint endpoint, std::string_view body, const ApiCont
                     ctx.max_request_positions, n + mt, n, mt));
   r.gen.max_tokens = int(mt);
   r.gen.logprobs = r.logprobs;
+  r.gen.speculative = speculative ? *speculative : ctx.speculative;
   // echo with logprobs scores the prompt; echo with max_tokens 0 and no
   // logprobs too (a prompt-only request runs as a scoring one; nothing of it
   // is returned but the text).

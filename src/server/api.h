@@ -91,7 +91,11 @@ struct ApiContext {
   const ChatTemplate* chat = nullptr;  // null: the model has no usable chat template
   std::string model;                   // the served model id
   int64_t max_request_positions = 0;   // prompt + max_tokens at most
+  int speculative = 0;                 // draft tokens per step of a request without "speculative" (0: off)
 };
+
+// The most draft tokens per step a request may ask for ("speculative": k).
+inline constexpr int kMaxSpeculative = 64;
 
 struct ApiRequest {
   Endpoint endpoint = Endpoint::kCompletions;

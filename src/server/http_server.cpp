@@ -376,6 +376,9 @@ HttpServer::HttpServer(Scheduler& scheduler, const Tokenizer& tok, const ChatTem
   api_.chat = chat;
   api_.model = options_.model;
   api_.max_request_positions = scheduler_.max_request_positions();
+  FUTR_CHECK(options_.speculative >= 0 && options_.speculative <= kMaxSpeculative,
+             "--draft-max must be in [0, {}] (got {})", kMaxSpeculative, options_.speculative);
+  api_.speculative = options_.speculative;
   max_connections_ = options_.max_connections > 0 ? options_.max_connections : default_max_connections();
   const size_t pool = size_t(max_connections_);
   http_->new_task_queue = [pool] { return new ConnectionPool(pool); };

@@ -70,6 +70,7 @@ struct HttpOptions {
   double write_timeout_s = 10;    // longest wait for the client to take our bytes
   double keep_alive_timeout_s = 5;  // an idle connection is closed after this
   double drain_timeout_s = 30;    // drain(): everything ends within this
+  int speculative = 0;            // draft tokens per step of requests without "speculative" (0: off)
 };
 
 inline constexpr int kMaxHttpConnections = 4096;

@@ -34,6 +34,8 @@ struct Metrics::Impl {
   prometheus::Gauge* prefix_rate;
   prometheus::Counter* prompt_tokens;
   prometheus::Counter* generated_tokens;
+  prometheus::Counter* spec_drafted;
+  prometheus::Counter* spec_accepted;
   prometheus::Histogram* ttft;
   prometheus::Histogram* tpot;
   prometheus::Family<prometheus::Counter>* finished;
@@ -61,6 +63,10 @@ struct Metrics::Impl {
     prefix_rate = gauge("futr_prefix_cache_hit_rate", "Prefix cache hit tokens / query tokens since start");
     prompt_tokens = counter("futr_prompt_tokens_total", "Prompt tokens prefilled");
     generated_tokens = counter("futr_generation_tokens_total", "Tokens generated");
+    spec_drafted = counter("futr_speculative_draft_tokens_total",
+                           "Draft tokens run by speculative requests (prompt-lookup drafts verified in one step)");
+    spec_accepted = counter("futr_speculative_accepted_tokens_total",
+                            "Draft tokens kept (each one a token generated without a step of its own)");
     ttft = &BuildHistogram()
                 .Name("futr_time_to_first_token_seconds")
                 .Help("Time from accepting a request to its first generated token")
@@ -107,6 +113,10 @@ void Metrics::add_prefix_lookup(int64_t cached, int64_t prompt) {
 }
 void Metrics::add_prompt_tokens(int64_t n) { impl_->prompt_tokens->Increment(double(n)); }
 void Metrics::add_generated_tokens(int64_t n) { impl_->generated_tokens->Increment(double(n)); }
+void Metrics::add_speculative(int64_t drafted, int64_t accepted) {
+  impl_->spec_drafted->Increment(double(drafted));
+  impl_->spec_accepted->Increment(double(accepted));
+}
 void Metrics::observe_ttft(double s) { impl_->ttft->Observe(s); }
 void Metrics::observe_tpot(double s) { impl_->tpot->Observe(s); }
 void Metrics::finished(const std::string& reason) { impl_->finished->Add({{"finish", reason}}).Increment(); }

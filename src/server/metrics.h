@@ -41,6 +41,8 @@ class Metrics {
   void add_prefix_lookup(int64_t cached, int64_t prompt);
   void add_prompt_tokens(int64_t n);
   void add_generated_tokens(int64_t n);
+  // A verification step of a speculative request: `drafted` draft tokens run, `accepted` of them kept.
+  void add_speculative(int64_t drafted, int64_t accepted);
   void observe_ttft(double seconds);
   void observe_tpot(double seconds);
   void finished(const std::string& reason);  // "stop" | "length" | "cancelled" | "error"

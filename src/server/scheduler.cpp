@@ -5,10 +5,13 @@
 #include <optional>
 #include <span>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 
 #include <fmt/format.h>
 
+#include "runtime/ngram_drafter.h"
+#include "runtime/speculative.h"
 #include "server/metrics.h"
 #include "server/text_stream.h"
 
@@ -97,8 +100,11 @@ bool needs_history(const SamplerConfig& c) {
   return c.repetition_penalty != 1.0f || c.presence_penalty != 0.0f || c.frequency_penalty != 0.0f;
 }
 
-// Requests whose tokens the scheduler draws from kLogits rows (scheduler.h, step 3).
-bool draws_here(const GenerationParams& p) { return needs_history(p.sampling) || p.logprobs >= 0; }
+// Requests whose tokens the scheduler draws from kLogits rows (scheduler.h,
+// step 3; speculative requests verify their drafts here).
+bool draws_here(const GenerationParams& p) {
+  return needs_history(p.sampling) || p.logprobs >= 0 || p.speculative > 0;
+}
 
 }  // namespace
 
@@ -117,6 +123,8 @@ struct Scheduler::Active {
   std::optional<runtime::Sampler> engine_sampler;  // preempted: the engine's sampler, given back on resume
   std::vector<TokenLogprob> prompt_lp;      // prompt_logprobs: the prompt's entries so far
   std::vector<TokenLogprob> pending_lp;     // logprobs: entries of tokens whose text is not sent yet
+  std::unique_ptr<runtime::NgramDrafter> drafter;  // speculative: the history (prompt, output), indexed
+  std::vector<int32_t> draft;  // speculative: this step's draft (rows after the decode row)
   TextStream text;
   Clock::time_point first_token{}, last_token{};
 
@@ -351,6 +359,12 @@ void Scheduler::admit() {
         active->sampler->limit_vocab(tok_.vocab_size());  // as futr generate: ids without a token are never drawn
         for (int32_t t : head->params_.prompt) active->sampler->accept(t, /*generated=*/false);
       }
+      if (head->params_.speculative > 0) {
+        runtime::NgramDrafterConfig dc;
+        dc.draft_max = std::min(head->params_.speculative, runtime::NgramDrafter::kMaxDraft);
+        active->drafter = std::make_unique<runtime::NgramDrafter>(dc);
+        active->drafter->push(head->params_.prompt);
+      }
       if (paged_) {
         if (!admit_paged(active)) return;  // waits for blocks
       } else {
@@ -454,6 +468,7 @@ void Scheduler::run_step() {
     Active* a;
     runtime::RowOutput out;
     int scores = -1;
+    int row = 0;  // a decode row's place in its group: 0 the decode row, i > 0 the row of draft[i - 1]
   };
   std::vector<Use> uses;
   int budget = step_budget_;
@@ -475,6 +490,18 @@ void Scheduler::run_step() {
     --budget;
   }
   if (nd > 0) decode_rr_ = (decode_rr_ + size_t(std::min<int>(int(nd), step_budget_))) % nd;
+  // Drafts (speculative requests, while the batch is small): rows after the
+  // decode row, each within the context and the tokens the request may
+  // still draw (runtime/speculative.h, "Budget"), before prompt chunks.
+  for (Active* a : decode) {
+    a->draft.clear();
+    if (!a->drafter || budget <= 0 || int(running_.size()) > options_.speculative_max_batch) continue;
+    const int k = std::min({budget, info_.ctx - 1 - a->stored, a->req->params_.max_tokens - a->generated - 1});
+    if (k <= 0) continue;
+    a->drafter->draft(k, a->draft);
+    want[a] += int(a->draft.size());
+    budget -= int(a->draft.size());
+  }
   for (auto& a : running_) {
     if (a->ready() || budget <= 0) continue;
     int n = std::min(budget, a->target() - a->stored);
@@ -498,6 +525,11 @@ void Scheduler::run_step() {
         if (need <= avail) {
           granted += need;
           break;
+        }
+        if (a->ready() && it->second > 1) {  // a draft does not fit: it goes first
+          it->second = 1;
+          a->draft.clear();
+          continue;
         }
         if (!a->ready()) {  // a chunk: the most rows that fit
           int m = it->second - 1;
@@ -524,6 +556,10 @@ void Scheduler::run_step() {
     if (!want.count(a)) continue;  // preempted
     rows.push_back({a->last, a->id, a->stored, ask_out(a), -1});
     uses.push_back({a, rows.back().out});
+    for (size_t i = 0; i < a->draft.size(); ++i) {  // every row of a draft asks for its logits
+      rows.push_back({a->draft[i], a->id, a->stored + 1 + int(i), runtime::RowOutput::kLogits, -1});
+      uses.push_back({a, runtime::RowOutput::kLogits, -1, int(i) + 1});
+    }
   }
   std::vector<std::pair<Active*, int>> chunks;  // (request, rows)
   for (auto& a : running_) {
@@ -614,12 +650,18 @@ void Scheduler::run_step() {
     std::optional<TokenLogprob> lp;
   };
   std::vector<Drawn> drawn;
+  // Speculative requests: the draft tokens accepted this step; a request is
+  // in `rejected` once a row of its group drew something else than its draft
+  // (that draw ends the group: the rows after it are dropped).
+  std::unordered_map<Active*, int> accepted;
+  std::unordered_set<Active*> rejected;
   size_t next_token = 0, next_logits = 0, next_logprob = 0;
   for (const Use& u : uses) {
     Active* a = u.a;
     const GenerationParams& p = a->req->params_;
     std::span<const float> z;
     if (u.out == runtime::RowOutput::kLogits) z = {result.logits.row(int64_t(next_logits++)), size_t(info_.vocab)};
+    if (u.scores < 0 && u.out == runtime::RowOutput::kLogits && rejected.count(a)) continue;
     if (u.scores >= 0) {  // a prompt row scoring prompt[scores]
       const int32_t target = p.prompt[size_t(u.scores)];
       if (a->prompt_lp.empty()) a->prompt_lp.push_back({p.prompt[0], 0.0, false, {}});
@@ -636,7 +678,18 @@ void Scheduler::run_step() {
     if (failed(a)) continue;
     int32_t t = -1;
     try {
-      t = a->sampler->sample(z);  // checks the logits (NaN, +inf) and names the id
+      if (a->draft.empty()) {
+        t = a->sampler->sample(z);  // checks the logits (NaN, +inf) and names the id
+      } else {
+        // The draw of ordinary decoding at this position, accepted when it
+        // is the draft's next token (runtime/speculative.h: the same tokens
+        // as without the draft, greedy or sampled).
+        const int32_t d = u.row < int(a->draft.size()) ? a->draft[size_t(u.row)] : -1;
+        const runtime::DraftVerdict v = runtime::verify_draft(*a->sampler, z, d);
+        t = v.token;
+        if (v.accepted) ++accepted[a];
+        else rejected.insert(a);
+      }
     } catch (const std::exception& e) {
       done.push_back({a, Finish::kError, e.what()});
       continue;
@@ -664,6 +717,7 @@ void Scheduler::run_step() {
   for (Drawn& d : drawn) {
     Active* a = d.a;
     const int32_t t = d.t;
+    if (failed(a)) continue;  // a speculative request that ended at an earlier token of its group
     a->decoding = true;
     if (a->generated == 0) {
       a->first_token = now;
@@ -676,6 +730,7 @@ void Scheduler::run_step() {
     }
     ++a->generated;
     a->output.push_back(t);
+    if (a->drafter) a->drafter->push(t);
     if (metrics_) metrics_->add_generated_tokens(1);
     a->last = t;
     if (d.lp) a->pending_lp.push_back(std::move(*d.lp));
@@ -688,6 +743,25 @@ void Scheduler::run_step() {
       done.push_back({a, Finish::kLength, {}});
     } else if (!text.empty()) {
       a->req->emit(text, a->generated, std::exchange(a->pending_lp, {}));
+    }
+  }
+  // 7. Speculative requests: the rows of rejected drafts leave the sequence
+  // (Engine::truncate: as if they never ran); the drafter learns how its
+  // draft fared.
+  for (Active* a : decode) {
+    if (a->draft.empty() || !want.count(a)) continue;
+    const int drafted = int(a->draft.size()), kept = accepted.count(a) ? accepted[a] : 0;
+    a->drafter->observe(drafted, kept);
+    if (metrics_) metrics_->add_speculative(drafted, kept);
+    a->draft.clear();
+    if (failed(a)) continue;  // closed below
+    if (a->stored > a->target()) {
+      try {
+        engine_.truncate(a->id, a->target());
+        a->stored = a->target();
+      } catch (const std::exception& e) {
+        done.push_back({a, Finish::kError, e.what()});
+      }
     }
   }
   for (Done& d : done) finish(*d.a, d.f, std::move(d.error));

@@ -66,6 +66,17 @@
 // max_queue), each is its own sequence with its own sampler, and they share
 // a RequestSignal so that one reader can wait for any of them.
 //
+// Speculative requests (GenerationParams::speculative > 0) draw on the host
+// like the logprobs path; while at most SchedulerOptions::speculative_max_batch
+// requests run, the decode row of such a request is followed by a draft
+// (prompt lookup over its prompt and output: runtime/ngram_drafter.h) as rows
+// of the same step, each asking for its logits; the draws verify the draft
+// (runtime::verify_draft: accepted while the sampler's draw equals it), the
+// rows after the first rejection are dropped (Engine::truncate), and the
+// request gets the accepted tokens and the one drawn after them: the tokens
+// of ordinary decoding, one to draft + 1 per step. With paging a draft that
+// does not fit the free blocks is dropped before anything is preempted.
+//
 // Results do not depend on what else runs (the Engine contract), so greedy
 // requests give the same text alone and together (tested).
 //
@@ -108,6 +119,10 @@ struct GenerationParams {
   // none), with k alternatives (Update::prompt_logprobs). max_tokens may then
   // be 0: the request only scores its prompt.
   int prompt_logprobs = -1;
+  // Speculative decoding (runtime/speculative.h): k > 0 drafts up to k tokens
+  // per step by prompt lookup and verifies them in the same step; the tokens
+  // are exactly those without it. 0: off.
+  int speculative = 0;
 };
 
 // Wakes the one reader of several requests (the n choices of a call): every
@@ -200,6 +215,10 @@ class Request {
 
 struct SchedulerOptions {
   int max_queue = 64;        // requests waiting for admission at most (more: 429)
+  // Drafts run only while at most this many requests run: at small batch a
+  // step's extra rows cost little, at large batch they take the step from
+  // the others (GenerationParams::speculative).
+  int speculative_max_batch = 4;
   int max_step_tokens = 0;   // rows per step; 0 = the engine's max_step_tokens
   bool prefix_cache = true;  // paging engines: attach cached prefixes (off: recompute every prompt)
 };
