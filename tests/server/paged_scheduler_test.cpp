@@ -20,43 +20,11 @@
 namespace futr::server {
 namespace {
 
+using test::collect;
+using test::Outcome;
+using test::reference_tokens;
+
 using std::chrono::milliseconds;
-
-struct Outcome {
-  std::vector<int32_t> tokens;  // decoded back is not needed: the text is compared
-  std::string text;
-  Finish finish = Finish::kNone;
-  int completion_tokens = 0;
-};
-
-Outcome collect(Request& r) {
-  Outcome o;
-  Request::Update u;
-  while (!u.done) {
-    Request::Update next;
-    if (!r.wait(next, milliseconds(20000))) {
-      ADD_FAILURE() << "no progress in 20 s";
-      return o;
-    }
-    o.text += next.text;
-    u = next;
-  }
-  o.finish = u.finish;
-  o.completion_tokens = u.completion_tokens;
-  return o;
-}
-
-// What the fake engine generates for `p` alone (an idle server): tokens until EOS or max_tokens.
-std::vector<int32_t> reference_tokens(const test::FakeEngine& e, const GenerationParams& p, int32_t eos) {
-  std::vector<int32_t> history = p.prompt, out;
-  while (int(out.size()) < p.max_tokens) {
-    const int32_t t = e.draw_for(p.sampling.seed, history);
-    if (t == eos) break;
-    out.push_back(t);
-    history.push_back(t);
-  }
-  return out;
-}
 
 // The Prometheus value of a metric without labels ("name value" line).
 double metric(const Metrics& m, const std::string& name) {

@@ -23,53 +23,11 @@
 namespace futr::server {
 namespace {
 
+using test::collect;
+using test::Outcome;
+using test::reference_tokens;
+
 using std::chrono::milliseconds;
-
-struct Outcome {
-  std::string text;
-  Finish finish = Finish::kNone;
-  int completion_tokens = 0;
-  std::string error;
-  std::vector<TokenLogprob> logprobs, prompt_logprobs;
-  bool prompt_logprobs_first = true;  // no text came before the prompt's logprobs
-};
-
-Outcome collect(Request& r) {
-  Outcome o;
-  Request::Update u;
-  while (!u.done) {
-    Request::Update next;
-    if (!r.wait(next, milliseconds(5000))) {
-      ADD_FAILURE() << "no progress in 5 s";
-      return o;
-    }
-    if (!next.prompt_logprobs.empty()) {
-      EXPECT_TRUE(o.prompt_logprobs.empty()) << "prompt logprobs twice";
-      o.prompt_logprobs = next.prompt_logprobs;
-    }
-    if (!next.text.empty() && o.prompt_logprobs.empty()) o.prompt_logprobs_first = false;
-    o.text += next.text;
-    o.logprobs.insert(o.logprobs.end(), next.logprobs.begin(), next.logprobs.end());
-    u = next;
-  }
-  o.finish = u.finish;
-  o.completion_tokens = u.completion_tokens;
-  o.error = u.error;
-  return o;
-}
-
-// What the fake engine generates for `p` alone: tokens until EOS or max_tokens.
-std::vector<int32_t> reference_tokens(const test::FakeEngine& e, const GenerationParams& p,
-                                      int32_t eos) {
-  std::vector<int32_t> history = p.prompt, out;
-  while (int(out.size()) < p.max_tokens) {
-    const int32_t t = e.draw_for(p.sampling.seed, history);
-    if (t == eos) break;
-    out.push_back(t);
-    history.push_back(t);
-  }
-  return out;
-}
 
 GenerationParams params(std::vector<int32_t> prompt, int max_tokens, uint64_t seed) {
   GenerationParams p;

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <memory>
 #include <random>
@@ -13,6 +14,7 @@
 
 #include "formats/loader.h"
 #include "server/fake_engine.h"
+#include "server/scheduler.h"
 #include "tokenizer/tokenizer.h"
 
 namespace futr::test {
@@ -56,6 +58,54 @@ inline std::vector<int32_t> random_words(std::mt19937& rng, const std::vector<in
   std::vector<int32_t> p;
   for (int i = 0; i < n; ++i) p.push_back(words[rng() % words.size()]);
   return p;
+}
+
+// What a request streamed, collected until it ended.
+struct Outcome {
+  std::string text;
+  server::Finish finish = server::Finish::kNone;
+  int completion_tokens = 0;
+  std::string error;
+  std::vector<server::TokenLogprob> logprobs, prompt_logprobs;
+  bool prompt_logprobs_first = true;  // no text came before the prompt's logprobs
+};
+
+// Waits for `r` to end (a test failure when nothing comes for `patience`).
+inline Outcome collect(server::Request& r, std::chrono::milliseconds patience = std::chrono::milliseconds(20000)) {
+  Outcome o;
+  server::Request::Update u;
+  while (!u.done) {
+    server::Request::Update next;
+    if (!r.wait(next, patience)) {
+      ADD_FAILURE() << "no progress in " << patience.count() << " ms";
+      return o;
+    }
+    if (!next.prompt_logprobs.empty()) {
+      EXPECT_TRUE(o.prompt_logprobs.empty()) << "prompt logprobs twice";
+      o.prompt_logprobs = next.prompt_logprobs;
+    }
+    if (!next.text.empty() && o.prompt_logprobs.empty()) o.prompt_logprobs_first = false;
+    o.text += next.text;
+    o.logprobs.insert(o.logprobs.end(), next.logprobs.begin(), next.logprobs.end());
+    u = next;
+  }
+  o.finish = u.finish;
+  o.completion_tokens = u.completion_tokens;
+  o.error = u.error;
+  return o;
+}
+
+// What the fake engine generates for `p` alone (an idle server): tokens
+// until EOS or max_tokens.
+inline std::vector<int32_t> reference_tokens(const FakeEngine& e, const server::GenerationParams& p, int32_t eos) {
+  std::vector<int32_t> history = p.prompt, out;
+  while (int(out.size()) < p.max_tokens) {
+    const int32_t t = e.draw_for(p.sampling.seed, history);
+    if (t == eos) break;
+    out.push_back(t);
+    history.push_back(t);
+  }
+  return out;
 }
 
 }  // namespace futr::test
