@@ -1,9 +1,10 @@
 // The scheduler over the real CPU engine with a paged KV cache too small for
 // its requests at once: every greedy answer equals the one the same server
 // gives each request alone, preemptions happen, the prefix cache hits (a
-// shared system prompt), and every block is free at the end. The engine is
-// held until every request is queued (HeldEngine), so that they are admitted
-// together and the preemptions do not depend on thread timing.
+// shared system prompt), and every block is free at the end. The requests
+// are queued in one call (all or none) while the engine is held
+// (HeldEngine), so that they are admitted together and the preemptions do
+// not depend on thread timing.
 #include <gtest/gtest.h>
 
 #include <condition_variable>
@@ -115,9 +116,12 @@ TEST(PagedCpuServe, GreedyAnswersThroughPreemptionEqualTheAnswersAlone) {
   for (const std::string& q : qs) alone.push_back(answer(*s.submit(params(q))));
   s.wait_idle();
 
+  // All six queued at once (one submit: one lock), so the first admission
+  // sees every one of them whatever the threads' timing.
+  std::vector<GenerationParams> all;
+  for (const std::string& q : qs) all.push_back(params(q));
   engine.hold();
-  std::vector<std::shared_ptr<Request>> rs;
-  for (const std::string& q : qs) rs.push_back(s.submit(params(q)));
+  const std::vector<std::shared_ptr<Request>> rs = s.submit(std::move(all));
   engine.release();
   for (size_t i = 0; i < qs.size(); ++i) EXPECT_EQ(answer(*rs[i]), alone[i]) << "request " << i << ": " << qs[i];
   s.wait_idle();
