@@ -155,14 +155,17 @@ EXCLUDE=()
 GREP='tests passed|tests failed'
 run test gpu_tests 3000 ctest --test-dir "$BUILD" -L gpu --output-on-failure --timeout 1200 \
   --output-junit "$OUT/gpu_tests.xml" "${EXCLUDE[@]}"
-# The server's determinism test carries the label cpu (CI runs it on the CPU
-# engine); with a GPU, --backend auto runs it on the GPU engine's defaults.
+# The server's determinism and speculative-decoding tests carry the label cpu
+# (CI runs them on the CPU engine); with a GPU, --backend auto runs them on the
+# GPU engine's defaults.
 if ((!QUICK)); then
-  if [ -x "$BIN/server_determinism_test" ]; then
-    run test server_determinism_gpu 900 "$BIN/server_determinism_test"
-  else
-    skip_step server_determinism_gpu "no $BIN/server_determinism_test"
-  fi
+  for t in determinism speculative; do
+    if [ -x "$BIN/server_${t}_test" ]; then
+      run test server_${t}_gpu 900 "$BIN/server_${t}_test"
+    else
+      skip_step server_${t}_gpu "no $BIN/server_${t}_test"
+    fi
+  done
 fi
 
 # ---- 2. compute-sanitizer on the small sets ------------------------------------

@@ -229,7 +229,7 @@ __device__ __forceinline__ void w4a16_gemv_unit(const DecodeParams& p, const Uni
 
 template <int G, int TM, int U>
 __global__ void __launch_bounds__(256, TM == 1 ? 4 : 2) sm90_w4a16_gemv_kernel(const DecodeParams p) {
-  extern __shared__ uint4 gemv_xs[];
+  extern __shared__ __align__(128) uint4 gemv_xs[];  // 128-byte aligned as the skinny kernel's rings
   __shared__ float part[8];
   __shared__ uint32_t s_last;
   w4a16_gemv_unit<G, TM, U>(p, BlockUnit{}, gridDim.x * gridDim.y, W4a16Smem{part, &s_last}, gemv_xs, PdlDeps{});

@@ -25,7 +25,8 @@
 //     says so, also a dynamic buffer whose bytes the launcher computes. The
 //     wrapper declares the pieces as __shared__ variables, exactly what the
 //     kernel declared before; a persistent kernel carves every op's pieces
-//     from one dynamic allocation (the largest op's bytes).
+//     from one dynamic allocation (the largest op's bytes), its dynamic
+//     buffers 128-byte aligned (the W4A16 rings: sm90_w4a16_skinny.cuh).
 //     NOTE: why views of separate arrays rather than one struct: with one
 //     struct the shared addresses are offsets from one base and ptxas
 //     allocated differently (sample top-k: 49 -> 40 registers + 16 bytes of

@@ -1,13 +1,14 @@
 // Speculative decoding in `futr serve` (the request field "speculative"): on
-// the real CPU engine and the default model, through the HTTP server, with a
-// contiguous and a paged KV cache:
+// the default model through the HTTP server, on the real CPU engine with a
+// contiguous and a paged KV cache, and on the GPU engine (`--backend auto` on
+// a Hopper GPU: a draft's rows are several rows of one sequence in one step):
 //   - a request with drafts gives the text of the same request without them,
 //     greedy and sampled with a seed, with logprobs and a stop string, and
 //     drafts are accepted on text that repeats its prompt (the metrics);
 //   - requests with and without drafts sent together give the texts they
 //     give alone;
 //   - bad values are refused naming the field.
-// Skips without the model (scripts/fetch-model.sh).
+// Skips without the model (scripts/fetch-model.sh); the GPU case without a GPU.
 #include <gtest/gtest.h>
 
 #include <future>
@@ -26,19 +27,27 @@ constexpr const char* kRepeating =
     "The old man walked to the river every morning. He sat on the bench by the water and fed the ducks. "
     "The old man walked to the river every morning. He sat on the bench by the water and fed the";
 
-class ServeSpeculative : public ::testing::TestWithParam<int> {
+struct Case {
+  runtime::EngineKind engine;
+  int kv_block_size;  // 0: contiguous; 16: paged
+  const char* name;
+};
+
+class ServeSpeculative : public ::testing::TestWithParam<Case> {
  protected:
   void SetUp() override {
     test::ServedModelOptions o;
-    o.engine.engine = runtime::EngineKind::kCpu;
+    o.engine.engine = GetParam().engine;
     o.engine.ctx = 512;
     o.engine.max_seqs = 4;
     o.engine.max_step_tokens = 64;
-    o.engine.kv_block_size = GetParam();  // 0: contiguous; 16: paged
+    o.engine.kv_block_size = GetParam().kv_block_size;
     o.scheduler.max_step_tokens = 64;
     std::string why;
     served_ = test::ServedModel::start(o, &why);
     if (!served_) GTEST_SKIP() << why;
+    if (GetParam().engine == runtime::EngineKind::kAuto && served_->engine().info().name != "gpu")
+      GTEST_SKIP() << "no Hopper GPU: --backend auto is the CPU engine (the cpu cases)";
   }
   json complete(json body, int speculative) {
     body["prompt"] = body.value("prompt", std::string(kRepeating));
@@ -102,8 +111,11 @@ TEST_P(ServeSpeculative, BadValuesAreRefusedNamingTheField) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Kv, ServeSpeculative, ::testing::Values(0, 16),
-                         [](const auto& info) { return info.param ? std::string("paged") : std::string("contiguous"); });
+INSTANTIATE_TEST_SUITE_P(Engines, ServeSpeculative,
+                         ::testing::Values(Case{runtime::EngineKind::kCpu, 0, "cpu_contiguous"},
+                                           Case{runtime::EngineKind::kCpu, 16, "cpu_paged"},
+                                           Case{runtime::EngineKind::kAuto, 0, "gpu"}),
+                         [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace futr::server
