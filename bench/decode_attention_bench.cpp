@@ -39,7 +39,6 @@ using json = nlohmann::json;
 
 namespace {
 
-
 struct Options {
   std::vector<int> batch{1, 8, 32}, ctx{1024, 8192, 32768};
   std::vector<std::string> kinds{"bf16", "int4", "int4-rot"};
@@ -84,21 +83,25 @@ int main(int argc, char** argv) try {
     std::ifstream f(o.peers);
     if (f) {
       const json j = json::parse(f);
-      for (const json& r : j["rows"]) peers[fmt::format("{}|{}", r["batch"].get<int>(), r["ctx"].get<int>())] = r;
+      for (const json& r : j["rows"])
+        peers[fmt::format("{}|{}", r["batch"].get<int>(), r["ctx"].get<int>())] = r;
     }
   }
   cuda::Stream stream;
   bench::GraphTimer timer(o.reps);
   cuda::DeviceBuffer<unsigned> sink(1);
   bench::Report rep("Decode attention, Llama-3.1-8B shape (32 q heads / 8 KV heads, head dim 128)",
-                    {"batch", "ctx", "kv", "config", "us", "KV MB", "GB/s", "floor us", "% of floor", "sdpa flash us",
-                     "sdpa cudnn us", "speedup vs faster sdpa"});
+                    {"batch", "ctx", "kv", "config", "us", "KV MB", "GB/s", "floor us", "% of floor",
+                     "sdpa flash us", "sdpa cudnn us", "speedup vs faster sdpa"});
   rep.set_meta("environment", bench::environment_json());
-  rep.set_meta("timing", fmt::format("median of {} CUDA-graph replays, CUDA events, L2 flushed by a read pass", o.reps));
+  rep.set_meta(
+      "timing",
+      fmt::format("median of {} CUDA-graph replays, CUDA events, L2 flushed by a read pass", o.reps));
   std::vector<std::string> targets;
   {  // the fixed cost of the timing method: a graph of one empty launch
     const double us = timer.us(
-        [&](cudaStream_t st) { bench::read_regions(nullptr, nullptr, 0, dev.sm_count, sink.get(), st); }, stream);
+        [&](cudaStream_t st) { bench::read_regions(nullptr, nullptr, 0, dev.sm_count, sink.get(), st); },
+        stream);
     rep.set_meta("empty_launch_us", us);
     std::printf("empty launch (graph of one kernel reading nothing): %.2f us\n", us);
   }
@@ -120,7 +123,8 @@ int main(int argc, char** argv) try {
       for (int b = 0; b < batch; ++b) base[size_t(b)] = b * ((ctx + 15) / 16 * 16);
       cuda::DeviceBuffer<int> dbase(base), dlen(lens);
       cuda::KvLayerPtrs cache{k.get(), v.get(), k4.get(), v4.get(), ks.get(), vs.get(), slots};
-      const json* peer = peers.count(fmt::format("{}|{}", batch, ctx)) ? &peers[fmt::format("{}|{}", batch, ctx)] : nullptr;
+      const json* peer =
+          peers.count(fmt::format("{}|{}", batch, ctx)) ? &peers[fmt::format("{}|{}", batch, ctx)] : nullptr;
       double flash = -1, cudnn = -1;
       if (peer) {
         if ((*peer)["flash_us"].is_number()) flash = (*peer)["flash_us"].get<double>();
@@ -128,61 +132,75 @@ int main(int argc, char** argv) try {
       }
       const double faster = flash > 0 && cudnn > 0 ? std::min(flash, cudnn) : std::max(flash, cudnn);
       for (const std::string& kind : o.kinds)
-      for (int splits : o.splits)
-      for (int ctas : o.ctas) {
-        const bool int4 = kind != "bf16";
-        const int rot = kind == "int4-rot" ? 64 : 0;
-        cuda::AttentionShape s{batch, kKvHeads, kGroup, kD, int4, rot, ctx};
-        cuda::AttentionConfig cfg = cuda::attention_heuristic(s, dev.sm_count, 0, o.min_tokens, o.overhead);
-        if (splits > 0) cfg.splits = splits;
-        if (splits < 0) {
-          static constexpr int kBatches[] = {1, 2, 4, 8, 16, 32};
-          cfg = cuda::attention_heuristic_invariant(s, dev.sm_count, kBatches);
-        }
-        if (ctas > cfg.splits) continue;
-        cfg.ctas = ctas >= 0 ? ctas : cuda::attention_ctas(s, cfg.splits, dev.sm_count).ctas;
-        cuda::DeviceBuffer<float> ws(std::max<size_t>(1, cuda::attention_workspace_floats(s, cfg)));
-        cuda::DeviceBuffer<int> counters(cuda::attention_counters(s));
-        counters.fill_bytes(0);
-        cuda::AttentionArgs a{q.get(), out.get(), dbase.get(), dlen.get(), cache, ws.get(), ws.size(),
-                              counters.get(), counters.size()};
-        const double us = timer.us([&](cudaStream_t st) { cuda::decode_attention(s, a, cfg, st); }, stream);
-        // The same bytes without compute (one launch).
-        const size_t tok = size_t(batch) * size_t(ctx) * kKvHeads;
-        const void* ptrs[4];
-        size_t bytes[4];
-        int count;
-        if (int4) {
-          ptrs[0] = k4.get(), ptrs[1] = v4.get(), ptrs[2] = ks.get(), ptrs[3] = vs.get();
-          bytes[0] = bytes[1] = tok * kD / 2, bytes[2] = bytes[3] = tok * 4;
-          count = 4;
-        } else {
-          ptrs[0] = k.get(), ptrs[1] = v.get();
-          bytes[0] = bytes[1] = tok * kD * 2;
-          count = 2;
-        }
-        size_t total = 0;
-        for (int i = 0; i < count; ++i) total += bytes[i];
-        const double floor_us = timer.us(
-            [&](cudaStream_t st) { bench::read_regions(ptrs, bytes, count, dev.sm_count, sink.get(), st); }, stream);
-        json row = {{"batch", batch}, {"ctx", ctx}, {"kv", kind}, {"config", cuda::describe(cfg)}, {"us", us},
-                    {"KV MB", double(total) / 1e6}, {"GB/s", double(total) / (us * 1e-6) / 1e9},
-                    {"floor us", floor_us}, {"% of floor", 100.0 * floor_us / us}};
-        if (flash > 0) row["sdpa flash us"] = flash;
-        if (cudnn > 0) row["sdpa cudnn us"] = cudnn;
-        if (faster > 0) row["speedup vs faster sdpa"] = faster / us;
-        rep.add(row);
-        if (kind == "int4-rot" && splits == 0 && ctas == 0) {
-          if (long(batch) * ctx >= 65536)
-            targets.push_back(fmt::format("TARGET int4-rot b{} ctx{} >= 80% of floor: {:.1f}% {}", batch, ctx,
-                                          100.0 * floor_us / us, floor_us / us >= 0.8 ? "MET" : "MISSED"));
-          if (batch >= 8 && ctx >= 8192 && faster > 0)
-            targets.push_back(fmt::format("TARGET int4-rot b{} ctx{} >= 3x faster sdpa: {:.2f}x {}", batch, ctx,
-                                          faster / us, faster / us >= 3.0 ? "MET" : "MISSED"));
-          if (batch == 1 && ctx == 8192)
-            targets.push_back(fmt::format("TARGET int4-rot b1 ctx8192 <= 8 us: {:.2f} us {}", us, us <= 8.0 ? "MET" : "MISSED"));
-        }
-      }
+        for (int splits : o.splits)
+          for (int ctas : o.ctas) {
+            const bool int4 = kind != "bf16";
+            const int rot = kind == "int4-rot" ? 64 : 0;
+            cuda::AttentionShape s{batch, kKvHeads, kGroup, kD, int4, rot, ctx};
+            cuda::AttentionConfig cfg =
+                cuda::attention_heuristic(s, dev.sm_count, 0, o.min_tokens, o.overhead);
+            if (splits > 0) cfg.splits = splits;
+            if (splits < 0) {
+              static constexpr int kBatches[] = {1, 2, 4, 8, 16, 32};
+              cfg = cuda::attention_heuristic_invariant(s, dev.sm_count, kBatches);
+            }
+            if (ctas > cfg.splits) continue;
+            cfg.ctas = ctas >= 0 ? ctas : cuda::attention_ctas(s, cfg.splits, dev.sm_count).ctas;
+            cuda::DeviceBuffer<float> ws(std::max<size_t>(1, cuda::attention_workspace_floats(s, cfg)));
+            cuda::DeviceBuffer<int> counters(cuda::attention_counters(s));
+            counters.fill_bytes(0);
+            cuda::AttentionArgs a{q.get(),  out.get(), dbase.get(),    dlen.get(),     cache,
+                                  ws.get(), ws.size(), counters.get(), counters.size()};
+            const double us =
+                timer.us([&](cudaStream_t st) { cuda::decode_attention(s, a, cfg, st); }, stream);
+            // The same bytes without compute (one launch).
+            const size_t tok = size_t(batch) * size_t(ctx) * kKvHeads;
+            const void* ptrs[4];
+            size_t bytes[4];
+            int count;
+            if (int4) {
+              ptrs[0] = k4.get(), ptrs[1] = v4.get(), ptrs[2] = ks.get(), ptrs[3] = vs.get();
+              bytes[0] = bytes[1] = tok * kD / 2, bytes[2] = bytes[3] = tok * 4;
+              count = 4;
+            } else {
+              ptrs[0] = k.get(), ptrs[1] = v.get();
+              bytes[0] = bytes[1] = tok * kD * 2;
+              count = 2;
+            }
+            size_t total = 0;
+            for (int i = 0; i < count; ++i) total += bytes[i];
+            const double floor_us = timer.us(
+                [&](cudaStream_t st) {
+                  bench::read_regions(ptrs, bytes, count, dev.sm_count, sink.get(), st);
+                },
+                stream);
+            json row = {{"batch", batch},
+                        {"ctx", ctx},
+                        {"kv", kind},
+                        {"config", cuda::describe(cfg)},
+                        {"us", us},
+                        {"KV MB", double(total) / 1e6},
+                        {"GB/s", double(total) / (us * 1e-6) / 1e9},
+                        {"floor us", floor_us},
+                        {"% of floor", 100.0 * floor_us / us}};
+            if (flash > 0) row["sdpa flash us"] = flash;
+            if (cudnn > 0) row["sdpa cudnn us"] = cudnn;
+            if (faster > 0) row["speedup vs faster sdpa"] = faster / us;
+            rep.add(row);
+            if (kind == "int4-rot" && splits == 0 && ctas == 0) {
+              if (long(batch) * ctx >= 65536)
+                targets.push_back(fmt::format("TARGET int4-rot b{} ctx{} >= 80% of floor: {:.1f}% {}", batch,
+                                              ctx, 100.0 * floor_us / us,
+                                              floor_us / us >= 0.8 ? "MET" : "MISSED"));
+              if (batch >= 8 && ctx >= 8192 && faster > 0)
+                targets.push_back(fmt::format("TARGET int4-rot b{} ctx{} >= 3x faster sdpa: {:.2f}x {}",
+                                              batch, ctx, faster / us,
+                                              faster / us >= 3.0 ? "MET" : "MISSED"));
+              if (batch == 1 && ctx == 8192)
+                targets.push_back(fmt::format("TARGET int4-rot b1 ctx8192 <= 8 us: {:.2f} us {}", us,
+                                              us <= 8.0 ? "MET" : "MISSED"));
+            }
+          }
     }
   rep.emit(o.json_path);
   for (const std::string& t : targets) std::printf("%s\n", t.c_str());

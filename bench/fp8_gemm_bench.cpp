@@ -65,8 +65,10 @@ struct Shape {
 };
 std::vector<Shape> shapes_of(const Model& m) {
   const int qkv = (m.heads + 2 * m.kv_heads) * m.head_dim;
-  return {{"qkv", qkv, m.hidden}, {"o", m.hidden, m.heads * m.head_dim},
-          {"gateup", 2 * m.inter, m.hidden}, {"down", m.hidden, m.inter}};
+  return {{"qkv", qkv, m.hidden},
+          {"o", m.hidden, m.heads * m.head_dim},
+          {"gateup", 2 * m.inter, m.hidden},
+          {"down", m.hidden, m.inter}};
 }
 
 bool contains(const std::vector<std::string>& v, const std::string& x) {
@@ -82,7 +84,7 @@ struct Options {
   cuda::GemmConfig cfg;
   bool bf16 = false, lt = true;
   bool compare = false;  // also time the other consumer schedule (cooperative 128x256 <-> ping-pong 128x128)
-  int res_pad = 0;       // residual row stride N + res_pad (a stride % 8 != 0 disables the residual L2 prefetch)
+  int res_pad = 0;  // residual row stride N + res_pad (a stride % 8 != 0 disables the residual L2 prefetch)
   int reps = 30;
   std::string json;
 };
@@ -98,13 +100,25 @@ Options parse(int argc, char** argv) {
     if (a == "--models") o.models = bench::split_list(next(i));
     else if (a == "--proj") o.projs = bench::split_list(next(i));
     else if (a == "--m") o.ms = bench::split_ints(next(i));
-    else if (a == "--bn") { o.cfg.bn = std::stoi(next(i)); o.override_cfg = true; }
-    else if (a == "--stages") { o.cfg.stages = std::stoi(next(i)); o.override_cfg = true; }
-    else if (a == "--group-m") { o.cfg.group_m = std::stoi(next(i)); o.override_cfg = true; }
-    else if (a == "--grid") { o.cfg.grid = std::stoi(next(i)); o.override_cfg = true; }
-    else if (a == "--pingpong") { o.cfg.pingpong = true; o.override_cfg = true; }
-    else if (a == "--fast-accum") { o.cfg.fast_accum = true; o.override_cfg = true; }
-    else if (a == "--bf16") o.bf16 = true;
+    else if (a == "--bn") {
+      o.cfg.bn = std::stoi(next(i));
+      o.override_cfg = true;
+    } else if (a == "--stages") {
+      o.cfg.stages = std::stoi(next(i));
+      o.override_cfg = true;
+    } else if (a == "--group-m") {
+      o.cfg.group_m = std::stoi(next(i));
+      o.override_cfg = true;
+    } else if (a == "--grid") {
+      o.cfg.grid = std::stoi(next(i));
+      o.override_cfg = true;
+    } else if (a == "--pingpong") {
+      o.cfg.pingpong = true;
+      o.override_cfg = true;
+    } else if (a == "--fast-accum") {
+      o.cfg.fast_accum = true;
+      o.override_cfg = true;
+    } else if (a == "--bf16") o.bf16 = true;
     else if (a == "--compare-schedules") o.compare = true;
     else if (a == "--res-pad") o.res_pad = std::stoi(next(i));
     else if (a == "--no-lt") o.lt = false;
@@ -139,11 +153,30 @@ int main(int argc, char** argv) {
     }
     const double peak = ceil.fp8_tflops;
 
-    bench::Report rep("FP8 prefill GEMM (ours vs cuBLASLt)",
-                      {"model", "proj", "M", "N", "K", "policy", "input", "config", "plain_ms", "plain_tflops",
-                       "pct_peak", "lt_ms", "x_lt", "fast_config", "fast_ms", "lt_fast_ms", "x_lt_fast",
-                       "policy_config", "policy_ms", "policy_tflops", "policy_vs_plain", "alt_config",
-                       "alt_plain_ms", "alt_policy_ms"});
+    bench::Report rep("FP8 prefill GEMM (ours vs cuBLASLt)", {"model",
+                                                              "proj",
+                                                              "M",
+                                                              "N",
+                                                              "K",
+                                                              "policy",
+                                                              "input",
+                                                              "config",
+                                                              "plain_ms",
+                                                              "plain_tflops",
+                                                              "pct_peak",
+                                                              "lt_ms",
+                                                              "x_lt",
+                                                              "fast_config",
+                                                              "fast_ms",
+                                                              "lt_fast_ms",
+                                                              "x_lt_fast",
+                                                              "policy_config",
+                                                              "policy_ms",
+                                                              "policy_tflops",
+                                                              "policy_vs_plain",
+                                                              "alt_config",
+                                                              "alt_plain_ms",
+                                                              "alt_policy_ms"});
     rep.set_meta("fp8_peak_tflops", peak);
     rep.set_meta("bf16_peak_tflops", ceil.bf16_tflops);
     rep.set_meta("copy_gbs", ceil.copy_gbs);
@@ -158,7 +191,8 @@ int main(int argc, char** argv) {
         if (!contains(opt.projs, sh.proj)) continue;
         const int N = sh.N, K = sh.K;
         // Weights once per shape; activations sized for the largest M.
-        cuda::DeviceBuffer<uint8_t> b(size_t(N) * K * (opt.bf16 ? 2 : 1)), a(size_t(max_m) * K * (opt.bf16 ? 2 : 1));
+        cuda::DeviceBuffer<uint8_t> b(size_t(N) * K * (opt.bf16 ? 2 : 1)),
+            a(size_t(max_m) * K * (opt.bf16 ? 2 : 1));
         const auto ft = opt.bf16 ? cuda::FillType::kBF16 : cuda::FillType::kE4M3;
         cuda::fill_random(b.get(), ft, size_t(N) * K, 11, -1, 1, s);
         cuda::fill_random(a.get(), ft, size_t(max_m) * K, 12, -2, 2, s);
@@ -174,19 +208,30 @@ int main(int argc, char** argv) {
           const cuda::GemmInput in = opt.bf16 ? cuda::GemmInput::kBF16 : cuda::GemmInput::kE4M3;
           const cuda::GemmOperands op{a.get(), b.get(), M, N, K, in};
           const cuda::GemmConfig cfg =
-              opt.override_cfg ? opt.cfg
-                               : cuda::choose_gemm_config(cuda::GemmEpilogue::kScaledOut, in, M, N, K, dev.sm_count);
+              opt.override_cfg
+                  ? opt.cfg
+                  : cuda::choose_gemm_config(cuda::GemmEpilogue::kScaledOut, in, M, N, K, dev.sm_count);
           // Reps: about 0.4 s of kernel time per measurement, at least 10.
           const double est_ms = 2.0 * M * N * double(K) / 1.0e15 * 1e3;
           const int reps = std::max(10, std::min(opt.reps, int(400.0 / std::max(est_ms, 1e-3))));
           const bench::TimeOptions topt{3, reps, true};
           const cuda::GemmScales sc{opt.bf16 ? nullptr : a_scale, opt.bf16 ? nullptr : b_scale};
           const double plain_ms = bench::time_median_ms(
-              [&](cudaStream_t st) { cuda::gemm_scaled_out(op, {sc, out.get(), 0}, st, &cfg); }, s, topt);
+              [&](cudaStream_t st) {
+                cuda::gemm_scaled_out(op, {sc, out.get(), 0}, st, &cfg);
+              },
+              s, topt);
           // The other schedule (same group_m / grid), where compiled.
           auto other = [&](cuda::GemmConfig c) {
-            if (c.pingpong) { c.pingpong = false; c.bn = 256; c.stages = 4; }
-            else { c.pingpong = true; c.bn = 128; c.stages = 6; }
+            if (c.pingpong) {
+              c.pingpong = false;
+              c.bn = 256;
+              c.stages = 4;
+            } else {
+              c.pingpong = true;
+              c.bn = 128;
+              c.stages = 6;
+            }
             return c;
           };
           auto try_time = [&](const std::function<void(cudaStream_t)>& fn) -> double {
@@ -197,16 +242,16 @@ int main(int argc, char** argv) {
             }
           };
           const cuda::GemmConfig alt = other(cfg);
-          const double alt_plain_ms =
-              opt.compare && !opt.bf16
-                  ? try_time([&](cudaStream_t st) { cuda::gemm_scaled_out(op, {sc, out.get(), 0}, st, &alt); })
-                  : 0.0;
+          const double alt_plain_ms = opt.compare && !opt.bf16 ? try_time([&](cudaStream_t st) {
+            cuda::gemm_scaled_out(op, {sc, out.get(), 0}, st, &alt);
+          })
+                                                               : 0.0;
           // Fast accumulation, its heuristic's tile (E4M3 only).
           const cuda::GemmConfig fcfg =
               cuda::choose_gemm_config(cuda::GemmEpilogue::kScaledOut, in, M, N, K, dev.sm_count, true);
-          const double fast_ms =
-              opt.bf16 ? 0.0
-                       : try_time([&](cudaStream_t st) { cuda::gemm_scaled_out(op, {sc, out.get(), 0}, st, &fcfg); });
+          const double fast_ms = opt.bf16 ? 0.0 : try_time([&](cudaStream_t st) {
+            cuda::gemm_scaled_out(op, {sc, out.get(), 0}, st, &fcfg);
+          });
           auto time_lt = [&](cuda::LtInput li) {
             try {
               return bench::time_median_ms(
@@ -223,11 +268,18 @@ int main(int argc, char** argv) {
           };
           const double lt_ms = opt.lt ? time_lt(opt.bf16 ? cuda::LtInput::kBF16 : cuda::LtInput::kE4M3) : 0.0;
           const double lt_fast_ms = opt.lt && !opt.bf16 ? time_lt(cuda::LtInput::kE4M3FastAccum) : 0.0;
-          auto row = [&](const std::string& policy, double pol_ms, const cuda::GemmConfig& pcfg, double alt_pol_ms,
-                         const cuda::GemmConfig& palt) {
-            nlohmann::json r{{"model", mdl.name}, {"proj", sh.proj}, {"M", M}, {"N", N}, {"K", K},
-                             {"policy", policy}, {"input", cuda::to_string(in)}, {"config", cuda::to_string(cfg)},
-                             {"plain_ms", plain_ms}, {"plain_tflops", tflops(M, N, K, plain_ms)}};
+          auto row = [&](const std::string& policy, double pol_ms, const cuda::GemmConfig& pcfg,
+                         double alt_pol_ms, const cuda::GemmConfig& palt) {
+            nlohmann::json r{{"model", mdl.name},
+                             {"proj", sh.proj},
+                             {"M", M},
+                             {"N", N},
+                             {"K", K},
+                             {"policy", policy},
+                             {"input", cuda::to_string(in)},
+                             {"config", cuda::to_string(cfg)},
+                             {"plain_ms", plain_ms},
+                             {"plain_tflops", tflops(M, N, K, plain_ms)}};
             if (peak > 0) r["pct_peak"] = 100.0 * tflops(M, N, K, plain_ms) / peak;
             if (lt_ms > 0) {
               r["lt_ms"] = lt_ms;
@@ -253,11 +305,12 @@ int main(int argc, char** argv) {
               r["policy_vs_plain"] = plain_ms / pol_ms;
             }
             rep.add(r);
-            std::fprintf(stderr,
-                         "  %s %s M=%d: plain %.3f ms (alt %.3f, fast %.3f), lt %.3f ms (fast %.3f), %s %.3f ms "
-                         "(alt %.3f)\n",
-                         mdl.name.c_str(), sh.proj.c_str(), M, plain_ms, alt_plain_ms, fast_ms, lt_ms, lt_fast_ms,
-                         policy.c_str(), pol_ms, alt_pol_ms);
+            std::fprintf(
+                stderr,
+                "  %s %s M=%d: plain %.3f ms (alt %.3f, fast %.3f), lt %.3f ms (fast %.3f), %s %.3f ms "
+                "(alt %.3f)\n",
+                mdl.name.c_str(), sh.proj.c_str(), M, plain_ms, alt_plain_ms, fast_ms, lt_ms, lt_fast_ms,
+                policy.c_str(), pol_ms, alt_pol_ms);
           };
           if (opt.bf16) {
             row("plain", 0, cfg, 0, alt);
@@ -286,15 +339,17 @@ int main(int argc, char** argv) {
             }
             cuda::DeviceBuffer<int> cu_d(cu), sp_d(sp), sb_d(sb);
             std::vector<float> freq(size_t(mdl.head_dim / 2));
-            for (size_t i = 0; i < freq.size(); ++i) freq[i] = std::pow(500000.0f, -2.0f * float(i) / mdl.head_dim);
+            for (size_t i = 0; i < freq.size(); ++i)
+              freq[i] = std::pow(500000.0f, -2.0f * float(i) / mdl.head_dim);
             cuda::DeviceBuffer<float> freq_d(freq);
             const int kvc = mdl.kv_heads * mdl.head_dim;
             cuda::DeviceBuffer<uint16_t> kc(size_t(M) * kvc), vc(size_t(M) * kvc);
-            const cuda::QkvRopeArgs qa{sc, freq_d.get(), mdl.heads, mdl.kv_heads, mdl.head_dim, out.get(), 0,
-                                       kc.get(), vc.get(), M};
+            const cuda::QkvRopeArgs qa{
+                sc, freq_d.get(), mdl.heads, mdl.kv_heads, mdl.head_dim, out.get(), 0, kc.get(), vc.get(), M};
             const cuda::PackedRowMap rm{cu_d.get(), sp_d.get(), sb_d.get(), int(sp.size())};
-            time_policy(cuda::GemmEpilogue::kQkvRopePacked, "qkv_rope",
-                        [&](cudaStream_t st, const cuda::GemmConfig* c) { cuda::gemm_qkv_rope(op, qa, rm, st, c); });
+            time_policy(
+                cuda::GemmEpilogue::kQkvRopePacked, "qkv_rope",
+                [&](cudaStream_t st, const cuda::GemmConfig* c) { cuda::gemm_qkv_rope(op, qa, rm, st, c); });
             cuda::DeviceBuffer<float> ss{size_t(M)};
             cuda::fill_random(ss.get(), cuda::FillType::kF32, size_t(M), 15, 1000, 5000, s);
             time_policy(cuda::GemmEpilogue::kRmsScaledOut, "rms_scaled_out",
@@ -307,14 +362,16 @@ int main(int argc, char** argv) {
             cuda::DeviceBuffer<uint32_t> sat(1);
             cuda::fill_random(st3.get(), cuda::FillType::kF32, 1, 16, 0.01f, 0.02f, s);
             const cuda::SwiGluFp8Args ga{sc, q8.get(), 0, st3.get(), st3.get() + 1, sat.get()};
-            time_policy(cuda::GemmEpilogue::kSwiGluFp8, "swiglu_fp8",
-                        [&](cudaStream_t st, const cuda::GemmConfig* c) { cuda::gemm_swiglu_fp8(op, ga, st, c); });
+            time_policy(
+                cuda::GemmEpilogue::kSwiGluFp8, "swiglu_fp8",
+                [&](cudaStream_t st, const cuda::GemmConfig* c) { cuda::gemm_swiglu_fp8(op, ga, st, c); });
           } else {
             cuda::DeviceBuffer<float> ss{size_t(M)};
-            time_policy(cuda::GemmEpilogue::kResidualSumSq, "residual_sumsq",
-                        [&](cudaStream_t st, const cuda::GemmConfig* c) {
-                          cuda::gemm_residual_sumsq(op, {sc, res.get(), ld_res, out.get(), 0, ss.get()}, st, c);
-                        });
+            time_policy(
+                cuda::GemmEpilogue::kResidualSumSq, "residual_sumsq",
+                [&](cudaStream_t st, const cuda::GemmConfig* c) {
+                  cuda::gemm_residual_sumsq(op, {sc, res.get(), ld_res, out.get(), 0, ss.get()}, st, c);
+                });
           }
         }
       }

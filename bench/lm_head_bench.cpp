@@ -81,10 +81,12 @@ int main(int argc, char** argv) try {
   cuda::CublasLt lt;
   cuda::DeviceBuffer<unsigned> sink(1);
   bench::Report rep("LM head: streaming kernel vs cuBLASLt BF16 (FP32 out) and the read floor, " + dev.name,
-                    {"model", "N", "K", "head", "M", "config", "us", "MB", "GB/s", "floor us", "% of floor", "cublaslt us",
-                     "cublaslt M=32 us", "x cublaslt", "x cublaslt M=32"});
+                    {"model", "N", "K", "head", "M", "config", "us", "MB", "GB/s", "floor us", "% of floor",
+                     "cublaslt us", "cublaslt M=32 us", "x cublaslt", "x cublaslt M=32"});
   rep.set_meta("environment", bench::environment_json());
-  rep.set_meta("timing", fmt::format("median of {} CUDA-graph replays, CUDA events, L2 flushed by a read pass", o.reps));
+  rep.set_meta(
+      "timing",
+      fmt::format("median of {} CUDA-graph replays, CUDA events, L2 flushed by a read pass", o.reps));
   for (const std::string& key : o.models) {
     const Shape* sh = nullptr;
     for (const Shape& s : kShapes)
@@ -96,14 +98,17 @@ int main(int argc, char** argv) try {
     cuda::fill_random(w.get(), cuda::FillType::kBF16, wn, 1, -0.05f, 0.05f, stream);
     cuda::fill_random(x.get(), cuda::FillType::kBF16, x.size(), 2, -1, 1, stream);
     auto cublas = [&](int m) {
-      return timer.us([&](cudaStream_t st) {
-        lt.matmul(cuda::LtInput::kBF16, x.get(), w.get(), out.get(), m, sh->n, sh->k, nullptr, nullptr, st,
-                  cuda::LtOutput::kF32);
-      }, stream);
+      return timer.us(
+          [&](cudaStream_t st) {
+            lt.matmul(cuda::LtInput::kBF16, x.get(), w.get(), out.get(), m, sh->n, sh->k, nullptr, nullptr,
+                      st, cuda::LtOutput::kF32);
+          },
+          stream);
     };
     const double lt32 = cublas(cuda::kLmHeadMaxRows);
     std::vector<double> ltm(o.ms.size());
-    for (size_t i = 0; i < o.ms.size(); ++i) ltm[i] = o.ms[i] == cuda::kLmHeadMaxRows ? lt32 : cublas(o.ms[i]);
+    for (size_t i = 0; i < o.ms.size(); ++i)
+      ltm[i] = o.ms[i] == cuda::kLmHeadMaxRows ? lt32 : cublas(o.ms[i]);
     for (const std::string& f : o.formats) {
       FUTR_CHECK(f == "bf16" || f == "int4", "unknown head format {} (bf16, int4)", f);
       const bool int4 = f == "int4";
@@ -118,18 +123,37 @@ int main(int argc, char** argv) try {
       const void* ptrs[2] = {int4 ? static_cast<const void*>(q.get()) : w.get(), sc.get()};
       const size_t bytes[2] = {int4 ? wn / 2 : wn * 2, int4 ? sc.size() * 2 : 0};
       const double floor_us = timer.us(
-          [&](cudaStream_t st) { bench::read_regions(ptrs, bytes, int4 ? 2 : 1, dev.sm_count, sink.get(), st); },
+          [&](cudaStream_t st) {
+            bench::read_regions(ptrs, bytes, int4 ? 2 : 1, dev.sm_count, sink.get(), st);
+          },
           stream);
       const double mb = double(bytes[0] + bytes[1]) / 1e6;
       for (size_t i = 0; i < o.ms.size(); ++i) {
         const int m = o.ms[i];
-        const cuda::LmHeadArgs a{int4 ? static_cast<const void*>(q.get()) : w.get(), x.get(), out.get(), 0, m, sh->n,
-                                 sh->k, int4 ? sc.get() : nullptr, group};
+        const cuda::LmHeadArgs a{int4 ? static_cast<const void*>(q.get()) : w.get(),
+                                 x.get(),
+                                 out.get(),
+                                 0,
+                                 m,
+                                 sh->n,
+                                 sh->k,
+                                 int4 ? sc.get() : nullptr,
+                                 group};
         const double us = timer.us([&](cudaStream_t st) { cuda::lm_head(a, st); }, stream);
-        rep.add({{"model", sh->model}, {"N", sh->n}, {"K", sh->k}, {"head", f}, {"M", m},
-                 {"config", cuda::lm_head_describe(m, int4 ? group : 0)}, {"us", us}, {"MB", mb},
-                 {"GB/s", mb * 1e6 / (us * 1e-6) / 1e9}, {"floor us", floor_us}, {"% of floor", 100.0 * floor_us / us},
-                 {"cublaslt us", ltm[i]}, {"cublaslt M=32 us", lt32}, {"x cublaslt", ltm[i] / us},
+        rep.add({{"model", sh->model},
+                 {"N", sh->n},
+                 {"K", sh->k},
+                 {"head", f},
+                 {"M", m},
+                 {"config", cuda::lm_head_describe(m, int4 ? group : 0)},
+                 {"us", us},
+                 {"MB", mb},
+                 {"GB/s", mb * 1e6 / (us * 1e-6) / 1e9},
+                 {"floor us", floor_us},
+                 {"% of floor", 100.0 * floor_us / us},
+                 {"cublaslt us", ltm[i]},
+                 {"cublaslt M=32 us", lt32},
+                 {"x cublaslt", ltm[i] / us},
                  {"x cublaslt M=32", lt32 / us}});
       }
     }

@@ -34,7 +34,6 @@ using json = nlohmann::json;
 
 namespace {
 
-
 struct Options {
   std::vector<std::string> shapes{"1x8192", "4x2048", "16x512"}, chunks{"4x512+1536", "1x2048+6144"};
   std::vector<std::string> models{"llama-3.1-8b", "smollm2-135m"};
@@ -82,18 +81,21 @@ int main(int argc, char** argv) try {
     if (f) {
       const json j = json::parse(f);
       for (const json& r : j["rows"])
-        peers[fmt::format("{}|{}x{}", r["model"].get<std::string>(), r["requests"].get<int>(), r["len"].get<int>())] = r;
+        peers[fmt::format("{}|{}x{}", r["model"].get<std::string>(), r["requests"].get<int>(),
+                          r["len"].get<int>())] = r;
     }
   }
   cuda::Stream stream;
   bench::GraphTimer timer(o.reps);
   const bench::Ceilings ceil = bench::measure_ceilings(stream);
   bench::Report rep("Prefill attention (causal GQA, BF16 cache, packed requests)",
-                    {"model", "requests x (prefix +) rows", "us", "TFLOP/s", "% of bf16 peak", "sdpa flash us",
-                     "sdpa cudnn us", "x faster sdpa"});
+                    {"model", "requests x (prefix +) rows", "us", "TFLOP/s", "% of bf16 peak",
+                     "sdpa flash us", "sdpa cudnn us", "x faster sdpa"});
   rep.set_meta("environment", bench::environment_json());
   rep.set_meta("bf16_peak_tflops", ceil.bf16_tflops);
-  rep.set_meta("timing", fmt::format("median of {} CUDA-graph replays, CUDA events, L2 flushed by a read pass", o.reps));
+  rep.set_meta(
+      "timing",
+      fmt::format("median of {} CUDA-graph replays, CUDA events, L2 flushed by a read pass", o.reps));
   std::vector<std::string> targets;
   std::vector<std::string> all = o.shapes;
   all.insert(all.end(), o.chunks.begin(), o.chunks.end());
@@ -130,7 +132,10 @@ int main(int argc, char** argv) try {
       a.tiles = dt.get(), a.n_tiles = int(tiles.size() / 2);
       const double us = timer.us([&](cudaStream_t st) { cuda::prefill_attention(a, st); }, stream);
       const double tflops = 4.0 * m.d * m.heads * pairs / (us * 1e-6) / 1e12;
-      json row = {{"model", model}, {"requests x (prefix +) rows", shape}, {"us", us}, {"TFLOP/s", tflops},
+      json row = {{"model", model},
+                  {"requests x (prefix +) rows", shape},
+                  {"us", us},
+                  {"TFLOP/s", tflops},
                   {"% of bf16 peak", 100.0 * tflops / ceil.bf16_tflops}};
       const auto it = peers.find(fmt::format("{}|{}", model, shape));
       if (it != peers.end()) {
@@ -142,8 +147,8 @@ int main(int argc, char** argv) try {
         const double faster = flash > 0 && cudnn > 0 ? std::min(flash, cudnn) : std::max(flash, cudnn);
         if (faster > 0) {
           row["x faster sdpa"] = faster / us;
-          targets.push_back(fmt::format("TARGET {} {} >= 0.8x the faster SDPA: {:.2f}x {}", model, shape, faster / us,
-                                        faster / us >= 0.8 ? "MET" : "MISSED"));
+          targets.push_back(fmt::format("TARGET {} {} >= 0.8x the faster SDPA: {:.2f}x {}", model, shape,
+                                        faster / us, faster / us >= 0.8 ? "MET" : "MISSED"));
         }
       }
       rep.add(row);

@@ -49,8 +49,7 @@
 #include "launch/w4a16.h"
 #include "launch/w4a16_shapes.h"
 
-namespace futr::bench {
-}
+namespace futr::bench {}
 
 using namespace futr;
 using nlohmann::json;
@@ -63,7 +62,6 @@ struct Options {
   std::vector<int> ms{1, 2, 4, 8, 16, 32, 64};
   int reps = 30;
 };
-
 
 Options parse(int argc, char** argv) {
   Options o;
@@ -138,8 +136,8 @@ ModelLayers make_model(const std::string& model, uint64_t seed) {
   for (const auto& s : L.shapes) {
     auto w4 = std::make_unique<cuda::W4Linear>(s.n, s.k, s.group);
     cuda::fill_random(w4->weights(), cuda::FillType::kU8, size_t(s.n) * s.k / 2, seed++, 0, 0, nullptr);
-    cuda::fill_random(w4->scales(), cuda::FillType::kF16, size_t(s.n) * (s.k / s.group), seed++, 0.002f, 0.02f,
-                      nullptr);
+    cuda::fill_random(w4->scales(), cuda::FillType::kF16, size_t(s.n) * (s.k / s.group), seed++, 0.002f,
+                      0.02f, nullptr);
     auto w8 = std::make_unique<cuda::W8Linear>(s.n, s.k);
     cuda::fill_random(w8->weights(), cuda::FillType::kE4M3, size_t(s.n) * s.k, seed++, -2, 2, nullptr);
     cuda::fill_random(w8->scales(), cuda::FillType::kF32, size_t(s.n), seed++, 0.005f, 0.02f, nullptr);
@@ -166,7 +164,6 @@ int main(int argc, char** argv) {
     const auto& dev = cuda::require_device();
     cuda::Stream s;
     if (!o.only.empty()) {
-
       const std::string model = o.only.substr(0, o.only.find(':'));
       const std::string rest = o.only.substr(o.only.find(':') + 1);
       const std::string proj = rest.substr(0, rest.find(':'));
@@ -215,13 +212,16 @@ int main(int argc, char** argv) {
     const int max_m = *std::max_element(o.ms.begin(), o.ms.end());
     int max_k = 0, max_n = 0;
     for (const auto& sh : cuda::kDecodeShapes) max_k = std::max(max_k, sh.k), max_n = std::max(max_n, sh.n);
-    cuda::DeviceBuffer<uint16_t> x(size_t(max_m) * max_k), y4(size_t(max_m) * max_n), y8(y4.size()), y16(y4.size());
+    cuda::DeviceBuffer<uint16_t> x(size_t(max_m) * max_k), y4(size_t(max_m) * max_n), y8(y4.size()),
+        y16(y4.size());
     cuda::fill_random(x.get(), cuda::FillType::kBF16, x.size(), 7, -1, 1, s);
 
     bench::Report rep("INT4 decode GEMM (W4A16) vs peers and the floor, " + dev.name,
-                      {"model", "proj", "M", "N", "K", "config", "int4 us", "floor us", "x floor", "floor blocked us", "GB/s", "% copy",
-                       "stream us", "fp8 us", "cuBLASLt bf16 us", "torch int4 us", "torch bf16 us", "x bf16", "x stream",
-                       "x fp8", "x torch int4"});
+                      {"model",         "proj",          "M",         "N",        "K",
+                       "config",        "int4 us",       "floor us",  "x floor",  "floor blocked us",
+                       "GB/s",          "% copy",        "stream us", "fp8 us",   "cuBLASLt bf16 us",
+                       "torch int4 us", "torch bf16 us", "x bf16",    "x stream", "x fp8",
+                       "x torch int4"});
     cuda::DeviceBuffer<unsigned> sink(1);
     auto floor_of = [&](const cuda::QuantLinear& lin, cudaStream_t st, bool pdl, bool blocked = false) {
       const void* ptrs[2] = {const_cast<cuda::QuantLinear&>(lin).weights(),
@@ -248,15 +248,17 @@ int main(int argc, char** argv) {
           if (!o.config.empty()) c = cuda::apply_overrides(c, o.config);
           L.w4[i]->reserve(c, m);
           cfgs.push_back(c);
-          const cuda::DecodeConfig old = cuda::decode_stream_heuristic(cuda::DecodeWeights::kInt4, m, sh.n, sh.k,
-                                                                       dev.sm_count);
+          const cuda::DecodeConfig old =
+              cuda::decode_stream_heuristic(cuda::DecodeWeights::kInt4, m, sh.n, sh.k, dev.sm_count);
           const bool has_old = cuda::decode_compiled(cuda::DecodeWeights::kInt4, sh.group, old);
           stream = stream && has_old;
           if (has_old) L.w4[i]->reserve(old, m);
           olds.push_back(old);
-          const double t4 = timer.us([&](cudaStream_t st) { L.w4[i]->forward(x.get(), y4.get(), m, c, st); }, s);
+          const double t4 =
+              timer.us([&](cudaStream_t st) { L.w4[i]->forward(x.get(), y4.get(), m, c, st); }, s);
           const double told =
-              has_old ? timer.us([&](cudaStream_t st) { L.w4[i]->forward(x.get(), y4.get(), m, old, st); }, s) : 0;
+              has_old ? timer.us([&](cudaStream_t st) { L.w4[i]->forward(x.get(), y4.get(), m, old, st); }, s)
+                      : 0;
           const double tf = timer.us([&](cudaStream_t st) { floor_of(*L.w4[i], st, false); }, s);
           const double tfb = timer.us([&](cudaStream_t st) { floor_of(*L.w4[i], st, false, true); }, s);
           const double t8 = timer.us([&](cudaStream_t st) { L.w8[i]->forward(x.get(), y8.get(), m, st); }, s);
@@ -274,14 +276,30 @@ int main(int argc, char** argv) {
           const double bytes = double(L.w4[i]->weight_bytes()) + 2.0 * m * (sh.k + sh.n);
           bytes_layer += bytes;
           sum4 += t4, sum8 += t8, sum16 += t16;
-          const double ti4 = peers.get(model, sh.proj, m, "int4_us"), tb = peers.get(model, sh.proj, m, "bf16_us");
+          const double ti4 = peers.get(model, sh.proj, m, "int4_us"),
+                       tb = peers.get(model, sh.proj, m, "bf16_us");
           const double gbs = bytes / (t4 * 1e-6) / 1e9;
-          rep.add({{"model", model}, {"proj", sh.proj}, {"M", m}, {"N", sh.n}, {"K", sh.k},
-                   {"config", cuda::describe(c)}, {"int4 us", t4}, {"floor us", tf}, {"x floor", t4 / tf},
-                   {"floor blocked us", tfb}, {"GB/s", gbs}, {"% copy", 100.0 * gbs / ceil.copy_gbs}, {"stream us", num_or_null(told)}, {"fp8 us", t8},
-                   {"cuBLASLt bf16 us", num_or_null(t16)}, {"torch int4 us", num_or_null(ti4)},
-                   {"torch bf16 us", num_or_null(tb)}, {"x bf16", ratio(t16, t4)}, {"x stream", ratio(told, t4)},
-                   {"x fp8", ratio(t8, t4)}, {"x torch int4", ratio(ti4, t4)}});
+          rep.add({{"model", model},
+                   {"proj", sh.proj},
+                   {"M", m},
+                   {"N", sh.n},
+                   {"K", sh.k},
+                   {"config", cuda::describe(c)},
+                   {"int4 us", t4},
+                   {"floor us", tf},
+                   {"x floor", t4 / tf},
+                   {"floor blocked us", tfb},
+                   {"GB/s", gbs},
+                   {"% copy", 100.0 * gbs / ceil.copy_gbs},
+                   {"stream us", num_or_null(told)},
+                   {"fp8 us", t8},
+                   {"cuBLASLt bf16 us", num_or_null(t16)},
+                   {"torch int4 us", num_or_null(ti4)},
+                   {"torch bf16 us", num_or_null(tb)},
+                   {"x bf16", ratio(t16, t4)},
+                   {"x stream", ratio(told, t4)},
+                   {"x fp8", ratio(t8, t4)},
+                   {"x torch int4", ratio(ti4, t4)}});
         }
         // The layer: four projections back to back in one graph (launch gaps overlap).
         auto all4 = [&](cudaStream_t st) {
@@ -323,25 +341,54 @@ int main(int argc, char** argv) {
         } catch (const std::exception& e) {
           std::fprintf(stderr, "cuBLASLt BF16 layer %s M=%d: %s\n", model.c_str(), m, e.what());
         }
-        const double li4 = peers.get(model, "layer", m, "int4_us"), lb = peers.get(model, "layer", m, "bf16_us");
+        const double li4 = peers.get(model, "layer", m, "int4_us"),
+                     lb = peers.get(model, "layer", m, "bf16_us");
         const double gbs = bytes_layer / (l4 * 1e-6) / 1e9;
-        rep.add({{"model", model}, {"proj", "layer (4 proj, 1 graph)"}, {"M", m}, {"config", "heuristic"},
-                 {"int4 us", l4}, {"floor us", lf}, {"x floor", l4 / lf}, {"GB/s", gbs},
-                 {"% copy", 100.0 * gbs / ceil.copy_gbs}, {"stream us", num_or_null(lold)}, {"fp8 us", l8},
-                 {"cuBLASLt bf16 us", num_or_null(l16)}, {"torch int4 us", num_or_null(li4)},
-                 {"torch bf16 us", num_or_null(lb)}, {"x bf16", ratio(l16, l4)}, {"x stream", ratio(lold, l4)},
-                 {"x fp8", ratio(l8, l4)}, {"x torch int4", ratio(li4, l4)}});
+        rep.add({{"model", model},
+                 {"proj", "layer (4 proj, 1 graph)"},
+                 {"M", m},
+                 {"config", "heuristic"},
+                 {"int4 us", l4},
+                 {"floor us", lf},
+                 {"x floor", l4 / lf},
+                 {"GB/s", gbs},
+                 {"% copy", 100.0 * gbs / ceil.copy_gbs},
+                 {"stream us", num_or_null(lold)},
+                 {"fp8 us", l8},
+                 {"cuBLASLt bf16 us", num_or_null(l16)},
+                 {"torch int4 us", num_or_null(li4)},
+                 {"torch bf16 us", num_or_null(lb)},
+                 {"x bf16", ratio(l16, l4)},
+                 {"x stream", ratio(lold, l4)},
+                 {"x fp8", ratio(l8, l4)},
+                 {"x torch int4", ratio(li4, l4)}});
         const double gbsp = bytes_layer / (l4p * 1e-6) / 1e9;
-        rep.add({{"model", model}, {"proj", "layer, PDL (floor with PDL)"}, {"M", m}, {"config", "heuristic pdl"},
-                 {"int4 us", l4p}, {"floor us", lfp}, {"x floor", l4p / lfp}, {"GB/s", gbsp},
-                 {"% copy", 100.0 * gbsp / ceil.copy_gbs}, {"stream us", num_or_null(lold)},
-                 {"cuBLASLt bf16 us", num_or_null(l16)}, {"torch int4 us", num_or_null(li4)},
-                 {"torch bf16 us", num_or_null(lb)}, {"x bf16", ratio(l16, l4p)}, {"x stream", ratio(lold, l4p)},
+        rep.add({{"model", model},
+                 {"proj", "layer, PDL (floor with PDL)"},
+                 {"M", m},
+                 {"config", "heuristic pdl"},
+                 {"int4 us", l4p},
+                 {"floor us", lfp},
+                 {"x floor", l4p / lfp},
+                 {"GB/s", gbsp},
+                 {"% copy", 100.0 * gbsp / ceil.copy_gbs},
+                 {"stream us", num_or_null(lold)},
+                 {"cuBLASLt bf16 us", num_or_null(l16)},
+                 {"torch int4 us", num_or_null(li4)},
+                 {"torch bf16 us", num_or_null(lb)},
+                 {"x bf16", ratio(l16, l4p)},
+                 {"x stream", ratio(lold, l4p)},
                  {"x torch int4", ratio(li4, l4p)}});
-        rep.add({{"model", model}, {"proj", "sum of 4 proj medians"}, {"M", m}, {"int4 us", sum4},
+        rep.add({{"model", model},
+                 {"proj", "sum of 4 proj medians"},
+                 {"M", m},
+                 {"int4 us", sum4},
                  {"GB/s", bytes_layer / (sum4 * 1e-6) / 1e9},
-                 {"% copy", 100.0 * bytes_layer / (sum4 * 1e-6) / 1e9 / ceil.copy_gbs}, {"fp8 us", sum8},
-                 {"cuBLASLt bf16 us", num_or_null(sum16)}, {"x bf16", ratio(sum16, sum4)}, {"x fp8", ratio(sum8, sum4)}});
+                 {"% copy", 100.0 * bytes_layer / (sum4 * 1e-6) / 1e9 / ceil.copy_gbs},
+                 {"fp8 us", sum8},
+                 {"cuBLASLt bf16 us", num_or_null(sum16)},
+                 {"x bf16", ratio(sum16, sum4)},
+                 {"x fp8", ratio(sum8, sum4)}});
         // The decode GEMMs' targets (the layer: four projections in one graph;
         // ours with PDL against the floor of the same launches with PDL, and the
         // plain graph against the plain floor: the better ratio counts).
@@ -349,8 +396,12 @@ int main(int argc, char** argv) {
         layer_best[m] = best;
         const double xfloor = std::min(l4 / lf, l4p / lfp);
         auto target = [&](const char* what, double have, double want, bool lower_is_better) {
-          targets.push_back({{"model", model}, {"M", m}, {"what", what}, {"measured", num_or_null(have)},
-                             {"target", want}, {"met", lower_is_better ? (have > 0 && have <= want) : have >= want}});
+          targets.push_back({{"model", model},
+                             {"M", m},
+                             {"what", what},
+                             {"measured", num_or_null(have)},
+                             {"target", want},
+                             {"met", lower_is_better ? (have > 0 && have <= want) : have >= want}});
         };
         if (model == "Llama-3.1-8B") {
           if (m == 1) {
@@ -364,7 +415,8 @@ int main(int argc, char** argv) {
             target("layer us", best, 45, true);
             target("x vs cuBLASLt BF16", l16 > 0 ? l16 / best : 0, 2.8, false);
           }
-          if (m == 64 && layer_best.count(32)) target("x of the M = 32 layer", best / layer_best[32], 1.6, true);
+          if (m == 64 && layer_best.count(32))
+            target("x of the M = 32 layer", best / layer_best[32], 1.6, true);
         }
         if (model == "Llama-3.1-70B" && m == 1) target("x of the floor", xfloor, 1.10, true);
         if (model == "Llama-3.1-70B" && m == 32) target("layer us", best, 160, true);
@@ -388,8 +440,13 @@ int main(int argc, char** argv) {
               } catch (const futr::Error&) {
                 continue;
               }
-              const double t = timer.us([&](cudaStream_t st) { L.w4[i]->forward(x.get(), y4.get(), m, c, st); }, s);
-              sw.add({{"proj", L.shapes[i].proj}, {"M", m}, {"splits", sp}, {"us", t}, {"heuristic splits", h.splits}});
+              const double t =
+                  timer.us([&](cudaStream_t st) { L.w4[i]->forward(x.get(), y4.get(), m, c, st); }, s);
+              sw.add({{"proj", L.shapes[i].proj},
+                      {"M", m},
+                      {"splits", sp},
+                      {"us", t},
+                      {"heuristic splits", h.splits}});
             }
           }
         sw.emit("");
@@ -413,7 +470,8 @@ int main(int argc, char** argv) {
             for (int tn : {1, 2})
               for (int sp : {1, 2, 3, 4, 6, 8, 12, 16}) {
                 cuda::DecodeConfig c;
-                c.kernel = cuda::DecodeKernel::kSkinny, c.mt = m <= 8 ? 1 : (m <= 16 ? 2 : 4), c.tn = tn, c.splits = sp;
+                c.kernel = cuda::DecodeKernel::kSkinny, c.mt = m <= 8 ? 1 : (m <= 16 ? 2 : 4), c.tn = tn,
+                c.splits = sp;
                 if (tn == 2 && (c.mt == 4 || sh.group == 64)) continue;
                 cands.push_back(c);
               }
@@ -425,7 +483,8 @@ int main(int argc, char** argv) {
                   cands.push_back(c);
                 }
             for (int tn : {1, 2})
-              for (auto [ctas, run] : {std::pair{0, 0}, {264, 0}, {0, 1}, {0, 2}, {0, 4}, {0, 8}, {264, 2}, {264, 4}}) {
+              for (auto [ctas, run] :
+                   {std::pair{0, 0}, {264, 0}, {0, 1}, {0, 2}, {0, 4}, {0, 8}, {264, 2}, {264, 4}}) {
                 cuda::DecodeConfig c;
                 c.kernel = cuda::DecodeKernel::kStream, c.mt = m <= 8 ? 1 : (m <= 16 ? 2 : 4), c.tn = tn;
                 c.ctas = ctas, c.run = run;
@@ -449,8 +508,13 @@ int main(int argc, char** argv) {
                   timer.us([&](cudaStream_t st) { L.w4[i]->forward(x.get(), y4.get(), m, c, st); }, s);
               if (t < best) best = t, bc = c;
             }
-            sw.add({{"proj", sh.proj}, {"M", m}, {"heuristic", cuda::describe(h)}, {"heuristic us", th},
-                    {"best", cuda::describe(bc)}, {"best us", best}, {"gain", th / best}});
+            sw.add({{"proj", sh.proj},
+                    {"M", m},
+                    {"heuristic", cuda::describe(h)},
+                    {"heuristic us", th},
+                    {"best", cuda::describe(bc)},
+                    {"best us", best},
+                    {"gain", th / best}});
           }
         }
         sw.emit("");
@@ -487,8 +551,9 @@ int main(int argc, char** argv) {
     std::printf("copy bandwidth %.0f GB/s, cuBLASLt BF16 %.0f TFLOP/s, FP8 %.0f TFLOP/s\n", ceil.copy_gbs,
                 ceil.bf16_tflops, ceil.fp8_tflops);
     for (const auto& t : targets)
-      std::printf("TARGET %-14s M=%-2d %-22s measured %s target %.2f %s\n", t["model"].get<std::string>().c_str(),
-                  t["M"].get<int>(), t["what"].get<std::string>().c_str(), t["measured"].dump().c_str(),
+      std::printf("TARGET %-14s M=%-2d %-22s measured %s target %.2f %s\n",
+                  t["model"].get<std::string>().c_str(), t["M"].get<int>(),
+                  t["what"].get<std::string>().c_str(), t["measured"].dump().c_str(),
                   t["target"].get<double>(), t["met"].get<bool>() ? "MET" : "NOT MET");
     return 0;
   } catch (const std::exception& e) {

@@ -48,7 +48,8 @@ constexpr char kSep = '\x1e';
 
 const char* kSmolLM2 =
     "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ "
-    "'<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}"
+    "'<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' "
+    "}}"
     "{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"
     "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
 
@@ -56,7 +57,8 @@ const char* kLlama31 =
     "{{- bos_token }}{%- if not date_string is defined %}{%- set date_string = \"26 Jul 2024\" %}{%- endif %}"
     "{%- if messages[0]['role'] == 'system' %}{%- set system_message = messages[0]['content']|trim %}"
     "{%- set messages = messages[1:] %}{%- else %}{%- set system_message = \"\" %}{%- endif %}"
-    "{{- \"<|start_header_id|>system<|end_header_id|>\\n\\n\" }}{{- \"Cutting Knowledge Date: December 2023\\n\" }}"
+    "{{- \"<|start_header_id|>system<|end_header_id|>\\n\\n\" }}{{- \"Cutting Knowledge Date: December "
+    "2023\\n\" }}"
     "{{- \"Today Date: \" + date_string + \"\\n\\n\" }}{{- system_message }}{{- \"<|eot_id|>\" }}"
     "{%- for message in messages %}{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'+ "
     "message['content'] | trim + '<|eot_id|>' }}{%- endfor %}{%- if add_generation_prompt %}"
@@ -75,11 +77,16 @@ const Tokenizer& tokenizer(unsigned opts) {
   std::unique_ptr<Tokenizer>& c = cache[opts & 7];
   if (!c) {
     const int32_t type = (opts & 1) ? 4 : 3;
-    TokenizerSpec spec = test::alphabet_spec(
-        {{"\n", "\n"}, {" ", "t"}, {"h", "e"}, {" t", "he"}, {"u", "s"}, {"e", "r"}},
-        (opts & 2) ? "llama3" : "smollm",
-        {{"<|im_start|>", type}, {"<|im_end|>", type}, {"<|begin_of_text|>", 3},
-         {"<|start_header_id|>", type}, {"<|end_header_id|>", type}, {"<|eot_id|>", type}, {"<tool>", 4}});
+    TokenizerSpec spec =
+        test::alphabet_spec({{"\n", "\n"}, {" ", "t"}, {"h", "e"}, {" t", "he"}, {"u", "s"}, {"e", "r"}},
+                            (opts & 2) ? "llama3" : "smollm",
+                            {{"<|im_start|>", type},
+                             {"<|im_end|>", type},
+                             {"<|begin_of_text|>", 3},
+                             {"<|start_header_id|>", type},
+                             {"<|end_header_id|>", type},
+                             {"<|eot_id|>", type},
+                             {"<tool>", 4}});
     spec.chat_template = std::string(kSmolLM2) + kLlama31;
     if (opts & 4) {
       for (size_t i = 0; i < spec.tokens.size(); ++i)
@@ -101,7 +108,8 @@ std::vector<int32_t> specials_of(const Tokenizer& tok, const std::vector<int32_t
 }
 
 // The prompt's text as decode() gives it: the BOS that encode adds, then apply().
-std::string expected_text(const Tokenizer& tok, const ChatTemplate& t, std::span<const ChatMessage> m, bool gen) {
+std::string expected_text(const Tokenizer& tok, const ChatTemplate& t, std::span<const ChatMessage> m,
+                          bool gen) {
   std::string s;
   if (!t.emits_bos() && tok.add_bos()) s = tok.token_text(tok.bos());
   return s + t.apply(m, gen);
@@ -127,7 +135,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const unsigned opts = f.size() > 1 && !f[1].empty() ? uint8_t(f[1][0]) : 0u;
   const std::string src = (opts & 8) ? kSmolLM2 : (opts & 16) ? kLlama31 : f[0];
   std::vector<ChatMessage> msgs;
-  for (size_t i = 2; i < f.size(); i += 2) msgs.push_back({f[i], i + 1 < f.size() ? f[i + 1] : std::string()});
+  for (size_t i = 2; i < f.size(); i += 2)
+    msgs.push_back({f[i], i + 1 < f.size() ? f[i + 1] : std::string()});
 
   const Tokenizer& tok = tokenizer(opts);
   std::optional<ChatTemplate> t;
@@ -177,7 +186,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       const auto rest = t->encode_after(tok, msgs, held.size(), true);
       if (rest) check(tok.decode(*rest) == whole.substr(held.size()));
     }
-  } catch (const Error&) {
-  }
+  } catch (const Error&) {}
   return 0;
 }

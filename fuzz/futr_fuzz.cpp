@@ -21,11 +21,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (WeightFormat w : f.formats()) {
       try {
         (void)f.read_weights(w);
-      } catch (const Error&) {
-      }
+      } catch (const Error&) {}
     }
     (void)f.to_model(true);
-  } catch (const Error&) {
-  }
+  } catch (const Error&) {}
   return 0;
 }

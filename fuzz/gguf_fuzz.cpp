@@ -21,8 +21,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       auto attempt = [](auto&& fn) {
         try {
           fn();
-        } catch (const Error&) {
-        }
+        } catch (const Error&) {}
       };
       attempt([&] { (void)v.as_int("k"); });
       attempt([&] { (void)v.as_float("k"); });
@@ -38,15 +37,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (const GgufTensorInfo& t : f.tensors()) {
       try {
         (void)f.read_tensor(t);
-      } catch (const Error&) {
-      }
+      } catch (const Error&) {}
     }
     try {
       (void)gguf_tokenizer_spec(f);
-    } catch (const Error&) {
-    }
+    } catch (const Error&) {}
     (void)load_gguf_model(f, true);
-  } catch (const Error&) {
-  }
+  } catch (const Error&) {}
   return 0;
 }

@@ -14,7 +14,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const ModelConfig c =
         parse_hf_config(std::string_view(reinterpret_cast<const char*>(data), size), "fuzz.json");
     c.validate("fuzz.json");
-  } catch (const Error&) {
-  }
+  } catch (const Error&) {}
   return 0;
 }

@@ -10,11 +10,11 @@
 #include <filesystem>
 #include <iostream>
 
-#include "quantize/quantize.h"
 #include "cpu_engine/tiny_model.h"
 #include "formats/futr_file.h"
 #include "formats/gguf_writer.h"
 #include "formats/safetensors_writer.h"
+#include "quantize/quantize.h"
 #include "tokenizer/patterns.h"
 #include "tokenizer/test_util.h"
 
@@ -153,23 +153,28 @@ int main(int argc, char** argv) {
     for (const char* w : {"he", "ll", "hell", "hello", " the"}) all.push_back(byte_level(w));
     for (size_t i = 0; i < all.size(); ++i) vocab[all[i]] = i;
     const json merges = {byte_level("h") + " " + byte_level("e"), byte_level("l") + " " + byte_level("l"),
-                         byte_level("he") + " " + byte_level("ll"), byte_level("hell") + " " + byte_level("o"),
+                         byte_level("he") + " " + byte_level("ll"),
+                         byte_level("hell") + " " + byte_level("o"),
                          byte_level(" ") + " " + byte_level("the")};
-    const json added = json::array(
-        {{{"id", all.size()}, {"content", "<|im_start|>"}, {"special", true}},
-         {{"id", all.size() + 1}, {"content", "<|im_end|>"}, {"special", true}},
-         {{"id", all.size() + 2}, {"content", "<tool>"}, {"special", false}}});
-    const json byte_level_pre = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true},
-                                 {"use_regex", true}};
+    const json added = json::array({{{"id", all.size()}, {"content", "<|im_start|>"}, {"special", true}},
+                                    {{"id", all.size() + 1}, {"content", "<|im_end|>"}, {"special", true}},
+                                    {{"id", all.size() + 2}, {"content", "<tool>"}, {"special", false}}});
+    const json byte_level_pre = {
+        {"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}};
     const json pres[3] = {
         byte_level_pre,
         {{"type", "Sequence"},
          {"pretokenizers", {{{"type", "Digits"}, {"individual_digits", true}}, byte_level_pre}}},
         {{"type", "Sequence"},
          {"pretokenizers",
-          {{{"type", "Split"}, {"pattern", {{"Regex", futr::pretok::kLlama3Pattern}}}, {"behavior", "Isolated"},
+          {{{"type", "Split"},
+            {"pattern", {{"Regex", futr::pretok::kLlama3Pattern}}},
+            {"behavior", "Isolated"},
             {"invert", false}},
-           {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", false}}}}}};
+           {{"type", "ByteLevel"},
+            {"add_prefix_space", false},
+            {"trim_offsets", true},
+            {"use_regex", false}}}}}};
     const char* names[3] = {"gpt2", "smollm", "llama3"};
     for (int i = 0; i < 3; ++i) {
       json t = {{"version", "1.0"},
@@ -178,12 +183,18 @@ int main(int argc, char** argv) {
                 {"pre_tokenizer", pres[i]},
                 {"post_processor",
                  {{"type", "TemplateProcessing"},
-                  {"single", {{{"SpecialToken", {{"id", "<|im_start|>"}, {"type_id", 0}}}},
-                              {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}}}},
+                  {"single",
+                   {{{"SpecialToken", {{"id", "<|im_start|>"}, {"type_id", 0}}}},
+                    {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}}}},
                 {"decoder", {{"type", "ByteLevel"}}},
                 {"model",
-                 {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"byte_fallback", false},
-                  {"ignore_merges", i == 2}, {"vocab", vocab}, {"merges", merges}}}};
+                 {{"type", "BPE"},
+                  {"dropout", nullptr},
+                  {"unk_token", nullptr},
+                  {"byte_fallback", false},
+                  {"ignore_merges", i == 2},
+                  {"vocab", vocab},
+                  {"merges", merges}}}};
       write_text(out / "tokenizer_json" / (std::string(names[i]) + ".json"), t.dump(1));
     }
   }

@@ -15,11 +15,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (const SafetensorsTensor& t : f.tensors()) {
       try {
         (void)f.read_tensor(t);
-      } catch (const Error&) {
-      }
+      } catch (const Error&) {}
       (void)f.find(t.name);
     }
-  } catch (const Error&) {
-  }
+  } catch (const Error&) {}
   return 0;
 }

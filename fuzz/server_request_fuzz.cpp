@@ -52,7 +52,8 @@ using namespace futr::server;
 
 const char* kSmolLM2 =
     "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ "
-    "'<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}"
+    "'<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' "
+    "}}"
     "{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"
     "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
 
@@ -60,7 +61,8 @@ const char* kLlama31 =
     "{{- bos_token }}{%- if not date_string is defined %}{%- set date_string = \"26 Jul 2024\" %}{%- endif %}"
     "{%- if messages[0]['role'] == 'system' %}{%- set system_message = messages[0]['content']|trim %}"
     "{%- set messages = messages[1:] %}{%- else %}{%- set system_message = \"\" %}{%- endif %}"
-    "{{- \"<|start_header_id|>system<|end_header_id|>\\n\\n\" }}{{- \"Cutting Knowledge Date: December 2023\\n\" }}"
+    "{{- \"<|start_header_id|>system<|end_header_id|>\\n\\n\" }}{{- \"Cutting Knowledge Date: December "
+    "2023\\n\" }}"
     "{{- \"Today Date: \" + date_string + \"\\n\\n\" }}{{- system_message }}{{- \"<|eot_id|>\" }}"
     "{%- for message in messages %}{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'+ "
     "message['content'] | trim + '<|eot_id|>' }}{%- endfor %}{%- if add_generation_prompt %}"
@@ -82,9 +84,12 @@ struct Served {
 Served make_served(bool llama3) {
   Served s;
   TokenizerSpec spec = test::alphabet_spec(
-      {{"\n", "\n"}, {" ", "t"}, {"h", "e"}, {" t", "he"}, {"u", "s"}, {"e", "r"}}, llama3 ? "llama3" : "smollm",
-      llama3 ? std::vector<std::pair<std::string, int32_t>>{{"<|begin_of_text|>", 3}, {"<|start_header_id|>", 3},
-                                                             {"<|end_header_id|>", 3}, {"<|eot_id|>", 3}}
+      {{"\n", "\n"}, {" ", "t"}, {"h", "e"}, {" t", "he"}, {"u", "s"}, {"e", "r"}},
+      llama3 ? "llama3" : "smollm",
+      llama3 ? std::vector<std::pair<std::string, int32_t>>{{"<|begin_of_text|>", 3},
+                                                            {"<|start_header_id|>", 3},
+                                                            {"<|end_header_id|>", 3},
+                                                            {"<|eot_id|>", 3}}
              : std::vector<std::pair<std::string, int32_t>>{{"<|im_start|>", 3}, {"<|im_end|>", 3}});
   spec.chat_template = llama3 ? kLlama31 : kSmolLM2;
   spec.eos = int32_t(spec.tokens.size()) - 1;  // <|eot_id|> / <|im_end|>

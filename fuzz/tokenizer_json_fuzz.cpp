@@ -17,7 +17,8 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace futr;
   static const std::string kText =
-      "Hello, world! It's 2024: 12345 tokens\n\t  <|im_start|>user \xe4\xbd\xa0\xe5\xa5\xbd \xf0\x9f\x98\x80 \xff\xfe";
+      "Hello, world! It's 2024: 12345 tokens\n\t  <|im_start|>user \xe4\xbd\xa0\xe5\xa5\xbd \xf0\x9f\x98\x80 "
+      "\xff\xfe";
   try {
     HfTokenizerTexts t;
     t.dir = "fuzz";
@@ -28,7 +29,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       const std::vector<int32_t> ids = tok.encode(kText, false, special);
       (void)tok.decode(ids);
     }
-  } catch (const Error&) {
-  }
+  } catch (const Error&) {}
   return 0;
 }

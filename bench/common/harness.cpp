@@ -17,11 +17,9 @@
 #include "launch/fill.h"
 #include "launch/stream.h"
 
-
 namespace futr::bench {
 
-double time_median_ms(const std::function<void(cudaStream_t)>& fn, cudaStream_t s,
-                      const TimeOptions& opt) {
+double time_median_ms(const std::function<void(cudaStream_t)>& fn, cudaStream_t s, const TimeOptions& opt) {
   const auto& dev = cuda::require_device();
   static cuda::DeviceBuffer<uint8_t> flush(2 * dev.l2_bytes);
   for (int i = 0; i < opt.warmup; ++i) fn(s);

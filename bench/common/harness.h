@@ -83,7 +83,7 @@ class GraphTimer {
   void flush(cudaStream_t s);
   int reps_;
   bool memset_;
-  void* flush_ = nullptr;   // 2x L2 bytes
+  void* flush_ = nullptr;  // 2x L2 bytes
   unsigned* sink_ = nullptr;
   size_t bytes_ = 0;
 };

@@ -83,7 +83,8 @@ __global__ void __launch_bounds__(256, 4)
   float acc[4] = {0.f, 0.f, 0.f, 0.f}, out[4] = {0.f, 0.f, 0.f, 0.f};
   // The j-th 16-byte piece of this lane (warp-uniform count).
   size_t count, base, step;
-  if (BLOCKED) {  // CTA b: [b n / grid, (b + 1) n / grid) in 4 KB steps (256 pieces), warp w: piece 32w + lane
+  if (BLOCKED) {  // CTA b: [b n / grid, (b + 1) n / grid) in 4 KB steps (256 pieces), warp w: piece 32w +
+                  // lane
     const size_t per = n16 / gridDim.x / 256 * 256;
     base = blockIdx.x * per + warp * 32 + lane;
     step = 256;

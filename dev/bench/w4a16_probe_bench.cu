@@ -7,12 +7,12 @@
 #include <string>
 
 #include "common/harness.h"
+#include "dev/bench/w4a16_probe.cuh"
 #include "launch/buffer.h"
 #include "launch/check.h"
 #include "launch/device.h"
 #include "launch/fill.h"
 #include "launch/stream.h"
-#include "dev/bench/w4a16_probe.cuh"
 
 using namespace futr;
 
@@ -38,9 +38,10 @@ int main(int argc, char** argv) {
     s.sync();
     bench::Report rep("Decode GEMM work added to the floor, " + dev.name,
                       {"bytes", "level", "what", "us", "TB/s", "x floor"});
-    const char* names[] = {"floor (xor)", "+ dequant (lop3+fma)", "+ 4 mma/16 B", "+ x from L1",
-                           "biased dequant + 8 mma + x", "3 + scale loads", "3 as a register ring",
-                           "3 in CTA-contiguous order", "5 + 6 + 7 (gemv minus epilogue)"};
+    const char* names[] = {
+        "floor (xor)",          "+ dequant (lop3+fma)",       "+ 4 mma/16 B",
+        "+ x from L1",          "biased dequant + 8 mma + x", "3 + scale loads",
+        "3 as a register ring", "3 in CTA-contiguous order",  "5 + 6 + 7 (gemv minus epilogue)"};
     for (size_t bytes : {size_t(58720256), max_bytes / 2}) {
       const size_t n16 = bytes / 16;
       double floor_us = 0;
@@ -56,17 +57,33 @@ int main(int argc, char** argv) {
             case 2: bench::w4a16_probe_kernel<2><<<grid, 256, 0, st>>>(wp, n16, xp, sink.get()); break;
             case 3: bench::w4a16_probe_kernel<3><<<grid, 256, 0, st>>>(wp, n16, xp, sink.get()); break;
             case 4: bench::w4a16_probe_kernel<4><<<grid, 256, 0, st>>>(wp, n16, xp, sink.get()); break;
-            case 5: bench::w4a16_probe_gemv_kernel<true, false, false><<<grid, 256, 0, st>>>(wp, n16, xp, scp, sink.get()); break;
-            case 6: bench::w4a16_probe_gemv_kernel<false, true, false><<<grid, 256, 0, st>>>(wp, n16, xp, scp, sink.get()); break;
-            case 7: bench::w4a16_probe_gemv_kernel<false, false, true><<<grid, 256, 0, st>>>(wp, n16, xp, scp, sink.get()); break;
-            default: bench::w4a16_probe_gemv_kernel<true, true, true><<<grid, 256, 0, st>>>(wp, n16, xp, scp, sink.get()); break;
+            case 5:
+              bench::w4a16_probe_gemv_kernel<true, false, false>
+                  <<<grid, 256, 0, st>>>(wp, n16, xp, scp, sink.get());
+              break;
+            case 6:
+              bench::w4a16_probe_gemv_kernel<false, true, false>
+                  <<<grid, 256, 0, st>>>(wp, n16, xp, scp, sink.get());
+              break;
+            case 7:
+              bench::w4a16_probe_gemv_kernel<false, false, true>
+                  <<<grid, 256, 0, st>>>(wp, n16, xp, scp, sink.get());
+              break;
+            default:
+              bench::w4a16_probe_gemv_kernel<true, true, true>
+                  <<<grid, 256, 0, st>>>(wp, n16, xp, scp, sink.get());
+              break;
           }
           FUTR_CUDA_CHECK_LAUNCH();
         };
         const double us = timer.us(launch, s);
         if (level == 0) floor_us = us;
-        rep.add({{"bytes", bytes}, {"level", level}, {"what", names[level]}, {"us", us},
-                 {"TB/s", double(bytes) / (us * 1e-6) / 1e12}, {"x floor", us / floor_us}});
+        rep.add({{"bytes", bytes},
+                 {"level", level},
+                 {"what", names[level]},
+                 {"us", us},
+                 {"TB/s", double(bytes) / (us * 1e-6) / 1e12},
+                 {"x floor", us / floor_us}});
       }
     }
     rep.set_meta("env", bench::environment_json());

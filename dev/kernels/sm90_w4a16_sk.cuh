@@ -45,8 +45,8 @@
 // Test: dev/tests/w4a16_dev_test.cpp. Bench: bench/w4a16_bench.cpp (its --sweep).
 #pragma once
 
-#include "kernels/epilogue/swiglu_bf16.cuh"
 #include "dev/kernels/sm90_w4a16_stream_k.cuh"
+#include "kernels/epilogue/swiglu_bf16.cuh"
 #include "kernels/ptx/pdl.cuh"
 
 namespace futr::device {
@@ -72,7 +72,8 @@ __global__ void __launch_bounds__(256, NB == 1 ? 4 : 3) sm90_w4a16_sk_kernel(con
   const int nblk = (nchunks + 1) / 2;
   const int ngroups = (ntiles + layout::kTileGroup - 1) / layout::kTileGroup;
   const int total = ngroups * nblk;
-  const int lo = stream_first(blockIdx.x, total, gridDim.x), hi = stream_first(blockIdx.x + 1, total, gridDim.x);
+  const int lo = stream_first(blockIdx.x, total, gridDim.x),
+            hi = stream_first(blockIdx.x + 1, total, gridDim.x);
   // The CTA's chunks [cs, cs + nj) of the linear chunk space (cs even).
   const int cs = (lo / nblk) * nchunks + 2 * (lo % nblk);
   const int nj = (hi / nblk) * nchunks + 2 * (hi % nblk) - cs;
@@ -86,11 +87,13 @@ __global__ void __launch_bounds__(256, NB == 1 ? 4 : 3) sm90_w4a16_sk_kernel(con
   const int tail_gt = ntiles - (ngroups - 1) * layout::kTileGroup;  // tiles of the last group
   const int pstart = (ngroups - 1) * nchunks - cs;                  // local chunk where it starts
   bool lvalid = pstart > 0 || warp < tail_gt;
-  const uint8_t* wp = p.w + layout::tile_chunk_offset(ntiles, p.k, layout::kInt4ChunkBytes,
-                                                      min(cs / nchunks * layout::kTileGroup + warp, ntiles - 1),
-                                                      cs % nchunks) + lane * 16;
+  const uint8_t* wp =
+      p.w +
+      layout::tile_chunk_offset(ntiles, p.k, layout::kInt4ChunkBytes,
+                                min(cs / nchunks * layout::kTileGroup + warp, ntiles - 1), cs % nchunks) +
+      lane * 16;
   int lstride = (pstart > 0 ? layout::kTileGroup : tail_gt) * layout::kInt4ChunkBytes;
-  auto load = [&](int jl, uint32_t (&w)[1][4]) {  // load local chunk jl, step to jl + 1
+  auto load = [&](int jl, uint32_t(&w)[1][4]) {  // load local chunk jl, step to jl + 1
     if (lvalid) WF::load(wp, w[0]);
     wp += lstride;
     if (jl + 1 == pstart) lstride = tail_gt * layout::kInt4ChunkBytes, lvalid = warp < tail_gt;
@@ -104,7 +107,7 @@ __global__ void __launch_bounds__(256, NB == 1 ? 4 : 3) sm90_w4a16_sk_kernel(con
 
   // ---- shared memory: the CTA's scales (before the wait), then x (after) -----
   extern __shared__ uint4 sk_smem[];
-  const int s0 = cs / kCps;                       // first scale group (linear: grp * K/G + gi)
+  const int s0 = cs / kCps;  // first scale group (linear: grp * K/G + gi)
   const int nsg = (cs + nj + kCps - 1) / kCps - s0;
   uint32_t* const ss = reinterpret_cast<uint32_t*>(sk_smem);  // [nsg][8 tiles][8 words]
   {
@@ -154,9 +157,9 @@ __global__ void __launch_bounds__(256, NB == 1 ? 4 : 3) sm90_w4a16_sk_kernel(con
   const uint4* const xrow = xs + (min(g, p.m - 1) * xstride) / 8 + 2 * c;
   const uint32_t* const srow = ss + warp * 8 + g;
   float acc[1][1][4] = {{{0.f, 0.f, 0.f, 0.f}}}, blk[1][1][4], dacc[1][1][4] = {{{0.f, 0.f, 0.f, 0.f}}};
-  const int b1 = nchunks - cs % nchunks;  // first local chunk of the second segment (>= nj: none)
+  const int b1 = nchunks - cs % nchunks;   // first local chunk of the second segment (>= nj: none)
   const int park = b1 < nj ? b1 - 1 : -1;  // the local chunk that ends the first of two segments
-  auto consume = [&](const uint32_t (&w)[1][4], int jl, bool start, bool end) {
+  auto consume = [&](const uint32_t(&w)[1][4], int jl, bool start, bool end) {
     const uint4 xq[1][2] = {{xrow[jl * 8], xrow[jl * 8 + 1]}};
     chunk_mma<WF, 1, 1>(blk, acc, w, xq, start);
     if (end) {
@@ -186,15 +189,16 @@ __global__ void __launch_bounds__(256, NB == 1 ? 4 : 3) sm90_w4a16_sk_kernel(con
   // ---- the segments' epilogue ----------------------------------------------------
   __shared__ uint32_t s_last;
   const int sgrp = cs / nchunks;
-  auto flush = [&](float (&a)[1][1][4], int grp, bool whole) {
+  auto flush = [&](float(&a)[1][1][4], int grp, bool whole) {
     if (p.probe & 1) {  // measurement: no epilogue (results are wrong)
       if (a[0][0][0] == 12345.f) p.y[threadIdx.x] = __float2bfloat16_rn(a[0][0][1]);
       return;
     }
     const int gt = min(layout::kTileGroup, ntiles - grp * layout::kTileGroup);
-    segment_store<WF, 1, 1>(p, a, grp, gt, warp, whole, grp + int(blockIdx.x), stream_owner(grp * nblk, total, gridDim.x),
-                            stream_owner(grp * nblk + nblk - 1, total, gridDim.x), &s_last,
-                            [] { __syncthreads(); }, blockDim.x, g, c);
+    segment_store<WF, 1, 1>(
+        p, a, grp, gt, warp, whole, grp + int(blockIdx.x), stream_owner(grp * nblk, total, gridDim.x),
+        stream_owner(grp * nblk + nblk - 1, total, gridDim.x), &s_last, [] { __syncthreads(); }, blockDim.x,
+        g, c);
   };
   if (b1 < nj) {
     flush(dacc, sgrp, b1 == nchunks);

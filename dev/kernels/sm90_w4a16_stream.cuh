@@ -73,11 +73,11 @@ struct StreamShape {
   static constexpr int kXRowBytes = 2 * layout::kChunkK * 2 + 16;
   static constexpr int kStageX = 8 * MT * kXRowBytes;
   static constexpr int kStageBytes = kStageW + kStageS + kStageX;
-  static constexpr int kStages = 65536 / kStageBytes < 2 ? 2 : (65536 / kStageBytes > 8 ? 8 : 65536 / kStageBytes);
+  static constexpr int kStages =
+      65536 / kStageBytes < 2 ? 2 : (65536 / kStageBytes > 8 ? 8 : 65536 / kStageBytes);
   static constexpr size_t kSmem = size_t(kStages) * kStageBytes + 2 * kStages * sizeof(uint64_t) + 16;
   static_assert(kStageBytes % 16 == 0, "stages must stay 16-byte aligned for cp.async.bulk");
 };
-
 
 // The items of one CTA, run by run: run index (stream-K: the CTA; round-robin:
 // its runs i, i + P, ...), the current item and the end of its run.
@@ -98,7 +98,10 @@ struct StreamCursor {
   }
   __device__ __forceinline__ void next(int total, int run_items) {
     if (++t < end) return;
-    if (run_items == 0) { done = true; return; }
+    if (run_items == 0) {
+      done = true;
+      return;
+    }
     run += gridDim.x;
     t = run * run_items;
     end = min(total, t + run_items);
@@ -160,7 +163,8 @@ __global__ void __launch_bounds__(StreamShape<WF, MT, TM>::kThreads, MT == 1 ? 3
       __syncwarp();
       if (lane == 0)
         ptx::cp_async_bulk_g2s(
-            stage, p.w + layout::tile_chunk_offset(ntiles, p.k, WF::kChunkBytes, grp * layout::kTileGroup, 2 * blk),
+            stage,
+            p.w + layout::tile_chunk_offset(ntiles, p.k, WF::kChunkBytes, grp * layout::kTileGroup, 2 * blk),
             wbytes, &full[slot]);
       if constexpr (WF::kGroupScales) {
         // Tile r's scales of this block: 16 FP16 per group, nch*64/G groups, contiguous.
@@ -168,10 +172,11 @@ __global__ void __launch_bounds__(StreamShape<WF, MT, TM>::kThreads, MT == 1 ? 3
         if (lane < gt * pieces && !(p.probe & 1)) {
           const int r = lane / pieces, q = lane % pieces;
           const int tile = grp * layout::kTileGroup + r;
-          const uint16_t* src = static_cast<const uint16_t*>(p.scales) +
-                                (size_t(tile) * (p.k / WF::kGroup) + size_t(blk) * (layout::kBlockK / WF::kGroup)) *
-                                    layout::kTileN +
-                                8 * q;
+          const uint16_t* src =
+              static_cast<const uint16_t*>(p.scales) +
+              (size_t(tile) * (p.k / WF::kGroup) + size_t(blk) * (layout::kBlockK / WF::kGroup)) *
+                  layout::kTileN +
+              8 * q;
           ptx::cp_async_16_cg(stage + Sh::kStageW + r * Sh::kTileScaleBytes + 16 * q, src);
         }
         ptx::cp_async_mbarrier_arrive_noinc(&full[slot]);
@@ -181,14 +186,16 @@ __global__ void __launch_bounds__(StreamShape<WF, MT, TM>::kThreads, MT == 1 ? 3
       const int nch = min(2, nchunks - 2 * blk);
       uint8_t* const xs = smem + size_t(slot) * Sh::kStageBytes + Sh::kStageW + Sh::kStageS;
       if (lane < p.m && !(p.probe & 2))
-        ptx::cp_async_bulk_g2s(xs + lane * Sh::kXRowBytes, p.x + size_t(lane) * p.k + size_t(blk) * layout::kBlockK,
-                               uint32_t(nch * 128), &full[slot]);
+        ptx::cp_async_bulk_g2s(xs + lane * Sh::kXRowBytes,
+                               p.x + size_t(lane) * p.k + size_t(blk) * layout::kBlockK, uint32_t(nch * 128),
+                               &full[slot]);
     };
     // The first kS items: weights now, activations after griddepcontrol.wait.
     StreamCursor cur(total, R);
     int nfirst = 0;
 #pragma unroll 1
-    for (; nfirst < kS && !cur.done; ++nfirst, cur.next(total, R)) issue_weights(nfirst, cur.t / nblk, cur.t % nblk);
+    for (; nfirst < kS && !cur.done; ++nfirst, cur.next(total, R))
+      issue_weights(nfirst, cur.t / nblk, cur.t % nblk);
     ptx::griddep_wait();  // x is the previous kernel's output
     {
       StreamCursor c2(total, R);
@@ -212,10 +219,11 @@ __global__ void __launch_bounds__(StreamShape<WF, MT, TM>::kThreads, MT == 1 ? 3
   const int g = lane / 4, c = lane % 4;
   constexpr int kCThreads = 32 * Sh::kConsumerWarps;
   ptx::griddep_wait();  // ws, counters and y may belong to the previous kernel until here
-  int xoff[MT];  // this lane's activation row in a stage (rows >= M read row M-1)
+  int xoff[MT];         // this lane's activation row in a stage (rows >= M read row M-1)
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) xoff[mt] = min(8 * mt + g, p.m - 1) * Sh::kXRowBytes + 32 * c;
-  constexpr uint32_t kOnes[4] = {layout::kBf16x2One, layout::kBf16x2One, layout::kBf16x2One, layout::kBf16x2One};
+  constexpr uint32_t kOnes[4] = {layout::kBf16x2One, layout::kBf16x2One, layout::kBf16x2One,
+                                 layout::kBf16x2One};
 
   float acc[TM][MT][4], blk_acc[TM][MT][4], sx[MT][4];
 #pragma unroll
@@ -234,7 +242,7 @@ __global__ void __launch_bounds__(StreamShape<WF, MT, TM>::kThreads, MT == 1 ? 3
 #pragma unroll
       for (int q = 0; q < kPieces; ++q) {
         const uint4 v = *reinterpret_cast<const uint4*>(stage + (u * gt + r) * WF::kChunkBytes +
-                                                       q * layout::kE4M3PartBytes + lane * 16);
+                                                        q * layout::kE4M3PartBytes + lane * 16);
         w[tm][4 * q] = v.x, w[tm][4 * q + 1] = v.y, w[tm][4 * q + 2] = v.z, w[tm][4 * q + 3] = v.w;
       }
     }
@@ -283,14 +291,16 @@ __global__ void __launch_bounds__(StreamShape<WF, MT, TM>::kThreads, MT == 1 ? 3
 #pragma unroll
         for (int tm = 0; tm < TM; ++tm) {
           const int r = min(warp * TM + tm, gt - 1);
-          const uint32_t sv = *reinterpret_cast<const uint32_t*>(stage + Sh::kStageW + r * Sh::kTileScaleBytes +
-                                                                (u * layout::kChunkK / WF::kGroup) * 32 + 4 * g);
+          const uint32_t sv =
+              *reinterpret_cast<const uint32_t*>(stage + Sh::kStageW + r * Sh::kTileScaleBytes +
+                                                 (u * layout::kChunkK / WF::kGroup) * 32 + 4 * g);
           const float2 s = __half22float2(*reinterpret_cast<const __half2*>(&sv));
 #pragma unroll
           for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-              const float v = kBiased ? fmaf(-layout::kInt4Bias, sx[mt][e], blk_acc[tm][mt][e]) : blk_acc[tm][mt][e];
+              const float v =
+                  kBiased ? fmaf(-layout::kInt4Bias, sx[mt][e], blk_acc[tm][mt][e]) : blk_acc[tm][mt][e];
               acc[tm][mt][e] = fmaf(e < 2 ? s.x : s.y, v, acc[tm][mt][e]);
             }
         }
@@ -334,10 +344,10 @@ __global__ void __launch_bounds__(StreamShape<WF, MT, TM>::kThreads, MT == 1 ? 3
     const bool seg_end = this_blk + 1 == nblk || cur.done || cur.run != prev_run;
     if (!seg_end) continue;
     first_blk = blk, seg_run = cur.run;
-    segment_store<WF, MT, TM>(p, acc, this_grp, gt, warp * TM, this_first == 0 && this_blk + 1 == nblk,
-                              this_grp + this_run, run_of(this_grp * nblk, total, R),
-                              run_of(this_grp * nblk + nblk - 1, total, R), s_last,
-                              [] { ptx::bar_sync(1, kCThreads); }, kCThreads, g, c);
+    segment_store<WF, MT, TM>(
+        p, acc, this_grp, gt, warp * TM, this_first == 0 && this_blk + 1 == nblk, this_grp + this_run,
+        run_of(this_grp * nblk, total, R), run_of(this_grp * nblk + nblk - 1, total, R), s_last,
+        [] { ptx::bar_sync(1, kCThreads); }, kCThreads, g, c);
   }
 }
 

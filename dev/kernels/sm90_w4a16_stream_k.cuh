@@ -38,15 +38,16 @@ __device__ __forceinline__ void segment_store(const DecodeParams& p, float (&acc
     cs[tm][0] = cs[tm][1] = 1.f;
     if constexpr (!WF::kGroupScales)
       if (tok[tm]) {
-        const float* sp =
-            static_cast<const float*>(p.scales) + size_t(grp * layout::kTileGroup + wtile + tm) * layout::kTileN + g;
+        const float* sp = static_cast<const float*>(p.scales) +
+                          size_t(grp * layout::kTileGroup + wtile + tm) * layout::kTileN + g;
         cs[tm][0] = sp[0], cs[tm][1] = sp[8];
       }
   }
   auto chan = [&](int tm, int i) { return (wtile + tm) * layout::kTileN + g + 8 * (i / 2); };  // in the group
   auto row_of = [&](int mt, int i) { return 8 * mt + 2 * c + (i % 2); };
   auto store_y = [&](int tm, int mt, int i, float v) {
-    p.y[size_t(row_of(mt, i)) * p.n + size_t(grp) * 128 + chan(tm, i)] = __float2bfloat16_rn(v * cs[tm][i / 2]);
+    p.y[size_t(row_of(mt, i)) * p.n + size_t(grp) * 128 + chan(tm, i)] =
+        __float2bfloat16_rn(v * cs[tm][i / 2]);
   };
   auto part = [&](int sg, int tm, int mt, int i) -> float* {
     return p.ws + (size_t(sg) * p.m + row_of(mt, i)) * 128 + chan(tm, i);

@@ -28,7 +28,8 @@ const void* stream_fn() {
 }
 template <int G, int U, int NB>
 const void* sk_fn() {
-  if constexpr (w4a16::format_compiled(G)) return reinterpret_cast<const void*>(&device::sm90_w4a16_sk_kernel<G, U, NB>);
+  if constexpr (w4a16::format_compiled(G))
+    return reinterpret_cast<const void*>(&device::sm90_w4a16_sk_kernel<G, U, NB>);
   else return nullptr;
 }
 template <int G>
@@ -36,30 +37,44 @@ size_t sk_chunk_smem(int m, int chunks) {
   return device::sk_smem_bytes<G>(m, chunks);
 }
 
-#define FUTR_STREAM(WF, FMT, G, MT, TN)                                                                          \
-  Variant {                                                                                                      \
-    DecodeWeights::FMT, G, DecodeKernel::kStream, MT, TN, stream_fn<WF, G, MT, TN>(),                            \
-        device::StreamShape<WF, MT, TN>::kSmem, device::StreamShape<WF, MT, TN>::kThreads, MT == 1 ? 3 : 2        \
+#define FUTR_STREAM(WF, FMT, G, MT, TN)                                                                    \
+  Variant {                                                                                                \
+    DecodeWeights::FMT, G, DecodeKernel::kStream, MT, TN, stream_fn<WF, G, MT, TN>(),                      \
+        device::StreamShape<WF, MT, TN>::kSmem, device::StreamShape<WF, MT, TN>::kThreads, MT == 1 ? 3 : 2 \
   }
 #define FUTR_STREAM4(G, MT, TN) FUTR_STREAM(device::Int4Format<G>, kInt4, G, MT, TN)
 #define FUTR_STREAM8(MT, TN) FUTR_STREAM(device::E4M3Format, kE4M3, 0, MT, TN)
-#define FUTR_SK(G, U, NB)                                                                                        \
-  Variant {                                                                                                      \
-    DecodeWeights::kInt4, G, DecodeKernel::kStreamK, NB, U, sk_fn<G, U, NB>(), 0, w4a16::kThreads,               \
-        NB == 1 ? 4 : 3, &sk_chunk_smem<G>                                                                       \
+#define FUTR_SK(G, U, NB)                                                                          \
+  Variant {                                                                                        \
+    DecodeWeights::kInt4, G, DecodeKernel::kStreamK, NB, U, sk_fn<G, U, NB>(), 0, w4a16::kThreads, \
+        NB == 1 ? 4 : 3, &sk_chunk_smem<G>                                                         \
   }
 
 const Variant kDevVariants[] = {
     // M = 1..8, INT4: per-lane loads under a stream-K partition (NB batches of U chunks in flight).
-    FUTR_SK(128, 2, 1), FUTR_SK(128, 4, 1), FUTR_SK(64, 2, 1), FUTR_SK(64, 4, 1),
-    FUTR_SK(128, 4, 2), FUTR_SK(64, 4, 2),
+    FUTR_SK(128, 2, 1),
+    FUTR_SK(128, 4, 1),
+    FUTR_SK(64, 2, 1),
+    FUTR_SK(64, 4, 1),
+    FUTR_SK(128, 4, 2),
+    FUTR_SK(64, 4, 2),
     // M = 1..32, both formats: the bulk-copy stream kernel (MT row tiles of 8, TN weight tiles per warp).
-    FUTR_STREAM4(128, 1, 1), FUTR_STREAM4(128, 2, 1), FUTR_STREAM4(128, 4, 1), FUTR_STREAM4(128, 4, 2),
-    FUTR_STREAM4(128, 1, 2), FUTR_STREAM4(128, 2, 2),
-    FUTR_STREAM4(64, 1, 1), FUTR_STREAM4(64, 2, 1), FUTR_STREAM4(64, 4, 1),
-    FUTR_STREAM8(1, 1), FUTR_STREAM8(2, 1), FUTR_STREAM8(4, 1),
+    FUTR_STREAM4(128, 1, 1),
+    FUTR_STREAM4(128, 2, 1),
+    FUTR_STREAM4(128, 4, 1),
+    FUTR_STREAM4(128, 4, 2),
+    FUTR_STREAM4(128, 1, 2),
+    FUTR_STREAM4(128, 2, 2),
+    FUTR_STREAM4(64, 1, 1),
+    FUTR_STREAM4(64, 2, 1),
+    FUTR_STREAM4(64, 4, 1),
+    FUTR_STREAM8(1, 1),
+    FUTR_STREAM8(2, 1),
+    FUTR_STREAM8(4, 1),
     // The gemv and skinny tiles the heuristic does not pick.
-    FUTR_GEMV(128, 2, 4), FUTR_GEMV(128, 1, 8), FUTR_GEMV(64, 2, 4),
+    FUTR_GEMV(128, 2, 4),
+    FUTR_GEMV(128, 1, 8),
+    FUTR_GEMV(64, 2, 4),
     FUTR_SKINNY4(128, 1, 2),
 };
 

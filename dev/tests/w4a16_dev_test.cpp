@@ -53,9 +53,17 @@ TEST(W4A16Dev, EveryDevVariant) {
   // Stream kernel: every variant with the resident grid and with grids that cut
   // the items into segments of every kind (one CTA for everything, groups
   // shared by 2..many CTAs, CTAs spanning several groups).
-  for (auto [int4, g, mt, tn] : {std::tuple{true, 128, 1, 1}, {true, 128, 2, 1}, {true, 128, 4, 1},
-                                 {true, 128, 4, 2}, {true, 128, 1, 2}, {true, 128, 2, 2}, {true, 64, 1, 1},
-                                 {true, 64, 2, 1}, {true, 64, 4, 1}, {false, 0, 1, 1}, {false, 0, 2, 1},
+  for (auto [int4, g, mt, tn] : {std::tuple{true, 128, 1, 1},
+                                 {true, 128, 2, 1},
+                                 {true, 128, 4, 1},
+                                 {true, 128, 4, 2},
+                                 {true, 128, 1, 2},
+                                 {true, 128, 2, 2},
+                                 {true, 64, 1, 1},
+                                 {true, 64, 2, 1},
+                                 {true, 64, 4, 1},
+                                 {false, 0, 1, 1},
+                                 {false, 0, 2, 1},
                                  {false, 0, 4, 1}})
     for (auto [ctas, run] : {std::pair{0, 0}, {1, 0}, {7, 0}, {97, 0}, {0, 1}, {7, 3}, {97, 5}, {5, 40}}) {
       DecodeConfig c;
@@ -71,7 +79,8 @@ TEST(W4A16Dev, EveryDevVariant) {
         vs.push_back({true, g, c});
       }
   std::erase_if(vs, [](const V& v) {
-    return !cuda::decode_compiled(v.int4 ? cuda::DecodeWeights::kInt4 : cuda::DecodeWeights::kE4M3, v.group, v.c);
+    return !cuda::decode_compiled(v.int4 ? cuda::DecodeWeights::kInt4 : cuda::DecodeWeights::kE4M3, v.group,
+                                  v.c);
   });
   for (int g : {128, 64}) {
     const int n = 1024 + 16 * 5, k = g == 64 ? 1472 : 1536;  // N not a multiple of the CTA's columns
@@ -88,8 +97,9 @@ TEST(W4A16Dev, EveryDevVariant) {
       } else if (v.c.kernel == DecodeKernel::kStreamK) {
         for (int m : {1, 2, 8}) check(L, m, &v.c, what, test::tol::kW4A16);
       } else {
-        for (int m : v.c.mt == 1 ? std::vector<int>{1, 2, 8} : v.c.mt == 2 ? std::vector<int>{9, 16}
-                                                                        : std::vector<int>{17, 32})
+        for (int m : v.c.mt == 1   ? std::vector<int>{1, 2, 8}
+                     : v.c.mt == 2 ? std::vector<int>{9, 16}
+                                   : std::vector<int>{17, 32})
           check(L, m, &v.c, what, v.int4 ? test::tol::kW4A16 : test::tol::kW8A16);
       }
     }
@@ -113,9 +123,10 @@ TEST(W4A16Dev, PdlChainWithStreamInGraphEqualsEager) {
       const void* in[3] = {dx.get(), y1.get(), y2.get()};
       void* out[3] = {y1.get(), y2.get(), y3.get()};
       for (int i = 0; i < 3; ++i) {
-        DecodeConfig c = i == 1 ? cuda::decode_stream_heuristic(Ls[i].lin->format(), m, Ls[i].lin->n(),
-                                                                Ls[i].lin->k(), cuda::require_device().sm_count)
-                                : Ls[i].lin->config(m);
+        DecodeConfig c = i == 1
+                             ? cuda::decode_stream_heuristic(Ls[i].lin->format(), m, Ls[i].lin->n(),
+                                                             Ls[i].lin->k(), cuda::require_device().sm_count)
+                             : Ls[i].lin->config(m);
         c.pdl = pdl;
         Ls[i].lin->reserve(c, m);
         Ls[i].lin->forward(in[i], out[i], m, c, st);
@@ -131,7 +142,8 @@ TEST(W4A16Dev, PdlChainWithStreamInGraphEqualsEager) {
       g.launch(s);
       s.sync();
       EXPECT_EQ(y1.download(), e1) << "PDL replay " << r << " M=" << m << " (first kernel)";
-      EXPECT_EQ(y3.download(), e3) << "PDL replay " << r << " M=" << m << " (third kernel: reads PDL outputs)";
+      EXPECT_EQ(y3.download(), e3) << "PDL replay " << r << " M=" << m
+                                   << " (third kernel: reads PDL outputs)";
     }
   }
 }
@@ -154,8 +166,8 @@ TEST(W4A16Dev, StreamKWithSwigluInputEqualsSwigluThenStreamK) {
         L.lin->forward(s.get(), want.get(), m, c, nullptr);
         L.lin->forward(dgu.get(), got.get(), m, c, nullptr, true);
         FUTR_CUDA_CHECK(cudaDeviceSynchronize());
-        EXPECT_EQ(got.download(), want.download()) << "N " << n << " K " << k << " M " << m << " loads " << u
-                                                   << " ctas " << ctas;
+        EXPECT_EQ(got.download(), want.download())
+            << "N " << n << " K " << k << " M " << m << " loads " << u << " ctas " << ctas;
       }
     }
   }

@@ -65,30 +65,30 @@ using runtime::RowOutput;
 
 struct BenchOptions {
   RunOptions run;
-  QuantCliOptions quant;           // --weights, --kv, ... (cli/engine_options.h)
-  std::string synthetic;           // "" or a model/synthetic.h name
-  std::vector<int> prompt = {512};   // -p
-  std::vector<int> gen = {128};      // -n
-  std::vector<int> batch = {1};      // -b
-  std::vector<int> ctx_list = {0};   // --ctx-list
-  int prompt_batch = 1;            // prompts of each -p length packed into the same steps
-  int steps = 16;                  // decode steps per repetition
-  int reps = 3;                    // -r
-  std::string json;                // --json FILE ("-": stdout)
+  QuantCliOptions quant;            // --weights, --kv, ... (cli/engine_options.h)
+  std::string synthetic;            // "" or a model/synthetic.h name
+  std::vector<int> prompt = {512};  // -p
+  std::vector<int> gen = {128};     // -n
+  std::vector<int> batch = {1};     // -b
+  std::vector<int> ctx_list = {0};  // --ctx-list
+  int prompt_batch = 1;             // prompts of each -p length packed into the same steps
+  int steps = 16;                   // decode steps per repetition
+  int reps = 3;                     // -r
+  std::string json;                 // --json FILE ("-": stdout)
   uint64_t seed = 1;
-  int graphs = 1;                  // GPU engine: CUDA graphs on (1) or off (0)
-  int pdl = 1;                     // GPU engine: programmatic dependent launch on (1) or off (0)
-  bool breakdown = false;          // per-kernel profile of each decode test
+  int graphs = 1;          // GPU engine: CUDA graphs on (1) or off (0)
+  int pdl = 1;             // GPU engine: programmatic dependent launch on (1) or off (0)
+  bool breakdown = false;  // per-kernel profile of each decode test
   bool quiet = false;
 };
 
 struct Measurement {
   std::string test;  // "pp512", "tg128", "decode"
   int n_prompt = 0, n_gen = 0, batch = 1, ctx = 0, steps = 0;
-  double tokens = 0;             // tokens processed per repetition
-  int steps_per_rep = 1;         // step() calls a repetition times (ms/step)
-  std::vector<double> seconds;   // per repetition
-  nlohmann::json profile;        // --breakdown: the engine's stats()["profile"] (decode tests)
+  double tokens = 0;            // tokens processed per repetition
+  int steps_per_rep = 1;        // step() calls a repetition times (ms/step)
+  std::vector<double> seconds;  // per repetition
+  nlohmann::json profile;       // --breakdown: the engine's stats()["profile"] (decode tests)
 };
 
 struct MeanStd {
@@ -134,8 +134,8 @@ class Bench {
     for (runtime::SeqId s : seqs) {
       const int pos0 = e_.length(s);
       for (int i = 0; i < n; ++i) {
-        rows.push_back(
-            {token(), s, pos0 + i, want_token && i + 1 == n ? RowOutput::kToken : RowOutput::kNone, -1, true});
+        rows.push_back({token(), s, pos0 + i, want_token && i + 1 == n ? RowOutput::kToken : RowOutput::kNone,
+                        -1, true});
         if (rows.size() == cap) flush(rows);
       }
     }
@@ -173,7 +173,8 @@ class Bench {
     const Stopwatch t;
     for (int k = 0; k < steps; ++k) {
       const runtime::StepResult r = e_.step(rows);
-      for (size_t i = 0; i < rows.size(); ++i) rows[i] = {r.tokens.at(i), rows[i].seq, rows[i].pos + 1, RowOutput::kToken, -1};
+      for (size_t i = 0; i < rows.size(); ++i)
+        rows[i] = {r.tokens.at(i), rows[i].seq, rows[i].pos + 1, RowOutput::kToken, -1};
     }
     return t.seconds();
   }
@@ -215,8 +216,10 @@ void run_bench(const BenchOptions& o) {
   // The context every test fits in (or --ctx), the sequences and rows the largest test needs.
   const int need_ctx = std::max({max_p, max_n + 1, max_c + o.steps, 16});
   rc.ctx = o.run.ctx > 0 ? o.run.ctx : need_ctx;
-  FUTR_CHECK(rc.ctx >= need_ctx, "--ctx {} is too small for these tests (they need {} positions: -p, -n + 1, "
-             "--ctx-list + --steps)", rc.ctx, need_ctx);
+  FUTR_CHECK(rc.ctx >= need_ctx,
+             "--ctx {} is too small for these tests (they need {} positions: -p, -n + 1, "
+             "--ctx-list + --steps)",
+             rc.ctx, need_ctx);
   rc.max_seqs = std::max(max_b, o.prompt_batch);
   rc.max_step_tokens = std::max({max_p * o.prompt_batch, max_b * std::max(max_c, 1), 1});
   rc.max_step_tokens = std::min(rc.max_step_tokens, 1 << 16);
@@ -238,7 +241,8 @@ void run_bench(const BenchOptions& o) {
   }
   const double load_s = t_load.seconds();
   const runtime::EngineInfo& info = engine->info();
-  if (!o.quiet) fmt::print(stderr, "futr: bench {} | {} | loaded in {:.2f} s\n", model_name, info.describe, load_s);
+  if (!o.quiet)
+    fmt::print(stderr, "futr: bench {} | {} | loaded in {:.2f} s\n", model_name, info.describe, load_s);
   warn_if_contended(o.run, info, o.quiet);
 
   Bench bench(*engine, o.seed);
@@ -274,7 +278,8 @@ void run_bench(const BenchOptions& o) {
     m.batch = pb;
     m.tokens = double(p) * pb;
     m.steps_per_rep = int((int64_t(p) * pb + info.max_step_tokens - 1) / info.max_step_tokens);
-    measure(m, [&] { return bench.pp(p, pb); }, [&] { bench.pp(p, pb); });
+    measure(
+        m, [&] { return bench.pp(p, pb); }, [&] { bench.pp(p, pb); });
     if (o.breakdown) {  // the prefill path's chunks, per kernel (GPU engine with --prefill)
       if (engine->set_profiling(true)) {
         bench.pp(p, pb);
@@ -292,7 +297,8 @@ void run_bench(const BenchOptions& o) {
     m.n_gen = n;
     m.tokens = n;
     m.steps_per_rep = n;
-    measure(m, [&] { return bench.tg(n); }, [&] { bench.tg(std::max(n, 2)); });
+    measure(
+        m, [&] { return bench.tg(n); }, [&] { bench.tg(std::max(n, 2)); });
   }
   for (int s = 0; s < pb; ++s) engine->close(s);
   for (int b : o.batch)
@@ -310,11 +316,13 @@ void run_bench(const BenchOptions& o) {
       m.steps = o.steps;
       m.tokens = double(b) * o.steps;
       m.steps_per_rep = o.steps;
-      measure(m, [&] { return bench.decode(seqs, c, o.steps); },
-              [&] { bench.decode(seqs, c, std::min(std::max(o.steps, 2), rc.ctx - c)); });
+      measure(
+          m, [&] { return bench.decode(seqs, c, o.steps); },
+          [&] { bench.decode(seqs, c, std::min(std::max(o.steps, 2), rc.ctx - c)); });
       if (o.breakdown) {
-        FUTR_CHECK(engine->set_profiling(true), "--breakdown: the {} engine has no per-kernel profiling", info.name);
-        bench.decode(seqs, c, 1);    // creates the profiler's events
+        FUTR_CHECK(engine->set_profiling(true), "--breakdown: the {} engine has no per-kernel profiling",
+                   info.name);
+        bench.decode(seqs, c, 1);     // creates the profiler's events
         engine->set_profiling(true);  // new sums
         bench.decode(seqs, c, o.steps);
         results.back().profile = engine->stats().value("profile", nlohmann::json());
@@ -336,8 +344,14 @@ void run_bench(const BenchOptions& o) {
   nlohmann::json rows = nlohmann::json::array();
   for (const Measurement& m : results) {
     const MeanStd r = rate(m), ms = ms_per_step(m);
-    rows.push_back({{"test", m.test}, {"n_prompt", m.n_prompt}, {"n_gen", m.n_gen}, {"batch", m.batch},
-                    {"ctx", m.ctx}, {"steps", m.steps}, {"reps", m.seconds.size()}, {"seconds", m.seconds},
+    rows.push_back({{"test", m.test},
+                    {"n_prompt", m.n_prompt},
+                    {"n_gen", m.n_gen},
+                    {"batch", m.batch},
+                    {"ctx", m.ctx},
+                    {"steps", m.steps},
+                    {"reps", m.seconds.size()},
+                    {"seconds", m.seconds},
                     {"tokens_per_s", {{"mean", r.mean}, {"stdev", r.stdev}}},
                     {"ms_per_step", {{"mean", ms.mean}, {"stdev", ms.stdev}}}});
     if (!m.profile.is_null()) rows.back()["profile"] = m.profile;
@@ -356,17 +370,21 @@ void run_bench(const BenchOptions& o) {
   fmt::print("| model | engine | weights | kv | test | batch | ctx | t/s | ms/step |\n");
   fmt::print("|---|---|---|---|---|---:|---:|---:|---:|\n");
   for (const Measurement& m : results)
-    fmt::print("| {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", model_name, info.name, to_string(info.weights),
-               to_string(info.kv), m.test, m.batch, m.ctx, cell(rate(m), 1), cell(ms_per_step(m), 3));
+    fmt::print("| {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", model_name, info.name,
+               to_string(info.weights), to_string(info.kv), m.test, m.batch, m.ctx, cell(rate(m), 1),
+               cell(ms_per_step(m), 3));
   fmt::print("\nload {:.2f} s; {} repetitions after one warm-up; {}\n", load_s, o.reps, info.describe);
   for (const Measurement& m : results) {
     if (m.profile.is_null() || m.n_prompt == 0) continue;
     double sum = 0;
     for (const auto& op : m.profile["ops"]) sum += op["us_per_chunk"].get<double>();
     const int64_t chunks = m.profile.value("chunks", int64_t(1));
-    fmt::print("\nbreakdown: prompt {} ({} chunks of <= {} rows; per chunk; eager launches, an interval is the kernel "
-               "and any launch gap before it)\n\n",
-               m.n_prompt, chunks, (m.profile.value("rows", int64_t(0)) + chunks - 1) / std::max<int64_t>(chunks, 1));
+    fmt::print(
+        "\nbreakdown: prompt {} ({} chunks of <= {} rows; per chunk; eager launches, an interval is the "
+        "kernel "
+        "and any launch gap before it)\n\n",
+        m.n_prompt, chunks,
+        (m.profile.value("rows", int64_t(0)) + chunks - 1) / std::max<int64_t>(chunks, 1));
     fmt::print("| launch | per chunk | us | % of sum |\n|---|---:|---:|---:|\n");
     for (const auto& op : m.profile["ops"]) {
       const double us = op["us_per_chunk"].get<double>();
@@ -375,17 +393,19 @@ void run_bench(const BenchOptions& o) {
     }
     double prompt_s = 0;
     for (double s : m.seconds) prompt_s += s / double(m.seconds.size());
-    fmt::print("\nsum {:.1f} us per chunk; chunk (first to last event) {:.1f} us; the timed prompt {:.3f} ms\n", sum,
-               m.profile.value("us_per_chunk", 0.0), 1e3 * prompt_s);
+    fmt::print(
+        "\nsum {:.1f} us per chunk; chunk (first to last event) {:.1f} us; the timed prompt {:.3f} ms\n", sum,
+        m.profile.value("us_per_chunk", 0.0), 1e3 * prompt_s);
   }
   for (const Measurement& m : results) {
     if (m.profile.is_null() || m.n_prompt != 0) continue;
     const double step_us = 1e3 * ms_per_step(m).mean;
     double sum = 0;
     for (const auto& op : m.profile["ops"]) sum += op["us_per_micro_step"].get<double>();
-    fmt::print("\nbreakdown: decode batch {} ctx {} (bucket {}; per micro-step; launches timed one by one, no "
-               "PDL overlap)\n\n",
-               m.batch, m.ctx, m.profile.value("bucket", 0));
+    fmt::print(
+        "\nbreakdown: decode batch {} ctx {} (bucket {}; per micro-step; launches timed one by one, no "
+        "PDL overlap)\n\n",
+        m.batch, m.ctx, m.profile.value("bucket", 0));
     fmt::print("| launch | per step | us | % of sum |\n|---|---:|---:|---:|\n");
     for (const auto& op : m.profile["ops"]) {
       const double us = op["us_per_micro_step"].get<double>();
@@ -395,7 +415,8 @@ void run_bench(const BenchOptions& o) {
     fmt::print("\nsum of the launches one by one {:.1f} us; measured step {:.1f} us ({:.2f}x the sum)\n", sum,
                step_us, sum > 0 ? step_us / sum : 0.0);
     if (m.profile.contains("plan") && m.profile["plan"].is_array()) {
-      fmt::print("\n<details><summary>the step's plan: {} launches</summary>\n\n```text\n", m.profile["plan"].size());
+      fmt::print("\n<details><summary>the step's plan: {} launches</summary>\n\n```text\n",
+                 m.profile["plan"].size());
       for (const auto& line : m.profile["plan"]) fmt::print("{}\n", line.get<std::string>());
       fmt::print("```\n\n</details>\n");
     }
@@ -407,14 +428,18 @@ void run_bench(const BenchOptions& o) {
 void add_bench_command(CLI::App& app) {
   auto o = std::make_shared<BenchOptions>();
   CLI::App* sub = app.add_subcommand(
-      "bench", "Benchmark an engine: prompt and generation tokens/s, decode step time per batch and context "
-               "(llama-bench style; markdown or JSON)");
+      "bench",
+      "Benchmark an engine: prompt and generation tokens/s, decode step time per batch and context "
+      "(llama-bench style; markdown or JSON)");
   add_run_options(sub, o->run);
   add_tp_option(sub, o->run);
-  sub->add_option("-c,--ctx,--ctx-size", o->run.ctx, "Context length (default: what the tests need)")->group(kModelGroup);
-  sub->add_option("--synthetic", o->synthetic,
-                  "Random weights of a real model's shapes instead of --model (drawn on the GPU; the CPU has tiny "
-                  "only): " + fmt::format("{}", fmt::join(synthetic_model_names(), "|")))
+  sub->add_option("-c,--ctx,--ctx-size", o->run.ctx, "Context length (default: what the tests need)")
+      ->group(kModelGroup);
+  sub->add_option(
+         "--synthetic", o->synthetic,
+         "Random weights of a real model's shapes instead of --model (drawn on the GPU; the CPU has tiny "
+         "only): " +
+             fmt::format("{}", fmt::join(synthetic_model_names(), "|")))
       ->check(CLI::IsMember(synthetic_model_names()))
       ->group(kModelGroup);
   {
@@ -427,30 +452,37 @@ void add_bench_command(CLI::App& app) {
   sub->add_option("-n,--n-gen", o->gen, "Generation lengths (list; 0 skips): tokens/s from an empty cache")
       ->delimiter(',')
       ->capture_default_str();
-  sub->add_option("--prompt-batch", o->prompt_batch,
-                  "Prompt tests: this many prompts of each -p length packed into the same steps (1..256; with "
-                  "--prefill-rows >= their total, one prefill chunk: e.g. -p 2048 --prompt-batch 4 --prefill-rows "
-                  "8192 is M = 8192 as 4 x 2048 requests)")
+  sub->add_option(
+         "--prompt-batch", o->prompt_batch,
+         "Prompt tests: this many prompts of each -p length packed into the same steps (1..256; with "
+         "--prefill-rows >= their total, one prefill chunk: e.g. -p 2048 --prompt-batch 4 --prefill-rows "
+         "8192 is M = 8192 as 4 x 2048 requests)")
       ->capture_default_str();
   sub->add_option("-b,--batch", o->batch, "Decode batch sizes (list): sequences stepped together")
       ->delimiter(',')
       ->capture_default_str();
-  sub->add_option("--ctx-list", o->ctx_list, "Decode context lengths (list): positions already in each sequence")
+  sub->add_option("--ctx-list", o->ctx_list,
+                  "Decode context lengths (list): positions already in each sequence")
       ->delimiter(',')
       ->capture_default_str();
   sub->add_option("--steps", o->steps, "Decode steps timed per repetition")->capture_default_str();
-  sub->add_option("-r,--repetitions", o->reps, "Repetitions of each test (after one warm-up)")->capture_default_str();
+  sub->add_option("-r,--repetitions", o->reps, "Repetitions of each test (after one warm-up)")
+      ->capture_default_str();
   sub->add_option("--json", o->json, "Write the results as JSON to FILE (-: stdout, instead of the table)");
-  sub->add_option("--seed", o->seed, "Seed of the random tokens (and of --synthetic weights)")->capture_default_str();
-  sub->add_option("--graphs", o->graphs, "GPU engine: 1 replays a CUDA graph per batch bucket, 0 launches eagerly")
+  sub->add_option("--seed", o->seed, "Seed of the random tokens (and of --synthetic weights)")
+      ->capture_default_str();
+  sub->add_option("--graphs", o->graphs,
+                  "GPU engine: 1 replays a CUDA graph per batch bucket, 0 launches eagerly")
       ->check(CLI::IsMember({0, 1}))
       ->capture_default_str();
-  sub->add_option("--pdl", o->pdl, "GPU engine: 1 launches the step's kernels as programmatic dependents, 0 not")
+  sub->add_option("--pdl", o->pdl,
+                  "GPU engine: 1 launches the step's kernels as programmatic dependents, 0 not")
       ->check(CLI::IsMember({0, 1}))
       ->capture_default_str();
-  sub->add_flag("--breakdown", o->breakdown,
-                "Per-kernel times (GPU engine): after each prompt test, one more prompt through the prefill path; "
-                "after each decode test, --steps more steps launched one by one");
+  sub->add_flag(
+      "--breakdown", o->breakdown,
+      "Per-kernel times (GPU engine): after each prompt test, one more prompt through the prefill path; "
+      "after each decode test, --steps more steps launched one by one");
   sub->add_flag("-q,--quiet", o->quiet, "Nothing on stderr (no progress lines)");
   sub->callback([o] { run_bench(*o); });
 }

@@ -63,9 +63,9 @@ namespace {
 
 struct ChatOptions {
   RunOptions run;
-  QuantCliOptions quant;     // --weights, --kv, ... (cli/engine_options.h)
-  std::string system;        // --system
-  int max_tokens = 512;      // per answer
+  QuantCliOptions quant;  // --weights, --kv, ... (cli/engine_options.h)
+  std::string system;     // --system
+  int max_tokens = 512;   // per answer
   runtime::SamplerConfig sampler;
   bool seed_given = false;
   bool quiet = false;
@@ -98,16 +98,19 @@ void run_chat(ChatOptions o) {
   warn_if_contended(o.run, engine->info(), o.quiet);
   const bool tty = isatty(STDIN_FILENO) != 0;
   if (!o.quiet) {
-    fmt::print(stderr, "futr: {} | {} | {} chat template\n", model.path, engine->info().describe, tmpl.family_name());
-    fmt::print(stderr, "futr: load {:.3f} s; one line per turn, /reset starts over, /exit (or Ctrl-D) ends; "
-                       "Ctrl-C stops an answer\n", load_s);
+    fmt::print(stderr, "futr: {} | {} | {} chat template\n", model.path, engine->info().describe,
+               tmpl.family_name());
+    fmt::print(stderr,
+               "futr: load {:.3f} s; one line per turn, /reset starts over, /exit (or Ctrl-D) ends; "
+               "Ctrl-C stops an answer\n",
+               load_s);
     print_sampling(o.sampler);
     if (!spec_note.empty()) fmt::print(stderr, "futr: {}\n", spec_note);
   }
 
   std::vector<ChatMessage> messages;
-  std::string held;        // the text the sequence holds (plus `pending`)
-  int32_t pending = -1;    // the last answer token: in `held`, not yet evaluated
+  std::string held;      // the text the sequence holds (plus `pending`)
+  int32_t pending = -1;  // the last answer token: in `held`, not yet evaluated
   auto reset = [&] {
     messages.clear();
     if (!o.system.empty()) messages.push_back({"system", o.system});
@@ -152,7 +155,8 @@ void run_chat(ChatOptions o) {
       input.insert(input.end(), rest->begin(), rest->end());
     } else {
       if (!held.empty() && !o.quiet)
-        fmt::print(stderr, "futr: the template rewrote earlier turns: evaluating the whole conversation again\n");
+        fmt::print(stderr,
+                   "futr: the template rewrote earlier turns: evaluating the whole conversation again\n");
       seq.reset();
       if (drafter) drafter->truncate(0);
       held.clear();  // the sequence is empty now, even if this turn is refused below
@@ -162,8 +166,10 @@ void run_chat(ChatOptions o) {
     }
     if (seq.position() + int(input.size()) >= seq.capacity()) {
       messages.pop_back();
-      fmt::print(stderr, "futr: this turn does not fit the context of {} tokens ({} held, {} new): /reset to start "
-                         "over (or a larger --ctx)\n", seq.capacity(), seq.position(), input.size());
+      fmt::print(stderr,
+                 "futr: this turn does not fit the context of {} tokens ({} held, {} new): /reset to start "
+                 "over (or a larger --ctx)\n",
+                 seq.capacity(), seq.position(), input.size());
       continue;
     }
     InterruptScope::begin();
@@ -176,7 +182,8 @@ void run_chat(ChatOptions o) {
     if (o.json) print_stats_json(g, -1.0);
     else if (!o.quiet) print_stats(g, -1.0, seq.capacity());
     if (o.quiet && g.end == Generation::End::kContextFull)
-      fmt::print(stderr, "futr: stopped: the context of {} tokens is full (/reset to start over)\n", seq.capacity());
+      fmt::print(stderr, "futr: stopped: the context of {} tokens is full (/reset to start over)\n",
+                 seq.capacity());
   }
 }
 
@@ -187,13 +194,16 @@ void add_chat_command(CLI::App& app) {
   o->sampler.temperature = 0.7f;
   o->sampler.top_k = 40;
   o->sampler.top_p = 0.95f;
-  CLI::App* sub = app.add_subcommand("chat", "Talk with the model: one line per turn, answers streamed; "
-                                             "/reset, /exit, Ctrl-C stops an answer");
+  CLI::App* sub = app.add_subcommand("chat",
+                                     "Talk with the model: one line per turn, answers streamed; "
+                                     "/reset, /exit, Ctrl-C stops an answer");
   add_run_options(sub, o->run);
   add_tp_option(sub, o->run);
-  sub->add_option("-c,--ctx,--ctx-size", o->run.ctx,
-                  fmt::format("Context length in tokens (default: the model's trained context, at most {} and what "
-                              "memory fits)", kDefaultCtx))
+  sub->add_option(
+         "-c,--ctx,--ctx-size", o->run.ctx,
+         fmt::format("Context length in tokens (default: the model's trained context, at most {} and what "
+                     "memory fits)",
+                     kDefaultCtx))
       ->group(kModelGroup);
   {
     const GroupNewOptions group(sub, kQuantGroup);

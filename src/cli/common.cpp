@@ -10,11 +10,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <thread>
 #include <fstream>
 #include <iostream>
 #include <iterator>
 #include <sstream>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -31,13 +31,16 @@ namespace futr::cli {
 
 CLI::Option* add_sampling_options(CLI::App* app, runtime::SamplerConfig& c) {
   const GroupNewOptions group(app, kSamplingGroup);
-  app->add_option("--temperature,--temp", c.temperature, "Sampling temperature, [0, 100]; 0 = greedy")->capture_default_str();
+  app->add_option("--temperature,--temp", c.temperature, "Sampling temperature, [0, 100]; 0 = greedy")
+      ->capture_default_str();
   app->add_option("--top-k", c.top_k, "Keep the k most likely tokens (0: all)")
       ->capture_default_str()
       ->check(CLI::Range(0, INT32_MAX));
-  app->add_option("--top-p", c.top_p, "Nucleus, (0, 1]: keep the most likely tokens up to this probability mass")
+  app->add_option("--top-p", c.top_p,
+                  "Nucleus, (0, 1]: keep the most likely tokens up to this probability mass")
       ->capture_default_str();
-  app->add_option("--min-p", c.min_p, "[0, 1]: drop tokens less likely than this times the most likely (0: off)")
+  app->add_option("--min-p", c.min_p,
+                  "[0, 1]: drop tokens less likely than this times the most likely (0: off)")
       ->capture_default_str();
   app->add_option("--repetition-penalty,--repeat-penalty", c.repetition_penalty,
                   "(0, 10]: divide the positive (multiply the negative) logits of recent tokens (1: off)")
@@ -88,9 +91,9 @@ void print_sampling(const runtime::SamplerConfig& c) {
 
 void add_run_options(CLI::App* app, RunOptions& o) {
   const GroupNewOptions group(app, kModelGroup);
-  app->add_option("-m,--model", o.model,
-                  "Model file or directory (GGUF, Hugging Face safetensors directory); default: " +
-                      default_model_path());
+  app->add_option(
+      "-m,--model", o.model,
+      "Model file or directory (GGUF, Hugging Face safetensors directory); default: " + default_model_path());
   // NOTE: CLI::NonNegativeNumber prints DBL_MAX's 309 digits in its message.
   app->add_option("-t,--threads", o.threads,
                   fmt::format("CPU threads, 0..{} (default: the physical cores, one left free above 4, fewer "
@@ -107,17 +110,19 @@ void add_run_options(CLI::App* app, RunOptions& o) {
                 "scaling): --prefill (= on), --prefill=off (prompts through the decode step), auto (default: "
                 "on when FP8 weights can be had: quantized on load, or stored in the .futr file)")
       ->check(CLI::IsMember({"auto", "on", "off"}));
-  app->add_option("--prefill-rows", o.prefill_rows,
-                  "GPU engine: rows per prefill chunk, 16..65536 (default 2048; a step's prompt rows are packed into "
-                  "chunks of at most this many, capped at the rows a step may hold); larger chunks, larger GEMMs")
+  app->add_option(
+         "--prefill-rows", o.prefill_rows,
+         "GPU engine: rows per prefill chunk, 16..65536 (default 2048; a step's prompt rows are packed into "
+         "chunks of at most this many, capped at the rows a step may hold); larger chunks, larger GEMMs")
       ->check(CLI::Range(16, 65536));
 }
 
 void add_tp_option(CLI::App* app, RunOptions& o) {
   const GroupNewOptions group(app, kModelGroup);
-  app->add_option("--tp", o.tp,
-                  "Tensor parallelism: split the model over N GPUs of this machine (GPU engine; N divides the "
-                  "query heads, the KV heads and the FFN width)")
+  app->add_option(
+         "--tp", o.tp,
+         "Tensor parallelism: split the model over N GPUs of this machine (GPU engine; N divides the "
+         "query heads, the KV heads and the FFN width)")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
 }
@@ -134,7 +139,8 @@ namespace {
 // group keeps its name and only the help leaves it out.
 class HelpFormatter : public CLI::Formatter {
  public:
-  std::string make_group(std::string group, bool is_positional, std::vector<const CLI::Option*> opts) const override {
+  std::string make_group(std::string group, bool is_positional,
+                         std::vector<const CLI::Option*> opts) const override {
     if (group == kAdvancedGroup && !g_help_all) return {};
     return CLI::Formatter::make_group(std::move(group), is_positional, std::move(opts));
   }
@@ -144,10 +150,10 @@ class HelpFormatter : public CLI::Formatter {
 void use_help_formatter(CLI::App& app) { app.formatter(std::make_shared<HelpFormatter>()); }
 
 void hide_advanced(CLI::App* sub) {
-  static const char* const kAdvanced[] = {
-      "--tp",          "--prefill",     "--prefill-rows", "--quant",      "--act-order",    "--group",
-      "--kv-block",    "--fp8-scaling", "--fp8-history",  "--fp8-margin", "--fp8-policy",   "--fp8-rms",
-      "--fp8-numerics", "--calib-file", "--calib-tokens", "--calib-ctx"};
+  static const char* const kAdvanced[] = {"--tp",           "--prefill",    "--prefill-rows", "--quant",
+                                          "--act-order",    "--group",      "--kv-block",     "--fp8-scaling",
+                                          "--fp8-history",  "--fp8-margin", "--fp8-policy",   "--fp8-rms",
+                                          "--fp8-numerics", "--calib-file", "--calib-tokens", "--calib-ctx"};
   int moved = 0;
   for (const char* name : kAdvanced) {
     CLI::Option* opt = sub->get_option_no_throw(name);
@@ -156,9 +162,10 @@ void hide_advanced(CLI::App* sub) {
     ++moved;
   }
   if (moved > 0 && !g_help_all)
-    sub->footer(fmt::format("{} more options (FP8 scaling, INT4 quantizers, calibration, the GPU prefill path, "
-                            "tensor parallelism): futr {} --help-all",
-                            moved, sub->get_name()));
+    sub->footer(
+        fmt::format("{} more options (FP8 scaling, INT4 quantizers, calibration, the GPU prefill path, "
+                    "tensor parallelism): futr {} --help-all",
+                    moved, sub->get_name()));
 }
 
 int default_ctx(const Model& model, int seqs) {
@@ -178,9 +185,11 @@ void print_ctx(const Model& model, int ctx, bool given) {
   if (given)
     fmt::print(stderr, "futr: context {} tokens (--ctx; the model's trained context: {})\n", ctx, trained);
   else
-    fmt::print(stderr, "futr: context {} tokens (the model's trained context {}{}; --ctx to change)\n", ctx, trained,
-               ctx == trained ? "" : ctx == kDefaultCtx ? fmt::format(", capped at {}", kDefaultCtx)
-                                                        : ", capped by this machine's memory");
+    fmt::print(stderr, "futr: context {} tokens (the model's trained context {}{}; --ctx to change)\n", ctx,
+               trained,
+               ctx == trained       ? ""
+               : ctx == kDefaultCtx ? fmt::format(", capped at {}", kDefaultCtx)
+                                    : ", capped by this machine's memory");
 }
 
 void warn_if_contended(const RunOptions& o, const runtime::EngineInfo& info, bool quiet) {
@@ -208,8 +217,7 @@ Model load_model_for_cli(const RunOptions& o) {
   if (path.empty()) {
     path = default_model_path();
     FUTR_CHECK(std::filesystem::exists(path),
-               "the default model {} is missing: run scripts/fetch-model.sh (or pass --model PATH)",
-               path);
+               "the default model {} is missing: run scripts/fetch-model.sh (or pass --model PATH)", path);
   }
   FUTR_CHECK(std::filesystem::exists(path), "model {} does not exist", path);
   return load_model(path);
@@ -223,16 +231,18 @@ int max_threads() { return int(std::max(64u, 4 * std::thread::hardware_concurren
 
 void check_ctx(const Model& model, int64_t ctx, int seqs, const char* flag, int64_t min) {
   const ModelConfig& c = model.config;
-  FUTR_CHECK(ctx >= min && ctx <= c.max_context, "{} {} is out of range ({}..{}, the model's trained context)",
-             flag, ctx, min, c.max_context);
+  FUTR_CHECK(ctx >= min && ctx <= c.max_context,
+             "{} {} is out of range ({}..{}, the model's trained context)", flag, ctx, min, c.max_context);
   // FP32 K and V for every layer, position and sequence: the largest KV format.
-  const uint64_t kv = uint64_t(ctx) * uint64_t(std::max(seqs, 1)) * uint64_t(c.n_layers) * uint64_t(c.kv_dim()) * 8;
+  const uint64_t kv =
+      uint64_t(ctx) * uint64_t(std::max(seqs, 1)) * uint64_t(c.n_layers) * uint64_t(c.kv_dim()) * 8;
   const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
   if (pages > 0 && page > 0) {
     const uint64_t mem = uint64_t(pages) * uint64_t(page);
     const uint64_t per_position = kv / uint64_t(ctx);
     FUTR_CHECK(kv <= mem,
-               "{} {}{}: its KV cache ({}) is larger than this machine's memory ({}); at most {} positions per sequence{} fit",
+               "{} {}{}: its KV cache ({}) is larger than this machine's memory ({}); at most {} positions "
+               "per sequence{} fit",
                flag, ctx, seqs > 1 ? fmt::format(" x {} sequences (--max-seqs)", seqs) : "", human_bytes(kv),
                human_bytes(mem), mem / per_position, seqs > 1 ? fmt::format(" with {} sequences", seqs) : "");
   }
@@ -241,8 +251,8 @@ void check_ctx(const Model& model, int64_t ctx, int seqs, const char* flag, int6
 void check_logits_finite(std::span<const float> logits, const std::string& what) {
   for (size_t i = 0; i < logits.size(); ++i)
     FUTR_CHECK(!std::isnan(logits[i]) && logits[i] != INFINITY,
-               "{}: the logits are not finite (id {} = {}); the model or its weights produce NaN/Inf", what, i,
-               logits[i]);
+               "{}: the logits are not finite (id {} = {}); the model or its weights produce NaN/Inf", what,
+               i, logits[i]);
 }
 
 runtime::EngineLog stderr_log(bool quiet) {

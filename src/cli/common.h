@@ -19,11 +19,11 @@ namespace futr::cli {
 
 // --model, --ctx, --threads, --backend.
 struct RunOptions {
-  std::string model;       // "" -> default_model_path()
-  int ctx = 0;             // command-specific default when 0
-  int threads = 0;         // 0: cpu::default_threads() (the free physical cores)
+  std::string model;             // "" -> default_model_path()
+  int ctx = 0;                   // command-specific default when 0
+  int threads = 0;               // 0: cpu::default_threads() (the free physical cores)
   std::string backend = "auto";  // auto | cpu | gpu (runtime::parse_engine_kind)
-  int tp = 1;              // GPUs, tensor parallel (add_tp_option; the commands that run a model)
+  int tp = 1;                    // GPUs, tensor parallel (add_tp_option; the commands that run a model)
   std::string prefill = "auto";  // auto | on | off: the GPU engine's FP8 prefill path (runtime::PrefillMode)
   int prefill_rows = 0;          // rows per prefill chunk (GPU engine); 0: the engine's default (2048)
 };
@@ -102,7 +102,6 @@ void warn_if_contended(const RunOptions& o, const runtime::EngineInfo& info, boo
 
 // FUTR_DEFAULT_MODEL (compile definition set in the top-level CMakeLists).
 std::string default_model_path();
-
 
 // Loads o.model (or the default model, with a hint to run
 // scripts/fetch-model.sh when it is missing). futr::Error on failure.

@@ -13,18 +13,21 @@ void add_quant_options(CLI::App* app, QuantCliOptions& o) {
                   ".futr file's own format)")
       ->check(CLI::IsMember(runtime::weight_format_names()))
       ->capture_default_str();
-  app->add_option("--quant", o.quant,
-                  fmt::format("INT4 quantizer when quantizing on load: {} (default {}: fast, uncalibrated; "
-                              "`futr quantize` defaults to gptq-clip with act-order)",
-                              fmt::join(runtime::quant_method_names(), "|"), to_string(runtime::QuantMethod::kRtn)))
+  app->add_option(
+         "--quant", o.quant,
+         fmt::format("INT4 quantizer when quantizing on load: {} (default {}: fast, uncalibrated; "
+                     "`futr quantize` defaults to gptq-clip with act-order)",
+                     fmt::join(runtime::quant_method_names(), "|"), to_string(runtime::QuantMethod::kRtn)))
       ->check(CLI::IsMember(runtime::quant_method_names()));
-  app->add_flag("--act-order", o.act_order, "GPTQ on load: quantize inputs by decreasing activity (off by default)");
+  app->add_flag("--act-order", o.act_order,
+                "GPTQ on load: quantize inputs by decreasing activity (off by default)");
   app->add_option("--group", o.group, "INT4 group size 64|128 (default: 128, 64 where K % 128 != 0)")
       ->check(CLI::IsMember({0, 64, 128}));
-  app->add_option("--head", o.head,
-                  "LM head of the GPU engine: bf16 (as stored) | int4 (quantized at load, RTN with FP16 scales per "
-                  "group of 128, 64 where the hidden size is not a multiple of 128; the accuracy cost: "
-                  "docs/ACCURACY.md)")
+  app->add_option(
+         "--head", o.head,
+         "LM head of the GPU engine: bf16 (as stored) | int4 (quantized at load, RTN with FP16 scales per "
+         "group of 128, 64 where the hidden size is not a multiple of 128; the accuracy cost: "
+         "docs/ACCURACY.md)")
       ->check(CLI::IsMember({"bf16", "int4"}))
       ->capture_default_str();
   app->add_option("--kv", o.kv,
@@ -36,9 +39,10 @@ void add_quant_options(CLI::App* app, QuantCliOptions& o) {
                   fmt::format("Hadamard block size of --kv int4-rot (default {}, at most head_dim)",
                               runtime::kDefaultKvBlock))
       ->check(CLI::Range(1, 1024));
-  app->add_option("--fp8-scaling", o.fp8_scaling,
-                  "FP8 activation scales: static (one calibrated scale per site: a request's numbers never depend "
-                  "on another's) | delayed (the amax history of earlier calls, kept per request)")
+  app->add_option(
+         "--fp8-scaling", o.fp8_scaling,
+         "FP8 activation scales: static (one calibrated scale per site: a request's numbers never depend "
+         "on another's) | delayed (the amax history of earlier calls, kept per request)")
       ->check(CLI::IsMember(runtime::fp8_scaling_names()))
       ->capture_default_str();
   app->add_option("--fp8-history", o.fp8_history, "FP8 delayed scaling: amax history length (calls)")
@@ -55,10 +59,11 @@ void add_quant_options(CLI::App* app, QuantCliOptions& o) {
                   "the E4M3 cast")
       ->check(CLI::IsMember(runtime::fp8_rms_names()))
       ->capture_default_str();
-  app->add_option("--fp8-numerics", o.fp8_numerics,
-                  "CPU FP8 reference: cpu (FP32 residual and q/k/v, the SwiGLU output rounded to BF16 before its "
-                  "cast) or gpu (the GPU prefill path's: BF16 residual, BF16 q/k/v and rotated q, the SwiGLU cast "
-                  "from FP32); with --fp8-rms cast, gpu is the numerics of --backend gpu --prefill")
+  app->add_option(
+         "--fp8-numerics", o.fp8_numerics,
+         "CPU FP8 reference: cpu (FP32 residual and q/k/v, the SwiGLU output rounded to BF16 before its "
+         "cast) or gpu (the GPU prefill path's: BF16 residual, BF16 q/k/v and rotated q, the SwiGLU cast "
+         "from FP32); with --fp8-rms cast, gpu is the numerics of --backend gpu --prefill")
       ->check(CLI::IsMember({"cpu", "gpu"}))
       ->capture_default_str();
 }

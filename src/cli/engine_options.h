@@ -49,17 +49,18 @@ struct QuantCliOptions {
   std::string quant;             // rtn | clip | clip-act | gptq | gptq-clip ("" = not given: rtn on load,
                                  // gptq-clip in `futr quantize`)
   bool act_order = false;
-  int group = 0;                 // INT4 group (0: 128, or 64 where K % 128 != 0)
-  std::string head = "bf16";     // bf16 | int4: the GPU engine's LM head
-  std::string kv = "auto";       // auto | fp32 | bf16 | int4 | int4-rot
-  int kv_block = 0;              // 0: runtime::kDefaultKvBlock
+  int group = 0;              // INT4 group (0: 128, or 64 where K % 128 != 0)
+  std::string head = "bf16";  // bf16 | int4: the GPU engine's LM head
+  std::string kv = "auto";    // auto | fp32 | bf16 | int4 | int4-rot
+  int kv_block = 0;           // 0: runtime::kDefaultKvBlock
   int fp8_history = 16;
   float fp8_margin = 1.0f;
-  std::string fp8_policy = "clamp";  // clamp | recompute
+  std::string fp8_policy = "clamp";    // clamp | recompute
   std::string fp8_scaling = "static";  // static | delayed (runtime::Fp8Config::scaling)
-  std::string fp8_rms = "epilogue";  // epilogue (the design) | cast (1/rms before the E4M3 cast)
-  std::string fp8_numerics = "cpu";  // cpu | gpu: the CPU FP8 reference's roundings (runtime::Fp8Config::gpu_numerics)
-  std::string calib_file;        // "" = the default perplexity text
+  std::string fp8_rms = "epilogue";    // epilogue (the design) | cast (1/rms before the E4M3 cast)
+  std::string fp8_numerics =
+      "cpu";               // cpu | gpu: the CPU FP8 reference's roundings (runtime::Fp8Config::gpu_numerics)
+  std::string calib_file;  // "" = the default perplexity text
   int calib_tokens = 16384;
   int calib_ctx = 512;
 };

@@ -46,20 +46,20 @@ namespace {
 
 struct GenerateOptions {
   RunOptions run;
-  QuantCliOptions quant;     // --weights, --kv, ... (cli/engine_options.h)
+  QuantCliOptions quant;  // --weights, --kv, ... (cli/engine_options.h)
   std::string prompt;
   bool prompt_given = false;
-  std::string prompt_opt;    // -p/--prompt (llama.cpp's spelling of the argument)
+  std::string prompt_opt;  // -p/--prompt (llama.cpp's spelling of the argument)
   bool prompt_opt_given = false;
-  std::string file;          // -f/--file: the prompt from a file
-  bool ignore_eos = false;   // --ignore-eos: end-of-generation tokens are never drawn
+  std::string file;         // -f/--file: the prompt from a file
+  bool ignore_eos = false;  // --ignore-eos: end-of-generation tokens are never drawn
   bool chat = false;
-  std::string system;        // --system (chat only)
+  std::string system;  // --system (chat only)
   int max_tokens = 256;
   runtime::SamplerConfig sampler;
   bool seed_given = false;
-  bool quiet = false;        // no statistics on stderr
-  bool json = false;         // the statistics as one JSON line on stderr
+  bool quiet = false;          // no statistics on stderr
+  bool json = false;           // the statistics as one JSON line on stderr
   SpeculativeCliOptions spec;  // --speculative, --draft-max
 };
 
@@ -77,11 +77,13 @@ void run_generate(GenerateOptions o) {
   }
   if (!o.prompt_given) {
     if (isatty(STDIN_FILENO))
-      fmt::print(stderr, "futr: reading the prompt from stdin (end it with Ctrl-D; or give it as an argument)\n");
+      fmt::print(stderr,
+                 "futr: reading the prompt from stdin (end it with Ctrl-D; or give it as an argument)\n");
     o.prompt = read_stdin_bytes();
   }
   FUTR_CHECK(o.max_tokens >= 0, "--max-tokens must be >= 0 (got {})", o.max_tokens);
-  FUTR_CHECK(o.run.ctx >= 0, "--ctx {} is out of range (1..the model's trained context; default: that, at most 4096)",
+  FUTR_CHECK(o.run.ctx >= 0,
+             "--ctx {} is out of range (1..the model's trained context; default: that, at most 4096)",
              o.run.ctx);
   if (!o.seed_given) o.sampler.seed = std::random_device{}();
   runtime::Sampler sampler(o.sampler);  // validates every sampling flag before the model loads
@@ -112,8 +114,8 @@ void run_generate(GenerateOptions o) {
   check_ctx(model, rc.ctx, rc.max_seqs, "--ctx");
   if (!o.quiet) print_ctx(model, rc.ctx, o.run.ctx > 0);
   FUTR_CHECK(int64_t(prompt.size()) <= rc.ctx,
-             "the prompt has {} tokens, more than the context of {} (use a larger --ctx)",
-             prompt.size(), rc.ctx);
+             "the prompt has {} tokens, more than the context of {} (use a larger --ctx)", prompt.size(),
+             rc.ctx);
   const std::unique_ptr<runtime::Engine> engine = runtime::make_engine(model, rc, stderr_log(o.quiet));
   runtime::SequenceRunner seq(*engine);
   std::string spec_note;
@@ -131,13 +133,15 @@ void run_generate(GenerateOptions o) {
 
   if (o.json) {
     if (g.end == Generation::End::kContextFull && o.quiet)
-      fmt::print(stderr, "futr: stopped: the context of {} tokens is full (use a larger --ctx)\n", seq.capacity());
+      fmt::print(stderr, "futr: stopped: the context of {} tokens is full (use a larger --ctx)\n",
+                 seq.capacity());
     print_stats_json(g, load_s);
     return;
   }
   if (o.quiet) {
     if (g.end == Generation::End::kContextFull)
-      fmt::print(stderr, "futr: stopped: the context of {} tokens is full (use a larger --ctx)\n", seq.capacity());
+      fmt::print(stderr, "futr: stopped: the context of {} tokens is full (use a larger --ctx)\n",
+                 seq.capacity());
   } else {
     fmt::print(stderr, "futr: {} | {}\n", model.path, engine->info().describe);
     print_stats(g, load_s, seq.capacity());
@@ -157,13 +161,16 @@ void add_generate_command(CLI::App& app) {
   o->sampler.top_p = 0.95f;
   CLI::App* sub = app.add_subcommand("generate", "Continue a prompt, streaming tokens to stdout");
   CLI::Option* prompt = sub->add_option("prompt", o->prompt, "Prompt text (default: read stdin)");
-  CLI::Option* prompt_opt = sub->add_option("-p,--prompt", o->prompt_opt, "Prompt text (same as the argument)");
+  CLI::Option* prompt_opt =
+      sub->add_option("-p,--prompt", o->prompt_opt, "Prompt text (same as the argument)");
   sub->add_option("-f,--file", o->file, "Read the prompt from this file (bytes, as given)");
   add_run_options(sub, o->run);
   add_tp_option(sub, o->run);
-  sub->add_option("-c,--ctx,--ctx-size", o->run.ctx,
-                  fmt::format("Context length in tokens (default: the model's trained context, at most {} and what "
-                              "memory fits)", kDefaultCtx))
+  sub->add_option(
+         "-c,--ctx,--ctx-size", o->run.ctx,
+         fmt::format("Context length in tokens (default: the model's trained context, at most {} and what "
+                     "memory fits)",
+                     kDefaultCtx))
       ->group(kModelGroup);
   {
     const GroupNewOptions group(sub, kQuantGroup);

@@ -156,7 +156,8 @@ void print_stats(const Generation& g, double load_seconds, int capacity) {
              g.generated, g.decode_seconds, rate, g.decode_steps,
              g.decode_tokens > 0 ? fmt::format(", {:.1f} ms/token", 1000.0 / std::max(rate, 1e-9)) : "");
   if (g.speculative)
-    fmt::print(stderr, "futr: speculative {} of {} draft tokens accepted ({:.1f}%), {:.2f} tokens per decode step\n",
+    fmt::print(stderr,
+               "futr: speculative {} of {} draft tokens accepted ({:.1f}%), {:.2f} tokens per decode step\n",
                g.drafts.accepted, g.drafts.drafted, 100.0 * g.drafts.acceptance(), tokens_per_step(g));
 }
 

@@ -49,18 +49,18 @@
 namespace futr::cli {
 
 struct Generation {
-  int prompt_tokens = 0;        // evaluated before the first draw
-  double prompt_seconds = 0;    // their evaluation
+  int prompt_tokens = 0;            // evaluated before the first draw
+  double prompt_seconds = 0;        // their evaluation
   double first_token_seconds = -1;  // start -> first token shown (-1: none)
-  int generated = 0;            // tokens produced (the ending token not counted)
-  int decode_steps = 0;         // engine steps after the prompt (one row each without a drafter)
-  int decode_tokens = 0;        // tokens drawn from their rows (every draw but the first, the end token included)
-  bool speculative = false;     // a drafter proposed the next tokens
+  int generated = 0;                // tokens produced (the ending token not counted)
+  int decode_steps = 0;             // engine steps after the prompt (one row each without a drafter)
+  int decode_tokens = 0;  // tokens drawn from their rows (every draw but the first, the end token included)
+  bool speculative = false;          // a drafter proposed the next tokens
   runtime::SpeculativeStats drafts;  // its drafts (speculative only)
-  double decode_seconds = 0;    // from the first draw to the end
-  std::vector<int32_t> tokens;  // the generated tokens
-  std::string text;             // their full text (stop string included)
-  int32_t pending = -1;         // last generated token, not evaluated (-1: none)
+  double decode_seconds = 0;         // from the first draw to the end
+  std::vector<int32_t> tokens;       // the generated tokens
+  std::string text;                  // their full text (stop string included)
+  int32_t pending = -1;              // last generated token, not evaluated (-1: none)
   enum class End { kEog, kMaxTokens, kStop, kContextFull, kInterrupted } end = End::kEog;
 };
 
@@ -88,8 +88,8 @@ bool interrupted();
 
 class InterruptScope {
  public:
-  InterruptScope();   // installs the handler
-  ~InterruptScope();  // restores the previous one
+  InterruptScope();     // installs the handler
+  ~InterruptScope();    // restores the previous one
   static void begin();  // a generation starts: Ctrl-C now stops it
   static void end();    // it ended: Ctrl-C ends the program again
 };

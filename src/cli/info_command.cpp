@@ -97,8 +97,7 @@ std::string rope_text(const ModelConfig& c) {
   const RopeScaling& r = c.rope_scaling;
   if (r.type == "none") return "none";
   return fmt::format("{} (factor {:g}, low_freq_factor {:g}, high_freq_factor {:g}, original context {})",
-                     r.type, r.factor, r.low_freq_factor, r.high_freq_factor,
-                     r.original_max_position);
+                     r.type, r.factor, r.low_freq_factor, r.high_freq_factor, r.original_max_position);
 }
 
 // Every GGUF metadata key with a short form of its value.
@@ -120,8 +119,7 @@ void run_info(const std::string& model_arg, bool list_tensors, bool json, bool m
   if (path.empty()) {
     path = FUTR_DEFAULT_MODEL;
     FUTR_CHECK(fs::exists(path),
-               "the default model {} is missing: run scripts/fetch-model.sh (or pass a model path)",
-               path);
+               "the default model {} is missing: run scripts/fetch-model.sh (or pass a model path)", path);
   }
   const Model m = inspect_model(path);
   std::string out = json ? info_json(m) + "\n" : info_text(m, list_tensors);
@@ -179,10 +177,11 @@ std::string info_text(const Model& m, bool list_tensors) {
   s += "config:\n";
   line("hidden", std::to_string(c.hidden));
   line("layers", std::to_string(c.n_layers));
-  line("heads / kv heads", fmt::format("{} / {} ({})", c.n_heads, c.n_kv_heads,
-                                       c.n_heads == c.n_kv_heads ? std::string("MHA")
-                                       : c.n_kv_heads == 1      ? std::string("MQA")
-                                                                : fmt::format("GQA {}:1", c.n_heads / c.n_kv_heads)));
+  line("heads / kv heads",
+       fmt::format("{} / {} ({})", c.n_heads, c.n_kv_heads,
+                   c.n_heads == c.n_kv_heads ? std::string("MHA")
+                   : c.n_kv_heads == 1       ? std::string("MQA")
+                                             : fmt::format("GQA {}:1", c.n_heads / c.n_kv_heads)));
   line("head dim", fmt::format("{}{}", c.head_dim,
                                c.q_dim() != c.hidden ? fmt::format(" (q dim {} != hidden)", c.q_dim()) : ""));
   line("intermediate", std::to_string(c.intermediate));
@@ -195,8 +194,8 @@ std::string info_text(const Model& m, bool list_tensors) {
 
   s += fmt::format("tensors: {}\n", m.sources.size());
   for (const auto& [type, st] : type_stats(m))
-    s += fmt::format("  {:<8}{:>5} tensors {:>12} params {:>12}\n", type, st.count,
-                     human_count(st.params), human_bytes(st.bytes));
+    s += fmt::format("  {:<8}{:>5} tensors {:>12} params {:>12}\n", type, st.count, human_count(st.params),
+                     human_bytes(st.bytes));
   if (list_tensors)
     for (const SourceTensor& t : m.sources)
       s += fmt::format("    {:<48} {:<6} {:<16} {}\n", t.name, t.type,
@@ -244,16 +243,25 @@ std::string info_json(const Model& m) {
   ordered_json j;
   j["path"] = m.path;
   j["format"] = m.format;
-  j["config"] = {{"name", c.name}, {"arch", c.arch}, {"hidden", c.hidden}, {"layers", c.n_layers},
-                 {"heads", c.n_heads}, {"kv_heads", c.n_kv_heads}, {"head_dim", c.head_dim},
-                 {"intermediate", c.intermediate}, {"vocab", c.vocab},
-                 {"max_context", c.max_context}, {"rope_theta", c.rope_theta},
-                 {"rope_scaling", {{"type", c.rope_scaling.type},
-                                   {"factor", c.rope_scaling.factor},
-                                   {"low_freq_factor", c.rope_scaling.low_freq_factor},
-                                   {"high_freq_factor", c.rope_scaling.high_freq_factor},
-                                   {"original_max_position", c.rope_scaling.original_max_position}}},
-                 {"rms_eps", c.rms_eps}, {"tied_embeddings", c.tied_embeddings}};
+  j["config"] = {{"name", c.name},
+                 {"arch", c.arch},
+                 {"hidden", c.hidden},
+                 {"layers", c.n_layers},
+                 {"heads", c.n_heads},
+                 {"kv_heads", c.n_kv_heads},
+                 {"head_dim", c.head_dim},
+                 {"intermediate", c.intermediate},
+                 {"vocab", c.vocab},
+                 {"max_context", c.max_context},
+                 {"rope_theta", c.rope_theta},
+                 {"rope_scaling",
+                  {{"type", c.rope_scaling.type},
+                   {"factor", c.rope_scaling.factor},
+                   {"low_freq_factor", c.rope_scaling.low_freq_factor},
+                   {"high_freq_factor", c.rope_scaling.high_freq_factor},
+                   {"original_max_position", c.rope_scaling.original_max_position}}},
+                 {"rms_eps", c.rms_eps},
+                 {"tied_embeddings", c.tied_embeddings}};
   ordered_json types = ordered_json::object();
   for (const auto& [type, st] : type_stats(m))
     types[type] = {{"tensors", st.count}, {"params", st.params}, {"bytes", st.bytes}};
@@ -263,14 +271,25 @@ std::string info_json(const Model& m) {
     tensors.push_back({{"name", t.name}, {"type", t.type}, {"shape", t.shape}, {"bytes", t.bytes}});
   j["tensors"] = tensors;
   j["parameters"] = {{"total", mem.params}, {"embedding", p.embedding}, {"per_layer", p.per_layer},
-                     {"layers", p.layers}, {"final_norm", p.norm}, {"lm_head", p.head}};
-  j["memory_bytes"] = {{"files", model_file_bytes(m)}, {"fp32", mem.fp32}, {"bf16", mem.bf16},
-                       {"fp8", mem.fp8}, {"int4", mem.int4}, {"int4_group", mem.int4_group}};
+                     {"layers", p.layers},  {"final_norm", p.norm},     {"lm_head", p.head}};
+  j["memory_bytes"] = {{"files", model_file_bytes(m)},
+                       {"fp32", mem.fp32},
+                       {"bf16", mem.bf16},
+                       {"fp8", mem.fp8},
+                       {"int4", mem.int4},
+                       {"int4_group", mem.int4_group}};
   const TokenizerSpec& t = m.tokenizer;
-  j["tokenizer"] = {{"model", t.model}, {"pre", t.pre}, {"tokens", t.tokens.size()},
-                    {"merges", t.merges.size()}, {"bos", t.bos}, {"eos", t.eos},
-                    {"extra_eos", t.extra_eos}, {"unk", t.unk}, {"pad", t.pad},
-                    {"add_bos", t.add_bos}, {"chat_template", !t.chat_template.empty()}};
+  j["tokenizer"] = {{"model", t.model},
+                    {"pre", t.pre},
+                    {"tokens", t.tokens.size()},
+                    {"merges", t.merges.size()},
+                    {"bos", t.bos},
+                    {"eos", t.eos},
+                    {"extra_eos", t.extra_eos},
+                    {"unk", t.unk},
+                    {"pad", t.pad},
+                    {"add_bos", t.add_bos},
+                    {"chat_template", !t.chat_template.empty()}};
   return j.dump(2);
 }
 
@@ -282,9 +301,10 @@ void add_info_command(CLI::App& app) {
     bool metadata = false;
   };
   auto o = std::make_shared<Opts>();
-  CLI::App* cmd = app.add_subcommand(
-      "info", "Show a model's config, tensor types, parameter count, memory and tokenizer "
-              "(metadata only; no weights are loaded)");
+  CLI::App* cmd =
+      app.add_subcommand("info",
+                         "Show a model's config, tensor types, parameter count, memory and tokenizer "
+                         "(metadata only; no weights are loaded)");
   cmd->add_option("model", o->model,
                   std::string("Model file or directory (default: ") + FUTR_DEFAULT_MODEL + ")");
   cmd->add_option("-m,--model", o->model, "Same as the positional MODEL");

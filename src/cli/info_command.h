@@ -30,13 +30,13 @@ namespace futr::cli {
 //         per output channel, group 128, or 64 when K is not a multiple of 128
 //         (K padded up to the group if neither divides it).
 struct ModelMemory {
-  uint64_t params = 0;        // all weights
-  uint64_t quantized = 0;     // weights in the quantized matrices
-  uint64_t fp32 = 0;          // as futr loads it (CPU reference)
+  uint64_t params = 0;     // all weights
+  uint64_t quantized = 0;  // weights in the quantized matrices
+  uint64_t fp32 = 0;       // as futr loads it (CPU reference)
   uint64_t bf16 = 0;
   uint64_t fp8 = 0;
   uint64_t int4 = 0;
-  int int4_group = 128;       // the group size used for the hidden-size inputs
+  int int4_group = 128;  // the group size used for the hidden-size inputs
 };
 ModelMemory model_memory(const ModelConfig& c);
 

@@ -121,10 +121,13 @@ int main(int argc, char** argv) {
     if (a == "--help-all") {
       help_all = true;
       args[i] = const_cast<char*>("--help");
-    } else if (a == "-ngl" || a == "--n-gpu-layers" || a == "--gpu-layers" || a.rfind("--n-gpu-layers=", 0) == 0) {
+    } else if (a == "-ngl" || a == "--n-gpu-layers" || a == "--gpu-layers" ||
+               a.rfind("--n-gpu-layers=", 0) == 0) {
       const bool has_value = a.find('=') == std::string_view::npos && i + 1 < args.size();
-      fmt::print(stderr, "futr: note: {} ignored: the GPU engine runs every layer on the GPU when a Hopper GPU is "
-                 "present (--backend auto|gpu|cpu chooses the engine)\n", a);
+      fmt::print(stderr,
+                 "futr: note: {} ignored: the GPU engine runs every layer on the GPU when a Hopper GPU is "
+                 "present (--backend auto|gpu|cpu chooses the engine)\n",
+                 a);
       args.erase(args.begin() + long(i), args.begin() + long(i) + (has_value ? 2 : 1));
       --i;
     }
@@ -133,10 +136,12 @@ int main(int argc, char** argv) {
   argv = args.data();
   futr::cli::set_help_all(help_all);
 
-  CLI::App app{"futr: FuTransformer, Llama-style inference (CPU reference backend; Hopper GPU "
-               "kernels in progress)"};
-  app.set_version_flag("--version", [] { return futr::cli::version_text(); },
-                       "Print the version, commit, build type, CUDA version and the GPU futr sees");
+  CLI::App app{
+      "futr: FuTransformer, Llama-style inference (CPU reference backend; Hopper GPU "
+      "kernels in progress)"};
+  app.set_version_flag(
+      "--version", [] { return futr::cli::version_text(); },
+      "Print the version, commit, build type, CUDA version and the GPU futr sees");
   app.require_subcommand(1);
   futr::cli::use_help_formatter(app);
   futr::cli::add_generate_command(app);

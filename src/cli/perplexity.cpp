@@ -31,10 +31,10 @@
 #include "cli/common.h"
 #include "cli/engine_options.h"
 #include "core/error.h"
+#include "quant/kl.h"
 #include "runtime/calibration.h"
 #include "runtime/engine.h"
 #include "runtime/perplexity.h"
-#include "quant/kl.h"
 #include "tokenizer/tokenizer.h"
 
 namespace futr::cli {
@@ -49,10 +49,10 @@ using runtime::PplResult;
 struct PerplexityOptions {
   RunOptions run;
   std::string file = runtime::default_text_path();
-  int stride = 0;            // 0: ctx
-  int64_t max_tokens = 0;    // 0: all
-  int batch = 512;           // tokens per step (the engine's max_step_tokens)
-  int seqs = 0;              // windows evaluated side by side (0: the engine's default)
+  int stride = 0;          // 0: ctx
+  int64_t max_tokens = 0;  // 0: all
+  int batch = 512;         // tokens per step (the engine's max_step_tokens)
+  int seqs = 0;            // windows evaluated side by side (0: the engine's default)
   bool json = false;
   bool quiet = false;        // no progress bar
   QuantCliOptions quant;     // --weights, --kv, ... (cli/engine_options.h)
@@ -82,10 +82,10 @@ class ProgressBar {
     const int width = 30, fill = int(frac * width);
     const double rate = p.seconds > 0 ? double(p.evaluated) / p.seconds : 0.0;
     const double eta = frac > 0 ? p.seconds * (1.0 - frac) / frac : NAN;
-    std::string line = fmt::format(
-        "[{}{}] {}/{} tokens {:5.1f}% | {:.1f} tok/s | elapsed {} | ETA {} | ppl {:.4f}",
-        std::string(size_t(fill), '#'), std::string(size_t(width - fill), '.'), p.scored, p.total,
-        100.0 * frac, rate, hms(p.seconds), hms(eta), p.stats ? p.stats->ppl() : NAN);
+    std::string line =
+        fmt::format("[{}{}] {}/{} tokens {:5.1f}% | {:.1f} tok/s | elapsed {} | ETA {} | ppl {:.4f}",
+                    std::string(size_t(fill), '#'), std::string(size_t(width - fill), '.'), p.scored, p.total,
+                    100.0 * frac, rate, hms(p.seconds), hms(eta), p.stats ? p.stats->ppl() : NAN);
     if (tty_) {
       std::fprintf(stderr, "\r%s\033[K", line.c_str());
       if (done) std::fputc('\n', stderr);
@@ -104,8 +104,8 @@ class ProgressBar {
 void run_perplexity(const PerplexityOptions& o) {
   FUTR_CHECK(o.run.ctx >= 2, "--ctx {} is out of range (2..the model's trained context)", o.run.ctx);
   const int ctx = o.run.ctx;
-  FUTR_CHECK(o.stride >= 0 && o.stride <= ctx, "--stride {} is out of range (1..--ctx {}; 0 or absent: ctx)", o.stride,
-             ctx);
+  FUTR_CHECK(o.stride >= 0 && o.stride <= ctx, "--stride {} is out of range (1..--ctx {}; 0 or absent: ctx)",
+             o.stride, ctx);
   const int stride = o.stride > 0 ? o.stride : ctx;
   FUTR_CHECK(o.max_tokens >= 0, "--max-tokens must be >= 0 (got {})", o.max_tokens);
   const std::string text = read_file_bytes(o.file);
@@ -148,8 +148,8 @@ void run_perplexity(const PerplexityOptions& o) {
   warn_if_contended(o.run, engine->info(), o.quiet);
   const runtime::EngineInfo& info = engine->info();
   if (!o.quiet)
-    fmt::print(stderr, "futr: {} | {} tokens of {} | ctx {} stride {} | {}\n", model.path,
-               tokens.size(), text_tokens, ctx, stride, info.describe);
+    fmt::print(stderr, "futr: {} | {} tokens of {} | ctx {} stride {} | {}\n", model.path, tokens.size(),
+               text_tokens, ctx, stride, info.describe);
 
   ProgressBar bar(!o.quiet);
   PplLogitsHook hook;
@@ -159,8 +159,8 @@ void run_perplexity(const PerplexityOptions& o) {
       if (kl_save) kl_save->add_rows(logits.ptr(), rows, V, targets);
       if (kl) kl->add_rows(logits.ptr(), rows, V, targets);
     };
-  const PplResult r = runtime::evaluate_perplexity(*engine, tokens, ctx, stride, o.batch,
-                                          [&](const PplProgress& p) { bar.update(p); }, hook);
+  const PplResult r = runtime::evaluate_perplexity(
+      *engine, tokens, ctx, stride, o.batch, [&](const PplProgress& p) { bar.update(p); }, hook);
   if (kl_save) {
     nlohmann::json meta;
     meta["model"] = model.path;
@@ -174,8 +174,8 @@ void run_perplexity(const PerplexityOptions& o) {
     meta["nll_mean"] = r.stats.mean();
     kl_save->write(o.save_kl_base, meta);
     if (!o.quiet)
-      fmt::print(stderr, "futr: saved the KL base ({} rows, top {}) to {}\n", kl_save->size(),
-                 kl_save->k(), o.save_kl_base);
+      fmt::print(stderr, "futr: saved the KL base ({} rows, top {}) to {}\n", kl_save->size(), kl_save->k(),
+                 o.save_kl_base);
   }
   if (kl)
     FUTR_CHECK(kl->count() == kl_base->size(), "{}: the base file holds {} rows, this run scored {}",
@@ -221,9 +221,10 @@ void run_perplexity(const PerplexityOptions& o) {
       const double base = std::exp(kl->base_mean_nll());
       fmt::print("vs base {:.4f}: delta ppl = {:+.4f} (mean NLL delta {:+.5f} +- {:.5f})\n", base,
                  s.ppl() - base, kl->mean_nll_delta(), kl->nll_delta_stderr());
-      fmt::print("KL(base || this) = {:.5f} +- {:.5f} (top-{} + rest lower bound), top-1 agreement "
-                 "= {:.2f}%\n",
-                 kl->mean_kl(), kl->kl_stderr(), kl_base->k(), 100.0 * kl->top1());
+      fmt::print(
+          "KL(base || this) = {:.5f} +- {:.5f} (top-{} + rest lower bound), top-1 agreement "
+          "= {:.2f}%\n",
+          kl->mean_kl(), kl->kl_stderr(), kl_base->k(), 100.0 * kl->top1());
     }
     if (!fp8.is_null())
       fmt::print(stderr, "futr: FP8 delayed scaling: {} calls, {} saturated ({} values), max amax {}\n",
@@ -251,14 +252,15 @@ void add_perplexity_command(CLI::App& app) {
   add_tp_option(sub, o->run);
   // NOTE: a measurement setting, fixed so that results compare (docs/ACCURACY.md);
   // the commands that hold a conversation default to the model's context.
-  sub->add_option("-c,--ctx,--ctx-size", o->run.ctx, "Evaluation window in tokens (fixed, so results compare)")
+  sub->add_option("-c,--ctx,--ctx-size", o->run.ctx,
+                  "Evaluation window in tokens (fixed, so results compare)")
       ->capture_default_str();
   sub->add_option("--stride", o->stride,
                   "Window stride (default: ctx); with stride < ctx each window after the first "
                   "scores only its last `stride` tokens");
-  sub->add_option("-n,--max-tokens", o->max_tokens,
-                  "Evaluate only the first N tokens of the text (0: all)");
-  sub->add_option("--batch", o->batch, "Tokens per engine step")->capture_default_str()
+  sub->add_option("-n,--max-tokens", o->max_tokens, "Evaluate only the first N tokens of the text (0: all)");
+  sub->add_option("--batch", o->batch, "Tokens per engine step")
+      ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
   sub->add_option("--seqs", o->seqs,
                   "Windows evaluated side by side (0: the engine's default: 32 on the GPU engine, 1 on the "
@@ -272,8 +274,7 @@ void add_perplexity_command(CLI::App& app) {
                   "Save this run's per-token top-k distributions as a KL base file");
   sub->add_option("--kl-base", o->kl_base,
                   "Compare with a KL base file: mean KL, top-1 agreement, perplexity delta");
-  sub->add_option("--kl-topk", o->kl_topk, "Tokens kept per row by --save-kl-base")
-      ->capture_default_str();
+  sub->add_option("--kl-topk", o->kl_topk, "Tokens kept per row by --save-kl-base")->capture_default_str();
   hide_advanced(sub);
   sub->callback([o, file_opt, file_flag] {
     PerplexityOptions copy = *o;

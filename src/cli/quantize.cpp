@@ -28,7 +28,6 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
-#include <filesystem>
 #include <cmath>
 #include <ctime>
 #include <filesystem>
@@ -41,11 +40,11 @@
 #include "cli/engine_options.h"
 #include "core/error.h"
 #include "core/io.h"
-#include "quantize/quantize.h"
 #include "cpu_engine/threads.h"
 #include "engines/factory.h"
-#include "runtime/calibration.h"
 #include "formats/futr_file.h"
+#include "quantize/quantize.h"
+#include "runtime/calibration.h"
 
 namespace futr::cli {
 
@@ -59,7 +58,7 @@ struct QuantizeCmdOptions {
   RunOptions run;
   std::string out;
   std::string weights = "int4";
-  QuantCliOptions quant;     // quant "" = kDefaultQuant; act_order: see act_order_given
+  QuantCliOptions quant;         // quant "" = kDefaultQuant; act_order: see act_order_given
   bool act_order_given = false;  // --act-order or --no-act-order was given (else: on for gptq*)
   bool quiet = false;
 };
@@ -83,8 +82,8 @@ class StageBar {
     const double eta = frac > 0 ? el * (1 - frac) / frac : NAN;
     const std::string line =
         fmt::format("{:<16} [{}{}] {:5.1f}% | {:.0f} s elapsed | ETA {}", stage,
-                    std::string(size_t(fill), '#'), std::string(size_t(width - fill), '.'), 100 * frac,
-                    el, std::isfinite(eta) ? fmt::format("{:.0f} s", eta) : std::string("--"));
+                    std::string(size_t(fill), '#'), std::string(size_t(width - fill), '.'), 100 * frac, el,
+                    std::isfinite(eta) ? fmt::format("{:.0f} s", eta) : std::string("--"));
     if (tty_) {
       std::fprintf(stderr, "\r%s\033[K", line.c_str());
       line_done_ = finished;
@@ -124,8 +123,8 @@ std::vector<WeightFormat> parse_formats(const std::string& list) {
 void check_output(const std::string& out, const std::string& model_arg, const std::string& calib_file) {
   namespace fs = std::filesystem;
   const std::string kind = file_kind(out);
-  FUTR_CHECK(kind == "missing" || kind == "regular file", "-o {}: is a {}; the output must be a new or a regular file",
-             out, kind);
+  FUTR_CHECK(kind == "missing" || kind == "regular file",
+             "-o {}: is a {}; the output must be a new or a regular file", out, kind);
   if (kind == "missing") return;
   const fs::path in = model_arg.empty() ? fs::path(default_model_path()) : fs::path(model_arg);
   std::vector<fs::path> inputs = {in};
@@ -136,8 +135,8 @@ void check_output(const std::string& out, const std::string& model_arg, const st
     FUTR_CHECK(!fs::equivalent(out, p, ec), "-o {} is {} of the input model; choose another output file", out,
                p == in ? "the file" : "a file");
   const fs::path calib = calib_file.empty() ? fs::path(runtime::default_text_path()) : fs::path(calib_file);
-  FUTR_CHECK(!fs::equivalent(out, calib, ec), "-o {} is the calibration text {}; choose another output file", out,
-             calib.string());
+  FUTR_CHECK(!fs::equivalent(out, calib, ec), "-o {} is the calibration text {}; choose another output file",
+             out, calib.string());
 }
 
 void run_quantize(const QuantizeCmdOptions& o) {
@@ -147,7 +146,8 @@ void run_quantize(const QuantizeCmdOptions& o) {
     // A .futr file under another format's name would be mistaken for one (and
     // other tools would fail on it with a confusing message).
     std::string ext = std::filesystem::path(o.out).extension().string();
-    std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return char(std::tolower(c)); });
+    std::transform(ext.begin(), ext.end(), ext.begin(),
+                   [](unsigned char c) { return char(std::tolower(c)); });
     FUTR_CHECK(ext != ".gguf" && ext != ".safetensors",
                "-o {}: futr quantize writes a .futr file, not {}; name it {}.futr", o.out, ext,
                std::filesystem::path(o.out).replace_extension().string());
@@ -167,8 +167,8 @@ void run_quantize(const QuantizeCmdOptions& o) {
   }
   runtime::RuntimeConfig rc;
   parse_quantizer_options(q, rc);
-  FUTR_CHECK(!rc.act_order || is_gptq(rc.quant), "--act-order applies to gptq and gptq-clip (asked: --quant {})",
-             to_string(rc.quant));
+  FUTR_CHECK(!rc.act_order || is_gptq(rc.quant),
+             "--act-order applies to gptq and gptq-clip (asked: --quant {})", to_string(rc.quant));
   Stopwatch total;
   const Model model = load_model_for_cli(o.run);
   const int threads = cpu::set_num_threads(o.run.threads);
@@ -179,8 +179,9 @@ void run_quantize(const QuantizeCmdOptions& o) {
       fmt::print(stderr, "futr: int4 recipe --quant {}{}{}{}\n", to_string(rc.quant),
                  rc.act_order ? " --act-order" : "",
                  o.quant.quant.empty() ? " (the default: docs/ACCURACY.md, \"Cross-domain\")" : "",
-                 is_gptq(rc.quant) ? "; GPTQ takes minutes (~15 on one core for SmolLM2-135M; --quant rtn: seconds)"
-                                   : "");
+                 is_gptq(rc.quant)
+                     ? "; GPTQ takes minutes (~15 on one core for SmolLM2-135M; --quant rtn: seconds)"
+                     : "");
   }
 
   // Calibration tokens: GPTQ and the FP8 initial amax.
@@ -208,10 +209,8 @@ void run_quantize(const QuantizeCmdOptions& o) {
   for (auto f : formats) {
     const cpu::QuantizeOptions qo = engines::quantize_options(f, rc);
     Stopwatch t;
-    sets.push_back(std::make_unique<quant::QuantizedWeights>(
-        cpu::quantize_model(model, qo, calib, [&](const std::string& stage, int64_t d, int64_t n) {
-          bar.update(stage, d, n);
-        })));
+    sets.push_back(std::make_unique<quant::QuantizedWeights>(cpu::quantize_model(
+        model, qo, calib, [&](const std::string& stage, int64_t d, int64_t n) { bar.update(stage, d, n); })));
     nlohmann::json s;
     s["format"] = to_string(f);
     s["method"] = sets.back()->method;
@@ -224,10 +223,11 @@ void run_quantize(const QuantizeCmdOptions& o) {
       s["clip_min"] = qo.clip.c_min;
     }
     if (!calib.empty() && cpu::needs_calibration(qo)) {
-      s["calibration"] = {{"file", o.quant.calib_file.empty() ? std::string("default text") : o.quant.calib_file},
-                          {"slice", "last 10% of the tokens"},
-                          {"tokens", calib.size()},
-                          {"ctx", o.quant.calib_ctx}};
+      s["calibration"] = {
+          {"file", o.quant.calib_file.empty() ? std::string("default text") : o.quant.calib_file},
+          {"slice", "last 10% of the tokens"},
+          {"tokens", calib.size()},
+          {"ctx", o.quant.calib_ctx}};
     }
     steps.push_back(s);
   }
@@ -256,13 +256,15 @@ void add_quantize_command(CLI::App& app) {
   sub->add_option("-o,--output", o->out, "Output .futr file")->required();
   sub->add_option("--weights", o->weights, "Formats to store: a comma-separated list of int4, fp8, bf16")
       ->capture_default_str();
-  sub->add_option("--quant", o->quant.quant,
-                  fmt::format("INT4 quantizer: {} (default {}, calibrated, minutes; rtn: seconds, no calibration)",
-                              fmt::join(runtime::quant_method_names(), "|"), to_string(kDefaultQuant)))
+  sub->add_option(
+         "--quant", o->quant.quant,
+         fmt::format("INT4 quantizer: {} (default {}, calibrated, minutes; rtn: seconds, no calibration)",
+                     fmt::join(runtime::quant_method_names(), "|"), to_string(kDefaultQuant)))
       ->check(CLI::IsMember(runtime::quant_method_names()));
-  CLI::Option* act_order = sub->add_flag("--act-order,!--no-act-order", o->quant.act_order,
-                                         "GPTQ: quantize inputs by decreasing activity (default on for gptq and "
-                                         "gptq-clip; --no-act-order turns it off)");
+  CLI::Option* act_order =
+      sub->add_flag("--act-order,!--no-act-order", o->quant.act_order,
+                    "GPTQ: quantize inputs by decreasing activity (default on for gptq and "
+                    "gptq-clip; --no-act-order turns it off)");
   sub->add_option("--group", o->quant.group, "INT4 group size 64|128 (default: 128, 64 where K % 128 != 0)")
       ->check(CLI::IsMember({0, 64, 128}));
   add_calibration_options(sub, o->quant);

@@ -87,15 +87,15 @@ void run_serve(const ServeOptions& o) {
   FUTR_CHECK(o.max_seqs >= 1, "--max-seqs must be >= 1 (got {})", o.max_seqs);
   FUTR_CHECK(o.max_step_tokens >= 1, "--max-step-tokens must be >= 1 (got {})", o.max_step_tokens);
   FUTR_CHECK(o.port >= 0 && o.port < 65536, "--port must be in [0, 65535] (got {})", o.port);
-  FUTR_CHECK(o.max_queue >= 0 && o.max_queue <= kMaxQueue, "--max-queue must be in [0, {}] (got {})", kMaxQueue,
-             o.max_queue);
+  FUTR_CHECK(o.max_queue >= 0 && o.max_queue <= kMaxQueue, "--max-queue must be in [0, {}] (got {})",
+             kMaxQueue, o.max_queue);
   FUTR_CHECK(o.max_connections >= 0 && o.max_connections <= server::kMaxHttpConnections,
              "--max-connections must be in [0, {}] (0: by the machine; got {})", server::kMaxHttpConnections,
              o.max_connections);
-  FUTR_CHECK(o.max_body >= 1 && o.max_body <= server::kMaxBodyBytes, "--max-body must be in [1, {}] bytes (got {})",
-             server::kMaxBodyBytes, o.max_body);
-  FUTR_CHECK(o.drain_timeout > 0 && o.drain_timeout <= 3600, "--drain-timeout must be in (0, 3600] seconds (got {})",
-             o.drain_timeout);
+  FUTR_CHECK(o.max_body >= 1 && o.max_body <= server::kMaxBodyBytes,
+             "--max-body must be in [1, {}] bytes (got {})", server::kMaxBodyBytes, o.max_body);
+  FUTR_CHECK(o.drain_timeout > 0 && o.drain_timeout <= 3600,
+             "--drain-timeout must be in (0, 3600] seconds (got {})", o.drain_timeout);
   // Signals: a client that hangs up must not kill the process with SIGPIPE.
   FUTR_CHECK(pipe(g_signal_pipe) == 0, "cannot create the signal pipe");
   struct sigaction sa {};
@@ -124,9 +124,8 @@ void run_serve(const ServeOptions& o) {
   cfg.max_step_tokens = o.max_step_tokens;
   cfg.kv_block_size = o.block_size;
   cfg.kv_blocks = o.kv_blocks;
-  auto engine = runtime::make_engine(model, cfg, [](const std::string& s) {
-    fmt::print(stderr, "futr: {}\n", s);
-  });
+  auto engine =
+      runtime::make_engine(model, cfg, [](const std::string& s) { fmt::print(stderr, "futr: {}\n", s); });
   warn_if_contended(run, engine->info(), /*quiet=*/false);
 
   server::Metrics metrics;
@@ -141,8 +140,9 @@ void run_serve(const ServeOptions& o) {
   ho.host = o.host;
   ho.port = o.port;
   ho.api_key = o.api_key;
-  ho.model = !o.model_name.empty() ? o.model_name
-                                   : std::filesystem::path(model.path).filename().replace_extension().string();
+  ho.model = !o.model_name.empty()
+                 ? o.model_name
+                 : std::filesystem::path(model.path).filename().replace_extension().string();
   ho.max_body_bytes = o.max_body;
   ho.max_connections = o.max_connections;
   ho.drain_timeout_s = o.drain_timeout;
@@ -180,17 +180,20 @@ void run_serve(const ServeOptions& o) {
 
   const auto& info = scheduler.engine_info();
   fmt::print(stderr, "futr serve: {} as '{}' | {}\n", model.path, ho.model, info.describe);
-  fmt::print(stderr, "futr serve: {} sequences x {} positions, {} rows per step, queue {}, {} connections{}\n",
+  fmt::print(stderr,
+             "futr serve: {} sequences x {} positions, {} rows per step, queue {}, {} connections{}\n",
              info.max_seqs, info.ctx, std::min(info.max_step_tokens, o.max_step_tokens), o.max_queue,
              http.max_connections(), o.api_key.empty() ? "" : ", API key required");
   if (info.kv_block_size > 0)
-    fmt::print(stderr, "futr serve: KV cache: {} tokens, paged: {} blocks of {} positions, admission by blocks with "
-                       "preemption, prefix cache {}\n",
+    fmt::print(stderr,
+               "futr serve: KV cache: {} tokens, paged: {} blocks of {} positions, admission by blocks with "
+               "preemption, prefix cache {}\n",
                info.kv_blocks * info.kv_block_size, info.kv_blocks, info.kv_block_size,
                o.no_prefix_cache ? "off" : "on");
   else
-    fmt::print(stderr, "futr serve: KV cache: {} tokens ({} sequences x {} positions, a region per sequence; "
-                       "admission reserves prompt + max_tokens)\n",
+    fmt::print(stderr,
+               "futr serve: KV cache: {} tokens ({} sequences x {} positions, a region per sequence; "
+               "admission reserves prompt + max_tokens)\n",
                int64_t(info.max_seqs) * info.ctx, info.max_seqs, info.ctx);
   fmt::print(stderr, "futr serve: listening on http://{}:{}\n", o.host, port);
   http.run();  // until drain() or stop()
@@ -204,19 +207,22 @@ void run_serve(const ServeOptions& o) {
 
 void add_serve_command(CLI::App& app) {
   auto o = std::make_shared<ServeOptions>();
-  CLI::App* sub = app.add_subcommand(
-      "serve", "Serve the model over an OpenAI-compatible HTTP API (continuous batching)");
+  CLI::App* sub =
+      app.add_subcommand("serve", "Serve the model over an OpenAI-compatible HTTP API (continuous batching)");
   add_run_options(sub, o->run);
   add_tp_option(sub, o->run);
   add_quant_options(sub, o->quant);
-  sub->add_option("--host", o->host, "Address to bind (127.0.0.1: this machine only; 0.0.0.0: every interface)")
+  sub->add_option("--host", o->host,
+                  "Address to bind (127.0.0.1: this machine only; 0.0.0.0: every interface)")
       ->capture_default_str();
   sub->add_option("--port", o->port, "TCP port (0: any free port, printed)")
       ->check(CLI::Range(0, 65535))
       ->capture_default_str();
-  sub->add_option("-c,--ctx,--ctx-size", o->run.ctx,
-                  fmt::format("Positions per sequence (default: the model's trained context, at most {} and what "
-                              "memory fits for --max-seqs sequences)", kDefaultCtx))
+  sub->add_option(
+         "-c,--ctx,--ctx-size", o->run.ctx,
+         fmt::format("Positions per sequence (default: the model's trained context, at most {} and what "
+                     "memory fits for --max-seqs sequences)",
+                     kDefaultCtx))
       ->check(CLI::NonNegativeNumber);
   sub->add_option("--max-seqs", o->max_seqs, "Requests decoded at once (sequences in the engine)")
       ->check(CLI::PositiveNumber)
@@ -239,20 +245,23 @@ void add_serve_command(CLI::App& app) {
   sub->add_option("--drain-timeout", o->drain_timeout,
                   "Seconds the first SIGTERM/SIGINT waits for running requests")
       ->capture_default_str();
-  sub->add_option("--block-size", o->block_size,
-                  fmt::format("Paged KV cache: positions per block (0: a contiguous region per sequence; default: "
-                              "{} on the CPU engine; the GPU engine does not page yet)",
-                              runtime::kDefaultKvBlockSize))
+  sub->add_option(
+         "--block-size", o->block_size,
+         fmt::format("Paged KV cache: positions per block (0: a contiguous region per sequence; default: "
+                     "{} on the CPU engine; the GPU engine does not page yet)",
+                     runtime::kDefaultKvBlockSize))
       ->check(CLI::Range(-1, 65536));
-  sub->add_option("--kv-blocks", o->kv_blocks,
-                  "Paged KV cache: blocks in all (default: --max-seqs x ctx / block, the memory of one region per "
-                  "sequence); the start-up line says the cache size in tokens")
+  sub->add_option(
+         "--kv-blocks", o->kv_blocks,
+         "Paged KV cache: blocks in all (default: --max-seqs x ctx / block, the memory of one region per "
+         "sequence); the start-up line says the cache size in tokens")
       ->check(CLI::NonNegativeNumber);
   sub->add_flag("--no-prefix-cache", o->no_prefix_cache,
                 "Paged KV cache: compute every prompt in full (no reuse of cached prefixes)");
-  sub->add_option("--speculative", o->speculative,
-                  "Speculative decoding of requests that do not set \"speculative\": ngram (prompt-lookup drafts "
-                  "verified in one step: the same tokens, fewer steps on text that repeats its context) or off")
+  sub->add_option(
+         "--speculative", o->speculative,
+         "Speculative decoding of requests that do not set \"speculative\": ngram (prompt-lookup drafts "
+         "verified in one step: the same tokens, fewer steps on text that repeats its context) or off")
       ->check(CLI::IsMember({"ngram", "off"}))
       ->capture_default_str();
   sub->add_option("--draft-max", o->draft_max, "Speculative decoding: draft tokens per step at most")

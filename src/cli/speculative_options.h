@@ -41,7 +41,8 @@ void add_speculative_options(CLI::App* app, SpeculativeCliOptions& o);
 void check_speculative_options(const SpeculativeCliOptions& o);
 // The drafter for the engine and sampler (null: off). `note` (may be null)
 // receives why auto chose off for a greedy run, empty otherwise.
-std::unique_ptr<runtime::Drafter> make_cli_drafter(const SpeculativeCliOptions& o, const runtime::Engine& engine,
+std::unique_ptr<runtime::Drafter> make_cli_drafter(const SpeculativeCliOptions& o,
+                                                   const runtime::Engine& engine,
                                                    const runtime::SamplerConfig& sampling, std::string* note);
 
 }  // namespace futr::cli

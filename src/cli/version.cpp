@@ -35,8 +35,8 @@ std::string version_text() {
   int runtime = 0, driver = 0;
   if (cudaRuntimeGetVersion(&runtime) != cudaSuccess) runtime = 0;
   if (cudaDriverGetVersion(&driver) != cudaSuccess) driver = 0;  // 0: no driver installed
-  s += fmt::format("CUDA: nvcc {}, kernels for sm_{}, runtime {} (static), driver {}\n", FUTR_CUDA_COMPILER_VERSION,
-                   FUTR_CUDA_ARCHITECTURES, cuda_version(runtime),
+  s += fmt::format("CUDA: nvcc {}, kernels for sm_{}, runtime {} (static), driver {}\n",
+                   FUTR_CUDA_COMPILER_VERSION, FUTR_CUDA_ARCHITECTURES, cuda_version(runtime),
                    driver > 0 ? cuda_version(driver) : "none found (no libcuda.so.1)");
   std::string why;
   if (const auto d = cuda::probe_device(&why)) {

@@ -54,9 +54,9 @@ template <class... Args>
 }  // namespace futr
 
 // FUTR_CHECK(cond, "fmt", args...): throw futr::Error with the message if cond is false.
-#define FUTR_CHECK(cond, ...)                   \
-  do {                                          \
-    if (!(cond)) ::futr::fail(__VA_ARGS__);     \
+#define FUTR_CHECK(cond, ...)               \
+  do {                                      \
+    if (!(cond)) ::futr::fail(__VA_ARGS__); \
   } while (0)
 
 // FUTR_ASSERT(cond): an internal invariant; names the file and line.

@@ -72,8 +72,8 @@ std::string read_file_limited(const std::filesystem::path& p, uint64_t max_bytes
   }
   if (uint64_t(st.st_size) > max_bytes) {
     ::close(fd);
-    fail("{}: {} bytes, more than the {} limit for {}", p.string(), uint64_t(st.st_size), human_bytes(max_bytes),
-         what);
+    fail("{}: {} bytes, more than the {} limit for {}", p.string(), uint64_t(st.st_size),
+         human_bytes(max_bytes), what);
   }
   try {
     std::string s = read_fd_limited(fd, max_bytes, p.string());

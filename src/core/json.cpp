@@ -52,7 +52,8 @@ void check_bracket_depth(std::string_view text, const std::string& source, int m
     } else if (c == '"') {
       in_string = true;
     } else if (c == '[' || c == '{') {
-      FUTR_CHECK(++depth <= max_depth, "{}: JSON nested deeper than {} levels (at byte {})", source, max_depth, i);
+      FUTR_CHECK(++depth <= max_depth, "{}: JSON nested deeper than {} levels (at byte {})", source,
+                 max_depth, i);
     } else if (c == ']' || c == '}') {
       --depth;
     }
@@ -73,8 +74,8 @@ nlohmann::json parse_json_document(std::string_view text, const std::string& sou
     switch (event) {
       case json::parse_event_t::object_start:
       case json::parse_event_t::array_start:
-        FUTR_CHECK(int(is_object.size()) < max_depth, "{}: JSON nested deeper than {} levels (at byte {})", source,
-                   max_depth, at());
+        FUTR_CHECK(int(is_object.size()) < max_depth, "{}: JSON nested deeper than {} levels (at byte {})",
+                   source, max_depth, at());
         is_object.push_back(event == json::parse_event_t::object_start);
         if (is_object.back()) keys.emplace_back();
         break;
@@ -87,12 +88,11 @@ nlohmann::json parse_json_document(std::string_view text, const std::string& sou
         break;
       case json::parse_event_t::key: {
         const std::string& k = parsed.get_ref<const std::string&>();
-        FUTR_CHECK(keys.empty() || keys.back().insert(k).second, "{}: duplicate key '{}' (at byte {})", source,
-                   printable(k, 64), at());
+        FUTR_CHECK(keys.empty() || keys.back().insert(k).second, "{}: duplicate key '{}' (at byte {})",
+                   source, printable(k, 64), at());
         break;
       }
-      case json::parse_event_t::value:
-        break;
+      case json::parse_event_t::value: break;
     }
     return true;
   };
@@ -154,8 +154,8 @@ std::string json_snippet(const json& v, size_t max_chars) {
 int64_t json_int(const json& v, const std::string& what, int64_t lo, int64_t hi) {
   if (v.is_number_unsigned()) {
     const uint64_t u = v.get<uint64_t>();
-    FUTR_CHECK(hi >= 0 && u <= uint64_t(hi) && int64_t(u) >= lo, "{} = {} is out of range ({}..{})", what, u, lo,
-               hi);
+    FUTR_CHECK(hi >= 0 && u <= uint64_t(hi) && int64_t(u) >= lo, "{} = {} is out of range ({}..{})", what, u,
+               lo, hi);
     return int64_t(u);
   }
   if (v.is_number_integer()) {
@@ -185,8 +185,8 @@ uint64_t json_uint(const json& v, const std::string& what, uint64_t hi) {
 double json_float(const json& v, const std::string& what, double lo, double hi) {
   FUTR_CHECK(v.is_number(), "{} must be a number, found {}", what, json_snippet(v));
   const double d = v.get<double>();
-  FUTR_CHECK(std::isfinite(d) && d >= lo && d <= hi, "{} = {} is out of range ({}..{})", what, json_snippet(v), lo,
-             hi);
+  FUTR_CHECK(std::isfinite(d) && d >= lo && d <= hi, "{} = {} is out of range ({}..{})", what,
+             json_snippet(v), lo, hi);
   return d;
 }
 

@@ -82,8 +82,8 @@ std::vector<std::string> fp8_policy_names();
 std::vector<std::string> fp8_scaling_names();
 
 // Properties of a quantizer.
-bool is_gptq(QuantMethod m);                  // gptq, gptq-clip
-bool needs_activations(QuantMethod m);        // calibration activations needed: clip-act, gptq, gptq-clip
+bool is_gptq(QuantMethod m);            // gptq, gptq-clip
+bool needs_activations(QuantMethod m);  // calibration activations needed: clip-act, gptq, gptq-clip
 // How a tensor made by `m` is described in .futr metadata and logs (what was
 // done, not the flag): "rtn", "rtn+clip", "rtn+clip(act)", "gptq",
 // "gptq+clip", plus ",act-order" for GPTQ with act_order.

@@ -45,7 +45,7 @@ inline uint16_t float_to_fp16(float f) {
   const uint32_t u = std::bit_cast<uint32_t>(f);
   const uint16_t sign = uint16_t((u >> 16) & 0x8000u);
   const uint32_t a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) return uint16_t(sign | 0x7e00u);  // NaN
+  if (a > 0x7f800000u) return uint16_t(sign | 0x7e00u);   // NaN
   if (a >= 0x477ff000u) return uint16_t(sign | 0x7c00u);  // rounds to >= 65520: inf
   if (a < 0x38800000u) {                                  // below 2^-14: subnormal or zero
     // value / 2^-24, rounded to nearest even by the FPU (exact: a power-of-two scale).

@@ -22,8 +22,7 @@ CpuEngine::CpuEngine(const Model& model, std::shared_ptr<const quant::QuantizedW
                      const CpuEngineOptions& o)
     : model_(model), opt_(o) {
   FUTR_CHECK(o.weights != WeightFormat::kAuto && o.kv != KvFormat::kAuto,
-             "CPU engine: unresolved format (weights {}, KV {})", to_string(o.weights),
-             to_string(o.kv));
+             "CPU engine: unresolved format (weights {}, KV {})", to_string(o.weights), to_string(o.kv));
   FUTR_CHECK(o.ctx >= 0, "--ctx must be positive (got {})", o.ctx);
   FUTR_CHECK(o.threads >= 0, "--threads must be positive (got {})", o.threads);
   FUTR_CHECK(o.max_seqs >= 1 && o.max_seqs <= 4096,
@@ -31,10 +30,11 @@ CpuEngine::CpuEngine(const Model& model, std::shared_ptr<const quant::QuantizedW
   FUTR_CHECK(o.max_step_tokens >= 1 && o.max_step_tokens <= (1 << 20),
              "the maximum tokens per step must be in 1..1048576 (got {})", o.max_step_tokens);
   FUTR_CHECK(o.kv_block_size >= 0 && o.kv_block_size <= runtime::BlockPool::kMaxBlockSize,
-             "--block-size must be in 0..{} positions (0: no paging; got {})", runtime::BlockPool::kMaxBlockSize,
-             o.kv_block_size);
+             "--block-size must be in 0..{} positions (0: no paging; got {})",
+             runtime::BlockPool::kMaxBlockSize, o.kv_block_size);
   FUTR_CHECK(o.kv_blocks >= 0, "--kv-blocks must be >= 0 (got {})", o.kv_blocks);
-  FUTR_CHECK(o.kv_blocks == 0 || o.kv_block_size > 0, "--kv-blocks needs a paged KV cache (--block-size > 0)");
+  FUTR_CHECK(o.kv_blocks == 0 || o.kv_block_size > 0,
+             "--kv-blocks needs a paged KV cache (--block-size > 0)");
   opt_.ctx = o.ctx > 0 ? o.ctx : model.config.max_context;
   const int threads = set_num_threads(o.threads);
   std::unique_ptr<KvStorage> own_kv;  // paged: the Forward's own cache is a view of the pool
@@ -65,16 +65,15 @@ CpuEngine::CpuEngine(const Model& model, std::shared_ptr<const quant::QuantizedW
   const KvStorage& kv = kv_pool_ ? kv_pool_->slots() : forward().cache().storage();
   const std::string seqs =
       (o.max_seqs > 1 ? fmt::format(" x {} sequences", o.max_seqs) : "") +
-      (pool_ ? fmt::format(", paged: {} blocks of {} = {} positions", pool_->num_blocks(), pool_->block_size(),
-                           pool_->num_blocks() * pool_->block_size())
+      (pool_ ? fmt::format(", paged: {} blocks of {} = {} positions", pool_->num_blocks(),
+                           pool_->block_size(), pool_->num_blocks() * pool_->block_size())
              : "");
   info_.name = "cpu";
   info_.describe =
-      fp32_ ? fmt::format("cpu (FP32 reference, {} threads, ctx {}{}, {} KV cache {:.1f} MiB)",
-                          threads, opt_.ctx, seqs, kv.name(), double(kv.bytes()) / (1 << 20))
+      fp32_ ? fmt::format("cpu (FP32 reference, {} threads, ctx {}{}, {} KV cache {:.1f} MiB)", threads,
+                          opt_.ctx, seqs, kv.name(), double(kv.bytes()) / (1 << 20))
             : fmt::format("cpu (quantized reference: {}; {} threads, ctx {}{}, KV {:.1f} MiB)",
-                          quant_->describe(), threads, opt_.ctx, seqs,
-                          double(kv.bytes()) / (1 << 20));
+                          quant_->describe(), threads, opt_.ctx, seqs, double(kv.bytes()) / (1 << 20));
   info_.vocab = model.config.vocab;
   info_.ctx = forward().capacity();
   info_.max_seqs = o.max_seqs;
@@ -143,7 +142,8 @@ int64_t CpuEngine::blocks_needed(SeqId id, int n) const {
 int CpuEngine::attach_prefix(SeqId id, std::span<const int32_t> tokens) {
   const int s = table_.slot(id);
   if (!pool_) return 0;
-  FUTR_CHECK(table_.length(id) == 0, "a prefix attaches to an empty sequence (sequence {} holds {} positions)", id,
+  FUTR_CHECK(table_.length(id) == 0,
+             "a prefix attaches to an empty sequence (sequence {} holds {} positions)", id,
              table_.length(id));
   Slot& slot = slots_[size_t(s)];
   const int n = pool_->attach(slot.paged->blocks(), tokens.first(std::min(tokens.size(), size_t(info_.ctx))));
@@ -217,9 +217,7 @@ runtime::StepResult CpuEngine::step(std::span<const BatchRow> rows) {
       const std::span<const float> z(logits.row(i - run.first_out), V);
       switch (row.out) {
         case RowOutput::kNone: break;
-        case RowOutput::kLogits:
-          std::memcpy(r.logits.row(logit_row++), z.data(), V * sizeof(float));
-          break;
+        case RowOutput::kLogits: std::memcpy(r.logits.row(logit_row++), z.data(), V * sizeof(float)); break;
         case RowOutput::kToken: r.tokens.push_back(table_.sampler(slot).sample(z)); break;
         case RowOutput::kLogprob: r.logprobs.push_back(-runtime::token_nll(z, row.target)); break;
       }
@@ -231,7 +229,8 @@ runtime::StepResult CpuEngine::step(std::span<const BatchRow> rows) {
 std::string CpuEngine::rollback_unsupported_reason() const {
   const quant::ScaleBank* bank = fp8_bank();
   if (bank && bank->config().scaling == Fp8Scaling::kDelayed)
-    return "FP8 delayed scaling is engine state: the rows of rejected drafts would change the scales of later steps";
+    return "FP8 delayed scaling is engine state: the rows of rejected drafts would change the scales of "
+           "later steps";
   return {};
 }
 
@@ -253,10 +252,14 @@ nlohmann::json CpuEngine::stats() const {
   j["kv_bytes"] = bytes;
   if (pool_) {
     const runtime::BlockPoolStats& b = pool_->stats();
-    j["kv_paged"] = {{"block_size", pool_->block_size()},  {"blocks", pool_->num_blocks()},
-                     {"blocks_free", pool_->free_blocks()}, {"blocks_used", pool_->used_blocks()},
-                     {"blocks_cached", pool_->cached_blocks()}, {"blocks_attached", b.attached},
-                     {"blocks_evicted", b.evicted},         {"block_copies", b.copies}};
+    j["kv_paged"] = {{"block_size", pool_->block_size()},
+                     {"blocks", pool_->num_blocks()},
+                     {"blocks_free", pool_->free_blocks()},
+                     {"blocks_used", pool_->used_blocks()},
+                     {"blocks_cached", pool_->cached_blocks()},
+                     {"blocks_attached", b.attached},
+                     {"blocks_evicted", b.evicted},
+                     {"block_copies", b.copies}};
   }
   if (const quant::ScaleBank* bank = fp8_bank()) {
     const quant::ScaleStats t = bank->total();

@@ -71,8 +71,7 @@ class CpuEngine final : public runtime::Engine {
   // q: the quantized projections for fp8/int4 (and bf16 from a .futr file);
   // null otherwise. With fp32 weights and an fp32 cache this is the FP32
   // reference. `model` must outlive the engine.
-  CpuEngine(const Model& model, std::shared_ptr<const quant::QuantizedWeights> q,
-            const CpuEngineOptions& o);
+  CpuEngine(const Model& model, std::shared_ptr<const quant::QuantizedWeights> q, const CpuEngineOptions& o);
   ~CpuEngine() override;
 
   void open(runtime::SeqId id, const runtime::SamplerConfig& sampling = {}) override;
@@ -102,8 +101,8 @@ class CpuEngine final : public runtime::Engine {
 
  private:
   struct Slot {
-    std::unique_ptr<KvCache> own;  // the slot's cache (contiguous: slot 0 uses the Forward's own)
-    KvCache* cache = nullptr;      // null until first used
+    std::unique_ptr<KvCache> own;     // the slot's cache (contiguous: slot 0 uses the Forward's own)
+    KvCache* cache = nullptr;         // null until first used
     PagedKvStorage* paged = nullptr;  // paged: own's storage (its block table)
   };
 
@@ -112,8 +111,8 @@ class CpuEngine final : public runtime::Engine {
   // Paged only (declared before the forward passes, whose caches view them).
   std::unique_ptr<runtime::BlockPool> pool_;  // which blocks each sequence holds, the prefix index
   std::unique_ptr<PagedKvPool> kv_pool_;      // the blocks' K/V
-  std::unique_ptr<Forward> fp32_;        // the FP32 reference, or
-  std::unique_ptr<QuantForward> quant_;  // the quantized reference
+  std::unique_ptr<Forward> fp32_;             // the FP32 reference, or
+  std::unique_ptr<QuantForward> quant_;       // the quantized reference
   runtime::EngineInfo info_;
   runtime::SequenceTable table_;  // ids -> slots, lengths (== the slot caches' lengths), samplers
   std::vector<Slot> slots_;       // [max_seqs]

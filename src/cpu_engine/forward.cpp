@@ -14,25 +14,21 @@ Forward::Forward(const Model& model, int ctx)
     : Forward(model, make_weights(model),
               make_fp32_kv_storage(model.config, ctx > 0 ? ctx : model.config.max_context)) {}
 
-Forward::Forward(const Model& model, CpuWeights weights, std::unique_ptr<KvStorage> kv,
-                 int max_batch)
+Forward::Forward(const Model& model, CpuWeights weights, std::unique_ptr<KvStorage> kv, int max_batch)
     : config_(model.config),
       weights_(std::move(weights)),
       cache_(std::move(kv)),
-      rope_(make_rope_table(config_.head_dim, config_.rope_theta, config_.rope_scaling,
-                            cache_.capacity())),
+      rope_(make_rope_table(config_.head_dim, config_.rope_theta, config_.rope_scaling, cache_.capacity())),
       max_batch_(max_batch) {
   FUTR_CHECK(max_batch_ >= 1, "CPU forward: max_batch {} must be positive", max_batch_);
-  FUTR_CHECK(int(weights_.layers.size()) == config_.n_layers && weights_.lm_head &&
-                 weights_.tok_embd,
-             "CPU forward: incomplete weights ({} layers for a {}-layer model)",
-             weights_.layers.size(), config_.n_layers);
+  FUTR_CHECK(int(weights_.layers.size()) == config_.n_layers && weights_.lm_head && weights_.tok_embd,
+             "CPU forward: incomplete weights ({} layers for a {}-layer model)", weights_.layers.size(),
+             config_.n_layers);
 }
 
 Tensor Forward::eval(KvCache& cache, std::span<const int32_t> tokens, int first_logit, bool row_invariant) {
   const int n = int(tokens.size());
-  FUTR_CHECK(tokens.size() < size_t(1) << 30, "CPU forward: {} tokens in one call",
-             tokens.size());
+  FUTR_CHECK(tokens.size() < size_t(1) << 30, "CPU forward: {} tokens in one call", tokens.size());
   FUTR_CHECK(first_logit >= 0 && first_logit <= n,
              "CPU forward: first logit row {} outside the batch of {} tokens", first_logit, n);
   // Validate everything before touching the cache, so an error changes nothing.
@@ -42,8 +38,8 @@ Tensor Forward::eval(KvCache& cache, std::span<const int32_t> tokens, int first_
   cache.check_room(n);
   for (int i = 0; i < n; ++i)
     FUTR_CHECK(tokens[size_t(i)] >= 0 && tokens[size_t(i)] < config_.vocab,
-               "token id {} at batch position {} is outside the vocabulary (0..{})",
-               tokens[size_t(i)], i, config_.vocab - 1);
+               "token id {} at batch position {} is outside the vocabulary (0..{})", tokens[size_t(i)], i,
+               config_.vocab - 1);
 
   Tensor logits({int64_t(n - first_logit), int64_t(config_.vocab)});
   for (int c0 = 0; c0 < n; c0 += max_batch_) {
@@ -56,8 +52,8 @@ Tensor Forward::eval(KvCache& cache, std::span<const int32_t> tokens, int first_
   return logits;
 }
 
-void Forward::eval_chunk(KvCache& cache, std::span<const int32_t> tokens, int first_logit,
-                         float* logits, bool row_invariant) {
+void Forward::eval_chunk(KvCache& cache, std::span<const int32_t> tokens, int first_logit, float* logits,
+                         bool row_invariant) {
   const ModelConfig& c = config_;
   const int n = int(tokens.size());
   const int pos0 = cache.length();
@@ -163,8 +159,7 @@ void Forward::eval_chunk(KvCache& cache, std::span<const int32_t> tokens, int fi
   // logits[i] = (RMSNorm(x[i]) * g_out) Wlm^T     [rows, vocab]
   if (logits == nullptr || first_logit >= n) return;
   const int rows = n - first_logit;
-  rmsnorm(x_.data() + size_t(first_logit) * H, weights_.out_norm.data(), xn_.data(), rows, H,
-          c.rms_eps);
+  rmsnorm(x_.data() + size_t(first_logit) * H, weights_.out_norm.data(), xn_.data(), rows, H, c.rms_eps);
   weights_.lm_head->forward(xn_.data(), rows, logits);
 }
 

@@ -53,17 +53,14 @@ class Forward {
   Forward(const Model& model, int ctx);
   // Any weights and KV storage (the seam for the quantized reference). The
   // context length is kv->capacity(). `model` must outlive this object.
-  Forward(const Model& model, CpuWeights weights, std::unique_ptr<KvStorage> kv,
-          int max_batch = 256);
+  Forward(const Model& model, CpuWeights weights, std::unique_ptr<KvStorage> kv, int max_batch = 256);
 
   // Runs `tokens` at positions [position(), position() + n), stores their
   // K/V in the cache, and returns the logits of the batch rows
   // [first_logit, n) as a Tensor [n - first_logit, vocab] (empty when
   // first_logit == n). Throws futr::Error (and changes nothing) when the
   // tokens do not fit in the context or an id is outside the vocabulary.
-  Tensor eval(std::span<const int32_t> tokens, int first_logit) {
-    return eval(cache_, tokens, first_logit);
-  }
+  Tensor eval(std::span<const int32_t> tokens, int first_logit) { return eval(cache_, tokens, first_logit); }
   // The same on another sequence's cache (capacity at most capacity()).
   // row_invariant: every row gets the bits it would get in a call of its own
   // (the GEMMs through RowInvariantScope, attention row by row): the decode
@@ -72,13 +69,11 @@ class Forward {
   // Logits for every position: [n, vocab] (perplexity).
   Tensor eval_all(std::span<const int32_t> tokens) { return eval(tokens, 0); }
   // Logits for the last position only: [1, vocab] (generation).
-  Tensor eval_last(std::span<const int32_t> tokens) {
-    return eval(tokens, int(tokens.size()) - 1);
-  }
+  Tensor eval_last(std::span<const int32_t> tokens) { return eval(tokens, int(tokens.size()) - 1); }
 
   int position() const { return cache_.length(); }  // tokens in the cache
   int capacity() const { return cache_.capacity(); }
-  void reset() { cache_.clear(); }              // start a new sequence
+  void reset() { cache_.clear(); }  // start a new sequence
   void truncate(int len) { cache_.truncate(len); }
   const ModelConfig& config() const { return config_; }
   const CpuWeights& weights() const { return weights_; }
@@ -100,8 +95,8 @@ class Forward {
   ModelConfig config_;
   CpuWeights weights_;
   KvCache cache_;
-  RopeTable rope_;      // [capacity, head_dim/2] cos/sin
-  int max_batch_ = 256; // tokens per chunk
+  RopeTable rope_;                 // [capacity, head_dim/2] cos/sin
+  int max_batch_ = 256;            // tokens per chunk
   bool bf16_activations_ = false;  // set_bf16_activations
 
   // Activation buffers, resized per chunk (n = chunk tokens).

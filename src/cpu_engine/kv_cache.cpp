@@ -91,8 +91,7 @@ void KvCache::advance(int n) {
 }
 
 void KvCache::truncate(int len) {
-  FUTR_CHECK(len >= 0 && len <= length_, "KV cache: cannot truncate {} positions to {}", length_,
-             len);
+  FUTR_CHECK(len >= 0 && len <= length_, "KV cache: cannot truncate {} positions to {}", length_, len);
   length_ = len;
 }
 

@@ -33,8 +33,8 @@ QuantKvStorage::QuantKvStorage(const ModelConfig& c, int capacity, KvFormat mode
     FUTR_CHECK(head_dim_ % 16 == 0, "INT4 KV cache: head_dim {} must be a multiple of 16", head_dim_);
   if (mode == KvFormat::kInt4Rot)
     FUTR_CHECK(quant::hadamard_block_ok(head_dim_, rot_block),
-               "--kv-block {}: the Hadamard block must be a power of two dividing head_dim {}",
-               rot_block, head_dim_);
+               "--kv-block {}: the Hadamard block must be a power of two dividing head_dim {}", rot_block,
+               head_dim_);
   const size_t n = size_t(n_layers_) * n_kv_heads_ * size_t(capacity) * head_dim_;
   k_.assign(n, 0.0f);
   v_.assign(n, 0.0f);
@@ -68,10 +68,9 @@ int64_t QuantKvStorage::bytes() const {
   return primary + mirror;
 }
 
-void QuantKvStorage::store_int4(Mirror& m, bool key, int slot, int head, const float* row,
-                                float* dst) {
-  const quant::KvInt4Half half{key ? m.k.data() : m.v.data(), key ? m.ks.data() : m.vs.data(), key, slots_,
-                               n_kv_heads_, head_dim_};
+void QuantKvStorage::store_int4(Mirror& m, bool key, int slot, int head, const float* row, float* dst) {
+  const quant::KvInt4Half half{
+      key ? m.k.data() : m.v.data(), key ? m.ks.data() : m.vs.data(), key, slots_, n_kv_heads_, head_dim_};
   quant::kv_int4_store_row(half, slot, head, row);
   // What attention reads: decoded back from the mirror bytes.
   for (int d = 0; d < head_dim_; ++d) dst[d] = quant::kv_int4_load(half, slot, head, d);
@@ -136,13 +135,11 @@ void QuantKvStorage::map_query(float* q, int64_t n, int64_t ld) const {
   const int64_t width = int64_t(n_heads_) * head_dim_;
   for (int64_t i = 0; i < n; ++i)
     for (int64_t j = 0; j < width; ++j) q[i * ld + j] = round_bf16(q[i * ld + j]);
-  if (mode_ == KvFormat::kInt4Rot)
-    quant::hadamard_rotate_heads(q, n, ld, n_heads_, head_dim_, rot_block_);
+  if (mode_ == KvFormat::kInt4Rot) quant::hadamard_rotate_heads(q, n, ld, n_heads_, head_dim_, rot_block_);
 }
 
 void QuantKvStorage::unmap_output(float* o, int64_t n, int64_t ld) const {
-  if (mode_ == KvFormat::kInt4Rot)
-    quant::hadamard_rotate_heads(o, n, ld, n_heads_, head_dim_, rot_block_);
+  if (mode_ == KvFormat::kInt4Rot) quant::hadamard_rotate_heads(o, n, ld, n_heads_, head_dim_, rot_block_);
 }
 
 std::unique_ptr<KvStorage> make_kv_storage(const ModelConfig& config, int capacity, KvFormat mode,

@@ -15,13 +15,11 @@ namespace futr::cpu {
 
 namespace {
 void check_weight(const Tensor& w, const std::string& name) {
-  FUTR_CHECK(w.rank() == 2, "linear layer '{}': weight must be 2-D [out, in], got {}", name,
-             w.shape_str());
-  FUTR_CHECK(w.dim(0) > 0 && w.dim(1) > 0, "linear layer '{}': empty weight {}", name,
-             w.shape_str());
+  FUTR_CHECK(w.rank() == 2, "linear layer '{}': weight must be 2-D [out, in], got {}", name, w.shape_str());
+  FUTR_CHECK(w.dim(0) > 0 && w.dim(1) > 0, "linear layer '{}': empty weight {}", name, w.shape_str());
   FUTR_CHECK(int64_t(w.data.size()) == w.numel(),
-             "linear layer '{}': weight {} holds {} values instead of {}", name, w.shape_str(),
-             w.data.size(), w.numel());
+             "linear layer '{}': weight {} holds {} values instead of {}", name, w.shape_str(), w.data.size(),
+             w.numel());
 }
 }  // namespace
 
@@ -96,13 +94,12 @@ void gemm_xwt(const float* x, int64_t m, const float* w, int64_t n, int64_t k, f
     const int64_t n0 = s * slice, n1 = std::min(n, n0 + slice);
     if (m == 1) {
       // One row: y[n0:n1] = W[n0:n1, :] x, a matrix-vector product (memory bound).
-      cblas_sgemv(CblasRowMajor, CblasNoTrans, blasint(n1 - n0), blasint(k), 1.0f, w + n0 * k,
-                  blasint(k), x, 1, 0.0f, y + n0, 1);
+      cblas_sgemv(CblasRowMajor, CblasNoTrans, blasint(n1 - n0), blasint(k), 1.0f, w + n0 * k, blasint(k), x,
+                  1, 0.0f, y + n0, 1);
     } else {
       // y[:, n0:n1] = x[m, K] * W[n0:n1, K]^T
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, blasint(m), blasint(n1 - n0),
-                  blasint(k), 1.0f, x, blasint(k), w + n0 * k, blasint(k), 0.0f, y + n0,
-                  blasint(n));
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, blasint(m), blasint(n1 - n0), blasint(k), 1.0f, x,
+                  blasint(k), w + n0 * k, blasint(k), 0.0f, y + n0, blasint(n));
     }
   }
 }

@@ -90,10 +90,10 @@ class DenseLinear final : public Linear {
 
  private:
   DenseLinear(const float* w, int64_t out, int64_t in, Tensor owned);
-  Tensor owned_;           // holds the data when owning; empty when borrowing
+  Tensor owned_;              // holds the data when owning; empty when borrowing
   const float* w_ = nullptr;  // [out_, in_] row-major
-  int64_t out_ = 0;        // N
-  int64_t in_ = 0;         // K
+  int64_t out_ = 0;           // N
+  int64_t in_ = 0;            // K
 };
 
 }  // namespace futr::cpu

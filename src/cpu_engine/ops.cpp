@@ -19,14 +19,12 @@ namespace futr::cpu {
 // region costs a few microseconds; a decode step's vectors are ~1000 values).
 constexpr int64_t kParallelMin = 1 << 14;
 
-void embed(const float* table, int64_t vocab, int hidden, std::span<const int32_t> tokens,
-           float* x) {
+void embed(const float* table, int64_t vocab, int hidden, std::span<const int32_t> tokens, float* x) {
   for (size_t i = 0; i < tokens.size(); ++i) {
     const int32_t t = tokens[i];
-    FUTR_CHECK(t >= 0 && t < vocab, "token id {} at position {} is outside the vocabulary (0..{})",
-               t, i, vocab - 1);
-    std::memcpy(x + i * size_t(hidden), table + size_t(t) * size_t(hidden),
-                sizeof(float) * size_t(hidden));
+    FUTR_CHECK(t >= 0 && t < vocab, "token id {} at position {} is outside the vocabulary (0..{})", t, i,
+               vocab - 1);
+    std::memcpy(x + i * size_t(hidden), table + size_t(t) * size_t(hidden), sizeof(float) * size_t(hidden));
   }
 }
 
@@ -44,9 +42,8 @@ void rmsnorm(const float* x, const float* g, float* y, int64_t n, int d, float e
 
 void apply_rope(float* x, int64_t n, int heads, int64_t ld, int pos0, const RopeTable& table) {
   const int D = table.head_dim, half = D / 2;
-  FUTR_CHECK(pos0 >= 0 && pos0 + n <= table.max_pos,
-             "RoPE: positions {}..{} exceed the table ({} positions)", pos0, pos0 + n - 1,
-             table.max_pos);
+  FUTR_CHECK(pos0 >= 0 && pos0 + n <= table.max_pos, "RoPE: positions {}..{} exceed the table ({} positions)",
+             pos0, pos0 + n - 1, table.max_pos);
 #pragma omp parallel for schedule(static) if (n * heads * D >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     const float* c = table.cos.data() + size_t(pos0 + i) * size_t(half);
@@ -93,8 +90,8 @@ void causal_attention(const float* q, int64_t ldq, int n, int pos0, int n_heads,
       float* S = S_buf.data();            // [rows, keys]
       // S = scale * Q_h[i0:i0+rows] K_g[0:keys]^T
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, head_dim, scale,
-                  q + int64_t(i0) * ldq + int64_t(h) * head_dim, blasint(ldq), g.k,
-                  blasint(g.ld), 0.0f, S, keys);
+                  q + int64_t(i0) * ldq + int64_t(h) * head_dim, blasint(ldq), g.k, blasint(g.ld), 0.0f, S,
+                  keys);
       // Causal softmax per row: row r (position pos0 + i0 + r) sees keys 0..pos0+i0+r.
       for (int r = 0; r < rows; ++r) {
         float* s = S + size_t(r) * size_t(keys);
@@ -111,9 +108,8 @@ void causal_attention(const float* q, int64_t ldq, int n, int pos0, int n_heads,
         for (int t = visible; t < keys; ++t) s[t] = 0.0f;  // masked (future) keys
       }
       // O_h[i0:i0+rows] = A V_g[0:keys]
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, head_dim, keys, 1.0f, S, keys,
-                  g.v, blasint(g.ld), 0.0f, out + int64_t(i0) * ldo + int64_t(h) * head_dim,
-                  blasint(ldo));
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, head_dim, keys, 1.0f, S, keys, g.v,
+                  blasint(g.ld), 0.0f, out + int64_t(i0) * ldo + int64_t(h) * head_dim, blasint(ldo));
     }
   }
 }

@@ -20,14 +20,13 @@
 
 namespace futr::cpu {
 
-using futr::RopeTable;
 using futr::make_rope_table;
+using futr::RopeTable;
 
 // --- Embedding --------------------------------------------------------------
 // x[i, :] = E[token_i, :]                      E: [vocab, hidden]
 // Throws futr::Error for a token id outside [0, vocab).
-void embed(const float* table, int64_t vocab, int hidden, std::span<const int32_t> tokens,
-           float* x);
+void embed(const float* table, int64_t vocab, int hidden, std::span<const int32_t> tokens, float* x);
 
 // --- RMSNorm ----------------------------------------------------------------
 // For each of the n rows of width d (computed in FP32, sum in double):

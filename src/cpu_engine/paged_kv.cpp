@@ -9,7 +9,10 @@
 namespace futr::cpu {
 
 PagedKvPool::PagedKvPool(const ModelConfig& config, std::unique_ptr<KvStorage> slots, int block_size)
-    : n_kv_heads_(config.n_kv_heads), head_dim_(config.head_dim), block_size_(block_size), slots_(std::move(slots)) {
+    : n_kv_heads_(config.n_kv_heads),
+      head_dim_(config.head_dim),
+      block_size_(block_size),
+      slots_(std::move(slots)) {
   FUTR_CHECK(slots_ != nullptr, "paged KV cache: no storage");
   FUTR_CHECK(block_size_ >= 1 && slots_->capacity() % block_size_ == 0,
              "paged KV cache: {} slots are not whole blocks of {}", slots_->capacity(), block_size_);

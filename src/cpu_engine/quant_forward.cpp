@@ -23,8 +23,8 @@ LinearFactory quant_linear_factory(const Model& model, WeightFormat format,
                                    bool fp8_gpu_numerics) {
   FUTR_CHECK(format == WeightFormat::kBf16 || q, "the {} reference needs quantized weights",
              to_string(format));
-  FUTR_CHECK(!q || format == WeightFormat::kBf16 || q->format == format,
-             "quantized weights are {}, not {}", to_string(q ? q->format : format), to_string(format));
+  FUTR_CHECK(!q || format == WeightFormat::kBf16 || q->format == format, "quantized weights are {}, not {}",
+             to_string(q ? q->format : format), to_string(format));
   auto sites = std::make_shared<std::map<int, std::shared_ptr<Fp8Site>>>();
   const float eps = model.config.rms_eps;
   return [format, q, bank, sites, eps, fp8_rms_in_cast, fp8_gpu_numerics](
@@ -43,8 +43,8 @@ LinearFactory quant_linear_factory(const Model& model, WeightFormat format,
     }
     const quant::QuantizedTensor& t = q->at(id);
     FUTR_CHECK(t.n == n && t.k == k && t.format == format,
-               "quantized tensor '{}' is {} [{}, {}], the model needs {} [{}, {}]", name,
-               to_string(t.format), t.n, t.k, to_string(format), n, k);
+               "quantized tensor '{}' is {} [{}, {}], the model needs {} [{}, {}]", name, to_string(t.format),
+               t.n, t.k, to_string(format), n, k);
     if (format == WeightFormat::kInt4) return std::make_unique<Int4Linear>(t.int4, name);
     FUTR_CHECK(bank != nullptr, "FP8 reference without a scale bank");
     const bool owner = records_site(id.proj);
@@ -56,8 +56,8 @@ LinearFactory quant_linear_factory(const Model& model, WeightFormat format,
       s->id = site;
     }
     const bool want_folded = reads_rmsnorm(id.proj);
-    FUTR_CHECK(t.fp8.folded_gain == want_folded, "FP8 tensor '{}': the RMSNorm gain is {}folded",
-               name, t.fp8.folded_gain ? "" : "not ");
+    FUTR_CHECK(t.fp8.folded_gain == want_folded, "FP8 tensor '{}': the RMSNorm gain is {}folded", name,
+               t.fp8.folded_gain ? "" : "not ");
     // The GPU's SwiGLU epilogue casts its FP32 output: no BF16 rounding of the down input there.
     const bool round_input = !(fp8_gpu_numerics && id.proj == Projection::kDown);
     return std::make_unique<Fp8Linear>(t.fp8, s, owner, eps, name, fp8_rms_in_cast, round_input);
@@ -91,7 +91,8 @@ QuantForward::QuantForward(const Model& model, std::shared_ptr<const quant::Quan
         }
       }
   }
-  CpuWeights w = make_weights(model, quant_linear_factory(model, o.weights, q_, bank_, o.fp8_rms_in_cast, o.fp8_gpu_numerics));
+  CpuWeights w = make_weights(
+      model, quant_linear_factory(model, o.weights, q_, bank_, o.fp8_rms_in_cast, o.fp8_gpu_numerics));
   // Embedding, norm gains: BF16 in every quantized mode.
   embd_.resize(model.weights.tok_embd.data.size());
   round_bf16_into(model.weights.tok_embd.ptr(), int64_t(embd_.size()), embd_.data());
@@ -117,8 +118,8 @@ std::string QuantForward::describe() const {
       s += fmt::format(", FP8 static scales (margin {}){}", b.config().margin,
                        opt_.fp8_rms_in_cast ? ", 1/rms in the cast" : "");
     else
-      s += fmt::format(", FP8 delayed scaling: history {}, margin {}{}", b.config().history, b.config().margin,
-                       opt_.fp8_rms_in_cast ? ", 1/rms in the cast" : "");
+      s += fmt::format(", FP8 delayed scaling: history {}, margin {}{}", b.config().history,
+                       b.config().margin, opt_.fp8_rms_in_cast ? ", 1/rms in the cast" : "");
     if (opt_.fp8_gpu_numerics) s += ", the GPU prefill's roundings (BF16 residual and q/k/v)";
   }
   return s;

@@ -30,13 +30,13 @@ namespace futr::cpu {
 struct QuantRunOptions {
   WeightFormat weights = WeightFormat::kFp32;
   KvFormat kv = KvFormat::kFp32;
-  int kv_block = 64;                 // Hadamard block (int4-rot)
-  quant::DelayedScalingConfig fp8;   // delayed scaling of FP8 activations
-  bool fp8_rms_in_cast = false;      // folded RMSNorm: 1/rms before the E4M3 cast (variant)
+  int kv_block = 64;                // Hadamard block (int4-rot)
+  quant::DelayedScalingConfig fp8;  // delayed scaling of FP8 activations
+  bool fp8_rms_in_cast = false;     // folded RMSNorm: 1/rms before the E4M3 cast (variant)
   // The GPU prefill path's roundings: BF16 residual and q/k/v (Forward::set_bf16_activations),
   // the down projection's input (the SwiGLU output) cast to E4M3 from FP32, not from BF16.
   bool fp8_gpu_numerics = false;
-  int max_batch = 256;               // tokens per forward chunk
+  int max_batch = 256;  // tokens per forward chunk
 };
 
 class QuantForward {
@@ -44,11 +44,11 @@ class QuantForward {
   // q: the quantized projections for fp8/int4 (ignored for fp32/bf16).
   // kv: the storage of the forward pass's own cache (a paged view,
   // cpu_engine/paged_kv.h); null: a contiguous one of ctx positions in o.kv.
-  QuantForward(const Model& model, std::shared_ptr<const quant::QuantizedWeights> q,
-               const QuantRunOptions& o, int ctx, std::unique_ptr<KvStorage> kv = nullptr);
+  QuantForward(const Model& model, std::shared_ptr<const quant::QuantizedWeights> q, const QuantRunOptions& o,
+               int ctx, std::unique_ptr<KvStorage> kv = nullptr);
   Forward& forward() { return *fwd_; }
   const Forward& forward() const { return *fwd_; }
-  std::string describe() const;           // weights, KV, scaling in one line
+  std::string describe() const;  // weights, KV, scaling in one line
   // FP8: the delayed-scaling state (nullptr otherwise).
   const quant::ScaleBank* fp8_bank() const { return bank_.get(); }
   const QuantRunOptions& options() const { return opt_; }
@@ -56,8 +56,8 @@ class QuantForward {
  private:
   QuantRunOptions opt_;
   std::shared_ptr<const quant::QuantizedWeights> q_;
-  std::vector<float> embd_;                  // [vocab, hidden] BF16-rounded embedding
-  std::shared_ptr<quant::ScaleBank> bank_;   // FP8 activation sites
+  std::vector<float> embd_;                 // [vocab, hidden] BF16-rounded embedding
+  std::shared_ptr<quant::ScaleBank> bank_;  // FP8 activation sites
   std::unique_ptr<Forward> fwd_;
 };
 

@@ -43,9 +43,7 @@ void Bf16Linear::forward(const float* x, int64_t m, float* y) {
 Int4Linear::Int4Linear(quant::Int4Weights w, std::string name)
     : w_(std::move(w)), deq_(quant::dequantize_int4(w_)), name_(std::move(name)) {}
 
-std::string Int4Linear::describe() const {
-  return fmt::format("int4 g{} [{}, {}]", w_.group, w_.n, w_.k);
-}
+std::string Int4Linear::describe() const { return fmt::format("int4 g{} [{}, {}]", w_.group, w_.n, w_.k); }
 
 void Int4Linear::forward(const float* x, int64_t m, float* y) {
   FUTR_ASSERT(m >= 1);
@@ -86,18 +84,17 @@ Fp8Linear::Fp8Linear(quant::Fp8Weights w, std::shared_ptr<Fp8Site> site, bool ow
       name_(std::move(name)) {
   FUTR_CHECK(site_ && site_->bank, "{}: FP8 layer without an activation site", name_);
   FUTR_CHECK(w_.w.size() == size_t(w_.n) * size_t(w_.k) && w_.scale.size() == size_t(w_.n),
-             "{}: FP8 weight with {} bytes and {} scales for [{}, {}]", name_, w_.w.size(),
-             w_.scale.size(), w_.n, w_.k);
+             "{}: FP8 weight with {} bytes and {} scales for [{}, {}]", name_, w_.w.size(), w_.scale.size(),
+             w_.n, w_.k);
   w8_.resize(w_.w.size());
   for (size_t i = 0; i < w8_.size(); ++i) w8_[i] = e4m3_to_float(w_.w[i]);
 }
 
 std::string Fp8Linear::describe() const {
-  return fmt::format("fp8 e4m3 per-channel [{}, {}]{} (site {}{})", w_.n, w_.k,
-                     w_.folded_gain ? (rms_in_cast_ ? " rmsnorm-folded, 1/rms in the cast" : " rmsnorm-folded")
-                                    : "",
-                     site_->bank->site_name(site_->id),
-                     owner_ ? "" : ", shared");
+  return fmt::format(
+      "fp8 e4m3 per-channel [{}, {}]{} (site {}{})", w_.n, w_.k,
+      w_.folded_gain ? (rms_in_cast_ ? " rmsnorm-folded, 1/rms in the cast" : " rmsnorm-folded") : "",
+      site_->bank->site_name(site_->id), owner_ ? "" : ", shared");
 }
 
 void Fp8Linear::quantize_input(const float* x, int64_t m) {
@@ -127,8 +124,7 @@ void Fp8Linear::quantize_input(const float* x, int64_t m) {
   quant::DelayedScale& state = s.bank->active(s.id);
   s.scale = state.scale();
   quant::Fp8QuantStats st = quant::quantize_e4m3_scaled(xb_, s.scale, s.a);
-  FUTR_CHECK(st.finite, "{}: the FP8 activation of site '{}' holds NaN/Inf", name_,
-             s.bank->site_name(s.id));
+  FUTR_CHECK(st.finite, "{}: the FP8 activation of site '{}' holds NaN/Inf", name_, s.bank->site_name(s.id));
   if (state.record(st.amax, st.saturated) == quant::DelayedScale::Action::kRecompute) {
     s.scale = state.scale();
     st = quant::quantize_e4m3_scaled(xb_, s.scale, s.a);
@@ -146,8 +142,8 @@ void Fp8Linear::forward(const float* x, int64_t m, float* y) {
     quantize_input(x, m);
   } else {
     FUTR_CHECK(s.generation != seen_ && s.x == x && s.m == m,
-               "{}: FP8 layer sharing site '{}' called without its owner on the same input",
-               name_, s.bank->site_name(s.id));
+               "{}: FP8 layer sharing site '{}' called without its owner on the same input", name_,
+               s.bank->site_name(s.id));
     seen_ = s.generation;
   }
   const int64_t N = w_.n, K = w_.k;

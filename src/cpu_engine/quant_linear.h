@@ -91,12 +91,12 @@ struct Fp8Site {
   std::shared_ptr<quant::ScaleBank> bank;  // delayed-scaling state of all sites and groups
   int id = 0;                              // site id in the bank
   // Cache of the owner's last quantization (read by the followers).
-  uint64_t generation = 0;                 // owner calls so far
-  const float* x = nullptr;                // input it quantized
-  int64_t m = 0;                           // rows
-  float scale = 1.0f;                      // s used
-  std::vector<float> a;                    // [m, K] decoded E4M3 values (not times s)
-  std::vector<float> row_factor;           // [m] 1/rms (folded sites), else empty
+  uint64_t generation = 0;        // owner calls so far
+  const float* x = nullptr;       // input it quantized
+  int64_t m = 0;                  // rows
+  float scale = 1.0f;             // s used
+  std::vector<float> a;           // [m, K] decoded E4M3 values (not times s)
+  std::vector<float> row_factor;  // [m] 1/rms (folded sites), else empty
 };
 
 class Fp8Linear final : public Linear {
@@ -107,8 +107,8 @@ class Fp8Linear final : public Linear {
   // rms_in_cast: apply 1/rms before the E4M3 cast instead of after the GEMM.
   // round_input: x rounded to BF16 before the cast (the BF16 activation the GPU
   // holds); false where the GPU casts an FP32 value (the SwiGLU epilogue's).
-  Fp8Linear(quant::Fp8Weights w, std::shared_ptr<Fp8Site> site, bool owner, float eps,
-            std::string name, bool rms_in_cast = false, bool round_input = true);
+  Fp8Linear(quant::Fp8Weights w, std::shared_ptr<Fp8Site> site, bool owner, float eps, std::string name,
+            bool rms_in_cast = false, bool round_input = true);
   int64_t in_features() const override { return w_.k; }
   int64_t out_features() const override { return w_.n; }
   std::string describe() const override;

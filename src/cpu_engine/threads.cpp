@@ -36,8 +36,8 @@ void futr_cpu_preinit(int, char**, char**) {
     setenv("OMP_WAIT_POLICY", "passive", 0);
   setenv("OPENBLAS_NUM_THREADS", "1", 0);
 }
-__attribute__((section(".preinit_array"), used)) void (*const futr_cpu_preinit_entry)(
-    int, char**, char**) = &futr_cpu_preinit;
+__attribute__((section(".preinit_array"),
+               used)) void (*const futr_cpu_preinit_entry)(int, char**, char**) = &futr_cpu_preinit;
 
 }  // namespace
 
@@ -80,7 +80,8 @@ std::string oversubscription_warning(int n) {
 }
 
 std::string contention_warning(int threads, int logical, double load1) {
-  if (threads <= 0 || logical <= 0 || !(load1 >= 0.75) || double(threads) + load1 <= double(logical) + 0.5) return {};
+  if (threads <= 0 || logical <= 0 || !(load1 >= 0.75) || double(threads) + load1 <= double(logical) + 0.5)
+    return {};
   const int fits = std::max(1, logical - int(load1 + 0.5));
   if (fits >= threads) return {};
   return fmt::format(
@@ -125,7 +126,8 @@ std::string ContentionWatch::observe(double seconds, int logical, double load1) 
       warned_ = true;
       const int fits = std::max(1, logical - int(load1 + 0.5));
       out = fmt::format(
-          "futr: warning: decode steps slowed from {:.1f} ms to {:.1f} ms: other processes keep the CPUs busy "
+          "futr: warning: decode steps slowed from {:.1f} ms to {:.1f} ms: other processes keep the CPUs "
+          "busy "
           "(load average {:.1f} on {} logical CPU{}){}",
           1e3 * median, 1e3 * seconds, load1, logical, logical == 1 ? "" : "s",
           fits < threads_ ? fmt::format("; -t {} (--threads) is likely faster than {}", fits, threads_) : "");

@@ -14,8 +14,8 @@ void expect_shape(const Tensor& t, const std::vector<int64_t>& shape, const std:
   want.shape = shape;
   FUTR_CHECK(t.shape == shape, "model tensor '{}' has shape {}, expected {}", name, t.shape_str(),
              want.shape_str());
-  FUTR_CHECK(int64_t(t.data.size()) == t.numel(), "model tensor '{}' {} holds {} values", name,
-             t.shape_str(), t.data.size());
+  FUTR_CHECK(int64_t(t.data.size()) == t.numel(), "model tensor '{}' {} holds {} values", name, t.shape_str(),
+             t.data.size());
 }
 
 std::unique_ptr<Linear> build(const LinearFactory& factory, ProjId id, const Tensor& w) {
@@ -23,8 +23,8 @@ std::unique_ptr<Linear> build(const LinearFactory& factory, ProjId id, const Ten
   std::unique_ptr<Linear> l = factory(id, w);
   FUTR_CHECK(l != nullptr, "linear factory returned nothing for '{}'", name);
   FUTR_CHECK(l->out_features() == w.dim(0) && l->in_features() == w.dim(1),
-             "linear factory built '{}' as [{}, {}] for weight {}", name, l->out_features(),
-             l->in_features(), w.shape_str());
+             "linear factory built '{}' as [{}, {}] for weight {}", name, l->out_features(), l->in_features(),
+             w.shape_str());
   return l;
 }
 
@@ -71,8 +71,8 @@ CpuWeights make_weights(const Model& model, const LinearFactory& factory) {
       L.bk = lw.bk.data;
       L.bv = lw.bv.data;
     } else {
-      FUTR_CHECK(lw.bq.empty() && lw.bk.empty() && lw.bv.empty(), "model has q/k/v biases but architecture {}",
-                 c.arch);
+      FUTR_CHECK(lw.bq.empty() && lw.bk.empty() && lw.bv.empty(),
+                 "model has q/k/v biases but architecture {}", c.arch);
     }
     L.wo = build(factory, {l, Projection::kO}, lw.wo);
     L.w_gate = build(factory, {l, Projection::kGate}, lw.w_gate);

@@ -27,16 +27,16 @@
 namespace futr::cpu {
 
 struct CpuLayer {
-  std::vector<float> attn_norm;     // [hidden] RMSNorm gain before attention
-  std::vector<float> ffn_norm;      // [hidden] RMSNorm gain before the MLP
-  std::unique_ptr<Linear> wq;       // [n_heads*head_dim, hidden]
-  std::unique_ptr<Linear> wk;       // [n_kv_heads*head_dim, hidden]
-  std::unique_ptr<Linear> wv;       // [n_kv_heads*head_dim, hidden]
-  std::vector<float> bq, bk, bv;    // [q_dim], [kv_dim], [kv_dim]: qwen2's biases (empty: none)
-  std::unique_ptr<Linear> wo;       // [hidden, n_heads*head_dim]
-  std::unique_ptr<Linear> w_gate;   // [intermediate, hidden]
-  std::unique_ptr<Linear> w_up;     // [intermediate, hidden]
-  std::unique_ptr<Linear> w_down;   // [hidden, intermediate]
+  std::vector<float> attn_norm;    // [hidden] RMSNorm gain before attention
+  std::vector<float> ffn_norm;     // [hidden] RMSNorm gain before the MLP
+  std::unique_ptr<Linear> wq;      // [n_heads*head_dim, hidden]
+  std::unique_ptr<Linear> wk;      // [n_kv_heads*head_dim, hidden]
+  std::unique_ptr<Linear> wv;      // [n_kv_heads*head_dim, hidden]
+  std::vector<float> bq, bk, bv;   // [q_dim], [kv_dim], [kv_dim]: qwen2's biases (empty: none)
+  std::unique_ptr<Linear> wo;      // [hidden, n_heads*head_dim]
+  std::unique_ptr<Linear> w_gate;  // [intermediate, hidden]
+  std::unique_ptr<Linear> w_up;    // [intermediate, hidden]
+  std::unique_ptr<Linear> w_down;  // [hidden, intermediate]
 };
 
 struct CpuWeights {

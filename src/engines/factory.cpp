@@ -2,8 +2,8 @@
 #include "engines/factory.h"
 
 #include <algorithm>
-#include <filesystem>
 #include <chrono>
+#include <filesystem>
 #include <memory>
 #include <optional>
 
@@ -13,10 +13,10 @@
 #include "cpu_engine/engine.h"
 #include "cpu_engine/threads.h"
 #if FUTR_HAVE_CUDA
-#include "launch/device.h"
 #include "gpu_engine/engine.h"
 #include "gpu_engine/prefill.h"
 #include "gpu_engine/tp_engine.h"
+#include "launch/device.h"
 #endif
 #include "formats/futr_file.h"
 #include "model/synthetic.h"
@@ -31,9 +31,10 @@ namespace {
 // The GPU engine keeps a slot region per sequence: an explicit paging request is refused (-1, the
 // engine's default, means none there).
 [[maybe_unused]] void check_gpu_paging(const runtime::RuntimeConfig& c) {
-  FUTR_CHECK(c.kv_block_size <= 0 && c.kv_blocks == 0,
-             "--block-size / --kv-blocks: the GPU engine does not page its KV cache yet (it reserves a region of "
-             "ctx positions per sequence); use --backend cpu for a paged cache");
+  FUTR_CHECK(
+      c.kv_block_size <= 0 && c.kv_blocks == 0,
+      "--block-size / --kv-blocks: the GPU engine does not page its KV cache yet (it reserves a region of "
+      "ctx positions per sequence); use --backend cpu for a paged cache");
 }
 
 quant::DelayedScalingConfig fp8_config(const runtime::Fp8Config& f) {
@@ -48,13 +49,16 @@ quant::DelayedScalingConfig fp8_config(const runtime::Fp8Config& f) {
 
 // --prefill-rows asks for GPU prefill chunks: refused where there are none.
 void check_prefill_rows(const runtime::RuntimeConfig& c, bool use_gpu) {
-  FUTR_CHECK(!c.lm_head_int4 || use_gpu, "--head int4: the INT4 LM head is the GPU engine's (this run uses the CPU "
+  FUTR_CHECK(!c.lm_head_int4 || use_gpu,
+             "--head int4: the INT4 LM head is the GPU engine's (this run uses the CPU "
              "engine)");
   if (c.prefill_rows == 0) return;
   FUTR_CHECK(use_gpu, "--prefill-rows {}: prefill chunks are the GPU engine's (this run uses the CPU engine)",
              c.prefill_rows);
-  FUTR_CHECK(c.prefill != runtime::PrefillMode::kOff, "--prefill-rows {} with --prefill=off: prompts go through the "
-             "decode step, there are no prefill chunks", c.prefill_rows);
+  FUTR_CHECK(c.prefill != runtime::PrefillMode::kOff,
+             "--prefill-rows {} with --prefill=off: prompts go through the "
+             "decode step, there are no prefill chunks",
+             c.prefill_rows);
 }
 
 #if FUTR_HAVE_CUDA
@@ -93,33 +97,41 @@ std::string gpu_engine_unavailable_reason() {
   return why.empty() ? "" : "no GPU: " + why;
 }
 
-std::unique_ptr<runtime::Engine> make_synthetic_engine(const std::string& name, const runtime::RuntimeConfig& c,
-                                                       uint64_t seed, std::unique_ptr<Model>& host_model,
+std::unique_ptr<runtime::Engine> make_synthetic_engine(const std::string& name,
+                                                       const runtime::RuntimeConfig& c, uint64_t seed,
+                                                       std::unique_ptr<Model>& host_model,
                                                        const runtime::EngineLog& log) {
   const ModelConfig config = synthetic_config(name);  // refuses unknown names first
   const std::string no_gpu = gpu_engine_unavailable_reason();
-  const bool gpu_formats = (c.weights == WeightFormat::kAuto || c.weights == WeightFormat::kInt4) &&
-                           c.kv != KvFormat::kFp32;
+  const bool gpu_formats =
+      (c.weights == WeightFormat::kAuto || c.weights == WeightFormat::kInt4) && c.kv != KvFormat::kFp32;
   const bool use_gpu = c.engine == runtime::EngineKind::kGpu ||
                        (c.engine == runtime::EngineKind::kAuto && no_gpu.empty() && gpu_formats);
   check_prefill_rows(c, use_gpu);
   FUTR_CHECK(c.tp == 1 || use_gpu, "--tp {}: tensor parallelism runs the GPU engine ({})", c.tp,
              no_gpu.empty() ? "asked: --backend " + to_string(c.engine) : no_gpu);
   if (!use_gpu) {
-    FUTR_CHECK(name == "tiny" || c.engine != runtime::EngineKind::kAuto || no_gpu.empty(),
-               "--synthetic {}: its weights are generated on the GPU, and there is none here ({}); on the CPU only "
-               "--synthetic tiny exists", name, no_gpu);
+    FUTR_CHECK(
+        name == "tiny" || c.engine != runtime::EngineKind::kAuto || no_gpu.empty(),
+        "--synthetic {}: its weights are generated on the GPU, and there is none here ({}); on the CPU only "
+        "--synthetic tiny exists",
+        name, no_gpu);
     host_model = std::make_unique<Model>(synthetic_host_model(name, seed));
     return runtime::make_engine(*host_model, c, log);
   }
-  FUTR_CHECK(no_gpu.empty(), "--synthetic {} --backend gpu: {} (use --backend cpu with --synthetic tiny)", name,
-             no_gpu);
-  FUTR_CHECK(gpu_formats, "--synthetic {} on the GPU runs int4 weights with a bf16, int4 or int4-rot KV cache (asked: "
-             "--weights {} --kv {})", name, to_string(c.weights), to_string(c.kv));
-  FUTR_CHECK(!c.quant_given && !c.act_order, "--synthetic: the weights are drawn directly as INT4; --quant and "
+  FUTR_CHECK(no_gpu.empty(), "--synthetic {} --backend gpu: {} (use --backend cpu with --synthetic tiny)",
+             name, no_gpu);
+  FUTR_CHECK(gpu_formats,
+             "--synthetic {} on the GPU runs int4 weights with a bf16, int4 or int4-rot KV cache (asked: "
+             "--weights {} --kv {})",
+             name, to_string(c.weights), to_string(c.kv));
+  FUTR_CHECK(!c.quant_given && !c.act_order,
+             "--synthetic: the weights are drawn directly as INT4; --quant and "
              "--act-order do not apply");
 #if FUTR_HAVE_CUDA
-  if (log) log(fmt::format("engine gpu, synthetic {} (random int4 weights drawn on the device, seed {})", name, seed));
+  if (log)
+    log(fmt::format("engine gpu, synthetic {} (random int4 weights drawn on the device, seed {})", name,
+                    seed));
   gpu::GpuEngineOptions go;
   go.kv = c.kv == KvFormat::kAuto ? KvFormat::kBf16 : c.kv;
   FUTR_CHECK(c.kv_block == 0 || go.kv == KvFormat::kInt4Rot, "--kv-block applies to --kv int4-rot");
@@ -133,15 +145,19 @@ std::unique_ptr<runtime::Engine> make_synthetic_engine(const std::string& name, 
   go.lm_head_int4 = c.lm_head_int4;
   {
     const std::string why = c.tp > 1 ? "tensor parallel" : gpu::PrefillPath::unsupported_reason(config);
-    FUTR_CHECK(c.prefill != runtime::PrefillMode::kOn || why.empty(), "--prefill on: the FP8 prefill path cannot "
-               "run here: {}", why);
+    FUTR_CHECK(c.prefill != runtime::PrefillMode::kOn || why.empty(),
+               "--prefill on: the FP8 prefill path cannot "
+               "run here: {}",
+               why);
     go.prefill_synthetic = c.prefill != runtime::PrefillMode::kOff && why.empty();
     go.prefill_seed = seed;
     go.fp8 = fp8_config(c.fp8);
     go.prefill_rows = prefill_chunk_rows(c, go.prefill_rows);
-    if (log) log(go.prefill_synthetic ? "prompts through the FP8 prefill path (synthetic FP8 weights drawn on the device)"
-                                      : fmt::format("prompts through the decode step ({})",
-                                                    c.prefill == runtime::PrefillMode::kOff ? "--prefill=off" : why));
+    if (log)
+      log(go.prefill_synthetic
+              ? "prompts through the FP8 prefill path (synthetic FP8 weights drawn on the device)"
+              : fmt::format("prompts through the decode step ({})",
+                            c.prefill == runtime::PrefillMode::kOff ? "--prefill=off" : why));
   }
   if (c.tp > 1) {
     if (log) log(fmt::format("tensor parallel over {} GPUs (each rank draws its own shard)", c.tp));
@@ -154,7 +170,6 @@ std::unique_ptr<runtime::Engine> make_synthetic_engine(const std::string& name, 
 }
 
 namespace {
-
 
 std::string format_list(const std::vector<WeightFormat>& fs) {
   std::vector<std::string> s;
@@ -169,19 +184,21 @@ std::string format_list(const std::vector<WeightFormat>& fs) {
 // step, said on the log). Quantized on load they come without calibrated
 // amax: *calib gets the held-out tokens the engine calibrates on, on the
 // device (a fraction of a second, where the CPU forward took seconds).
-std::shared_ptr<const quant::QuantizedWeights> prefill_weights(const Model& model, const runtime::RuntimeConfig& c,
-                                                               FutrFile* file, const std::vector<WeightFormat>& stored,
-                                                               const runtime::EngineLog& log,
-                                                               std::vector<int32_t>* calib) {
+std::shared_ptr<const quant::QuantizedWeights> prefill_weights(
+    const Model& model, const runtime::RuntimeConfig& c, FutrFile* file,
+    const std::vector<WeightFormat>& stored, const runtime::EngineLog& log, std::vector<int32_t>* calib) {
   using runtime::PrefillMode;
   if (c.prefill == PrefillMode::kOff) {
     if (log) log("prompts through the decode step (--prefill=off)");
     return nullptr;
   }
-  std::string why = c.tp > 1 ? "it does not run tensor parallel yet" : gpu::PrefillPath::unsupported_reason(model.config);
+  std::string why =
+      c.tp > 1 ? "it does not run tensor parallel yet" : gpu::PrefillPath::unsupported_reason(model.config);
   if (why.empty() && c.fp8.policy != Fp8SaturationPolicy::kClampRescale)
-    why = "its delayed scaling runs the \"clamp\" policy on the device (--fp8-policy recompute is a CPU-reference "
-          "option)";
+    why =
+        "its delayed scaling runs the \"clamp\" policy on the device (--fp8-policy recompute is a "
+        "CPU-reference "
+        "option)";
   if (why.empty() && file && std::find(stored.begin(), stored.end(), WeightFormat::kFp8) == stored.end())
     why = fmt::format("{} holds no fp8 weights (`futr quantize` the original model with --weights int4,fp8)",
                       model.path);
@@ -190,8 +207,9 @@ std::shared_ptr<const quant::QuantizedWeights> prefill_weights(const Model& mode
     if (log) log(fmt::format("prompts through the decode step (the FP8 prefill path: {})", why));
     return nullptr;
   }
-  const std::string scales = c.fp8.scaling == Fp8Scaling::kStatic ? "static FP8 scales" : "delayed FP8 scaling per "
-                                                                                            "request";
+  const std::string scales = c.fp8.scaling == Fp8Scaling::kStatic ? "static FP8 scales"
+                                                                  : "delayed FP8 scaling per "
+                                                                    "request";
   auto calibration = [&] {  // 4 windows, as `futr quantize`
     const auto t0 = std::chrono::steady_clock::now();
     auto tokens = runtime::calibration_tokens_tail(
@@ -206,16 +224,18 @@ std::shared_ptr<const quant::QuantizedWeights> prefill_weights(const Model& mode
     if (q->fp8_initial_amax.empty()) *calib = calibration();
     if (log)
       log(fmt::format("prompts through the FP8 prefill path (the file's fp8 weights; {} {})", scales,
-                      calib->empty() ? "from the file's calibrated amax"
-                                     : fmt::format("calibrated on the GPU from {} held-out tokens", calib->size())));
+                      calib->empty()
+                          ? "from the file's calibrated amax"
+                          : fmt::format("calibrated on the GPU from {} held-out tokens", calib->size())));
     return q;
   }
   cpu::QuantizeOptions qo = quantize_options(WeightFormat::kFp8, c);
   *calib = calibration();
   if (log)
-    log(fmt::format("prompts through the FP8 prefill path: fp8 weights quantized on load, {} calibrated on the GPU "
-                    "from {} held-out tokens (`futr quantize --weights int4,fp8` stores them)",
-                    scales, calib->size()));
+    log(fmt::format(
+        "prompts through the FP8 prefill path: fp8 weights quantized on load, {} calibrated on the GPU "
+        "from {} held-out tokens (`futr quantize --weights int4,fp8` stores them)",
+        scales, calib->size()));
   cpu::set_num_threads(c.threads);
   const auto t0 = std::chrono::steady_clock::now();
   auto q = std::make_shared<quant::QuantizedWeights>(cpu::quantize_model(model, qo, {}));
@@ -232,8 +252,10 @@ std::unique_ptr<runtime::Engine> runtime::make_engine(const Model& model, const 
                                                       const EngineLog& log) {
   FUTR_CHECK(c.ctx >= 0, "--ctx must be positive (got {})", c.ctx);
   FUTR_CHECK(c.threads >= 0, "--threads must be positive (got {})", c.threads);
-  FUTR_CHECK(c.max_seqs >= 0, "the maximum number of sequences must be >= 0 (0: the engine's "
-             "default; got {})", c.max_seqs);
+  FUTR_CHECK(c.max_seqs >= 0,
+             "the maximum number of sequences must be >= 0 (0: the engine's "
+             "default; got {})",
+             c.max_seqs);
   // --- engine ---
   // The GPU engine runs INT4 weights over a BF16 / INT4 cache: `auto` takes it
   // when a Hopper GPU is present and the formats asked for are those.
@@ -241,14 +263,17 @@ std::unique_ptr<runtime::Engine> runtime::make_engine(const Model& model, const 
   // NOTE: the GPU engine's fused QKV GEMM has no bias epilogue: a model with
   // q/k/v biases (qwen2) runs on the CPU engine, never without its biases.
   if (no_gpu.empty() && model.config.qkv_bias)
-    no_gpu = fmt::format("the GPU engine does not support the {} architecture's q/k/v projection biases yet; the CPU "
-                         "engine runs it", model.config.arch);
-  const bool gpu_formats = (c.weights == WeightFormat::kAuto || c.weights == WeightFormat::kInt4) &&
-                           c.kv != KvFormat::kFp32;
+    no_gpu = fmt::format(
+        "the GPU engine does not support the {} architecture's q/k/v projection biases yet; the CPU "
+        "engine runs it",
+        model.config.arch);
+  const bool gpu_formats =
+      (c.weights == WeightFormat::kAuto || c.weights == WeightFormat::kInt4) && c.kv != KvFormat::kFp32;
   bool use_gpu = false;
   if (c.engine == EngineKind::kGpu) {
     FUTR_CHECK(no_gpu.empty(), "--backend gpu: {} (use --backend cpu or auto)", no_gpu);
-    FUTR_CHECK(gpu_formats, "--backend gpu runs int4 weights with a bf16, int4 or int4-rot KV cache (asked: "
+    FUTR_CHECK(gpu_formats,
+               "--backend gpu runs int4 weights with a bf16, int4 or int4-rot KV cache (asked: "
                "--weights {} --kv {}); use --backend cpu for the other formats",
                to_string(c.weights), to_string(c.kv));
     use_gpu = true;
@@ -257,8 +282,11 @@ std::unique_ptr<runtime::Engine> runtime::make_engine(const Model& model, const 
     if (log) {
       if (use_gpu) log("engine gpu (a Hopper GPU is present)");
       else if (!no_gpu.empty()) log(fmt::format("engine cpu ({})", no_gpu));
-      else log(fmt::format("engine cpu (the GPU engine runs int4 weights with a bf16/int4 cache; asked: --weights "
-                           "{} --kv {})", to_string(c.weights), to_string(c.kv)));
+      else
+        log(fmt::format(
+            "engine cpu (the GPU engine runs int4 weights with a bf16/int4 cache; asked: --weights "
+            "{} --kv {})",
+            to_string(c.weights), to_string(c.kv)));
     }
   }
 
@@ -267,8 +295,10 @@ std::unique_ptr<runtime::Engine> runtime::make_engine(const Model& model, const 
   std::optional<cuda::ContextWarmup> context;
   if (use_gpu) context.emplace();
 #endif
-  FUTR_CHECK(c.prefill != PrefillMode::kOn || use_gpu, "--prefill on: the FP8 prefill path is the GPU engine's "
-             "(this run uses the CPU engine; its FP8 reference is --weights fp8 --fp8-rms cast --fp8-numerics gpu)");
+  FUTR_CHECK(
+      c.prefill != PrefillMode::kOn || use_gpu,
+      "--prefill on: the FP8 prefill path is the GPU engine's "
+      "(this run uses the CPU engine; its FP8 reference is --weights fp8 --fp8-rms cast --fp8-numerics gpu)");
   engines::check_prefill_rows(c, use_gpu);
   FUTR_CHECK(c.tp == 1 || use_gpu, "--tp {}: tensor parallelism runs the GPU engine ({})", c.tp,
              no_gpu.empty() ? fmt::format("asked: --backend {} --weights {} --kv {}", to_string(c.engine),
@@ -289,8 +319,10 @@ std::unique_ptr<runtime::Engine> runtime::make_engine(const Model& model, const 
     else w = futr && !stored.empty() ? stored.front() : WeightFormat::kFp32;
   }
   if (c.quant_given || c.act_order) {
-    FUTR_CHECK(!futr, "{}: the weights are already quantized; --quant/--act-order apply to unquantized "
-               "models (GGUF, Hugging Face)", model.path);
+    FUTR_CHECK(!futr,
+               "{}: the weights are already quantized; --quant/--act-order apply to unquantized "
+               "models (GGUF, Hugging Face)",
+               model.path);
     FUTR_CHECK(w == WeightFormat::kInt4, "--quant/--act-order need --weights int4");
   }
   // --- KV ---
@@ -319,8 +351,8 @@ std::unique_ptr<runtime::Engine> runtime::make_engine(const Model& model, const 
   if (w == WeightFormat::kFp8 || w == WeightFormat::kInt4) {
     if (futr) {
       FUTR_CHECK(std::find(stored.begin(), stored.end(), w) != stored.end(),
-                 "{} holds no {} weights (it holds: {}); quantize the original model instead",
-                 model.path, to_string(w), engines::format_list(stored));
+                 "{} holds no {} weights (it holds: {}); quantize the original model instead", model.path,
+                 to_string(w), engines::format_list(stored));
       q = std::make_shared<quant::QuantizedWeights>(file->read_weights(w));
     } else {
       const cpu::QuantizeOptions qo = engines::quantize_options(w, c);
@@ -328,10 +360,10 @@ std::unique_ptr<runtime::Engine> runtime::make_engine(const Model& model, const 
       if (cpu::needs_calibration(qo)) {
         calib = calibration_tokens(model, c.calib);
         if (log && w == WeightFormat::kFp8)
-          log(fmt::format("quantizing to fp8 on load; initial amax from {} held-out tokens",
-                          calib.size()));
+          log(fmt::format("quantizing to fp8 on load; initial amax from {} held-out tokens", calib.size()));
         else if (log)
-          log(fmt::format("calibrating {} on {} held-out tokens (this takes minutes; `futr quantize` "
+          log(
+              fmt::format("calibrating {} on {} held-out tokens (this takes minutes; `futr quantize` "
                           "once and load the .futr file to skip it)",
                           to_string(qo.method), calib.size()));
       } else if (log && w == WeightFormat::kInt4 && qo.method == QuantMethod::kRtn) {

@@ -24,8 +24,8 @@
 #include <memory>
 #include <string>
 
-#include "quantize/quantize.h"
 #include "model/model.h"
+#include "quantize/quantize.h"
 #include "runtime/config.h"
 #include "runtime/engine.h"
 
@@ -46,8 +46,9 @@ std::string gpu_engine_unavailable_reason();
 // as a host model placed in `host_model` (which must outlive the engine) and
 // going through make_engine() like a loaded one; the others are refused with
 // the reason. `seed` draws the weights.
-std::unique_ptr<runtime::Engine> make_synthetic_engine(const std::string& name, const runtime::RuntimeConfig& c,
-                                                       uint64_t seed, std::unique_ptr<Model>& host_model,
+std::unique_ptr<runtime::Engine> make_synthetic_engine(const std::string& name,
+                                                       const runtime::RuntimeConfig& c, uint64_t seed,
+                                                       std::unique_ptr<Model>& host_model,
                                                        const runtime::EngineLog& log = {});
 
 }  // namespace futr::engines

@@ -135,7 +135,8 @@ std::pair<json, Layout> build(const Model& model, const std::vector<const quant:
     add_bf16(fmt::format("blk.{}.attn_norm", l), L.attn_norm);
     add_bf16(fmt::format("blk.{}.ffn_norm", l), L.ffn_norm);
     if (c.qkv_bias)  // FP32, as every engine adds them (version 2)
-      for (const auto& [name, t] : {std::pair{"attn_q.bias", &L.bq}, {"attn_k.bias", &L.bk}, {"attn_v.bias", &L.bv}}) {
+      for (const auto& [name, t] :
+           {std::pair{"attn_q.bias", &L.bq}, {"attn_k.bias", &L.bk}, {"attn_v.bias", &L.bv}}) {
         FUTR_CHECK(!t->data.empty(), ".futr writer: blk.{}.{} is missing", l, name);
         const uint64_t off = data.add(as_bytes(t->data));
         tensors.push_back(tensor_entry(fmt::format("blk.{}.{}", l, name), "f32", t->shape, off,
@@ -162,8 +163,8 @@ std::pair<json, Layout> build(const Model& model, const std::vector<const quant:
       for (Projection p : kLayerProjections) {
         const std::string name = projection_name({l, p});
         const quant::QuantizedTensor& t = set->at({l, p});
-        FUTR_CHECK(t.format == set->format, ".futr writer: '{}' is {} in a {} set", name,
-                   to_string(t.format), to_string(set->format));
+        FUTR_CHECK(t.format == set->format, ".futr writer: '{}' is {} in a {} set", name, to_string(t.format),
+                   to_string(set->format));
         json e;
         if (t.format == WeightFormat::kInt4) {
           const quant::Int4Packed p = quant::pack_int4(t.int4);
@@ -177,8 +178,8 @@ std::pair<json, Layout> build(const Model& model, const std::vector<const quant:
         } else if (t.format == WeightFormat::kFp8) {
           for (float sc : t.fp8.scale)
             FUTR_CHECK(sc >= quant::kFp8MinWeightScale && sc <= quant::kFp8MaxWeightScale,
-                       ".futr writer: '{}' has FP8 scale {}, outside [{}, {}]", name, sc, quant::kFp8MinWeightScale,
-                       quant::kFp8MaxWeightScale);
+                       ".futr writer: '{}' has FP8 scale {}, outside [{}, {}]", name, sc,
+                       quant::kFp8MinWeightScale, quant::kFp8MaxWeightScale);
           const uint64_t w_off = data.add(t.fp8.w);
           const uint64_t s_off = data.add(as_bytes(t.fp8.scale));
           e = tensor_entry(name, "e4m3", {t.n, t.k}, w_off, t.fp8.w.size());
@@ -199,9 +200,11 @@ std::pair<json, Layout> build(const Model& model, const std::vector<const quant:
   tok["model"] = tk.model;
   tok["pre"] = tk.pre;
   const uint64_t t_off = data.add(strings_blob(tk.tokens));
-  tok["tokens"] = {{"count", tk.tokens.size()}, {"offset", t_off}, {"bytes", data.blobs().back().bytes.size()}};
+  tok["tokens"] = {
+      {"count", tk.tokens.size()}, {"offset", t_off}, {"bytes", data.blobs().back().bytes.size()}};
   const uint64_t m_off = data.add(strings_blob(tk.merges));
-  tok["merges"] = {{"count", tk.merges.size()}, {"offset", m_off}, {"bytes", data.blobs().back().bytes.size()}};
+  tok["merges"] = {
+      {"count", tk.merges.size()}, {"offset", m_off}, {"bytes", data.blobs().back().bytes.size()}};
   const uint64_t c_off = data.add(strings_blob({tk.chat_template}));
   tok["chat_template"] = {{"count", 1}, {"offset", c_off}, {"bytes", data.blobs().back().bytes.size()}};
   tok["token_types"] = tk.token_types;
@@ -243,7 +246,8 @@ void put_u64(std::vector<uint8_t>& b, uint64_t v) {
 // hold (q/k/v biases, a SentencePiece tokenizer's scores and dummy prefix:
 // version 1 readers would run without them), else 1.
 uint32_t min_reader_for(const json& header) {
-  const bool v2 = header["config"].value("qkv_bias", false) || header["tokenizer"].value("model", "") == "llama";
+  const bool v2 =
+      header["config"].value("qkv_bias", false) || header["tokenizer"].value("model", "") == "llama";
   return v2 ? 2 : 1;
 }
 
@@ -344,8 +348,8 @@ FutrFile::FutrFile(std::span<const uint8_t> bytes, std::string name) : name_(std
 
 void FutrFile::parse() {
   const uint64_t size = bytes_.size();
-  FUTR_CHECK(size >= 8 && std::memcmp(bytes_.data(), kFutrMagic, 8) == 0,
-             "{}: not a .futr file (bad magic)", name_);
+  FUTR_CHECK(size >= 8 && std::memcmp(bytes_.data(), kFutrMagic, 8) == 0, "{}: not a .futr file (bad magic)",
+             name_);
   FUTR_CHECK(size >= kFixedHeader, "{}: truncated .futr header ({} bytes)", name_, size);
   version_ = get_u32(bytes_.data() + 8);
   const uint32_t min_reader = get_u32(bytes_.data() + 12);
@@ -356,8 +360,8 @@ void FutrFile::parse() {
              "1..{}: update futr (or re-run futr quantize with this version)",
              name_, version_, min_reader, kFutrFormatVersion);
   FUTR_CHECK(hbytes <= kMaxHeaderBytes, "{}: .futr header of {} bytes is impossible", name_, hbytes);
-  FUTR_CHECK(hbytes <= size - kFixedHeader, "{}: truncated .futr file: header of {} bytes, file of {}",
-             name_, hbytes, size);
+  FUTR_CHECK(hbytes <= size - kFixedHeader, "{}: truncated .futr file: header of {} bytes, file of {}", name_,
+             hbytes, size);
   data_ = align_up(kFixedHeader + hbytes);
   FUTR_CHECK(data_ <= size, "{}: truncated .futr file (data section past the end)", name_);
   header_ = parse_json_document(
@@ -366,8 +370,8 @@ void FutrFile::parse() {
   try {
     FUTR_CHECK(header_.is_object() && header_.contains("format") && header_["format"] == "futr",
                "{}: the .futr header does not say format \"futr\"", name_);
-    FUTR_CHECK(header_.contains("tensors") && header_["tensors"].is_array(), "{}: .futr header has no tensor list",
-               name_);
+    FUTR_CHECK(header_.contains("tensors") && header_["tensors"].is_array(),
+               "{}: .futr header has no tensor list", name_);
     check_blobs();
   } catch (const json::exception& e) {
     fail("{}: bad .futr header: {}", name_, e.what());
@@ -389,23 +393,26 @@ void FutrFile::check_blobs() const {
                size_key);
     const uint64_t off = json_uint(e[off_key], fmt::format("{}: {} {}", name_, what, off_key));
     const uint64_t bytes = json_uint(e[size_key], fmt::format("{}: {} {}", name_, what, size_key));
-    FUTR_CHECK(off <= avail && bytes <= avail - off, "{}: {} (offset {}, {} bytes) lies past the end of the file",
-               name_, what, off, bytes);
-    FUTR_CHECK(off % kAlign == 0, "{}: {} starts at offset {}, not a multiple of {}", name_, what, off, kAlign);
+    FUTR_CHECK(off <= avail && bytes <= avail - off,
+               "{}: {} (offset {}, {} bytes) lies past the end of the file", name_, what, off, bytes);
+    FUTR_CHECK(off % kAlign == 0, "{}: {} starts at offset {}, not a multiple of {}", name_, what, off,
+               kAlign);
     if (bytes > 0) ranges.push_back({off, bytes, what});
   };
   std::map<std::string, int> seen;
   for (const json& t : header_["tensors"]) {
-    FUTR_CHECK(t.is_object() && t.contains("name") && t["name"].is_string(), "{}: a tensor entry has no name: {}",
-               name_, json_snippet(t));
+    FUTR_CHECK(t.is_object() && t.contains("name") && t["name"].is_string(),
+               "{}: a tensor entry has no name: {}", name_, json_snippet(t));
     const std::string name = t["name"].get<std::string>();
-    FUTR_CHECK(!t.contains("format") || t["format"].is_string(), "{}: tensor '{}' has a non-string format", name_,
-               printable(name, 100));
+    FUTR_CHECK(!t.contains("format") || t["format"].is_string(), "{}: tensor '{}' has a non-string format",
+               name_, printable(name, 100));
     const std::string key = t.contains("format") ? name + "." + t["format"].get<std::string>() : name;
-    FUTR_CHECK(seen.emplace(key, 0).second, "{}: tensor '{}' appears twice in the header", name_, printable(key, 100));
+    FUTR_CHECK(seen.emplace(key, 0).second, "{}: tensor '{}' appears twice in the header", name_,
+               printable(key, 100));
     const std::string what = "tensor '" + printable(name, 100) + "'";
     add(t, "offset", "bytes", what);
-    if (t.contains("scale_offset") || t.contains("scale_bytes")) add(t, "scale_offset", "scale_bytes", what + " scales");
+    if (t.contains("scale_offset") || t.contains("scale_bytes"))
+      add(t, "scale_offset", "scale_bytes", what + " scales");
   }
   if (header_.contains("tokenizer") && header_["tokenizer"].is_object())
     for (const char* k : {"tokens", "merges", "chat_template", "scores"}) {
@@ -415,8 +422,8 @@ void FutrFile::check_blobs() const {
   std::sort(ranges.begin(), ranges.end(), [](const Range& x, const Range& y) { return x.off < y.off; });
   for (size_t i = 1; i < ranges.size(); ++i)
     FUTR_CHECK(ranges[i].off >= ranges[i - 1].off + ranges[i - 1].bytes,
-               "{}: {} (offset {}, {} bytes) overlaps {} (offset {}, {} bytes)", name_, ranges[i].what, ranges[i].off,
-               ranges[i].bytes, ranges[i - 1].what, ranges[i - 1].off, ranges[i - 1].bytes);
+               "{}: {} (offset {}, {} bytes) overlaps {} (offset {}, {} bytes)", name_, ranges[i].what,
+               ranges[i].off, ranges[i].bytes, ranges[i - 1].what, ranges[i - 1].off, ranges[i - 1].bytes);
 }
 
 std::span<const uint8_t> FutrFile::blob(const json& t, const char* off_key, const char* size_key,
@@ -457,8 +464,8 @@ int64_t dim_of(const json& shape, size_t i, const std::string& file, const std::
   const int64_t v = shape.at(i).is_number_unsigned() && shape.at(i).get<uint64_t>() > uint64_t(INT64_MAX)
                         ? INT64_MAX
                         : shape.at(i).get<int64_t>();
-  FUTR_CHECK(v > 0 && v <= (int64_t(1) << 31), "{}: tensor '{}' has dimension {} = {}", file, printable(name, 100), i,
-             v);
+  FUTR_CHECK(v > 0 && v <= (int64_t(1) << 31), "{}: tensor '{}' has dimension {} = {}", file,
+             printable(name, 100), i, v);
   return v;
 }
 
@@ -481,8 +488,9 @@ quant::QuantizedWeights FutrFile::read_weights(WeightFormat f) const {
               fail("{}: fp8_initial_amax: {}", name_, e.what());
             }
             // Finite and within what activations can be (quant/delayed_scaling.h).
-            out.fp8_initial_amax[id] = float(json_float(v, name_ + ": fp8_initial_amax['" + printable(site, 100) + "']",
-                                                        quant::kFp8MinCalibratedAmax, quant::kFp8MaxCalibratedAmax));
+            out.fp8_initial_amax[id] =
+                float(json_float(v, name_ + ": fp8_initial_amax['" + printable(site, 100) + "']",
+                                 quant::kFp8MinCalibratedAmax, quant::kFp8MaxCalibratedAmax));
           }
         }
       }
@@ -499,8 +507,8 @@ quant::QuantizedWeights FutrFile::read_weights(WeightFormat f) const {
         q.id = {};
       }
       FUTR_CHECK(q.id.layer >= 0 && q.id.layer < cfg.n_layers,
-                 "{}: unexpected {} tensor '{}' (not a projection of this model's {} layers)", name_, to_string(f),
-                 pname, cfg.n_layers);
+                 "{}: unexpected {} tensor '{}' (not a projection of this model's {} layers)", name_,
+                 to_string(f), pname, cfg.n_layers);
       q.format = f;
       q.method = t.value("method", "");
       const json& shape = t.at("shape");
@@ -526,8 +534,8 @@ quant::QuantizedWeights FutrFile::read_weights(WeightFormat f) const {
         p.weights.assign(wb.begin(), wb.end());
         p.scales = from_bytes<uint16_t>(sb);
         for (size_t i = 0; i < p.scales.size(); ++i)  // FP16 exponent all ones: Inf or NaN
-          FUTR_CHECK((p.scales[i] & 0x7c00) != 0x7c00, "{}: tensor '{}' has a non-finite INT4 scale (#{})", name_,
-                     pname, i);
+          FUTR_CHECK((p.scales[i] & 0x7c00) != 0x7c00, "{}: tensor '{}' has a non-finite INT4 scale (#{})",
+                     name_, pname, i);
         q.int4 = quant::unpack_int4(p);
       } else if (f == WeightFormat::kFp8) {
         FUTR_CHECK(kind == "e4m3", "{}: fp8 tensor '{}' has kind '{}'", name_, pname, printable(kind, 40));
@@ -540,10 +548,11 @@ quant::QuantizedWeights FutrFile::read_weights(WeightFormat f) const {
         q.fp8.folded_gain = t.at("folded_gain").get<bool>();
         // The gain of an RMSNorm can only be folded into a projection that reads
         // the normed hidden state: q, k, v (attn_norm) and gate, up (ffn_norm).
-        FUTR_CHECK(!q.fp8.folded_gain || reads_rmsnorm(q.id.proj),
-                   "{}: tensor '{}' has folded_gain, but its input is not the normed hidden state (only q, k, v, "
-                   "gate and up can fold a norm gain)",
-                   name_, pname);
+        FUTR_CHECK(
+            !q.fp8.folded_gain || reads_rmsnorm(q.id.proj),
+            "{}: tensor '{}' has folded_gain, but its input is not the normed hidden state (only q, k, v, "
+            "gate and up can fold a norm gain)",
+            name_, pname);
         for (size_t r = 0; r < q.fp8.scale.size(); ++r) {  // finite, positive, what a weight can be
           const float s = q.fp8.scale[r];
           FUTR_CHECK(s >= quant::kFp8MinWeightScale && s <= quant::kFp8MaxWeightScale,
@@ -551,13 +560,14 @@ quant::QuantizedWeights FutrFile::read_weights(WeightFormat f) const {
                      quant::kFp8MinWeightScale, quant::kFp8MaxWeightScale);
         }
         for (size_t i = 0; i < q.fp8.w.size(); ++i)  // E4M3 has one NaN pattern per sign and no Inf
-          FUTR_CHECK((q.fp8.w[i] & 0x7f) != 0x7f, "{}: tensor '{}' holds an E4M3 NaN (element {})", name_, pname, i);
+          FUTR_CHECK((q.fp8.w[i] & 0x7f) != 0x7f, "{}: tensor '{}' holds an E4M3 NaN (element {})", name_,
+                     pname, i);
       } else if (f == WeightFormat::kBf16) {
         FUTR_CHECK(kind == "bf16", "{}: bf16 tensor '{}' has kind '{}'", name_, pname, printable(kind, 40));
         q.bf16 = from_bytes<uint16_t>(blob(t, "offset", "bytes", uint64_t(n) * uint64_t(k) * 2));
         for (size_t i = 0; i < q.bf16.size(); ++i)
-          FUTR_CHECK((q.bf16[i] & 0x7f80) != 0x7f80, "{}: tensor '{}' holds a non-finite value (element {})", name_,
-                     pname, i);
+          FUTR_CHECK((q.bf16[i] & 0x7f80) != 0x7f80, "{}: tensor '{}' holds a non-finite value (element {})",
+                     name_, pname, i);
       }
       out.tensors[q.id] = std::move(q);
     }
@@ -596,7 +606,8 @@ void FutrFile::check_tensors_used(const ModelConfig& cfg) const {
     dense.insert(fmt::format("blk.{}.attn_norm", l));
     dense.insert(fmt::format("blk.{}.ffn_norm", l));
     if (cfg.qkv_bias)
-      for (const char* b : {"attn_q.bias", "attn_k.bias", "attn_v.bias"}) dense.insert(fmt::format("blk.{}.{}", l, b));
+      for (const char* b : {"attn_q.bias", "attn_k.bias", "attn_v.bias"})
+        dense.insert(fmt::format("blk.{}.{}", l, b));
   }
   std::set<std::string> sets;
   for (WeightFormat f : formats()) sets.insert(to_string(f));
@@ -606,13 +617,14 @@ void FutrFile::check_tensors_used(const ModelConfig& cfg) const {
     if (!e.contains("format")) {
       FUTR_CHECK(!(name == "output" && cfg.tied_embeddings),
                  "{}: unexpected tensor 'output' (the config ties the LM head to the embeddings)", name_);
-      FUTR_CHECK(dense.count(name), "{}: unexpected tensor '{}' (not a tensor of this model's {} layers)", name_,
-                 pname, cfg.n_layers);
+      FUTR_CHECK(dense.count(name), "{}: unexpected tensor '{}' (not a tensor of this model's {} layers)",
+                 name_, pname, cfg.n_layers);
       continue;
     }
     const std::string format = e["format"].get<std::string>();
-    FUTR_CHECK(sets.count(format), "{}: tensor '{}' is stored as '{}', but no weight set of that format is listed",
-               name_, pname, printable(format, 40));
+    FUTR_CHECK(sets.count(format),
+               "{}: tensor '{}' is stored as '{}', but no weight set of that format is listed", name_, pname,
+               printable(format, 40));
     ProjId id;
     try {
       id = parse_projection_name(name);
@@ -659,7 +671,8 @@ Model FutrFile::to_model(bool with_weights) const {
     cfg.rope_scaling.factor = get_float(rs, "config.rope_scaling", "factor");
     cfg.rope_scaling.low_freq_factor = get_float(rs, "config.rope_scaling", "low_freq_factor");
     cfg.rope_scaling.high_freq_factor = get_float(rs, "config.rope_scaling", "high_freq_factor");
-    cfg.rope_scaling.original_max_position = get_int(rs, "config.rope_scaling", "original_max_position", 1, INT32_MAX);
+    cfg.rope_scaling.original_max_position =
+        get_int(rs, "config.rope_scaling", "original_max_position", 1, INT32_MAX);
     cfg.validate(name_);
 
     // Tokenizer.
@@ -673,10 +686,10 @@ Model FutrFile::to_model(bool with_weights) const {
       const uint64_t off = json_uint(e.at("offset"), fmt::format("{}: tokenizer {} offset", name_, key));
       const uint64_t bytes = json_uint(e.at("bytes"), fmt::format("{}: tokenizer {} bytes", name_, key));
       const uint64_t avail = bytes_.size() - data_;
-      FUTR_CHECK(off <= avail && bytes <= avail - off, "{}: tokenizer {} lie past the end of the file",
-                 name_, key);
-      FUTR_CHECK(count <= bytes / 4, "{}: tokenizer {}: {} strings cannot fit in {} bytes", name_, key,
-                 count, bytes);
+      FUTR_CHECK(off <= avail && bytes <= avail - off, "{}: tokenizer {} lie past the end of the file", name_,
+                 key);
+      FUTR_CHECK(count <= bytes / 4, "{}: tokenizer {}: {} strings cannot fit in {} bytes", name_, key, count,
+                 bytes);
       std::vector<std::string> v;
       v.reserve(size_t(count));
       const uint8_t* p = bytes_.data() + data_ + off;
@@ -690,8 +703,8 @@ Model FutrFile::to_model(bool with_weights) const {
         v.emplace_back(reinterpret_cast<const char*>(p + pos), len);
         pos += len;
       }
-      FUTR_CHECK(pos == bytes, "{}: tokenizer {}: {} bytes after the last of its {} strings", name_, key, bytes - pos,
-                 count);
+      FUTR_CHECK(pos == bytes, "{}: tokenizer {}: {} bytes after the last of its {} strings", name_, key,
+                 bytes - pos, count);
       return v;
     };
     tk.tokens = strings("tokens");
@@ -705,14 +718,15 @@ Model FutrFile::to_model(bool with_weights) const {
     FUTR_CHECK(types.is_array() && (types.empty() || types.size() == tk.tokens.size()),
                "{}: tokenizer.token_types must be an array of {} token types", name_, tk.tokens.size());
     tk.token_types.reserve(types.size());
-    for (const json& v : types) tk.token_types.push_back(int32_t(json_int(v, name_ + ": tokenizer.token_types", 0, 6)));
+    for (const json& v : types)
+      tk.token_types.push_back(int32_t(json_int(v, name_ + ": tokenizer.token_types", 0, 6)));
     tk.bos = id(t.at("bos"), "bos");
     tk.eos = id(t.at("eos"), "eos");
     tk.unk = id(t.at("unk"), "unk");
     tk.pad = id(t.at("pad"), "pad");
     const json& extra = t.at("extra_eos");
-    FUTR_CHECK(extra.is_array() && extra.size() <= tk.tokens.size(), "{}: tokenizer.extra_eos must be a list of ids",
-               name_);
+    FUTR_CHECK(extra.is_array() && extra.size() <= tk.tokens.size(),
+               "{}: tokenizer.extra_eos must be a list of ids", name_);
     for (const json& v : extra) tk.extra_eos.push_back(id(v, "extra_eos"));
     tk.add_bos = t.at("add_bos").get<bool>();
     if (!t.at("ignore_merges").is_null()) tk.ignore_merges = t["ignore_merges"].get<bool>();
@@ -724,19 +738,22 @@ Model FutrFile::to_model(bool with_weights) const {
                  tk.tokens.size());
       const std::span<const uint8_t> b = blob(sc, "offset", "bytes", count * 4);
       tk.scores = from_bytes<float>(b);
-      for (float v : tk.scores) FUTR_CHECK(std::isfinite(v), "{}: tokenizer.scores holds a non-finite value", name_);
+      for (float v : tk.scores)
+        FUTR_CHECK(std::isfinite(v), "{}: tokenizer.scores holds a non-finite value", name_);
     }
     if (t.contains("add_space_prefix")) tk.add_space_prefix = t["add_space_prefix"].get<bool>();
-    if (t.contains("space_prefix_first_only")) tk.space_prefix_first_only = t["space_prefix_first_only"].get<bool>();
+    if (t.contains("space_prefix_first_only"))
+      tk.space_prefix_first_only = t["space_prefix_first_only"].get<bool>();
     if (t.contains("space_prefix_unless_space"))
       tk.space_prefix_unless_space = t["space_prefix_unless_space"].get<bool>();
-    FUTR_CHECK(tk.tokens.empty() || int64_t(tk.tokens.size()) == cfg.vocab || int64_t(tk.tokens.size()) <= cfg.vocab,
-               "{}: the tokenizer has {} tokens, more than the vocabulary {}", name_, tk.tokens.size(),
-               cfg.vocab);
+    FUTR_CHECK(
+        tk.tokens.empty() || int64_t(tk.tokens.size()) == cfg.vocab || int64_t(tk.tokens.size()) <= cfg.vocab,
+        "{}: the tokenizer has {} tokens, more than the vocabulary {}", name_, tk.tokens.size(), cfg.vocab);
     std::vector<int32_t> specials = {tk.bos, tk.eos, tk.unk, tk.pad};
     specials.insert(specials.end(), tk.extra_eos.begin(), tk.extra_eos.end());
     for (int32_t sid : specials)
-      FUTR_CHECK(sid >= -1 && sid < int32_t(tk.tokens.size()), "{}: special token id {} out of range", name_, sid);
+      FUTR_CHECK(sid >= -1 && sid < int32_t(tk.tokens.size()), "{}: special token id {} out of range", name_,
+                 sid);
     check_tokenizer_spec(tk, name_);  // before any weight is read
 
     // Sources and the non-projection tensors.
@@ -751,10 +768,12 @@ Model FutrFile::to_model(bool with_weights) const {
       s.name = e.contains("format") ? name + "." + e["format"].get<std::string>() : name;
       for (size_t i = 0; i < shape.size(); ++i) s.shape.push_back(dim_of(shape, i, name_, name));
       // (offsets and sizes were range-checked by check_blobs())
-      s.bytes = e.at("bytes").get<uint64_t>() + (e.contains("scale_bytes") ? e["scale_bytes"].get<uint64_t>() : 0);
+      s.bytes =
+          e.at("bytes").get<uint64_t>() + (e.contains("scale_bytes") ? e["scale_bytes"].get<uint64_t>() : 0);
       if (kind == "int4")
-        s.type = fmt::format("INT4_G{}", json_int(e.at("group"), name_ + ": tensor '" + printable(name, 100) + "' group",
-                                                  1, 1 << 20));
+        s.type = fmt::format(
+            "INT4_G{}",
+            json_int(e.at("group"), name_ + ": tensor '" + printable(name, 100) + "' group", 1, 1 << 20));
       else if (kind == "e4m3") s.type = e.value("folded_gain", false) ? "E4M3 (norm folded)" : "E4M3";
       else if (kind == "bf16") s.type = "BF16";
       else if (kind == "f32") s.type = "F32";
@@ -776,8 +795,8 @@ Model FutrFile::to_model(bool with_weights) const {
       for (size_t i = 0; i < e["shape"].size(); ++i) got.push_back(e["shape"][i].get<int64_t>());
       uint64_t numel = 1;
       for (int64_t d : shape) numel *= uint64_t(d);  // the config's dims are validated: no overflow
-      FUTR_CHECK(got == shape, "{}: tensor '{}' has the wrong shape (expected [{}] from the config)", name_, name,
-                 fmt::join(shape, ", "));
+      FUTR_CHECK(got == shape, "{}: tensor '{}' has the wrong shape (expected [{}] from the config)", name_,
+                 name, fmt::join(shape, ", "));
       const std::string kind = e["kind"].get<std::string>();
       FUTR_CHECK(kind == "f32" || kind == "bf16", "{}: tensor '{}' must be bf16 or f32", name_, name);
       const std::span<const uint8_t> bytes = blob(e, "offset", "bytes", numel * (kind == "f32" ? 4 : 2));
@@ -788,7 +807,8 @@ Model FutrFile::to_model(bool with_weights) const {
         const std::vector<uint16_t> h = from_bytes<uint16_t>(bytes);
         for (size_t i = 0; i < h.size(); ++i) want.data[i] = bf16_to_float(h[i]);
       }
-      for (float v : want.data) FUTR_CHECK(std::isfinite(v), "{}: tensor '{}' holds a non-finite value", name_, name);
+      for (float v : want.data)
+        FUTR_CHECK(std::isfinite(v), "{}: tensor '{}' holds a non-finite value", name_, name);
       return want;
     };
     const int64_t H = cfg.hidden, Q = cfg.q_dim(), KV = cfg.kv_dim(), I = cfg.intermediate, V = cfg.vocab;
@@ -816,7 +836,7 @@ Model FutrFile::to_model(bool with_weights) const {
           t.data = quant::dequantize_int4(q.int4);
         } else if (q.format == WeightFormat::kFp8) {
           t.data = quant::dequantize_fp8(q.fp8);
-          if (q.fp8.folded_gain) {  // W = W' / g
+          if (q.fp8.folded_gain) {          // W = W' / g
             FUTR_ASSERT(i != 3 && i != 6);  // refused by read_weights()
             const Tensor& g = i < 3 ? L.attn_norm : L.ffn_norm;
             FUTR_ASSERT(g.data.size() == size_t(t.dim(1)));

@@ -67,8 +67,8 @@ inline constexpr char kFutrMagic[8] = {'F', 'U', 'T', 'R', '\0', '\r', '\n', '\x
 bool is_futr_file(const std::filesystem::path& path);
 
 struct FutrWriteOptions {
-  nlohmann::json provenance;  // free-form: source model, command line, calibration, time
-  uint32_t version = kFutrFormatVersion;          // tests write other versions
+  nlohmann::json provenance;              // free-form: source model, command line, calibration, time
+  uint32_t version = kFutrFormatVersion;  // tests write other versions
   uint32_t min_reader_version = 0;  // 0: the oldest reader that reads what is written (1, or 2 with what
                                     // version 2 added: q/k/v biases, SentencePiece scores); tests set others
   std::function<void(int64_t done, int64_t total)> progress;  // bytes written

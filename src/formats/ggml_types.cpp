@@ -17,20 +17,17 @@ namespace {
 // activations, so files do not hold it; it is sized here so a tensor of that
 // type is reported as unsupported rather than as a broken file.
 constexpr GgmlTypeInfo kTypes[] = {
-    {0, "F32", 1, 4, true},        {1, "F16", 1, 2, true},        {30, "BF16", 1, 2, true},
-    {8, "Q8_0", 32, 34, true},     {2, "Q4_0", 32, 18, true},     {3, "Q4_1", 32, 20, true},
-    {6, "Q5_0", 32, 22, true},     {7, "Q5_1", 32, 24, true},     {9, "Q8_1", 32, 36, false},
-    {10, "Q2_K", 256, 84, true},   {11, "Q3_K", 256, 110, true},  {12, "Q4_K", 256, 144, true},
-    {13, "Q5_K", 256, 176, true},  {14, "Q6_K", 256, 210, true},  {15, "Q8_K", 256, 292, true},
-    {16, "IQ2_XXS", 256, 66, false}, {17, "IQ2_XS", 256, 74, false},
-    {18, "IQ3_XXS", 256, 98, false}, {19, "IQ1_S", 256, 50, false},
-    {20, "IQ4_NL", 32, 18, false},   {21, "IQ3_S", 256, 110, false},
-    {22, "IQ2_S", 256, 82, false},   {23, "IQ4_XS", 256, 136, false},
-    {24, "I8", 1, 1, false},         {25, "I16", 1, 2, false},
-    {26, "I32", 1, 4, false},        {27, "I64", 1, 8, false},
-    {28, "F64", 1, 8, false},        {29, "IQ1_M", 256, 56, false},
-    {34, "TQ1_0", 256, 54, false},   {35, "TQ2_0", 256, 66, false},
-    {39, "MXFP4", 32, 17, false},
+    {0, "F32", 1, 4, true},          {1, "F16", 1, 2, true},          {30, "BF16", 1, 2, true},
+    {8, "Q8_0", 32, 34, true},       {2, "Q4_0", 32, 18, true},       {3, "Q4_1", 32, 20, true},
+    {6, "Q5_0", 32, 22, true},       {7, "Q5_1", 32, 24, true},       {9, "Q8_1", 32, 36, false},
+    {10, "Q2_K", 256, 84, true},     {11, "Q3_K", 256, 110, true},    {12, "Q4_K", 256, 144, true},
+    {13, "Q5_K", 256, 176, true},    {14, "Q6_K", 256, 210, true},    {15, "Q8_K", 256, 292, true},
+    {16, "IQ2_XXS", 256, 66, false}, {17, "IQ2_XS", 256, 74, false},  {18, "IQ3_XXS", 256, 98, false},
+    {19, "IQ1_S", 256, 50, false},   {20, "IQ4_NL", 32, 18, false},   {21, "IQ3_S", 256, 110, false},
+    {22, "IQ2_S", 256, 82, false},   {23, "IQ4_XS", 256, 136, false}, {24, "I8", 1, 1, false},
+    {25, "I16", 1, 2, false},        {26, "I32", 1, 4, false},        {27, "I64", 1, 8, false},
+    {28, "F64", 1, 8, false},        {29, "IQ1_M", 256, 56, false},   {34, "TQ1_0", 256, 54, false},
+    {35, "TQ2_0", 256, 66, false},   {39, "MXFP4", 32, 17, false},
 };
 
 inline uint16_t load_u16(const uint8_t* p) {
@@ -72,8 +69,8 @@ void k4_scale_min(const uint8_t* s, int j, int& sc, int& mn) {
 }
 
 void q2_k_block(const uint8_t* p, float* y) {
-  const uint8_t* scales = p;       // [16] low nibble: scale, high nibble: min
-  const uint8_t* qs = p + 16;      // [64] four 2-bit values per byte
+  const uint8_t* scales = p;   // [16] low nibble: scale, high nibble: min
+  const uint8_t* qs = p + 16;  // [64] four 2-bit values per byte
   const float d = load_f16(p + 80), dmin = load_f16(p + 82);
   // Element i = 128 h + 32 s + l (h < 2, s < 4, l < 32) is bits 2s..2s+1 of qs[32 h + l];
   // its sub-block of 16 is i / 16.
@@ -86,9 +83,9 @@ void q2_k_block(const uint8_t* p, float* y) {
 }
 
 void q3_k_block(const uint8_t* p, float* y) {
-  const uint8_t* hmask = p;        // [32] bit b of hmask[l]: high bit of element 32 b + l
-  const uint8_t* qs = p + 32;      // [64] low two bits, as Q2_K
-  const uint8_t* sc = p + 96;      // [12] sixteen 6-bit scales, offset 32
+  const uint8_t* hmask = p;    // [32] bit b of hmask[l]: high bit of element 32 b + l
+  const uint8_t* qs = p + 32;  // [64] low two bits, as Q2_K
+  const uint8_t* sc = p + 96;  // [12] sixteen 6-bit scales, offset 32
   const float d = load_f16(p + 108);
   int scale[16];
   // Scale j: low four bits from sc[j % 8] (low nibble for j < 8, high for j >= 8),
@@ -112,9 +109,9 @@ void q3_k_block(const uint8_t* p, float* y) {
 // as bit 4. Sub-block of 32: i / 32.
 void q45_k_block(const uint8_t* p, bool five_bit, float* y) {
   const float d = load_f16(p), dmin = load_f16(p + 2);
-  const uint8_t* scales = p + 4;                      // [12]
-  const uint8_t* qh = p + 16;                         // [32] (Q5_K only)
-  const uint8_t* qs = p + (five_bit ? 48 : 16);       // [128]
+  const uint8_t* scales = p + 4;                 // [12]
+  const uint8_t* qh = p + 16;                    // [32] (Q5_K only)
+  const uint8_t* qs = p + (five_bit ? 48 : 16);  // [128]
   for (int j = 0; j < 8; ++j) {
     int sc, mn;
     k4_scale_min(scales, j, sc, mn);
@@ -129,8 +126,8 @@ void q45_k_block(const uint8_t* p, bool five_bit, float* y) {
 }
 
 void q6_k_block(const uint8_t* p, float* y) {
-  const uint8_t* ql = p;                    // [128] low four bits
-  const uint8_t* qh = p + 128;              // [64] high two bits
+  const uint8_t* ql = p;                                      // [128] low four bits
+  const uint8_t* qh = p + 128;                                // [64] high two bits
   const auto* sc = reinterpret_cast<const int8_t*>(p + 192);  // [16] signed scales
   const float d = load_f16(p + 208);
   // Element i = 128 h + 32 s + l (h < 2, s < 4, l < 32): low nibble (s / 2) of
@@ -205,7 +202,8 @@ void dequantize_ggml(const GgmlTypeInfo& info, std::span<const uint8_t> in, std:
       }
       return;
     case 6:  // Q5_0: fp16 d, u32 qh, 16 bytes of nibbles, offset 16
-      for (size_t b = 0; b < nblocks; ++b, p += 22, y += 32) q5_block(p + 2, p + 6, load_f16(p), 0.0f, true, y);
+      for (size_t b = 0; b < nblocks; ++b, p += 22, y += 32)
+        q5_block(p + 2, p + 6, load_f16(p), 0.0f, true, y);
       return;
     case 7:  // Q5_1: fp16 d, fp16 m, u32 qh, 16 bytes of nibbles
       for (size_t b = 0; b < nblocks; ++b, p += 24, y += 32)
@@ -233,8 +231,7 @@ void dequantize_ggml(const GgmlTypeInfo& info, std::span<const uint8_t> in, std:
         for (int j = 0; j < 256; ++j) y[j] = d * float(int8_t(p[4 + j]));
       }
       return;
-    default:
-      FUTR_ASSERT(false);
+    default: FUTR_ASSERT(false);
   }
 }
 

@@ -46,11 +46,11 @@
 namespace futr {
 
 struct GgmlTypeInfo {
-  uint32_t id;          // the type id stored in a GGUF tensor info
-  const char* name;     // "Q4_1", ...
-  uint32_t block;       // values per block
-  uint32_t block_bytes; // bytes per block
-  bool supported;       // dequantize_ggml() can decode it
+  uint32_t id;           // the type id stored in a GGUF tensor info
+  const char* name;      // "Q4_1", ...
+  uint32_t block;        // values per block
+  uint32_t block_bytes;  // bytes per block
+  bool supported;        // dequantize_ggml() can decode it
 };
 
 // The entry for type id `id`, or nullptr if the id is unknown.

@@ -28,11 +28,19 @@ T load(const uint8_t* p) {
 // Bytes of a scalar value type; 0 for string/array; -1 for an unknown type id.
 int scalar_size(uint32_t t) {
   switch (GgufType(t)) {
-    case GgufType::kU8: case GgufType::kI8: case GgufType::kBool: return 1;
-    case GgufType::kU16: case GgufType::kI16: return 2;
-    case GgufType::kU32: case GgufType::kI32: case GgufType::kF32: return 4;
-    case GgufType::kU64: case GgufType::kI64: case GgufType::kF64: return 8;
-    case GgufType::kString: case GgufType::kArray: return 0;
+    case GgufType::kU8:
+    case GgufType::kI8:
+    case GgufType::kBool: return 1;
+    case GgufType::kU16:
+    case GgufType::kI16: return 2;
+    case GgufType::kU32:
+    case GgufType::kI32:
+    case GgufType::kF32: return 4;
+    case GgufType::kU64:
+    case GgufType::kI64:
+    case GgufType::kF64: return 8;
+    case GgufType::kString:
+    case GgufType::kArray: return 0;
   }
   return -1;
 }
@@ -47,8 +55,8 @@ class Cursor {
   uint64_t remaining() const { return b_.size() - pos_; }
   const uint8_t* here() const { return b_.data() + pos_; }
   void need(uint64_t n, std::string_view what) const {
-    FUTR_CHECK(n <= remaining(), "{}: truncated: {} needs {} bytes at offset {}, {} left", path_,
-               what, n, pos_, remaining());
+    FUTR_CHECK(n <= remaining(), "{}: truncated: {} needs {} bytes at offset {}, {} left", path_, what, n,
+               pos_, remaining());
   }
   void skip(uint64_t n, std::string_view what) {
     need(n, what);
@@ -103,8 +111,8 @@ GgufValue read_value(Cursor& c, uint32_t type, int depth, std::string_view what)
     return v;
   }
   // Array.
-  FUTR_CHECK(depth < GgufFile::kMaxArrayDepth, "{}: {}: arrays nested deeper than {}", c.path(),
-             what, GgufFile::kMaxArrayDepth);
+  FUTR_CHECK(depth < GgufFile::kMaxArrayDepth, "{}: {}: arrays nested deeper than {}", c.path(), what,
+             GgufFile::kMaxArrayDepth);
   const uint32_t et = c.u32(what);
   const int esz = scalar_size(et);
   FUTR_CHECK(esz >= 0, "{}: {}: unknown array element type {}", c.path(), what, et);
@@ -154,11 +162,15 @@ const char* gguf_type_name(GgufType t) {
 
 bool GgufValue::is_integer() const {
   switch (type) {
-    case GgufType::kU8: case GgufType::kI8: case GgufType::kU16: case GgufType::kI16:
-    case GgufType::kU32: case GgufType::kI32: case GgufType::kU64: case GgufType::kI64:
-      return true;
-    default:
-      return false;
+    case GgufType::kU8:
+    case GgufType::kI8:
+    case GgufType::kU16:
+    case GgufType::kI16:
+    case GgufType::kU32:
+    case GgufType::kI32:
+    case GgufType::kU64:
+    case GgufType::kI64: return true;
+    default: return false;
   }
 }
 
@@ -178,8 +190,7 @@ int64_t GgufValue::as_int(std::string_view what) const {
       FUTR_CHECK(u <= uint64_t(INT64_MAX), "{}: value {} is too large", what, u);
       return int64_t(u);
     }
-    default:
-      fail("{}: expected an integer, found {}", what, gguf_type_name(type));
+    default: fail("{}: expected an integer, found {}", what, gguf_type_name(type));
   }
 }
 
@@ -196,14 +207,12 @@ bool GgufValue::as_bool(std::string_view what) const {
 }
 
 std::string_view GgufValue::as_string(std::string_view what) const {
-  FUTR_CHECK(type == GgufType::kString, "{}: expected a string, found {}", what,
-             gguf_type_name(type));
+  FUTR_CHECK(type == GgufType::kString, "{}: expected a string, found {}", what, gguf_type_name(type));
   return {reinterpret_cast<const char*>(data), size_t(size)};
 }
 
 std::vector<GgufValue> GgufValue::array_items(std::string_view what) const {
-  FUTR_CHECK(type == GgufType::kArray, "{}: expected an array, found {}", what,
-             gguf_type_name(type));
+  FUTR_CHECK(type == GgufType::kArray, "{}: expected an array, found {}", what, gguf_type_name(type));
   std::vector<GgufValue> items;
   items.reserve(size_t(count));
   // The payload was validated when the file was parsed; re-reading it through a
@@ -224,8 +233,7 @@ static GgufValue scalar_at(const GgufValue& a, uint64_t i) {
 }
 
 std::vector<int64_t> GgufValue::int_array(std::string_view what) const {
-  FUTR_CHECK(type == GgufType::kArray, "{}: expected an array, found {}", what,
-             gguf_type_name(type));
+  FUTR_CHECK(type == GgufType::kArray, "{}: expected an array, found {}", what, gguf_type_name(type));
   const GgufValue probe{elem_type};
   FUTR_CHECK(probe.is_integer(), "{}: expected an array of integers, found an array of {}", what,
              gguf_type_name(elem_type));
@@ -236,12 +244,10 @@ std::vector<int64_t> GgufValue::int_array(std::string_view what) const {
 }
 
 std::vector<double> GgufValue::float_array(std::string_view what) const {
-  FUTR_CHECK(type == GgufType::kArray, "{}: expected an array, found {}", what,
-             gguf_type_name(type));
+  FUTR_CHECK(type == GgufType::kArray, "{}: expected an array, found {}", what, gguf_type_name(type));
   const GgufValue probe{elem_type};
-  FUTR_CHECK(probe.is_integer() || probe.is_float(),
-             "{}: expected an array of numbers, found an array of {}", what,
-             gguf_type_name(elem_type));
+  FUTR_CHECK(probe.is_integer() || probe.is_float(), "{}: expected an array of numbers, found an array of {}",
+             what, gguf_type_name(elem_type));
   std::vector<double> out;
   out.reserve(size_t(count));
   for (uint64_t i = 0; i < count; ++i) out.push_back(scalar_at(*this, i).as_float(what));
@@ -279,12 +285,10 @@ std::string GgufValue::summary(size_t max_chars) const {
         if (uint8_t(ch) < 0x20 || ch == 0x7f) ch = ' ';
       return "string '" + clip(s) + "'";
     }
-    case GgufType::kArray:
-      return "array[" + std::to_string(count) + "] of " + gguf_type_name(elem_type);
-    case GgufType::kBool:
-      return std::string("bool ") + (as_bool("") ? "true" : "false");
-    case GgufType::kF32: case GgufType::kF64:
-      return std::string(gguf_type_name(type)) + " " + fmt::format("{:g}", as_float(""));
+    case GgufType::kArray: return "array[" + std::to_string(count) + "] of " + gguf_type_name(elem_type);
+    case GgufType::kBool: return std::string("bool ") + (as_bool("") ? "true" : "false");
+    case GgufType::kF32:
+    case GgufType::kF64: return std::string(gguf_type_name(type)) + " " + fmt::format("{:g}", as_float(""));
     default:
       if (type == GgufType::kU64 && load<uint64_t>(data) > uint64_t(INT64_MAX))
         return "u64 " + std::to_string(load<uint64_t>(data));
@@ -301,8 +305,7 @@ GgufFile::GgufFile(const std::filesystem::path& path) : map_(path), path_(path.s
   parse();
 }
 
-GgufFile::GgufFile(std::span<const uint8_t> bytes, std::string name)
-    : bytes_(bytes), path_(std::move(name)) {
+GgufFile::GgufFile(std::span<const uint8_t> bytes, std::string name) : bytes_(bytes), path_(std::move(name)) {
   parse();
 }
 
@@ -315,8 +318,8 @@ void GgufFile::parse() {
   FUTR_CHECK(version_ != 1, "{}: GGUF version 1 is not supported (versions 2 and 3 are)", path_);
   FUTR_CHECK(version_ != 0x02000000u && version_ != 0x03000000u,
              "{}: big-endian GGUF files are not supported", path_);
-  FUTR_CHECK(version_ == 2 || version_ == 3,
-             "{}: unsupported GGUF version {} (versions 2 and 3 are)", path_, version_);
+  FUTR_CHECK(version_ == 2 || version_ == 3, "{}: unsupported GGUF version {} (versions 2 and 3 are)", path_,
+             version_);
   const uint64_t n_tensors = c.u64("tensor count");
   const uint64_t n_kv = c.u64("metadata count");
   // Minimum encodings: a KV is key length (8) + type (4) + a 1-byte value; a
@@ -325,8 +328,8 @@ void GgufFile::parse() {
              "{}: metadata count {} is impossible: only {} bytes follow the header", path_, n_kv,
              c.remaining());
   FUTR_CHECK(n_tensors <= c.remaining() / 32,
-             "{}: tensor count {} is impossible: only {} bytes follow the header", path_,
-             n_tensors, c.remaining());
+             "{}: tensor count {} is impossible: only {} bytes follow the header", path_, n_tensors,
+             c.remaining());
 
   kvs_.reserve(size_t(std::min<uint64_t>(n_kv, 4096)));  // grows with entries actually read
   for (uint64_t i = 0; i < n_kv; ++i) {
@@ -336,8 +339,8 @@ void GgufFile::parse() {
     const std::string kwhat = fmt::format("metadata '{}'", printable(key, 200));
     const uint32_t type = c.u32(kwhat);
     GgufValue v = read_value(c, type, 0, kwhat);
-    FUTR_CHECK(kv_index_.emplace(key, kvs_.size()).second, "{}: duplicate metadata key '{}'",
-               path_, printable(key, 200));
+    FUTR_CHECK(kv_index_.emplace(key, kvs_.size()).second, "{}: duplicate metadata key '{}'", path_,
+               printable(key, 200));
     kvs_.push_back({key, v});
   }
 
@@ -355,13 +358,13 @@ void GgufFile::parse() {
     t.name = std::string(c.str(what + " name"));
     const std::string tw = fmt::format("tensor '{}'", printable(t.name, 200));
     const uint32_t n_dims = c.u32(tw + " n_dims");
-    FUTR_CHECK(n_dims >= 1 && n_dims <= kMaxDims, "{}: {} has {} dimensions (1..{} allowed)",
-               path_, tw, n_dims, kMaxDims);
+    FUTR_CHECK(n_dims >= 1 && n_dims <= kMaxDims, "{}: {} has {} dimensions (1..{} allowed)", path_, tw,
+               n_dims, kMaxDims);
     t.numel = 1;
     for (uint32_t d = 0; d < n_dims; ++d) {
       const uint64_t ne = c.u64(tw + " dims");
-      FUTR_CHECK(ne >= 1 && ne <= kMaxElements, "{}: {} has dimension {} = {} (must be 1..2^50)",
-                 path_, tw, d, ne);
+      FUTR_CHECK(ne >= 1 && ne <= kMaxElements, "{}: {} has dimension {} = {} (must be 1..2^50)", path_, tw,
+                 d, ne);
       FUTR_CHECK(t.numel <= kMaxElements / ne, "{}: {} has more than 2^50 elements", path_, tw);
       t.numel *= ne;
       t.ne.push_back(ne);
@@ -370,16 +373,16 @@ void GgufFile::parse() {
     const GgmlTypeInfo* ti = ggml_type_info(t.type);
     FUTR_CHECK(ti != nullptr, "{}: {} has unknown ggml type {}", path_, tw, t.type);
     FUTR_CHECK(t.ne[0] % ti->block == 0,
-               "{}: {} of type {} has a row of {} values, not a multiple of the block size {}",
-               path_, tw, ti->name, t.ne[0], ti->block);
+               "{}: {} of type {} has a row of {} values, not a multiple of the block size {}", path_, tw,
+               ti->name, t.ne[0], ti->block);
     t.nbytes = t.numel / ti->block * ti->block_bytes;  // < 2^50 * 292 / 1: no overflow
     t.offset = c.u64(tw + " offset");
     tensors_.push_back(std::move(t));
   }
   // Index by name (after the vector stopped growing: keys view the names).
   for (size_t i = 0; i < tensors_.size(); ++i)
-    FUTR_CHECK(tensor_index_.emplace(tensors_[i].name, i).second,
-               "{}: duplicate tensor name '{}'", path_, printable(tensors_[i].name, 200));
+    FUTR_CHECK(tensor_index_.emplace(tensors_[i].name, i).second, "{}: duplicate tensor name '{}'", path_,
+               printable(tensors_[i].name, 200));
 
   // Data section: aligned start, tensors aligned, inside the file, disjoint.
   const uint64_t end_of_infos = c.pos();
@@ -424,8 +427,8 @@ std::span<const uint8_t> GgufFile::tensor_bytes(const GgufTensorInfo& t) const {
 
 Tensor GgufFile::read_tensor(const GgufTensorInfo& t) const {
   const GgmlTypeInfo& ti = t.type_info();
-  FUTR_CHECK(ti.supported, "{}: tensor '{}' has type {}, which futr cannot dequantize (supported: {})",
-             path_, printable(t.name, 200), ti.name, ggml_supported_types());
+  FUTR_CHECK(ti.supported, "{}: tensor '{}' has type {}, which futr cannot dequantize (supported: {})", path_,
+             printable(t.name, 200), ti.name, ggml_supported_types());
   Tensor out(t.shape());
   // Chunks of whole blocks, decoded in parallel; the first non-finite value is an error.
   const std::span<const uint8_t> in = tensor_bytes(t);

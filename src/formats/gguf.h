@@ -42,26 +42,37 @@
 namespace futr {
 
 enum class GgufType : uint32_t {
-  kU8 = 0, kI8 = 1, kU16 = 2, kI16 = 3, kU32 = 4, kI32 = 5, kF32 = 6, kBool = 7,
-  kString = 8, kArray = 9, kU64 = 10, kI64 = 11, kF64 = 12,
+  kU8 = 0,
+  kI8 = 1,
+  kU16 = 2,
+  kI16 = 3,
+  kU32 = 4,
+  kI32 = 5,
+  kF32 = 6,
+  kBool = 7,
+  kString = 8,
+  kArray = 9,
+  kU64 = 10,
+  kI64 = 11,
+  kF64 = 12,
 };
 const char* gguf_type_name(GgufType t);
 
 // One metadata value: a view into the mapped file, valid while its GgufFile lives.
 struct GgufValue {
-  GgufType type = GgufType::kU8;      // scalar type, kString or kArray
-  GgufType elem_type = GgufType::kU8; // kArray: type of the elements
-  uint64_t count = 0;                 // kArray: number of elements; kString: bytes
-  const uint8_t* data = nullptr;      // first payload byte (after length/type headers)
-  uint64_t size = 0;                  // payload bytes (validated to lie in the file)
+  GgufType type = GgufType::kU8;       // scalar type, kString or kArray
+  GgufType elem_type = GgufType::kU8;  // kArray: type of the elements
+  uint64_t count = 0;                  // kArray: number of elements; kString: bytes
+  const uint8_t* data = nullptr;       // first payload byte (after length/type headers)
+  uint64_t size = 0;                   // payload bytes (validated to lie in the file)
 
-  bool is_integer() const;            // u8..i64 (not bool)
-  bool is_float() const;              // f32, f64
+  bool is_integer() const;  // u8..i64 (not bool)
+  bool is_float() const;    // f32, f64
   // Typed access; each throws futr::Error (naming `what`) on a type mismatch or
   // a value that does not fit.
-  int64_t as_int(std::string_view what) const;     // any integer type
-  double as_float(std::string_view what) const;    // f32, f64 or any integer type
-  bool as_bool(std::string_view what) const;       // bool
+  int64_t as_int(std::string_view what) const;              // any integer type
+  double as_float(std::string_view what) const;             // f32, f64 or any integer type
+  bool as_bool(std::string_view what) const;                // bool
   std::string_view as_string(std::string_view what) const;  // string
   // Arrays: the elements converted; throws on a wrong element type.
   std::vector<int64_t> int_array(std::string_view what) const;
@@ -80,12 +91,12 @@ struct GgufKV {
 };
 
 struct GgufTensorInfo {
-  std::string name;              // "blk.0.attn_q.weight"
-  std::vector<uint64_t> ne;      // GGUF order: ne[0] innermost; 1..4 dims, each >= 1
-  uint32_t type = 0;             // ggml type id (known: ggml_type_info() != nullptr)
-  uint64_t offset = 0;           // relative to the data section, aligned
-  uint64_t numel = 0;            // product of ne
-  uint64_t nbytes = 0;           // bytes in the file
+  std::string name;          // "blk.0.attn_q.weight"
+  std::vector<uint64_t> ne;  // GGUF order: ne[0] innermost; 1..4 dims, each >= 1
+  uint32_t type = 0;         // ggml type id (known: ggml_type_info() != nullptr)
+  uint64_t offset = 0;       // relative to the data section, aligned
+  uint64_t numel = 0;        // product of ne
+  uint64_t nbytes = 0;       // bytes in the file
 
   // Canonical shape, outermost first (ne reversed): [out, in] for a weight.
   std::vector<int64_t> shape() const { return {ne.rbegin(), ne.rend()}; }
@@ -108,8 +119,8 @@ class GgufFile {
   uint64_t alignment() const { return alignment_; }
   uint64_t data_offset() const { return data_offset_; }  // absolute start of the data section
 
-  const std::vector<GgufKV>& metadata() const { return kvs_; }  // in file order
-  const GgufValue* find(std::string_view key) const;             // nullptr if absent
+  const std::vector<GgufKV>& metadata() const { return kvs_; }             // in file order
+  const GgufValue* find(std::string_view key) const;                       // nullptr if absent
   const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }  // in file order
   const GgufTensorInfo* find_tensor(std::string_view name) const;
 
@@ -121,16 +132,16 @@ class GgufFile {
 
  private:
   void parse();
-  MappedFile map_;                    // owns the bytes when opened from a path
-  std::span<const uint8_t> bytes_;    // the whole file
-  std::string path_;                  // for error messages
+  MappedFile map_;                  // owns the bytes when opened from a path
+  std::span<const uint8_t> bytes_;  // the whole file
+  std::string path_;                // for error messages
   uint32_t version_ = 0;
   uint64_t alignment_ = 32;
   uint64_t data_offset_ = 0;
   std::vector<GgufKV> kvs_;
-  std::unordered_map<std::string_view, size_t> kv_index_;       // key -> kvs_ index
+  std::unordered_map<std::string_view, size_t> kv_index_;  // key -> kvs_ index
   std::vector<GgufTensorInfo> tensors_;
-  std::unordered_map<std::string_view, size_t> tensor_index_;   // name -> tensors_ index
+  std::unordered_map<std::string_view, size_t> tensor_index_;  // name -> tensors_ index
 };
 
 // The llama.* keys as a ModelConfig (not yet validated; vocab may be 0 when the

@@ -8,17 +8,15 @@
 
 #include "core/error.h"
 #include "core/text.h"
-#include "tokenizer/tokenizer.h"
 #include "formats/gguf.h"
 #include "formats/llama_layout.h"
 #include "model/rope.h"
+#include "tokenizer/tokenizer.h"
 
 namespace futr {
 namespace {
 
-std::string key_what(const GgufFile& f, std::string_view key) {
-  return fmt::format("{}: {}", f.path(), key);
-}
+std::string key_what(const GgufFile& f, std::string_view key) { return fmt::format("{}: {}", f.path(), key); }
 
 std::optional<int64_t> opt_int(const GgufFile& f, const std::string& key) {
   const GgufValue* v = f.find(key);
@@ -41,13 +39,13 @@ std::optional<int> opt_uniform_int(const GgufFile& f, const std::string& key) {
   if (!v) return std::nullopt;
   int64_t x;
   if (v->type == GgufType::kArray) {
-    FUTR_CHECK(v->count <= 4096, "{}: {} is an array of {} entries (one per layer expected)",
-               f.path(), key, v->count);
+    FUTR_CHECK(v->count <= 4096, "{}: {} is an array of {} entries (one per layer expected)", f.path(), key,
+               v->count);
     const std::vector<int64_t> xs = v->int_array(key_what(f, key));
     FUTR_CHECK(!xs.empty(), "{}: {} is an empty array", f.path(), key);
     for (int64_t y : xs)
-      FUTR_CHECK(y == xs[0], "{}: {} differs between layers ({} vs {}); unsupported", f.path(),
-                 key, xs[0], y);
+      FUTR_CHECK(y == xs[0], "{}: {} differs between layers ({} vs {}); unsupported", f.path(), key, xs[0],
+                 y);
     x = xs[0];
   } else {
     x = v->as_int(key_what(f, key));
@@ -60,8 +58,8 @@ std::optional<double> opt_float(const GgufFile& f, const std::string& key) {
   const GgufValue* v = f.find(key);
   if (!v) return std::nullopt;
   const double x = v->as_float(key_what(f, key));
-  FUTR_CHECK(std::isfinite(x) && std::fabs(x) <= double(FLT_MAX), "{}: {} = {} is out of range",
-             f.path(), key, x);
+  FUTR_CHECK(std::isfinite(x) && std::fabs(x) <= double(FLT_MAX), "{}: {} = {} is out of range", f.path(),
+             key, x);
   return x;
 }
 
@@ -76,8 +74,8 @@ int32_t token_id(const GgufFile& f, const std::string& key, size_t n_tokens) {
   const std::optional<int64_t> v = opt_int(f, key);
   if (!v) return -1;
   const int64_t limit = n_tokens ? int64_t(n_tokens) : int64_t(INT32_MAX);
-  FUTR_CHECK(*v >= 0 && *v < limit, "{}: {} = {} is not a valid token id (vocabulary of {})",
-             f.path(), key, *v, n_tokens);
+  FUTR_CHECK(*v >= 0 && *v < limit, "{}: {} = {} is not a valid token id (vocabulary of {})", f.path(), key,
+             *v, n_tokens);
   return int32_t(*v);
 }
 
@@ -91,12 +89,17 @@ std::optional<SlotRef> gguf_slot(std::string_view name) {
   const int layer = parse_layer_index(name.substr(4), rest);
   if (layer < 0) return std::nullopt;
   static constexpr std::pair<std::string_view, LlamaSlot> kNames[] = {
-      {".attn_norm.weight", LlamaSlot::kAttnNorm}, {".attn_q.weight", LlamaSlot::kWq},
-      {".attn_k.weight", LlamaSlot::kWk},          {".attn_v.weight", LlamaSlot::kWv},
-      {".attn_output.weight", LlamaSlot::kWo},     {".ffn_norm.weight", LlamaSlot::kFfnNorm},
-      {".ffn_gate.weight", LlamaSlot::kGate},      {".ffn_up.weight", LlamaSlot::kUp},
+      {".attn_norm.weight", LlamaSlot::kAttnNorm},
+      {".attn_q.weight", LlamaSlot::kWq},
+      {".attn_k.weight", LlamaSlot::kWk},
+      {".attn_v.weight", LlamaSlot::kWv},
+      {".attn_output.weight", LlamaSlot::kWo},
+      {".ffn_norm.weight", LlamaSlot::kFfnNorm},
+      {".ffn_gate.weight", LlamaSlot::kGate},
+      {".ffn_up.weight", LlamaSlot::kUp},
       {".ffn_down.weight", LlamaSlot::kDown},
-      {".attn_q.bias", LlamaSlot::kBq},            {".attn_k.bias", LlamaSlot::kBk},
+      {".attn_q.bias", LlamaSlot::kBq},
+      {".attn_k.bias", LlamaSlot::kBk},
       {".attn_v.bias", LlamaSlot::kBv},
   };
   for (const auto& [suffix, slot] : kNames)
@@ -148,8 +151,8 @@ RopeScaling fit_llama3(const std::vector<float>& r, double theta, int head_dim, 
   bool all_one = true;
   for (float x : r) all_one = all_one && std::fabs(x - 1.0f) < 1e-6f;
   if (all_one) return s;  // type "none"
-  FUTR_CHECK(f > 1.0, "{}: rope_freqs.weight does not look like llama3 RoPE scaling (last factor {})",
-             where, f);
+  FUTR_CHECK(f > 1.0, "{}: rope_freqs.weight does not look like llama3 RoPE scaling (last factor {})", where,
+             f);
   std::vector<double> inv_wl(n);  // 1 / wavelength, decreasing in i
   const std::vector<double> base = rope_inv_freq(head_dim, float(theta), RopeScaling{});
   for (size_t i = 0; i < n; ++i) inv_wl[i] = base[i] / (2 * std::numbers::pi);
@@ -158,8 +161,9 @@ RopeScaling fit_llama3(const std::vector<float>& r, double theta, int head_dim, 
   size_t last_one = n, first_f = n;
   for (size_t i = 0; i < n; ++i) {
     if (std::fabs(r[i] - 1.0) < 1e-5) last_one = i;
-    else if (std::fabs(r[i] - f) < 1e-5 * f) { if (first_f == n) first_f = i; }
-    else mid.push_back(i);
+    else if (std::fabs(r[i] - f) < 1e-5 * f) {
+      if (first_f == n) first_f = i;
+    } else mid.push_back(i);
   }
   // smooth = a / wl + b, with smooth(1/high_wl) = 1 and smooth(1/low_wl) = 0.
   double x_hi, x_lo;  // 1/high_wl > 1/low_wl
@@ -223,18 +227,16 @@ ModelConfig gguf_model_config(const GgufFile& f) {
   c.n_kv_heads = opt_uniform_int(f, p + "attention.head_count_kv").value_or(c.n_heads);
   c.max_context = req_int(f, p + "context_length");
   if (const auto kl = opt_int(f, p + "attention.key_length")) {
-    FUTR_CHECK(*kl > 0 && *kl <= 4096, "{}: {}attention.key_length = {} is out of range",
-               f.path(), p, *kl);
+    FUTR_CHECK(*kl > 0 && *kl <= 4096, "{}: {}attention.key_length = {} is out of range", f.path(), p, *kl);
     c.head_dim = int(*kl);
   } else {
     FUTR_CHECK(c.n_heads > 0 && c.hidden % c.n_heads == 0,
-               "{}: embedding_length {} is not a multiple of head_count {}", f.path(), c.hidden,
-               c.n_heads);
+               "{}: embedding_length {} is not a multiple of head_count {}", f.path(), c.hidden, c.n_heads);
     c.head_dim = c.hidden / c.n_heads;
   }
   if (const auto vl = opt_int(f, p + "attention.value_length"))
-    FUTR_CHECK(*vl == c.head_dim, "{}: {}attention.value_length {} differs from the key length {}",
-               f.path(), p, *vl, c.head_dim);
+    FUTR_CHECK(*vl == c.head_dim, "{}: {}attention.value_length {} differs from the key length {}", f.path(),
+               p, *vl, c.head_dim);
   if (const auto rd = opt_int(f, p + "rope.dimension_count"))
     FUTR_CHECK(*rd == c.head_dim,
                "{}: {}rope.dimension_count {} differs from the head size {} (partial RoPE is not "
@@ -242,8 +244,7 @@ ModelConfig gguf_model_config(const GgufFile& f) {
                f.path(), p, *rd, c.head_dim);
   c.rope_theta = float(opt_float(f, p + "rope.freq_base").value_or(10000.0));
   const std::optional<double> eps = opt_float(f, p + "attention.layer_norm_rms_epsilon");
-  FUTR_CHECK(eps.has_value(), "{}: missing metadata key '{}attention.layer_norm_rms_epsilon'",
-             f.path(), p);
+  FUTR_CHECK(eps.has_value(), "{}: missing metadata key '{}attention.layer_norm_rms_epsilon'", f.path(), p);
   c.rms_eps = float(*eps);
   if (const auto v = opt_int(f, p + "vocab_size")) {
     FUTR_CHECK(*v >= 0 && *v <= INT32_MAX, "{}: {}vocab_size = {} is out of range", f.path(), p, *v);
@@ -266,8 +267,10 @@ ModelConfig gguf_model_config(const GgufFile& f) {
     c.rope_scaling.factor = float(lin);
   }
   if (const auto oc = opt_int(f, p + "rope.scaling.original_context_length")) {
-    FUTR_CHECK(*oc > 0 && *oc <= (1 << 24), "{}: {}rope.scaling.original_context_length = {} is "
-               "out of range", f.path(), p, *oc);
+    FUTR_CHECK(*oc > 0 && *oc <= (1 << 24),
+               "{}: {}rope.scaling.original_context_length = {} is "
+               "out of range",
+               f.path(), p, *oc);
     c.rope_scaling.original_max_position = int(*oc);
   }
   return c;
@@ -281,13 +284,12 @@ TokenizerSpec gguf_tokenizer_spec(const GgufFile& f) {
     s.tokens = v->string_array(key_what(f, "tokenizer.ggml.tokens"));
   if (const GgufValue* v = f.find("tokenizer.ggml.token_type")) {
     FUTR_CHECK(v->type != GgufType::kArray || v->count == s.tokens.size(),
-               "{}: tokenizer.ggml.token_type has {} entries but there are {} tokens", f.path(),
-               v->count, s.tokens.size());
+               "{}: tokenizer.ggml.token_type has {} entries but there are {} tokens", f.path(), v->count,
+               s.tokens.size());
     const std::vector<int64_t> t = v->int_array(key_what(f, "tokenizer.ggml.token_type"));
     s.token_types.reserve(t.size());
     for (int64_t x : t) {
-      FUTR_CHECK(x >= 0 && x <= 6, "{}: tokenizer.ggml.token_type has an unknown type {}",
-                 f.path(), x);
+      FUTR_CHECK(x >= 0 && x <= 6, "{}: tokenizer.ggml.token_type has an unknown type {}", f.path(), x);
       s.token_types.push_back(int32_t(x));
     }
   }
@@ -311,8 +313,7 @@ TokenizerSpec gguf_tokenizer_spec(const GgufFile& f) {
   s.pad = token_id(f, "tokenizer.ggml.padding_token_id", n);
   for (const char* key : {"tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"}) {
     const int32_t id = token_id(f, key, n);
-    if (id >= 0 && id != s.eos &&
-        std::find(s.extra_eos.begin(), s.extra_eos.end(), id) == s.extra_eos.end())
+    if (id >= 0 && id != s.eos && std::find(s.extra_eos.begin(), s.extra_eos.end(), id) == s.extra_eos.end())
       s.extra_eos.push_back(id);
   }
   if (const GgufValue* v = f.find("tokenizer.ggml.add_bos_token"))
@@ -373,8 +374,8 @@ Model load_gguf_model(const GgufFile& f, bool with_weights) {
       continue;
     }
     const std::optional<SlotRef> ref = gguf_slot(t.name);
-    FUTR_CHECK(ref.has_value(), "{}: unexpected tensor '{}' (not part of the {} architecture)",
-               f.path(), printable(t.name, 200), c.arch);
+    FUTR_CHECK(ref.has_value(), "{}: unexpected tensor '{}' (not part of the {} architecture)", f.path(),
+               printable(t.name, 200), c.arch);
     slots.push_back({*ref, t.name, t.shape()});
   }
   const bool has_head = check_llama_layout(c, slots, f.path(), "the " + c.arch + ".* metadata", gguf_name);

@@ -52,8 +52,7 @@ std::string clip(const std::string& s) { return printable(s, 100); }
 std::optional<int> opt_int(const json& o, const char* key, const std::string& src) {
   const json* v = field(o, key);
   if (!v) return std::nullopt;
-  FUTR_CHECK(v->is_number_integer(), "{}: '{}' must be an integer, found {}", src, key,
-             json_snippet(*v));
+  FUTR_CHECK(v->is_number_integer(), "{}: '{}' must be an integer, found {}", src, key, json_snippet(*v));
   if (v->is_number_unsigned()) {
     const uint64_t u = v->get<uint64_t>();
     FUTR_CHECK(u <= uint64_t(INT32_MAX), "{}: '{}' = {} is out of range", src, key, u);
@@ -75,16 +74,15 @@ std::optional<float> opt_float(const json& o, const char* key, const std::string
   if (!v) return std::nullopt;
   FUTR_CHECK(v->is_number(), "{}: '{}' must be a number, found {}", src, key, json_snippet(*v));
   const double x = v->get<double>();
-  FUTR_CHECK(std::isfinite(x) && std::fabs(x) <= double(FLT_MAX), "{}: '{}' = {} is out of range",
-             src, key, x);
+  FUTR_CHECK(std::isfinite(x) && std::fabs(x) <= double(FLT_MAX), "{}: '{}' = {} is out of range", src, key,
+             x);
   return float(x);
 }
 
 std::optional<bool> opt_bool(const json& o, const char* key, const std::string& src) {
   const json* v = field(o, key);
   if (!v) return std::nullopt;
-  FUTR_CHECK(v->is_boolean(), "{}: '{}' must be true or false, found {}", src, key,
-             json_snippet(*v));
+  FUTR_CHECK(v->is_boolean(), "{}: '{}' must be true or false, found {}", src, key, json_snippet(*v));
   return v->get<bool>();
 }
 
@@ -166,8 +164,7 @@ std::string hf_name(const SlotRef& r) {
     case LlamaSlot::kWk: return fmt::format("model.layers.{}.self_attn.k_proj.weight", r.layer);
     case LlamaSlot::kWv: return fmt::format("model.layers.{}.self_attn.v_proj.weight", r.layer);
     case LlamaSlot::kWo: return fmt::format("model.layers.{}.self_attn.o_proj.weight", r.layer);
-    case LlamaSlot::kFfnNorm:
-      return fmt::format("model.layers.{}.post_attention_layernorm.weight", r.layer);
+    case LlamaSlot::kFfnNorm: return fmt::format("model.layers.{}.post_attention_layernorm.weight", r.layer);
     case LlamaSlot::kGate: return fmt::format("model.layers.{}.mlp.gate_proj.weight", r.layer);
     case LlamaSlot::kUp: return fmt::format("model.layers.{}.mlp.up_proj.weight", r.layer);
     case LlamaSlot::kDown: return fmt::format("model.layers.{}.mlp.down_proj.weight", r.layer);
@@ -207,8 +204,8 @@ WeightFiles find_weight_files(const fs::path& dir) {
     const std::string f = file.get<std::string>();
     FUTR_CHECK(!f.empty() && f != "." && f != ".." && f.find('/') == std::string::npos &&
                    f.find('\\') == std::string::npos && f.find('\0') == std::string::npos,
-               "{}: weight_map['{}'] = '{}' is not a plain file name in the directory", src,
-               clip(name), clip(f));
+               "{}: weight_map['{}'] = '{}' is not a plain file name in the directory", src, clip(name),
+               clip(f));
     auto [it, added] = file_ids.emplace(f, w.files.size());
     if (added) {
       FUTR_CHECK(optional_regular_file(dir / f, "a shard named by " + src),
@@ -238,7 +235,8 @@ ModelConfig parse_hf_config(std::string_view text, const std::string& src) {
     bool known = false;
     for (const json& a : *archs) {
       const std::string name = a.is_string() ? a.get<std::string>() : "";
-      known = known || name == "LlamaForCausalLM" || name == "Qwen2ForCausalLM" || name == "MistralForCausalLM";
+      known =
+          known || name == "LlamaForCausalLM" || name == "Qwen2ForCausalLM" || name == "MistralForCausalLM";
       qwen2 = qwen2 || name == "Qwen2ForCausalLM";
       mistral = mistral || name == "MistralForCausalLM";
     }
@@ -247,8 +245,8 @@ ModelConfig parse_hf_config(std::string_view text, const std::string& src) {
                "Qwen2ForCausalLM; {})",
                src, json_snippet(*archs), kSupportedArchitectures);
   }
-  FUTR_CHECK(!mt || *mt == "llama" || *mt == "qwen2" || *mt == "mistral", "{}: unsupported model_type '{}' ({})",
-             src, clip(*mt), kSupportedArchitectures);
+  FUTR_CHECK(!mt || *mt == "llama" || *mt == "qwen2" || *mt == "mistral",
+             "{}: unsupported model_type '{}' ({})", src, clip(*mt), kSupportedArchitectures);
   c.arch = qwen2 ? "qwen2" : "llama";
   c.qkv_bias = qwen2;
   // NOTE: Qwen2 configs carry sliding_window even when it is off (use_sliding_window false).
@@ -258,8 +256,7 @@ ModelConfig parse_hf_config(std::string_view text, const std::string& src) {
   if (auto act = opt_string(j, "hidden_act", src))
     FUTR_CHECK(*act == "silu", "{}: hidden_act '{}' is not supported (silu only)", src, clip(*act));
   for (const char* bias : {"attention_bias", "mlp_bias"})
-    FUTR_CHECK(!opt_bool(j, bias, src).value_or(false), "{}: '{}' = true is not supported", src,
-               bias);
+    FUTR_CHECK(!opt_bool(j, bias, src).value_or(false), "{}: '{}' = true is not supported", src, bias);
   c.hidden = req_int(j, "hidden_size", src);
   c.n_layers = req_int(j, "num_hidden_layers", src);
   c.n_heads = req_int(j, "num_attention_heads", src);
@@ -270,8 +267,8 @@ ModelConfig parse_hf_config(std::string_view text, const std::string& src) {
     c.head_dim = *hd;
   } else {
     FUTR_CHECK(c.n_heads > 0 && c.hidden % c.n_heads == 0,
-               "{}: hidden_size {} is not a multiple of num_attention_heads {} (and no head_dim)",
-               src, c.hidden, c.n_heads);
+               "{}: hidden_size {} is not a multiple of num_attention_heads {} (and no head_dim)", src,
+               c.hidden, c.n_heads);
     c.head_dim = c.hidden / c.n_heads;
   }
   c.rms_eps = opt_float(j, "rms_norm_eps", src).value_or(1e-6f);
@@ -286,10 +283,8 @@ ModelConfig parse_hf_config(std::string_view text, const std::string& src) {
     }
   c.tied_embeddings = opt_bool(j, "tie_word_embeddings", src).value_or(false);
   c.rope_theta = opt_float(j, "rope_theta", src).value_or(10000.0f);
-  if (const json* rp = field(j, "rope_parameters"))
-    read_rope(*rp, "rope_parameters", c, src);
-  else if (const json* rs = field(j, "rope_scaling"))
-    read_rope(*rs, "rope_scaling", c, src);
+  if (const json* rp = field(j, "rope_parameters")) read_rope(*rp, "rope_parameters", c, src);
+  else if (const json* rs = field(j, "rope_scaling")) read_rope(*rs, "rope_scaling", c, src);
   return c;
 }
 
@@ -313,8 +308,8 @@ Model load_hf_model(const fs::path& dir, bool with_weights) {
   if (optional_regular_file(dir / "tokenizer.json", "the tokenizer of a Hugging Face checkpoint"))
     m.tokenizer = tokenizer_spec_from_hf_json(dir, c.vocab);
   FUTR_CHECK(m.tokenizer.tokens.size() <= size_t(c.vocab),
-             "{}: tokenizer.json has {} tokens but vocab_size is {}", dir.string(),
-             m.tokenizer.tokens.size(), c.vocab);
+             "{}: tokenizer.json has {} tokens but vocab_size is {}", dir.string(), m.tokenizer.tokens.size(),
+             c.vocab);
   check_tokenizer_spec(m.tokenizer, (dir / "tokenizer.json").string());
 
   const WeightFiles wf = find_weight_files(dir);

@@ -91,7 +91,9 @@ bool check_llama_layout(const ModelConfig& c, const std::vector<SlotTensor>& ten
                         const std::string& source, const std::string& config_from,
                         const std::function<std::string(const SlotRef&)>& name_of) {
   constexpr int kSlots = int(LlamaSlot::kBv) + 1;
-  auto is_bias = [](LlamaSlot s) { return s == LlamaSlot::kBq || s == LlamaSlot::kBk || s == LlamaSlot::kBv; };
+  auto is_bias = [](LlamaSlot s) {
+    return s == LlamaSlot::kBq || s == LlamaSlot::kBk || s == LlamaSlot::kBv;
+  };
   // seen[slot][layer + 1]: layer -1 (global slots) at index 0.
   std::vector<std::vector<const SlotTensor*>> seen(kSlots);
   for (int s = 0; s < kSlots; ++s)
@@ -100,14 +102,14 @@ bool check_llama_layout(const ModelConfig& c, const std::vector<SlotTensor>& ten
     const bool per_layer = slot_per_layer(t.ref.slot);
     if (per_layer)
       FUTR_CHECK(t.ref.layer >= 0 && t.ref.layer < c.n_layers,
-                 "{}: tensor '{}' belongs to layer {}, but the model has {} layers", source, printable(t.name, 200),
-                 t.ref.layer, c.n_layers);
+                 "{}: tensor '{}' belongs to layer {}, but the model has {} layers", source,
+                 printable(t.name, 200), t.ref.layer, c.n_layers);
     FUTR_CHECK(!is_bias(t.ref.slot) || c.qkv_bias,
                "{}: tensor '{}' is a projection bias, which the {} architecture does not have", source,
                printable(t.name, 200), c.arch);
     const SlotTensor*& slot = seen[size_t(t.ref.slot)][per_layer ? size_t(t.ref.layer) : 0];
-    FUTR_CHECK(slot == nullptr, "{}: tensors '{}' and '{}' both provide {}{}", source,
-               slot ? slot->name : "", printable(t.name, 200), slot_name(t.ref.slot),
+    FUTR_CHECK(slot == nullptr, "{}: tensors '{}' and '{}' both provide {}{}", source, slot ? slot->name : "",
+               printable(t.name, 200), slot_name(t.ref.slot),
                per_layer ? " of layer " + std::to_string(t.ref.layer) : std::string());
     slot = &t;
     const std::vector<int64_t> want = slot_shape(c, t.ref.slot);

@@ -32,8 +32,21 @@
 namespace futr {
 
 enum class LlamaSlot : uint8_t {
-  kTokEmbd, kAttnNorm, kWq, kWk, kWv, kWo, kFfnNorm, kGate, kUp, kDown, kOutNorm, kLmHead,
-  kBq, kBk, kBv,  // q/k/v biases: required with ModelConfig::qkv_bias (qwen2), refused without
+  kTokEmbd,
+  kAttnNorm,
+  kWq,
+  kWk,
+  kWv,
+  kWo,
+  kFfnNorm,
+  kGate,
+  kUp,
+  kDown,
+  kOutNorm,
+  kLmHead,
+  kBq,
+  kBk,
+  kBv,  // q/k/v biases: required with ModelConfig::qkv_bias (qwen2), refused without
 };
 
 struct SlotRef {
@@ -51,9 +64,9 @@ std::string shape_string(const std::vector<int64_t>& shape);
 
 // One tensor of a file, mapped to its slot.
 struct SlotTensor {
-  SlotRef ref;                   // where it goes
-  std::string name;              // name in the file
-  std::vector<int64_t> shape;    // canonical shape as stored
+  SlotRef ref;                 // where it goes
+  std::string name;            // name in the file
+  std::vector<int64_t> shape;  // canonical shape as stored
 };
 
 // Checks that each slot is filled at most once, that every required slot of

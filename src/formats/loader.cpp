@@ -19,8 +19,7 @@ ModelFormat detect_model_format(const std::filesystem::path& path) {
   FUTR_CHECK(kind != "missing", "{}: no such file or directory", path.string());
   if (kind == "directory") {
     FUTR_CHECK(optional_regular_file(path / "config.json", "the config of a Hugging Face model directory"),
-               "{}: a directory without config.json is not a Hugging Face model directory",
-               path.string());
+               "{}: a directory without config.json is not a Hugging Face model directory", path.string());
     return ModelFormat::kHfDirectory;
   }
   FUTR_CHECK(kind == "regular file", "{}: is a {}, expected a model file or directory", path.string(), kind);
@@ -31,14 +30,16 @@ ModelFormat detect_model_format(const std::filesystem::path& path) {
   if (in.gcount() == 4 && std::memcmp(magic, "GGUF", 4) == 0) return ModelFormat::kGguf;
   if (is_futr_file(path)) return ModelFormat::kFutr;
   if (path.extension() == ".safetensors")
-    fail("{}: a bare safetensors file has no model config; pass the directory that holds it and "
-         "its config.json",
-         path.string());
+    fail(
+        "{}: a bare safetensors file has no model config; pass the directory that holds it and "
+        "its config.json",
+        path.string());
   if (path.filename() == "config.json")
     fail("{}: pass the model directory, not its config.json", path.string());
-  fail("{}: unrecognized model format (expected a GGUF file, a .futr file or a Hugging Face "
-       "directory with config.json)",
-       path.string());
+  fail(
+      "{}: unrecognized model format (expected a GGUF file, a .futr file or a Hugging Face "
+      "directory with config.json)",
+      path.string());
 }
 
 Model load_model(const std::filesystem::path& path) {

@@ -8,8 +8,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "core/text.h"
 #include "core/numeric.h"
+#include "core/text.h"
 #include "formats/llama_layout.h"
 
 namespace futr {
@@ -32,8 +32,7 @@ class HeaderSax {
   bool null() { return scalar("null"); }
   bool boolean(bool) { return scalar("a boolean"); }
   bool number_integer(json::number_integer_t v) {
-    FUTR_CHECK(v >= 0, "{}: tensor '{}': negative number {} in '{}'", path_, clip(cur_.name), v,
-               field_);
+    FUTR_CHECK(v >= 0, "{}: tensor '{}': negative number {} in '{}'", path_, clip(cur_.name), v, field_);
     return number(uint64_t(v));
   }
   bool number_unsigned(json::number_unsigned_t v) { return number(v); }
@@ -104,8 +103,8 @@ class HeaderSax {
   bool end_array() {
     depth_ = 2;
     if (field_ == "data_offsets")
-      FUTR_CHECK(n_offsets_ == 2, "{}: tensor '{}': data_offsets must have 2 entries, has {}",
-                 path_, clip(cur_.name), n_offsets_);
+      FUTR_CHECK(n_offsets_ == 2, "{}: tensor '{}': data_offsets must have 2 entries, has {}", path_,
+                 clip(cur_.name), n_offsets_);
     field_.clear();
     return true;
   }
@@ -117,7 +116,8 @@ class HeaderSax {
  private:
   static std::string clip(const std::string& s) { return printable(s, 200); }
   std::string where() const {
-    return depth_ >= 2 ? fmt::format(" (in '{}')", clip(in_meta_ ? std::string("__metadata__") : cur_.name)) : "";
+    return depth_ >= 2 ? fmt::format(" (in '{}')", clip(in_meta_ ? std::string("__metadata__") : cur_.name))
+                       : "";
   }
   bool scalar(const char* kind) {
     if (depth_ == 2 && in_meta_)
@@ -133,8 +133,7 @@ class HeaderSax {
                  "{}: tensor '{}': shape entry {} (or rank) too large", path_, clip(cur_.name), v);
       cur_.shape.push_back(int64_t(v));
     } else {
-      FUTR_CHECK(n_offsets_ < 2, "{}: tensor '{}': data_offsets must have 2 entries", path_,
-                 clip(cur_.name));
+      FUTR_CHECK(n_offsets_ < 2, "{}: tensor '{}': data_offsets must have 2 entries", path_, clip(cur_.name));
       (n_offsets_ == 0 ? cur_.begin : cur_.end) = v;
       ++n_offsets_;
     }
@@ -145,8 +144,8 @@ class HeaderSax {
                "{}: tensor '{}' lacks dtype, shape or data_offsets", path_, clip(cur_.name));
     uint64_t n = 1;
     for (int64_t d : cur_.shape) {
-      FUTR_CHECK(d == 0 || n <= kMaxElements / uint64_t(d), "{}: tensor '{}' has too many elements",
-                 path_, clip(cur_.name));
+      FUTR_CHECK(d == 0 || n <= kMaxElements / uint64_t(d), "{}: tensor '{}' has too many elements", path_,
+                 clip(cur_.name));
       n *= uint64_t(d);
     }
     cur_.numel = n;
@@ -156,8 +155,8 @@ class HeaderSax {
   const std::string& path_;
   std::vector<SafetensorsTensor>& tensors_;
   std::map<std::string, std::string>& metadata_;
-  int depth_ = 0;          // 0 outside, 1 top object, 2 entry, 3 array
-  bool in_meta_ = false;   // inside __metadata__
+  int depth_ = 0;         // 0 outside, 1 top object, 2 entry, 3 array
+  bool in_meta_ = false;  // inside __metadata__
   bool seen_meta_ = false;
   std::string key_;        // current top-level key (tensor name) or metadata key
   std::string field_;      // current field of a tensor entry
@@ -172,13 +171,11 @@ int safetensors_dtype_size(std::string_view d) {
   if (d == "F64" || d == "I64" || d == "U64") return 8;
   if (d == "F32" || d == "I32" || d == "U32") return 4;
   if (d == "F16" || d == "BF16" || d == "I16" || d == "U16") return 2;
-  if (d == "I8" || d == "U8" || d == "BOOL" || d == "F8_E4M3" || d == "F8_E5M2" || d == "F8_E8M0")
-    return 1;
+  if (d == "I8" || d == "U8" || d == "BOOL" || d == "F8_E4M3" || d == "F8_E5M2" || d == "F8_E8M0") return 1;
   return 0;
 }
 
-SafetensorsFile::SafetensorsFile(const std::filesystem::path& path)
-    : map_(path), path_(path.string()) {
+SafetensorsFile::SafetensorsFile(const std::filesystem::path& path) : map_(path), path_(path.string()) {
   bytes_ = map_.bytes();
   parse();
 }
@@ -190,14 +187,14 @@ SafetensorsFile::SafetensorsFile(std::span<const uint8_t> bytes, std::string nam
 
 void SafetensorsFile::parse() {
   const uint64_t fsize = bytes_.size();
-  FUTR_CHECK(fsize >= 8, "{}: truncated: {} bytes, too short for a safetensors header", path_,
-             fsize);
+  FUTR_CHECK(fsize >= 8, "{}: truncated: {} bytes, too short for a safetensors header", path_, fsize);
   uint64_t n;
   std::memcpy(&n, bytes_.data(), 8);
-  FUTR_CHECK(n <= kMaxHeaderBytes, "{}: header length {} exceeds the {} byte limit (not a "
-             "safetensors file?)", path_, n, kMaxHeaderBytes);
-  FUTR_CHECK(n <= fsize - 8, "{}: truncated: header length {} but only {} bytes follow", path_, n,
-             fsize - 8);
+  FUTR_CHECK(n <= kMaxHeaderBytes,
+             "{}: header length {} exceeds the {} byte limit (not a "
+             "safetensors file?)",
+             path_, n, kMaxHeaderBytes);
+  FUTR_CHECK(n <= fsize - 8, "{}: truncated: header length {} but only {} bytes follow", path_, n, fsize - 8);
   FUTR_CHECK(n >= 2 && bytes_[8] == '{', "{}: the header does not start with a JSON object", path_);
   data_start_ = 8 + n;
   const char* h = reinterpret_cast<const char*>(bytes_.data() + 8);
@@ -213,12 +210,12 @@ void SafetensorsFile::parse() {
     FUTR_CHECK(index_.emplace(t.name, i).second, "{}: duplicate tensor name '{}'", path_,
                printable(t.name, 200));
     FUTR_CHECK(t.begin <= t.end && t.end <= data_size,
-               "{}: tensor '{}' data [{}, {}) lies outside the {}-byte data buffer (truncated file?)",
-               path_, printable(t.name, 200), t.begin, t.end, data_size);
+               "{}: tensor '{}' data [{}, {}) lies outside the {}-byte data buffer (truncated file?)", path_,
+               printable(t.name, 200), t.begin, t.end, data_size);
     const uint64_t want = t.numel * uint64_t(safetensors_dtype_size(t.dtype));
     FUTR_CHECK(t.end - t.begin == want,
-               "{}: tensor '{}' of dtype {} and shape {} needs {} bytes but data_offsets span {}",
-               path_, printable(t.name, 200), printable(t.dtype, 40), shape_string(t.shape), want, t.end - t.begin);
+               "{}: tensor '{}' of dtype {} and shape {} needs {} bytes but data_offsets span {}", path_,
+               printable(t.name, 200), printable(t.dtype, 40), shape_string(t.shape), want, t.end - t.begin);
   }
   std::sort(tensors_.begin(), tensors_.end(), [](const auto& a, const auto& b) {
     return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
@@ -228,10 +225,10 @@ void SafetensorsFile::parse() {
   for (size_t i = 0; i < tensors_.size(); ++i) {
     const SafetensorsTensor& t = tensors_[i];
     FUTR_CHECK(t.begin >= covered || t.begin == t.end,
-               "{}: data of tensor '{}' [{}, {}) overlaps the previous tensor's (ends at {})",
-               path_, printable(t.name, 200), t.begin, t.end, covered);
-    FUTR_CHECK(t.begin <= covered, "{}: the data buffer has a hole [{}, {}) before tensor '{}'",
-               path_, covered, t.begin, printable(t.name, 200));
+               "{}: data of tensor '{}' [{}, {}) overlaps the previous tensor's (ends at {})", path_,
+               printable(t.name, 200), t.begin, t.end, covered);
+    FUTR_CHECK(t.begin <= covered, "{}: the data buffer has a hole [{}, {}) before tensor '{}'", path_,
+               covered, t.begin, printable(t.name, 200));
     covered = std::max(covered, t.end);
     index_.emplace(t.name, i);
   }
@@ -251,7 +248,8 @@ std::span<const uint8_t> SafetensorsFile::tensor_bytes(const SafetensorsTensor& 
 
 Tensor SafetensorsFile::read_tensor(const SafetensorsTensor& t) const {
   FUTR_CHECK(t.dtype == "F32" || t.dtype == "F16" || t.dtype == "BF16",
-             "{}: tensor '{}' has dtype {}; supported: BF16, F16, F32", path_, printable(t.name, 200), printable(t.dtype, 40));
+             "{}: tensor '{}' has dtype {}; supported: BF16, F16, F32", path_, printable(t.name, 200),
+             printable(t.dtype, 40));
   Tensor out(t.shape);
   const uint8_t* p = tensor_bytes(t).data();
   float* y = out.data.data();

@@ -43,7 +43,7 @@ struct SafetensorsTensor {
   std::vector<int64_t> shape;  // row-major, outermost first; may be empty (scalar)
   uint64_t begin = 0;          // byte range in the data buffer: [begin, end)
   uint64_t end = 0;
-  uint64_t numel = 0;          // product of shape
+  uint64_t numel = 0;  // product of shape
 };
 
 class SafetensorsFile {
@@ -57,7 +57,7 @@ class SafetensorsFile {
   const std::string& path() const { return path_; }
   uint64_t file_size() const { return bytes_.size(); }
   const std::vector<SafetensorsTensor>& tensors() const { return tensors_; }  // sorted by begin
-  const SafetensorsTensor* find(std::string_view name) const;              // nullptr if absent
+  const SafetensorsTensor* find(std::string_view name) const;                 // nullptr if absent
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
 
   std::span<const uint8_t> tensor_bytes(const SafetensorsTensor& t) const;
@@ -67,10 +67,10 @@ class SafetensorsFile {
 
  private:
   void parse();
-  MappedFile map_;                   // owns the bytes when opened from a path
-  std::span<const uint8_t> bytes_;   // the whole file
+  MappedFile map_;                  // owns the bytes when opened from a path
+  std::span<const uint8_t> bytes_;  // the whole file
   std::string path_;
-  uint64_t data_start_ = 0;          // 8 + header length
+  uint64_t data_start_ = 0;  // 8 + header length
   std::vector<SafetensorsTensor> tensors_;
   std::unordered_map<std::string_view, size_t> index_;  // name -> tensors_ index
   std::map<std::string, std::string> metadata_;         // "__metadata__"

@@ -39,8 +39,9 @@ quant::Int4Packed pack_fused(const quant::QuantizedWeights& q, const std::vector
       w.k = p.k;
       w.group = p.group;
     }
-    FUTR_CHECK(p.k == w.k && p.group == w.group, "GPU engine: {} (K {}, group {}) cannot be fused with K {}, group {}",
-               name, p.k, p.group, w.k, w.group);
+    FUTR_CHECK(p.k == w.k && p.group == w.group,
+               "GPU engine: {} (K {}, group {}) cannot be fused with K {}, group {}", name, p.k, p.group, w.k,
+               w.group);
     w.n += p.n;
     w.q.insert(w.q.end(), p.q.begin(), p.q.end());
     w.scale.insert(w.scale.end(), p.scale.begin(), p.scale.end());
@@ -56,26 +57,29 @@ std::unique_ptr<cuda::W4Linear> synthetic_linear(int n, int k, uint64_t seed, in
   const int group = k % 128 == 0 ? 128 : 64;
   FUTR_CHECK(k % group == 0, "synthetic model: K {} is not a multiple of 64", k);
   auto w = std::make_unique<cuda::W4Linear>(n, k, group, max_m);
-  cuda::fill_random(w->weights(), cuda::FillType::kU8, uint64_t(w->weight_bytes() - w->scale_bytes()), seed, 0, 0, s);
+  cuda::fill_random(w->weights(), cuda::FillType::kU8, uint64_t(w->weight_bytes() - w->scale_bytes()), seed,
+                    0, 0, s);
   const float s0 = 1.0f / (4.6f * std::sqrt(float(k)));
-  cuda::fill_random(w->scales(), cuda::FillType::kF16, uint64_t(w->scale_bytes() / 2), seed + 1, 0.5f * s0, 1.5f * s0,
-                    s);
+  cuda::fill_random(w->scales(), cuda::FillType::kF16, uint64_t(w->scale_bytes() / 2), seed + 1, 0.5f * s0,
+                    1.5f * s0, s);
   return w;
 }
 
 using Fp8Matrix = DeviceWeights::Fp8Matrix;
 
 // rows of `parts` stacked ([sum n][k]); interleave: row 2i of part 0, 2i+1 of part 1 (gate/up).
-Fp8Matrix stack(const quant::QuantizedWeights& q, const std::vector<ProjId>& ids, bool folded, bool interleave) {
+Fp8Matrix stack(const quant::QuantizedWeights& q, const std::vector<ProjId>& ids, bool folded,
+                bool interleave) {
   Fp8Matrix m;
   std::vector<const quant::Fp8Weights*> parts;
   for (const ProjId& id : ids) {
     const quant::QuantizedTensor& t = q.at(id);
     const std::string name = projection_name(id);
     FUTR_CHECK(t.format == WeightFormat::kFp8, "prefill: {} is {}, not fp8", name, to_string(t.format));
-    FUTR_CHECK(t.fp8.folded_gain == folded, "prefill: {} {} an RMSNorm gain folded in (the FP8 prefill path "
-               "expects q/k/v and gate/up folded, o and down plain: quantize_model's fp8)", name,
-               t.fp8.folded_gain ? "has" : "lacks");
+    FUTR_CHECK(t.fp8.folded_gain == folded,
+               "prefill: {} {} an RMSNorm gain folded in (the FP8 prefill path "
+               "expects q/k/v and gate/up folded, o and down plain: quantize_model's fp8)",
+               name, t.fp8.folded_gain ? "has" : "lacks");
     if (m.k == 0) m.k = t.fp8.k;
     FUTR_CHECK(t.fp8.k == m.k, "prefill: {} has K {}, expected {}", name, t.fp8.k, m.k);
     m.n += t.fp8.n;
@@ -88,7 +92,8 @@ Fp8Matrix stack(const quant::QuantizedWeights& q, const std::vector<ProjId>& ids
     for (int i = 0; i < parts[0]->n; ++i)
       for (int j = 0; j < 2; ++j) {
         const size_t dst = size_t(2 * i + j);
-        std::copy_n(parts[size_t(j)]->w.begin() + ptrdiff_t(size_t(i) * m.k), m.k, w.begin() + ptrdiff_t(dst * m.k));
+        std::copy_n(parts[size_t(j)]->w.begin() + ptrdiff_t(size_t(i) * m.k), m.k,
+                    w.begin() + ptrdiff_t(dst * m.k));
         s[dst] = parts[size_t(j)]->scale[size_t(i)];
       }
   } else {
@@ -225,7 +230,8 @@ DeviceWeights::DeviceWeights(const ModelConfig& c, uint64_t seed, int lm_begin, 
 }
 
 void DeviceWeights::load_fp8(const ModelConfig& c, const quant::QuantizedWeights& fp8) {
-  FUTR_CHECK(fp8.format == WeightFormat::kFp8, "prefill: weights of format {}, not fp8", to_string(fp8.format));
+  FUTR_CHECK(fp8.format == WeightFormat::kFp8, "prefill: weights of format {}, not fp8",
+             to_string(fp8.format));
   std::vector<Fp8Layer> layers;
   for (int l = 0; l < c.n_layers; ++l) {
     Fp8Layer L;
@@ -263,11 +269,13 @@ void DeviceWeights::quantize_lm_head_int4(int group, cudaStream_t st) {
   std::vector<float> w(n);
   {
     std::vector<uint16_t> bf(n);
-    FUTR_CUDA_CHECK(cudaMemcpyAsync(bf.data(), lm_head_rows(), n * sizeof(uint16_t), cudaMemcpyDeviceToHost, st));
+    FUTR_CUDA_CHECK(
+        cudaMemcpyAsync(bf.data(), lm_head_rows(), n * sizeof(uint16_t), cudaMemcpyDeviceToHost, st));
     FUTR_CUDA_CHECK(cudaStreamSynchronize(st));
     for (size_t i = 0; i < n; ++i) w[i] = bf16_to_float(bf[i]);
   }
-  const quant::Int4Weights q = quant::quantize_int4(w, lm_rows_, hidden_, group, quant::ClipSearch{}, {}, "lm_head");
+  const quant::Int4Weights q =
+      quant::quantize_int4(w, lm_rows_, hidden_, group, quant::ClipSearch{}, {}, "lm_head");
   const quant::Int4Packed p = quant::pack_int4(q);
   lm_int4_w_ = cuda::DeviceBuffer<uint8_t>(p.weights, st);
   lm_int4_s_ = cuda::DeviceBuffer<uint16_t>(p.scales, st);

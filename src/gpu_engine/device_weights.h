@@ -119,10 +119,10 @@ class DeviceWeights {
 
  private:
   int hidden_ = 0, lm_begin_ = 0, lm_rows_ = 0;
-  cuda::DeviceBuffer<uint16_t> embd_;      // [vocab][H] BF16
-  cuda::DeviceBuffer<uint16_t> lm_head_;   // [lm_rows][H] BF16 (empty when tied: embd)
-  cuda::DeviceBuffer<uint8_t> lm_int4_w_;  // [lm_rows * H / 2] INT4 head, fragment order (or empty)
-  cuda::DeviceBuffer<uint16_t> lm_int4_s_; // [lm_rows * H / group] FP16 scales, fragment order
+  cuda::DeviceBuffer<uint16_t> embd_;       // [vocab][H] BF16
+  cuda::DeviceBuffer<uint16_t> lm_head_;    // [lm_rows][H] BF16 (empty when tied: embd)
+  cuda::DeviceBuffer<uint8_t> lm_int4_w_;   // [lm_rows * H / 2] INT4 head, fragment order (or empty)
+  cuda::DeviceBuffer<uint16_t> lm_int4_s_;  // [lm_rows * H / group] FP16 scales, fragment order
   int lm_int4_group_ = 0;
   cuda::DeviceBuffer<uint16_t> out_norm_;  // [H] BF16
   std::vector<Layer> layers_;              // [layers]

@@ -76,28 +76,28 @@ bool disabled_by_env(const char* name) {
 struct GpuEngine::Impl {
   cuda::Stream stream;
   cuda::CublasLt lt;
-  std::unique_ptr<KvCache> kv;             // the cache: slot regions, scratch slots, RoPE tables
-  std::unique_ptr<StepBuffers> buf;        // the device buffers of one micro-step
-  std::unique_ptr<DeviceWeights> weights;  // INT4 (decode), FP8 (prefill), BF16 (embedding, gains, head)
-  StepPlanConfig plan_config;              // what the plans are built from
+  std::unique_ptr<KvCache> kv;                  // the cache: slot regions, scratch slots, RoPE tables
+  std::unique_ptr<StepBuffers> buf;             // the device buffers of one micro-step
+  std::unique_ptr<DeviceWeights> weights;       // INT4 (decode), FP8 (prefill), BF16 (embedding, gains, head)
+  StepPlanConfig plan_config;                   // what the plans are built from
   std::array<StepPlan, kBuckets.size()> plans;  // one per bucket (kBuckets order), built once
-  std::unique_ptr<LaunchExecutor> exec;    // runs a plan: launches, one CUDA graph per bucket
+  std::unique_ptr<LaunchExecutor> exec;         // runs a plan: launches, one CUDA graph per bucket
   // Host side of the copies around a micro-step (pinned).
-  Pinned<int> h_ints;                          // [kMapRows][B]
-  Pinned<cuda::LogitsRowStats> h_stats;        // [B]
-  Pinned<cuda::SampleRow> h_samplers;          // [B]
-  Pinned<int> h_sampled;                       // [B]
-  Pinned<float> h_logits;                      // [B][vocab] (only the rows asked for are written)
-  Pinned<int> h_nonfinite;                     // [1]
-  int last_bucket = 0;                         // the bucket of the last micro-step
+  Pinned<int> h_ints;                    // [kMapRows][B]
+  Pinned<cuda::LogitsRowStats> h_stats;  // [B]
+  Pinned<cuda::SampleRow> h_samplers;    // [B]
+  Pinned<int> h_sampled;                 // [B]
+  Pinned<float> h_logits;                // [B][vocab] (only the rows asked for are written)
+  Pinned<int> h_nonfinite;               // [1]
+  int last_bucket = 0;                   // the bucket of the last micro-step
   int64_t micro_steps = 0, logits_rows_copied = 0, host_sampled = 0, gpu_sampled = 0;
-  std::unique_ptr<Profiler> prof;              // set while profiling (set_profiling)
-  std::unique_ptr<PrefillPath> prefill;        // the FP8 prefill path (null: prompts through the decode step)
+  std::unique_ptr<Profiler> prof;        // set while profiling (set_profiling)
+  std::unique_ptr<PrefillPath> prefill;  // the FP8 prefill path (null: prompts through the decode step)
   // Delayed FP8 scaling: each sequence slot's own scale state (null until its first prompt chunk).
   std::vector<std::unique_ptr<cuda::DeviceScaleBank>> seq_banks;
   int64_t prefill_output_rows = 0;
-  double prefill_ms = 0;                       // host wall time of the prefill chunks (incl. their outputs)
-  double fp8_calibration_ms = 0;               // the device calibration at construction (0: none)
+  double prefill_ms = 0;          // host wall time of the prefill chunks (incl. their outputs)
+  double fp8_calibration_ms = 0;  // the device calibration at construction (0: none)
   int64_t fp8_calibration_tokens = 0;
 };
 
@@ -113,16 +113,21 @@ int GpuEngine::bucket_of(int rows) {
 
 GpuEngine::GpuEngine(const Model& model, std::shared_ptr<const quant::QuantizedWeights> q,
                      const GpuEngineOptions& o)
-    : config_(o.rank_config ? *o.rank_config : model.config), sampleable_vocab_(model.sampleable_vocab()), opt_(o),
+    : config_(o.rank_config ? *o.rank_config : model.config),
+      sampleable_vocab_(model.sampleable_vocab()),
+      opt_(o),
       impl_(std::make_unique<Impl>()) {
   const ModelConfig& c = config_;
   FUTR_CHECK(q && q->format == WeightFormat::kInt4,
              "GPU engine: runs INT4 weights (--weights int4, or a .futr file with INT4 weights)");
   using Clock = std::chrono::steady_clock;
-  auto secs = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
+  auto secs = [](Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double>(b - a).count();
+  };
   const auto t0 = Clock::now();
   size_t weights_est = 0;
-  for (const auto& [name, t] : q->tensors) weights_est += size_t(t.n) * t.k / 2 + size_t(t.n) * (t.k / t.int4.group) * 2;
+  for (const auto& [name, t] : q->tensors)
+    weights_est += size_t(t.n) * t.k / 2 + size_t(t.n) * (t.k / t.int4.group) * 2;
   weights_est += size_t(c.vocab) * c.hidden * 2 * (c.tied_embeddings ? 1 : 2);
   init(fmt::format("int4 weights ({})", q->method), weights_est);
   const auto t1 = Clock::now();
@@ -132,12 +137,13 @@ GpuEngine::GpuEngine(const Model& model, std::shared_ptr<const quant::QuantizedW
   init_prefill();
   const auto t3 = Clock::now();
   if (opt_.log)
-    opt_.log(fmt::format("gpu engine ready in {:.2f} s (device and buffers {:.2f} s, weights to the GPU {:.2f} s, "
-                         "prefill path {:.2f} s{})",
-                         secs(t0, t3), secs(t0, t1), secs(t1, t2), secs(t2, t3),
-                         impl_->fp8_calibration_ms > 0
-                             ? fmt::format(" of which FP8 calibration {:.0f} ms", impl_->fp8_calibration_ms)
-                             : std::string()));
+    opt_.log(
+        fmt::format("gpu engine ready in {:.2f} s (device and buffers {:.2f} s, weights to the GPU {:.2f} s, "
+                    "prefill path {:.2f} s{})",
+                    secs(t0, t3), secs(t0, t1), secs(t1, t2), secs(t2, t3),
+                    impl_->fp8_calibration_ms > 0
+                        ? fmt::format(" of which FP8 calibration {:.0f} ms", impl_->fp8_calibration_ms)
+                        : std::string()));
 }
 
 GpuEngine::GpuEngine(const ModelConfig& config, uint64_t seed, const GpuEngineOptions& o)
@@ -149,7 +155,8 @@ GpuEngine::GpuEngine(const ModelConfig& config, uint64_t seed, const GpuEngineOp
   const size_t weights_est = size_t(c.n_layers) * per_layer * 17 / 32 +  // nibbles + FP16 scales per 128
                              size_t(c.vocab) * c.hidden * 2 * (c.tied_embeddings ? 1 : 2);
   init(fmt::format("synthetic int4 weights (seed {})", seed), weights_est);
-  impl_->weights = std::make_unique<DeviceWeights>(c, seed, lm_begin_, lm_rows_, kMaxMicroBatch, impl_->stream);
+  impl_->weights =
+      std::make_unique<DeviceWeights>(c, seed, lm_begin_, lm_rows_, kMaxMicroBatch, impl_->stream);
   init_step();
   init_prefill();
 }
@@ -177,14 +184,14 @@ void GpuEngine::init_step() {
     for (const StepOp& op : m.plans[k].ops) {
       if (op.kind != StepOpKind::kGemm) continue;
       const DeviceWeights::Layer& L = m.weights->layer(op.layer);
-      const cuda::W4Linear& w = op.w.param == StepParam::kQkv  ? *L.qkv
-                                : op.w.param == StepParam::kO  ? *L.o
+      const cuda::W4Linear& w = op.w.param == StepParam::kQkv      ? *L.qkv
+                                : op.w.param == StepParam::kO      ? *L.o
                                 : op.w.param == StepParam::kGateUp ? *L.gate_up
                                                                    : *L.down;
       const cuda::DecodeConfig a = op.gemm, b = w.config(op.rows);
       FUTR_ASSERT(a.kernel == b.kernel && a.tn == b.tn && a.loads == b.loads && a.batches == b.batches &&
-                  a.mt == b.mt && a.splits == b.splits && a.fold == b.fold && a.seq == b.seq && a.ctas == b.ctas && a.run == b.run &&
-                  a.probe == b.probe && !a.pdl && !b.pdl);
+                  a.mt == b.mt && a.splits == b.splits && a.fold == b.fold && a.seq == b.seq &&
+                  a.ctas == b.ctas && a.run == b.run && a.probe == b.probe && !a.pdl && !b.pdl);
     }
   }
   LaunchExecutor::Options eo;
@@ -206,15 +213,16 @@ void GpuEngine::init_prefill() {
     info_.describe += "; prompts through the decode step";
     return;
   }
-  FUTR_CHECK(!opt_.tp_comms, "GPU engine: the FP8 prefill path does not run tensor parallel yet (--prefill=off)");
+  FUTR_CHECK(!opt_.tp_comms,
+             "GPU engine: the FP8 prefill path does not run tensor parallel yet (--prefill=off)");
   const int rows = std::min(opt_.prefill_rows, std::max(opt_.max_step_tokens, 1));
   const std::string why = PrefillPath::unsupported_reason(config_);
   FUTR_CHECK(why.empty(), "the FP8 prefill path does not support this model: {}", why);
   // The FP8 projections join the engine's weights; the path borrows them, the embedding and the cache.
   if (opt_.prefill_fp8) m.weights->load_fp8(config_, *opt_.prefill_fp8);
   else m.weights->draw_fp8(config_, opt_.prefill_seed, m.stream);
-  m.prefill = std::make_unique<PrefillPath>(config_, *m.weights, *m.kv, m.buf->nonfinite.get(), opt_.fp8, rows,
-                                            m.stream);
+  m.prefill = std::make_unique<PrefillPath>(config_, *m.weights, *m.kv, m.buf->nonfinite.get(), opt_.fp8,
+                                            rows, m.stream);
   // Warm-up: one 16-row chunk into the padding rows' scratch slots and its
   // output pass (the kernels' modules load on first launch, cuBLASLt makes its
   // M = 1 plan), so the first prompt's time to first token is the prefill's
@@ -243,15 +251,17 @@ void GpuEngine::init_prefill() {
     m.prefill->calibrate(opt_.fp8_calibration, window, 0, m.stream);
     m.buf->nonfinite.fill_bytes(0, m.stream);
     FUTR_CUDA_CHECK(cudaStreamSynchronize(m.stream));
-    m.fp8_calibration_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    m.fp8_calibration_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     m.fp8_calibration_tokens = int64_t(opt_.fp8_calibration.size());
     opt_.fp8_calibration.clear();
     opt_.fp8_calibration.shrink_to_fit();
   }
-  info_.describe += fmt::format("; prompts: the FP8 prefill path (chunks of <= {} rows, {:.1f} MiB of FP8 weights, "
-                                "{} FP8 scales{})",
-                                rows, double(m.prefill->weight_bytes()) / (1 << 20), to_string(m.prefill->scaling()),
-                                m.prefill->scaling() == Fp8Scaling::kDelayed ? " per request" : "");
+  info_.describe += fmt::format(
+      "; prompts: the FP8 prefill path (chunks of <= {} rows, {:.1f} MiB of FP8 weights, "
+      "{} FP8 scales{})",
+      rows, double(m.prefill->weight_bytes()) / (1 << 20), to_string(m.prefill->scaling()),
+      m.prefill->scaling() == Fp8Scaling::kDelayed ? " per request" : "");
 }
 
 void GpuEngine::init(const std::string& weights_what, size_t weights_est) {
@@ -261,8 +271,8 @@ void GpuEngine::init(const std::string& weights_what, size_t weights_est) {
   lm_begin_ = o.lm_rows > 0 ? o.lm_begin : 0;
   lm_rows_ = o.lm_rows > 0 ? o.lm_rows : c.vocab;
   FUTR_CHECK(lm_begin_ >= 0 && lm_rows_ >= 1 && int64_t(lm_begin_) + lm_rows_ <= c.vocab,
-             "GPU engine: LM head rows [{}, {}) outside the vocabulary of {}", lm_begin_, int64_t(lm_begin_) + lm_rows_,
-             c.vocab);
+             "GPU engine: LM head rows [{}, {}) outside the vocabulary of {}", lm_begin_,
+             int64_t(lm_begin_) + lm_rows_, c.vocab);
   if (o.tp_comms) {
     opt_.gpu_sampling = false;  // the TP engine samples from the gathered logits
     FUTR_CHECK(o.tp_rank >= 0 && o.tp_rank < o.tp_comms->size(), "GPU engine: rank {} of {}", o.tp_rank,
@@ -270,12 +280,12 @@ void GpuEngine::init(const std::string& weights_what, size_t weights_est) {
   }
   FUTR_CHECK(o.kv == KvFormat::kBf16 || o.kv == KvFormat::kInt4 || o.kv == KvFormat::kInt4Rot,
              "GPU engine: KV cache {} is not supported (bf16, int4, int4-rot)", to_string(o.kv));
-  FUTR_CHECK(o.max_seqs >= 1 && o.max_seqs <= 4096, "the maximum number of sequences must be in 1..4096 (got {})",
-             o.max_seqs);
+  FUTR_CHECK(o.max_seqs >= 1 && o.max_seqs <= 4096,
+             "the maximum number of sequences must be in 1..4096 (got {})", o.max_seqs);
   FUTR_CHECK(o.max_step_tokens >= 1 && o.max_step_tokens <= (1 << 20),
              "the maximum tokens per step must be in 1..1048576 (got {})", o.max_step_tokens);
-  FUTR_CHECK(c.n_kv_heads >= 1 && c.n_heads % c.n_kv_heads == 0, "GPU engine: {} heads over {} KV heads", c.n_heads,
-             c.n_kv_heads);
+  FUTR_CHECK(c.n_kv_heads >= 1 && c.n_heads % c.n_kv_heads == 0, "GPU engine: {} heads over {} KV heads",
+             c.n_heads, c.n_kv_heads);
   opt_.ctx = o.ctx > 0 ? o.ctx : c.max_context;
   FUTR_CHECK(opt_.ctx >= 1 && opt_.ctx <= (1 << 22), "--ctx {} out of range 1..4194304", opt_.ctx);
   if (disabled_by_env("FUTR_GPU_GRAPHS")) opt_.graphs = false;
@@ -292,16 +302,18 @@ void GpuEngine::init(const std::string& weights_what, size_t weights_est) {
   }
   if (opt_.lm_head_int4) opt_.lm_head_streaming = true;
   if (opt_.lm_head_streaming) {
-    const char* why = cuda::lm_head_unsupported(lm_rows_, c.hidden, opt_.lm_head_int4 ? lm_head_int4_group() : 0);
-    FUTR_CHECK(why[0] == 0, "GPU engine: the streaming LM head cannot run this model's head ([{} x {}]{}): {}",
-               lm_rows_, c.hidden, opt_.lm_head_int4 ? ", int4" : "", why);
+    const char* why =
+        cuda::lm_head_unsupported(lm_rows_, c.hidden, opt_.lm_head_int4 ? lm_head_int4_group() : 0);
+    FUTR_CHECK(why[0] == 0,
+               "GPU engine: the streaming LM head cannot run this model's head ([{} x {}]{}): {}", lm_rows_,
+               c.hidden, opt_.lm_head_int4 ? ", int4" : "", why);
   }
   const bool int4 = o.kv != KvFormat::kBf16;
   const int rot = o.kv == KvFormat::kInt4Rot ? o.kv_block : 0;
   // Refuse what the kernels do not compile before allocating anything. The
   // longest length a launch sees: ctx, or a padding row's 32 (engine.h).
-  cuda::AttentionShape shape{1, c.n_kv_heads, c.n_heads / c.n_kv_heads, c.head_dim, int4, rot,
-                             std::max(opt_.ctx, kMaxMicroBatch)};
+  cuda::AttentionShape shape{1,    c.n_kv_heads, c.n_heads / c.n_kv_heads,          c.head_dim,
+                             int4, rot,          std::max(opt_.ctx, kMaxMicroBatch)};
   cuda::attention_heuristic(shape, dev.sm_count);
 
   Impl& m = *impl_;
@@ -326,7 +338,8 @@ void GpuEngine::init(const std::string& weights_what, size_t weights_est) {
   pc.attention_resident_per_sm = 0;  // the device's occupancy
   // The attention's split count, one for every bucket (batch invariance:
   // cuda::attention_heuristic_invariant); its workspace for B rows.
-  m.buf = std::make_unique<StepBuffers>(c, lm_rows_, decode_attention_shape(pc, B), decode_attention_config(pc));
+  m.buf =
+      std::make_unique<StepBuffers>(c, lm_rows_, decode_attention_shape(pc, B), decode_attention_config(pc));
   m.h_ints = Pinned<int>(size_t(kMapRows) * B);
   m.h_stats = Pinned<cuda::LogitsRowStats>(size_t(B));
   m.h_samplers = Pinned<cuda::SampleRow>(size_t(B));
@@ -338,14 +351,16 @@ void GpuEngine::init(const std::string& weights_what, size_t weights_est) {
   table_ = runtime::SequenceTable(o.max_seqs, opt_.ctx);
   info_.name = "gpu";
   info_.describe = fmt::format(
-      "gpu ({}, {} SMs; {}, KV {}{} {:.1f} MiB, ctx {} x {} sequences; {}, {}; decode micro-steps of up to {} "
+      "gpu ({}, {} SMs; {}, KV {}{} {:.1f} MiB, ctx {} x {} sequences; {}, {}; decode micro-steps of up to "
+      "{} "
       "rows)",
-      dev.name, dev.sm_count, weights_what, to_string(o.kv), rot ? fmt::format(" (Hadamard block {})", rot) : "",
-      double(m.kv->bytes()) / (1 << 20), opt_.ctx, o.max_seqs,
-      opt_.graphs ? "CUDA graphs per batch bucket" : "eager launches (graphs off)",
+      dev.name, dev.sm_count, weights_what, to_string(o.kv),
+      rot ? fmt::format(" (Hadamard block {})", rot) : "", double(m.kv->bytes()) / (1 << 20), opt_.ctx,
+      o.max_seqs, opt_.graphs ? "CUDA graphs per batch bucket" : "eager launches (graphs off)",
       opt_.pdl ? "programmatic dependent launch" : "no PDL", kMaxMicroBatch);
   if (opt_.lm_head_streaming)
-    info_.describe += opt_.lm_head_int4 ? "; LM head: INT4, the streaming kernel" : "; LM head: the streaming kernel";
+    info_.describe +=
+        opt_.lm_head_int4 ? "; LM head: INT4, the streaming kernel" : "; LM head: the streaming kernel";
   info_.vocab = c.vocab;
   info_.ctx = opt_.ctx;
   info_.max_seqs = o.max_seqs;
@@ -402,7 +417,8 @@ void GpuEngine::micro_step(const std::vector<MicroRow>& rows) {
       sr = cuda::SampleRow{};
       if (i < n && rows[size_t(i)].top_k > 0) {
         const MicroRow& r = rows[size_t(i)];
-        sr.u = r.u, sr.temperature = r.temperature, sr.top_p = r.top_p, sr.min_p = r.min_p, sr.top_k = r.top_k;
+        sr.u = r.u, sr.temperature = r.temperature, sr.top_p = r.top_p, sr.min_p = r.min_p,
+        sr.top_k = r.top_k;
       }
     }
     FUTR_CUDA_CHECK(cudaMemcpyAsync(m.buf->samplers.get(), m.h_samplers.get(),
@@ -413,18 +429,19 @@ void GpuEngine::micro_step(const std::vector<MicroRow>& rows) {
   m.exec->run(m.plans[k], st, m.prof.get());
   // ---- results: row stats, the logits rows asked for, the K/V check -------------------
   const StepBuffers& b = *m.buf;
-  FUTR_CUDA_CHECK(cudaMemcpyAsync(m.h_stats.get(), b.row_stats.get(), size_t(bucket) * sizeof(cuda::LogitsRowStats),
-                                  cudaMemcpyDeviceToHost, st));
+  FUTR_CUDA_CHECK(cudaMemcpyAsync(m.h_stats.get(), b.row_stats.get(),
+                                  size_t(bucket) * sizeof(cuda::LogitsRowStats), cudaMemcpyDeviceToHost, st));
   if (opt_.gpu_sampling)
-    FUTR_CUDA_CHECK(
-        cudaMemcpyAsync(m.h_sampled.get(), b.sampled.get(), size_t(bucket) * sizeof(int), cudaMemcpyDeviceToHost, st));
+    FUTR_CUDA_CHECK(cudaMemcpyAsync(m.h_sampled.get(), b.sampled.get(), size_t(bucket) * sizeof(int),
+                                    cudaMemcpyDeviceToHost, st));
   for (int i = 0; i < n; ++i)
     if (rows[size_t(i)].logits) {
       FUTR_CUDA_CHECK(cudaMemcpyAsync(m.h_logits.get() + size_t(i) * V, b.logits.get() + size_t(i) * V,
                                       V * sizeof(float), cudaMemcpyDeviceToHost, st));
       ++m.logits_rows_copied;
     }
-  FUTR_CUDA_CHECK(cudaMemcpyAsync(m.h_nonfinite.get(), b.nonfinite.get(), sizeof(int), cudaMemcpyDeviceToHost, st));
+  FUTR_CUDA_CHECK(
+      cudaMemcpyAsync(m.h_nonfinite.get(), b.nonfinite.get(), sizeof(int), cudaMemcpyDeviceToHost, st));
   // The one synchronization of a micro-step (with TP: polled, with a timeout).
   if (opt_.tp_comms) opt_.tp_comms->synchronize(opt_.tp_rank, st, opt_.tp_timeout_s);
   else FUTR_CUDA_CHECK(cudaStreamSynchronize(st));
@@ -436,7 +453,8 @@ void GpuEngine::micro_step(const std::vector<MicroRow>& rows) {
     m.buf->nonfinite.fill_bytes(0, st);
     FUTR_CUDA_CHECK(cudaStreamSynchronize(st));
   }
-  FUTR_CHECK(nonfinite == 0, "GPU engine: a key or value row was not finite (the weights or the input produce "
+  FUTR_CHECK(nonfinite == 0,
+             "GPU engine: a key or value row was not finite (the weights or the input produce "
              "NaN/Inf)");
 }
 
@@ -452,8 +470,9 @@ const float* GpuEngine::fetch_logits_row(int k) {
 
 void GpuEngine::enqueue_prefill_outputs(int rows) {
   Impl& m = *impl_;
-  FUTR_CUDA_CHECK(cudaMemcpyAsync(m.buf->ints.get(), m.h_ints.get(), size_t(kMapRows) * kMaxMicroBatch * sizeof(int),
-                                  cudaMemcpyHostToDevice, m.stream));
+  FUTR_CUDA_CHECK(cudaMemcpyAsync(m.buf->ints.get(), m.h_ints.get(),
+                                  size_t(kMapRows) * kMaxMicroBatch * sizeof(int), cudaMemcpyHostToDevice,
+                                  m.stream));
   m.exec->enqueue_outputs(rows, m.prefill->x(), m.stream);
 }
 
@@ -468,9 +487,9 @@ void GpuEngine::prefill_runs(std::span<const BatchRow> rows, const std::vector<c
   const int cap = m.prefill->max_rows();
   std::vector<int32_t> tokens;
   std::vector<PrefillPath::Request> reqs;
-  std::vector<int> batch_row;                  // [chunk rows] the row's index in the batch
-  std::vector<std::pair<int, int>> lengths;    // (slot, length) of the chunk's requests after it
-  std::vector<int> out;                        // chunk rows with an output
+  std::vector<int> batch_row;                // [chunk rows] the row's index in the batch
+  std::vector<std::pair<int, int>> lengths;  // (slot, length) of the chunk's requests after it
+  std::vector<int> out;                      // chunk rows with an output
   // Delayed scaling: chunks of one sequence, run with that sequence's own
   // state, one call of its state machine per window of `cap` positions
   // (prefill.h): a chunk stops at the window's end, and only the chunk that
@@ -481,13 +500,16 @@ void GpuEngine::prefill_runs(std::span<const BatchRow> rows, const std::vector<c
   auto flush = [&] {
     if (tokens.empty()) return;
     m.prefill->run(tokens, reqs, st, bank, end_call);
-    FUTR_CUDA_CHECK(cudaMemcpyAsync(m.h_nonfinite.get(), b.nonfinite.get(), sizeof(int), cudaMemcpyDeviceToHost, st));
+    FUTR_CUDA_CHECK(
+        cudaMemcpyAsync(m.h_nonfinite.get(), b.nonfinite.get(), sizeof(int), cudaMemcpyDeviceToHost, st));
     FUTR_CUDA_CHECK(cudaStreamSynchronize(st));
     m.prefill->collect();  // the profile's intervals of this chunk (when profiling)
     if (m.h_nonfinite[0] != 0) {
       b.nonfinite.fill_bytes(0, st);
       FUTR_CUDA_CHECK(cudaStreamSynchronize(st));
-      fail("GPU engine (prefill): a key or value row was not finite (the weights or the input produce NaN/Inf)");
+      fail(
+          "GPU engine (prefill): a key or value row was not finite (the weights or the input produce "
+          "NaN/Inf)");
     }
     // The rows that asked for an output: final norm, LM head, reductions, in blocks of 32.
     out.clear();
@@ -501,12 +523,13 @@ void GpuEngine::prefill_runs(std::span<const BatchRow> rows, const std::vector<c
         const BatchRow& row = rows[size_t(batch_row[size_t(out[b0 + size_t(j)])])];
         h[kTok * Bm + j] = out[b0 + size_t(j)];
         h[kTarget * Bm + j] = row.out == RowOutput::kLogprob ? row.target : -1;
-        copy[size_t(j)] = row.out == RowOutput::kLogits ||
-                          (row.out == RowOutput::kToken && !table_.sampler(table_.slot(row.seq)).plain_greedy());
+        copy[size_t(j)] =
+            row.out == RowOutput::kLogits ||
+            (row.out == RowOutput::kToken && !table_.sampler(table_.slot(row.seq)).plain_greedy());
       }
       enqueue_prefill_outputs(nb);
-      FUTR_CUDA_CHECK(cudaMemcpyAsync(m.h_stats.get(), b.row_stats.get(), size_t(nb) * sizeof(cuda::LogitsRowStats),
-                                      cudaMemcpyDeviceToHost, st));
+      FUTR_CUDA_CHECK(cudaMemcpyAsync(m.h_stats.get(), b.row_stats.get(),
+                                      size_t(nb) * sizeof(cuda::LogitsRowStats), cudaMemcpyDeviceToHost, st));
       for (int j = 0; j < nb; ++j)
         if (copy[size_t(j)]) {
           FUTR_CUDA_CHECK(cudaMemcpyAsync(m.h_logits.get() + size_t(j) * V, b.logits.get() + size_t(j) * V,
@@ -581,7 +604,8 @@ void GpuEngine::write_output(const BatchRow& row, int slot, int rank, int k, boo
     }
     case RowOutput::kLogprob:
       // NaN/+inf in the row: what the host's token_nll gives (NaN), never a finite number.
-      r.logprobs[size_t(rank)] = s.nonfinite == 0 ? s.logprob : -runtime::token_nll({fetch_logits_row(k), V}, row.target);
+      r.logprobs[size_t(rank)] =
+          s.nonfinite == 0 ? s.logprob : -runtime::token_nll({fetch_logits_row(k), V}, row.target);
       break;
   }
 }
@@ -649,27 +673,27 @@ runtime::StepResult GpuEngine::step(std::span<const BatchRow> rows) {
     }
     for (size_t k = 0; k < live.size(); ++k)
       for (int j = 0; j < take[k]; ++j) {
-      const BatchRow& row = rows[size_t(live[k].next + j)];
-      MicroRow mr;
-      mr.token = row.token;
-      mr.slot = live[k].slot;
-      mr.pos = row.pos;
-      mr.target = row.out == RowOutput::kLogprob ? row.target : -1;
-      // Only kLogits rows and the rows the host samples need their logits (engine.h);
-      // the rows sample_topk draws take their uniform from the sequence's generator now.
-      mr.logits = row.out == RowOutput::kLogits;
-      if (row.out == RowOutput::kToken) {
-        runtime::Sampler& sampler = table_.sampler(live[k].slot);
-        if (opt_.gpu_sampling && sampler.engine_drawable(cuda::kSampleMaxTopK)) {
-          const runtime::SamplerConfig& sc = sampler.config();
-          mr.u = sampler.next_uniform();
-          mr.temperature = sc.temperature, mr.top_p = sc.top_p, mr.min_p = sc.min_p, mr.top_k = sc.top_k;
-        } else {
-          mr.logits = !sampler.plain_greedy();
+        const BatchRow& row = rows[size_t(live[k].next + j)];
+        MicroRow mr;
+        mr.token = row.token;
+        mr.slot = live[k].slot;
+        mr.pos = row.pos;
+        mr.target = row.out == RowOutput::kLogprob ? row.target : -1;
+        // Only kLogits rows and the rows the host samples need their logits (engine.h);
+        // the rows sample_topk draws take their uniform from the sequence's generator now.
+        mr.logits = row.out == RowOutput::kLogits;
+        if (row.out == RowOutput::kToken) {
+          runtime::Sampler& sampler = table_.sampler(live[k].slot);
+          if (opt_.gpu_sampling && sampler.engine_drawable(cuda::kSampleMaxTopK)) {
+            const runtime::SamplerConfig& sc = sampler.config();
+            mr.u = sampler.next_uniform();
+            mr.temperature = sc.temperature, mr.top_p = sc.top_p, mr.min_p = sc.min_p, mr.top_k = sc.top_k;
+          } else {
+            mr.logits = !sampler.plain_greedy();
+          }
         }
-      }
-      micro.push_back(mr);
-      which.push_back(live[k].next + j);
+        micro.push_back(mr);
+        which.push_back(live[k].next + j);
       }
     micro_step(micro);
     for (size_t k = 0; k < which.size(); ++k) {
@@ -725,10 +749,14 @@ nlohmann::json GpuEngine::stats() const {
     pf["host_ms"] = m.prefill_ms;
     pf["profile"] = m.prefill->profile();
     // The CPU engine's "fp8" keys (the FP8 activations of the prefill path), for the same reports.
-    j["fp8"] = {{"calls", pf["fp8_calls"]},           {"saturated_calls", pf["fp8_saturated_calls"]},
-                {"saturated_values", pf["fp8_saturated_values"]}, {"zero_calls", pf["fp8_zero_calls"]},
-                {"max_amax", pf["fp8_max_amax"]},       {"history", pf["fp8_history"]},
-                {"margin", pf["fp8_margin"]},           {"policy", pf["fp8_policy"]},
+    j["fp8"] = {{"calls", pf["fp8_calls"]},
+                {"saturated_calls", pf["fp8_saturated_calls"]},
+                {"saturated_values", pf["fp8_saturated_values"]},
+                {"zero_calls", pf["fp8_zero_calls"]},
+                {"max_amax", pf["fp8_max_amax"]},
+                {"history", pf["fp8_history"]},
+                {"margin", pf["fp8_margin"]},
+                {"policy", pf["fp8_policy"]},
                 {"scaling", pf["fp8_scaling"]},
                 {"recomputes", 0}};
     j["prefill"] = pf;

@@ -171,8 +171,9 @@ struct GpuEngineOptions {
   int max_seqs = 1;               // sequences open at once
   int max_step_tokens = 256;      // rows per step()
   bool graphs = true;             // replay one CUDA graph per bucket (FUTR_GPU_GRAPHS=0 forces false)
-  bool pdl = true;                // programmatic dependent launch between the step's kernels (FUTR_GPU_PDL=0: false)
-  bool gpu_sampling = true;       // temperature / top-k / min-p / top-p draws on the GPU (FUTR_GPU_SAMPLING=0: host)
+  bool pdl = true;  // programmatic dependent launch between the step's kernels (FUTR_GPU_PDL=0: false)
+  bool gpu_sampling =
+      true;  // temperature / top-k / min-p / top-p draws on the GPU (FUTR_GPU_SAMPLING=0: host)
   // Micro-steps of one row: the residual add + RMSNorm fused into the QKV and
   // gate/up gemv (cuda::DecodeNormInput; 6 launches per layer instead of 8).
   // Measured on the H200 (docs/PERF.md, 2026-12-02): SmolLM2 batch 1 0.929 ->
@@ -202,8 +203,9 @@ struct GpuEngineOptions {
   // Told once the engine is ready: its construction time by phase.
   runtime::EngineLog log;
   bool prefill_synthetic = false;
-  uint64_t prefill_seed = 0;        // the synthetic FP8 weights' seed
-  quant::DelayedScalingConfig fp8;  // the prefill path's FP8 scaling: static, or delayed per request (policy clamp)
+  uint64_t prefill_seed = 0;  // the synthetic FP8 weights' seed
+  quant::DelayedScalingConfig
+      fp8;  // the prefill path's FP8 scaling: static, or delayed per request (policy clamp)
   // Calibration on the device at construction (prefill_fp8 quantized on load,
   // without stored amax): these tokens in windows of fp8_calibration_window
   // (PrefillPath::calibrate); empty: the weights' stored initial amax.
@@ -258,8 +260,8 @@ class GpuEngine final : public runtime::TableEngine {
   // One layer's KV cache as stored (tests: the mirror the prefill writes
   // against the decode append's bytes); synchronizes.
   struct KvLayerDump {
-    std::vector<uint16_t> k, v;    // [num_slots][kv_heads][D] BF16
-    std::vector<uint8_t> k4, v4;   // the INT4 mirror (empty with the BF16 cache)
+    std::vector<uint16_t> k, v;   // [num_slots][kv_heads][D] BF16
+    std::vector<uint8_t> k4, v4;  // the INT4 mirror (empty with the BF16 cache)
     std::vector<float> ks, vs;
     int num_slots = 0, slots_per_seq = 0;
   };

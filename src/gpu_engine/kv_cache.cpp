@@ -18,8 +18,10 @@ KvCache::KvCache(const ModelConfig& c, KvFormat kv, int rot_block, int ctx, int 
   // ---- does it fit? ----------------------------------------------------------------
   slots_per_seq_ = (ctx + layout::kKvSlotAlign - 1) / layout::kKvSlotAlign * layout::kKvSlotAlign;
   const int64_t seq_slots = int64_t(slots_per_seq_) * max_seqs;
-  FUTR_CHECK(seq_slots + scratch_slots <= (int64_t(1) << 30), "GPU engine: {} sequences x ctx {} = {} KV slots, more "
-             "than the cache addresses (2^30); what fits: fewer sequences or a smaller --ctx", max_seqs, ctx, seq_slots);
+  FUTR_CHECK(seq_slots + scratch_slots <= (int64_t(1) << 30),
+             "GPU engine: {} sequences x ctx {} = {} KV slots, more "
+             "than the cache addresses (2^30); what fits: fewer sequences or a smaller --ctx",
+             max_seqs, ctx, seq_slots);
   // The padding rows' scratch region (engine.h): scratch_slots slots past every sequence's.
   scratch_base_ = int(seq_slots);
   num_slots_ = int(seq_slots) + scratch_slots;
@@ -33,10 +35,12 @@ KvCache::KvCache(const ModelConfig& c, KvFormat kv, int rot_block, int ctx, int 
     const size_t room = free_b > weights_est + reserve ? free_b - weights_est - reserve : 0;
     const long fit_seqs = long(room / (per_slot * size_t(slots_per_seq_)));
     const long fit_ctx = long(room / (per_slot * size_t(max_seqs))) / 16 * 16;
-    fail("GPU engine: the KV cache for {} sequences x ctx {} needs {:.1f} GiB, but {:.1f} GiB of GPU memory are "
-         "free after the weights ({:.1f} GiB); what fits: {} sequences at ctx {}, or ctx {} for {} sequences",
-         max_seqs, ctx, double(bytes_) / (1ull << 30), double(free_b) / (1ull << 30),
-         double(weights_est) / (1ull << 30), fit_seqs, ctx, fit_ctx, max_seqs);
+    fail(
+        "GPU engine: the KV cache for {} sequences x ctx {} needs {:.1f} GiB, but {:.1f} GiB of GPU memory "
+        "are "
+        "free after the weights ({:.1f} GiB); what fits: {} sequences at ctx {}, or ctx {} for {} sequences",
+        max_seqs, ctx, double(bytes_) / (1ull << 30), double(free_b) / (1ull << 30),
+        double(weights_est) / (1ull << 30), fit_seqs, ctx, fit_ctx, max_seqs);
   }
 
   // ---- the layers ------------------------------------------------------------------

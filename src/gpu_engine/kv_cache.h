@@ -40,9 +40,9 @@ class KvCache {
   struct Layer {
     cuda::DeviceBuffer<uint16_t> k, v;  // [num_slots][kv_heads][D] BF16 (K after RoPE)
     // The INT4 mirror (int4, int4-rot; else empty), docs/LAYOUTS.md:
-    cuda::DeviceBuffer<uint8_t> k4;     // [num_slots / 8][kv_heads][32 lanes][D / 8] nibbles, fragment order
-    cuda::DeviceBuffer<uint8_t> v4;     // [num_slots][kv_heads][D / 2] nibbles, channel order
-    cuda::DeviceBuffer<float> ks, vs;   // [kv_heads][num_slots] FP32 scales (amax / 7), head-major
+    cuda::DeviceBuffer<uint8_t> k4;    // [num_slots / 8][kv_heads][32 lanes][D / 8] nibbles, fragment order
+    cuda::DeviceBuffer<uint8_t> v4;    // [num_slots][kv_heads][D / 2] nibbles, channel order
+    cuda::DeviceBuffer<float> ks, vs;  // [kv_heads][num_slots] FP32 scales (amax / 7), head-major
   };
 
   // kv: bf16 | int4 | int4-rot; rot_block: the Hadamard block (int4-rot);

@@ -10,8 +10,8 @@
 #include "gpu_engine/nccl.h"
 #include "gpu_engine/profiler.h"
 #include "launch/cublaslt.h"
-#include "launch/lm_head.h"
 #include "launch/linear.h"
+#include "launch/lm_head.h"
 
 namespace futr::gpu {
 
@@ -38,7 +38,8 @@ StepBuffers::StepBuffers(const ModelConfig& c, int lm_rows, const cuda::Attentio
   sampled = cuda::DeviceBuffer<int>(size_t(B));
   nonfinite = cuda::DeviceBuffer<int>(1);
   nonfinite.fill_bytes(0);
-  attn_ws = cuda::DeviceBuffer<float>(std::max<size_t>(1, cuda::attention_workspace_floats(shape, attention)));
+  attn_ws =
+      cuda::DeviceBuffer<float>(std::max<size_t>(1, cuda::attention_workspace_floats(shape, attention)));
   attn_counters = cuda::DeviceBuffer<int>(cuda::attention_counters(shape));
   attn_counters.fill_bytes(0);
 }
@@ -92,7 +93,8 @@ const uint16_t* gain(const DeviceWeights& w, const StepRef& r) {
 }
 
 // The streaming LM head over the BF16 rows or the INT4 ones.
-cuda::LmHeadArgs lm_head_args(const DeviceWeights& w, bool int4, const void* x, float* out, int rows, int n, int k) {
+cuda::LmHeadArgs lm_head_args(const DeviceWeights& w, bool int4, const void* x, float* out, int rows, int n,
+                              int k) {
   cuda::LmHeadArgs a{w.lm_head_rows(), x, out, 0, rows, n, k};
   if (int4) {
     FUTR_CHECK(w.lm_head_int4(), "step plan: the INT4 LM head was not quantized");
@@ -138,8 +140,9 @@ void LaunchExecutor::enqueue(const StepPlan& plan, cudaStream_t st, Profiler* pr
         cuda::DecodeConfig cfg = op.gemm;
         cfg.pdl = pdl;
         if (op.norm_in) {  // x_out = x + add; the input bf16(RMSNorm(x_out) gain)
-          const cuda::DecodeNormInput n{static_cast<const float*>(m.get(op.x)), static_cast<const uint16_t*>(m.get(op.add)),
-                                        gain(w_, op.gain), static_cast<float*>(m.get(op.x_out)), o_.rms_eps};
+          const cuda::DecodeNormInput n{static_cast<const float*>(m.get(op.x)),
+                                        static_cast<const uint16_t*>(m.get(op.add)), gain(w_, op.gain),
+                                        static_cast<float*>(m.get(op.x_out)), o_.rms_eps};
           w.forward(nullptr, m.get(op.out), op.rows, cfg, st, false, &n);
         } else {
           w.forward(m.get(op.in), m.get(op.out), op.rows, cfg, st, op.x_swiglu);
@@ -150,7 +153,8 @@ void LaunchExecutor::enqueue(const StepPlan& plan, cudaStream_t st, Profiler* pr
       }
       case StepOpKind::kRopeAppend: {
         // RoPE of q and k fused into the append (bit-identical to cuda::rope + kv_append).
-        const int q_dim = shape.kv_heads * shape.group * shape.head_dim, kv_dim = shape.kv_heads * shape.head_dim;
+        const int q_dim = shape.kv_heads * shape.group * shape.head_dim,
+                  kv_dim = shape.kv_heads * shape.head_dim;
         uint16_t* qkv = static_cast<uint16_t*>(m.get(op.in));
         cuda::KvAppendArgs ap;
         ap.k = qkv + q_dim;
@@ -175,23 +179,23 @@ void LaunchExecutor::enqueue(const StepPlan& plan, cudaStream_t st, Profiler* pr
       }
       case StepOpKind::kAttention: {
         const int64_t qkv_n = int64_t(shape.kv_heads) * (shape.group + 2) * shape.head_dim;
-        cuda::AttentionArgs aa{m.get(op.in),         m.get(op.out),           m.map(kBase),          m.map(kLen),
-                               kv_.layer(op.layer),  m.attn_ws.get(),         m.attn_ws.size(),      m.attn_counters.get(),
+        cuda::AttentionArgs aa{m.get(op.in),           m.get(op.out),
+                               m.map(kBase),           m.map(kLen),
+                               kv_.layer(op.layer),    m.attn_ws.get(),
+                               m.attn_ws.size(),       m.attn_counters.get(),
                                m.attn_counters.size(), qkv_n};
         cuda::decode_attention(shape, aa, plan.attention, st, pdl);
         break;
       }
-      case StepOpKind::kSwiglu:
-        cuda::swiglu(m.get(op.in), m.get(op.out), op.rows, op.n, st, pdl);
-        break;
+      case StepOpKind::kSwiglu: cuda::swiglu(m.get(op.in), m.get(op.out), op.rows, op.n, st, pdl); break;
       case StepOpKind::kLmHead:
         if (op.lm_streaming)
-          cuda::lm_head(lm_head_args(w_, op.lm_int4, m.get(op.in), static_cast<float*>(m.get(op.out)), op.rows,
-                                     op.n, op.k),
+          cuda::lm_head(lm_head_args(w_, op.lm_int4, m.get(op.in), static_cast<float*>(m.get(op.out)),
+                                     op.rows, op.n, op.k),
                         st, pdl);
         else
-          lt_.matmul(cuda::LtInput::kBF16, m.get(op.in), w_.lm_head_rows(), m.get(op.out), op.rows, op.n, op.k,
-                     nullptr, nullptr, st, cuda::LtOutput::kF32);
+          lt_.matmul(cuda::LtInput::kBF16, m.get(op.in), w_.lm_head_rows(), m.get(op.out), op.rows, op.n,
+                     op.k, nullptr, nullptr, st, cuda::LtOutput::kF32);
         break;
       case StepOpKind::kLogitsReduce: {
         cuda::LogitsReduceArgs ra;
@@ -220,14 +224,16 @@ void LaunchExecutor::enqueue(const StepPlan& plan, cudaStream_t st, Profiler* pr
 }
 
 void LaunchExecutor::run(const StepPlan& plan, cudaStream_t st, Profiler* prof) {
-  const size_t k = size_t(std::find(kDecodeBuckets.begin(), kDecodeBuckets.end(), plan.bucket) - kDecodeBuckets.begin());
+  const size_t k =
+      size_t(std::find(kDecodeBuckets.begin(), kDecodeBuckets.end(), plan.bucket) - kDecodeBuckets.begin());
   FUTR_ASSERT(k < kDecodeBuckets.size());
   if (prof && warm_[k]) {
     // Profiled: the step captured with an event node after every launch (no
     // PDL), replayed once: GPU times without the host's launch costs.
     cuda::Graph::capture(st, [&](cudaStream_t s) { enqueue(plan, s, prof); }).launch(st);
   } else if (o_.graphs && warm_[k]) {
-    if (!graphs_[k].valid()) graphs_[k] = cuda::Graph::capture(st, [&](cudaStream_t s) { enqueue(plan, s, nullptr); });
+    if (!graphs_[k].valid())
+      graphs_[k] = cuda::Graph::capture(st, [&](cudaStream_t s) { enqueue(plan, s, nullptr); });
     graphs_[k].launch(st);
     ++graph_launches_;
   } else {
@@ -253,8 +259,8 @@ void LaunchExecutor::enqueue_outputs(int rows, const uint16_t* x_rows, cudaStrea
   if (o_.lm_head_streaming || o_.lm_head_int4)
     cuda::lm_head(lm_head_args(w_, o_.lm_head_int4, m.a.get(), m.logits.get(), rows, w_.lm_rows(), H), st);
   else
-    lt_.matmul(cuda::LtInput::kBF16, m.a.get(), w_.lm_head_rows(), m.logits.get(), kDecodeMaxRows, w_.lm_rows(), H,
-               nullptr, nullptr, st, cuda::LtOutput::kF32);
+    lt_.matmul(cuda::LtInput::kBF16, m.a.get(), w_.lm_head_rows(), m.logits.get(), kDecodeMaxRows,
+               w_.lm_rows(), H, nullptr, nullptr, st, cuda::LtOutput::kF32);
   cuda::LogitsReduceArgs ra;
   ra.logits = m.logits.get();
   ra.vocab = w_.lm_rows();

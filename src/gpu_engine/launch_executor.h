@@ -79,30 +79,32 @@ struct StepBuffers {
   cuda::DeviceBuffer<float> logits;   // [R][lm_rows] FP32
   cuda::DeviceBuffer<int> ints;       // [kMapRows][R]: the row map (MapRow), a static input
   cuda::DeviceBuffer<cuda::LogitsRowStats> row_stats;  // [R] the reductions' output
-  cuda::DeviceBuffer<cuda::SampleRow> samplers;        // [R] the rows' GPU samplers (top_k 0: none), static input
-  cuda::DeviceBuffer<int> sampled;                     // [R] sample_topk's tokens
-  cuda::DeviceBuffer<int> nonfinite;  // [1] the appends' count of non-finite K/V rows
-  cuda::DeviceBuffer<float> attn_ws;  // the attention's split workspace
-  cuda::DeviceBuffer<int> attn_counters;  // its split arrival counters (zero between launches)
+  cuda::DeviceBuffer<cuda::SampleRow> samplers;  // [R] the rows' GPU samplers (top_k 0: none), static input
+  cuda::DeviceBuffer<int> sampled;               // [R] sample_topk's tokens
+  cuda::DeviceBuffer<int> nonfinite;             // [1] the appends' count of non-finite K/V rows
+  cuda::DeviceBuffer<float> attn_ws;             // the attention's split workspace
+  cuda::DeviceBuffer<int> attn_counters;         // its split arrival counters (zero between launches)
 
   const int* map(MapRow r) const { return ints.get() + size_t(r) * kDecodeMaxRows; }  // [R] device
-  void* get(StepAct a) const;  // the buffer of `a`
+  void* get(StepAct a) const;                                                         // the buffer of `a`
 };
 
 class LaunchExecutor {
  public:
   struct Options {
-    bool graphs = true;              // replay one graph per bucket
-    bool pdl = true;                 // programmatic dependent launch between the ops
-    NcclComms* tp_comms = nullptr;   // tensor parallelism: the all-reduces' communicators
+    bool graphs = true;             // replay one graph per bucket
+    bool pdl = true;                // programmatic dependent launch between the ops
+    NcclComms* tp_comms = nullptr;  // tensor parallelism: the all-reduces' communicators
     int tp_rank = 0;
-    int hidden = 0;                  // H: the residual's width
-    float rms_eps = 1e-5f;           // the RMSNorms' epsilon
-    bool lm_head_streaming = false;  // enqueue_outputs' head: our streaming kernel (else cuBLASLt), as the plans'
-    bool lm_head_int4 = false;       // and over the INT4 head
+    int hidden = 0;         // H: the residual's width
+    float rms_eps = 1e-5f;  // the RMSNorms' epsilon
+    bool lm_head_streaming =
+        false;                  // enqueue_outputs' head: our streaming kernel (else cuBLASLt), as the plans'
+    bool lm_head_int4 = false;  // and over the INT4 head
   };
   // Borrows everything (the engine owns it all and outlives the executor).
-  LaunchExecutor(const DeviceWeights& w, const KvCache& kv, StepBuffers& b, cuda::CublasLt& lt, const Options& o);
+  LaunchExecutor(const DeviceWeights& w, const KvCache& kv, StepBuffers& b, cuda::CublasLt& lt,
+                 const Options& o);
 
   // The launches of `plan` on `st` (what a graph captures); with `prof`, an
   // event after each (no PDL).

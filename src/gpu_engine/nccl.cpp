@@ -43,8 +43,9 @@ const Lib& lib() {
     for (const char* name : {"libnccl.so.2", "libnccl.so"})
       if ((h = dlopen(name, RTLD_NOW | RTLD_LOCAL))) break;
     if (!h) {
-      l.why = "libnccl.so.2 was not found (install NCCL, e.g. the Debian/Ubuntu package libnccl2, or put its "
-              "directory on LD_LIBRARY_PATH)";
+      l.why =
+          "libnccl.so.2 was not found (install NCCL, e.g. the Debian/Ubuntu package libnccl2, or put its "
+          "directory on LD_LIBRARY_PATH)";
       return;
     }
     bool all = true;
@@ -112,8 +113,8 @@ void NcclComms::all_reduce_bf16(void* buf, size_t count, int rank, cudaStream_t 
   // abort() must be able to end that wait. After an abort the engines make no
   // more calls (TpGpuEngine refuses further steps).
   FUTR_CHECK(!aborted_, "NCCL: the communicators were aborted (a rank failed)");
-  check(lib().all_reduce(buf, buf, count, ncclBfloat16, ncclSum, static_cast<ncclComm_t>(comms_[size_t(rank)]),
-                         stream),
+  check(lib().all_reduce(buf, buf, count, ncclBfloat16, ncclSum,
+                         static_cast<ncclComm_t>(comms_[size_t(rank)]), stream),
         "all-reduce");
 }
 
@@ -138,15 +139,18 @@ void NcclComms::synchronize(int rank, cudaStream_t stream, double timeout_s) {
     }
     if (e != ncclSuccess && e != ncclInProgress) {
       abort();
-      fail("NCCL: rank {}'s communicator reported {} ({}); every rank aborted", rank, lib().error_string(e), int(e));
+      fail("NCCL: rank {}'s communicator reported {} ({}); every rank aborted", rank, lib().error_string(e),
+           int(e));
     }
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     FUTR_CHECK(!aborted_, "tensor parallelism: rank {}'s step was aborted (another rank failed)", rank);
     if (s > timeout_s) {
       abort();
-      fail("tensor parallelism: rank {}'s step did not finish within {:.0f} s (a rank failed or stopped); every "
-           "rank aborted",
-           rank, timeout_s);
+      fail(
+          "tensor parallelism: rank {}'s step did not finish within {:.0f} s (a rank failed or stopped); "
+          "every "
+          "rank aborted",
+          rank, timeout_s);
     }
     // A micro-step takes ~0.1-10 ms: spin (yielding) for the first millisecond, then sleep.
     if (s < 1e-3) std::this_thread::yield();
@@ -162,7 +166,9 @@ bool NcclComms::available(std::string* why) {
 }
 std::string NcclComms::version() { return ""; }
 NcclComms::NcclComms(const std::vector<int>& devices) : devices_(devices) {
-  fail("tensor parallelism needs NCCL: this build has no NCCL (its header was not found when futr was configured)");
+  fail(
+      "tensor parallelism needs NCCL: this build has no NCCL (its header was not found when futr was "
+      "configured)");
 }
 NcclComms::~NcclComms() = default;
 void NcclComms::all_reduce_bf16(void*, size_t, int, cudaStream_t) { fail("no NCCL in this build"); }

@@ -58,7 +58,7 @@ class NcclComms {
   std::vector<int> devices_;
   std::vector<void*> comms_;  // ncclComm_t per rank (freed by abort(): never used after it)
   std::atomic<bool> aborted_{false};
-  std::mutex mu_;             // abort() against synchronize()'s error queries from other ranks' threads
+  std::mutex mu_;  // abort() against synchronize()'s error queries from other ranks' threads
 };
 
 }  // namespace futr::gpu

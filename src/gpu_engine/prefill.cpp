@@ -12,6 +12,7 @@
 #include "gpu_engine/device_weights.h"
 #include "gpu_engine/kv_cache.h"
 #include "gpu_engine/profiler.h"
+#include "kernels/layout/kv_cache.cuh"
 #include "launch/buffer.h"
 #include "launch/check.h"
 #include "launch/decode_attention.h"
@@ -19,7 +20,6 @@
 #include "launch/fp8_gemm.h"
 #include "launch/fp8_scaling.h"
 #include "launch/prefill_attention.h"
-#include "kernels/layout/kv_cache.cuh"
 #include "model/projection.h"
 
 namespace futr::gpu {
@@ -30,12 +30,30 @@ namespace {
 enum Map : int { kTok, kIdx, kPos, kBase, kMapRowArrays };
 
 // The kinds of launch of a chunk, in order (the profile's rows).
-enum Op : int { kGather, kQuantAttn, kQkv, kAppend, kAttention, kQuantO, kOProj, kQuantFfn, kGateUp, kDown, kUpdate,
-                kOps };
-constexpr const char* kOpNames[kOps] = {"embedding gather", "fp8 quantize (attn in, rms in the cast)", "qkv gemm",
-                                        "rope + kv append (+ int4 mirror)", "prefill attention",
-                                        "fp8 quantize (o in)", "o gemm + residual", "fp8 quantize (ffn in, rms in the cast)",
-                                        "gate/up gemm + swiglu + fp8", "down gemm + residual",
+enum Op : int {
+  kGather,
+  kQuantAttn,
+  kQkv,
+  kAppend,
+  kAttention,
+  kQuantO,
+  kOProj,
+  kQuantFfn,
+  kGateUp,
+  kDown,
+  kUpdate,
+  kOps
+};
+constexpr const char* kOpNames[kOps] = {"embedding gather",
+                                        "fp8 quantize (attn in, rms in the cast)",
+                                        "qkv gemm",
+                                        "rope + kv append (+ int4 mirror)",
+                                        "prefill attention",
+                                        "fp8 quantize (o in)",
+                                        "o gemm + residual",
+                                        "fp8 quantize (ffn in, rms in the cast)",
+                                        "gate/up gemm + swiglu + fp8",
+                                        "down gemm + residual",
                                         "delayed-scaling update"};
 
 }  // namespace
@@ -68,7 +86,7 @@ struct PrefillPath::Impl {
   // Row map: kMapRowArrays x [M], then the requests' row_begin / n_rows / pos0 /
   // slot_base ([M] each at most) and the tile list (2 ints per tile, <= 2M tiles).
   cuda::DeviceBuffer<int> map;
-  int* h_map = nullptr;               // pinned, the same layout
+  int* h_map = nullptr;  // pinned, the same layout
   size_t map_ints = 0;
   ~Impl() {
     if (h_map) cudaFreeHost(h_map);
@@ -79,8 +97,8 @@ std::string PrefillPath::unsupported_reason(const ModelConfig& c) {
   if (c.head_dim != 64 && c.head_dim != 128)
     return fmt::format("head_dim {} (the prefill attention has head_dim 64 and 128)", c.head_dim);
   if (c.hidden > 16384 || c.hidden % 16 != 0 || c.q_dim() > 16384 || c.q_dim() % 16 != 0)
-    return fmt::format("hidden {} / query width {} (the FP8 quantizer needs multiples of 16 up to 16384)", c.hidden,
-                       c.q_dim());
+    return fmt::format("hidden {} / query width {} (the FP8 quantizer needs multiples of 16 up to 16384)",
+                       c.hidden, c.q_dim());
   if (c.intermediate % 16 != 0) return fmt::format("FFN width {} (a multiple of 16)", c.intermediate);
   return "";
 }
@@ -98,7 +116,8 @@ PrefillPath::PrefillPath(const ModelConfig& c, const DeviceWeights& w, const KvC
   if (w.fp8_synthetic()) s.initial_amax = 64.0f;
   std::vector<float> initial(size_t(kInputSites) * size_t(c.n_layers), s.initial_amax);
   for (const auto& [site, amax] : w.fp8_initial_amax())
-    if (site.layer >= 0 && site.layer < c.n_layers) initial[size_t(kInputSites * site.layer + int(site.site))] = amax;
+    if (site.layer >= 0 && site.layer < c.n_layers)
+      initial[size_t(kInputSites * site.layer + int(site.site))] = amax;
   // The folded sites cast normalized rows (1/rms in the cast): their bound (quant/delayed_scaling.h).
   for (int l = 0; l < c.n_layers; ++l)
     for (InputSite si : {InputSite::kAttnIn, InputSite::kFfnIn})
@@ -150,7 +169,8 @@ std::vector<float> PrefillPath::calibrate(std::span<const int32_t> tokens, int w
   quant::DelayedScalingConfig dc = m_->bank->config();
   dc.scaling = Fp8Scaling::kDelayed;
   cuda::DeviceScaleBank cal(dc, m_->bank->initial_amax());
-  for (size_t b = 0; b + size_t(window) <= tokens.size() || (b == 0 && !tokens.empty()); b += size_t(window)) {
+  for (size_t b = 0; b + size_t(window) <= tokens.size() || (b == 0 && !tokens.empty());
+       b += size_t(window)) {
     const int n = int(std::min(tokens.size() - b, size_t(window)));
     for (int i = 0; i < n; i += max_rows_) {
       const int take = std::min(n - i, max_rows_);
@@ -178,8 +198,8 @@ void PrefillPath::run(std::span<const int32_t> tokens, std::span<const Request> 
   Impl& m = *m_;
   cuda::DeviceScaleBank* const bank = bank_in ? bank_in : m.bank.get();
   const int M = int(tokens.size()), R = int(reqs.size());
-  FUTR_CHECK(M >= 1 && M <= max_rows_ && R >= 1 && R <= M, "prefill: a chunk of {} rows in {} requests (1..{} rows)",
-             M, R, max_rows_);
+  FUTR_CHECK(M >= 1 && M <= max_rows_ && R >= 1 && R <= M,
+             "prefill: a chunk of {} rows in {} requests (1..{} rows)", M, R, max_rows_);
   const int H = c.hidden, D = c.head_dim, Q = c.q_dim(), KV = c.kv_dim(), I = c.intermediate;
   const int qkv_n = Q + 2 * KV;
   // ---- the row map: per row (token, row index, position, slot base), per request, tiles ----------
@@ -210,7 +230,8 @@ void PrefillPath::run(std::span<const int32_t> tokens, std::span<const Request> 
     h[req0 + 3 * Mx + size_t(r)] = pr[size_t(r)].slot_base;
   }
   std::copy(tiles.begin(), tiles.end(), h + tiles0);
-  FUTR_CUDA_CHECK(cudaMemcpyAsync(m.map.get(), h, (tiles0 + tiles.size()) * sizeof(int), cudaMemcpyHostToDevice, st));
+  FUTR_CUDA_CHECK(
+      cudaMemcpyAsync(m.map.get(), h, (tiles0 + tiles.size()) * sizeof(int), cudaMemcpyHostToDevice, st));
   const int* d = m.map.get();
   const int *d_tok = d + kTok * Mx, *d_idx = d + kIdx * Mx, *d_pos = d + kPos * Mx, *d_base = d + kBase * Mx;
   Profiler* const prof = prof_.get();

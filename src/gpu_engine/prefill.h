@@ -146,7 +146,8 @@ class PrefillPath {
 
  private:
   struct Impl;
-  void allocate(const quant::DelayedScalingConfig& scaling, std::span<const float> initial_amax, CUstream_st* st);
+  void allocate(const quant::DelayedScalingConfig& scaling, std::span<const float> initial_amax,
+                CUstream_st* st);
   ModelConfig c_;
   const DeviceWeights& w_;
   const KvCache& kv_;

@@ -8,7 +8,9 @@
 namespace futr::gpu {
 
 Profiler::Profiler(std::span<const char* const> names, bool graph_nodes)
-    : names_(names.begin(), names.end()), graph_nodes_(graph_nodes), us_(names.size(), 0.0),
+    : names_(names.begin(), names.end()),
+      graph_nodes_(graph_nodes),
+      us_(names.size(), 0.0),
       calls_(names.size(), 0) {}
 
 Profiler::~Profiler() {
@@ -67,7 +69,9 @@ nlohmann::json Profiler::json(const std::string& unit) const {
   nlohmann::json ops = nlohmann::json::array();
   for (size_t i = 0; i < names_.size(); ++i)
     if (calls_[i] > 0)
-      ops.push_back({{"op", names_[i]}, {"us_per_" + unit, us_[i] / n}, {"launches_per_" + unit, double(calls_[i]) / n}});
+      ops.push_back({{"op", names_[i]},
+                     {"us_per_" + unit, us_[i] / n},
+                     {"launches_per_" + unit, double(calls_[i]) / n}});
   return {{unit + "s", units_}, {"us_per_" + unit, unit_us_ / n}, {"ops", ops}};
 }
 

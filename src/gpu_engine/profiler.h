@@ -72,7 +72,7 @@ class Profiler {
   std::vector<double> us_;           // [rows] summed over the units
   std::vector<int64_t> calls_;       // [rows]
   int64_t units_ = 0;
-  double unit_us_ = 0;               // start to last event, summed
+  double unit_us_ = 0;  // start to last event, summed
 };
 
 }  // namespace futr::gpu

@@ -10,10 +10,19 @@
 
 namespace futr::gpu {
 
-const std::array<const char*, kBreakdownRows> kBreakdownNames = {
-    "embedding + rmsnorm", "qkv gemm", "rope + kv append", "attention", "o gemm", "residual + rmsnorm (attn)",
-    "gate_up gemm", "swiglu", "down gemm (+ swiglu at M = 1)", "residual + rmsnorm (ffn)", "lm head (cublaslt)",
-    "logits reduce", "sampling"};
+const std::array<const char*, kBreakdownRows> kBreakdownNames = {"embedding + rmsnorm",
+                                                                 "qkv gemm",
+                                                                 "rope + kv append",
+                                                                 "attention",
+                                                                 "o gemm",
+                                                                 "residual + rmsnorm (attn)",
+                                                                 "gate_up gemm",
+                                                                 "swiglu",
+                                                                 "down gemm (+ swiglu at M = 1)",
+                                                                 "residual + rmsnorm (ffn)",
+                                                                 "lm head (cublaslt)",
+                                                                 "logits reduce",
+                                                                 "sampling"};
 
 const char* to_string(StepOpKind k) {
   switch (k) {
@@ -110,11 +119,13 @@ StepPlan build_step_plan(const StepPlanConfig& c, int bucket) {
   // The gemv (M = 1) and sk (M <= 8) kernels take the SwiGLU into the down
   // projection's input staging (same bits as the separate kernel; one launch less).
   const cuda::DecodeKernel down_kernel = config(0, 3).kernel;
-  plan.swiglu_in_down = down_kernel == cuda::DecodeKernel::kGemv || down_kernel == cuda::DecodeKernel::kStreamK;
+  plan.swiglu_in_down =
+      down_kernel == cuda::DecodeKernel::kGemv || down_kernel == cuda::DecodeKernel::kStreamK;
   // One-row micro-steps with fuse_norm: the residual + RMSNorm in the QKV and
   // gate/up gemv; x alternates between x and x2 (xr: the current residual).
   plan.fused_norm = c.fuse_norm && B == 1 && H <= cuda::kDecodeNormMaxK &&
-                    config(0, 0).kernel == cuda::DecodeKernel::kGemv && config(0, 2).kernel == cuda::DecodeKernel::kGemv;
+                    config(0, 0).kernel == cuda::DecodeKernel::kGemv &&
+                    config(0, 2).kernel == cuda::DecodeKernel::kGemv;
   const bool fuse = plan.fused_norm;
   StepAct xr = StepAct::kX, xo = StepAct::kX2;
   std::vector<StepOp>& ops = plan.ops;
@@ -173,7 +184,8 @@ StepPlan build_step_plan(const StepPlanConfig& c, int bucket) {
     ops.push_back(op);
   }
   for (int l = 0; l < m.n_layers; ++l) {
-    if (fuse && l > 0) ops.push_back(gemm_norm(l, 0, StepParam::kQkv, StepParam::kAttnNorm, StepAct::kQkv, kBdQkv));
+    if (fuse && l > 0)
+      ops.push_back(gemm_norm(l, 0, StepParam::kQkv, StepParam::kAttnNorm, StepAct::kQkv, kBdQkv));
     else ops.push_back(gemm(l, 0, StepParam::kQkv, StepAct::kA, StepAct::kQkv, kBdQkv));
     {
       StepOp op;  // RoPE of q and k fused into the append (bit-identical to rope + append)
@@ -222,7 +234,8 @@ StepPlan build_step_plan(const StepPlanConfig& c, int bucket) {
     down.all_reduce = c.tensor_parallel;
     ops.push_back(down);
     if (!fuse || l + 1 == m.n_layers) {
-      const StepRef gain = l + 1 < m.n_layers ? StepRef{StepParam::kAttnNorm, l + 1} : StepRef{StepParam::kOutNorm, -1};
+      const StepRef gain =
+          l + 1 < m.n_layers ? StepRef{StepParam::kAttnNorm, l + 1} : StepRef{StepParam::kOutNorm, -1};
       ops.push_back(norm(l, gain, kBdNormFfn));  // x += down; a = RMSNorm(x) g_next
     }
   }
@@ -309,7 +322,8 @@ StepAccess access(const StepOp& op) {
 std::string StepPlan::describe(const StepOp& op) {
   std::string s = op.layer >= 0 ? fmt::format("L{} ", op.layer) : std::string();
   auto ref = [](const StepRef& r) {
-    return r.layer >= 0 ? fmt::format("{}[{}]", to_string(r.param), r.layer) : std::string(to_string(r.param));
+    return r.layer >= 0 ? fmt::format("{}[{}]", to_string(r.param), r.layer)
+                        : std::string(to_string(r.param));
   };
   s += to_string(op.kind);
   switch (op.kind) {
@@ -318,22 +332,24 @@ std::string StepPlan::describe(const StepOp& op) {
       if (op.norm_in)
         s += fmt::format("rmsnorm({} + {}, {}) -> {}", to_string(op.x), to_string(op.add), ref(op.gain),
                          to_string(op.x_out));
-      else
-        s += fmt::format("{}{}", op.x_swiglu ? "swiglu " : "", to_string(op.in));
-      s += fmt::format(" -> {} [{} x {} x {}] {}{}", to_string(op.out), op.rows, op.n, op.k, cuda::describe(op.gemm),
-                       op.all_reduce ? " all-reduce" : "");
+      else s += fmt::format("{}{}", op.x_swiglu ? "swiglu " : "", to_string(op.in));
+      s += fmt::format(" -> {} [{} x {} x {}] {}{}", to_string(op.out), op.rows, op.n, op.k,
+                       cuda::describe(op.gemm), op.all_reduce ? " all-reduce" : "");
       break;
     case StepOpKind::kEmbedNorm:
-      s += fmt::format(" rmsnorm(embd[tok], {}) -> {}, {} [{} x {}]", ref(op.w), to_string(op.x), to_string(op.out),
-                       op.rows, op.n);
-      break;
-    case StepOpKind::kNorm:
-      s += fmt::format(" rmsnorm({} += {}, {}) -> {} [{} x {}]", to_string(op.x), to_string(op.add), ref(op.w),
+      s += fmt::format(" rmsnorm(embd[tok], {}) -> {}, {} [{} x {}]", ref(op.w), to_string(op.x),
                        to_string(op.out), op.rows, op.n);
       break;
+    case StepOpKind::kNorm:
+      s += fmt::format(" rmsnorm({} += {}, {}) -> {} [{} x {}]", to_string(op.x), to_string(op.add),
+                       ref(op.w), to_string(op.out), op.rows, op.n);
+      break;
     case StepOpKind::kLmHead:
-      s += fmt::format(" {} -> {} [{} x {} x {}] {}", to_string(op.in), to_string(op.out), op.rows, op.n, op.k,
-                       op.lm_int4 ? "streaming int4" : op.lm_streaming ? "streaming" : "cublaslt");
+      s +=
+          fmt::format(" {} -> {} [{} x {} x {}] {}", to_string(op.in), to_string(op.out), op.rows, op.n, op.k,
+                      op.lm_int4        ? "streaming int4"
+                      : op.lm_streaming ? "streaming"
+                                        : "cublaslt");
       break;
     case StepOpKind::kRopeAppend:
       s += fmt::format(" {}: k, v -> kv[{}], q rotated in place [{}]", to_string(op.in), op.layer, op.rows);
@@ -344,17 +360,15 @@ std::string StepPlan::describe(const StepOp& op) {
     case StepOpKind::kSwiglu:
       s += fmt::format(" {} -> {} [{} x {}]", to_string(op.in), to_string(op.out), op.rows, op.n);
       break;
-    default:
-      s += fmt::format(" {} -> {} [{}]", to_string(op.in), to_string(op.out), op.rows);
-      break;
+    default: s += fmt::format(" {} -> {} [{}]", to_string(op.in), to_string(op.out), op.rows); break;
   }
   if (op.pdl) s += " pdl";
   return s;
 }
 
 std::string StepPlan::describe() const {
-  std::string s = fmt::format("bucket {}: {} ops; attention {}{}{}\n", bucket, ops.size(), cuda::describe(attention),
-                              fused_norm ? "; norms fused into the gemv" : "",
+  std::string s = fmt::format("bucket {}: {} ops; attention {}{}{}\n", bucket, ops.size(),
+                              cuda::describe(attention), fused_norm ? "; norms fused into the gemv" : "",
                               swiglu_in_down ? "; swiglu staged by the down gemm" : "");
   for (const StepOp& op : ops) s += describe(op) + "\n";
   return s;

@@ -62,8 +62,17 @@ inline constexpr int kDecodeMaxRows = 32;                                   // r
 inline constexpr std::array<int, 6> kDecodeBuckets = {1, 2, 4, 8, 16, 32};  // the buckets, each a plan
 
 // What an op does (one launch each, plus the all-reduce of a tensor-parallel GEMM).
-enum class StepOpKind : uint8_t { kEmbedNorm, kGemm, kRopeAppend, kAttention, kNorm, kSwiglu, kLmHead,
-                                  kLogitsReduce, kSample };
+enum class StepOpKind : uint8_t {
+  kEmbedNorm,
+  kGemm,
+  kRopeAppend,
+  kAttention,
+  kNorm,
+  kSwiglu,
+  kLmHead,
+  kLogitsReduce,
+  kSample
+};
 const char* to_string(StepOpKind k);
 
 // The activation buffers of a micro-step (gpu_engine/launch_executor.h StepBuffers).
@@ -71,7 +80,18 @@ enum class StepAct : uint8_t { kNone, kX, kX2, kA, kQkv, kAttn, kY, kGu, kSw, kL
 const char* to_string(StepAct a);
 
 // The weights an op reads (of StepRef::layer where per layer; gpu_engine/device_weights.h).
-enum class StepParam : uint8_t { kNone, kEmbd, kAttnNorm, kFfnNorm, kOutNorm, kQkv, kO, kGateUp, kDown, kLmHead };
+enum class StepParam : uint8_t {
+  kNone,
+  kEmbd,
+  kAttnNorm,
+  kFfnNorm,
+  kOutNorm,
+  kQkv,
+  kO,
+  kGateUp,
+  kDown,
+  kLmHead
+};
 const char* to_string(StepParam p);
 struct StepRef {
   StepParam param = StepParam::kNone;
@@ -91,33 +111,47 @@ enum MapRow : int {
 };
 
 // The breakdown's rows (futr bench --breakdown; stats()["profile"]), in step order.
-enum BreakdownRow : int { kBdEmbedNorm, kBdQkv, kBdRopeAppend, kBdAttention, kBdOProj, kBdNormAttn, kBdGateUp,
-                          kBdSwiglu, kBdDown, kBdNormFfn, kBdLmHead, kBdReduce, kBdSample, kBreakdownRows };
+enum BreakdownRow : int {
+  kBdEmbedNorm,
+  kBdQkv,
+  kBdRopeAppend,
+  kBdAttention,
+  kBdOProj,
+  kBdNormAttn,
+  kBdGateUp,
+  kBdSwiglu,
+  kBdDown,
+  kBdNormFfn,
+  kBdLmHead,
+  kBdReduce,
+  kBdSample,
+  kBreakdownRows
+};
 extern const std::array<const char*, kBreakdownRows> kBreakdownNames;
 
 // One operation of a plan.
 struct StepOp {
   StepOpKind kind = StepOpKind::kGemm;
-  int layer = -1;                 // the layer it belongs to (-1: before or after the layers)
-  int rows = 0;                   // rows it computes: the bucket (the LM head: kDecodeMaxRows)
-  StepRef w;                      // kGemm / kLmHead: the matrix; kEmbedNorm / kNorm: the RMSNorm gain
-  StepAct in = StepAct::kNone;    // its input rows (kGemm: [rows][k] BF16; kRopeAppend: q|k|v in place)
-  StepAct out = StepAct::kNone;   // its output rows
-  StepAct x = StepAct::kNone;     // kEmbedNorm / kNorm: the FP32 residual [rows][H], in place;
-                                  //   fused-norm kGemm: the residual read
-  StepAct x_out = StepAct::kNone; // fused-norm kGemm: where x + add is stored (the other residual buffer)
-  StepAct add = StepAct::kNone;   // kNorm / fused-norm kGemm: the BF16 rows added to x first
-  StepRef gain;                   // fused-norm kGemm: the RMSNorm gain
-  int n = 0, k = 0;               // kGemm / kLmHead: output and input widths; kEmbedNorm / kNorm: n = H;
-                                  //   kSwiglu: n = I; kLogitsReduce: n = the logits' width; kSample: n = the drawable ids
-  cuda::DecodeConfig gemm;        // kGemm: the configuration (pdl false; the executor sets it)
-  bool x_swiglu = false;          // kGemm: the input is bf16(silu(g) u) of [rows][2k] gate|up
-  bool norm_in = false;           // kGemm: the input is bf16(RMSNorm(x + add) gain) (one-row gemv)
-  bool all_reduce = false;        // kGemm: the output summed over the tensor-parallel ranks
-  bool lm_streaming = false;      // kLmHead: our streaming kernel (launch/lm_head.h), else cuBLASLt
-  bool lm_int4 = false;           // kLmHead: the INT4 head (streaming)
-  bool pdl = true;                // may launch as a programmatic dependent of the op before
-  int breakdown = 0;              // its BreakdownRow
+  int layer = -1;                  // the layer it belongs to (-1: before or after the layers)
+  int rows = 0;                    // rows it computes: the bucket (the LM head: kDecodeMaxRows)
+  StepRef w;                       // kGemm / kLmHead: the matrix; kEmbedNorm / kNorm: the RMSNorm gain
+  StepAct in = StepAct::kNone;     // its input rows (kGemm: [rows][k] BF16; kRopeAppend: q|k|v in place)
+  StepAct out = StepAct::kNone;    // its output rows
+  StepAct x = StepAct::kNone;      // kEmbedNorm / kNorm: the FP32 residual [rows][H], in place;
+                                   //   fused-norm kGemm: the residual read
+  StepAct x_out = StepAct::kNone;  // fused-norm kGemm: where x + add is stored (the other residual buffer)
+  StepAct add = StepAct::kNone;    // kNorm / fused-norm kGemm: the BF16 rows added to x first
+  StepRef gain;                    // fused-norm kGemm: the RMSNorm gain
+  int n = 0, k = 0;                // kGemm / kLmHead: output and input widths; kEmbedNorm / kNorm: n = H;
+                     //   kSwiglu: n = I; kLogitsReduce: n = the logits' width; kSample: n = the drawable ids
+  cuda::DecodeConfig gemm;    // kGemm: the configuration (pdl false; the executor sets it)
+  bool x_swiglu = false;      // kGemm: the input is bf16(silu(g) u) of [rows][2k] gate|up
+  bool norm_in = false;       // kGemm: the input is bf16(RMSNorm(x + add) gain) (one-row gemv)
+  bool all_reduce = false;    // kGemm: the output summed over the tensor-parallel ranks
+  bool lm_streaming = false;  // kLmHead: our streaming kernel (launch/lm_head.h), else cuBLASLt
+  bool lm_int4 = false;       // kLmHead: the INT4 head (streaming)
+  bool pdl = true;            // may launch as a programmatic dependent of the op before
+  int breakdown = 0;          // its BreakdownRow
 };
 
 // The activations an op reads and writes, and the KV cache layer it writes
@@ -138,19 +172,19 @@ struct StepPlanConfig {
   int sampleable_vocab = 0;       // ids the GPU sampler may draw
   KvFormat kv = KvFormat::kBf16;  // bf16 | int4 | int4-rot
   int kv_block = 64;              // the Hadamard block (int4-rot)
-  int ctx = 1;                    // positions per sequence (the attention's longest: max(ctx, kDecodeMaxRows))
-  bool fuse_norm = true;          // the residual add + RMSNorm in the one-row QKV and gate/up gemv
-  bool gpu_sampling = true;       // a sample op after the reductions
+  int ctx = 1;               // positions per sequence (the attention's longest: max(ctx, kDecodeMaxRows))
+  bool fuse_norm = true;     // the residual add + RMSNorm in the one-row QKV and gate/up gemv
+  bool gpu_sampling = true;  // a sample op after the reductions
   // The LM head by our streaming kernel (launch/lm_head.h) over the bucket's
   // rows, a programmatic dependent of the norm before it; false: cuBLASLt over
   // kDecodeMaxRows rows, a plain launch. Both batch invariant (ours by
   // construction: one summation order for any M).
   bool lm_head_streaming = false;
-  bool lm_head_int4 = false;      // the streaming head over the INT4 rows (DeviceWeights::lm_head_int4)
-  bool tensor_parallel = false;   // the O and down outputs all-reduced
-  int sm_count = 1;               // the GPU's multiprocessors (the heuristics' input)
+  bool lm_head_int4 = false;          // the streaming head over the INT4 rows (DeviceWeights::lm_head_int4)
+  bool tensor_parallel = false;       // the O and down outputs all-reduced
+  int sm_count = 1;                   // the GPU's multiprocessors (the heuristics' input)
   int attention_resident_per_sm = 0;  // the attention's resident CTAs per SM; 0: the device's (needs a GPU)
-  bool attention_ctas = true;         // per bucket, the CTAs reducing a sequence's chunks (cuda::attention_ctas)
+  bool attention_ctas = true;  // per bucket, the CTAs reducing a sequence's chunks (cuda::attention_ctas)
   struct Gemm {
     int n = 0, k = 0, group = 128;  // INT4 [n][k], scales per group of inputs
   };
@@ -164,10 +198,10 @@ struct StepPlanConfig {
 struct StepPlan {
   int bucket = 0;
   cuda::AttentionShape attention_shape;  // batch = bucket, max_len = max(ctx, kDecodeMaxRows)
-  cuda::AttentionConfig attention;       // the same split count in every bucket; CTAs per sequence by the bucket
-  bool fused_norm = false;               // the norms ride in the one-row gemv
-  bool swiglu_in_down = false;           // the down GEMM stages the SwiGLU
-  std::vector<StepOp> ops;               // in launch order
+  cuda::AttentionConfig attention;  // the same split count in every bucket; CTAs per sequence by the bucket
+  bool fused_norm = false;          // the norms ride in the one-row gemv
+  bool swiglu_in_down = false;      // the down GEMM stages the SwiGLU
+  std::vector<StepOp> ops;          // in launch order
 
   // One line per op: "L3 gemm qkv a -> qkv [1 x 1536 x 576] gemv tn=1 loads=4 splits=1 pdl".
   std::string describe() const;

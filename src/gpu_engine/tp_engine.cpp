@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <functional>
 #include <exception>
+#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -14,8 +14,8 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
-#include "launch/check.h"
 #include "gpu_engine/nccl.h"
+#include "launch/check.h"
 #include "runtime/batch.h"
 #include "runtime/perplexity.h"
 
@@ -60,7 +60,8 @@ TpGpuEngine::TpGpuEngine(const Model& model, std::shared_ptr<const quant::Quanti
   prepare(model.config, tp);
   ranks_.resize(size_t(tp));
   on_ranks([&](int r) {
-    auto shard = std::make_shared<const quant::QuantizedWeights>(runtime::shard_quantized_weights(*q, plan_, r));
+    auto shard =
+        std::make_shared<const quant::QuantizedWeights>(runtime::shard_quantized_weights(*q, plan_, r));
     ranks_[size_t(r)] = std::make_unique<GpuEngine>(model, shard, rank_options(o, model.config, r));
   });
   table_ = runtime::SequenceTable(o.max_seqs, ranks_[0]->info().ctx);
@@ -131,7 +132,8 @@ void TpGpuEngine::close(SeqId id) {
 }
 
 runtime::StepResult TpGpuEngine::step(std::span<const BatchRow> rows) {
-  FUTR_CHECK(!comms_->aborted(), "tensor parallelism: the ranks were aborted by an earlier failure; open a new "
+  FUTR_CHECK(!comms_->aborted(),
+             "tensor parallelism: the ranks were aborted by an earlier failure; open a new "
              "engine");
   const runtime::BatchPlan plan =
       runtime::plan_batch(rows, info_, [&](SeqId id) { return table_.length_or_closed(id); });
@@ -162,7 +164,8 @@ runtime::StepResult TpGpuEngine::step(std::span<const BatchRow> rows) {
     ++j;
     const std::span<const float> full(dst, V);
     if (row.out == RowOutput::kLogprob) out.logprobs.push_back(-runtime::token_nll(full, row.target));
-    else if (row.out == RowOutput::kToken) out.tokens.push_back(table_.sampler(table_.slot(row.seq)).sample(full));
+    else if (row.out == RowOutput::kToken)
+      out.tokens.push_back(table_.sampler(table_.slot(row.seq)).sample(full));
   }
   return out;
 }

@@ -50,11 +50,11 @@
 // format: sm90_decode_attention_step.cuh.
 #pragma once
 
-#include "kernels/sm90_decode_attention_step.cuh"
-#include "kernels/sm90_kv_common.cuh"
 #include "kernels/ptx/cp_async.cuh"
 #include "kernels/ptx/mma.cuh"
 #include "kernels/ptx/pdl.cuh"
+#include "kernels/sm90_decode_attention_step.cuh"
+#include "kernels/sm90_kv_common.cuh"
 #include "kernels/work_unit.h"
 
 namespace futr::device {
@@ -64,21 +64,20 @@ inline constexpr int kAttnMaxSplits = 512;  // the merge keeps G x splits weight
 struct DecodeAttentionParams {
   const __nv_bfloat16* q = nullptr;  // [batch] rows of n_heads * D, row stride q_ld
   int64_t q_ld = 0;
-  __nv_bfloat16* out = nullptr;      // [batch][n_heads][D] (splits == 1)
-  const int* slot_base = nullptr;    // [batch] first slot of each sequence
-  const int* kv_len = nullptr;       // [batch] tokens to attend (the new one included)
+  __nv_bfloat16* out = nullptr;    // [batch][n_heads][D] (splits == 1)
+  const int* slot_base = nullptr;  // [batch] first slot of each sequence
+  const int* kv_len = nullptr;     // [batch] tokens to attend (the new one included)
   KvLayerPtrs cache;
-  int kv_heads = 0, group = 1;       // n_heads = kv_heads * group
-  float scale_log2 = 0.f;            // log2(e) / sqrt(D)
-  int rot_block = 0;                 // mirror rotated with this Hadamard block (0: none)
-  int splits = 1;                    // context chunks per (sequence, KV head)
-  int chunks_per_cta = 1;            // chunks one CTA reduces in turn (grid.x = ceil(splits / this))
-  float* o_part = nullptr;           // [batch][n_heads][splits][D] unnormalized (splits > 1)
-  float* ml_part = nullptr;          // [batch][n_heads][splits][2] (running max m, sum l)
-  int* counters = nullptr;           // [batch][kv_heads] arrivals (splits > 1); zero before the
-                                     // first launch, left zero by every launch
+  int kv_heads = 0, group = 1;  // n_heads = kv_heads * group
+  float scale_log2 = 0.f;       // log2(e) / sqrt(D)
+  int rot_block = 0;            // mirror rotated with this Hadamard block (0: none)
+  int splits = 1;               // context chunks per (sequence, KV head)
+  int chunks_per_cta = 1;       // chunks one CTA reduces in turn (grid.x = ceil(splits / this))
+  float* o_part = nullptr;      // [batch][n_heads][splits][D] unnormalized (splits > 1)
+  float* ml_part = nullptr;     // [batch][n_heads][splits][2] (running max m, sum l)
+  int* counters = nullptr;      // [batch][kv_heads] arrivals (splits > 1); zero before the
+                                // first launch, left zero by every launch
 };
-
 
 // Shared memory of one unit, as a view of its pieces (work_unit.h). The INT4
 // ring (main loop), the per-warp O rows and the split merge's weights
@@ -86,17 +85,18 @@ struct DecodeAttentionParams {
 template <int D, KvKind KIND>
 struct DecodeAttentionSmem {
   static constexpr bool kInt4 = KIND == KvKind::kInt4;
-  static constexpr int kRingBytes = kInt4 ? kAttnWarps * kAttnStages * attn::Step<D, KvKind::kInt4>::kStageBytes : 0;
+  static constexpr int kRingBytes =
+      kInt4 ? kAttnWarps * kAttnStages * attn::Step<D, KvKind::kInt4>::kStageBytes : 0;
   static constexpr int kOBytes = kAttnWarps * 8 * (D + 4) * 4;
   static constexpr int kWBytes = 8 * kAttnMaxSplits * 4;  // the split merge's weights [G][splits]
   static constexpr int kRawBytes = kRingBytes > kOBytes ? (kRingBytes > kWBytes ? kRingBytes : kWBytes)
                                                         : (kOBytes > kWBytes ? kOBytes : kWBytes);
-  float (*q)[D + 4];     // [8][D + 4] the group's query rows (FP32; rotated)
-  uint8_t* raw;          // [kRawBytes], 16-byte aligned
-  float (*m)[8];         // [kAttnWarps][8] the warps' running max
-  float (*l)[8];         // [kAttnWarps][8] and sum
-  float* lsum;           // [8] the split merge's sums per head
-  int* is_last;          // this unit is the last of its (sequence, KV head)
+  float (*q)[D + 4];  // [8][D + 4] the group's query rows (FP32; rotated)
+  uint8_t* raw;       // [kRawBytes], 16-byte aligned
+  float (*m)[8];      // [kAttnWarps][8] the warps' running max
+  float (*l)[8];      // [kAttnWarps][8] and sum
+  float* lsum;        // [8] the split merge's sums per head
+  int* is_last;       // this unit is the last of its (sequence, KV head)
   // Its bytes (the static declarations of the kernel below, unpadded).
   static constexpr size_t kBytes = 8 * (D + 4) * 4 + kRawBytes + 2 * kAttnWarps * 8 * 4 + 8 * 4 + 4;
 };
@@ -109,13 +109,14 @@ __host__ __device__ __forceinline__ int decode_attention_grid_x(const DecodeAtte
 // One unit (work_unit.h): chunk group `split` = unit.x() of KV head unit.y()
 // of sequence unit.z() (linear: x + grid_x * (y + kv_heads * z)); kAttnWarps * 32 threads.
 template <int D, KvKind KIND, class Unit, class Deps>
-__device__ __forceinline__ void decode_attention_unit(const DecodeAttentionParams& p, const Unit& unit, int /*units*/,
-                                                      const DecodeAttentionSmem<D, KIND>& sm, const Deps& deps) {
+__device__ __forceinline__ void decode_attention_unit(const DecodeAttentionParams& p, const Unit& unit,
+                                                      int /*units*/, const DecodeAttentionSmem<D, KIND>& sm,
+                                                      const Deps& deps) {
   deps.release();  // the next op may start (launch executor: PDL, ptx/pdl.cuh)
   deps.wait();     // q, the cache and the row map come from earlier ops
 
   static_assert(D == 64 || D == 128, "head_dim 64 or 128");
-  constexpr int kSteps = D / 16;       // mma k-steps of Q K^T, m-tiles of V^T P^T
+  constexpr int kSteps = D / 16;  // mma k-steps of Q K^T, m-tiles of V^T P^T
   constexpr int kThreads = kAttnWarps * 32;
   constexpr bool kInt4 = KIND == KvKind::kInt4;
   using StepT = attn::Step<D, KIND>;
@@ -125,7 +126,7 @@ __device__ __forceinline__ void decode_attention_unit(const DecodeAttentionParam
   uint8_t* const smem_raw = sm.raw;
   float(*const m_s)[8] = sm.m;
   float(*const l_s)[8] = sm.l;
-  auto o_s = reinterpret_cast<float (*)[8][D + 4]>(smem_raw);  // [warp][head][D]
+  auto o_s = reinterpret_cast<float(*)[8][D + 4]>(smem_raw);  // [warp][head][D]
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, c = lane % 4;
   const int split = unit.x(), head = unit.y(), b = unit.z();
@@ -176,7 +177,8 @@ __device__ __forceinline__ void decode_attention_unit(const DecodeAttentionParam
     if (i < n_mine)
 #pragma unroll
       for (int u = 0; u < kU; ++u)
-        if (step_of(i, u) < steps) attn::Step<D, KvKind::kInt4>::issue(stage(i, u), cursor, rel_of(i, u), lane);
+        if (step_of(i, u) < steps)
+          attn::Step<D, KvKind::kInt4>::issue(stage(i, u), cursor, rel_of(i, u), lane);
     ptx::cp_async_commit();
   };
   auto prefetch_chunk = [&] {  // the chunk's first iterations in flight
@@ -193,7 +195,8 @@ __device__ __forceinline__ void decode_attention_unit(const DecodeAttentionParam
     q_s[r][d] = r < G ? __bfloat162float(p.q[size_t(b) * p.q_ld + (size_t(head) * G + r) * D + d]) : 0.f;
   }
   __syncthreads();
-  if (kInt4 && p.rot_block > 0) hadamard_rows_smem(&q_s[0][0], G, D + 4, D, p.rot_block, tid, kThreads, [] { __syncthreads(); });
+  if (kInt4 && p.rot_block > 0)
+    hadamard_rows_smem(&q_s[0][0], G, D + 4, D, p.rot_block, tid, kThreads, [] { __syncthreads(); });
   // B operand (Q^T, 16 dims x 8 heads) per k-step: head g, columns (2c, 2c+1), (2c+8, 2c+9).
   uint32_t qb[kSteps][2];
 #pragma unroll
@@ -206,228 +209,230 @@ __device__ __forceinline__ void decode_attention_unit(const DecodeAttentionParam
         qb[m][r] = attn::pack_half2(f * q_s[g][layout::kv_int4_query_dim(m, c0)],
                                     f * q_s[g][layout::kv_int4_query_dim(m, c0 + 1)]);
       } else {
-        qb[m][r] = attn::pack_bf162(q_s[g][attn::bf16_query_dim(m, c0)], q_s[g][attn::bf16_query_dim(m, c0 + 1)]);
+        qb[m][r] =
+            attn::pack_bf162(q_s[g][attn::bf16_query_dim(m, c0)], q_s[g][attn::bf16_query_dim(m, c0 + 1)]);
       }
     }
 
   while (chunk < chunk_end) {  // the CTA's chunks in turn (one at small batch)
-  // ---- main loop: online softmax over this warp's steps --------------------------
-  float o[kSteps][4];  // O^T m-tile mt: [dim row g | g+8][heads 2c, 2c+1]
+    // ---- main loop: online softmax over this warp's steps --------------------------
+    float o[kSteps][4];  // O^T m-tile mt: [dim row g | g+8][heads 2c, 2c+1]
 #pragma unroll
-  for (int mt = 0; mt < kSteps; ++mt)
+    for (int mt = 0; mt < kSteps; ++mt)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) o[mt][e] = 0.f;
-  float mrun[2] = {-INFINITY, -INFINITY}, lrun[2] = {0.f, 0.f};  // heads 2c, 2c+1
+      for (int e = 0; e < 4; ++e) o[mt][e] = 0.f;
+    float mrun[2] = {-INFINITY, -INFINITY}, lrun[2] = {0.f, 0.f};  // heads 2c, 2c+1
 
-  for (int i = 0; i < n_mine; ++i) {
-    StepT cur[kU];
-    if constexpr (kInt4) {
-      __syncwarp();                        // every lane is done reading iteration i - 1's stages
-      issue_iter(i + kGroupsAhead);        // ... which this refills
-      ptx::cp_async_wait<kGroupsAhead>();  // this lane's copies of iteration i have landed
-      __syncwarp();                        // ... and every other lane's
-#pragma unroll
-      for (int u = 0; u < kU; ++u) cur[u].read(stage(i, u), lane);
-    } else {
-      cur[0].load(p.cache, p.kv_heads, head, base + 16 * step_of(i, 0), lane);
-    }
-
-    // S^T = K Q^T (16 tokens x 8 heads) per sub-step.
-    // acc[0], acc[1]: token g, heads 2c, 2c+1; acc[2], acc[3]: token g + 8.
-    float sc[kU][4];
-    bool valid[kU][2];
-#pragma unroll
-    for (int u = 0; u < kU; ++u) {
-      const int t0 = 16 * step_of(i, u);
-      valid[u][0] = t0 + g < len;
-      valid[u][1] = t0 + 8 + g < len;
-      // NOTE: two accumulators (even and odd k-steps) halve the chain of
-      // dependent MMAs (each waits for the previous one's result).
-      float acc2[2][4] = {};
+    for (int i = 0; i < n_mine; ++i) {
+      StepT cur[kU];
       if constexpr (kInt4) {
+        __syncwarp();                        // every lane is done reading iteration i - 1's stages
+        issue_iter(i + kGroupsAhead);        // ... which this refills
+        ptx::cp_async_wait<kGroupsAhead>();  // this lane's copies of iteration i have landed
+        __syncwarp();                        // ... and every other lane's
 #pragma unroll
-        for (int w = 0; w < kSteps / 2; ++w) {
-          uint32_t r0[4], r1[4];  // r[1], r[3] are 16 (n - 8): the query's columns 8..15 carry 1/16
-          layout::int4x8_to_half2_hi16(cur[u].k[0][w], r0);
-          layout::int4x8_to_half2_hi16(cur[u].k[1][w], r1);
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const uint32_t a[4] = {r0[2 * h], r1[2 * h], r0[2 * h + 1], r1[2 * h + 1]};
-            ptx::mma_m16n8k16_f16(acc2[h], a, qb[2 * w + h]);
-          }
-        }
+        for (int u = 0; u < kU; ++u) cur[u].read(stage(i, u), lane);
       } else {
-#pragma unroll
-        for (int m = 0; m < kSteps; ++m) {
-          const int w = m / 2, h = m % 2;
-          const uint32_t a[4] = {cur[u].k[0][4 * w + 2 * h], cur[u].k[1][4 * w + 2 * h],
-                                 cur[u].k[0][4 * w + 2 * h + 1], cur[u].k[1][4 * w + 2 * h + 1]};
-          ptx::mma_m16n8k16_bf16(acc2[h], a, qb[m]);
-        }
+        cur[0].load(p.cache, p.kv_heads, head, base + 16 * step_of(i, 0), lane);
       }
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int t = e / 2;
-        float f = p.scale_log2;
-        if constexpr (kInt4) f *= cur[u].ks[t];
-        sc[u][e] = valid[u][t] ? (acc2[0][e] + acc2[1][e]) * f : -INFINITY;
-      }
-    }
 
-    // Online softmax, once per iteration: heads 2c (j = 0) and 2c + 1 (j = 1).
-    float alpha[2], mref[2];
+      // S^T = K Q^T (16 tokens x 8 heads) per sub-step.
+      // acc[0], acc[1]: token g, heads 2c, 2c+1; acc[2], acc[3]: token g + 8.
+      float sc[kU][4];
+      bool valid[kU][2];
 #pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      float mx = -INFINITY;
-#pragma unroll
-      for (int u = 0; u < kU; ++u) mx = fmaxf(mx, fmaxf(sc[u][j], sc[u][2 + j]));
-#pragma unroll
-      for (int off = 4; off < 32; off *= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-      const float mnew = fmaxf(mrun[j], mx);
-      mref[j] = mnew == -INFINITY ? 0.f : mnew;
-      alpha[j] = attn::exp2_approx(mrun[j] - mref[j]);
-      mrun[j] = mnew;
-    }
-    float pr[kU][4];
-#pragma unroll
-    for (int u = 0; u < kU; ++u)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) pr[u][e] = attn::exp2_approx(sc[u][e] - mref[e % 2]);
-    lrun[0] *= alpha[0];
-    lrun[1] *= alpha[1];
-#pragma unroll
-    for (int u = 0; u < kU; ++u) {
-      lrun[0] += pr[u][0] + pr[u][2];
-      lrun[1] += pr[u][1] + pr[u][3];
-    }
-    if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f))  // the max moved
-#pragma unroll
-    for (int mt = 0; mt < kSteps; ++mt) {
-      o[mt][0] *= alpha[0];
-      o[mt][1] *= alpha[1];
-      o[mt][2] *= alpha[0];
-      o[mt][3] *= alpha[1];
-    }
-
-#pragma unroll
-    for (int u = 0; u < kU; ++u) {
-      // P^T as the B operand: rows (token g | g+8) x heads (2c, 2c+1), transposed.
-      uint32_t pb[2], pl[2];  // pl: the BF16 path's low halves (kAttnSplitP)
-      if constexpr (kInt4) {
-        const float w0 = valid[u][0] ? cur[u].vs[0] : 0.f, w1 = valid[u][1] ? cur[u].vs[1] : 0.f;
-        pb[0] = ptx::movmatrix_trans(attn::pack_half2(pr[u][0] * w0, pr[u][1] * w0));
-        pb[1] = ptx::movmatrix_trans(attn::pack_half2(pr[u][2] * w1, pr[u][3] * w1));
-      } else {
-        if constexpr (kAttnSplitP) {
-          uint32_t h[2], l[2];
-          attn::split_bf162(pr[u][0], pr[u][1], h[0], l[0]);
-          attn::split_bf162(pr[u][2], pr[u][3], h[1], l[1]);
-          pb[0] = ptx::movmatrix_trans(h[0]);
-          pb[1] = ptx::movmatrix_trans(h[1]);
-          pl[0] = ptx::movmatrix_trans(l[0]);
-          pl[1] = ptx::movmatrix_trans(l[1]);
-        } else {
-          pb[0] = ptx::movmatrix_trans(attn::pack_bf162(pr[u][0], pr[u][1]));
-          pb[1] = ptx::movmatrix_trans(attn::pack_bf162(pr[u][2], pr[u][3]));
-        }
+      for (int u = 0; u < kU; ++u) {
         const int t0 = 16 * step_of(i, u);
-        if (t0 + 16 > len) {  // last step: masked V rows may hold anything (NaN * 0 = NaN)
+        valid[u][0] = t0 + g < len;
+        valid[u][1] = t0 + 8 + g < len;
+        // NOTE: two accumulators (even and odd k-steps) halve the chain of
+        // dependent MMAs (each waits for the previous one's result).
+        float acc2[2][4] = {};
+        if constexpr (kInt4) {
 #pragma unroll
-          for (int j = 0; j < 4; ++j)
-            if (t0 + 2 * c + (j % 2) + 8 * (j / 2) >= len)
+          for (int w = 0; w < kSteps / 2; ++w) {
+            uint32_t r0[4], r1[4];  // r[1], r[3] are 16 (n - 8): the query's columns 8..15 carry 1/16
+            layout::int4x8_to_half2_hi16(cur[u].k[0][w], r0);
+            layout::int4x8_to_half2_hi16(cur[u].k[1][w], r1);
 #pragma unroll
-              for (int w = 0; w < StepT::kVW; ++w) cur[u].v[j][w] = 0u;
-        }
-      }
-      // O^T += V^T P^T
-      if constexpr (kInt4) {
-#pragma unroll
-        for (int w = 0; w < StepT::kVW; ++w)
-#pragma unroll
-          for (int hlf = 0; hlf < 2; ++hlf) {
-            const uint32_t sel = hlf == 0 ? 0x5410u : 0x7632u;
-            uint32_t t01[4], t89[4];  // tokens (2c, 2c+1) and (2c+8, 2c+9)
-            layout::int4x8_to_half2_hi16(attn::prmt(cur[u].v[0][w], cur[u].v[1][w], sel), t01);
-            layout::int4x8_to_half2_hi16(attn::prmt(cur[u].v[2][w], cur[u].v[3][w], sel), t89);
-#pragma unroll
-            for (int x = 0; x < 2; ++x) {
-              const int mt = 4 * w + 2 * hlf + x;  // r[2x]: low nibbles (row g), r[2x+1]: high (row g + 8, x16)
-              const uint32_t a[4] = {t01[2 * x], t01[2 * x + 1], t89[2 * x], t89[2 * x + 1]};
-              ptx::mma_m16n8k16_f16(o[mt], a, pb);
+            for (int h = 0; h < 2; ++h) {
+              const uint32_t a[4] = {r0[2 * h], r1[2 * h], r0[2 * h + 1], r1[2 * h + 1]};
+              ptx::mma_m16n8k16_f16(acc2[h], a, qb[2 * w + h]);
             }
           }
-      } else {
+        } else {
+#pragma unroll
+          for (int m = 0; m < kSteps; ++m) {
+            const int w = m / 2, h = m % 2;
+            const uint32_t a[4] = {cur[u].k[0][4 * w + 2 * h], cur[u].k[1][4 * w + 2 * h],
+                                   cur[u].k[0][4 * w + 2 * h + 1], cur[u].k[1][4 * w + 2 * h + 1]};
+            ptx::mma_m16n8k16_bf16(acc2[h], a, qb[m]);
+          }
+        }
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int t = e / 2;
+          float f = p.scale_log2;
+          if constexpr (kInt4) f *= cur[u].ks[t];
+          sc[u][e] = valid[u][t] ? (acc2[0][e] + acc2[1][e]) * f : -INFINITY;
+        }
+      }
+
+      // Online softmax, once per iteration: heads 2c (j = 0) and 2c + 1 (j = 1).
+      float alpha[2], mref[2];
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int u = 0; u < kU; ++u) mx = fmaxf(mx, fmaxf(sc[u][j], sc[u][2 + j]));
+#pragma unroll
+        for (int off = 4; off < 32; off *= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+        const float mnew = fmaxf(mrun[j], mx);
+        mref[j] = mnew == -INFINITY ? 0.f : mnew;
+        alpha[j] = attn::exp2_approx(mrun[j] - mref[j]);
+        mrun[j] = mnew;
+      }
+      float pr[kU][4];
+#pragma unroll
+      for (int u = 0; u < kU; ++u)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) pr[u][e] = attn::exp2_approx(sc[u][e] - mref[e % 2]);
+      lrun[0] *= alpha[0];
+      lrun[1] *= alpha[1];
+#pragma unroll
+      for (int u = 0; u < kU; ++u) {
+        lrun[0] += pr[u][0] + pr[u][2];
+        lrun[1] += pr[u][1] + pr[u][3];
+      }
+      if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f))  // the max moved
 #pragma unroll
         for (int mt = 0; mt < kSteps; ++mt) {
-          const uint32_t a[4] = {attn::prmt(cur[u].v[0][mt], cur[u].v[1][mt], 0x5410u),
-                                 attn::prmt(cur[u].v[0][mt], cur[u].v[1][mt], 0x7632u),
-                                 attn::prmt(cur[u].v[2][mt], cur[u].v[3][mt], 0x5410u),
-                                 attn::prmt(cur[u].v[2][mt], cur[u].v[3][mt], 0x7632u)};
-          ptx::mma_m16n8k16_bf16(o[mt], a, pb);
-          if constexpr (kAttnSplitP) ptx::mma_m16n8k16_bf16(o[mt], a, pl);
+          o[mt][0] *= alpha[0];
+          o[mt][1] *= alpha[1];
+          o[mt][2] *= alpha[0];
+          o[mt][3] *= alpha[1];
+        }
+
+#pragma unroll
+      for (int u = 0; u < kU; ++u) {
+        // P^T as the B operand: rows (token g | g+8) x heads (2c, 2c+1), transposed.
+        uint32_t pb[2], pl[2];  // pl: the BF16 path's low halves (kAttnSplitP)
+        if constexpr (kInt4) {
+          const float w0 = valid[u][0] ? cur[u].vs[0] : 0.f, w1 = valid[u][1] ? cur[u].vs[1] : 0.f;
+          pb[0] = ptx::movmatrix_trans(attn::pack_half2(pr[u][0] * w0, pr[u][1] * w0));
+          pb[1] = ptx::movmatrix_trans(attn::pack_half2(pr[u][2] * w1, pr[u][3] * w1));
+        } else {
+          if constexpr (kAttnSplitP) {
+            uint32_t h[2], l[2];
+            attn::split_bf162(pr[u][0], pr[u][1], h[0], l[0]);
+            attn::split_bf162(pr[u][2], pr[u][3], h[1], l[1]);
+            pb[0] = ptx::movmatrix_trans(h[0]);
+            pb[1] = ptx::movmatrix_trans(h[1]);
+            pl[0] = ptx::movmatrix_trans(l[0]);
+            pl[1] = ptx::movmatrix_trans(l[1]);
+          } else {
+            pb[0] = ptx::movmatrix_trans(attn::pack_bf162(pr[u][0], pr[u][1]));
+            pb[1] = ptx::movmatrix_trans(attn::pack_bf162(pr[u][2], pr[u][3]));
+          }
+          const int t0 = 16 * step_of(i, u);
+          if (t0 + 16 > len) {  // last step: masked V rows may hold anything (NaN * 0 = NaN)
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+              if (t0 + 2 * c + (j % 2) + 8 * (j / 2) >= len)
+#pragma unroll
+                for (int w = 0; w < StepT::kVW; ++w) cur[u].v[j][w] = 0u;
+          }
+        }
+        // O^T += V^T P^T
+        if constexpr (kInt4) {
+#pragma unroll
+          for (int w = 0; w < StepT::kVW; ++w)
+#pragma unroll
+            for (int hlf = 0; hlf < 2; ++hlf) {
+              const uint32_t sel = hlf == 0 ? 0x5410u : 0x7632u;
+              uint32_t t01[4], t89[4];  // tokens (2c, 2c+1) and (2c+8, 2c+9)
+              layout::int4x8_to_half2_hi16(attn::prmt(cur[u].v[0][w], cur[u].v[1][w], sel), t01);
+              layout::int4x8_to_half2_hi16(attn::prmt(cur[u].v[2][w], cur[u].v[3][w], sel), t89);
+#pragma unroll
+              for (int x = 0; x < 2; ++x) {
+                const int mt =
+                    4 * w + 2 * hlf + x;  // r[2x]: low nibbles (row g), r[2x+1]: high (row g + 8, x16)
+                const uint32_t a[4] = {t01[2 * x], t01[2 * x + 1], t89[2 * x], t89[2 * x + 1]};
+                ptx::mma_m16n8k16_f16(o[mt], a, pb);
+              }
+            }
+        } else {
+#pragma unroll
+          for (int mt = 0; mt < kSteps; ++mt) {
+            const uint32_t a[4] = {attn::prmt(cur[u].v[0][mt], cur[u].v[1][mt], 0x5410u),
+                                   attn::prmt(cur[u].v[0][mt], cur[u].v[1][mt], 0x7632u),
+                                   attn::prmt(cur[u].v[2][mt], cur[u].v[3][mt], 0x5410u),
+                                   attn::prmt(cur[u].v[2][mt], cur[u].v[3][mt], 0x7632u)};
+            ptx::mma_m16n8k16_bf16(o[mt], a, pb);
+            if constexpr (kAttnSplitP) ptx::mma_m16n8k16_bf16(o[mt], a, pl);
+          }
         }
       }
     }
-  }
 
-  // ---- merge the warps ------------------------------------------------------------
-  if constexpr (kInt4) {
-    ptx::cp_async_wait<0>();
+    // ---- merge the warps ------------------------------------------------------------
+    if constexpr (kInt4) {
+      ptx::cp_async_wait<0>();
 #pragma unroll
-    for (int mt = 0; mt < kSteps; ++mt) {  // rows g + 8 came from 16 (n - 8) (int4x8_to_half2_hi16)
-      o[mt][2] *= 0.0625f;
-      o[mt][3] *= 0.0625f;
-    }
-  }
-  __syncthreads();  // the ring's buffer becomes o_s
-#pragma unroll
-  for (int j = 0; j < 2; ++j)
-#pragma unroll
-    for (int off = 4; off < 32; off *= 2) lrun[j] += __shfl_xor_sync(0xffffffffu, lrun[j], off);
-  if (g == 0) {
-    m_s[warp][2 * c] = mrun[0];
-    m_s[warp][2 * c + 1] = mrun[1];
-    l_s[warp][2 * c] = lrun[0];
-    l_s[warp][2 * c + 1] = lrun[1];
-  }
-#pragma unroll
-  for (int mt = 0; mt < kSteps; ++mt) {
-    const int d = g * (D / 8) + 2 * mt;
-    o_s[warp][2 * c][d] = o[mt][0];
-    o_s[warp][2 * c + 1][d] = o[mt][1];
-    o_s[warp][2 * c][d + 1] = o[mt][2];
-    o_s[warp][2 * c + 1][d + 1] = o[mt][3];
-  }
-  __syncthreads();
-  for (int i = tid; i < G * D; i += kThreads) {
-    const int r = i / D, d = i % D;
-    float mmax = -INFINITY;
-#pragma unroll
-    for (int w = 0; w < kAttnWarps; ++w) mmax = fmaxf(mmax, m_s[w][r]);
-    const float mref = mmax == -INFINITY ? 0.f : mmax;
-    float l = 0.f, acc = 0.f;
-#pragma unroll
-    for (int w = 0; w < kAttnWarps; ++w) {
-      const float f = exp2f(m_s[w][r] - mref);
-      l += f * l_s[w][r];
-      acc += f * o_s[w][r][d];
-    }
-    const size_t row = size_t(b) * n_heads + size_t(head) * G + r;
-    if (p.splits > 1) {
-      p.o_part[(row * p.splits + chunk) * D + d] = acc;
-      if (d == 0) {
-        p.ml_part[(row * p.splits + chunk) * 2 + 0] = mmax;
-        p.ml_part[(row * p.splits + chunk) * 2 + 1] = l;
+      for (int mt = 0; mt < kSteps; ++mt) {  // rows g + 8 came from 16 (n - 8) (int4x8_to_half2_hi16)
+        o[mt][2] *= 0.0625f;
+        o[mt][3] *= 0.0625f;
       }
-    } else {
-      q_s[r][d] = l > 0.f ? acc / l : 0.f;  // q_s is free: the merged output rows
     }
-  }
-  if (++chunk < chunk_end) {
-    __syncthreads();  // every thread is done with o_s, m_s, l_s: the next chunk's ring may fill them
-    enter_chunk();
-    prefetch_chunk();
-  }
+    __syncthreads();  // the ring's buffer becomes o_s
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+      for (int off = 4; off < 32; off *= 2) lrun[j] += __shfl_xor_sync(0xffffffffu, lrun[j], off);
+    if (g == 0) {
+      m_s[warp][2 * c] = mrun[0];
+      m_s[warp][2 * c + 1] = mrun[1];
+      l_s[warp][2 * c] = lrun[0];
+      l_s[warp][2 * c + 1] = lrun[1];
+    }
+#pragma unroll
+    for (int mt = 0; mt < kSteps; ++mt) {
+      const int d = g * (D / 8) + 2 * mt;
+      o_s[warp][2 * c][d] = o[mt][0];
+      o_s[warp][2 * c + 1][d] = o[mt][1];
+      o_s[warp][2 * c][d + 1] = o[mt][2];
+      o_s[warp][2 * c + 1][d + 1] = o[mt][3];
+    }
+    __syncthreads();
+    for (int i = tid; i < G * D; i += kThreads) {
+      const int r = i / D, d = i % D;
+      float mmax = -INFINITY;
+#pragma unroll
+      for (int w = 0; w < kAttnWarps; ++w) mmax = fmaxf(mmax, m_s[w][r]);
+      const float mref = mmax == -INFINITY ? 0.f : mmax;
+      float l = 0.f, acc = 0.f;
+#pragma unroll
+      for (int w = 0; w < kAttnWarps; ++w) {
+        const float f = exp2f(m_s[w][r] - mref);
+        l += f * l_s[w][r];
+        acc += f * o_s[w][r][d];
+      }
+      const size_t row = size_t(b) * n_heads + size_t(head) * G + r;
+      if (p.splits > 1) {
+        p.o_part[(row * p.splits + chunk) * D + d] = acc;
+        if (d == 0) {
+          p.ml_part[(row * p.splits + chunk) * 2 + 0] = mmax;
+          p.ml_part[(row * p.splits + chunk) * 2 + 1] = l;
+        }
+      } else {
+        q_s[r][d] = l > 0.f ? acc / l : 0.f;  // q_s is free: the merged output rows
+      }
+    }
+    if (++chunk < chunk_end) {
+      __syncthreads();  // every thread is done with o_s, m_s, l_s: the next chunk's ring may fill them
+      enter_chunk();
+      prefetch_chunk();
+    }
   }  // chunks
 
   // ---- split-KV: the last CTA of (sequence, KV head) to finish combines ----------
@@ -439,7 +444,7 @@ __device__ __forceinline__ void decode_attention_unit(const DecodeAttentionParam
     if (tid == 0) {
       int* counter = p.counters + size_t(b) * p.kv_heads + head;
       is_last = atomicAdd(counter, 1) == int(unit.nx()) - 1;  // one arrival per unit of the x extent
-      if (is_last) *counter = 0;  // ready for the next launch (graph replays)
+      if (is_last) *counter = 0;                              // ready for the next launch (graph replays)
     }
     __syncthreads();
     if (!is_last) return;
@@ -489,7 +494,8 @@ __device__ __forceinline__ void decode_attention_unit(const DecodeAttentionParam
     }
   }
   __syncthreads();
-  if (kInt4 && p.rot_block > 0) hadamard_rows_smem(&q_s[0][0], G, D + 4, D, p.rot_block, tid, kThreads, [] { __syncthreads(); });
+  if (kInt4 && p.rot_block > 0)
+    hadamard_rows_smem(&q_s[0][0], G, D + 4, D, p.rot_block, tid, kThreads, [] { __syncthreads(); });
   for (int i = tid; i < G * D; i += kThreads) {
     const int r = i / D, d = i % D;
     p.out[(size_t(b) * n_heads + size_t(head) * G + r) * D + d] = __float2bfloat16_rn(q_s[r][d]);
@@ -497,7 +503,8 @@ __device__ __forceinline__ void decode_attention_unit(const DecodeAttentionParam
 }
 
 template <int D, KvKind KIND>
-__global__ void __launch_bounds__(kAttnWarps * 32) sm90_decode_attention_kernel(const DecodeAttentionParams p) {
+__global__ void __launch_bounds__(kAttnWarps * 32)
+    sm90_decode_attention_kernel(const DecodeAttentionParams p) {
   using Smem = DecodeAttentionSmem<D, KIND>;
   __shared__ float q_s[8][D + 4];
   __shared__ __align__(16) uint8_t smem_raw[Smem::kRawBytes];

@@ -9,9 +9,9 @@
 // memory is sized by.
 #pragma once
 
-#include "kernels/sm90_kv_common.cuh"
 #include "kernels/ptx/cp_async.cuh"
 #include "kernels/ptx/mma.cuh"
+#include "kernels/sm90_kv_common.cuh"
 
 namespace futr::device {
 
@@ -57,7 +57,8 @@ __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
 // 16 bytes / 8 bytes / 4 bytes of read-once cache data: no L1 allocation.
 __device__ __forceinline__ void ld_nc(uint32_t (&r)[4], const void* p) {
   asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "l"(p));
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "l"(p));
 }
 __device__ __forceinline__ void ld_nc(uint32_t (&r)[2], const void* p) {
   asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "l"(p));
@@ -87,15 +88,15 @@ struct Step;
 // after a __syncwarp).
 template <int D>
 struct Step<D, KvKind::kInt4> {
-  static constexpr int kKW = D / 32;  // K words per lane per tile
-  static constexpr int kVW = D / 64;  // V words per lane per token
+  static constexpr int kKW = D / 32;                  // K words per lane per tile
+  static constexpr int kVW = D / 64;                  // V words per lane per token
   static constexpr int kKB = 4 * kKW, kVB = 4 * kVW;  // bytes
   // NOTE: V rows padded by 16 bytes: the lanes reading token rows 2c (+1,
   // +8, +9) at byte 8g (D 128) or 4g (D 64) then hit distinct banks.
   static constexpr int kVRow = D / 2 + 16;
-  static constexpr int kVOff = 64 * kKB;              // K: [tile][lane][kKB]
-  static constexpr int kSOff = kVOff + 16 * kVRow;    // V: [token][kVRow]; scales: ks[16], vs[16]
-  static constexpr int kStageBytes = kSOff + 128;     // one warp's stage
+  static constexpr int kVOff = 64 * kKB;            // K: [tile][lane][kKB]
+  static constexpr int kSOff = kVOff + 16 * kVRow;  // V: [token][kVRow]; scales: ks[16], vs[16]
+  static constexpr int kStageBytes = kSOff + 128;   // one warp's stage
   static_assert(kStageBytes % 16 == 0, "16-byte aligned stages");
   uint32_t k[2][kKW];
   uint32_t v[4][kVW];
@@ -112,7 +113,8 @@ struct Step<D, KvKind::kInt4> {
   };
   static constexpr int kVParts = D / 32;  // 16-byte parts of a V row
 
-  static __device__ __forceinline__ Cursor cursor(const KvLayerPtrs& c, int kv_heads, int head, int slot0, int lane) {
+  static __device__ __forceinline__ Cursor cursor(const KvLayerPtrs& c, int kv_heads, int head, int slot0,
+                                                  int lane) {
     Cursor r;
     const int64_t tile_bytes = int64_t(kv_heads) * 32 * kKB;  // one 8-slot tile of all heads
     r.k = c.k4 + (int64_t(slot0 / layout::kKvTileSlots) * tile_bytes + int64_t(head) * 32 * kKB);
@@ -177,7 +179,8 @@ struct Step<D, KvKind::kBf16> {
     const int g = lane / 4, cq = lane % 4;
 #pragma unroll
     for (int t = 0; t < 2; ++t) {
-      const __nv_bfloat16* kp = reinterpret_cast<const __nv_bfloat16*>(c.k) + layout::kv_primary_index(kv_heads, D, slot0 + 8 * t + g, head, 8 * cq);
+      const __nv_bfloat16* kp = reinterpret_cast<const __nv_bfloat16*>(c.k) +
+                                layout::kv_primary_index(kv_heads, D, slot0 + 8 * t + g, head, 8 * cq);
 #pragma unroll
       for (int i = 0; i < D / 32; ++i) {
         uint32_t w[4];
@@ -189,7 +192,8 @@ struct Step<D, KvKind::kBf16> {
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int tok = 2 * cq + (j % 2) + 8 * (j / 2);
-      const __nv_bfloat16* vp = reinterpret_cast<const __nv_bfloat16*>(c.v) + layout::kv_primary_index(kv_heads, D, slot0 + tok, head, g * (D / 8));
+      const __nv_bfloat16* vp = reinterpret_cast<const __nv_bfloat16*>(c.v) +
+                                layout::kv_primary_index(kv_heads, D, slot0 + tok, head, g * (D / 8));
 #pragma unroll
       for (int i = 0; i < kVW / 4; ++i) {
         uint32_t w[4];

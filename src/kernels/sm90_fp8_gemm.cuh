@@ -77,7 +77,8 @@ enum class Schedule {
 // of K) goes into its own accumulator and is then added into FP32 registers
 // (below, "promoted accumulation"); otherwise the whole K sum stays in the
 // WGMMA accumulator (fast accumulation).
-template <int BM_, int BN_, int STAGES_, class In_, Schedule S_ = Schedule::kCooperative, bool Promote_ = false>
+template <int BM_, int BN_, int STAGES_, class In_, Schedule S_ = Schedule::kCooperative,
+          bool Promote_ = false>
 struct GemmTile {
   static constexpr int BM = BM_;          // rows per tile
   static constexpr int BN = BN_;          // columns per tile (WGMMA N)
@@ -85,11 +86,11 @@ struct GemmTile {
   using In = In_;
   static constexpr Schedule kSchedule = S_;
   static constexpr bool kPingPong = S_ == Schedule::kPingPong;
-  static constexpr int kKBytes = 128;                    // K bytes per stage (one 128B swizzle row)
-  static constexpr int kKElems = kKBytes / In::kBytes;   // K elements per stage
-  static constexpr int kWgmmaPerStage = 4;               // each WGMMA consumes 32 bytes of K
-  static constexpr int kHalves = kPingPong ? 2 : 1;      // 64-row halves per consumer warpgroup
-  static constexpr int kNReg = BN / 2;                   // accumulator registers per 64-row half
+  static constexpr int kKBytes = 128;                   // K bytes per stage (one 128B swizzle row)
+  static constexpr int kKElems = kKBytes / In::kBytes;  // K elements per stage
+  static constexpr int kWgmmaPerStage = 4;              // each WGMMA consumes 32 bytes of K
+  static constexpr int kHalves = kPingPong ? 2 : 1;     // 64-row halves per consumer warpgroup
+  static constexpr int kNReg = BN / 2;                  // accumulator registers per 64-row half
   static constexpr bool kPromote = Promote_;
 };
 
@@ -115,15 +116,15 @@ template <class Cfg>
 struct GemmSmem {
   static constexpr int kABytes = Cfg::BM * Cfg::kKBytes;  // one stage of A
   static constexpr int kBBytes = Cfg::BN * Cfg::kKBytes;  // one stage of B
-  static constexpr int kStageLd = 32 + 8;                  // staging row stride, floats (pad: no bank conflicts)
-  static constexpr int kStageBytes = 64 * kStageLd * 4;    // per consumer warpgroup
+  static constexpr int kStageLd = 32 + 8;  // staging row stride, floats (pad: no bank conflicts)
+  static constexpr int kStageBytes = 64 * kStageLd * 4;  // per consumer warpgroup
   static constexpr int kAOff = 0;
   static constexpr int kBOff = kAOff + Cfg::STAGES * kABytes;
   static constexpr int kStagingOff = kBOff + Cfg::STAGES * kBBytes;
   static constexpr int kColVecOff = kStagingOff + 2 * kStageBytes;  // [2][BN] floats: ColScale
   static constexpr int kBarOff = kColVecOff + 2 * Cfg::BN * 4;
   static constexpr int kTotal = kBarOff + 2 * Cfg::STAGES * 8 + 2 * 8;  // + ping-pong order[2]
-  static constexpr int kDynamic = kTotal + 1024;  // what the launcher requests
+  static constexpr int kDynamic = kTotal + 1024;                        // what the launcher requests
 };
 
 inline constexpr int kGemmThreads = 384;
@@ -251,7 +252,8 @@ __device__ __forceinline__ void epilogue_half(const typename Epi::Params& params
     for (int jj = 0; jj < 4; ++jj) {
       const int j = 4 * c + jj;
       const int r = warp * 16 + lane / 4, col = 8 * jj + fc.col0;
-      *reinterpret_cast<float2*>(stage + r * Smem::kStageLd + col) = make_float2(acc[4 * j + 0], acc[4 * j + 1]);
+      *reinterpret_cast<float2*>(stage + r * Smem::kStageLd + col) =
+          make_float2(acc[4 * j + 0], acc[4 * j + 1]);
       *reinterpret_cast<float2*>(stage + (r + 8) * Smem::kStageLd + col) =
           make_float2(acc[4 * j + 2], acc[4 * j + 3]);
     }
@@ -272,9 +274,8 @@ __device__ __forceinline__ void epilogue_half(const typename Epi::Params& params
 
 template <class Cfg, class Epi>
 __global__ void __launch_bounds__(kGemmThreads, 1)
-    sm90_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a,
-                     const __grid_constant__ CUtensorMap tmap_b, int M, int N, int K, int group_m,
-                     const __grid_constant__ typename Epi::Params params) {
+    sm90_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
+                     int M, int N, int K, int group_m, const __grid_constant__ typename Epi::Params params) {
   // ---------------------------------------------------------------- constraints
   using Smem = GemmSmem<Cfg>;
   static_assert(Cfg::BM == 128, "BM must be 128: two 64-row WGMMA halves");
@@ -289,8 +290,8 @@ __global__ void __launch_bounds__(kGemmThreads, 1)
 
   // ---------------------------------------------------------------- shared memory
   extern __shared__ uint8_t smem_raw[];
-  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) &
-                                             ~uintptr_t(1023));
+  uint8_t* smem =
+      reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   auto smem_a = [&](int s) { return smem + Smem::kAOff + s * Smem::kABytes; };
   auto smem_b = [&](int s) { return smem + Smem::kBOff + s * Smem::kBBytes; };
   float* staging = reinterpret_cast<float*>(smem + Smem::kStagingOff);
@@ -334,10 +335,8 @@ __global__ void __launch_bounds__(kGemmThreads, 1)
         for (int k = 0; k < k_iters; ++k) {
           ptx::mbarrier_wait_parity(&empty[s], phase ^ 1);
           ptx::mbarrier_arrive_expect_tx(&full[s], Smem::kABytes + Smem::kBBytes);
-          ptx::cp_async_bulk_tensor_2d_g2s(smem_a(s), &tmap_a, k * Cfg::kKElems, mt * Cfg::BM,
-                                           &full[s]);
-          ptx::cp_async_bulk_tensor_2d_g2s(smem_b(s), &tmap_b, k * Cfg::kKElems, nt * Cfg::BN,
-                                           &full[s]);
+          ptx::cp_async_bulk_tensor_2d_g2s(smem_a(s), &tmap_a, k * Cfg::kKElems, mt * Cfg::BM, &full[s]);
+          ptx::cp_async_bulk_tensor_2d_g2s(smem_b(s), &tmap_b, k * Cfg::kKElems, nt * Cfg::BN, &full[s]);
           if (++s == Cfg::STAGES) {
             s = 0;
             phase ^= 1;
@@ -399,39 +398,40 @@ __global__ void __launch_bounds__(kGemmThreads, 1)
       }
       int prev_s = 0;
       if constexpr (Cfg::kPromote) {
-        sm90_gemm::mainloop_promoted<Cfg>(acc[0], smem_a, smem_b, full, empty, k_iters, 64 * cw, s, phase, lane);
+        sm90_gemm::mainloop_promoted<Cfg>(acc[0], smem_a, smem_b, full, empty, k_iters, 64 * cw, s, phase,
+                                          lane);
       } else {
-      for (int k = 0; k < k_iters; ++k) {
-        ptx::mbarrier_wait_parity(&full[s], phase);
-        if constexpr (Cfg::kPingPong) {
-          if (k == k_iters - 1) {  // all of this tile's stages observed: let the other one go
-            __syncwarp();
-            if (lane == 0) ptx::mbarrier_arrive(&order[1 - cw]);
+        for (int k = 0; k < k_iters; ++k) {
+          ptx::mbarrier_wait_parity(&full[s], phase);
+          if constexpr (Cfg::kPingPong) {
+            if (k == k_iters - 1) {  // all of this tile's stages observed: let the other one go
+              __syncwarp();
+              if (lane == 0) ptx::mbarrier_arrive(&order[1 - cw]);
+            }
+          }
+#pragma unroll
+          for (int h = 0; h < H; ++h) ptx::fence_operands(acc[h]);
+          ptx::wgmma_fence();
+#pragma unroll
+          for (int h = 0; h < H; ++h) {
+            const int a_row0 = Cfg::kPingPong ? 64 * h : 64 * cw;
+            sm90_gemm::mma_stage<Cfg>(acc[h], smem_a(s) + a_row0 * Cfg::kKBytes, smem_b(s), k);
+          }
+          ptx::wgmma_commit_group();
+          ptx::wgmma_wait_group<1>();  // the previous stage's group has retired
+#pragma unroll
+          for (int h = 0; h < H; ++h) ptx::fence_operands(acc[h]);
+          if (k > 0 && lane == 0) ptx::mbarrier_arrive(&empty[prev_s]);
+          prev_s = s;
+          if (++s == Cfg::STAGES) {
+            s = 0;
+            phase ^= 1;
           }
         }
+        ptx::wgmma_wait_group<0>();
 #pragma unroll
         for (int h = 0; h < H; ++h) ptx::fence_operands(acc[h]);
-        ptx::wgmma_fence();
-#pragma unroll
-        for (int h = 0; h < H; ++h) {
-          const int a_row0 = Cfg::kPingPong ? 64 * h : 64 * cw;
-          sm90_gemm::mma_stage<Cfg>(acc[h], smem_a(s) + a_row0 * Cfg::kKBytes, smem_b(s), k);
-        }
-        ptx::wgmma_commit_group();
-        ptx::wgmma_wait_group<1>();  // the previous stage's group has retired
-#pragma unroll
-        for (int h = 0; h < H; ++h) ptx::fence_operands(acc[h]);
-        if (k > 0 && lane == 0) ptx::mbarrier_arrive(&empty[prev_s]);
-        prev_s = s;
-        if (++s == Cfg::STAGES) {
-          s = 0;
-          phase ^= 1;
-        }
-      }
-      ptx::wgmma_wait_group<0>();
-#pragma unroll
-      for (int h = 0; h < H; ++h) ptx::fence_operands(acc[h]);
-      if (lane == 0) ptx::mbarrier_arrive(&empty[prev_s]);
+        if (lane == 0) ptx::mbarrier_arrive(&empty[prev_s]);
       }  // fast accumulation
 
       // ---------------------------------------------------------- epilogue

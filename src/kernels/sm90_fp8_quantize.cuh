@@ -40,17 +40,17 @@ using layout::Fp8SiteState;
 struct Fp8QuantizeParams {
   const uint16_t* x = nullptr;  // [rows][ld_x] BF16
   int64_t ld_x = 0;
-  uint8_t* out = nullptr;       // [rows][ld_out] E4M3
+  uint8_t* out = nullptr;  // [rows][ld_out] E4M3
   int64_t ld_out = 0;
   int rows = 0;
   int K = 0;
-  bool fold_rms = false;        // y = bf16(x * r) (folded RMSNorm), else y = x
+  bool fold_rms = false;  // y = bf16(x * r) (folded RMSNorm), else y = x
   float eps = 1e-5f;
   Fp8SiteState* site = nullptr;
 };
 
 inline constexpr int kFp8QuantThreads = 256;
-inline constexpr int kFp8QuantPer = 8;                                   // 16-byte chunks per thread
+inline constexpr int kFp8QuantPer = 8;                                     // 16-byte chunks per thread
 inline constexpr int kFp8QuantMaxK = 8 * kFp8QuantPer * kFp8QuantThreads;  // 16384
 
 // Threads per row for K: the smallest whole number of warps (a power of two)
@@ -61,7 +61,8 @@ __host__ __device__ constexpr int fp8_quantize_team(int K) {
   return t;
 }
 
-__global__ void __launch_bounds__(kFp8QuantThreads) sm90_fp8_quantize_kernel(const Fp8QuantizeParams p, int team) {
+__global__ void __launch_bounds__(kFp8QuantThreads)
+    sm90_fp8_quantize_kernel(const Fp8QuantizeParams p, int team) {
   constexpr int kWarps = kFp8QuantThreads / 32;
   __shared__ float part[kWarps];
   __shared__ float red_amax[kWarps];
@@ -124,10 +125,8 @@ __global__ void __launch_bounds__(kFp8QuantThreads) sm90_fp8_quantize_kernel(con
       const float qa = a * inv, qb = b * inv;
       sat += uint32_t(fabsf(qa) > 448.f) + uint32_t(fabsf(qb) > 448.f);
       const uint32_t pair = __nv_cvt_float2_to_fp8x2(make_float2(qa, qb), __NV_SATFINITE, __NV_E4M3);
-      if (e % 2 == 0)
-        q[e / 2] = pair;
-      else
-        q[e / 2] |= pair << 16;
+      if (e % 2 == 0) q[e / 2] = pair;
+      else q[e / 2] |= pair << 16;
     }
     *reinterpret_cast<uint2*>(out + j) = make_uint2(q[0], q[1]);
   }

@@ -31,7 +31,7 @@ struct Fp8ScaleUpdateParams {
   float* ring = nullptr;          // [n][history] amax windows
   int n = 0, history = 1;
   float margin = 1.f;
-  bool frozen = false;            // static scales: count the call, keep the scale (no window)
+  bool frozen = false;  // static scales: count the call, keep the scale (no window)
 };
 
 __global__ void sm90_fp8_scale_update_kernel(const Fp8ScaleUpdateParams p) {

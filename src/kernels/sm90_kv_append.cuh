@@ -33,8 +33,8 @@
 // is its wrapper, one CTA per unit.
 #pragma once
 
-#include "kernels/sm90_kv_common.cuh"
 #include "kernels/ptx/pdl.cuh"
+#include "kernels/sm90_kv_common.cuh"
 #include "kernels/work_unit.h"
 
 namespace futr::device {

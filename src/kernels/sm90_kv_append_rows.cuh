@@ -28,8 +28,8 @@
 // quantizer and to sm90_kv_append, with RoPE).
 #pragma once
 
-#include "kernels/sm90_kv_common.cuh"
 #include "kernels/ptx/pdl.cuh"
+#include "kernels/sm90_kv_common.cuh"
 
 namespace futr::device {
 
@@ -67,10 +67,10 @@ __device__ __forceinline__ uint4 float_to_bf16x8(const float (&f)[8]) {
 }
 
 template <int D>
-__global__ void __launch_bounds__(kKvRowsThreads) sm90_kv_append_rows_kernel(const KvAppendParams p,
-                                                                             int rows_per_cta) {
+__global__ void __launch_bounds__(kKvRowsThreads)
+    sm90_kv_append_rows_kernel(const KvAppendParams p, int rows_per_cta) {
   static_assert(D == 64 || D == 128, "head_dim 64 or 128");
-  constexpr int kItems = D / 16;  // items (8 pairs each) per head row
+  constexpr int kItems = D / 16;     // items (8 pairs each) per head row
   extern __shared__ float staged[];  // mirror: [rows_per_cta][2 kv_heads][D] FP32 (K heads, then V heads)
   __shared__ int slot_s[kKvRowsMaxPerCta], pos_s[kKvRowsMaxPerCta];
   ptx::griddep_launch_dependents();
@@ -108,8 +108,10 @@ __global__ void __launch_bounds__(kKvRowsThreads) sm90_kv_append_rows_kernel(con
         const float4* tc = reinterpret_cast<const float4*>(p.rope_cos + size_t(pos_s[rr]) * (D / 2) + d0);
         const float4* ts = reinterpret_cast<const float4*>(p.rope_sin + size_t(pos_s[rr]) * (D / 2) + d0);
         const float4 c0 = tc[0], c1 = tc[1], s0 = ts[0], s1 = ts[1];
-        c[0] = c0.x, c[1] = c0.y, c[2] = c0.z, c[3] = c0.w, c[4] = c1.x, c[5] = c1.y, c[6] = c1.z, c[7] = c1.w;
-        s[0] = s0.x, s[1] = s0.y, s[2] = s0.z, s[3] = s0.w, s[4] = s1.x, s[5] = s1.y, s[6] = s1.z, s[7] = s1.w;
+        c[0] = c0.x, c[1] = c0.y, c[2] = c0.z, c[3] = c0.w, c[4] = c1.x, c[5] = c1.y, c[6] = c1.z,
+        c[7] = c1.w;
+        s[0] = s0.x, s[1] = s0.y, s[2] = s0.z, s[3] = s0.w, s[4] = s1.x, s[5] = s1.y, s[6] = s1.z,
+        s[7] = s1.w;
       }
       if (u < qh) {  // a query head, rotated in place
         __nv_bfloat16* h = p.q + row_off + size_t(u) * D;

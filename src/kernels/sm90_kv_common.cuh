@@ -62,12 +62,12 @@ struct KvAppendParams {
   const int* slot_base = nullptr;    // [sequences] first slot of each sequence (multiple of 16)
   KvLayerPtrs cache;
   int rows = 0, kv_heads = 0;
-  int rot_block = 0;                 // 0: mirror not rotated; else the Hadamard block
-  bool mirror = false;               // write the INT4 mirror too
-  int* nonfinite = nullptr;          // optional: += 1 per (row, head, K|V) with a non-finite value
-  const float* rope_cos = nullptr;   // optional [max_pos][D/2]: RoPE fused in (model/rope.h's table)
+  int rot_block = 0;                // 0: mirror not rotated; else the Hadamard block
+  bool mirror = false;              // write the INT4 mirror too
+  int* nonfinite = nullptr;         // optional: += 1 per (row, head, K|V) with a non-finite value
+  const float* rope_cos = nullptr;  // optional [max_pos][D/2]: RoPE fused in (model/rope.h's table)
   const float* rope_sin = nullptr;
-  __nv_bfloat16* q = nullptr;        // [rows] rows of q_heads * D, stride ld: rotated in place (rope only)
+  __nv_bfloat16* q = nullptr;  // [rows] rows of q_heads * D, stride ld: rotated in place (rope only)
   int q_heads = 0;
 };
 
@@ -87,8 +87,8 @@ __device__ __forceinline__ void rope_pair(float& a, float& b, float c, float s) 
 // The one home of the mirror's quantization on the GPU (sm90_kv_append and
 // sm90_kv_append_rows call it), byte-identical to quant/kv_int4.h.
 template <int D>
-__device__ __forceinline__ void kv_mirror_write_warp(float* x, const KvLayerPtrs& cache, int kv_heads, int slot,
-                                                     int head, bool is_v, int rot_block, int lane) {
+__device__ __forceinline__ void kv_mirror_write_warp(float* x, const KvLayerPtrs& cache, int kv_heads,
+                                                     int slot, int head, bool is_v, int rot_block, int lane) {
   constexpr int kPer = D / 32;  // values per lane
   __syncwarp();
   if (rot_block > 0) hadamard_rows_smem(x, 1, D, D, rot_block, lane, 32, [] { __syncwarp(); });

@@ -53,19 +53,19 @@
 namespace futr::device {
 
 struct LmHeadParams {
-  const void* w = nullptr;      // BF16 head: [n][k] row-major (vocabulary rows);
-                                //   INT4 head: n k / 2 bytes, fragment order (quant::Int4Packed)
-  const void* scales = nullptr; // INT4 head: [n / 8][k / G][8] FP16 pairs, fragment order; BF16: unused
-  const uint16_t* x = nullptr;  // [m][k] BF16 row-major
-  float* out = nullptr;         // [m][ld] FP32
-  int64_t ld = 0;               // elements between output rows (>= n)
+  const void* w = nullptr;       // BF16 head: [n][k] row-major (vocabulary rows);
+                                 //   INT4 head: n k / 2 bytes, fragment order (quant::Int4Packed)
+  const void* scales = nullptr;  // INT4 head: [n / 8][k / G][8] FP16 pairs, fragment order; BF16: unused
+  const uint16_t* x = nullptr;   // [m][k] BF16 row-major
+  float* out = nullptr;          // [m][ld] FP32
+  int64_t ld = 0;                // elements between output rows (>= n)
   int m = 0, n = 0, k = 0;
 };
 
 inline constexpr int kLmHeadThreads = 256;
 inline constexpr int kLmHeadWarps = kLmHeadThreads / 32;
-inline constexpr int kLmHeadTileN = 16;  // vocabulary rows per warp
-inline constexpr int kLmHeadChunkK = 64; // k per chunk (4 MMA steps)
+inline constexpr int kLmHeadTileN = 16;   // vocabulary rows per warp
+inline constexpr int kLmHeadChunkK = 64;  // k per chunk (4 MMA steps)
 
 // Units (CTAs) of a head of n rows.
 __host__ __device__ constexpr int lm_head_units(int n) {
@@ -89,11 +89,13 @@ struct LmHeadBf16 {
 // kLmHeadThreads threads, no shared memory. MT: row tiles of 8 (M <= 8 MT);
 // U: chunks of W in flight per lane (even for the INT4 head: whole groups).
 template <class WF, int MT, int U, class Deps>
-__device__ __forceinline__ void lm_head_unit(const LmHeadParams& p, int unit, int /*units*/, const Deps& deps) {
+__device__ __forceinline__ void lm_head_unit(const LmHeadParams& p, int unit, int /*units*/,
+                                             const Deps& deps) {
   static_assert(MT == 1 || MT == 2 || MT == 4, "MT row tiles of 8: 1, 2 or 4");
   static_assert(U >= 1 && U <= 8, "U chunks in flight: 1..8");
   constexpr bool kInt4 = !std::is_same_v<WF, LmHeadBf16>;
-  static_assert(!kInt4 || (WF::kGroupScales && U % 2 == 0), "the INT4 head: group scales, whole k128 blocks in flight");
+  static_assert(!kInt4 || (WF::kGroupScales && U % 2 == 0),
+                "the INT4 head: group scales, whole k128 blocks in flight");
   deps.release();  // the next op may start (launch executor: PDL, ptx/pdl.cuh)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
   const int tile = unit * kLmHeadWarps + warp;
@@ -105,8 +107,10 @@ __device__ __forceinline__ void lm_head_unit(const LmHeadParams& p, int unit, in
   // ---- W: this lane's part of the tile's chunks, U chunks in flight -----------------
   // BF16: rows g and g + 8 (the tail's missing rows read row n - 1, never stored);
   // wr[u]: chunk words of row g (0, 1) and row g + 8 (2, 3).
-  const uint16_t* const w0 = static_cast<const uint16_t*>(p.w) + size_t(min(v0, p.n - 1)) * size_t(p.k) + 16 * c;
-  const uint16_t* const w1 = static_cast<const uint16_t*>(p.w) + size_t(min(v0 + 8, p.n - 1)) * size_t(p.k) + 16 * c;
+  const uint16_t* const w0 =
+      static_cast<const uint16_t*>(p.w) + size_t(min(v0, p.n - 1)) * size_t(p.k) + 16 * c;
+  const uint16_t* const w1 =
+      static_cast<const uint16_t*>(p.w) + size_t(min(v0 + 8, p.n - 1)) * size_t(p.k) + 16 * c;
   uint4 wr[kInt4 ? 1 : U][4];
   // INT4: the lane's 16-byte pieces (layout/int4_fragment.cuh) and its scales (channels g, g + 8).
   const uint8_t* wq = nullptr;
@@ -168,7 +172,8 @@ __device__ __forceinline__ void lm_head_unit(const LmHeadParams& p, int unit, in
           chunk_mma<WF, MT, 1>(blk, acc, qr[u], xq, WF::group_start(u));
           if (WF::group_end(u)) apply_scales<MT, 1>(acc, blk, sr[u]);
         } else {
-          // Step i: words 2i, 2i + 1 of the chunk (row g: wr[u][0] words 0..3, wr[u][1] 4..7; row g + 8: 2, 3).
+          // Step i: words 2i, 2i + 1 of the chunk (row g: wr[u][0] words 0..3, wr[u][1] 4..7; row g + 8: 2,
+          // 3).
 #pragma unroll
           for (int i = 0; i < 4; ++i) {
             const uint4& l = wr[u][i / 2];

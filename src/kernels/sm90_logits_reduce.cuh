@@ -73,11 +73,11 @@ __device__ __forceinline__ bool beats(float v, int i, float bv, int bi) {
 struct LogitsReduceSmem {
   static_assert(kLogitsThreads % 32 == 0 && kLogitsThreads <= 1024, "whole warps, one CTA");
   static constexpr int kWarps = kLogitsThreads / 32;
-  float* val;    // [kWarps] the warps' max
-  int* idx;      // [kWarps] its lowest id
-  int* bad;      // [kWarps] non-finite counts
-  double* sum;   // [kWarps] sums of exp
-  float* max;    // the row's max
+  float* val;   // [kWarps] the warps' max
+  int* idx;     // [kWarps] its lowest id
+  int* bad;     // [kWarps] non-finite counts
+  double* sum;  // [kWarps] sums of exp
+  float* max;   // the row's max
   static constexpr size_t kBytes = kWarps * (4 + 4 + 4 + 8) + 4;
 };
 
@@ -158,7 +158,7 @@ __device__ __forceinline__ void logits_reduce_unit(const LogitsReduceParams& p, 
 #pragma unroll 1
     for (int w = 0; w < kWarps; ++w) total += s_sum[w];
     double lse;
-    if (m != m) lse = CUDART_NAN;     // every entry NaN
+    if (m != m) lse = CUDART_NAN;                    // every entry NaN
     else if (m == -CUDART_INF_F) lse = -CUDART_INF;  // every entry -inf
     else if (m == CUDART_INF_F) lse = CUDART_INF;
     else lse = double(m) + log(total);
@@ -180,7 +180,8 @@ __global__ void __launch_bounds__(kLogitsThreads) sm90_logits_reduce_kernel(cons
   __shared__ int s_bad[kWarps];
   __shared__ double s_sum[kWarps];
   __shared__ float s_max;
-  logits_reduce_unit(p, blockIdx.x, gridDim.x, LogitsReduceSmem{s_val, s_idx, s_bad, s_sum, &s_max}, PdlDeps{});
+  logits_reduce_unit(p, blockIdx.x, gridDim.x, LogitsReduceSmem{s_val, s_idx, s_bad, s_sum, &s_max},
+                     PdlDeps{});
 }
 
 }  // namespace futr::device

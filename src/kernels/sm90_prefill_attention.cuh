@@ -71,9 +71,9 @@
 
 namespace futr::device {
 
-inline constexpr int kPrefillBM = 128;      // query rows per CTA (two consumer warpgroups of 64)
-inline constexpr int kPrefillBN = 128;      // keys per block
-inline constexpr int kPrefillStages = 2;    // K/V blocks in flight
+inline constexpr int kPrefillBM = 128;    // query rows per CTA (two consumer warpgroups of 64)
+inline constexpr int kPrefillBN = 128;    // keys per block
+inline constexpr int kPrefillStages = 2;  // K/V blocks in flight
 inline constexpr int kPrefillThreads = 384;
 
 // One CTA's work: rows [row0, row0 + 128) of request `req` (row0 within the request).
@@ -90,24 +90,25 @@ struct PrefillAttentionParams {
   const int* slot_base = nullptr;      // [requests] cache slot of position 0
   __nv_bfloat16* out = nullptr;        // [rows] rows of n_heads * D, row stride out_ld
   int64_t out_ld = 0;
-  int n_heads = 0;                     // query heads
-  int n_items = 0;                     // tiles x n_heads work items
-  int group = 1;                       // query heads per KV head
-  float scale_log2 = 0.f;              // log2(e) / sqrt(D)
+  int n_heads = 0;         // query heads
+  int n_items = 0;         // tiles x n_heads work items
+  int group = 1;           // query heads per KV head
+  float scale_log2 = 0.f;  // log2(e) / sqrt(D)
 };
 
 template <int D>
 struct PrefillSmem {
-  static constexpr int kPanels = D / 64;                       // 128-byte panels per row
-  static constexpr int kPanelBytes = kPrefillBN * 128;         // one panel of a K or V block (16 KB)
-  static constexpr int kQBytes = kPanels * kPrefillBM * 128;   // Q tile
-  static constexpr int kKvBytes = kPanels * kPanelBytes;       // one K (or V) block
-  static constexpr int kQ = 0;                                 // [2] Q tiles (this item's, the next's)
-  static constexpr int kK = kQ + 2 * kQBytes;                  // [stages] K blocks
-  static constexpr int kV = kK + kPrefillStages * kKvBytes;    // [stages] V blocks
-  static constexpr int kBars = kV + kPrefillStages * kKvBytes; // q_full[2], q_empty[2], k_full[S], v_full[S], empty[S]
+  static constexpr int kPanels = D / 64;                      // 128-byte panels per row
+  static constexpr int kPanelBytes = kPrefillBN * 128;        // one panel of a K or V block (16 KB)
+  static constexpr int kQBytes = kPanels * kPrefillBM * 128;  // Q tile
+  static constexpr int kKvBytes = kPanels * kPanelBytes;      // one K (or V) block
+  static constexpr int kQ = 0;                                // [2] Q tiles (this item's, the next's)
+  static constexpr int kK = kQ + 2 * kQBytes;                 // [stages] K blocks
+  static constexpr int kV = kK + kPrefillStages * kKvBytes;   // [stages] V blocks
+  static constexpr int kBars =
+      kV + kPrefillStages * kKvBytes;  // q_full[2], q_empty[2], k_full[S], v_full[S], empty[S]
   static constexpr int kBytes = kBars + 8 * (4 + 3 * kPrefillStages);
-  static constexpr int kAlloc = kBytes + 1024;                 // + alignment of the dynamic base
+  static constexpr int kAlloc = kBytes + 1024;  // + alignment of the dynamic base
 };
 
 namespace prefill {
@@ -147,14 +148,16 @@ struct PrefillItem {
 // kmap, vmap: one layer's BF16 cache as [num_slots][kv_heads * D], box [128 slots][64 dims].
 template <int D>
 __global__ void __launch_bounds__(kPrefillThreads, 1)
-    sm90_prefill_attention_kernel(const __grid_constant__ CUtensorMap qmap, const __grid_constant__ CUtensorMap kmap,
+    sm90_prefill_attention_kernel(const __grid_constant__ CUtensorMap qmap,
+                                  const __grid_constant__ CUtensorMap kmap,
                                   const __grid_constant__ CUtensorMap vmap, const PrefillAttentionParams p) {
   static_assert(D == 64 || D == 128, "head_dim 64 or 128");
   using L = PrefillSmem<D>;
   constexpr int kPanels = L::kPanels;
   constexpr int kStages = kPrefillStages;
   extern __shared__ uint8_t smem_raw[];
-  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  uint8_t* smem =
+      reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   uint64_t* q_full = reinterpret_cast<uint64_t*>(smem + L::kBars);  // [2] Q buffers
   uint64_t* q_empty = q_full + 2;                                   // [2]
   uint64_t* k_full = q_empty + 2;                                   // [stages]
@@ -193,8 +196,9 @@ __global__ void __launch_bounds__(kPrefillThreads, 1)
         ptx::mbarrier_arrive_expect_tx(&q_full[qb], L::kQBytes);
         for (int c = 0; c < kPanels; ++c)
           for (int h = 0; h < 2; ++h)
-            ptx::cp_async_bulk_tensor_2d_g2s(smem + L::kQ + qb * L::kQBytes + c * kPrefillBM * 128 + h * 64 * 128,
-                                             &qmap, w.head * D + 64 * c, qrow + 64 * h, &q_full[qb]);
+            ptx::cp_async_bulk_tensor_2d_g2s(
+                smem + L::kQ + qb * L::kQBytes + c * kPrefillBM * 128 + h * 64 * 128, &qmap,
+                w.head * D + 64 * c, qrow + 64 * h, &q_full[qb]);
         const int slot0 = p.slot_base[w.req];
         for (int j = 0; j < w.n_blocks; ++j, ++g) {
           const int s = g % kStages;
@@ -277,10 +281,8 @@ __global__ void __launch_bounds__(kPrefillThreads, 1)
 #pragma unroll
       for (int kk = 0; kk < 8; ++kk) {
         const uint64_t dv = ptx::make_wgmma_desc_sw128_mn(vb + kk * 2 * 1024, L::kPanelBytes);
-        if constexpr (D == 128)
-          ptx::wgmma_m64n128k16_f32_bf16_rs_tb(o, pa[kk], dv, 1);
-        else
-          ptx::wgmma_m64n64k16_f32_bf16_rs_tb(o, pa[kk], dv, 1);
+        if constexpr (D == 128) ptx::wgmma_m64n128k16_f32_bf16_rs_tb(o, pa[kk], dv, 1);
+        else ptx::wgmma_m64n64k16_f32_bf16_rs_tb(o, pa[kk], dv, 1);
       }
       ptx::wgmma_commit_group();
     };
@@ -381,7 +383,7 @@ __global__ void __launch_bounds__(kPrefillThreads, 1)
     ptx::fence_operands(o);
     if (lane == 0) {
       ptx::mbarrier_arrive(&empty[(g0 + n_blocks - 1) % kStages]);  // the next item's blocks come through it
-      ptx::mbarrier_arrive(&q_empty[qb]);                            // Q's last reader (S) has retired
+      ptx::mbarrier_arrive(&q_empty[qb]);                           // Q's last reader (S) has retired
     }
     g += n_blocks;
 
@@ -398,7 +400,8 @@ __global__ void __launch_bounds__(kPrefillThreads, 1)
 #pragma unroll
     for (int i = 0; i < D / 8; ++i) {
       if (row_lo < w.n)
-        *reinterpret_cast<uint32_t*>(out_lo + 8 * i) = prefill::pack_bf162(o[4 * i] * inv_lo, o[4 * i + 1] * inv_lo);
+        *reinterpret_cast<uint32_t*>(out_lo + 8 * i) =
+            prefill::pack_bf162(o[4 * i] * inv_lo, o[4 * i + 1] * inv_lo);
       if (row_lo + 8 < w.n)
         *reinterpret_cast<uint32_t*>(out_hi + 8 * i) =
             prefill::pack_bf162(o[4 * i + 2] * inv_hi, o[4 * i + 3] * inv_hi);

@@ -23,8 +23,8 @@
 namespace futr::device {
 
 struct RmsNormParams {
-  float* x = nullptr;              // [rows][H] FP32 residual (read and written)
-  const uint16_t* add = nullptr;   // add mode: [rows][ld_add] BF16, or null
+  float* x = nullptr;             // [rows][H] FP32 residual (read and written)
+  const uint16_t* add = nullptr;  // add mode: [rows][ld_add] BF16, or null
   int64_t ld_add = 0;
   const int* tokens = nullptr;     // gather mode: [rows] ids, or null
   const uint16_t* embd = nullptr;  // gather mode: [vocab][H] BF16
@@ -35,8 +35,8 @@ struct RmsNormParams {
 };
 
 inline constexpr int kRmsThreads = 256;
-inline constexpr int kRmsQuads = 8;                          // quads of 4 values per thread
-inline constexpr int kRmsMaxPerThread = 4 * kRmsQuads;       // H <= 8192
+inline constexpr int kRmsQuads = 8;                     // quads of 4 values per thread
+inline constexpr int kRmsMaxPerThread = 4 * kRmsQuads;  // H <= 8192
 // NOTE: batch invariance. Thread t owns the quads j = t, t + 256, ... (values
 // 4j .. 4j + 3) and sums their squares in that order with fmaf, then the warp
 // reduces by xor-shuffle and the 8 warp sums are added in warp order: exactly

@@ -23,7 +23,7 @@
 namespace futr::device {
 
 struct RopeParams {
-  uint16_t* x = nullptr;       // [rows][ld] BF16
+  uint16_t* x = nullptr;  // [rows][ld] BF16
   int64_t ld = 0;
   const int* pos = nullptr;    // [rows] positions
   const float* cos = nullptr;  // [max_pos][D/2]

@@ -49,17 +49,17 @@ namespace futr::device {
 
 // One row's sampler (the host mirror is cuda::SampleRow).
 struct SampleRow {
-  double u = 0;            // the uniform in [0, 1) the host drew for this draw
-  float temperature = 1;   // > 0
-  float top_p = 1;         // (0, 1]
-  float min_p = 0;         // [0, 1]
-  int top_k = 0;           // 1..kSampleMaxTopK; 0: not sampled here
+  double u = 0;           // the uniform in [0, 1) the host drew for this draw
+  float temperature = 1;  // > 0
+  float top_p = 1;        // (0, 1]
+  float min_p = 0;        // [0, 1]
+  int top_k = 0;          // 1..kSampleMaxTopK; 0: not sampled here
 };
 
 struct SampleParams {
-  const float* logits = nullptr;  // [rows][ld] FP32
-  int64_t ld = 0;                 // elements between rows
-  int vocab = 0;                  // drawable ids [0, vocab)
+  const float* logits = nullptr;    // [rows][ld] FP32
+  int64_t ld = 0;                   // elements between rows
+  int vocab = 0;                    // drawable ids [0, vocab)
   const SampleRow* rows = nullptr;  // [rows]
   int* out = nullptr;               // [rows] the token; -1 not sampled, -2 nothing drawable
 };
@@ -98,8 +98,8 @@ struct SampleTopkSmem {
 
 // One row (work_unit.h): unit = the row, kSampleThreads threads.
 template <class Deps>
-__device__ __forceinline__ void sample_topk_unit(const SampleParams& p, int unit, int /*units*/, const SampleTopkSmem& sm,
-                                                 const Deps& deps) {
+__device__ __forceinline__ void sample_topk_unit(const SampleParams& p, int unit, int /*units*/,
+                                                 const SampleTopkSmem& sm, const Deps& deps) {
   using Sort = SampleTopkSmem::Sort;
   using Scan = SampleTopkSmem::Scan;
   auto& tmp = *sm.tmp;

@@ -37,7 +37,8 @@ __device__ __forceinline__ void swiglu_unit(const SwigluParams& p, int unit, int
   deps.wait();     // everything it reads may come from the op before
 
   const size_t n = size_t(p.rows) * p.I;
-  for (size_t t = unsigned(unit) * size_t(blockDim.x) + threadIdx.x; t < n; t += size_t(unsigned(units)) * blockDim.x) {
+  for (size_t t = unsigned(unit) * size_t(blockDim.x) + threadIdx.x; t < n;
+       t += size_t(unsigned(units)) * blockDim.x) {
     const size_t r = t / p.I, j = t % p.I;
     p.out[t] = swiglu_bf16(p.gu[r * 2 * p.I + j], p.gu[r * 2 * p.I + p.I + j]);
   }

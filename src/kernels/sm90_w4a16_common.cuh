@@ -46,11 +46,11 @@ struct DecodeParams {
   // bf16(RMSNorm(v) g) with v = nx + bf16 nadd, the row [1, K] (x unused);
   // CTA (0, 0) stores v to nx_out (another buffer: every CTA reads nx).
   int x_norm;
-  const float* nx;         // [1, K] FP32 residual before the add
-  const uint16_t* nadd;    // [1, K] BF16 (the previous GEMM's y)
-  const uint16_t* ngain;   // [K] BF16 RMSNorm gain
-  float* nx_out;           // [1, K] FP32: v
-  float neps;              // RMSNorm epsilon
+  const float* nx;        // [1, K] FP32 residual before the add
+  const uint16_t* nadd;   // [1, K] BF16 (the previous GEMM's y)
+  const uint16_t* ngain;  // [K] BF16 RMSNorm gain
+  float* nx_out;          // [1, K] FP32: v
+  float neps;             // RMSNorm epsilon
   // skinny only, sequential splits (> 0): the CTA covers a group of splits
   // (all of K when gridDim.y = 1) and folds its sum every vsplit_chunks k64
   // chunks, the boundaries of the splits it stands in for: its output is the
@@ -84,10 +84,10 @@ struct Int4Format {
   static_assert(G == 64 || G == 128, "INT4 group size must be 64 or 128");
   static constexpr bool kGroupScales = true;
   static constexpr int kGroup = G;
-  static constexpr int kWords = 4;     // 16 bytes per lane per chunk
+  static constexpr int kWords = 4;  // 16 bytes per lane per chunk
   static constexpr int kChunkBytes = layout::kInt4ChunkBytes;
-  static constexpr int kStages = 8;    // skinny ring depth: 8 chunks (x 16 B) in flight per lane and tile
-  using Scale = uint32_t;              // FP16 {s[lo], s[hi]} of the lane's two channels
+  static constexpr int kStages = 8;  // skinny ring depth: 8 chunks (x 16 B) in flight per lane and tile
+  using Scale = uint32_t;            // FP16 {s[lo], s[hi]} of the lane's two channels
 
   // This lane's scales (channels g and g + 8) of the group holding chunk `chunk`.
   __device__ static const uint16_t* scale_ptr(const void* scales, int k, int tile, int chunk, int g) {
@@ -109,7 +109,9 @@ struct Int4Format {
   __device__ static void issue(const uint8_t* lp, uint4* dst) { ptx::cp_async_16_cg(dst, lp); }
   __device__ static void issue_scale(const uint16_t* sp, uint32_t* dst) { ptx::cp_async_4_ca(dst, sp); }
   // A fragment of step i (0..3, a compile-time constant).
-  __device__ static void step(const uint32_t (&w)[kWords], int i, uint32_t (&a)[4]) { layout::int4x8_to_bf16(w[i], a); }
+  __device__ static void step(const uint32_t (&w)[kWords], int i, uint32_t (&a)[4]) {
+    layout::int4x8_to_bf16(w[i], a);
+  }
 };
 
 struct E4M3Format {
@@ -117,8 +119,8 @@ struct E4M3Format {
   static constexpr int kGroup = layout::kChunkK;  // unused: one scale per channel
   static constexpr int kWords = 8;                // 32 bytes per lane per chunk
   static constexpr int kChunkBytes = layout::kE4M3ChunkBytes;
-  static constexpr int kStages = 4;               // 4 chunks (x 32 B) in flight per lane and tile
-  using Scale = uint32_t;                         // unused
+  static constexpr int kStages = 4;  // 4 chunks (x 32 B) in flight per lane and tile
+  using Scale = uint32_t;            // unused
 
   __device__ static const uint16_t* scale_ptr(const void*, int, int, int, int) { return nullptr; }
   __device__ static constexpr int scale_step(int) { return 0; }
@@ -161,7 +163,8 @@ struct WarpTiles {
   size_t wstride[TM];         // bytes from one chunk of the tile to the next
 
   // col, split: the unit's column group (8 TM tiles) and K split (work_unit.h).
-  __device__ __forceinline__ WarpTiles(const DecodeParams& p, int warp, int lane, unsigned col, unsigned split) {
+  __device__ __forceinline__ WarpTiles(const DecodeParams& p, int warp, int lane, unsigned col,
+                                       unsigned split) {
     const int g = lane / 4;
     const int ntiles = p.n / layout::kTileN;
     const int nchunks = p.k / layout::kChunkK;
@@ -239,8 +242,8 @@ __device__ __forceinline__ void apply_scales(float (&acc)[TM][MT][4], const floa
 // per thread with predicated batches of 8 measured slower in the decode step
 // (SmolLM2 batch 8: 1.40 -> 1.54 ms).
 template <class WF, class Part>
-__device__ __forceinline__ void reduce_partials(const DecodeParams& p, Part part, int count, int rows, int width,
-                                                size_t c0, int nthreads) {
+__device__ __forceinline__ void reduce_partials(const DecodeParams& p, Part part, int count, int rows,
+                                                int width, size_t c0, int nthreads) {
   // Two levels (DecodeParams::reduce_group): a group's sum starts at +0, the
   // total at +0 and adds each group's sum when the group ends. With one group
   // this is the plain in-order sum's bits (a sum that starts at +0 is never
@@ -267,7 +270,7 @@ __device__ __forceinline__ void reduce_partials(const DecodeParams& p, Part part
     }
     for (; r < count; ++r) add(ptx::ld_l2_f32(part(r, row, ch)));
     if (left != grp) sum = __fadd_rn(sum, gsum);  // the last group, shorter
-    float cs = 1.f;  // the E4M3 path's per-channel scale
+    float cs = 1.f;                               // the E4M3 path's per-channel scale
     if constexpr (!WF::kGroupScales) cs = static_cast<const float*>(p.scales)[c0 + ch];
     p.y[size_t(row) * p.n + c0 + ch] = __float2bfloat16_rn(sum * cs);
   }
@@ -301,7 +304,8 @@ __device__ __forceinline__ void store_output(const DecodeParams& p, const float 
 #pragma unroll
         for (int i = 0; i < 4; ++i)
           if (tok[tm] && row_of(mt, i) < p.m)
-            p.y[size_t(row_of(mt, i)) * p.n + channel(tm, i)] = __float2bfloat16_rn(acc[tm][mt][i] * cs[tm][i / 2]);
+            p.y[size_t(row_of(mt, i)) * p.n + channel(tm, i)] =
+                __float2bfloat16_rn(acc[tm][mt][i] * cs[tm][i / 2]);
     return;
   }
   // Split-K: publish this split's partials, then the last CTA to arrive reduces.

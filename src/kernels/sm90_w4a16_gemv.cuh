@@ -29,11 +29,10 @@
 // RMSNorm fused in (p.x_norm, the QKV and gate/up projections of the decode
 // step at M = 1): the input is bf16(RMSNorm(v) g) with v = nx + bf16(nadd) (the
 // residual add of sm90_rmsnorm, the same bits). Every CTA reads the whole row
-// (K <= cuda::kDecodeNormMaxK, checked by the launcher) and reduces its sum of squares in the same order, so all
-// CTAs use the same factor; CTA (0, 0) stores v to nx_out. Two launches less
-// per layer (the residual + RMSNorm kernels); the factor is summed in
-// sm90_rmsnorm's order, so the input has the same bits as the separate
-// kernel's (batch invariance: one-row micro-steps fuse, larger ones do not).
+// (K <= cuda::kDecodeNormMaxK, checked by the launcher) and reduces its sum of squares in the same order, so
+// all CTAs use the same factor; CTA (0, 0) stores v to nx_out. Two launches less per layer (the residual +
+// RMSNorm kernels); the factor is summed in sm90_rmsnorm's order, so the input has the same bits as the
+// separate kernel's (batch invariance: one-row micro-steps fuse, larger ones do not).
 //
 // Limits: N % 16 == 0, K % 64 == 0, K % 128 == 0 if G == 128; 16-byte aligned
 // pointers (checked by the launcher, src/launch/w4a16.cu).
@@ -43,8 +42,8 @@
 #pragma once
 
 #include "kernels/epilogue/swiglu_bf16.cuh"
-#include "kernels/sm90_w4a16_common.cuh"
 #include "kernels/ptx/pdl.cuh"
+#include "kernels/sm90_w4a16_common.cuh"
 #include "kernels/work_unit.h"
 
 namespace futr::device {
@@ -56,8 +55,8 @@ namespace futr::device {
 // never sits in registers (the gemv has 64 per thread). part: [8] floats of
 // shared memory; unit (0, 0) stores v.
 template <class Unit>
-__device__ __forceinline__ void gemv_stage_norm(const DecodeParams& p, uint16_t* xs, int c0, int n_in, float* part,
-                                                const Unit& unit) {
+__device__ __forceinline__ void gemv_stage_norm(const DecodeParams& p, uint16_t* xs, int c0, int n_in,
+                                                float* part, const Unit& unit) {
   const float4* __restrict__ x4 = reinterpret_cast<const float4*>(p.nx);
   const uint2* __restrict__ a4 = reinterpret_cast<const uint2*>(p.nadd);
   float4* __restrict__ out4 = unit.x() == 0 && unit.y() == 0 ? reinterpret_cast<float4*>(p.nx_out) : nullptr;
@@ -93,8 +92,8 @@ __device__ __forceinline__ void gemv_stage_norm(const DecodeParams& p, uint16_t*
   for (int j = j0 + int(threadIdx.x); j < j0 + n_in / 4; j += 256) {
     const float4 v = value(j);
     const uint2 g4 = reinterpret_cast<const uint2*>(p.ngain)[j];
-    const float vv[4] = {v.x, v.y, v.z, v.w}, g[4] = {bf(g4.x & 0xffffu), bf(g4.x >> 16), bf(g4.y & 0xffffu),
-                                                        bf(g4.y >> 16)};
+    const float vv[4] = {v.x, v.y, v.z, v.w},
+                g[4] = {bf(g4.x & 0xffffu), bf(g4.x >> 16), bf(g4.y & 0xffffu), bf(g4.y >> 16)};
     uint32_t o[4];
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
@@ -193,7 +192,8 @@ __device__ __forceinline__ void w4a16_gemv_unit(const DecodeParams& p, const Uni
     __syncthreads();
   } else {
     const uint4* const xg = reinterpret_cast<const uint4*>(p.x + size_t(c0) * layout::kChunkK);
-    for (int i = threadIdx.x; i < nj * (layout::kChunkK / 8); i += blockDim.x) gemv_xs[i] = ptx::ld_cached_v4(xg + i);
+    for (int i = threadIdx.x; i < nj * (layout::kChunkK / 8); i += blockDim.x)
+      gemv_xs[i] = ptx::ld_cached_v4(xg + i);
     __syncthreads();
   }
   // x is read one chunk ahead so its latency overlaps the MMAs of the chunk before.
@@ -232,7 +232,8 @@ __global__ void __launch_bounds__(256, TM == 1 ? 4 : 2) sm90_w4a16_gemv_kernel(c
   extern __shared__ __align__(128) uint4 gemv_xs[];  // 128-byte aligned as the skinny kernel's rings
   __shared__ float part[8];
   __shared__ uint32_t s_last;
-  w4a16_gemv_unit<G, TM, U>(p, BlockUnit{}, gridDim.x * gridDim.y, W4a16Smem{part, &s_last}, gemv_xs, PdlDeps{});
+  w4a16_gemv_unit<G, TM, U>(p, BlockUnit{}, gridDim.x * gridDim.y, W4a16Smem{part, &s_last}, gemv_xs,
+                            PdlDeps{});
 }
 
 }  // namespace futr::device

@@ -15,12 +15,11 @@
 // k128 blocks (split-K over gridDim.y; the last CTA of a column reduces, no
 // second pass), or, with sequential splits (p.vsplit_chunks), all of K with
 // the splits' sums folded in registers in the reduction's order: the same
-// bits as the split launch, without its partials' traffic (large M). Each lane streams its own weight fragments through a
-// lane-private ring in shared memory: cp.async copies of the next WF::kStages
-// k64 chunks are in flight while the lane computes (a lane reads back only what
-// it copied itself, so cp.async.wait_group orders it and no barrier is needed; a
-// register ring that deep would not fit in 128 registers). Activation fragments
-// come from global memory (shared by all warps of the CTA: L1 serves them).
+// bits as the split launch, without its partials' traffic (large M). Each lane streams its own weight
+// fragments through a lane-private ring in shared memory: cp.async copies of the next WF::kStages k64 chunks
+// are in flight while the lane computes (a lane reads back only what it copied itself, so cp.async.wait_group
+// orders it and no barrier is needed; a register ring that deep would not fit in 128 registers). Activation
+// fragments come from global memory (shared by all warps of the CTA: L1 serves them).
 //
 // Few instructions per chunk: ring slots are compile-time (the loop is unrolled
 // by the ring depth), pointers advance by constant strides, rows >= M read row
@@ -39,8 +38,8 @@
 // is its wrapper, one CTA per unit.
 #pragma once
 
-#include "kernels/sm90_w4a16_common.cuh"
 #include "kernels/ptx/pdl.cuh"
+#include "kernels/sm90_w4a16_common.cuh"
 #include "kernels/work_unit.h"
 
 namespace futr::device {
@@ -81,7 +80,8 @@ __device__ __forceinline__ void w4a16_skinny_unit(const DecodeParams& p, const U
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
     const int row = min(8 * mt + g, p.m - 1);
-    xrow[mt] = reinterpret_cast<const uint4*>(p.x + size_t(row) * p.k + size_t(c0) * layout::kChunkK + 16 * c);
+    xrow[mt] =
+        reinterpret_cast<const uint4*>(p.x + size_t(row) * p.k + size_t(c0) * layout::kChunkK + 16 * c);
   }
 
   float acc[TM][MT][4], blk[TM][MT][4];
@@ -112,7 +112,8 @@ __device__ __forceinline__ void w4a16_skinny_unit(const DecodeParams& p, const U
           acc[tm][mt][i] = 0.f;
         }
   };
-  int vleft = p.vsplit_chunks;  // chunks left in the current split (never 0 without splits: the count starts at 0)
+  int vleft =
+      p.vsplit_chunks;  // chunks left in the current split (never 0 without splits: the count starts at 0)
   if (p.vsplit_chunks > 0)
 #pragma unroll
     for (int tm = 0; tm < TM; ++tm)
@@ -205,7 +206,8 @@ __device__ __forceinline__ void w4a16_skinny_unit(const DecodeParams& p, const U
 }
 
 template <class WF, int MT, int TM>
-__global__ void __launch_bounds__(256, TM == 1 && MT == 1 ? 4 : (TM == 1 && MT == 2 ? 3 : 2)) sm90_w4a16_skinny_kernel(const DecodeParams p) {
+__global__ void __launch_bounds__(256, TM == 1 && MT == 1 ? 4 : (TM == 1 && MT == 2 ? 3 : 2))
+    sm90_w4a16_skinny_kernel(const DecodeParams p) {
   // NOTE: the rings start 128-byte aligned. The dynamic allocation's base
   // alignment is the largest any declaration of the translation unit asks;
   // at the 16 bytes uint4 gives, the same instructions (only the base offset
@@ -213,7 +215,8 @@ __global__ void __launch_bounds__(256, TM == 1 && MT == 1 ? 4 : (TM == 1 && MT =
   // cp.async rows then straddle 128-byte lines.
   extern __shared__ __align__(128) uint4 smem[];
   __shared__ uint32_t s_last;
-  w4a16_skinny_unit<WF, MT, TM>(p, BlockUnit{}, gridDim.x * gridDim.y, W4a16Smem{nullptr, &s_last}, smem, PdlDeps{});
+  w4a16_skinny_unit<WF, MT, TM>(p, BlockUnit{}, gridDim.x * gridDim.y, W4a16Smem{nullptr, &s_last}, smem,
+                                PdlDeps{});
 }
 
 }  // namespace futr::device

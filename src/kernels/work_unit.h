@@ -7,7 +7,8 @@
 // The contract of a body, for every decode kernel:
 //
 //   template <[Unit,] Deps>
-//   __device__ void <op>_unit(const <Op>Params& p, unit, int units, <Op>Smem sm, [dynamic smem,] const Deps& deps);
+//   __device__ void <op>_unit(const <Op>Params& p, unit, int units, <Op>Smem sm, [dynamic smem,] const Deps&
+//   deps);
 //
 //   - unit: which piece of the op this call computes, of `units`. For the
 //     row-wise ops an int in [0, units); for the ops with 2-D / 3-D work (the
@@ -92,7 +93,8 @@
 //     y[rows][the group's channels] (splits > 1: ws, and the last split of x
 //     to arrive reduces into y; gemv with the fused norm: unit (0, 0) also
 //     writes nx_out)
-//   lm_head_unit<WF, MT, U> 256   -        -   blockIdx.x: vocabulary tiles 8 unit .. 8 unit + 7 (16 rows each)
+//   lm_head_unit<WF, MT, U> 256   -        -   blockIdx.x: vocabulary tiles 8 unit .. 8 unit + 7 (16 rows
+//   each)
 //     W[128 rows of the unit], x[all rows][all of K] -> out[rows][the unit's 128 columns]
 //
 // Not work units (the prefill path's, launched once per chunk):

@@ -10,8 +10,7 @@
 namespace futr::cuda {
 
 [[noreturn]] inline void fail_cuda(cudaError_t e, const char* what, const char* file, int line) {
-  fail("CUDA error {} ({}) in {} at {}:{}", cudaGetErrorName(e), cudaGetErrorString(e), what, file,
-       line);
+  fail("CUDA error {} ({}) in {} at {}:{}", cudaGetErrorName(e), cudaGetErrorString(e), what, file, line);
 }
 [[noreturn]] inline void fail_cublas(cublasStatus_t s, const char* what, const char* file, int line) {
   fail("cuBLAS error {} in {} at {}:{}", int(s), what, file, line);
@@ -19,18 +18,17 @@ namespace futr::cuda {
 
 }  // namespace futr::cuda
 
-#define FUTR_CUDA_CHECK(call)                                                        \
-  do {                                                                               \
-    cudaError_t futr_e_ = (call);                                                    \
+#define FUTR_CUDA_CHECK(call)                                                                \
+  do {                                                                                       \
+    cudaError_t futr_e_ = (call);                                                            \
     if (futr_e_ != cudaSuccess) ::futr::cuda::fail_cuda(futr_e_, #call, __FILE__, __LINE__); \
   } while (0)
 
 // After every kernel launch: catches bad launch configurations at once.
 #define FUTR_CUDA_CHECK_LAUNCH() FUTR_CUDA_CHECK(cudaGetLastError())
 
-#define FUTR_CUBLAS_CHECK(call)                                                          \
-  do {                                                                                   \
-    cublasStatus_t futr_s_ = (call);                                                     \
-    if (futr_s_ != CUBLAS_STATUS_SUCCESS)                                                \
-      ::futr::cuda::fail_cublas(futr_s_, #call, __FILE__, __LINE__);                     \
+#define FUTR_CUBLAS_CHECK(call)                                                                          \
+  do {                                                                                                   \
+    cublasStatus_t futr_s_ = (call);                                                                     \
+    if (futr_s_ != CUBLAS_STATUS_SUCCESS) ::futr::cuda::fail_cublas(futr_s_, #call, __FILE__, __LINE__); \
   } while (0)

@@ -49,17 +49,19 @@ CublasLt::Plan& CublasLt::plan(LtInput in, LtOutput out, int M, int N, int K, in
   FUTR_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tB, sizeof(tB)));
   if (is_fp8(in)) {  // 0 (the default): cuBLASLt promotes the FP8 sums; 1: the whole sum in the tensor cores
     const int8_t fast = in == LtInput::kE4M3FastAccum ? 1 : 0;
-    FUTR_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof(fast)));
+    FUTR_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof(fast)));
   }
   FUTR_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.la, t, K, N, K));
   FUTR_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.lb, t, K, M, K));
-  FUTR_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.lc, out == LtOutput::kF32 ? CUDA_R_32F : CUDA_R_16BF, N, M, N));
+  FUTR_CUBLAS_CHECK(
+      cublasLtMatrixLayoutCreate(&p.lc, out == LtOutput::kF32 ? CUDA_R_32F : CUDA_R_16BF, N, M, N));
   cublasLtMatmulPreference_t pref = nullptr;
   FUTR_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   const uint64_t ws = ws_.bytes();
   const uint32_t al = uint32_t(align);
-  FUTR_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
-                                                         sizeof(ws)));
+  FUTR_CUBLAS_CHECK(
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
   for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
                     CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
     FUTR_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &al, sizeof(al)));
@@ -78,14 +80,15 @@ CublasLt::Plan& CublasLt::plan(LtInput in, LtOutput out, int M, int N, int K, in
       cublasLtMatmulAlgoGetHeuristic(h_, p.op, p.la, p.lb, p.lc, p.lc, pref, 8, heur, &found);
   cublasLtMatmulPreferenceDestroy(pref);
   for (int i = 0; i < found; ++i)
-    if (heur[i].state == CUBLAS_STATUS_SUCCESS && heur[i].workspaceSize <= ws) p.algos.push_back(heur[i].algo);
+    if (heur[i].state == CUBLAS_STATUS_SUCCESS && heur[i].workspaceSize <= ws)
+      p.algos.push_back(heur[i].algo);
   if (st != CUBLAS_STATUS_SUCCESS || p.algos.empty()) {
     cublasLtMatrixLayoutDestroy(p.lc);
     cublasLtMatrixLayoutDestroy(p.lb);
     cublasLtMatrixLayoutDestroy(p.la);
     cublasLtMatmulDescDestroy(p.op);
-    fail("cuBLASLt has no algorithm for {} M={} N={} K={} (heuristic status {}, {} candidates)", name(in), M, N,
-         K, int(st), found);
+    fail("cuBLASLt has no algorithm for {} M={} N={} K={} (heuristic status {}, {} candidates)", name(in), M,
+         N, K, int(st), found);
   }
   return plans_.emplace(key, std::move(p)).first->second;
 }
@@ -104,10 +107,10 @@ void CublasLt::matmul(LtInput in, const void* a, const void* b, void* c, int M, 
     a_scale = aligned_scale(a_scale, 0);
     b_scale = aligned_scale(b_scale, 1);
     // Our A (activations) is cuBLASLt's B and vice versa; nullptr means 1.
-    FUTR_CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &b_scale, sizeof(b_scale)));
-    FUTR_CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &a_scale, sizeof(a_scale)));
+    FUTR_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &b_scale,
+                                                     sizeof(b_scale)));
+    FUTR_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &a_scale,
+                                                     sizeof(a_scale)));
   }
   const float alpha = 1.0f, beta = 0.0f;
   std::string tried;
@@ -122,9 +125,10 @@ void CublasLt::matmul(LtInput in, const void* a, const void* b, void* c, int M, 
     tried += (tried.empty() ? "" : ", ") + std::to_string(int(st));
     if (st != CUBLAS_STATUS_NOT_SUPPORTED) break;  // a real error: do not mask it
   }
-  fail("cuBLASLt {} matmul M={} N={} K={} failed for every candidate algorithm (statuses {}; set "
-       "CUBLASLT_LOG_LEVEL=2 for cuBLASLt's reason)",
-       name(in), M, N, K, tried);
+  fail(
+      "cuBLASLt {} matmul M={} N={} K={} failed for every candidate algorithm (statuses {}; set "
+      "CUBLASLT_LOG_LEVEL=2 for cuBLASLt's reason)",
+      name(in), M, N, K, tried);
 }
 
 }  // namespace futr::cuda

@@ -50,8 +50,8 @@ class CublasLt {
   // kE4M3, a_scale/b_scale are device pointers to one float each (nullptr
   // means 1); ignored for kBF16. Throws futr::Error if cuBLASLt has no
   // algorithm for the problem.
-  void matmul(LtInput in, const void* a, const void* b, void* c, int M, int N, int K,
-              const float* a_scale, const float* b_scale, cudaStream_t s, LtOutput out = LtOutput::kBF16);
+  void matmul(LtInput in, const void* a, const void* b, void* c, int M, int N, int K, const float* a_scale,
+              const float* b_scale, cudaStream_t s, LtOutput out = LtOutput::kBF16);
 
  private:
   struct Plan {

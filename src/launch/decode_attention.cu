@@ -9,11 +9,11 @@
 #include <vector>
 
 #include "core/error.h"
-#include "launch/check.h"
-#include "launch/launch.cuh"
 #include "kernels/sm90_decode_attention.cuh"
 #include "kernels/sm90_kv_append.cuh"
 #include "kernels/sm90_kv_append_rows.cuh"
+#include "launch/check.h"
+#include "launch/launch.cuh"
 
 namespace futr::cuda {
 
@@ -34,25 +34,31 @@ struct Variant {
   AppendFn append;
 };
 
-#define FUTR_ATTN(D, INT4)                                                                         \
-  Variant{D, INT4, &device::sm90_decode_attention_kernel<D, INT4 ? device::KvKind::kInt4 : device::KvKind::kBf16>, \
-          &device::sm90_kv_append_kernel<D>}
+#define FUTR_ATTN(D, INT4)                                                                                   \
+  Variant {                                                                                                  \
+    D, INT4, &device::sm90_decode_attention_kernel<D, INT4 ? device::KvKind::kInt4 : device::KvKind::kBf16>, \
+        &device::sm90_kv_append_kernel<D>                                                                    \
+  }
 
-const Variant kVariants[] = {FUTR_ATTN(64, false), FUTR_ATTN(128, false), FUTR_ATTN(64, true), FUTR_ATTN(128, true)};
+const Variant kVariants[] = {FUTR_ATTN(64, false), FUTR_ATTN(128, false), FUTR_ATTN(64, true),
+                             FUTR_ATTN(128, true)};
 #undef FUTR_ATTN
 
 const Variant& find_variant(int head_dim, bool int4) {
   for (const Variant& v : kVariants)
     if (v.head_dim == head_dim && v.int4 == int4) return v;
   const int nearest = head_dim <= 96 ? 64 : 128;
-  fail("decode attention: head_dim {} is not compiled (compiled: head_dim 64 and 128 for the bf16, int4 "
-       "and int4-rot caches; nearest: {})", head_dim, nearest);
+  fail(
+      "decode attention: head_dim {} is not compiled (compiled: head_dim 64 and 128 for the bf16, int4 "
+      "and int4-rot caches; nearest: {})",
+      head_dim, nearest);
 }
 
 void check_shape(const AttentionShape& s) {
   find_variant(s.head_dim, s.int4);
   FUTR_CHECK(s.batch >= 1 && s.batch <= 65535, "decode attention: batch {} out of range 1..65535", s.batch);
-  FUTR_CHECK(s.kv_heads >= 1 && s.kv_heads <= 65535, "decode attention: kv_heads {} out of range", s.kv_heads);
+  FUTR_CHECK(s.kv_heads >= 1 && s.kv_heads <= 65535, "decode attention: kv_heads {} out of range",
+             s.kv_heads);
   FUTR_CHECK(s.group >= 1 && s.group <= kMaxGroup,
              "decode attention: {} query heads per KV head are not compiled (1..{}; nearest: {})", s.group,
              kMaxGroup, std::clamp(s.group, 1, kMaxGroup));
@@ -68,8 +74,8 @@ void check_shape(const AttentionShape& s) {
 template <class T>
 void check_aligned(const T* p, size_t bytes, const char* what) {
   FUTR_CHECK(p != nullptr, "decode attention: {} is null", what);
-  FUTR_CHECK(reinterpret_cast<uintptr_t>(p) % bytes == 0, "decode attention: {} must be {}-byte aligned", what,
-             bytes);
+  FUTR_CHECK(reinterpret_cast<uintptr_t>(p) % bytes == 0, "decode attention: {} must be {}-byte aligned",
+             what, bytes);
 }
 
 void check_cache(const KvLayerPtrs& c, bool int4) {
@@ -96,7 +102,8 @@ int attention_grid_x(const AttentionConfig& c) {
   return (c.splits + per - 1) / per;
 }
 
-device::DecodeAttentionParams params(const AttentionShape& s, const AttentionArgs& a, const AttentionConfig& c) {
+device::DecodeAttentionParams params(const AttentionShape& s, const AttentionArgs& a,
+                                     const AttentionConfig& c) {
   device::DecodeAttentionParams p;
   p.q = static_cast<const __nv_bfloat16*>(a.q);
   p.q_ld = a.q_ld ? a.q_ld : int64_t(s.kv_heads) * s.group * s.head_dim;
@@ -134,8 +141,8 @@ int attention_occupancy(const AttentionShape& s) {
   return n;
 }
 
-AttentionConfig attention_heuristic(const AttentionShape& s, int sm_count, int resident_per_sm, int min_tokens,
-                                    int overhead_tokens) {
+AttentionConfig attention_heuristic(const AttentionShape& s, int sm_count, int resident_per_sm,
+                                    int min_tokens, int overhead_tokens) {
   check_shape(s);
   FUTR_CHECK(sm_count >= 1, "decode attention: sm_count must be >= 1");
   if (resident_per_sm <= 0) resident_per_sm = attention_occupancy(s);
@@ -166,10 +173,12 @@ AttentionConfig attention_heuristic(const AttentionShape& s, int sm_count, int r
   return best;
 }
 
-AttentionConfig attention_heuristic_invariant(const AttentionShape& s, int sm_count, std::span<const int> batches,
-                                              int resident_per_sm, int overhead_tokens) {
+AttentionConfig attention_heuristic_invariant(const AttentionShape& s, int sm_count,
+                                              std::span<const int> batches, int resident_per_sm,
+                                              int overhead_tokens) {
   check_shape(s);
-  FUTR_CHECK(sm_count >= 1 && !batches.empty(), "decode attention: sm_count >= 1 and a batch list are needed");
+  FUTR_CHECK(sm_count >= 1 && !batches.empty(),
+             "decode attention: sm_count >= 1 and a batch list are needed");
   if (resident_per_sm <= 0) resident_per_sm = attention_occupancy(s);
   const double resident = double(resident_per_sm) * sm_count;
   // Chunks of at least 64 keys (the short-context rule of attention_heuristic).
@@ -198,8 +207,8 @@ AttentionConfig attention_ctas(const AttentionShape& s, int splits, int sm_count
                                int overhead_tokens, int chunk_overhead_tokens) {
   check_shape(s);
   FUTR_CHECK(sm_count >= 1, "decode attention: sm_count must be >= 1");
-  FUTR_CHECK(splits >= 1 && splits <= device::kAttnMaxSplits, "decode attention: splits {} out of range 1..{}",
-             splits, device::kAttnMaxSplits);
+  FUTR_CHECK(splits >= 1 && splits <= device::kAttnMaxSplits,
+             "decode attention: splits {} out of range 1..{}", splits, device::kAttnMaxSplits);
   if (resident_per_sm <= 0) resident_per_sm = attention_occupancy(s);
   const double resident = double(resident_per_sm) * sm_count;
   const double chunk = double(s.max_len) / splits + chunk_overhead_tokens;
@@ -219,7 +228,8 @@ AttentionConfig attention_ctas(const AttentionShape& s, int splits, int sm_count
 std::vector<std::string> attention_variants() {
   std::vector<std::string> out;
   for (const Variant& v : kVariants) {
-    const std::string tail = " d" + std::to_string(v.head_dim) + " (group 1.." + std::to_string(kMaxGroup) + ")";
+    const std::string tail =
+        " d" + std::to_string(v.head_dim) + " (group 1.." + std::to_string(kMaxGroup) + ")";
     if (v.int4) {
       out.push_back("int4" + tail);
       out.push_back("int4-rot" + tail);
@@ -235,14 +245,14 @@ size_t attention_workspace_floats(const AttentionShape& s, const AttentionConfig
   return size_t(s.batch) * s.kv_heads * s.group * size_t(c.splits) * size_t(s.head_dim + 2);
 }
 
-void decode_attention(const AttentionShape& s, const AttentionArgs& a, const AttentionConfig& c, cudaStream_t st,
-                      bool pdl) {
+void decode_attention(const AttentionShape& s, const AttentionArgs& a, const AttentionConfig& c,
+                      cudaStream_t st, bool pdl) {
   check_shape(s);
   const Variant& v = find_variant(s.head_dim, s.int4);
-  FUTR_CHECK(c.splits >= 1 && c.splits <= device::kAttnMaxSplits, "decode attention: splits {} out of range 1..{}",
-             c.splits, device::kAttnMaxSplits);
-  FUTR_CHECK(c.ctas >= 0 && c.ctas <= c.splits, "decode attention: ctas {} out of range 0..splits ({})", c.ctas,
-             c.splits);
+  FUTR_CHECK(c.splits >= 1 && c.splits <= device::kAttnMaxSplits,
+             "decode attention: splits {} out of range 1..{}", c.splits, device::kAttnMaxSplits);
+  FUTR_CHECK(c.ctas >= 0 && c.ctas <= c.splits, "decode attention: ctas {} out of range 0..splits ({})",
+             c.ctas, c.splits);
   check_aligned(static_cast<const __nv_bfloat16*>(a.q), 16, "q");
   FUTR_CHECK(a.q_ld == 0 || a.q_ld >= int64_t(s.kv_heads) * s.group * s.head_dim,
              "decode attention: q row stride {} is shorter than a row", a.q_ld);
@@ -259,8 +269,8 @@ void decode_attention(const AttentionShape& s, const AttentionArgs& a, const Att
                attention_counters(s));
   }
   const device::DecodeAttentionParams p = params(s, a, c);
-  launch(v.attn, dim3(unsigned(attention_grid_x(c)), unsigned(s.kv_heads), unsigned(s.batch)), dim3(device::kAttnWarps * 32), 0,
-         st, pdl, p);
+  launch(v.attn, dim3(unsigned(attention_grid_x(c)), unsigned(s.kv_heads), unsigned(s.batch)),
+         dim3(device::kAttnWarps * 32), 0, st, pdl, p);
 }
 
 size_t attention_counters(const AttentionShape& s) { return size_t(s.batch) * size_t(s.kv_heads); }
@@ -271,15 +281,18 @@ namespace {
 device::KvAppendParams append_params(const KvAppendArgs& a) {
   find_variant(a.head_dim, true);
   FUTR_CHECK(a.rows >= 0 && a.rows <= (1 << 24), "KV append: rows {} out of range", a.rows);
-  FUTR_CHECK(a.kv_heads >= 1 && a.kv_heads <= 16, "KV append: kv_heads {} is not compiled (1..16)", a.kv_heads);
-  FUTR_CHECK(a.ld >= int64_t(a.kv_heads) * a.head_dim, "KV append: row stride {} < kv_heads * head_dim", a.ld);
+  FUTR_CHECK(a.kv_heads >= 1 && a.kv_heads <= 16, "KV append: kv_heads {} is not compiled (1..16)",
+             a.kv_heads);
+  FUTR_CHECK(a.ld >= int64_t(a.kv_heads) * a.head_dim, "KV append: row stride {} < kv_heads * head_dim",
+             a.ld);
   FUTR_CHECK(a.k && a.v && a.row_seq && a.row_pos && a.slot_base, "KV append: a pointer is null");
   FUTR_CHECK(a.cache.k && a.cache.v, "KV append: the BF16 cache is not set");
   if (a.mirror) check_cache(a.cache, true);
   if (a.rot_block != 0)
-    FUTR_CHECK(a.mirror && a.rot_block >= 2 && (a.rot_block & (a.rot_block - 1)) == 0 && a.head_dim % a.rot_block == 0,
-               "KV append: Hadamard block {} must be a power of two dividing head_dim {} (mirror only)", a.rot_block,
-               a.head_dim);
+    FUTR_CHECK(a.mirror && a.rot_block >= 2 && (a.rot_block & (a.rot_block - 1)) == 0 &&
+                   a.head_dim % a.rot_block == 0,
+               "KV append: Hadamard block {} must be a power of two dividing head_dim {} (mirror only)",
+               a.rot_block, a.head_dim);
   FUTR_CHECK(!a.rope_cos == !a.rope_sin, "KV append: RoPE needs both the cos and the sin table");
   FUTR_CHECK(a.q_heads >= 0 && (a.q_heads == 0 || (a.q && a.rope_cos)),
              "KV append: {} query heads to rotate need q and the RoPE tables", a.q_heads);
@@ -310,8 +323,8 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 void kv_append(const KvAppendArgs& a, cudaStream_t st, bool pdl) {
   const device::KvAppendParams p = append_params(a);
   if (a.rows == 0) return;
-  launch(find_variant(a.head_dim, true).append, dim3(unsigned(a.rows)), dim3(unsigned(64 * a.kv_heads)), 0, st,
-         pdl, p);
+  launch(find_variant(a.head_dim, true).append, dim3(unsigned(a.rows)), dim3(unsigned(64 * a.kv_heads)), 0,
+         st, pdl, p);
 }
 
 void kv_append_rows(const KvAppendArgs& a, cudaStream_t st, bool pdl) {
@@ -319,13 +332,15 @@ void kv_append_rows(const KvAppendArgs& a, cudaStream_t st, bool pdl) {
   FUTR_CHECK(a.ld % 8 == 0 && aligned16(a.k) && aligned16(a.v) && (!a.q || aligned16(a.q)) &&
                  (!a.rope_cos || (aligned16(a.rope_cos) && aligned16(a.rope_sin))),
              "KV append (rows): 16-byte accesses need ld % 8 == 0 (got {}) and 16-byte aligned k, v, q and "
-             "RoPE tables", a.ld);
+             "RoPE tables",
+             a.ld);
   if (a.rows == 0) return;
   const int per_cta = device::kv_append_rows_per_cta(a.kv_heads, a.head_dim, a.mirror);
   const size_t smem = a.mirror ? size_t(per_cta) * 2 * size_t(a.kv_heads) * size_t(a.head_dim) * 4 : 0;
-  auto* kernel = a.head_dim == 64 ? &device::sm90_kv_append_rows_kernel<64> : &device::sm90_kv_append_rows_kernel<128>;
-  launch(kernel, dim3(unsigned((a.rows + per_cta - 1) / per_cta)), dim3(device::kKvRowsThreads), smem, st, pdl, p,
-         per_cta);
+  auto* kernel =
+      a.head_dim == 64 ? &device::sm90_kv_append_rows_kernel<64> : &device::sm90_kv_append_rows_kernel<128>;
+  launch(kernel, dim3(unsigned((a.rows + per_cta - 1) / per_cta)), dim3(device::kKvRowsThreads), smem, st,
+         pdl, p, per_cta);
 }
 
 }  // namespace futr::cuda

@@ -33,13 +33,13 @@ using KvLayerPtrs = layout::KvLayerPtrs;
 
 // The static shape of one attention launch.
 struct AttentionShape {
-  int batch = 1;       // sequences (one query row each)
+  int batch = 1;  // sequences (one query row each)
   int kv_heads = 8;
-  int group = 4;       // query heads per KV head (n_heads = kv_heads * group)
+  int group = 4;  // query heads per KV head (n_heads = kv_heads * group)
   int head_dim = 128;
-  bool int4 = true;    // read the INT4 mirror (else the BF16 primary)
-  int rot_block = 0;   // mirror rotated with this Hadamard block (0: not rotated)
-  int max_len = 1;     // the longest sequence the launch may see (sizes the split)
+  bool int4 = true;   // read the INT4 mirror (else the BF16 primary)
+  int rot_block = 0;  // mirror rotated with this Hadamard block (0: not rotated)
+  int max_len = 1;    // the longest sequence the launch may see (sizes the split)
 };
 
 struct AttentionConfig {
@@ -68,8 +68,9 @@ AttentionConfig attention_heuristic(const AttentionShape& s, int sm_count, int r
 // depends on the sequence's own length and this count only). The count
 // minimizes the sum over `batches` of each batch size's modelled time (the
 // wave model above, chunks of at least 64 keys) relative to its own best.
-AttentionConfig attention_heuristic_invariant(const AttentionShape& s, int sm_count, std::span<const int> batches,
-                                              int resident_per_sm = 0, int overhead_tokens = 128);
+AttentionConfig attention_heuristic_invariant(const AttentionShape& s, int sm_count,
+                                              std::span<const int> batches, int resident_per_sm = 0,
+                                              int overhead_tokens = 128);
 
 // CTAs per (sequence, KV head) for a batch of s.batch sequences when every
 // batch uses `splits` chunks (attention_heuristic_invariant): the count in
@@ -94,11 +95,11 @@ struct AttentionArgs {
   const int* slot_base = nullptr;  // [batch] device: first slot of each sequence (multiple of 16)
   const int* kv_len = nullptr;     // [batch] device: tokens each query attends (<= max_len)
   KvLayerPtrs cache;
-  float* ws = nullptr;             // split workspace, >= attention_workspace_floats()
+  float* ws = nullptr;  // split workspace, >= attention_workspace_floats()
   size_t ws_floats = 0;
-  int* counters = nullptr;         // split arrival counters, >= attention_counters(); zero them
-  size_t n_counters = 0;           // once (cudaMemset): every launch leaves them zero
-  int64_t q_ld = 0;                // 0: n_heads * D (contiguous rows)
+  int* counters = nullptr;  // split arrival counters, >= attention_counters(); zero them
+  size_t n_counters = 0;    // once (cudaMemset): every launch leaves them zero
+  int64_t q_ld = 0;         // 0: n_heads * D (contiguous rows)
 };
 
 // Floats of split workspace the configuration needs (0 for splits == 1).
@@ -112,7 +113,7 @@ void decode_attention(const AttentionShape& s, const AttentionArgs& a, const Att
                       cudaStream_t st, bool pdl = false);
 
 struct KvAppendArgs {
-  const void* k = nullptr;         // [rows] rows of kv_heads * D BF16, stride ld elements
+  const void* k = nullptr;  // [rows] rows of kv_heads * D BF16, stride ld elements
   const void* v = nullptr;
   int64_t ld = 0;
   const int* row_seq = nullptr;    // [rows] device
@@ -120,9 +121,9 @@ struct KvAppendArgs {
   const int* slot_base = nullptr;  // [sequences] device
   KvLayerPtrs cache;
   int rows = 0, kv_heads = 0, head_dim = 0;
-  bool mirror = false;             // write the INT4 mirror too
-  int rot_block = 0;               // its Hadamard block (0: not rotated)
-  int* nonfinite = nullptr;        // optional device counter of non-finite rows
+  bool mirror = false;       // write the INT4 mirror too
+  int rot_block = 0;         // its Hadamard block (0: not rotated)
+  int* nonfinite = nullptr;  // optional device counter of non-finite rows
   // Optional RoPE fused in (sm90_kv_append.cuh): with rope_cos/rope_sin set
   // ([max_pos][D/2] FP32, model/rope.h), K is rotated at row_pos before it is
   // written and the q_heads heads at q (row stride ld) are rotated in place:

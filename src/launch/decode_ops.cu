@@ -6,14 +6,14 @@
 #include <cstdint>
 
 #include "core/error.h"
-#include "launch/check.h"
-#include "launch/launch.cuh"
 #include "kernels/sm90_gather_rows.cuh"
 #include "kernels/sm90_logits_reduce.cuh"
 #include "kernels/sm90_rmsnorm.cuh"
 #include "kernels/sm90_rope.cuh"
 #include "kernels/sm90_sample_topk.cuh"
 #include "kernels/sm90_swiglu.cuh"
+#include "launch/check.h"
+#include "launch/launch.cuh"
 
 namespace futr::cuda {
 
@@ -38,15 +38,18 @@ void rmsnorm(const RmsNormArgs& a, cudaStream_t s, bool pdl) {
 
 void rope(void* x, int64_t ld, const int* pos, const float* cos, const float* sin, int rows, int heads, int D,
           cudaStream_t s, bool pdl) {
-  FUTR_CHECK(D % 2 == 0 && int64_t(heads) * D <= ld, "RoPE: {} heads of {} do not fit a row of {}", heads, D, ld);
+  FUTR_CHECK(D % 2 == 0 && int64_t(heads) * D <= ld, "RoPE: {} heads of {} do not fit a row of {}", heads, D,
+             ld);
   if (rows == 0) return;
   device::RopeParams p{static_cast<uint16_t*>(x), ld, pos, cos, sin, heads, D};
   launch(device::sm90_rope_kernel, dim3(unsigned(rows)), dim3(256), 0, s, pdl, p);
 }
 
-void gather_rows(const void* table, const int* index, void* out, int rows, int width, cudaStream_t s, bool pdl) {
+void gather_rows(const void* table, const int* index, void* out, int rows, int width, cudaStream_t s,
+                 bool pdl) {
   FUTR_CHECK(width >= 1 && rows >= 0 && table && index && out, "gather_rows: {} rows of {}", rows, width);
-  FUTR_CHECK(width % 8 != 0 || (reinterpret_cast<uintptr_t>(table) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0),
+  FUTR_CHECK(width % 8 != 0 ||
+                 (reinterpret_cast<uintptr_t>(table) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0),
              "gather_rows: rows of {} elements need 16-byte aligned buffers", width);
   if (rows == 0) return;
   device::GatherRowsParams p{static_cast<const uint16_t*>(table), index, static_cast<uint16_t*>(out), width};
@@ -57,7 +60,8 @@ void swiglu(const void* gu, void* out, int rows, int I, cudaStream_t s, bool pdl
   if (rows == 0) return;
   device::SwigluParams p{static_cast<const uint16_t*>(gu), static_cast<uint16_t*>(out), rows, I};
   const long n = long(rows) * I;
-  launch(device::sm90_swiglu_kernel, dim3(unsigned(std::min<long>((n + 255) / 256, 4096))), dim3(256), 0, s, pdl, p);
+  launch(device::sm90_swiglu_kernel, dim3(unsigned(std::min<long>((n + 255) / 256, 4096))), dim3(256), 0, s,
+         pdl, p);
 }
 
 // The host and device row layouts are one layout (the engine copies the device array back as is).
@@ -81,12 +85,14 @@ void logits_reduce(const LogitsReduceArgs& a, cudaStream_t s, bool pdl) {
   p.vocab = a.vocab;
   p.targets = a.targets;
   p.out = reinterpret_cast<device::LogitsRowStats*>(a.out);
-  launch(device::sm90_logits_reduce_kernel, dim3(unsigned(a.rows)), dim3(device::kLogitsThreads), 0, s, pdl, p);
+  launch(device::sm90_logits_reduce_kernel, dim3(unsigned(a.rows)), dim3(device::kLogitsThreads), 0, s, pdl,
+         p);
 }
 
 void sample_topk(const SampleArgs& a, cudaStream_t s, bool pdl) {
-  static_assert(sizeof(SampleRow) == sizeof(device::SampleRow) && offsetof(SampleRow, top_k) ==
-                offsetof(device::SampleRow, top_k), "cuda::SampleRow must mirror device::SampleRow");
+  static_assert(sizeof(SampleRow) == sizeof(device::SampleRow) &&
+                    offsetof(SampleRow, top_k) == offsetof(device::SampleRow, top_k),
+                "cuda::SampleRow must mirror device::SampleRow");
   static_assert(kSampleMaxTopK == device::kSampleMaxTopK, "one top-k limit");
   FUTR_CHECK(a.vocab >= 1 && a.rows >= 0, "sampling: vocab {} rows {}", a.vocab, a.rows);
   const int64_t ld = a.ld ? a.ld : a.vocab;

@@ -3,10 +3,10 @@
 // (with the embedding gather), RoPE in place, SwiGLU, and the logits
 // reductions of the step's output rows (argmax, log-sum-exp, log p(target)).
 // Graph-capturable. `pdl`: launched as a programmatic dependent of the kernel
-// before it (launch/launch.cuh; each kernel waits before it reads activations). Kernels: src/kernels/sm90_{rmsnorm,rope,swiglu,
-// logits_reduce,sample_topk}.cuh; their CPU references are cpu_engine/ops.h,
-// reference/logits_reduce_ref.h and runtime::Sampler. Tests: tests/kernels/decode_ops_test.cpp,
-// tests/kernels/logits_reduce_test.cpp.
+// before it (launch/launch.cuh; each kernel waits before it reads activations). Kernels:
+// src/kernels/sm90_{rmsnorm,rope,swiglu, logits_reduce,sample_topk}.cuh; their CPU references are
+// cpu_engine/ops.h, reference/logits_reduce_ref.h and runtime::Sampler. Tests:
+// tests/kernels/decode_ops_test.cpp, tests/kernels/logits_reduce_test.cpp.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -16,13 +16,13 @@
 namespace futr::cuda {
 
 struct RmsNormArgs {
-  float* x = nullptr;              // [rows][H] FP32 residual, in place
-  const void* add = nullptr;       // optional [rows][ld_add] BF16 added to x first
+  float* x = nullptr;         // [rows][H] FP32 residual, in place
+  const void* add = nullptr;  // optional [rows][ld_add] BF16 added to x first
   int64_t ld_add = 0;
-  const int* tokens = nullptr;     // optional [rows] ids: x = embd[token] first
-  const void* embd = nullptr;      // [vocab][H] BF16
-  const void* gain = nullptr;      // [H] BF16
-  void* out = nullptr;             // [rows][H] BF16
+  const int* tokens = nullptr;  // optional [rows] ids: x = embd[token] first
+  const void* embd = nullptr;   // [vocab][H] BF16
+  const void* gain = nullptr;   // [H] BF16
+  void* out = nullptr;          // [rows][H] BF16
   int rows = 0, H = 0;
   float eps = 1e-5f;
 };
@@ -73,11 +73,11 @@ struct SampleRow {
 inline constexpr int kSampleMaxTopK = 1024;
 
 struct SampleArgs {
-  const float* logits = nullptr;  // [rows][ld] FP32 device
-  int64_t ld = 0;                 // 0: vocab
-  int vocab = 0, rows = 0;        // drawable ids [0, vocab)
+  const float* logits = nullptr;        // [rows][ld] FP32 device
+  int64_t ld = 0;                       // 0: vocab
+  int vocab = 0, rows = 0;              // drawable ids [0, vocab)
   const SampleRow* samplers = nullptr;  // [rows] device
-  int* out = nullptr;             // [rows] device: the token; -1 not sampled; -2 no drawable logit
+  int* out = nullptr;                   // [rows] device: the token; -1 not sampled; -2 no drawable logit
 };
 // The next token of each row with runtime::Sampler's rule (sm90_sample_topk.cuh).
 void sample_topk(const SampleArgs& a, cudaStream_t s, bool pdl = false);

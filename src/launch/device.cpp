@@ -34,9 +34,10 @@ Probe do_probe() {
   cudaDeviceProp prop{};
   FUTR_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
   if (prop.major != 9 || prop.minor != 0) {
-    p.why = fmt::format("device 0 ({}) has compute capability {}.{}; FuTransformer's kernels need "
-                        "sm_90 (Hopper: H100/H200)",
-                        prop.name, prop.major, prop.minor);
+    p.why = fmt::format(
+        "device 0 ({}) has compute capability {}.{}; FuTransformer's kernels need "
+        "sm_90 (Hopper: H100/H200)",
+        prop.name, prop.major, prop.minor);
     return p;
   }
   DeviceInfo d;

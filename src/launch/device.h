@@ -12,13 +12,13 @@ namespace futr::cuda {
 
 struct DeviceInfo {
   int id = 0;
-  std::string name;             // e.g. "NVIDIA H200"
+  std::string name;  // e.g. "NVIDIA H200"
   int cc_major = 0, cc_minor = 0;
-  int sm_count = 0;             // multiprocessors: grid sizes come from here, never hard-coded
-  size_t l2_bytes = 0;          // L2 size (benchmarks flush it between reps)
-  size_t smem_optin = 0;        // max dynamic shared memory per block after opt-in
-  size_t global_mem = 0;        // bytes
-  int driver_version = 0;       // e.g. 13000
+  int sm_count = 0;        // multiprocessors: grid sizes come from here, never hard-coded
+  size_t l2_bytes = 0;     // L2 size (benchmarks flush it between reps)
+  size_t smem_optin = 0;   // max dynamic shared memory per block after opt-in
+  size_t global_mem = 0;   // bytes
+  int driver_version = 0;  // e.g. 13000
 };
 
 // The current device if it is a usable Hopper GPU; otherwise nullopt and, if

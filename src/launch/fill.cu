@@ -1,6 +1,6 @@
+#include "kernels/fill_random.cuh"
 #include "launch/check.h"
 #include "launch/fill.h"
-#include "kernels/fill_random.cuh"
 
 namespace futr::cuda {
 
@@ -16,8 +16,7 @@ void launch(void* p, uint64_t n, uint64_t seed, float lo, float hi, cudaStream_t
 }
 }  // namespace
 
-void fill_random(void* p, FillType type, uint64_t n, uint64_t seed, float lo, float hi,
-                 cudaStream_t s) {
+void fill_random(void* p, FillType type, uint64_t n, uint64_t seed, float lo, float hi, cudaStream_t s) {
   switch (type) {
     case FillType::kF32: return launch<float>(p, n, seed, lo, hi, s);
     case FillType::kBF16: return launch<__nv_bfloat16>(p, n, seed, lo, hi, s);

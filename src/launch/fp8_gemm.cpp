@@ -47,8 +47,8 @@ void check_operands(const GemmOperands& op, E e) {
 void check_bf16_out(const void* out, int& ld, int N, const char* what) {
   FUTR_CHECK(out != nullptr, "FP8 GEMM: {} must be non-null", what);
   if (ld == 0) ld = N;
-  FUTR_CHECK(ld >= N && ld % 4 == 0, "FP8 GEMM: {} row stride {} must be >= N={} and a multiple of 4",
-             what, ld, N);
+  FUTR_CHECK(ld >= N && ld % 4 == 0, "FP8 GEMM: {} row stride {} must be >= N={} and a multiple of 4", what,
+             ld, N);
   FUTR_CHECK(reinterpret_cast<uintptr_t>(out) % 8 == 0, "FP8 GEMM: {} must be 8-byte aligned", what);
 }
 
@@ -58,15 +58,18 @@ void check_bf16_out(const void* out, int& ld, int N, const char* what) {
 bool wants_promoted(I in, const GemmConfig& cfg) { return in == I::kE4M3 && !cfg.fast_accum; }
 
 const GemmVariant& find_variant(E e, const GemmOperands& op, const GemmConfig& cfg) {
-  const GemmVariant want{e, op.input, cfg.bm, cfg.bn, cfg.stages, cfg.pingpong, wants_promoted(op.input, cfg)};
+  const GemmVariant want{
+      e, op.input, cfg.bm, cfg.bn, cfg.stages, cfg.pingpong, wants_promoted(op.input, cfg)};
   for (const auto& v : kGemmVariants)
     if (v == want) return v;
   const GemmVariant* near = nearest_gemm_variant(e, op.input, cfg);
-  fail("FP8 GEMM: no compiled variant {} {} tile {}x{} stages {}{}{}; nearest supported: {}; compiled for this "
-       "epilogue and input: {}",
-       to_string(e), to_string(op.input), cfg.bm, cfg.bn, cfg.stages, cfg.pingpong ? " ping-pong" : "",
-       want.promoted ? " promoted" : (op.input == I::kE4M3 ? " fast-accum" : ""),
-       near ? to_string(*near) : std::string("none"), list_variants(e, op.input));
+  fail(
+      "FP8 GEMM: no compiled variant {} {} tile {}x{} stages {}{}{}; nearest supported: {}; compiled for "
+      "this "
+      "epilogue and input: {}",
+      to_string(e), to_string(op.input), cfg.bm, cfg.bn, cfg.stages, cfg.pingpong ? " ping-pong" : "",
+      want.promoted ? " promoted" : (op.input == I::kE4M3 ? " fast-accum" : ""),
+      near ? to_string(*near) : std::string("none"), list_variants(e, op.input));
 }
 
 const GemmVariant& resolve(E e, const GemmOperands& op, const GemmConfig* config, GemmConfig& cfg,
@@ -249,8 +252,9 @@ void gemm_qkv_rope(const GemmOperands& op, const QkvRopeArgs& args, const Packed
   check_operands(op, E::kQkvRopePacked);
   QkvRopeArgs a = args;
   check_qkv(op, a);
-  FUTR_CHECK(rows.cu_rows && rows.start_pos && rows.slot_base && rows.num_requests >= 1,
-             "FP8 GEMM qkv_rope (packed): the row map needs cu_rows, start_pos, slot_base, num_requests >= 1");
+  FUTR_CHECK(
+      rows.cu_rows && rows.start_pos && rows.slot_base && rows.num_requests >= 1,
+      "FP8 GEMM qkv_rope (packed): the row map needs cu_rows, start_pos, slot_base, num_requests >= 1");
   const GemmVariant* v = nullptr;
   const auto l = prepare(E::kQkvRopePacked, op, config, stream, v);
   detail::launch_qkv_rope_packed(*v, l, a, rows);

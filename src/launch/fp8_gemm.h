@@ -39,16 +39,23 @@
 namespace futr::cuda {
 
 enum class GemmInput { kE4M3, kBF16 };
-enum class GemmEpilogue { kScaledOut, kResidualSumSq, kRmsScaledOut, kSwiGluFp8, kQkvRopePacked, kQkvRopePadded };
+enum class GemmEpilogue {
+  kScaledOut,
+  kResidualSumSq,
+  kRmsScaledOut,
+  kSwiGluFp8,
+  kQkvRopePacked,
+  kQkvRopePadded
+};
 
 struct GemmConfig {
-  int bm = 128;      // CTA tile rows (two consumer warpgroups x 64); only 128 is compiled
-  int bn = 256;      // CTA tile columns: 256 or 128
-  int stages = 4;    // TMA pipeline depth
-  int group_m = 8;   // rasterization: M-tiles per group (L2 reuse); >= 1
-  int grid = 0;      // persistent CTAs; 0 = min(tiles, SM count)
-  bool pingpong = false;  // consumer schedule: false = cooperative (both warpgroups on one tile),
-                          // true = ping-pong (alternate tiles; epilogue overlaps MMAs; bn = 128)
+  int bm = 128;             // CTA tile rows (two consumer warpgroups x 64); only 128 is compiled
+  int bn = 256;             // CTA tile columns: 256 or 128
+  int stages = 4;           // TMA pipeline depth
+  int group_m = 8;          // rasterization: M-tiles per group (L2 reuse); >= 1
+  int grid = 0;             // persistent CTAs; 0 = min(tiles, SM count)
+  bool pingpong = false;    // consumer schedule: false = cooperative (both warpgroups on one tile),
+                            // true = ping-pong (alternate tiles; epilogue overlaps MMAs; bn = 128)
   bool fast_accum = false;  // E4M3: the whole K sum in the WGMMA accumulator (no FP32 promotion)
 };
 
@@ -120,11 +127,11 @@ struct RmsScaledOutArgs {
 
 // Delayed-scaling FP8 output; see src/kernels/epilogue/swiglu_fp8.cuh for the contract.
 struct SwiGluFp8Args {
-  GemmScales scales;                 // b_scale is in the interleaved column order
-  uint8_t* out = nullptr;            // [M, ld_out] E4M3, N/2 columns
-  int ld_out = 0;                    // bytes; 0: N / 2
-  const float* scale_in = nullptr;   // [1] dequantization scale s of this call (from the previous amax)
-  float* amax_out = nullptr;         // [1] max |silu(g) u| of this call (max-reduced; caller zeroes)
+  GemmScales scales;                   // b_scale is in the interleaved column order
+  uint8_t* out = nullptr;              // [M, ld_out] E4M3, N/2 columns
+  int ld_out = 0;                      // bytes; 0: N / 2
+  const float* scale_in = nullptr;     // [1] dequantization scale s of this call (from the previous amax)
+  float* amax_out = nullptr;           // [1] max |silu(g) u| of this call (max-reduced; caller zeroes)
   uint32_t* saturation_out = nullptr;  // [1] count of |y / s| > 448 (added to; caller zeroes)
 };
 

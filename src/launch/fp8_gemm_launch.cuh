@@ -9,11 +9,11 @@
 #include <utility>
 
 #include "core/error.h"
+#include "kernels/epilogue/policies.cuh"
+#include "kernels/sm90_fp8_gemm.cuh"
 #include "launch/check.h"
 #include "launch/fp8_gemm_launch.h"
 #include "launch/fp8_gemm_variants.h"
-#include "kernels/epilogue/policies.cuh"
-#include "kernels/sm90_fp8_gemm.cuh"
 
 namespace futr::cuda::detail {
 
@@ -40,10 +40,10 @@ void set_scales(P& p, const GemmScales& s) {
 template <size_t I>
 struct ListedTile {
   static constexpr GemmVariant v = kGemmVariants[I];
-  using type = device::GemmTile<v.bm, v.bn, v.stages,
-                                std::conditional_t<v.input == GemmInput::kE4M3, device::E4M3In, device::BF16In>,
-                                v.pingpong ? device::Schedule::kPingPong : device::Schedule::kCooperative,
-                                v.promoted>;
+  using type =
+      device::GemmTile<v.bm, v.bn, v.stages,
+                       std::conditional_t<v.input == GemmInput::kE4M3, device::E4M3In, device::BF16In>,
+                       v.pingpong ? device::Schedule::kPingPong : device::Schedule::kCooperative, v.promoted>;
 };
 
 // Row I, when it is `v` and belongs to epilogue kEpi: launch it (true). Rows

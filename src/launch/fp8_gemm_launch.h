@@ -11,11 +11,11 @@
 namespace futr::cuda::detail {
 
 struct GemmLaunch {
-  CUtensorMap ta;      // A [M, K], box [bm, 128 bytes]
-  CUtensorMap tb;      // B [N, K], box [bn, 128 bytes]
-  int M, N, K;         // problem
-  int group_m;         // rasterization group
-  int grid;            // persistent CTAs
+  CUtensorMap ta;  // A [M, K], box [bm, 128 bytes]
+  CUtensorMap tb;  // B [N, K], box [bn, 128 bytes]
+  int M, N, K;     // problem
+  int group_m;     // rasterization group
+  int grid;        // persistent CTAs
   cudaStream_t stream;
 };
 

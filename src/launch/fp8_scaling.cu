@@ -5,14 +5,15 @@
 #include <cmath>
 
 #include "core/error.h"
-#include "launch/check.h"
-#include "launch/launch.cuh"
 #include "kernels/sm90_fp8_quantize.cuh"
 #include "kernels/sm90_fp8_scale_update.cuh"
+#include "launch/check.h"
+#include "launch/launch.cuh"
 
 namespace futr::cuda {
 
-DeviceScaleBank::DeviceScaleBank(const quant::DelayedScalingConfig& config, std::span<const float> initial_amax)
+DeviceScaleBank::DeviceScaleBank(const quant::DelayedScalingConfig& config,
+                                 std::span<const float> initial_amax)
     : config_(config), initial_(initial_amax.begin(), initial_amax.end()), n_(int(initial_amax.size())) {
   config_.validate();
   FUTR_CHECK(config_.policy == Fp8SaturationPolicy::kClampRescale,

@@ -25,8 +25,8 @@
 #include <span>
 #include <vector>
 
-#include "launch/buffer.h"
 #include "kernels/layout/fp8_site.cuh"
+#include "launch/buffer.h"
 #include "quant/delayed_scaling.h"
 
 namespace futr::cuda {

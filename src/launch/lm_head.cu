@@ -42,7 +42,9 @@ constexpr Variant kInt4G64Variants[] = {
 };
 
 const Variant& variant_for(int m, int int4_group) {
-  const Variant* v = int4_group == 128 ? kInt4G128Variants : int4_group == 64 ? kInt4G64Variants : kBf16Variants;
+  const Variant* v = int4_group == 128  ? kInt4G128Variants
+                     : int4_group == 64 ? kInt4G64Variants
+                                        : kBf16Variants;
   return m <= 8 ? v[0] : m <= 16 ? v[1] : v[2];
 }
 
@@ -52,9 +54,11 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 
 const char* lm_head_unsupported(int n, int k, int int4_group) {
   if (n < 1) return "no vocabulary rows";
-  if (k < device::kLmHeadChunkK || k % device::kLmHeadChunkK != 0) return "the hidden size is not a multiple of 64";
+  if (k < device::kLmHeadChunkK || k % device::kLmHeadChunkK != 0)
+    return "the hidden size is not a multiple of 64";
   if (int4_group != 0 && int4_group != 64 && int4_group != 128) return "the INT4 head's group is 128 or 64";
-  if (int4_group == 128 && k % 128 != 0) return "the INT4 head of group 128 needs a hidden size that is a multiple of 128";
+  if (int4_group == 128 && k % 128 != 0)
+    return "the INT4 head of group 128 needs a hidden size that is a multiple of 128";
   if (int4_group && n % 16 != 0) return "the INT4 head needs a vocabulary that is a multiple of 16 rows";
   return "";
 }
@@ -72,7 +76,8 @@ void lm_head(const LmHeadArgs& a, cudaStream_t s, bool pdl) {
   FUTR_CHECK(aligned16(a.w) && aligned16(a.x), "LM head: W and x must be 16-byte aligned");
   if (a.m == 0) return;
   const device::LmHeadParams p{a.w, a.scales, static_cast<const uint16_t*>(a.x), a.out, ld, a.m, a.n, a.k};
-  launch(variant_for(a.m, group).fn, dim3(unsigned(device::lm_head_units(a.n))), dim3(device::kLmHeadThreads), 0, s, pdl, p);
+  launch(variant_for(a.m, group).fn, dim3(unsigned(device::lm_head_units(a.n))), dim3(device::kLmHeadThreads),
+         0, s, pdl, p);
 }
 
 }  // namespace futr::cuda

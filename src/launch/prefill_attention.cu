@@ -6,11 +6,11 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "kernels/sm90_prefill_attention.cuh"
 #include "launch/check.h"
 #include "launch/device.h"
 #include "launch/launch.cuh"
 #include "launch/tensor_map.h"
-#include "kernels/sm90_prefill_attention.cuh"
 
 namespace futr::cuda {
 
@@ -73,14 +73,16 @@ void prefill_attention(const PrefillAttentionArgs& a, cudaStream_t st, bool pdl)
              "prefill attention: {} query heads are not a multiple of {} KV heads", a.n_heads, a.kv_heads);
   FUTR_CHECK(a.n_heads <= 65535, "prefill attention: {} heads out of range", a.n_heads);
   FUTR_CHECK(a.rows >= 1 && a.n_tiles >= 1 && int64_t(a.n_tiles) * a.n_heads <= (int64_t(1) << 30),
-             "prefill attention: {} rows in {} tiles x {} heads (1..2^30 items)", a.rows, a.n_tiles, a.n_heads);
+             "prefill attention: {} rows in {} tiles x {} heads (1..2^30 items)", a.rows, a.n_tiles,
+             a.n_heads);
   FUTR_CHECK(a.q && a.out && a.k && a.v && a.row_begin && a.n_rows && a.pos0 && a.slot_base && a.tiles,
              "prefill attention: a pointer is null");
   const int64_t width = int64_t(a.n_heads) * a.head_dim;
   const int64_t q_ld = a.q_ld ? a.q_ld : width, out_ld = a.out_ld ? a.out_ld : width;
-  FUTR_CHECK(q_ld >= width && out_ld >= width, "prefill attention: row strides {} / {} below {}", q_ld, out_ld,
-             width);
-  FUTR_CHECK(q_ld % 8 == 0, "prefill attention: the query row stride {} is not a multiple of 8 elements", q_ld);
+  FUTR_CHECK(q_ld >= width && out_ld >= width, "prefill attention: row strides {} / {} below {}", q_ld,
+             out_ld, width);
+  FUTR_CHECK(q_ld % 8 == 0, "prefill attention: the query row stride {} is not a multiple of 8 elements",
+             q_ld);
   FUTR_CHECK(a.num_slots >= 16 && a.num_slots % layout::kKvSlotAlign == 0,
              "KV cache: num_slots {} must be a positive multiple of {}", a.num_slots, layout::kKvSlotAlign);
 

@@ -37,12 +37,12 @@ std::vector<int> prefill_tiles(const std::vector<PrefillRequest>& reqs);
 std::vector<std::string> prefill_attention_variants();  // "bf16 d64", "bf16 d128"
 
 struct PrefillAttentionArgs {
-  const void* q = nullptr;     // [rows] rows of n_heads * D BF16, row stride q_ld elements (16-byte multiple)
-  void* out = nullptr;         // [rows] rows of n_heads * D BF16, row stride out_ld elements
+  const void* q = nullptr;  // [rows] rows of n_heads * D BF16, row stride q_ld elements (16-byte multiple)
+  void* out = nullptr;      // [rows] rows of n_heads * D BF16, row stride out_ld elements
   int64_t q_ld = 0, out_ld = 0;
-  int rows = 0;                // packed rows in q / out
+  int rows = 0;  // packed rows in q / out
   int n_heads = 0, kv_heads = 0, head_dim = 0;
-  const uint16_t* k = nullptr; // one layer's BF16 cache [num_slots][kv_heads][D] (layout/kv_cache.cuh)
+  const uint16_t* k = nullptr;  // one layer's BF16 cache [num_slots][kv_heads][D] (layout/kv_cache.cuh)
   const uint16_t* v = nullptr;
   int num_slots = 0;
   // Device arrays (requests entries each): row_begin, n_rows, pos0, slot_base;

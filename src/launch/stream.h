@@ -14,7 +14,9 @@ namespace futr::cuda {
 class Stream {
  public:
   Stream() { FUTR_CUDA_CHECK(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)); }
-  ~Stream() { if (s_) cudaStreamDestroy(s_); }
+  ~Stream() {
+    if (s_) cudaStreamDestroy(s_);
+  }
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
   cudaStream_t get() const { return s_; }
@@ -28,7 +30,9 @@ class Stream {
 class Event {
  public:
   Event() { FUTR_CUDA_CHECK(cudaEventCreate(&e_)); }
-  ~Event() { if (e_) cudaEventDestroy(e_); }
+  ~Event() {
+    if (e_) cudaEventDestroy(e_);
+  }
   Event(const Event&) = delete;
   Event& operator=(const Event&) = delete;
   void record(cudaStream_t s) { FUTR_CUDA_CHECK(cudaEventRecord(e_, s)); }
@@ -52,7 +56,11 @@ class Graph {
   ~Graph() { reset(); }
   Graph(Graph&& o) noexcept : g_(std::exchange(o.g_, nullptr)), x_(std::exchange(o.x_, nullptr)) {}
   Graph& operator=(Graph&& o) noexcept {
-    if (this != &o) { reset(); g_ = std::exchange(o.g_, nullptr); x_ = std::exchange(o.x_, nullptr); }
+    if (this != &o) {
+      reset();
+      g_ = std::exchange(o.g_, nullptr);
+      x_ = std::exchange(o.x_, nullptr);
+    }
     return *this;
   }
   Graph(const Graph&) = delete;

@@ -1,7 +1,7 @@
 #include "launch/tensor_map.h"
 
-#include <cuda_runtime.h>
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled_v12000
+#include <cuda_runtime.h>
 
 #include <mutex>
 
@@ -35,8 +35,7 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
 CUtensorMap make_tensor_map_2d(const void* base, TmaElem elem, uint64_t rows, uint64_t cols,
                                uint64_t row_stride_bytes, uint32_t box_rows, uint32_t box_cols) {
   const uint32_t esize = elem == TmaElem::kU8 ? 1 : 2;
-  FUTR_CHECK(reinterpret_cast<uintptr_t>(base) % 16 == 0, "tensor map: base {} is not 16-byte aligned",
-             base);
+  FUTR_CHECK(reinterpret_cast<uintptr_t>(base) % 16 == 0, "tensor map: base {} is not 16-byte aligned", base);
   FUTR_CHECK(row_stride_bytes % 16 == 0, "tensor map: row stride {} bytes is not a multiple of 16",
              row_stride_bytes);
   FUTR_CHECK(box_rows >= 1 && box_rows <= 256 && box_cols >= 1 && box_cols <= 256,
@@ -54,8 +53,8 @@ CUtensorMap make_tensor_map_2d(const void* base, TmaElem elem, uint64_t rows, ui
       const_cast<void*>(base), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
       CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   FUTR_CHECK(r == CUDA_SUCCESS,
-             "cuTensorMapEncodeTiled failed ({}) for a {}x{} matrix, stride {} B, box {}x{}", int(r),
-             rows, cols, row_stride_bytes, box_rows, box_cols);
+             "cuTensorMapEncodeTiled failed ({}) for a {}x{} matrix, stride {} B, box {}x{}", int(r), rows,
+             cols, row_stride_bytes, box_rows, box_cols);
   return map;
 }
 

@@ -77,7 +77,8 @@ std::string variant_name(const Variant& v) {
 
 const Variant& find_variant(DecodeWeights f, int group, const DecodeConfig& c) {
   const int g = f == DecodeWeights::kInt4 ? group : 0;
-  const int a = c.kernel == DecodeKernel::kGemv ? c.tn : (c.kernel == DecodeKernel::kStreamK ? c.batches : c.mt);
+  const int a =
+      c.kernel == DecodeKernel::kGemv ? c.tn : (c.kernel == DecodeKernel::kStreamK ? c.batches : c.mt);
   const int b = c.kernel == DecodeKernel::kSkinny || c.kernel == DecodeKernel::kStream ? c.tn : c.loads;
   const Variant* exact = nullptr;
   const Variant* best = nullptr;
@@ -100,10 +101,11 @@ const Variant& find_variant(DecodeWeights f, int group, const DecodeConfig& c) {
                             std::string(" ") + kind_name(v.kernel);
       if (compiled.find(k) == std::string::npos) compiled += (compiled.empty() ? "" : ", ") + k;
     });
-    fail("decode GEMM: no compiled {} variant for {} (group {}); compiled: {} (the stream and sk kernels and "
-         "the tiles the heuristic never picks are built with -DFUTR_DEV=ON, the weight formats by "
-         "FUTR_W4A16_VARIANTS)",
-         kind_name(c.kernel), f == DecodeWeights::kInt4 ? "INT4" : "E4M3", group, compiled);
+    fail(
+        "decode GEMM: no compiled {} variant for {} (group {}); compiled: {} (the stream and sk kernels and "
+        "the tiles the heuristic never picks are built with -DFUTR_DEV=ON, the weight formats by "
+        "FUTR_W4A16_VARIANTS)",
+        kind_name(c.kernel), f == DecodeWeights::kInt4 ? "INT4" : "E4M3", group, compiled);
   }
   fail("decode GEMM: no compiled variant '{}' (group {}); nearest supported: '{}'", describe(c), g,
        variant_name(*best));
@@ -128,8 +130,8 @@ int prepare(const Variant& v) {
     FUTR_CUDA_CHECK(cudaFuncSetAttribute(v.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, int(max_smem)));
   int blocks = 0;
   FUTR_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, v.fn, v.threads, v.smem));
-  FUTR_CHECK(blocks > 0, "decode GEMM: variant needs more resources than one SM has ({} bytes of shared memory)",
-             v.smem);
+  FUTR_CHECK(blocks > 0,
+             "decode GEMM: variant needs more resources than one SM has ({} bytes of shared memory)", v.smem);
   occ[v.fn] = blocks;
   return blocks;
 }
@@ -198,8 +200,10 @@ void check_shape(DecodeWeights f, const DecodeArgs& a) {
   if (f == DecodeWeights::kInt4) {
     FUTR_CHECK(a.group == 64 || a.group == 128,
                "W4A16 decode GEMM: group size {} not supported (compiled: 64, 128)", a.group);
-    FUTR_CHECK(a.k % a.group == 0, "W4A16 decode GEMM: K = {} is not a multiple of the group size {}; "
-               "nearest supported: group 64", a.k, a.group);
+    FUTR_CHECK(a.k % a.group == 0,
+               "W4A16 decode GEMM: K = {} is not a multiple of the group size {}; "
+               "nearest supported: group 64",
+               a.k, a.group);
   }
   auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
   const void* x = a.norm ? a.norm->x : a.x;
@@ -213,10 +217,11 @@ void check_shape(DecodeWeights f, const DecodeArgs& a) {
                    aligned8(n.gain) && std::isfinite(n.eps) && n.eps >= 0,
                "W4A16 decode GEMM (RMSNorm input): x, add, gain and x_out (another buffer than x) must be "
                "non-null and aligned (x, x_out 16 bytes, add, gain 8), eps finite >= 0");
-    FUTR_CHECK(a.m == 1 && a.k <= kDecodeNormMaxK && f == DecodeWeights::kInt4,
-               "W4A16 decode GEMM (RMSNorm input): fused into the INT4 gemv only (M = 1, K <= {}); got M = {}, "
-               "K = {}",
-               kDecodeNormMaxK, a.m, a.k);
+    FUTR_CHECK(
+        a.m == 1 && a.k <= kDecodeNormMaxK && f == DecodeWeights::kInt4,
+        "W4A16 decode GEMM (RMSNorm input): fused into the INT4 gemv only (M = 1, K <= {}); got M = {}, "
+        "K = {}",
+        kDecodeNormMaxK, a.m, a.k);
   }
 }
 
@@ -282,9 +287,9 @@ bool decode_compiled(DecodeWeights f, int group, const DecodeConfig& c) {
 // or, for the skinny kernel, a CTA per group folding its splits' sums in the
 // reduction's order (DecodeConfig::seq: large M, where the partials' traffic
 // costs more than the parallelism gains; measured on the H200, 8B gate_up at
-// M = 32: 72.6 us with two split CTAs, 57.6 with one). M > 32 runs as launches of 32 rows (mt = 4). The stream (bulk
-// copy) and sk (stream-K) kernels measured slower (docs/PERF.md): they are in
-// dev/ (-DFUTR_DEV=ON) and run only on request.
+// M = 32: 72.6 us with two split CTAs, 57.6 with one). M > 32 runs as launches of 32 rows (mt = 4). The
+// stream (bulk copy) and sk (stream-K) kernels measured slower (docs/PERF.md): they are in dev/
+// (-DFUTR_DEV=ON) and run only on request.
 namespace {
 
 struct KernelChoice {
@@ -463,8 +468,9 @@ DecodeConfig apply_overrides(DecodeConfig c, const std::string& spec) {
     }
     char* end = nullptr;
     const long v = std::strtol(val.c_str(), &end, 10);
-    FUTR_CHECK(end && *end == 0 && v >= (key == "probe" || key == "seq" || key == "fold" ? 0 : 1) && v <= 100000, "config override {}={}: expected a positive integer", key,
-               val);
+    FUTR_CHECK(
+        end && *end == 0 && v >= (key == "probe" || key == "seq" || key == "fold" ? 0 : 1) && v <= 100000,
+        "config override {}={}: expected a positive integer", key, val);
     if (key == "loads") c.loads = int(v);
     else if (key == "mt") c.mt = int(v);
     else if (key == "batches") c.batches = int(v);
@@ -475,14 +481,17 @@ DecodeConfig apply_overrides(DecodeConfig c, const std::string& spec) {
     else if (key == "ctas") c.ctas = int(v);
     else if (key == "run") c.run = int(v);
     else if (key == "probe") c.probe = int(v);
-    else fail("config override: unknown key '{}' (kernel, tn, loads, batches, mt, splits, fold, seq, ctas, run, pdl)",
-              key);
+    else
+      fail(
+          "config override: unknown key '{}' (kernel, tn, loads, batches, mt, splits, fold, seq, ctas, run, "
+          "pdl)",
+          key);
   }
   return c;
 }
 
 size_t decode_workspace_floats(const DecodeConfig& c, int m, int n, int k) {
-  m = std::min(m, 32);  // M > 32 runs as launches of at most 32 rows
+  m = std::min(m, 32);        // M > 32 runs as launches of at most 32 rows
   if (is_stream_k(c.kernel))  // ws[group + run][M][128] (runs: the grid's bound, or ceil(T/R))
     return size_t(col_ctas(c, n) + (c.run > 0 ? stream_runs(c, n, k) : stream_grid(c, n, k, 0, 64, m))) *
            size_t(m) * 128;
@@ -492,7 +501,9 @@ size_t decode_workspace_floats(const DecodeConfig& c, int m, int n, int k) {
 
 size_t decode_counters(const DecodeConfig& c, int n) { return size_t(col_ctas(c, n)); }
 
-int decode_occupancy(DecodeWeights f, int group, const DecodeConfig& c) { return prepare(find_variant(f, group, c)); }
+int decode_occupancy(DecodeWeights f, int group, const DecodeConfig& c) {
+  return prepare(find_variant(f, group, c));
+}
 
 void decode_gemm(DecodeWeights f, const DecodeArgs& a, const DecodeConfig& c, cudaStream_t s) {
   check_shape(f, a);
@@ -511,7 +522,8 @@ void decode_gemm(DecodeWeights f, const DecodeArgs& a, const DecodeConfig& c, cu
              "decode GEMM ({}): the SwiGLU input is fused into the gemv (M = 1) and sk (M <= 8) kernels only",
              describe(c));
   FUTR_CHECK(!a.norm || (c.kernel == DecodeKernel::kGemv && !a.x_swiglu),
-             "decode GEMM ({}): the RMSNorm input is fused into the gemv kernel only (and not with the SwiGLU input)",
+             "decode GEMM ({}): the RMSNorm input is fused into the gemv kernel only (and not with the "
+             "SwiGLU input)",
              describe(c));
   if (c.kernel == DecodeKernel::kGemv)
     FUTR_CHECK(a.m == 1, "decode GEMM: the gemv kernel takes M = 1, got M = {}; use kernel=skinny", a.m);
@@ -520,8 +532,10 @@ void decode_gemm(DecodeWeights f, const DecodeArgs& a, const DecodeConfig& c, cu
   else
     FUTR_CHECK(a.m <= 8 * c.mt, "decode GEMM: M = {} needs mt >= {} (got mt = {})", a.m, (a.m + 7) / 8, c.mt);
   const bool stream = is_stream_k(c.kernel);
-  FUTR_CHECK(!c.seq || c.kernel == DecodeKernel::kSkinny, "decode GEMM ({}): sequential splits are the skinny "
-             "kernel's", describe(c));
+  FUTR_CHECK(!c.seq || c.kernel == DecodeKernel::kSkinny,
+             "decode GEMM ({}): sequential splits are the skinny "
+             "kernel's",
+             describe(c));
   // Sequential splits: a CTA per group of splits (one group: the whole of K as
   // its slice), folding at the splits' boundaries.
   const SplitPlan arith = split_plan(a.k, stream ? 1 : c.splits);
@@ -531,8 +545,9 @@ void decode_gemm(DecodeWeights f, const DecodeArgs& a, const DecodeConfig& c, cu
   const size_t need_ws = decode_workspace_floats(c, a.m, a.n, a.k);
   const size_t need_ctr = decode_counters(c, a.n);
   if (stream || sp.splits > 1) {
-    FUTR_CHECK(a.ws && a.ws_floats >= need_ws, "decode GEMM ({}): split-K workspace of {} floats needed, {} given",
-               describe(c), need_ws, a.ws_floats);
+    FUTR_CHECK(a.ws && a.ws_floats >= need_ws,
+               "decode GEMM ({}): split-K workspace of {} floats needed, {} given", describe(c), need_ws,
+               a.ws_floats);
     FUTR_CHECK(a.counters && a.n_counters >= need_ctr,
                "decode GEMM ({}): {} split-K counters needed, {} given", describe(c), need_ctr, a.n_counters);
   }
@@ -567,14 +582,15 @@ void decode_gemm(DecodeWeights f, const DecodeArgs& a, const DecodeConfig& c, cu
   if (c.kernel == DecodeKernel::kGemv)
     cfg.dynamicSmemBytes = size_t(sp.kb_per_split) * 256 +
                            size_t(8 * c.tn) * size_t((sp.kb_per_split * 128 + a.group - 1) / a.group) * 32;
-  else if (c.kernel == DecodeKernel::kStreamK) {  // the CTA's x rows and scales (at most 2 x ceil(T/P) chunks)
+  else if (c.kernel ==
+           DecodeKernel::kStreamK) {  // the CTA's x rows and scales (at most 2 x ceil(T/P) chunks)
     const int maxc = 2 * ((stream_items(a.n, a.k) + grid_x - 1) / grid_x);
     cfg.dynamicSmemBytes = v.chunk_smem(a.m, maxc);
-  } else
-    cfg.dynamicSmemBytes = v.smem;
-  FUTR_CHECK(cfg.dynamicSmemBytes <= size_t(160) * 1024,
-             "decode GEMM ({}): K = {} in {} split(s) stages {} bytes of x, more than 160 KB; use more splits",
-             describe(c), a.k, sp.splits, cfg.dynamicSmemBytes);
+  } else cfg.dynamicSmemBytes = v.smem;
+  FUTR_CHECK(
+      cfg.dynamicSmemBytes <= size_t(160) * 1024,
+      "decode GEMM ({}): K = {} in {} split(s) stages {} bytes of x, more than 160 KB; use more splits",
+      describe(c), a.k, sp.splits, cfg.dynamicSmemBytes);
   cfg.stream = s;
   // PDL: every kernel issues its first weight loads before griddepcontrol.wait
   // and touches x, ws, counters and y only after it (ptx/pdl.cuh).

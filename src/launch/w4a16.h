@@ -38,26 +38,26 @@ enum class DecodeKernel { kGemv, kSkinny, kStream, kStreamK };
 // command line (apply_overrides).
 struct DecodeConfig {
   DecodeKernel kernel = DecodeKernel::kGemv;
-  int tn = 1;       // weight tiles of 16 channels per warp (a CTA: 8 warps, 128 * tn channels)
-  int loads = 4;    // gemv: register-ring depth in k64 chunks (tn * loads 16-byte loads in flight);
-                    // sk: chunks per load batch
-  int batches = 1;  // sk: batches of `loads` chunks in flight (1: 4 CTAs/SM; 2: 3 CTAs/SM)
-  int mt = 1;       // skinny: tiles of 8 rows of x (1: M <= 8, 2: M <= 16, 4: M <= 32)
-  int splits = 1;   // gemv / skinny: K slices over gridDim.y (1 = no workspace)
-  int fold = 0;     // gemv / skinny: the reduction sums the splits in groups of `fold` (each
-                    // group from 0, then the groups in order; 0 = one group of all `splits`).
-                    // A property of the shape like `splits` (decode_fold): it fixes the bits
-  bool seq = false; // skinny: each group's slices run one after another in one CTA along K, their
-                    // sums folded in the reduction's order: the same bits as one CTA per split,
-                    // a group's sum as the CTA's partial (one group: no workspace; large M, where
-                    // the partials' traffic costs more than the parallelism gains)
-  int ctas = 0;     // stream: grid size (0 = every CTA that can be resident; clamped to that)
-  int run = 0;      // stream: 0 = one contiguous item range per CTA (stream-K); R > 0 = runs
-                    // of R items (tile group x k128 block) dealt round-robin to the CTAs
-  int probe = 0;    // stream, measurement only: 1 no scale copies, 2 no activation copies,
-                    // 4 consumers only wait and release (results are wrong when set)
-  bool pdl = false; // launch with programmatic dependent launch (every kernel streams its
-                    // first weights before griddepcontrol.wait)
+  int tn = 1;        // weight tiles of 16 channels per warp (a CTA: 8 warps, 128 * tn channels)
+  int loads = 4;     // gemv: register-ring depth in k64 chunks (tn * loads 16-byte loads in flight);
+                     // sk: chunks per load batch
+  int batches = 1;   // sk: batches of `loads` chunks in flight (1: 4 CTAs/SM; 2: 3 CTAs/SM)
+  int mt = 1;        // skinny: tiles of 8 rows of x (1: M <= 8, 2: M <= 16, 4: M <= 32)
+  int splits = 1;    // gemv / skinny: K slices over gridDim.y (1 = no workspace)
+  int fold = 0;      // gemv / skinny: the reduction sums the splits in groups of `fold` (each
+                     // group from 0, then the groups in order; 0 = one group of all `splits`).
+                     // A property of the shape like `splits` (decode_fold): it fixes the bits
+  bool seq = false;  // skinny: each group's slices run one after another in one CTA along K, their
+                     // sums folded in the reduction's order: the same bits as one CTA per split,
+                     // a group's sum as the CTA's partial (one group: no workspace; large M, where
+                     // the partials' traffic costs more than the parallelism gains)
+  int ctas = 0;      // stream: grid size (0 = every CTA that can be resident; clamped to that)
+  int run = 0;       // stream: 0 = one contiguous item range per CTA (stream-K); R > 0 = runs
+                     // of R items (tile group x k128 block) dealt round-robin to the CTAs
+  int probe = 0;     // stream, measurement only: 1 no scale copies, 2 no activation copies,
+                     // 4 consumers only wait and release (results are wrong when set)
+  bool pdl = false;  // launch with programmatic dependent launch (every kernel streams its
+                     // first weights before griddepcontrol.wait)
 };
 
 // The weight encoding a decode GEMM reads (a kernel operand, not a model
@@ -96,27 +96,28 @@ bool decode_compiled(DecodeWeights f, int group, const DecodeConfig& c);
 // gemv only (M = 1): the input is bf16(RMSNorm(v) g), v = x + bf16(add) (the
 // residual step of cuda::rmsnorm's add mode, fused into the GEMM that reads
 // its output); v is stored to x_out, a buffer other than x. K <= 8192.
-inline constexpr int kDecodeNormMaxK = 8192;  // the widest row the fused RMSNorm input takes (70B's hidden size)
+inline constexpr int kDecodeNormMaxK =
+    8192;  // the widest row the fused RMSNorm input takes (70B's hidden size)
 struct DecodeNormInput {
-  const float* x = nullptr;         // [1, K] FP32 residual
-  const uint16_t* add = nullptr;    // [1, K] BF16
-  const uint16_t* gain = nullptr;   // [K] BF16
-  float* x_out = nullptr;           // [1, K] FP32: x + add
+  const float* x = nullptr;        // [1, K] FP32 residual
+  const uint16_t* add = nullptr;   // [1, K] BF16
+  const uint16_t* gain = nullptr;  // [K] BF16
+  float* x_out = nullptr;          // [1, K] FP32: x + add
   float eps = 1e-5f;
 };
 
 struct DecodeArgs {
-  const void* w = nullptr;        // packed weights (fragment order)
-  const void* scales = nullptr;   // INT4: FP16 [N/8][K/G][8] fragment order; E4M3: FP32 [N]
-  const void* x = nullptr;        // [M, K] BF16
-  void* y = nullptr;              // [M, N] BF16
-  float* ws = nullptr;            // split-K partials, >= decode_workspace_floats()
+  const void* w = nullptr;       // packed weights (fragment order)
+  const void* scales = nullptr;  // INT4: FP16 [N/8][K/G][8] fragment order; E4M3: FP32 [N]
+  const void* x = nullptr;       // [M, K] BF16
+  void* y = nullptr;             // [M, N] BF16
+  float* ws = nullptr;           // split-K partials, >= decode_workspace_floats()
   size_t ws_floats = 0;
-  uint32_t* counters = nullptr;   // split-K arrival counters, zeroed once, >= decode_counters()
+  uint32_t* counters = nullptr;  // split-K arrival counters, zeroed once, >= decode_counters()
   size_t n_counters = 0;
   int m = 0, n = 0, k = 0;
-  int group = 128;                // INT4 group size (64 or 128); ignored for E4M3
-  bool x_swiglu = false;          // gemv only: x is [1, 2K] gate|up, the input bf16(silu(gate) * up)
+  int group = 128;                        // INT4 group size (64 or 128); ignored for E4M3
+  bool x_swiglu = false;                  // gemv only: x is [1, 2K] gate|up, the input bf16(silu(gate) * up)
   const DecodeNormInput* norm = nullptr;  // gemv only: the RMSNorm fused in (x unused then)
 };
 

@@ -23,8 +23,8 @@ void ModelConfig::validate(const std::string& source) const {
   positive("intermediate", intermediate, 1 << 18);
   positive("vocab", vocab, 1 << 22);
   positive("max_context", max_context, 1 << 24);
-  FUTR_CHECK(n_heads % n_kv_heads == 0, "{}: n_heads {} is not a multiple of n_kv_heads {}", source,
-             n_heads, n_kv_heads);
+  FUTR_CHECK(n_heads % n_kv_heads == 0, "{}: n_heads {} is not a multiple of n_kv_heads {}", source, n_heads,
+             n_kv_heads);
   FUTR_CHECK(head_dim % 2 == 0, "{}: head_dim {} must be even for RoPE", source, head_dim);
   // NOTE: a double such as 1e300 read into a float is inf, which compares > 0.
   // Physically meaningful bounds: RoPE's base is >= 1 (real models: 1e4 to
@@ -42,8 +42,9 @@ void ModelConfig::validate(const std::string& source) const {
     const RopeScaling& r = rope_scaling;
     FUTR_CHECK(std::isfinite(r.factor) && r.factor >= 1.0f && r.factor <= 1024.0f,
                "{}: rope_scaling factor {} is out of range [1, 1024]", source, r.factor);
-    FUTR_CHECK(std::isfinite(r.low_freq_factor) && std::isfinite(r.high_freq_factor) && r.low_freq_factor > 0.0f &&
-                   r.high_freq_factor > r.low_freq_factor && r.high_freq_factor <= 1e6f,
+    FUTR_CHECK(std::isfinite(r.low_freq_factor) && std::isfinite(r.high_freq_factor) &&
+                   r.low_freq_factor > 0.0f && r.high_freq_factor > r.low_freq_factor &&
+                   r.high_freq_factor <= 1e6f,
                "{}: rope_scaling needs 0 < low_freq_factor ({}) < high_freq_factor ({}) <= 1e6", source,
                r.low_freq_factor, r.high_freq_factor);
     FUTR_CHECK(r.original_max_position > 0 && r.original_max_position <= (1 << 24),

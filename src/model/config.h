@@ -9,16 +9,17 @@ namespace futr {
 
 // Llama 3.1 "llama3" RoPE frequency scaling (rope_scaling in config.json).
 struct RopeScaling {
-  std::string type = "none";   // "none" | "llama3"
-  float factor = 1.0f;           // e.g. 8.0 for Llama-3.1
-  float low_freq_factor = 1.0f;  // e.g. 1.0
-  float high_freq_factor = 4.0f; // e.g. 4.0
+  std::string type = "none";      // "none" | "llama3"
+  float factor = 1.0f;            // e.g. 8.0 for Llama-3.1
+  float low_freq_factor = 1.0f;   // e.g. 1.0
+  float high_freq_factor = 4.0f;  // e.g. 4.0
   int original_max_position = 8192;
 };
 
 // For messages: what runs and what does not (docs/MODELS.md).
 inline constexpr const char* kSupportedArchitectures =
-    "supported: llama (Llama 2/3, TinyLlama, Mistral 7B (v0.1 within its 4096-token window), SmolLM) and qwen2 "
+    "supported: llama (Llama 2/3, TinyLlama, Mistral 7B (v0.1 within its 4096-token window), SmolLM) and "
+    "qwen2 "
     "(Qwen2, Qwen2.5); not supported: gemma, phi, mixture-of-experts models (mixtral, qwen2moe), "
     "sliding-window attention";
 
@@ -27,12 +28,12 @@ struct ModelConfig {
   std::string name;            // human-readable, from the file's metadata
   int hidden = 0;              // d_model
   int n_layers = 0;
-  int n_heads = 0;             // query heads
-  int n_kv_heads = 0;          // key/value heads (GQA: n_heads % n_kv_heads == 0)
-  int head_dim = 0;            // usually hidden / n_heads
-  int intermediate = 0;        // SwiGLU inner width
+  int n_heads = 0;       // query heads
+  int n_kv_heads = 0;    // key/value heads (GQA: n_heads % n_kv_heads == 0)
+  int head_dim = 0;      // usually hidden / n_heads
+  int intermediate = 0;  // SwiGLU inner width
   int vocab = 0;
-  int max_context = 0;         // trained context length
+  int max_context = 0;  // trained context length
   float rope_theta = 10000.0f;
   float rms_eps = 1e-5f;
   RopeScaling rope_scaling;

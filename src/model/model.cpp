@@ -7,8 +7,8 @@ int64_t Model::parameter_count() const {
   auto count = [](const Tensor& t) { return int64_t(t.data.size()); };
   int64_t n = count(weights.tok_embd) + count(weights.out_norm) + count(weights.lm_head);
   for (const auto& l : weights.layers) {
-    for (const Tensor* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_norm, &l.w_gate,
-                            &l.w_up, &l.w_down})
+    for (const Tensor* t :
+         {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down})
       n += count(*t);
   }
   return n;

@@ -35,10 +35,10 @@ struct LayerWeights {
 };
 
 struct ModelWeights {
-  Tensor tok_embd;                  // [vocab, hidden]
-  std::vector<LayerWeights> layers; // [n_layers]
-  Tensor out_norm;                  // [hidden]
-  Tensor lm_head;                   // [vocab, hidden]; empty when tied to tok_embd
+  Tensor tok_embd;                   // [vocab, hidden]
+  std::vector<LayerWeights> layers;  // [n_layers]
+  Tensor out_norm;                   // [hidden]
+  Tensor lm_head;                    // [vocab, hidden]; empty when tied to tok_embd
 
   const Tensor& output() const { return lm_head.empty() ? tok_embd : lm_head; }
 };

@@ -85,9 +85,10 @@ ProjId parse_projection_name(const std::string& name) {
   if (split_block(name, layer, rest))
     for (Projection p : kLayerProjections)
       if (rest == suffix(p)) return {layer, p};
-  fail("'{}' is not a projection name (blk.<layer>.attn_q|attn_k|attn_v|attn_output|ffn_gate|"
-       "ffn_up|ffn_down, output)",
-       name);
+  fail(
+      "'{}' is not a projection name (blk.<layer>.attn_q|attn_k|attn_v|attn_output|ffn_gate|"
+      "ffn_up|ffn_down, output)",
+      name);
 }
 
 std::string site_name(SiteId s) { return fmt::format("blk.{}.{}", s.layer, suffix(s.site)); }

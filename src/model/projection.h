@@ -29,11 +29,11 @@ enum class Projection : uint8_t { kQ, kK, kV, kO, kGate, kUp, kDown, kLmHead };
 
 // The seven projections of a layer, in forward order.
 inline constexpr std::array<Projection, 7> kLayerProjections = {
-    Projection::kQ, Projection::kK, Projection::kV, Projection::kO,
+    Projection::kQ,    Projection::kK,  Projection::kV,   Projection::kO,
     Projection::kGate, Projection::kUp, Projection::kDown};
 
 struct ProjId {
-  int layer = -1;                          // [0, n_layers); -1 for the LM head
+  int layer = -1;  // [0, n_layers); -1 for the LM head
   Projection proj = Projection::kLmHead;
   auto operator<=>(const ProjId&) const = default;
 };
@@ -47,9 +47,9 @@ struct SiteId {
   auto operator<=>(const SiteId&) const = default;
 };
 
-InputSite input_site(Projection p);     // futr::Error for the LM head
-bool records_site(Projection p);        // q, o, gate, down: the first reader of its site
-bool reads_rmsnorm(Projection p);       // q, k, v, gate, up: behind an RMSNorm
+InputSite input_site(Projection p);  // futr::Error for the LM head
+bool records_site(Projection p);     // q, o, gate, down: the first reader of its site
+bool reads_rmsnorm(Projection p);    // q, k, v, gate, up: behind an RMSNorm
 
 // "blk.<l>.attn_q" | attn_k | attn_v | attn_output | ffn_gate | ffn_up | ffn_down, "output".
 std::string projection_name(ProjId id);

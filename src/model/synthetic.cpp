@@ -65,7 +65,8 @@ ModelConfig synthetic_config(const std::string& name) {
   } else if (name == "llama-3.1-405b") {  // ~203 GB in INT4: tensor parallel only (--tp 2 and more)
     llama3(16384, 126, 128, 128, 53248, 8.0f, false);
   } else {
-    fail("--synthetic {}: unknown synthetic model (accepted: {})", name, fmt::join(synthetic_model_names(), ", "));
+    fail("--synthetic {}: unknown synthetic model (accepted: {})", name,
+         fmt::join(synthetic_model_names(), ", "));
   }
   c.validate(c.name);
   return c;
@@ -73,12 +74,15 @@ ModelConfig synthetic_config(const std::string& name) {
 
 Model synthetic_host_model(const std::string& name, uint64_t seed) {
   const ModelConfig c = synthetic_config(name);
-  FUTR_CHECK(name == "tiny",
-             "--synthetic {}: its random weights are generated on the GPU only (--backend gpu); on the CPU only "
-             "--synthetic tiny exists (the CPU engines would need {:.1f} GB of FP32 weights on the host)",
-             name, double(int64_t(c.n_layers) * (int64_t(c.q_dim() + 2 * c.kv_dim()) * c.hidden +
-                                                 int64_t(c.hidden) * c.q_dim() + 3 * int64_t(c.intermediate) * c.hidden) +
-                          2.0 * double(c.vocab) * c.hidden) * 4e-9);
+  FUTR_CHECK(
+      name == "tiny",
+      "--synthetic {}: its random weights are generated on the GPU only (--backend gpu); on the CPU only "
+      "--synthetic tiny exists (the CPU engines would need {:.1f} GB of FP32 weights on the host)",
+      name,
+      double(int64_t(c.n_layers) * (int64_t(c.q_dim() + 2 * c.kv_dim()) * c.hidden +
+                                    int64_t(c.hidden) * c.q_dim() + 3 * int64_t(c.intermediate) * c.hidden) +
+             2.0 * double(c.vocab) * c.hidden) *
+          4e-9);
   std::mt19937_64 rng(seed);
   auto tensor = [&](std::vector<int64_t> shape, float mean, float stddev) {
     Tensor t(std::move(shape));
@@ -92,7 +96,8 @@ Model synthetic_host_model(const std::string& name, uint64_t seed) {
   m.format = "synthetic";
   const int64_t H = c.hidden, Q = c.q_dim(), KV = c.kv_dim(), I = c.intermediate;
   // Standard deviation 1/sqrt(K) per weight: y = x W^T keeps x's RMS.
-  const float sh = 1.0f / std::sqrt(float(H)), sq = 1.0f / std::sqrt(float(Q)), si = 1.0f / std::sqrt(float(I));
+  const float sh = 1.0f / std::sqrt(float(H)), sq = 1.0f / std::sqrt(float(Q)),
+              si = 1.0f / std::sqrt(float(I));
   m.weights.tok_embd = tensor({c.vocab, H}, 0.0f, 1.0f);
   for (int l = 0; l < c.n_layers; ++l) {
     LayerWeights L;

@@ -13,8 +13,7 @@ namespace futr::quant {
 void DelayedScalingConfig::validate() const {
   FUTR_CHECK(std::isfinite(initial_amax) && initial_amax > 0.0f,
              "delayed scaling: initial amax {} must be finite and positive", initial_amax);
-  FUTR_CHECK(history >= 1 && history <= 1024, "delayed scaling: history {} out of range (1..1024)",
-             history);
+  FUTR_CHECK(history >= 1 && history <= 1024, "delayed scaling: history {} out of range (1..1024)", history);
   FUTR_CHECK(std::isfinite(margin) && margin >= 1.0f && margin <= 1e6f,
              "delayed scaling: margin {} out of range (1..1e6)", margin);
 }
@@ -74,9 +73,8 @@ DelayedScale::Action DelayedScale::record(float amax, uint64_t saturated) {
 }
 
 void DelayedScale::record_rerun(float amax, uint64_t saturated) {
-  FUTR_CHECK(saturated == 0,
-             "delayed scaling: a re-run with scale {} still saturated {} values (amax {})", scale_,
-             saturated, amax);
+  FUTR_CHECK(saturated == 0, "delayed scaling: a re-run with scale {} still saturated {} values (amax {})",
+             scale_, saturated, amax);
 }
 
 float round_e4m3_fast(float v) {
@@ -96,8 +94,7 @@ float round_e4m3_fast(float v) {
 
 Fp8QuantStats quantize_e4m3_scaled(std::span<const float> x, float s, std::span<float> out) {
   FUTR_ASSERT(out.empty() || out.size() == x.size());
-  FUTR_CHECK(std::isfinite(s) && s > 0.0f, "FP8 quantization: scale {} must be finite and positive",
-             s);
+  FUTR_CHECK(std::isfinite(s) && s > 0.0f, "FP8 quantization: scale {} must be finite and positive", s);
   const float inv = 1.0f / s;  // the epilogue's qscale = 1 / scale_in
   Fp8QuantStats st;
   for (size_t i = 0; i < x.size(); ++i) {
@@ -153,8 +150,8 @@ const DelayedScale* ScaleBank::find(int group, int site) const {
 
 void ScaleBank::set_initial_amax(int site, float amax) {
   FUTR_CHECK(site >= 0 && site < sites(), "ScaleBank: no site {}", site);
-  FUTR_CHECK(std::isfinite(amax) && amax > 0.0f, "ScaleBank: initial amax {} of site '{}' invalid",
-             amax, names_[size_t(site)]);
+  FUTR_CHECK(std::isfinite(amax) && amax > 0.0f, "ScaleBank: initial amax {} of site '{}' invalid", amax,
+             names_[size_t(site)]);
   initial_[size_t(site)] = amax;
 }
 

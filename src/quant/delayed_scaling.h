@@ -74,8 +74,8 @@ struct DelayedScalingConfig {
   // never changes what a later call computes. kDelayed: the state machine above.
   Fp8Scaling scaling = Fp8Scaling::kDelayed;
   float initial_amax = 32768.0f;  // amax assumed before the first call (> 0, finite)
-  int history = 16;             // calls in the amax window (1..1024)
-  float margin = 1.0f;          // headroom: the window's max maps to 448 / margin (>= 1)
+  int history = 16;               // calls in the amax window (1..1024)
+  float margin = 1.0f;            // headroom: the window's max maps to 448 / margin (>= 1)
   Fp8SaturationPolicy policy = Fp8SaturationPolicy::kClampRescale;  // the enum's home: core/number_formats.h
 
   void validate() const;  // futr::Error naming the bad field

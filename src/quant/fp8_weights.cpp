@@ -15,18 +15,16 @@ float Fp8Weights::dequant(int row, int col) const {
 
 std::vector<float> fold_gain(std::span<const float> w, int n, int k, std::span<const float> gain) {
   FUTR_CHECK(w.size() == size_t(n) * size_t(k) && gain.size() == size_t(k),
-             "fold_gain: weight of {} values for [{}, {}] with a gain of {}", w.size(), n, k,
-             gain.size());
+             "fold_gain: weight of {} values for [{}, {}] with a gain of {}", w.size(), n, k, gain.size());
   std::vector<float> out(w.size());
   for (size_t r = 0; r < size_t(n); ++r)
     for (size_t c = 0; c < size_t(k); ++c) out[r * size_t(k) + c] = w[r * size_t(k) + c] * gain[c];
   return out;
 }
 
-Fp8Weights quantize_fp8(std::span<const float> w, int n, int k, bool folded_gain,
-                        const std::string& name) {
-  FUTR_CHECK(n > 0 && k > 0 && w.size() == size_t(n) * size_t(k),
-             "{}: {} values for an FP8 weight [{}, {}]", name, w.size(), n, k);
+Fp8Weights quantize_fp8(std::span<const float> w, int n, int k, bool folded_gain, const std::string& name) {
+  FUTR_CHECK(n > 0 && k > 0 && w.size() == size_t(n) * size_t(k), "{}: {} values for an FP8 weight [{}, {}]",
+             name, w.size(), n, k);
   Fp8Weights out{n, k, std::vector<uint8_t>(w.size()), std::vector<float>(size_t(n)), folded_gain};
 #pragma omp parallel for schedule(static)
   for (int r = 0; r < n; ++r) {
@@ -54,8 +52,7 @@ Fp8Weights quantize_fp8(std::span<const float> w, int n, int k, bool folded_gain
 
 std::vector<float> dequantize_fp8(const Fp8Weights& w) {
   FUTR_CHECK(w.w.size() == size_t(w.n) * size_t(w.k) && w.scale.size() == size_t(w.n),
-             "dequantize_fp8: {} bytes and {} scales for [{}, {}]", w.w.size(), w.scale.size(), w.n,
-             w.k);
+             "dequantize_fp8: {} bytes and {} scales for [{}, {}]", w.w.size(), w.scale.size(), w.n, w.k);
   std::vector<float> out(w.w.size());
   for (size_t r = 0; r < size_t(w.n); ++r)
     for (size_t c = 0; c < size_t(w.k); ++c)

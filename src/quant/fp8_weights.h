@@ -36,11 +36,11 @@ inline constexpr float kFp8MinWeightScale = 0x1p-64f;
 inline constexpr float kFp8MaxWeightScale = 0x1p16f;
 
 struct Fp8Weights {
-  int n = 0;                  // output channels N
-  int k = 0;                  // inputs K
-  std::vector<uint8_t> w;     // [N, K] row-major E4M3 bytes (OCP E4M3FN)
-  std::vector<float> scale;   // [N] per-output-channel dequantization scale b_s
-  bool folded_gain = false;   // true: W' = W diag(g) (an RMSNorm gain is folded in)
+  int n = 0;                 // output channels N
+  int k = 0;                 // inputs K
+  std::vector<uint8_t> w;    // [N, K] row-major E4M3 bytes (OCP E4M3FN)
+  std::vector<float> scale;  // [N] per-output-channel dequantization scale b_s
+  bool folded_gain = false;  // true: W' = W diag(g) (an RMSNorm gain is folded in)
 
   float dequant(int row, int col) const;  // e4m3(w) * scale[row]
 };

@@ -56,9 +56,10 @@ std::vector<double> inverse_cholesky(const std::vector<double>& h, int k, double
       for (int j = 0; j < i; ++j) a[size_t(i) * k + j] = 0.0;  // keep only U
     return a;
   }
-  fail("{}: GPTQ: the calibration Hessian is not positive definite even with damping {} "
-       "(too few calibration tokens?)",
-       name, damp);
+  fail(
+      "{}: GPTQ: the calibration Hessian is not positive definite even with damping {} "
+      "(too few calibration tokens?)",
+      name, damp);
 }
 
 }  // namespace
@@ -66,14 +67,13 @@ std::vector<double> inverse_cholesky(const std::vector<double>& h, int k, double
 Int4Weights gptq_quantize(std::span<const float> w_in, int n, int k, std::span<const double> hessian,
                           const GptqOptions& o, const std::string& name) {
   const int G = o.group ? o.group : int4_group_for(k, name);
-  FUTR_CHECK(n > 0 && (G == 64 || G == 128) && k % G == 0, "{}: GPTQ: [{}, {}] with group {}", name,
-             n, k, G);
-  FUTR_CHECK(w_in.size() == size_t(n) * size_t(k), "{}: GPTQ: {} weights for [{}, {}]", name,
-             w_in.size(), n, k);
-  FUTR_CHECK(hessian.size() == size_t(k) * size_t(k), "{}: GPTQ: Hessian of {} values for K = {}",
-             name, hessian.size(), k);
-  FUTR_CHECK(o.block >= G && o.block % G == 0, "{}: GPTQ block {} must be a multiple of group {}",
-             name, o.block, G);
+  FUTR_CHECK(n > 0 && (G == 64 || G == 128) && k % G == 0, "{}: GPTQ: [{}, {}] with group {}", name, n, k, G);
+  FUTR_CHECK(w_in.size() == size_t(n) * size_t(k), "{}: GPTQ: {} weights for [{}, {}]", name, w_in.size(), n,
+             k);
+  FUTR_CHECK(hessian.size() == size_t(k) * size_t(k), "{}: GPTQ: Hessian of {} values for K = {}", name,
+             hessian.size(), k);
+  FUTR_CHECK(o.block >= G && o.block % G == 0, "{}: GPTQ block {} must be a multiple of group {}", name,
+             o.block, G);
   FUTR_CHECK(o.damp > 0.0 && o.damp < 10.0, "{}: GPTQ damping {} out of range", name, o.damp);
   const size_t K = size_t(k);
   openblas_set_num_threads(1);  // one thread pool: OpenMP (rows in parallel below)
@@ -82,8 +82,8 @@ Int4Weights gptq_quantize(std::span<const float> w_in, int n, int k, std::span<c
   std::vector<double> h(hessian.begin(), hessian.end());
   std::vector<float> w(w_in.begin(), w_in.end());
   for (size_t i = 0; i < K; ++i) {
-    FUTR_CHECK(std::isfinite(h[i * K + i]) && h[i * K + i] >= 0.0,
-               "{}: GPTQ: Hessian diagonal {} is {}", name, i, h[i * K + i]);
+    FUTR_CHECK(std::isfinite(h[i * K + i]) && h[i * K + i] >= 0.0, "{}: GPTQ: Hessian diagonal {} is {}",
+               name, i, h[i * K + i]);
     if (h[i * K + i] == 0.0) {
       h[i * K + i] = 1.0;
       for (size_t r = 0; r < size_t(n); ++r) w[r * K + i] = 0.0f;
@@ -123,41 +123,42 @@ Int4Weights gptq_quantize(std::span<const float> w_in, int n, int k, std::span<c
 #pragma omp for schedule(dynamic, 1)
     for (int ch = 0; ch < chunks; ++ch) {
       try {
-      const int r0 = ch * kRows, rows = std::min(kRows, n - r0);
-      for (int r = 0; r < rows; ++r)
-        for (size_t j = 0; j < K; ++j)
-          W[size_t(r) * K + j] = double(w[size_t(r0 + r) * K + size_t(perm[j])]);
-      for (int i1 = 0; i1 < k; i1 += o.block) {
-        const int i2 = std::min(k, i1 + o.block), bw = i2 - i1;
-        for (int i = i1; i < i2; ++i) {
-          const int orig = perm[size_t(i)], g = orig / G;
-          const double d = U[size_t(i) * K + size_t(i)];
-          for (int r = 0; r < rows; ++r) {
-            double* row = &W[size_t(r) * K];
-            uint16_t& s16 = out.scale[size_t(r0 + r) * size_t(groups) + size_t(g)];
-            if (!o.act_order && i % G == 0) {
-              // Group start (plain order: the group is inputs i..i+G-1, all in this block
-              // and already updated): choose its scale now.
-              for (int t = 0; t < G; ++t) gw[size_t(t)] = float(row[i + t]);
-              const std::span<const float> d =
-                  hdiag.empty() ? std::span<const float>() : std::span<const float>(hdiag).subspan(size_t(i), size_t(G));
-              s16 = int4_quantize_group(gw, d, o.clip, gq);
+        const int r0 = ch * kRows, rows = std::min(kRows, n - r0);
+        for (int r = 0; r < rows; ++r)
+          for (size_t j = 0; j < K; ++j)
+            W[size_t(r) * K + j] = double(w[size_t(r0 + r) * K + size_t(perm[j])]);
+        for (int i1 = 0; i1 < k; i1 += o.block) {
+          const int i2 = std::min(k, i1 + o.block), bw = i2 - i1;
+          for (int i = i1; i < i2; ++i) {
+            const int orig = perm[size_t(i)], g = orig / G;
+            const double d = U[size_t(i) * K + size_t(i)];
+            for (int r = 0; r < rows; ++r) {
+              double* row = &W[size_t(r) * K];
+              uint16_t& s16 = out.scale[size_t(r0 + r) * size_t(groups) + size_t(g)];
+              if (!o.act_order && i % G == 0) {
+                // Group start (plain order: the group is inputs i..i+G-1, all in this block
+                // and already updated): choose its scale now.
+                for (int t = 0; t < G; ++t) gw[size_t(t)] = float(row[i + t]);
+                const std::span<const float> d =
+                    hdiag.empty() ? std::span<const float>()
+                                  : std::span<const float>(hdiag).subspan(size_t(i), size_t(G));
+                s16 = int4_quantize_group(gw, d, o.clip, gq);
+              }
+              const float s = fp16_to_float(s16);
+              const int8_t q = int4_quantize_value(float(row[i]), s);
+              out.q[size_t(r0 + r) * K + size_t(orig)] = q;
+              const double err = (row[i] - double(q) * double(s)) / d;
+              E[size_t(r) * size_t(o.block) + size_t(i - i1)] = err;
+              // Eager update of the rest of the block.
+              const double* u = &U[size_t(i) * K];
+              for (int j = i + 1; j < i2; ++j) row[j] -= err * u[j];
             }
-            const float s = fp16_to_float(s16);
-            const int8_t q = int4_quantize_value(float(row[i]), s);
-            out.q[size_t(r0 + r) * K + size_t(orig)] = q;
-            const double err = (row[i] - double(q) * double(s)) / d;
-            E[size_t(r) * size_t(o.block) + size_t(i - i1)] = err;
-            // Eager update of the rest of the block.
-            const double* u = &U[size_t(i) * K];
-            for (int j = i + 1; j < i2; ++j) row[j] -= err * u[j];
           }
+          // Lazy update of everything after the block: W[:, i2:] -= E[:, :bw] U[i1:i2, i2:].
+          if (i2 < k)
+            cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, k - i2, bw, -1.0, E.data(), o.block,
+                        &U[size_t(i1) * K + size_t(i2)], k, 1.0, &W[size_t(i2)], k);
         }
-        // Lazy update of everything after the block: W[:, i2:] -= E[:, :bw] U[i1:i2, i2:].
-        if (i2 < k)
-          cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, k - i2, bw, -1.0, E.data(),
-                      o.block, &U[size_t(i1) * K + size_t(i2)], k, 1.0, &W[size_t(i2)], k);
-      }
       } catch (...) {
 #pragma omp critical(futr_gptq_error)
         if (!error) error = std::current_exception();
@@ -168,8 +169,7 @@ Int4Weights gptq_quantize(std::span<const float> w_in, int n, int k, std::span<c
   return out;
 }
 
-double hessian_output_error(std::span<const float> w, const Int4Weights& q,
-                            std::span<const double> hessian) {
+double hessian_output_error(std::span<const float> w, const Int4Weights& q, std::span<const double> hessian) {
   const size_t K = size_t(q.k);
   FUTR_CHECK(w.size() == size_t(q.n) * K && hessian.size() == K * K,
              "hessian_output_error: shapes do not match");

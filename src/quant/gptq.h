@@ -48,11 +48,11 @@
 namespace futr::quant {
 
 struct GptqOptions {
-  int group = 0;           // 0: int4_group_for(K)
-  double damp = 0.01;      // relative damping of the Hessian diagonal
-  int block = 128;         // lazy-update block (a multiple of the group size)
-  bool act_order = false;  // process inputs by decreasing H_ii (static groups)
-  ClipSearch clip;         // clipping search for each group's scale (GPTQ + clip)
+  int group = 0;              // 0: int4_group_for(K)
+  double damp = 0.01;         // relative damping of the Hessian diagonal
+  int block = 128;            // lazy-update block (a multiple of the group size)
+  bool act_order = false;     // process inputs by decreasing H_ii (static groups)
+  ClipSearch clip;            // clipping search for each group's scale (GPTQ + clip)
   bool clip_weighted = true;  // the search's error weighted by H_kk (output-aware), else plain MSE
 };
 
@@ -63,7 +63,6 @@ Int4Weights gptq_quantize(std::span<const float> w, int n, int k, std::span<cons
                           const GptqOptions& options, const std::string& name = "weight");
 
 // || X W^T - X W~^T ||_F^2 / n expressed with H: sum_rows (w - w~)^T H (w - w~).
-double hessian_output_error(std::span<const float> w, const Int4Weights& q,
-                            std::span<const double> hessian);
+double hessian_output_error(std::span<const float> w, const Int4Weights& q, std::span<const double> hessian);
 
 }  // namespace futr::quant

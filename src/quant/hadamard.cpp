@@ -13,8 +13,7 @@ bool hadamard_block_ok(int d, int block) {
 
 void hadamard_rotate(float* x, int d, int block) {
   FUTR_CHECK(hadamard_block_ok(d, block),
-             "Hadamard rotation: block {} must be a power of two dividing the row length {}", block,
-             d);
+             "Hadamard rotation: block {} must be a power of two dividing the row length {}", block, d);
   const float norm = 1.0f / std::sqrt(float(block));
   for (int b0 = 0; b0 < d; b0 += block) {
     float* v = x + b0;
@@ -31,8 +30,7 @@ void hadamard_rotate(float* x, int d, int block) {
 
 void hadamard_rotate_heads(float* x, int64_t n, int64_t ld, int heads, int head_dim, int block) {
   FUTR_CHECK(hadamard_block_ok(head_dim, block),
-             "Hadamard rotation: block {} must be a power of two dividing head_dim {}", block,
-             head_dim);
+             "Hadamard rotation: block {} must be a power of two dividing head_dim {}", block, head_dim);
 #pragma omp parallel for schedule(static) if (n * heads >= 64)
   for (int64_t i = 0; i < n; ++i)
     for (int h = 0; h < heads; ++h) hadamard_rotate(x + i * ld + int64_t(h) * head_dim, head_dim, block);

@@ -23,8 +23,9 @@ void check_int4_shape(int n, int k, int group) {
 Int4Packed pack_int4(const Int4Weights& w) {
   check_int4_shape(w.n, w.k, w.group);
   const size_t nk = size_t(w.n) * w.k, ng = size_t(w.n) * (w.k / w.group);
-  FUTR_CHECK(w.q.size() == nk && w.scale.size() == ng, "pack_int4: {} values and {} scales given, {} and {} expected",
-             w.q.size(), w.scale.size(), nk, ng);
+  FUTR_CHECK(w.q.size() == nk && w.scale.size() == ng,
+             "pack_int4: {} values and {} scales given, {} and {} expected", w.q.size(), w.scale.size(), nk,
+             ng);
   Int4Packed p{w.n, w.k, w.group, std::vector<uint8_t>(nk / 2, 0), std::vector<uint16_t>(ng, 0)};
   for (int r = 0; r < w.n; ++r)
     for (int c = 0; c < w.k; ++c) {
@@ -43,8 +44,8 @@ Int4Weights unpack_int4(const Int4Packed& p) {
   check_int4_shape(p.n, p.k, p.group);
   const size_t nk = size_t(p.n) * p.k, ng = size_t(p.n) * (p.k / p.group);
   FUTR_CHECK(p.weights.size() == nk / 2 && p.scales.size() == ng,
-             "unpack_int4: {} bytes and {} scales given, {} and {} expected", p.weights.size(), p.scales.size(),
-             nk / 2, ng);
+             "unpack_int4: {} bytes and {} scales given, {} and {} expected", p.weights.size(),
+             p.scales.size(), nk / 2, ng);
   Int4Weights w{p.n, p.k, p.group, std::vector<int8_t>(nk), std::vector<uint16_t>(ng)};
   for (int r = 0; r < p.n; ++r)
     for (int c = 0; c < p.k; ++c) {
@@ -96,12 +97,13 @@ Int4Weights int4_take_rows(const Int4Weights& w, std::span<const std::pair<int, 
 }
 
 Int4Weights int4_take_cols(const Int4Weights& w, int begin, int end) {
-  FUTR_CHECK(0 <= begin && begin < end && end <= w.k, "INT4 column slice [{}, {}) outside the {} inputs", begin,
-             end, w.k);
-  FUTR_CHECK(begin % w.group == 0 && end % w.group == 0,
-             "INT4 column slice [{}, {}) does not fall on group boundaries (group {}): a shard must hold whole "
-             "scale groups",
-             begin, end, w.group);
+  FUTR_CHECK(0 <= begin && begin < end && end <= w.k, "INT4 column slice [{}, {}) outside the {} inputs",
+             begin, end, w.k);
+  FUTR_CHECK(
+      begin % w.group == 0 && end % w.group == 0,
+      "INT4 column slice [{}, {}) does not fall on group boundaries (group {}): a shard must hold whole "
+      "scale groups",
+      begin, end, w.group);
   Int4Weights out;
   out.n = w.n;
   out.k = end - begin;

@@ -43,8 +43,8 @@ double group_error(std::span<const float> w, std::span<const float> d, float s) 
 
 }  // namespace
 
-uint16_t int4_quantize_group(std::span<const float> w, std::span<const float> d,
-                             const ClipSearch& clip, std::span<int8_t> q) {
+uint16_t int4_quantize_group(std::span<const float> w, std::span<const float> d, const ClipSearch& clip,
+                             std::span<int8_t> q) {
   FUTR_ASSERT(q.size() == w.size() && (d.empty() || d.size() == w.size()));
   float amax = 0.0f;
   for (float v : w) {
@@ -76,26 +76,26 @@ Int4Weights quantize_int4(std::span<const float> w, int n, int k, int group, con
   if (group == 0) group = int4_group_for(k, name);
   FUTR_CHECK(n > 0 && k > 0 && (group == 64 || group == 128) && k % group == 0,
              "{}: cannot quantize [{}, {}] to INT4 with group {}", name, n, k, group);
-  FUTR_CHECK(w.size() == size_t(n) * size_t(k), "{}: {} values for a [{}, {}] weight", name, w.size(),
-             n, k);
-  FUTR_CHECK(diag.empty() || diag.size() == size_t(k), "{}: {} error weights for K = {}", name,
-             diag.size(), k);
+  FUTR_CHECK(w.size() == size_t(n) * size_t(k), "{}: {} values for a [{}, {}] weight", name, w.size(), n, k);
+  FUTR_CHECK(diag.empty() || diag.size() == size_t(k), "{}: {} error weights for K = {}", name, diag.size(),
+             k);
   Int4Weights out{n, k, group, std::vector<int8_t>(size_t(n) * size_t(k)),
                   std::vector<uint16_t>(size_t(n) * size_t(k / group))};
   const int groups = k / group;
-  for (float v : w) FUTR_CHECK(std::isfinite(v), "{}: INT4 quantization: a weight is not finite ({})", name, v);
+  for (float v : w)
+    FUTR_CHECK(std::isfinite(v), "{}: INT4 quantization: a weight is not finite ({})", name, v);
   // NOTE: an exception must not leave an OpenMP region: the first one is kept and rethrown.
   std::exception_ptr error;
 #pragma omp parallel for schedule(dynamic, 16)
   for (int r = 0; r < n; ++r) {
     try {
-    for (int g = 0; g < groups; ++g) {
-      const size_t o = size_t(r) * size_t(k) + size_t(g) * size_t(group);
-      std::span<const float> dg = diag.empty() ? std::span<const float>()
-                                               : diag.subspan(size_t(g) * size_t(group), size_t(group));
-      out.scale[size_t(r) * size_t(groups) + size_t(g)] = int4_quantize_group(
-          w.subspan(o, size_t(group)), dg, clip, std::span<int8_t>(out.q).subspan(o, size_t(group)));
-    }
+      for (int g = 0; g < groups; ++g) {
+        const size_t o = size_t(r) * size_t(k) + size_t(g) * size_t(group);
+        std::span<const float> dg =
+            diag.empty() ? std::span<const float>() : diag.subspan(size_t(g) * size_t(group), size_t(group));
+        out.scale[size_t(r) * size_t(groups) + size_t(g)] = int4_quantize_group(
+            w.subspan(o, size_t(group)), dg, clip, std::span<int8_t>(out.q).subspan(o, size_t(group)));
+      }
     } catch (...) {
 #pragma omp critical(futr_int4_error)
       if (!error) error = std::current_exception();
@@ -108,8 +108,8 @@ Int4Weights quantize_int4(std::span<const float> w, int n, int k, int group, con
 std::vector<float> dequantize_int4(const Int4Weights& w) {
   const int groups = w.k / w.group;
   FUTR_CHECK(w.q.size() == size_t(w.n) * size_t(w.k) && w.scale.size() == size_t(w.n) * size_t(groups),
-             "dequantize_int4: {} values and {} scales for [{}, {}] group {}", w.q.size(),
-             w.scale.size(), w.n, w.k, w.group);
+             "dequantize_int4: {} values and {} scales for [{}, {}] group {}", w.q.size(), w.scale.size(),
+             w.n, w.k, w.group);
   std::vector<float> out(w.q.size());
   for (int r = 0; r < w.n; ++r)
     for (int g = 0; g < groups; ++g) {

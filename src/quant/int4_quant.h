@@ -56,8 +56,8 @@ int8_t int4_quantize_value(float w, float s);
 // Quantizes one group of `w` (w.size() values, weights d or empty for d = 1)
 // and returns the FP16 scale bits; q receives the values. With clip.enabled the
 // scale comes from the clipping search, else from RTN.
-uint16_t int4_quantize_group(std::span<const float> w, std::span<const float> d,
-                             const ClipSearch& clip, std::span<int8_t> q);
+uint16_t int4_quantize_group(std::span<const float> w, std::span<const float> d, const ClipSearch& clip,
+                             std::span<int8_t> q);
 
 // Quantizes a whole weight matrix W [n, k] row-major with group `group` (0:
 // int4_group_for(k)). `diag` (optional, [k]) weights the clipping search's
@@ -69,7 +69,6 @@ Int4Weights quantize_int4(std::span<const float> w, int n, int k, int group, con
 std::vector<float> dequantize_int4(const Int4Weights& w);
 
 // sum over all weights of (W - W~)^2, weighted per input by diag (optional).
-double int4_squared_error(std::span<const float> w, const Int4Weights& q,
-                          std::span<const float> diag = {});
+double int4_squared_error(std::span<const float> w, const Int4Weights& q, std::span<const float> diag = {});
 
 }  // namespace futr::quant

@@ -39,8 +39,7 @@ void put(std::ofstream& f, const T& v) {
 
 KlEntry make_kl_entry(std::span<const float> z, int32_t target, int k) {
   FUTR_CHECK(k >= 1 && size_t(k) <= z.size(), "KL base: k = {} for a vocabulary of {}", k, z.size());
-  FUTR_CHECK(target >= 0 && size_t(target) < z.size(), "KL base: target {} outside the vocabulary",
-             target);
+  FUTR_CHECK(target >= 0 && size_t(target) < z.size(), "KL base: target {} outside the vocabulary", target);
   double mx, lse;
   log_sum_exp(z, mx, lse);
   std::vector<int32_t> idx(z.size());
@@ -67,8 +66,8 @@ KlEntry make_kl_entry(std::span<const float> z, int32_t target, int k) {
 }
 
 KlRow compare_kl_row(const KlEntry& b, std::span<const float> z) {
-  FUTR_CHECK(b.target >= 0 && size_t(b.target) < z.size(), "KL: target {} outside the logits ({})",
-             b.target, z.size());
+  FUTR_CHECK(b.target >= 0 && size_t(b.target) < z.size(), "KL: target {} outside the logits ({})", b.target,
+             z.size());
   double mx, lse;
   log_sum_exp(z, mx, lse);
   KlRow r;
@@ -172,8 +171,10 @@ KlBase KlBase::read(const std::string& path) {
   b.meta_ = parse_json_document(js, path + ": KL base metadata", kMaxJsonDepth, kMaxMetaBytes);
   FUTR_CHECK(b.meta_.is_object(), "{}: KL base metadata is not a JSON object", path);
   for (const char* key : {"ctx", "stride"})  // what futr perplexity --kl-base compares with its run
-    if (b.meta_.contains(key)) json_int(b.meta_[key], fmt::format("{}: KL base metadata {}", path, key), 0, INT32_MAX);
-  if (b.meta_.contains("tokens")) json_int(b.meta_["tokens"], path + ": KL base metadata tokens", 0, INT64_MAX);
+    if (b.meta_.contains(key))
+      json_int(b.meta_[key], fmt::format("{}: KL base metadata {}", path, key), 0, INT32_MAX);
+  if (b.meta_.contains("tokens"))
+    json_int(b.meta_["tokens"], path + ": KL base metadata tokens", 0, INT64_MAX);
   b.entries_.resize(size_t(entries));
   for (KlEntry& e : b.entries_) {
     e.ids.resize(k);
@@ -184,8 +185,7 @@ KlBase KlBase::read(const std::string& path) {
     f.read(reinterpret_cast<char*>(e.logp.data()), std::streamsize(4 * k));
     f.read(reinterpret_cast<char*>(&e.log_rest), 4);
     for (int32_t id : e.ids)
-      FUTR_CHECK(id >= 0 && uint32_t(id) < vocab, "{}: KL base token id {} outside the vocabulary", path,
-                 id);
+      FUTR_CHECK(id >= 0 && uint32_t(id) < vocab, "{}: KL base token id {} outside the vocabulary", path, id);
     FUTR_CHECK(e.target >= 0 && uint32_t(e.target) < vocab, "{}: KL base target {} outside the vocabulary",
                path, e.target);
   }
@@ -194,8 +194,7 @@ KlBase KlBase::read(const std::string& path) {
 }
 
 void KlCompare::add_rows(const float* logits, int rows, int vocab, const int32_t* targets) {
-  FUTR_CHECK(vocab == base_.vocab(), "KL: the model has {} logits, the base file {}", vocab,
-             base_.vocab());
+  FUTR_CHECK(vocab == base_.vocab(), "KL: the model has {} logits, the base file {}", vocab, base_.vocab());
   FUTR_CHECK(n_ + rows <= base_.size(),
              "KL: the run scores more tokens than the base file holds ({}); use the same text, "
              "--ctx, --stride and --max-tokens",

@@ -37,20 +37,20 @@
 namespace futr::quant {
 
 struct KlEntry {
-  int32_t target = 0;          // token scored
-  float nll = 0.0f;            // -log p(target)
-  std::vector<int32_t> ids;    // [k] most likely tokens, by decreasing probability
-  std::vector<float> logp;     // [k] their log-probabilities
-  float log_rest = 0.0f;       // log of the remaining mass (-inf if none)
+  int32_t target = 0;        // token scored
+  float nll = 0.0f;          // -log p(target)
+  std::vector<int32_t> ids;  // [k] most likely tokens, by decreasing probability
+  std::vector<float> logp;   // [k] their log-probabilities
+  float log_rest = 0.0f;     // log of the remaining mass (-inf if none)
 };
 
 // The coarsened base distribution of one row of logits (double precision).
 KlEntry make_kl_entry(std::span<const float> logits, int32_t target, int k);
 
 struct KlRow {
-  double kl = 0.0;      // KL_k(P || Q) of the row
-  bool top1 = false;    // argmax q == argmax p
-  double nll = 0.0;     // -log q(target)
+  double kl = 0.0;    // KL_k(P || Q) of the row
+  bool top1 = false;  // argmax q == argmax p
+  double nll = 0.0;   // -log q(target)
 };
 // Compares one row of the quantized run's logits with the base entry.
 KlRow compare_kl_row(const KlEntry& base, std::span<const float> logits);

@@ -22,7 +22,7 @@
 namespace futr::quant {
 
 struct QuantizedTensor {
-  ProjId id;                   // which projection
+  ProjId id;  // which projection
   WeightFormat format = WeightFormat::kBf16;
   int n = 0, k = 0;            // [out, in]
   std::string method;          // how it was made: "bf16", "fp8-channel", "rtn", "rtn+clip",
@@ -35,8 +35,8 @@ struct QuantizedTensor {
 // One format's projections of a whole model.
 struct QuantizedWeights {
   WeightFormat format = WeightFormat::kBf16;
-  std::string method;                          // summary, e.g. "gptq+clip g128/64"
-  std::map<ProjId, QuantizedTensor> tensors;   // projection -> tensor
+  std::string method;                         // summary, e.g. "gptq+clip g128/64"
+  std::map<ProjId, QuantizedTensor> tensors;  // projection -> tensor
   // FP8 only: calibrated initial amax per activation site (4 per layer,
   // model/projection.h InputSite); empty: the default.
   std::map<SiteId, float> fp8_initial_amax;

@@ -43,7 +43,8 @@ struct HessianAcc {
     xt.resize(size_t(k) * size_t(m));
     part.resize(size_t(k) * size_t(k));
     for (int64_t r = 0; r < m; ++r)
-      for (int j = 0; j < k; ++j) xt[size_t(j) * size_t(m) + size_t(r)] = x[size_t(r) * size_t(k) + size_t(j)];
+      for (int j = 0; j < k; ++j)
+        xt[size_t(j) * size_t(m) + size_t(r)] = x[size_t(r) * size_t(k) + size_t(j)];
     gemm_xwt(xt.data(), k, xt.data(), k, m, part.data());  // part = X^T X
     for (size_t i = 0; i < h.size(); ++i) h[i] += double(part[i]);
     rows += m;
@@ -107,20 +108,23 @@ class DiagLinear final : public Linear {
 };
 
 std::map<ProjId, std::vector<float>> input_second_moments(const Model& model, const QuantizeOptions& o,
-                                                               std::span<const int32_t> calib,
-                                                               const QuantProgress& progress) {
+                                                          std::span<const int32_t> calib,
+                                                          const QuantProgress& progress) {
   const int ctx = o.calib_ctx;
   const int windows = int(calib.size() / size_t(std::max(ctx, 1)));
-  FUTR_CHECK(ctx >= 2 && windows >= 1, "clip-act needs at least one calibration window of {} tokens ({} given)",
-             ctx, calib.size());
+  FUTR_CHECK(ctx >= 2 && windows >= 1,
+             "clip-act needs at least one calibration window of {} tokens ({} given)", ctx, calib.size());
   std::map<ProjId, std::vector<double>> acc;
   std::map<ProjId, int64_t> rows;
-  Forward f(model, make_weights(model, [&](ProjId id, const Tensor& w) -> std::unique_ptr<Linear> {
-              if (id.proj == Projection::kLmHead) return std::make_unique<NullLinear>(w.dim(0), w.dim(1));
-              acc[id].assign(size_t(w.dim(1)), 0.0);
-              return std::make_unique<DiagLinear>(DenseLinear::borrow(w, projection_name(id)), &acc[id],
-                                                  &rows[id]);
-            }),
+  Forward f(model,
+            make_weights(model,
+                         [&](ProjId id, const Tensor& w) -> std::unique_ptr<Linear> {
+                           if (id.proj == Projection::kLmHead)
+                             return std::make_unique<NullLinear>(w.dim(0), w.dim(1));
+                           acc[id].assign(size_t(w.dim(1)), 0.0);
+                           return std::make_unique<DiagLinear>(DenseLinear::borrow(w, projection_name(id)),
+                                                               &acc[id], &rows[id]);
+                         }),
             make_fp32_kv_storage(model.config, ctx));
   for (int w = 0; w < windows; ++w) {
     if (progress) progress("calibration", w, windows);
@@ -198,7 +202,7 @@ void gptq_model(const Model& model, const QuantizeOptions& o, std::span<const in
       hess[size_t(s)].h.assign(size_t(hess[size_t(s)].k) * size_t(hess[size_t(s)].k), 0.0);
     }
     std::map<Projection, Tensor> deq;  // dequantized [n, k], by projection (m1's one layer is 0)
-    auto capture = [&](int site) {  // site < 0: all four
+    auto capture = [&](int site) {     // site < 0: all four
       run([&](ProjId id, const Tensor& w) -> std::unique_ptr<Linear> {
         if (id.proj == Projection::kLmHead) return std::make_unique<NullLinear>(w.dim(0), w.dim(1));
         const int s = int(input_site(id.proj));
@@ -242,7 +246,9 @@ void gptq_model(const Model& model, const QuantizeOptions& o, std::span<const in
     d_out.reserve(size_t(ntok) * size_t(H));
     run([&](ProjId id, const Tensor& w) -> std::unique_ptr<Linear> {
       if (id.proj == Projection::kLmHead) return std::make_unique<NullLinear>(w.dim(0), w.dim(1));
-      std::vector<float>* rec = id.proj == Projection::kO ? &o_out : id.proj == Projection::kDown ? &d_out : nullptr;
+      std::vector<float>* rec = id.proj == Projection::kO      ? &o_out
+                                : id.proj == Projection::kDown ? &d_out
+                                                               : nullptr;
       return std::make_unique<CaptureLinear>(DenseLinear::borrow(deq.at(id.proj), projection_name(id)),
                                              nullptr, rec);
     });
@@ -275,8 +281,7 @@ quant::QuantizedWeights quantize_model(const Model& model, const QuantizeOptions
              "quantize: {} is not a quantized format", to_string(o.format));
   if (o.format == WeightFormat::kInt4) {
     FUTR_CHECK(!o.act_order || is_gptq(o.method), "--act-order applies to gptq only");
-    FUTR_CHECK(o.group == 0 || o.group == 64 || o.group == 128, "INT4 group {} (choose 64 or 128)",
-               o.group);
+    FUTR_CHECK(o.group == 0 || o.group == 64 || o.group == 128, "INT4 group {} (choose 64 or 128)", o.group);
   }
   const int layers = c.n_layers;
   const int64_t steps = int64_t(layers) * 7;
@@ -317,11 +322,11 @@ quant::QuantizedWeights quantize_model(const Model& model, const QuantizeOptions
           quant::ClipSearch clip = o.clip;
           clip.enabled = o.method == QuantMethod::kClip || o.method == QuantMethod::kClipAct;
           const std::vector<float>* diag = act_diag.empty() ? nullptr : &act_diag.at(id);
-          t = int4_tensor(id,
-                          quant::quantize_int4(w.data, n, k, o.group, clip,
-                                               diag ? std::span<const float>(*diag) : std::span<const float>(),
-                                               name),
-                          int4_method_name(o));
+          t = int4_tensor(
+              id,
+              quant::quantize_int4(w.data, n, k, o.group, clip,
+                                   diag ? std::span<const float>(*diag) : std::span<const float>(), name),
+              int4_method_name(o));
         }
         out.tensors[id] = std::move(t);
         ++done;

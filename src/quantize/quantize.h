@@ -52,13 +52,13 @@ namespace futr::cpu {
 struct QuantizeOptions {
   WeightFormat format = WeightFormat::kInt4;
   QuantMethod method = QuantMethod::kRtn;  // int4 quantizer (core/number_formats.h)
-  bool act_order = false;      // int4 gptq: process inputs by decreasing activity
-  int group = 0;               // int4: 0 = 128 where K % 128 == 0, else 64
-  quant::ClipSearch clip;      // grid of the clipping search (enabled by the method)
-  double damp = 0.01;          // GPTQ damping
-  bool true_sequential = true; // GPTQ: each input's Hessian with the earlier projections of the
-                               // layer already quantized (q/k/v -> o -> gate/up -> down)
-  int calib_ctx = 512;         // calibration window length (tokens)
+  bool act_order = false;                  // int4 gptq: process inputs by decreasing activity
+  int group = 0;                           // int4: 0 = 128 where K % 128 == 0, else 64
+  quant::ClipSearch clip;                  // grid of the clipping search (enabled by the method)
+  double damp = 0.01;                      // GPTQ damping
+  bool true_sequential = true;             // GPTQ: each input's Hessian with the earlier projections of the
+                                           // layer already quantized (q/k/v -> o -> gate/up -> down)
+  int calib_ctx = 512;                     // calibration window length (tokens)
 };
 
 // Progress: stage name, steps done, steps total.
@@ -71,7 +71,6 @@ bool needs_calibration(const QuantizeOptions& o);
 // Quantizes model's projections. calib: token ids (cut into windows of
 // calib_ctx) for GPTQ and the FP8 initial amax; may be empty for rtn/clip/bf16/fp8.
 quant::QuantizedWeights quantize_model(const Model& model, const QuantizeOptions& o,
-                                       std::span<const int32_t> calib,
-                                       const QuantProgress& progress = {});
+                                       std::span<const int32_t> calib, const QuantProgress& progress = {});
 
 }  // namespace futr::cpu

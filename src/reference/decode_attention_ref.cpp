@@ -27,7 +27,11 @@ KvLayerHost::KvLayerHost(int n, int h, int d) : num_slots(n), kv_heads(h), head_
 namespace {
 
 quant::KvInt4Half half(KvLayerHost& c, bool key) {
-  return {key ? c.k4.data() : c.v4.data(), key ? c.ks.data() : c.vs.data(), key, c.num_slots, c.kv_heads,
+  return {key ? c.k4.data() : c.v4.data(),
+          key ? c.ks.data() : c.vs.data(),
+          key,
+          c.num_slots,
+          c.kv_heads,
           c.head_dim};
 }
 quant::KvInt4Half half(const KvLayerHost& c, bool key) { return half(const_cast<KvLayerHost&>(c), key); }

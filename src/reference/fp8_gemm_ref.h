@@ -41,8 +41,8 @@ void round_bf16(std::span<float> row);
 double sum_squares(std::span<const float> row);
 
 struct Fp8Stats {
-  float amax = 0;         // max |y|
-  uint32_t saturated = 0; // count of |y / scale| > 448
+  float amax = 0;          // max |y|
+  uint32_t saturated = 0;  // count of |y / scale| > 448
 };
 // row holds interleaved pairs (g_i, u_i) at (2i, 2i+1); out[i] = e4m3(silu(g_i) u_i / scale).
 void swiglu_fp8(std::span<const float> row, float scale, uint8_t* out, Fp8Stats& stats);

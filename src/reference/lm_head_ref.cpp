@@ -8,8 +8,8 @@
 
 namespace futr::ref {
 
-void lm_head(std::span<const uint16_t> w, std::span<const uint16_t> x, int m, int n, int k, std::span<float> out,
-             int64_t ld, std::span<const int> rows) {
+void lm_head(std::span<const uint16_t> w, std::span<const uint16_t> x, int m, int n, int k,
+             std::span<float> out, int64_t ld, std::span<const int> rows) {
   FUTR_CHECK(m >= 0 && n >= 0 && k >= 0 && ld >= n, "ref::lm_head: m {} n {} k {} ld {}", m, n, k, ld);
   FUTR_CHECK(w.size() >= size_t(n) * size_t(k) && x.size() >= size_t(m) * size_t(k) &&
                  (m == 0 || out.size() >= size_t(m - 1) * size_t(ld) + size_t(n)),

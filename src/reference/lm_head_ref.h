@@ -14,7 +14,7 @@
 
 namespace futr::ref {
 
-void lm_head(std::span<const uint16_t> w, std::span<const uint16_t> x, int m, int n, int k, std::span<float> out,
-             int64_t ld, std::span<const int> rows = {});
+void lm_head(std::span<const uint16_t> w, std::span<const uint16_t> x, int m, int n, int k,
+             std::span<float> out, int64_t ld, std::span<const int> rows = {});
 
 }  // namespace futr::ref

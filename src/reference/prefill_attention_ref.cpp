@@ -37,7 +37,8 @@ void prefill_attention(const KvLayerHost& c, const uint16_t* q, int64_t q_ld, in
           l += p;
           for (int d = 0; d < D; ++d)
             acc[size_t(d)] +=
-                p * double(bf16_to_float(c.v[layout::kv_primary_index(c.kv_heads, D, r.slot_base + t, h, d)]));
+                p *
+                double(bf16_to_float(c.v[layout::kv_primary_index(c.kv_heads, D, r.slot_base + t, h, d)]));
         }
         float* op = out + int64_t(r.row_begin + i) * out_ld + int64_t(j) * D;
         for (int d = 0; d < D; ++d) op[d] = float(acc[size_t(d)] / l);

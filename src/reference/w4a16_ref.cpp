@@ -44,8 +44,8 @@ void w4a16(const quant::Int4Weights& w, std::span<const uint16_t> x, int m, std:
   });
 }
 
-void w8a16(int n, int k, std::span<const uint8_t> e4m3, std::span<const float> scale, std::span<const uint16_t> x,
-           int m, std::span<float> y, std::span<const int> rows) {
+void w8a16(int n, int k, std::span<const uint8_t> e4m3, std::span<const float> scale,
+           std::span<const uint16_t> x, int m, std::span<float> y, std::span<const int> rows) {
   FUTR_CHECK(e4m3.size() == size_t(n) * k && scale.size() == size_t(n) && x.size() == size_t(m) * k &&
                  y.size() == size_t(m) * n,
              "ref::w8a16: operand sizes do not match N = {}, K = {}, M = {}", n, k, m);

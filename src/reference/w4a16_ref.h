@@ -23,7 +23,7 @@ void w4a16(const quant::Int4Weights& w, std::span<const uint16_t> x, int m, std:
            std::span<const int> rows = {});
 
 // e4m3: [N, K] row-major E4M3 bytes (logical order), scale: [N] FP32.
-void w8a16(int n, int k, std::span<const uint8_t> e4m3, std::span<const float> scale, std::span<const uint16_t> x,
-           int m, std::span<float> y, std::span<const int> rows = {});
+void w8a16(int n, int k, std::span<const uint8_t> e4m3, std::span<const float> scale,
+           std::span<const uint16_t> x, int m, std::span<float> y, std::span<const int> rows = {});
 
 }  // namespace futr::ref

@@ -10,24 +10,22 @@ namespace futr::runtime {
 BatchPlan plan_batch(std::span<const BatchRow> rows, const EngineInfo& info,
                      const std::function<int(SeqId)>& length_of) {
   FUTR_CHECK(rows.size() <= size_t(info.max_step_tokens),
-             "step: {} rows, more than the engine's max_step_tokens {}", rows.size(),
-             info.max_step_tokens);
+             "step: {} rows, more than the engine's max_step_tokens {}", rows.size(), info.max_step_tokens);
   BatchPlan plan;
   std::unordered_set<SeqId> seen;
   for (size_t i = 0; i < rows.size(); ++i) {
     const BatchRow& r = rows[i];
     const int row = int(i);
     FUTR_CHECK(r.token >= 0 && r.token < info.vocab,
-               "step: row {}: token id {} is outside the vocabulary (0..{})", row, r.token,
-               info.vocab - 1);
+               "step: row {}: token id {} is outside the vocabulary (0..{})", row, r.token, info.vocab - 1);
     switch (r.out) {
       case RowOutput::kNone: break;
       case RowOutput::kLogits: ++plan.n_logits; break;
       case RowOutput::kToken: ++plan.n_tokens; break;
       case RowOutput::kLogprob:
         FUTR_CHECK(r.target >= 0 && r.target < info.vocab,
-                   "step: row {}: log-probability target {} is outside the vocabulary (0..{})", row,
-                   r.target, info.vocab - 1);
+                   "step: row {}: log-probability target {} is outside the vocabulary (0..{})", row, r.target,
+                   info.vocab - 1);
         ++plan.n_logprobs;
         break;
       default: fail("step: row {}: invalid output kind {}", row, int(r.out));

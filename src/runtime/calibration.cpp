@@ -37,7 +37,8 @@ std::string default_text_path() {
   // under <prefix>/share/futransformer, beside <prefix>/bin/futr.
   const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
   if (!ec) {
-    const auto installed = exe.parent_path().parent_path() / "share/futransformer/wikitext-2-raw/wiki.test.raw";
+    const auto installed =
+        exe.parent_path().parent_path() / "share/futransformer/wikitext-2-raw/wiki.test.raw";
     if (std::filesystem::exists(installed, ec)) return installed.string();
   }
   return FUTR_DEFAULT_TEXT;
@@ -50,10 +51,11 @@ namespace {
 std::string calibration_text(const Model& model, const CalibrationConfig& c, std::string* file) {
   *file = c.file.empty() ? default_text_path() : c.file;
   std::error_code ec;
-  FUTR_CHECK(std::filesystem::exists(*file, ec), "{}: no such file (the calibration text{}; give one with --calib-file)",
-             *file, c.file.empty() ? ", by default the perplexity text" : "");
-  FUTR_CHECK(!model.tokenizer.tokens.empty(),
-             "{}: the model has no tokenizer (needed for calibration)", model.path);
+  FUTR_CHECK(std::filesystem::exists(*file, ec),
+             "{}: no such file (the calibration text{}; give one with --calib-file)", *file,
+             c.file.empty() ? ", by default the perplexity text" : "");
+  FUTR_CHECK(!model.tokenizer.tokens.empty(), "{}: the model has no tokenizer (needed for calibration)",
+             model.path);
   return read_text(*file);
 }
 
@@ -69,8 +71,8 @@ std::vector<int32_t> calibration_tokens(const Model& model, const CalibrationCon
   std::vector<int32_t> out(all.begin() + long(from), all.end());
   if (out.size() > size_t(c.tokens)) out.resize(size_t(c.tokens));
   FUTR_CHECK(out.size() >= size_t(c.ctx),
-             "{}: the calibration slice (last 10%) has {} tokens, less than --calib-ctx {}", file,
-             out.size(), c.ctx);
+             "{}: the calibration slice (last 10%) has {} tokens, less than --calib-ctx {}", file, out.size(),
+             c.ctx);
   return out;
 }
 
@@ -93,8 +95,8 @@ std::vector<int32_t> calibration_tokens_tail(const Model& model, const Calibrati
     if (out.size() >= n || end == text.size()) break;
   }
   if (out.size() > n) out.resize(n);
-  FUTR_CHECK(out.size() >= size_t(c.ctx), "{}: the calibration tail has {} tokens, less than --calib-ctx {}", file,
-             out.size(), c.ctx);
+  FUTR_CHECK(out.size() >= size_t(c.ctx), "{}: the calibration tail has {} tokens, less than --calib-ctx {}",
+             file, out.size(), c.ctx);
   return out;
 }
 

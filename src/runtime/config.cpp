@@ -23,9 +23,7 @@ std::string to_string(EngineKind k) {
   return "?";
 }
 
-std::string to_string(Fp8RmsPlacement p) {
-  return p == Fp8RmsPlacement::kEpilogue ? "epilogue" : "cast";
-}
+std::string to_string(Fp8RmsPlacement p) { return p == Fp8RmsPlacement::kEpilogue ? "epilogue" : "cast"; }
 
 std::string to_string(PrefillMode m) {
   switch (m) {

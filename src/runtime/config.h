@@ -26,14 +26,14 @@
 
 namespace futr::runtime {
 
-using futr::Fp8SaturationPolicy;
-using futr::Fp8Scaling;
 using futr::fp8_policy_names;
 using futr::fp8_scaling_names;
-using futr::parse_fp8_scaling;
-using futr::KvFormat;
+using futr::Fp8SaturationPolicy;
+using futr::Fp8Scaling;
 using futr::kv_format_names;
+using futr::KvFormat;
 using futr::parse_fp8_policy;
+using futr::parse_fp8_scaling;
 using futr::parse_kv_format;
 using futr::parse_quant_method;
 using futr::parse_weight_format;
@@ -51,8 +51,8 @@ enum class EngineKind {
 
 enum class Fp8RmsPlacement { kEpilogue, kCast };  // folded RMSNorm: after the GEMM | before the cast
 
-std::string to_string(EngineKind k);        // "auto" | "cpu" | "gpu"
-std::string to_string(Fp8RmsPlacement p);   // "epilogue" | "cast"
+std::string to_string(EngineKind k);       // "auto" | "cpu" | "gpu"
+std::string to_string(Fp8RmsPlacement p);  // "epilogue" | "cast"
 // The spellings above; futr::Error naming the accepted values for anything else.
 EngineKind parse_engine_kind(const std::string& s);
 Fp8RmsPlacement parse_fp8_rms(const std::string& s);
@@ -71,12 +71,13 @@ inline constexpr int kDefaultKvBlock = 64;
 inline constexpr int kDefaultKvBlockSize = 16;
 
 struct Fp8Config {
-  Fp8Scaling scaling = Fp8Scaling::kStatic;             // static per site | delayed per request
-  int history = 16;                                     // amax history length (calls)
-  float margin = 1.0f;                                  // headroom factor >= 1
+  Fp8Scaling scaling = Fp8Scaling::kStatic;  // static per site | delayed per request
+  int history = 16;                          // amax history length (calls)
+  float margin = 1.0f;                       // headroom factor >= 1
   Fp8SaturationPolicy policy = Fp8SaturationPolicy::kClampRescale;
   Fp8RmsPlacement rms = Fp8RmsPlacement::kEpilogue;
-  bool gpu_numerics = false;  // the CPU FP8 reference with the GPU prefill path's roundings (--fp8-numerics gpu)
+  bool gpu_numerics =
+      false;  // the CPU FP8 reference with the GPU prefill path's roundings (--fp8-numerics gpu)
 };
 
 // The GPU engine's FP8 prefill path (gpu_engine/prefill.h) for prompt runs:
@@ -84,15 +85,15 @@ struct Fp8Config {
 // weights, or stored in the .futr file); on: required (an error says why it
 // cannot be); off: prompts run through the decode step.
 enum class PrefillMode { kAuto, kOn, kOff };
-std::string to_string(PrefillMode m);          // "auto" | "on" | "off"
+std::string to_string(PrefillMode m);  // "auto" | "on" | "off"
 PrefillMode parse_prefill_mode(const std::string& s);
 
 // Calibration text for quantizers that need it (gptq*, clip-act, fp8's
 // initial amax): the last 10% of the file's tokens, at most `tokens`.
 struct CalibrationConfig {
-  std::string file;   // "" = the default perplexity text (in the repository)
+  std::string file;  // "" = the default perplexity text (in the repository)
   int tokens = 16384;
-  int ctx = 512;      // calibration window length
+  int ctx = 512;  // calibration window length
 };
 
 struct RuntimeConfig {
@@ -102,22 +103,27 @@ struct RuntimeConfig {
   QuantMethod quant = QuantMethod::kRtn;
   bool quant_given = false;  // --quant / --act-order were given (refused for .futr files)
   bool act_order = false;
-  int group = 0;             // INT4 group: 0 = 128, or 64 where K % 128 != 0
-  bool lm_head_int4 = false; // --head int4: the GPU engine's LM head quantized to INT4 (gpu::GpuEngineOptions)
+  int group = 0;  // INT4 group: 0 = 128, or 64 where K % 128 != 0
+  bool lm_head_int4 =
+      false;  // --head int4: the GPU engine's LM head quantized to INT4 (gpu::GpuEngineOptions)
   KvFormat kv = KvFormat::kAuto;
-  int kv_block = 0;          // int4-rot Hadamard block; 0 = kDefaultKvBlock capped at head_dim
-  int kv_block_size = 0;     // paged KV cache: positions per block; 0: contiguous caches; -1: the engine's
-                             // default (the CPU engine pages in kDefaultKvBlockSize, the GPU engine does not)
-  int64_t kv_blocks = 0;     // paged: blocks in all; 0 = max_seqs x ceil(ctx / block), the contiguous caches' memory
-  int ctx = 0;               // positions per sequence; 0 = the model's trained context, capped
-  int max_seqs = 1;          // sequences open at once (each gets ctx positions); 0: the engine's default
-  int max_step_tokens = 256; // rows per step() at most
-  int threads = 0;           // CPU threads; 0 = the default (cpu_engine/threads.h)
-  int tp = 1;                // GPUs the model is split over (tensor parallelism, gpu_engine/tp_engine.h); 1: none
-  bool gpu_graphs = true;    // GPU engine: one CUDA graph per batch bucket (false: eager; FUTR_GPU_GRAPHS=0 too)
+  int kv_block = 0;       // int4-rot Hadamard block; 0 = kDefaultKvBlock capped at head_dim
+  int kv_block_size = 0;  // paged KV cache: positions per block; 0: contiguous caches; -1: the engine's
+                          // default (the CPU engine pages in kDefaultKvBlockSize, the GPU engine does not)
+  int64_t kv_blocks =
+      0;             // paged: blocks in all; 0 = max_seqs x ceil(ctx / block), the contiguous caches' memory
+  int ctx = 0;       // positions per sequence; 0 = the model's trained context, capped
+  int max_seqs = 1;  // sequences open at once (each gets ctx positions); 0: the engine's default
+  int max_step_tokens = 256;  // rows per step() at most
+  int threads = 0;            // CPU threads; 0 = the default (cpu_engine/threads.h)
+  int tp = 1;  // GPUs the model is split over (tensor parallelism, gpu_engine/tp_engine.h); 1: none
+  bool gpu_graphs =
+      true;  // GPU engine: one CUDA graph per batch bucket (false: eager; FUTR_GPU_GRAPHS=0 too)
   PrefillMode prefill = PrefillMode::kAuto;  // GPU engine: the FP8 prefill path for prompts
-  int prefill_rows = 0;      // GPU engine: rows per prefill chunk (0: its default, 2048); capped at max_step_tokens
-  bool gpu_pdl = true;       // GPU engine: programmatic dependent launch between the step's kernels (FUTR_GPU_PDL=0: off)
+  int prefill_rows =
+      0;  // GPU engine: rows per prefill chunk (0: its default, 2048); capped at max_step_tokens
+  bool gpu_pdl =
+      true;  // GPU engine: programmatic dependent launch between the step's kernels (FUTR_GPU_PDL=0: off)
   Fp8Config fp8;
   CalibrationConfig calib;
 };

@@ -33,8 +33,8 @@ Tensor SequenceRunner::eval(std::span<const int32_t> tokens, int first_logit, bo
   const EngineInfo& info = engine_.info();
   const int n = int(tokens.size());
   FUTR_CHECK(tokens.size() < size_t(1) << 30, "{} tokens in one call", tokens.size());
-  FUTR_CHECK(first_logit >= 0 && first_logit <= n,
-             "first logit row {} outside the batch of {} tokens", first_logit, n);
+  FUTR_CHECK(first_logit >= 0 && first_logit <= n, "first logit row {} outside the batch of {} tokens",
+             first_logit, n);
   // Checked here for the whole call, so that a prompt split into several
   // steps is refused before its first step (nothing changes).
   const int pos0 = position();
@@ -44,8 +44,8 @@ Tensor SequenceRunner::eval(std::span<const int32_t> tokens, int first_logit, bo
              pos0, n, info.ctx);
   for (int i = 0; i < n; ++i)
     FUTR_CHECK(tokens[size_t(i)] >= 0 && tokens[size_t(i)] < info.vocab,
-               "token id {} at batch position {} is outside the vocabulary (0..{})",
-               tokens[size_t(i)], i, info.vocab - 1);
+               "token id {} at batch position {} is outside the vocabulary (0..{})", tokens[size_t(i)], i,
+               info.vocab - 1);
 
   Tensor logits({int64_t(n - first_logit), int64_t(info.vocab)});
   std::vector<BatchRow> rows;
@@ -54,14 +54,13 @@ Tensor SequenceRunner::eval(std::span<const int32_t> tokens, int first_logit, bo
     const int b = std::min(n, a + step);
     rows.clear();
     for (int i = a; i < b; ++i)
-      rows.push_back({tokens[size_t(i)], id_, pos0 + i, i >= first_logit ? RowOutput::kLogits : RowOutput::kNone, -1,
-                      prompt});
+      rows.push_back({tokens[size_t(i)], id_, pos0 + i,
+                      i >= first_logit ? RowOutput::kLogits : RowOutput::kNone, -1, prompt});
     const StepResult r = engine_.step(rows);
     const int first = std::max(a, first_logit);
     if (first < b) {
       FUTR_ASSERT(r.logits.numel() == int64_t(b - first) * info.vocab);
-      std::memcpy(logits.row(first - first_logit), r.logits.ptr(),
-                  size_t(r.logits.numel()) * sizeof(float));
+      std::memcpy(logits.row(first - first_logit), r.logits.ptr(), size_t(r.logits.numel()) * sizeof(float));
     }
   }
   return logits;

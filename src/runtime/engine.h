@@ -84,12 +84,12 @@ enum class RowOutput : uint8_t {
 };
 
 struct BatchRow {
-  int32_t token = 0;     // input token id
-  SeqId seq = 0;         // an open sequence
-  int32_t pos = 0;       // its position (== length(seq) for the sequence's first row)
+  int32_t token = 0;  // input token id
+  SeqId seq = 0;      // an open sequence
+  int32_t pos = 0;    // its position (== length(seq) for the sequence's first row)
   RowOutput out = RowOutput::kNone;
-  int32_t target = -1;   // kLogprob: the token whose log-probability is returned
-  bool prompt = false;   // the token was given, not drawn (above): the engine's prompt path may take it
+  int32_t target = -1;  // kLogprob: the token whose log-probability is returned
+  bool prompt = false;  // the token was given, not drawn (above): the engine's prompt path may take it
 };
 
 struct StepResult {
@@ -99,16 +99,16 @@ struct StepResult {
 };
 
 struct EngineInfo {
-  std::string name;       // "cpu" | "gpu"
-  std::string describe;   // one line: formats, threads/device, cache size
-  int vocab = 0;          // logits width
-  int ctx = 0;            // positions per sequence
-  int max_seqs = 0;       // sequences open at once
-  int max_step_tokens = 0;// rows per step()
+  std::string name;                            // "cpu" | "gpu"
+  std::string describe;                        // one line: formats, threads/device, cache size
+  int vocab = 0;                               // logits width
+  int ctx = 0;                                 // positions per sequence
+  int max_seqs = 0;                            // sequences open at once
+  int max_step_tokens = 0;                     // rows per step()
   WeightFormat weights = WeightFormat::kFp32;  // resolved (never kAuto)
   KvFormat kv = KvFormat::kFp32;               // resolved (never kAuto)
-  int kv_block_size = 0;  // positions per KV block when the engine pages; 0: it does not
-  int64_t kv_blocks = 0;  // blocks in the paged cache (0 when it does not page)
+  int kv_block_size = 0;                       // positions per KV block when the engine pages; 0: it does not
+  int64_t kv_blocks = 0;                       // blocks in the paged cache (0 when it does not page)
 };
 
 class Engine {
@@ -210,7 +210,7 @@ class SequenceRunner {
   ~SequenceRunner();  // closes the sequence
   int position() const;
   int capacity() const;
-  void reset();  // truncate to 0
+  void reset();            // truncate to 0
   void truncate(int len);  // keep positions [0, len)
   // prompt: the tokens were given (BatchRow::prompt); false for a token the
   // engine drew (one decode step).

@@ -196,8 +196,8 @@ void BlockPool::commit(SequenceBlocks& s, std::span<const int32_t> tokens) {
 }
 
 void BlockPool::truncate(SequenceBlocks& s, int len) {
-  FUTR_CHECK(len >= 0 && len <= s.len(), "KV blocks: cannot truncate a sequence of {} positions to {}", s.len(),
-             len);
+  FUTR_CHECK(len >= 0 && len <= s.len(), "KV blocks: cannot truncate a sequence of {} positions to {}",
+             s.len(), len);
   s.tokens.resize(size_t(len));
   s.keys.resize(size_t(len / block_size_));
   const size_t keep = size_t(ceil_div(len, block_size_));
@@ -217,8 +217,10 @@ void BlockPool::release(SequenceBlocks& s) {
 }
 
 int BlockPool::attach(SequenceBlocks& s, std::span<const int32_t> tokens) {
-  FUTR_CHECK(s.table.empty() && s.tokens.empty(), "KV blocks: a prefix attaches to an empty sequence only ({} "
-             "positions stored)", s.len());
+  FUTR_CHECK(s.table.empty() && s.tokens.empty(),
+             "KV blocks: a prefix attaches to an empty sequence only ({} "
+             "positions stored)",
+             s.len());
   const size_t B = size_t(block_size_);
   BlockId parent = -1;
   uint64_t key = kRootKey;

@@ -56,9 +56,9 @@ using BlockId = int32_t;
 // A sequence's view of the pool: its blocks in position order and the tokens
 // stored at its positions (the hash chain needs them).
 struct SequenceBlocks {
-  std::vector<BlockId> table;    // [ceil(len / B)] block ids in position order
-  std::vector<int32_t> tokens;   // [len] the token id stored at each position
-  std::vector<uint64_t> keys;    // [len / B] the prefix key of each full block
+  std::vector<BlockId> table;   // [ceil(len / B)] block ids in position order
+  std::vector<int32_t> tokens;  // [len] the token id stored at each position
+  std::vector<uint64_t> keys;   // [len / B] the prefix key of each full block
   int len() const { return int(tokens.size()); }
 };
 
@@ -70,10 +70,10 @@ struct BlockCopy {
 };
 
 struct BlockPoolStats {
-  int64_t allocated = 0;   // allocate() calls that returned a block
-  int64_t evicted = 0;     // cached blocks handed out again (their content dropped)
-  int64_t copies = 0;      // copy-on-write copies
-  int64_t attached = 0;    // blocks attached from the prefix index
+  int64_t allocated = 0;  // allocate() calls that returned a block
+  int64_t evicted = 0;    // cached blocks handed out again (their content dropped)
+  int64_t copies = 0;     // copy-on-write copies
+  int64_t attached = 0;   // blocks attached from the prefix index
 };
 
 class BlockPool {
@@ -90,7 +90,7 @@ class BlockPool {
   // Blocks that allocate() can hand out: free + cached with no owner.
   int64_t free_blocks() const { return int64_t(free_.size()) + lru_size_; }
   int64_t used_blocks() const { return num_blocks() - free_blocks(); }  // owned by a sequence
-  int64_t cached_blocks() const { return int64_t(index_.size()); }     // in the prefix index
+  int64_t cached_blocks() const { return int64_t(index_.size()); }      // in the prefix index
   const BlockPoolStats& stats() const { return stats_; }
 
   // --- Blocks ---
@@ -133,24 +133,25 @@ class BlockPool {
   struct Block {
     int32_t refs = 0;
     bool indexed = false;
-    uint32_t gen = 0;          // changes whenever the content may change
-    uint64_t key = 0;          // prefix key (indexed)
-    BlockId parent = -1;       // the block before it in its prefix (indexed; -1: first)
-    uint32_t parent_gen = 0;   // the parent's generation when indexed
+    uint32_t gen = 0;              // changes whenever the content may change
+    uint64_t key = 0;              // prefix key (indexed)
+    BlockId parent = -1;           // the block before it in its prefix (indexed; -1: first)
+    uint32_t parent_gen = 0;       // the parent's generation when indexed
     BlockId prev = -1, next = -1;  // LRU links (cached with refs == 0)
     bool in_lru = false;
   };
   void check(BlockId b) const;
-  void lru_push(BlockId b);    // at the most recent end
+  void lru_push(BlockId b);  // at the most recent end
   void lru_remove(BlockId b);
-  void unindex(BlockId b);     // out of the index, new generation
+  void unindex(BlockId b);  // out of the index, new generation
   // The indexed block after `parent` (-1: the root) with `tokens`, or -1.
   BlockId lookup(uint64_t key, BlockId parent, std::span<const int32_t> tokens) const;
 
   int block_size_;
-  std::vector<Block> blocks_;        // [num_blocks]
-  std::vector<std::vector<int32_t>> contents_;  // [num_blocks][B] the tokens of indexed blocks (empty otherwise)
-  std::vector<BlockId> free_;        // free blocks (a stack)
+  std::vector<Block> blocks_;  // [num_blocks]
+  std::vector<std::vector<int32_t>>
+      contents_;                           // [num_blocks][B] the tokens of indexed blocks (empty otherwise)
+  std::vector<BlockId> free_;              // free blocks (a stack)
   BlockId lru_head_ = -1, lru_tail_ = -1;  // head: least recently released
   int64_t lru_size_ = 0;
   std::unordered_map<uint64_t, BlockId> index_;  // prefix key -> block

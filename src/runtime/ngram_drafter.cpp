@@ -8,10 +8,10 @@
 namespace futr::runtime {
 
 NgramDrafter::NgramDrafter(const NgramDrafterConfig& config) : config_(config) {
-  FUTR_CHECK(config.draft_max >= 1 && config.draft_max <= kMaxDraft, "--draft-max must be in [1, {}] (got {})",
-             kMaxDraft, config.draft_max);
-  FUTR_CHECK(config.ngram_max >= 1 && config.ngram_max <= kMaxNgram, "the longest n-gram must be in [1, {}] (got {})",
-             kMaxNgram, config.ngram_max);
+  FUTR_CHECK(config.draft_max >= 1 && config.draft_max <= kMaxDraft,
+             "--draft-max must be in [1, {}] (got {})", kMaxDraft, config.draft_max);
+  FUTR_CHECK(config.ngram_max >= 1 && config.ngram_max <= kMaxNgram,
+             "the longest n-gram must be in [1, {}] (got {})", kMaxNgram, config.ngram_max);
   FUTR_CHECK(config.ngram_min >= 1 && config.ngram_min <= config.ngram_max,
              "the shortest n-gram must be in [1, {}] (got {})", config.ngram_max, config.ngram_min);
   k_ = config.draft_max;
@@ -87,7 +87,8 @@ void NgramDrafter::draft(int max_tokens, std::vector<int32_t>& out) {
 
 void NgramDrafter::observe(int drafted, int accepted) {
   if (drafted <= 0) return;
-  k_ = accepted >= drafted ? std::min(config_.draft_max, k_ + 2) : std::clamp(accepted + 1, 1, config_.draft_max);
+  k_ = accepted >= drafted ? std::min(config_.draft_max, k_ + 2)
+                           : std::clamp(accepted + 1, 1, config_.draft_max);
 }
 
 }  // namespace futr::runtime

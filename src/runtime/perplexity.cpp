@@ -12,10 +12,8 @@ namespace futr::runtime {
 
 std::vector<PplWindow> plan_perplexity_windows(int64_t n_tokens, int ctx, int stride) {
   FUTR_CHECK(ctx >= 2, "perplexity: --ctx must be at least 2 (got {})", ctx);
-  FUTR_CHECK(stride >= 1 && stride <= ctx, "perplexity: --stride must be in 1..ctx={} (got {})",
-             ctx, stride);
-  FUTR_CHECK(n_tokens >= 2, "perplexity: the text has {} tokens; at least 2 are needed",
-             n_tokens);
+  FUTR_CHECK(stride >= 1 && stride <= ctx, "perplexity: --stride must be in 1..ctx={} (got {})", ctx, stride);
+  FUTR_CHECK(n_tokens >= 2, "perplexity: the text has {} tokens; at least 2 are needed", n_tokens);
   std::vector<PplWindow> windows;
   int64_t prev_end = 0;
   for (int64_t begin = 0;; begin += stride) {
@@ -60,14 +58,13 @@ namespace {
 struct ActiveWindow {
   PplWindow w;
   SeqId seq = 0;
-  int64_t fed = 0;            // tokens fed so far: rows [0, fed) of tokens [begin, end - 1)
-  std::vector<double> nll;    // scored, not yet accumulated
+  int64_t fed = 0;          // tokens fed so far: rows [0, fed) of tokens [begin, end - 1)
+  std::vector<double> nll;  // scored, not yet accumulated
 };
 
 }  // namespace
 
-PplResult evaluate_perplexity(Engine& engine, std::span<const int32_t> tokens, int ctx,
-                              int stride, int batch,
+PplResult evaluate_perplexity(Engine& engine, std::span<const int32_t> tokens, int ctx, int stride, int batch,
                               const std::function<void(const PplProgress&)>& progress,
                               const PplLogitsHook& on_logits) {
   FUTR_CHECK(batch >= 1, "perplexity: batch size must be positive (got {})", batch);
@@ -75,8 +72,8 @@ PplResult evaluate_perplexity(Engine& engine, std::span<const int32_t> tokens, i
   FUTR_CHECK(ctx <= info.ctx, "perplexity: ctx {} exceeds the engine's context {}", ctx, info.ctx);
   const auto windows = plan_perplexity_windows(int64_t(tokens.size()), ctx, stride);
   for (int32_t t : tokens)
-    FUTR_CHECK(t >= 0 && t < info.vocab, "perplexity: token id {} is outside the vocabulary (0..{})",
-               t, info.vocab - 1);
+    FUTR_CHECK(t >= 0 && t < info.vocab, "perplexity: token id {} is outside the vocabulary (0..{})", t,
+               info.vocab - 1);
   PplProgress p;
   for (const auto& w : windows) p.total += w.end - w.score_from;
 
@@ -96,7 +93,10 @@ PplResult evaluate_perplexity(Engine& engine, std::span<const int32_t> tokens, i
   std::vector<BatchRow> rows;
   std::vector<int32_t> targets;
   std::vector<int64_t> target_pos;  // [targets] position of each target in the text (for messages)
-  struct Span { size_t lane; int64_t a, b, first; };  // a piece: rows [a, b), scored from `first`
+  struct Span {
+    size_t lane;
+    int64_t a, b, first;
+  };  // a piece: rows [a, b), scored from `first`
   std::vector<Span> spans;
   try {
     while (next < windows.size() || !active.empty()) {
@@ -151,10 +151,11 @@ PplResult evaluate_perplexity(Engine& engine, std::span<const int32_t> tokens, i
       }
       // NaN/Inf logits would make the perplexity NaN (and exit 0): refuse, naming the token.
       for (size_t i = 0; i < nll.size(); ++i)
-        FUTR_CHECK(std::isfinite(nll[i]),
-                   "perplexity: token {} of the text has a non-finite log-probability ({}): the model's logits "
-                   "hold NaN or Inf",
-                   target_pos[i], nll[i]);
+        FUTR_CHECK(
+            std::isfinite(nll[i]),
+            "perplexity: token {} of the text has a non-finite log-probability ({}): the model's logits "
+            "hold NaN or Inf",
+            target_pos[i], nll[i]);
       size_t at = 0;
       for (const Span& sp : spans) {
         ActiveWindow& aw = active[sp.lane];

@@ -68,10 +68,10 @@ class NllStats {
 double token_nll(std::span<const float> logits, int32_t target);
 
 struct PplProgress {
-  int64_t scored = 0;        // targets scored so far
-  int64_t total = 0;         // targets to score
-  int64_t evaluated = 0;     // tokens run through the model so far
-  double seconds = 0.0;      // elapsed
+  int64_t scored = 0;     // targets scored so far
+  int64_t total = 0;      // targets to score
+  int64_t evaluated = 0;  // tokens run through the model so far
+  double seconds = 0.0;   // elapsed
   const NllStats* stats = nullptr;
 };
 
@@ -85,16 +85,14 @@ struct PplResult {
 // Sees the logits of the scored rows of every step, in scoring order:
 // rows [0, rows) of `logits` ([rows, vocab]) predict targets[0 .. rows).
 // (--kl-base / --save-kl-base, quant/kl.h.)
-using PplLogitsHook =
-    std::function<void(const Tensor& logits, int rows, const int32_t* targets)>;
+using PplLogitsHook = std::function<void(const Tensor& logits, int rows, const int32_t* targets)>;
 
 // Runs every window through `engine` (whose context must be >= ctx) as
 // sequences it opens and closes (ids not otherwise open), feeding at most
 // `batch` tokens of a window per step, and calls `progress` after each step
 // (and `on_logits`, if given, with the step's scored rows; one window at a
 // time then).
-PplResult evaluate_perplexity(Engine& engine, std::span<const int32_t> tokens, int ctx,
-                              int stride, int batch,
+PplResult evaluate_perplexity(Engine& engine, std::span<const int32_t> tokens, int ctx, int stride, int batch,
                               const std::function<void(const PplProgress&)>& progress = {},
                               const PplLogitsHook& on_logits = {});
 

@@ -40,10 +40,11 @@ void validate_sampler_config(const SamplerConfig& c, const std::string& p) {
   FUTR_CHECK(c.penalty_last_n >= 0 && c.penalty_last_n <= kMaxPenaltyLastN,
              "{}penalty-last-n must be in [0, {}] (0 = the whole history; got {})", p, kMaxPenaltyLastN,
              c.penalty_last_n);
-  FUTR_CHECK(c.stop.size() <= kMaxStops, "{}stop: at most {} stop strings (got {})", p, kMaxStops, c.stop.size());
+  FUTR_CHECK(c.stop.size() <= kMaxStops, "{}stop: at most {} stop strings (got {})", p, kMaxStops,
+             c.stop.size());
   for (const std::string& s : c.stop)
-    FUTR_CHECK(!s.empty() && s.size() <= kMaxStopBytes, "{}stop: each stop string must have 1 to {} bytes (got {})",
-               p, kMaxStopBytes, s.size());
+    FUTR_CHECK(!s.empty() && s.size() <= kMaxStopBytes,
+               "{}stop: each stop string must have 1 to {} bytes (got {})", p, kMaxStopBytes, s.size());
 }
 
 Sampler::Sampler(const SamplerConfig& config) : config_(config), rng_(config.seed) {
@@ -105,8 +106,7 @@ std::span<const float> Sampler::drawable(std::span<const float> logits) const {
 
 double Sampler::uniform() { return double(rng_() >> 11) * 0x1.0p-53; }
 
-std::vector<std::pair<int32_t, double>> Sampler::distribution(
-    std::span<const float> row) const {
+std::vector<std::pair<int32_t, double>> Sampler::distribution(std::span<const float> row) const {
   const std::vector<float> z = penalized(drawable(row));
   const std::span<const float> logits(z);
   FUTR_CHECK(config_.temperature > 0.0f, "sampler: distribution() needs a temperature > 0");
@@ -115,8 +115,7 @@ std::vector<std::pair<int32_t, double>> Sampler::distribution(
   std::iota(ids.begin(), ids.end(), 0);
   const size_t k = config_.top_k > 0 ? std::min(size_t(config_.top_k), ids.size()) : ids.size();
   auto by_logit = [&](int32_t a, int32_t b) {
-    return logits[size_t(a)] > logits[size_t(b)] ||
-           (logits[size_t(a)] == logits[size_t(b)] && a < b);
+    return logits[size_t(a)] > logits[size_t(b)] || (logits[size_t(a)] == logits[size_t(b)] && a < b);
   };
   std::partial_sort(ids.begin(), ids.begin() + std::ptrdiff_t(k), ids.end(), by_logit);
   ids.resize(k);

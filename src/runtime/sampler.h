@@ -121,7 +121,7 @@ class Sampler {
   SamplerConfig config_;
   std::mt19937_64 rng_;
   std::deque<std::pair<int32_t, bool>> history_;  // (token, generated), oldest first, <= penalty_last_n
-  int32_t vocab_limit_ = 0;                        // ids >= this are never drawn; <= 0: none
+  int32_t vocab_limit_ = 0;                       // ids >= this are never drawn; <= 0: none
 };
 
 // Stop strings over a stream of text pieces.

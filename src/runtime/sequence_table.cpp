@@ -32,7 +32,8 @@ int SequenceTable::slot(SeqId id) const {
 int SequenceTable::truncate(SeqId id, int len) {
   const int s = slot(id);
   Slot& slot = slots_[size_t(s)];
-  FUTR_CHECK(len >= 0 && len <= slot.len, "cannot truncate sequence {} of {} positions to {}", id, slot.len, len);
+  FUTR_CHECK(len >= 0 && len <= slot.len, "cannot truncate sequence {} of {} positions to {}", id, slot.len,
+             len);
   slot.len = len;
   return s;
 }
@@ -65,8 +66,6 @@ int64_t SequenceTable::positions_used() const {
   return used;
 }
 
-int64_t SequenceTable::free_positions() const {
-  return int64_t(max_seqs()) * ctx_ - positions_used();
-}
+int64_t SequenceTable::free_positions() const { return int64_t(max_seqs()) * ctx_ - positions_used(); }
 
 }  // namespace futr::runtime

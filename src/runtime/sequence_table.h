@@ -69,8 +69,8 @@ class SequenceTable {
     bool open = false;
   };
   int ctx_ = 0;
-  std::vector<Slot> slots_;                // [max_seqs]
-  std::unordered_map<SeqId, int> index_;   // open id -> slot
+  std::vector<Slot> slots_;               // [max_seqs]
+  std::unordered_map<SeqId, int> index_;  // open id -> slot
 };
 
 // An Engine whose bookkeeping is a SequenceTable and an EngineInfo (the GPU

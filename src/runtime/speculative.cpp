@@ -39,8 +39,8 @@ DraftVerdict verify_draft(Sampler& sampler, std::span<const float> logits, int32
 SpeculativeDecoder::SpeculativeDecoder(SequenceRunner& seq, Drafter* drafter) : seq_(seq), drafter_(drafter) {
   if (drafter_)
     FUTR_CHECK(drafter_->size() == seq_.position(),
-               "speculative decoding: the drafter holds {} tokens, the sequence {} positions", drafter_->size(),
-               seq_.position());
+               "speculative decoding: the drafter holds {} tokens, the sequence {} positions",
+               drafter_->size(), seq_.position());
 }
 
 void SpeculativeDecoder::prefill(std::span<const int32_t> tokens) {
@@ -77,7 +77,7 @@ void SpeculativeDecoder::advance(int32_t token, int draws_left) {
   }
   // The correction of a rejected draft, or the bonus token: the next step.
   if (drafter_ && !draft_.empty()) drafter_->observe(int(draft_.size()), row_);
-  const int pos = position();  // where `token` goes
+  const int pos = position();                     // where `token` goes
   if (seq_.position() > pos) seq_.truncate(pos);  // the rejected drafts' rows
   draft_.clear();
   if (drafter_) {

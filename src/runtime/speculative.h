@@ -70,7 +70,7 @@
 namespace futr::runtime {
 
 enum class SpeculativeMode { kOff, kNgram };
-std::string to_string(SpeculativeMode m);                // "off" | "ngram"
+std::string to_string(SpeculativeMode m);                      // "off" | "ngram"
 SpeculativeMode parse_speculative_mode(const std::string& s);  // futr::Error naming the accepted values
 std::vector<std::string> speculative_mode_names();
 
@@ -146,7 +146,7 @@ class SpeculativeDecoder {
   Drafter* drafter_;
   Tensor rows_;                 // [1 + draft, vocab] logits of the last step
   std::vector<int32_t> draft_;  // the last step's draft
-  std::vector<float> masked_;    // [vocab] the current row with banned ids at -inf (draw)
+  std::vector<float> masked_;   // [vocab] the current row with banned ids at -inf (draw)
   int base_ = 0;                // position of the last step's first row
   int row_ = 0;                 // the current row in rows_
   SpeculativeStats stats_;

@@ -50,29 +50,33 @@ IndexRange balanced(int64_t n, int r, int N) {
 }  // namespace
 
 TensorParallelPlan make_tensor_parallel_plan(const ModelConfig& c, int tp) {
-  FUTR_CHECK(c.hidden > 0 && c.n_heads > 0 && c.n_kv_heads > 0 && c.head_dim > 0 && c.intermediate > 0 &&
-                 c.vocab > 0,
-             "tensor parallel: the model config has a zero or negative size (hidden {}, n_heads {}, n_kv_heads "
-             "{}, head_dim {}, intermediate {}, vocab {})",
-             c.hidden, c.n_heads, c.n_kv_heads, c.head_dim, c.intermediate, c.vocab);
+  FUTR_CHECK(
+      c.hidden > 0 && c.n_heads > 0 && c.n_kv_heads > 0 && c.head_dim > 0 && c.intermediate > 0 &&
+          c.vocab > 0,
+      "tensor parallel: the model config has a zero or negative size (hidden {}, n_heads {}, n_kv_heads "
+      "{}, head_dim {}, intermediate {}, vocab {})",
+      c.hidden, c.n_heads, c.n_kv_heads, c.head_dim, c.intermediate, c.vocab);
   FUTR_CHECK(c.n_heads % c.n_kv_heads == 0,
              "tensor parallel: n_heads {} is not a multiple of n_kv_heads {} (not a GQA model)", c.n_heads,
              c.n_kv_heads);
   const std::vector<int> ok = valid_tp_sizes(c);
-  FUTR_CHECK(tp >= 1, "tensor parallel: TP {} is out of range (at least 1; TP sizes that work for this model: {})",
-             tp, join(ok));
+  FUTR_CHECK(tp >= 1,
+             "tensor parallel: TP {} is out of range (at least 1; TP sizes that work for this model: {})", tp,
+             join(ok));
   std::string why;
   auto need = [&](const char* field, int v, const char* reason) {
     if (v % tp == 0) return;
-    why += fmt::format("{}{} {} is not a multiple of TP {} ({})", why.empty() ? "" : "; ", field, v, tp, reason);
+    why +=
+        fmt::format("{}{} {} is not a multiple of TP {} ({})", why.empty() ? "" : "; ", field, v, tp, reason);
   };
   need("n_heads", c.n_heads, "each rank computes whole query heads");
   need("n_kv_heads", c.n_kv_heads, "each rank holds whole KV heads; they are divided, not replicated");
   need("intermediate", c.intermediate, "each rank computes whole SwiGLU pairs");
-  FUTR_CHECK(why.empty(),
-             "tensor parallel: cannot split the model over TP {} ranks: {}. TP sizes that work for this model "
-             "(n_heads {}, n_kv_heads {}, intermediate {}): {}",
-             tp, why, c.n_heads, c.n_kv_heads, c.intermediate, join(ok));
+  FUTR_CHECK(
+      why.empty(),
+      "tensor parallel: cannot split the model over TP {} ranks: {}. TP sizes that work for this model "
+      "(n_heads {}, n_kv_heads {}, intermediate {}): {}",
+      tp, why, c.n_heads, c.n_kv_heads, c.intermediate, join(ok));
 
   TensorParallelPlan p;
   p.tp = tp;
@@ -108,8 +112,8 @@ Tensor take_rows(const Tensor& w, std::initializer_list<IndexRange> ranges) {
   const int64_t n = w.dim(0), k = w.dim(1);
   int64_t rows = 0;
   for (const IndexRange& r : ranges) {
-    FUTR_CHECK(0 <= r.begin && r.begin <= r.end && r.end <= n, "take_rows: rows [{}, {}) outside [0, {}) of {}",
-               r.begin, r.end, n, w.shape_str());
+    FUTR_CHECK(0 <= r.begin && r.begin <= r.end && r.end <= n,
+               "take_rows: rows [{}, {}) outside [0, {}) of {}", r.begin, r.end, n, w.shape_str());
     rows += r.size();
   }
   Tensor out({rows, k});
@@ -128,8 +132,7 @@ Tensor take_cols(const Tensor& w, IndexRange cols) {
              "take_cols: columns [{}, {}) outside [0, {}) of {}", cols.begin, cols.end, k, w.shape_str());
   Tensor out({n, cols.size()});
   for (int64_t i = 0; i < n; ++i)
-    if (cols.size() > 0)
-      std::memcpy(out.row(i), w.row(i) + cols.begin, size_t(cols.size()) * sizeof(float));
+    if (cols.size() > 0) std::memcpy(out.row(i), w.row(i) + cols.begin, size_t(cols.size()) * sizeof(float));
   return out;
 }
 
@@ -153,7 +156,8 @@ Tensor stack_rows(std::initializer_list<const Tensor*> parts) {
 
 ShardMax shard_argmax(std::span<const float> logits, IndexRange vocab) {
   FUTR_CHECK(!logits.empty() && int64_t(logits.size()) == vocab.size(),
-             "shard_argmax: {} logits for the vocabulary shard [{}, {})", logits.size(), vocab.begin, vocab.end);
+             "shard_argmax: {} logits for the vocabulary shard [{}, {})", logits.size(), vocab.begin,
+             vocab.end);
   size_t best = 0;
   for (size_t i = 1; i < logits.size(); ++i)
     if (logits[i] > logits[best]) best = i;
@@ -205,7 +209,8 @@ quant::QuantizedTensor take(const quant::QuantizedTensor& t, const Ranges& rows,
         o.fp8.n = w.n, o.fp8.k = int(cols->size());
         o.fp8.scale = w.scale;
         for (int r = 0; r < w.n; ++r)
-          o.fp8.w.insert(o.fp8.w.end(), w.w.begin() + ptrdiff_t(size_t(r) * size_t(w.k) + size_t(cols->begin)),
+          o.fp8.w.insert(o.fp8.w.end(),
+                         w.w.begin() + ptrdiff_t(size_t(r) * size_t(w.k) + size_t(cols->begin)),
                          w.w.begin() + ptrdiff_t(size_t(r) * size_t(w.k) + size_t(cols->end)));
       } else {
         o.fp8.k = w.k;
@@ -223,7 +228,8 @@ quant::QuantizedTensor take(const quant::QuantizedTensor& t, const Ranges& rows,
       if (cols) {
         o.n = t.n, o.k = int(cols->size());
         for (int r = 0; r < t.n; ++r)
-          o.bf16.insert(o.bf16.end(), t.bf16.begin() + ptrdiff_t(size_t(r) * size_t(t.k) + size_t(cols->begin)),
+          o.bf16.insert(o.bf16.end(),
+                        t.bf16.begin() + ptrdiff_t(size_t(r) * size_t(t.k) + size_t(cols->begin)),
                         t.bf16.begin() + ptrdiff_t(size_t(r) * size_t(t.k) + size_t(cols->end)));
       } else {
         o.k = t.k;
@@ -245,20 +251,24 @@ quant::QuantizedTensor take(const quant::QuantizedTensor& t, const Ranges& rows,
 }  // namespace
 
 quant::QuantizedWeights shard_quantized_weights(const quant::QuantizedWeights& q, const TensorParallelPlan& p,
-                                               int rank) {
+                                                int rank) {
   FUTR_CHECK(rank >= 0 && rank < p.tp, "tensor parallelism: rank {} of {}", rank, p.tp);
   const RankShard& s = p.ranks[size_t(rank)];
   quant::QuantizedWeights out;
   out.format = q.format;
   out.method = q.method;
   out.fp8_initial_amax = q.fp8_initial_amax;
-  auto rows = [](IndexRange r, int64_t minus = 0) { return Ranges{{int(r.begin - minus), int(r.end - minus)}}; };
+  auto rows = [](IndexRange r, int64_t minus = 0) {
+    return Ranges{{int(r.begin - minus), int(r.end - minus)}};
+  };
   for (const auto& [id, t] : q.tensors) {
     if (id.layer < 0) continue;  // the LM head: sharded by vocabulary where it is used
     switch (id.proj) {
       case Projection::kQ: out.tensors[id] = take(t, rows(s.q_rows), nullptr); break;
       case Projection::kK: out.tensors[id] = take(t, rows(s.k_rows, p.q_dim), nullptr); break;
-      case Projection::kV: out.tensors[id] = take(t, rows(s.v_rows, int64_t(p.q_dim) + p.kv_dim), nullptr); break;
+      case Projection::kV:
+        out.tensors[id] = take(t, rows(s.v_rows, int64_t(p.q_dim) + p.kv_dim), nullptr);
+        break;
       case Projection::kO: out.tensors[id] = take(t, {}, &s.o_cols); break;
       case Projection::kGate: out.tensors[id] = take(t, rows(s.gate_rows), nullptr); break;
       case Projection::kUp: out.tensors[id] = take(t, rows(s.up_rows, p.intermediate), nullptr); break;

@@ -91,7 +91,7 @@ struct RankShard {
   IndexRange o_cols;  // input columns of Wo [H, q_dim]: equal to q_rows
 
   // --- feed-forward (SwiGLU) ---
-  IndexRange ffn;        // intermediate units, of [0, I): I / N of them
+  IndexRange ffn;  // intermediate units, of [0, I): I / N of them
   // Rows of the fused Wgu [2I, H] (gate | up blocks): gate row i and up row i
   // (= fused row I + i) belong to the same rank. The rank's fused matrix is
   // [gate_rows; up_rows]: [2 I/N, H].
@@ -114,11 +114,11 @@ struct TensorParallelPlan {
   std::vector<RankShard> ranks;  // [tp], rank r at index r
 
   // Per-rank sizes (the same on every rank except the vocabulary shard).
-  int q_heads_per_rank() const;       // n_heads / N
-  int kv_heads_per_rank() const;      // n_kv_heads / N
-  int ffn_per_rank() const;           // I / N
-  int qkv_rows_per_rank() const;      // (q + 2 kv heads per rank) * D
-  int64_t max_vocab_shard() const;    // ceil(V / N): padded all-gather size
+  int q_heads_per_rank() const;     // n_heads / N
+  int kv_heads_per_rank() const;    // n_kv_heads / N
+  int ffn_per_rank() const;         // I / N
+  int qkv_rows_per_rank() const;    // (q + 2 kv heads per rank) * D
+  int64_t max_vocab_shard() const;  // ceil(V / N): padded all-gather size
 };
 
 // The TP sizes that divide n_heads, n_kv_heads and intermediate (the common
@@ -161,7 +161,7 @@ ModelConfig rank_config(const ModelConfig& c, const TensorParallelPlan& p);
 // The LM head and the embedding are not here (BF16 in the model; the head's
 // rows are RankShard::vocab).
 quant::QuantizedWeights shard_quantized_weights(const quant::QuantizedWeights& q, const TensorParallelPlan& p,
-                                               int rank);
+                                                int rank);
 
 // --- The vocabulary-sharded argmax ---
 struct ShardMax {

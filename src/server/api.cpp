@@ -27,7 +27,8 @@ std::string echo(std::string_view s) { return printable(s, 64); }
 // {"type": "text", ...}: the one content-part / response-format type served.
 // (json::value("type", "") would throw on a non-string type: a 500, not a 400.)
 bool is_text_type(const json& v) {
-  return v.is_object() && v.contains("type") && v["type"].is_string() && v["type"].get<std::string>() == "text";
+  return v.is_object() && v.contains("type") && v["type"].is_string() &&
+         v["type"].get<std::string>() == "text";
 }
 
 const char* type_name(const json& v) {
@@ -43,8 +44,7 @@ const char* type_name(const json& v) {
 }
 
 int64_t get_int(const json& v, const std::string& name) {
-  if (!v.is_number_integer())
-    bad(name, fmt::format("'{}' must be an integer (got {})", name, type_name(v)));
+  if (!v.is_number_integer()) bad(name, fmt::format("'{}' must be an integer (got {})", name, type_name(v)));
   if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX))
     bad(name, fmt::format("'{}' is too large", name));
   return v.get<int64_t>();
@@ -108,8 +108,8 @@ std::vector<int32_t> parse_prompt(const json& v, const ApiContext& ctx) {
       return encode_completion_prompt(*ctx.tok, v[0].get_ref<const std::string&>());
     if (v.size() == 1 && v[0].is_array()) return token_list(v[0], "prompt", vocab);
     if (v.size() > 1 && (v[0].is_string() || v[0].is_array()))
-      bad("prompt", "only one prompt per request is supported (got a batch of " +
-                        std::to_string(v.size()) + ")");
+      bad("prompt",
+          "only one prompt per request is supported (got a batch of " + std::to_string(v.size()) + ")");
   }
   bad("prompt", "'prompt' must be a string, an array of token ids, or an array of one of them");
 }
@@ -118,7 +118,8 @@ std::vector<ChatMessage> parse_messages(const json& v) {
   if (!v.is_array()) bad("messages", fmt::format("'messages' must be an array (got {})", type_name(v)));
   if (v.empty()) bad("messages", "'messages' must not be empty");
   if (v.size() > kMaxMessages)
-    bad("messages", fmt::format("at most {} messages per request are supported (got {})", kMaxMessages, v.size()));
+    bad("messages",
+        fmt::format("at most {} messages per request are supported (got {})", kMaxMessages, v.size()));
   std::vector<ChatMessage> out;
   for (size_t i = 0; i < v.size(); ++i) {
     const std::string p = fmt::format("messages[{}]", i);
@@ -135,9 +136,9 @@ std::vector<ChatMessage> parse_messages(const json& v) {
           msg.content = c.get<std::string>();
         } else if (c.is_array()) {
           for (const auto& part : c) {
-            if (!is_text_type(part) || !part.contains("text") ||
-                !part["text"].is_string())
-              bad(p + ".content", "only text content parts ({\"type\": \"text\", \"text\": ...}) are supported");
+            if (!is_text_type(part) || !part.contains("text") || !part["text"].is_string())
+              bad(p + ".content",
+                  "only text content parts ({\"type\": \"text\", \"text\": ...}) are supported");
             msg.content += part["text"].get<std::string>();
           }
         } else if (!c.is_null()) {
@@ -151,8 +152,8 @@ std::vector<ChatMessage> parse_messages(const json& v) {
     }
     if (msg.role == "developer") msg.role = "system";
     if (msg.role != "system" && msg.role != "user" && msg.role != "assistant")
-      bad(p + ".role", fmt::format("'{}.role' must be system, developer, user or assistant (got '{}')",
-                                   p, echo(msg.role)));
+      bad(p + ".role", fmt::format("'{}.role' must be system, developer, user or assistant (got '{}')", p,
+                                   echo(msg.role)));
     out.push_back(std::move(msg));
   }
   return out;
@@ -203,16 +204,30 @@ ApiRequest parse_request(Endpoint endpoint, std::string_view body, const ApiCont
   }
   if (!j.is_object()) bad("", "the request body must be a JSON object");
 
-  static const std::set<std::string> common = {
-      "model", "max_tokens", "temperature", "top_p", "top_k", "n", "stream", "stream_options",
-      "stop", "seed", "user", "frequency_penalty", "presence_penalty", "min_p", "repetition_penalty",
-      "logprobs", "logit_bias", "speculative"};
+  static const std::set<std::string> common = {"model",
+                                               "max_tokens",
+                                               "temperature",
+                                               "top_p",
+                                               "top_k",
+                                               "n",
+                                               "stream",
+                                               "stream_options",
+                                               "stop",
+                                               "seed",
+                                               "user",
+                                               "frequency_penalty",
+                                               "presence_penalty",
+                                               "min_p",
+                                               "repetition_penalty",
+                                               "logprobs",
+                                               "logit_bias",
+                                               "speculative"};
   static const std::set<std::string> completions_only = {"prompt", "echo", "best_of", "suffix"};
   static const std::set<std::string> chat_only = {
-      "messages", "max_completion_tokens", "top_logprobs", "response_format", "tools",
-      "tool_choice", "parallel_tool_calls", "store", "metadata"};
-  static const std::set<std::string> neutral = {
-      "best_of", "logit_bias", "suffix", "response_format", "tools", "tool_choice"};
+      "messages",    "max_completion_tokens", "top_logprobs", "response_format", "tools",
+      "tool_choice", "parallel_tool_calls",   "store",        "metadata"};
+  static const std::set<std::string> neutral = {"best_of",         "logit_bias", "suffix",
+                                                "response_format", "tools",      "tool_choice"};
 
   ApiRequest r;
   r.endpoint = endpoint;
@@ -283,8 +298,7 @@ ApiRequest parse_request(Endpoint endpoint, std::string_view body, const ApiCont
       (k == "presence_penalty" ? s.presence_penalty : s.frequency_penalty) = float(x);
     } else if (k == "n") {
       const int64_t n = get_int(v, k);
-      if (n < 1 || n > kMaxChoices)
-        bad(k, fmt::format("'n' must be in [1, {}] (got {})", kMaxChoices, n));
+      if (n < 1 || n > kMaxChoices) bad(k, fmt::format("'n' must be in [1, {}] (got {})", kMaxChoices, n));
       r.n = int(n);
     } else if (k == "logprobs") {
       if (chat) {
@@ -293,7 +307,8 @@ ApiRequest parse_request(Endpoint endpoint, std::string_view body, const ApiCont
         chat_logprobs = get_bool(v, k);
       } else if (!(v.is_boolean() && !v.get<bool>())) {  // false: none
         if (!v.is_number_integer())
-          bad(k, fmt::format("'logprobs' must be an integer in [0, {}] (got {})", kMaxTopLogprobs, type_name(v)));
+          bad(k, fmt::format("'logprobs' must be an integer in [0, {}] (got {})", kMaxTopLogprobs,
+                             type_name(v)));
         const int64_t lp = get_int(v, k);
         if (lp < 0 || lp > kMaxTopLogprobs)
           bad(k, fmt::format("'logprobs' must be in [0, {}] (got {})", kMaxTopLogprobs, lp));
@@ -341,8 +356,9 @@ ApiRequest parse_request(Endpoint endpoint, std::string_view body, const ApiCont
   if (max_tokens && *max_tokens == 0 && !r.echo)
     bad(max_tokens_name, fmt::format("'{}' must be >= 1 (0 only with 'echo': true; got 0)", max_tokens_name));
   const bool prompt_only = max_tokens && *max_tokens == 0;
-  if (!have_input) bad(chat ? "messages" : "prompt",
-                       fmt::format("'{}' is a required property", chat ? "messages" : "prompt"));
+  if (!have_input)
+    bad(chat ? "messages" : "prompt",
+        fmt::format("'{}' is a required property", chat ? "messages" : "prompt"));
   if (stream_options) {
     if (!r.stream) bad("stream_options", "'stream_options' is only allowed with 'stream': true");
     for (auto it = stream_options->begin(); it != stream_options->end(); ++it) {
@@ -411,8 +427,8 @@ std::vector<GenerationParams> choice_params(const ApiRequest& r) {
   return out;
 }
 
-json full_response(Endpoint e, const ResponseMeta& m, const std::string& text, Finish f,
-                   int prompt_tokens, int completion_tokens) {
+json full_response(Endpoint e, const ResponseMeta& m, const std::string& text, Finish f, int prompt_tokens,
+                   int completion_tokens) {
   ApiRequest r;
   r.endpoint = e;
   r.gen.prompt.resize(size_t(prompt_tokens));
@@ -443,11 +459,10 @@ json full_response(const ApiRequest& r, const Tokenizer* tok, const ResponseMeta
         logprobs = w.add(all);
       }
     }
-    json choice = {{"index", int(i)}, {"logprobs", std::move(logprobs)}, {"finish_reason", finish_reason(c.finish)}};
-    if (e == Endpoint::kChat)
-      choice["message"] = {{"role", "assistant"}, {"content", c.text}};
-    else
-      choice["text"] = r.echo ? r.echo_text + c.text : c.text;
+    json choice = {
+        {"index", int(i)}, {"logprobs", std::move(logprobs)}, {"finish_reason", finish_reason(c.finish)}};
+    if (e == Endpoint::kChat) choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+    else choice["text"] = r.echo ? r.echo_text + c.text : c.text;
     out.push_back(std::move(choice));
   }
   return {{"id", m.id},
@@ -458,9 +473,10 @@ json full_response(const ApiRequest& r, const Tokenizer* tok, const ResponseMeta
           {"usage", usage_json(int(r.gen.prompt.size()), completion_tokens)}};
 }
 
-json stream_chunk(Endpoint e, const ResponseMeta& m, const std::string& text, Finish f,
-                  bool role_chunk, int index, json logprobs) {
-  json choice = {{"index", index}, {"logprobs", std::move(logprobs)},
+json stream_chunk(Endpoint e, const ResponseMeta& m, const std::string& text, Finish f, bool role_chunk,
+                  int index, json logprobs) {
+  json choice = {{"index", index},
+                 {"logprobs", std::move(logprobs)},
                  {"finish_reason", f == Finish::kNone ? json(nullptr) : json(finish_reason(f))}};
   if (e == Endpoint::kChat) {
     json delta = json::object();
@@ -488,8 +504,8 @@ json usage_chunk(Endpoint e, const ResponseMeta& m, int prompt_tokens, int compl
 
 json models_response(const std::string& model, int64_t created) {
   return {{"object", "list"},
-          {"data", json::array({{{"id", model}, {"object", "model"}, {"created", created},
-                                 {"owned_by", "futr"}}})}};
+          {"data",
+           json::array({{{"id", model}, {"object", "model"}, {"created", created}, {"owned_by", "futr"}}})}};
 }
 
 }  // namespace futr::server

@@ -65,14 +65,17 @@ namespace futr::server {
 enum class Endpoint { kCompletions, kChat };
 
 inline constexpr size_t kMaxMessages = 8192;  // per chat request
-inline constexpr int kMaxChoices = 16;         // n at most
+inline constexpr int kMaxChoices = 16;        // n at most
 
 // A 4xx/5xx answer: HTTP status and the OpenAI error fields.
 class ApiError : public Error {
  public:
   ApiError(int status, std::string type, const std::string& message, std::string param = {},
            std::string code = {})
-      : Error(message), status_(status), type_(std::move(type)), param_(std::move(param)),
+      : Error(message),
+        status_(status),
+        type_(std::move(type)),
+        param_(std::move(param)),
         code_(std::move(code)) {}
   int status() const { return status_; }
   nlohmann::json body() const;
@@ -83,8 +86,8 @@ class ApiError : public Error {
 };
 
 // {"error": {"message", "type", "param", "code"}} (param/code null when empty).
-nlohmann::json error_body(const std::string& message, const std::string& type,
-                          const std::string& param = {}, const std::string& code = {});
+nlohmann::json error_body(const std::string& message, const std::string& type, const std::string& param = {},
+                          const std::string& code = {});
 
 struct ApiContext {
   const Tokenizer* tok = nullptr;
@@ -117,7 +120,7 @@ std::vector<GenerationParams> choice_params(const ApiRequest& r);
 
 // One choice of an answer as the HTTP layer collected it.
 struct ChoiceOutput {
-  std::string text;                           // the completion (without the echoed prompt)
+  std::string text;  // the completion (without the echoed prompt)
   Finish finish = Finish::kNone;
   int completion_tokens = 0;
   std::vector<TokenLogprob> prompt_logprobs;  // echo with logprobs
@@ -126,8 +129,8 @@ struct ChoiceOutput {
 
 // What the response bodies need besides the text.
 struct ResponseMeta {
-  std::string id;        // "cmpl-..." | "chatcmpl-..."
-  int64_t created = 0;   // Unix seconds
+  std::string id;       // "cmpl-..." | "chatcmpl-..."
+  int64_t created = 0;  // Unix seconds
   std::string model;
 };
 
@@ -135,8 +138,8 @@ std::string finish_reason(Finish f);  // "stop" | "length" (others: "stop")
 nlohmann::json usage_json(int prompt_tokens, int completion_tokens);
 
 // A whole (non-streaming) response of one choice without logprobs.
-nlohmann::json full_response(Endpoint e, const ResponseMeta& m, const std::string& text,
-                             Finish f, int prompt_tokens, int completion_tokens);
+nlohmann::json full_response(Endpoint e, const ResponseMeta& m, const std::string& text, Finish f,
+                             int prompt_tokens, int completion_tokens);
 // A whole response: choices[i] from choices[i] (echo text and logprobs as `r`
 // asks); usage counts the prompt once and the completions' tokens summed (as
 // OpenAI and vLLM report n > 1). `tok` writes the logprobs (may be null without).
@@ -145,12 +148,10 @@ nlohmann::json full_response(const ApiRequest& r, const Tokenizer* tok, const Re
 // One streaming chunk of choice `index`: text delta, finish (kNone: still
 // running), its tokens' logprobs object (null: none). Chat's first chunk of a
 // choice carries {"role": "assistant"} (role_chunk).
-nlohmann::json stream_chunk(Endpoint e, const ResponseMeta& m, const std::string& text,
-                            Finish f, bool role_chunk = false, int index = 0,
-                            nlohmann::json logprobs = nullptr);
+nlohmann::json stream_chunk(Endpoint e, const ResponseMeta& m, const std::string& text, Finish f,
+                            bool role_chunk = false, int index = 0, nlohmann::json logprobs = nullptr);
 // The final chunk of stream_options.include_usage: empty choices, usage.
-nlohmann::json usage_chunk(Endpoint e, const ResponseMeta& m, int prompt_tokens,
-                           int completion_tokens);
+nlohmann::json usage_chunk(Endpoint e, const ResponseMeta& m, int prompt_tokens, int completion_tokens);
 // GET /v1/models.
 nlohmann::json models_response(const std::string& model, int64_t created);
 

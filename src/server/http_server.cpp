@@ -10,8 +10,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -32,7 +32,9 @@ namespace {
 
 // The largest declared body over --max-body that is still read (and dropped)
 // before its 413: 16 times the limit, at least 16 MiB.
-uint64_t drain_limit(size_t max_body) { return std::max<uint64_t>(uint64_t(max_body) * 16, uint64_t(16) << 20); }
+uint64_t drain_limit(size_t max_body) {
+  return std::max<uint64_t>(uint64_t(max_body) * 16, uint64_t(16) << 20);
+}
 
 }  // namespace
 
@@ -46,11 +48,11 @@ namespace {
 // same worker thread after the response is written (streams included).
 struct LogInfo {
   Clock::time_point start{};
-  bool counted = false;        // counted in in_flight_
-  int prompt_tokens = -1;      // -1: no generation
+  bool counted = false;    // counted in in_flight_
+  int prompt_tokens = -1;  // -1: no generation
   int completion_tokens = 0;
   std::string finish;
-  std::string error;           // the error message of a 4xx/5xx
+  std::string error;  // the error message of a 4xx/5xx
 };
 thread_local LogInfo t_log;
 
@@ -65,8 +67,7 @@ void send_error(httplib::Response& res, const ApiError& e) { send_error(res, e.s
 std::string sse(const json& chunk) { return "data: " + chunk.dump() + "\n\n"; }
 
 int64_t unix_now() {
-  return std::chrono::duration_cast<std::chrono::seconds>(
-             std::chrono::system_clock::now().time_since_epoch())
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
 
@@ -284,8 +285,10 @@ thread_local ConnectionStream* t_stream = nullptr;
 int default_max_connections() {
   int64_t n = 512;
   rlimit r{};
-  if (getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur != RLIM_INFINITY) n = std::min<int64_t>(n, r.rlim_cur / 2);
-  if (getrlimit(RLIMIT_NPROC, &r) == 0 && r.rlim_cur != RLIM_INFINITY) n = std::min<int64_t>(n, r.rlim_cur / 4);
+  if (getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur != RLIM_INFINITY)
+    n = std::min<int64_t>(n, r.rlim_cur / 2);
+  if (getrlimit(RLIMIT_NPROC, &r) == 0 && r.rlim_cur != RLIM_INFINITY)
+    n = std::min<int64_t>(n, r.rlim_cur / 4);
   return int(std::max<int64_t>(n, 16));
 }
 
@@ -331,8 +334,7 @@ class HttpConnections : public httplib::Server {
       // close is a FIN after the 503, not a reset that could discard it.
       ::shutdown(sock, SHUT_WR);
       char sink[4096];
-      for (int i = 0; i < 16 && ::recv(sock, sink, sizeof sink, MSG_DONTWAIT) > 0; ++i) {
-      }
+      for (int i = 0; i < 16 && ::recv(sock, sink, sizeof sink, MSG_DONTWAIT) > 0; ++i) {}
     } else {
       ConnectionStream strm(sock, o_, stopping_);
       t_stream = &strm;
@@ -355,9 +357,12 @@ class HttpConnections : public httplib::Server {
   std::atomic<bool> stopping_{false};
 };
 
-HttpServer::HttpServer(Scheduler& scheduler, const Tokenizer& tok, const ChatTemplate* chat,
-                       Metrics& metrics, HttpOptions options)
-    : scheduler_(scheduler), tok_(tok), metrics_(metrics), options_(std::move(options)),
+HttpServer::HttpServer(Scheduler& scheduler, const Tokenizer& tok, const ChatTemplate* chat, Metrics& metrics,
+                       HttpOptions options)
+    : scheduler_(scheduler),
+      tok_(tok),
+      metrics_(metrics),
+      options_(std::move(options)),
       started_(unix_now()) {
   FUTR_CHECK(!options_.model.empty(), "the served model needs a name");
   FUTR_CHECK(options_.max_connections >= 0 && options_.max_connections <= kMaxHttpConnections,
@@ -382,7 +387,8 @@ HttpServer::HttpServer(Scheduler& scheduler, const Tokenizer& tok, const ChatTem
   max_connections_ = options_.max_connections > 0 ? options_.max_connections : default_max_connections();
   const size_t pool = size_t(max_connections_);
   http_->new_task_queue = [pool] { return new ConnectionPool(pool); };
-  http_->set_payload_max_length(size_t(drain_limit(options_.max_body_bytes)));  // read_body keeps at most --max-body
+  http_->set_payload_max_length(
+      size_t(drain_limit(options_.max_body_bytes)));  // read_body keeps at most --max-body
   http_->set_keep_alive_max_count(1000);
   http_->set_tcp_nodelay(true);  // one SSE chunk per token: no Nagle delay
   routes();
@@ -422,8 +428,7 @@ void HttpServer::drain() {
   if (!idle || in_flight_.load() > 0)
     fmt::print(stderr, "futr serve: drain timeout ({} s): {} requests cut off; stopping\n",
                options_.drain_timeout_s, in_flight_.load());
-  else
-    fmt::print(stderr, "futr serve: drained; stopping\n");
+  else fmt::print(stderr, "futr serve: drained; stopping\n");
   stop();
 }
 
@@ -455,7 +460,9 @@ void HttpServer::routes() {
     };
     const bool body_route =
         req.method == "POST" && (req.path == "/v1/completions" || req.path == "/v1/chat/completions");
-    if (has_body && !body_route) return refuse(404, fmt::format("no route {} {}", req.method, printable(req.path, 100)), "not_found_error");
+    if (has_body && !body_route)
+      return refuse(404, fmt::format("no route {} {}", req.method, printable(req.path, 100)),
+                    "not_found_error");
     if (api && !options_.api_key.empty() &&
         req.get_header_value("Authorization") != "Bearer " + options_.api_key) {
       if (has_body) {
@@ -501,8 +508,8 @@ void HttpServer::routes() {
                           : std::chrono::duration<double>(Clock::now() - t_log.start).count();
     std::string extra;
     if (t_log.prompt_tokens >= 0)
-      extra = fmt::format(" prompt={} completion={} finish={}", t_log.prompt_tokens,
-                          t_log.completion_tokens, t_log.finish);
+      extra = fmt::format(" prompt={} completion={} finish={}", t_log.prompt_tokens, t_log.completion_tokens,
+                          t_log.finish);
     if (!t_log.error.empty()) extra += fmt::format(" error=\"{}\"", t_log.error);
     std::string addr = req.remote_addr;
     int port = req.remote_port;
@@ -515,12 +522,13 @@ void HttpServer::routes() {
 
   // OpenAI error bodies for what httplib answers itself (404, 413, 400 ...).
   s.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req,
-                                                             httplib::Response& res) {
+                                                                  httplib::Response& res) {
     if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
     std::string msg = fmt::format("HTTP error {}", res.status);
     if (res.status == 400) msg = "malformed HTTP request";
     if (res.status == 404) msg = fmt::format("no route {} {}", req.method, printable(req.path, 100));
-    if (res.status == 413) msg = fmt::format("the request body is too large (--max-body is {} bytes)", options_.max_body_bytes);
+    if (res.status == 413)
+      msg = fmt::format("the request body is too large (--max-body is {} bytes)", options_.max_body_bytes);
     if (res.status == 414) msg = "the request URI is too long";
     send_error(res, res.status,
                error_body(msg, res.status == 404 ? "not_found_error" : "invalid_request_error"));
@@ -533,8 +541,7 @@ void HttpServer::routes() {
       std::rethrow_exception(ep);
     } catch (const std::exception& e) {
       msg = e.what();
-    } catch (...) {
-    }
+    } catch (...) {}
     send_error(res, 500, error_body(msg, "server_error"));
   });
 
@@ -544,11 +551,9 @@ void HttpServer::routes() {
       res.set_content(json{{"status", "draining"}}.dump(), "application/json");
       return;
     }
-    res.set_content(json{{"status", "ok"},
-                         {"running", scheduler_.running()},
-                         {"waiting", scheduler_.waiting()}}
-                        .dump(),
-                    "application/json");
+    res.set_content(
+        json{{"status", "ok"}, {"running", scheduler_.running()}, {"waiting", scheduler_.waiting()}}.dump(),
+        "application/json");
   });
 
   s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
@@ -564,8 +569,8 @@ void HttpServer::routes() {
   // An uncompressed body over the limit whose declared length is at most
   // drain_limit() is read to its end and dropped (nothing kept), then answered
   // 413 (the client sees the answer, not a reset); any other stops at the limit.
-  auto read_body = [this](const httplib::Request& req, const httplib::ContentReader& reader, httplib::Response& res,
-                          std::string& body) {
+  auto read_body = [this](const httplib::Request& req, const httplib::ContentReader& reader,
+                          httplib::Response& res, std::string& body) {
     const std::string enc = req.get_header_value("Content-Encoding");
     const bool drain = (enc.empty() || enc == "identity") && req.has_header("Content-Length");
     bool too_big = false;
@@ -668,7 +673,7 @@ void HttpServer::routes() {
     // (at most a second) for any choice to change, then writes what every
     // choice has: a chunk per choice and update, in choice order.
     struct Choice {
-      bool started = false;   // its role chunk (chat) or echo chunk (completions) is written
+      bool started = false;  // its role chunk (chat) or echo chunk (completions) is written
       bool done = false;
       int completion_tokens = 0;
       LogprobsWriter logprobs;
@@ -679,7 +684,8 @@ void HttpServer::routes() {
     };
     auto st = std::make_shared<Stream>();
     for (size_t i = 0; i < handles.size(); ++i)
-      st->choices.push_back({false, false, 0, LogprobsWriter(tok_, endpoint == Endpoint::kChat, std::max(r.logprobs, 0))});
+      st->choices.push_back(
+          {false, false, 0, LogprobsWriter(tok_, endpoint == Endpoint::kChat, std::max(r.logprobs, 0))});
     auto req = std::make_shared<const ApiRequest>(std::move(r));
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
@@ -730,7 +736,8 @@ void HttpServer::routes() {
             }
             if (!u.text.empty() || !u.logprobs.empty()) {
               json tlp = lp ? c.logprobs.add(u.logprobs) : json(nullptr);
-              if (!write(sse(stream_chunk(endpoint, meta, u.text, Finish::kNone, false, int(i), std::move(tlp)))))
+              if (!write(sse(
+                      stream_chunk(endpoint, meta, u.text, Finish::kNone, false, int(i), std::move(tlp)))))
                 return false;
             }
             if (!u.done) continue;

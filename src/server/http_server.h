@@ -60,17 +60,17 @@ namespace futr::server {
 
 struct HttpOptions {
   std::string host = "127.0.0.1";
-  int port = 8080;                // 0: any free port (bind() returns it)
-  std::string api_key;            // "": no authentication
-  std::string model;              // the served model id (/v1/models, "model")
+  int port = 8080;                  // 0: any free port (bind() returns it)
+  std::string api_key;              // "": no authentication
+  std::string model;                // the served model id (/v1/models, "model")
   size_t max_body_bytes = 1 << 20;  // after decompression
-  int max_connections = 0;        // = worker threads; 0: default_max_connections()
-  double request_timeout_s = 30;  // a request's line, headers and body must arrive within this
-  double read_timeout_s = 10;     // longest wait for the client's next bytes
-  double write_timeout_s = 10;    // longest wait for the client to take our bytes
+  int max_connections = 0;          // = worker threads; 0: default_max_connections()
+  double request_timeout_s = 30;    // a request's line, headers and body must arrive within this
+  double read_timeout_s = 10;       // longest wait for the client's next bytes
+  double write_timeout_s = 10;      // longest wait for the client to take our bytes
   double keep_alive_timeout_s = 5;  // an idle connection is closed after this
-  double drain_timeout_s = 30;    // drain(): everything ends within this
-  int speculative = 0;            // draft tokens per step of requests without "speculative" (0: off)
+  double drain_timeout_s = 30;      // drain(): everything ends within this
+  int speculative = 0;              // draft tokens per step of requests without "speculative" (0: off)
 };
 
 inline constexpr int kMaxHttpConnections = 4096;
@@ -83,13 +83,13 @@ class HttpConnections;  // http_server.cpp
 class HttpServer {
  public:
   // `scheduler`, `tok`, `chat` (may be null) and `metrics` must outlive it.
-  HttpServer(Scheduler& scheduler, const Tokenizer& tok, const ChatTemplate* chat,
-             Metrics& metrics, HttpOptions options);
+  HttpServer(Scheduler& scheduler, const Tokenizer& tok, const ChatTemplate* chat, Metrics& metrics,
+             HttpOptions options);
   ~HttpServer();
 
-  int bind();    // binds host:port; returns the port; futr::Error if it cannot
-  void run();    // serves until stop() (call after bind())
-  void stop();   // stops listening and closes connections
+  int bind();   // binds host:port; returns the port; futr::Error if it cannot
+  void run();   // serves until stop() (call after bind())
+  void stop();  // stops listening and closes connections
   // Graceful shutdown: 503 for new requests, in-flight ones finish, then stop().
   void drain();
 
@@ -107,7 +107,7 @@ class HttpServer {
   std::unique_ptr<HttpConnections> http_;
   std::atomic<int> in_flight_{0};  // /v1 requests whose response is not written yet
   std::atomic<uint64_t> next_id_{1};
-  int64_t started_ = 0;            // Unix seconds at construction
+  int64_t started_ = 0;  // Unix seconds at construction
 };
 
 }  // namespace futr::server

@@ -56,9 +56,9 @@ struct TopLogprob {
 // One token of a choice with its log-probability.
 struct TokenLogprob {
   int32_t token = 0;
-  double logprob = 0.0;          // log p(token | the tokens before it)
-  bool has_logprob = true;       // false: an echoed prompt's first token (nothing predicts it)
-  std::vector<TopLogprob> top;   // the k most likely, descending (k = what the request asked)
+  double logprob = 0.0;         // log p(token | the tokens before it)
+  bool has_logprob = true;      // false: an echoed prompt's first token (nothing predicts it)
+  std::vector<TopLogprob> top;  // the k most likely, descending (k = what the request asked)
 };
 
 // The entry of `token` from its logits row z (the row whose next token it is):
@@ -77,7 +77,8 @@ std::string token_string(const Tokenizer& tok, int32_t id);
 class LogprobsWriter {
  public:
   // chat: chat's shape, else completions'; top: the k alternatives asked for.
-  LogprobsWriter(const Tokenizer& tok, bool chat, int top) : tok_(&tok), chat_(chat), top_(top), decoder_(tok) {}
+  LogprobsWriter(const Tokenizer& tok, bool chat, int top)
+      : tok_(&tok), chat_(chat), top_(top), decoder_(tok) {}
   // The logprobs object of these entries (the next ones of the choice).
   nlohmann::json add(std::span<const TokenLogprob> entries);
 
@@ -85,8 +86,8 @@ class LogprobsWriter {
   const Tokenizer* tok_;
   bool chat_;
   int top_;
-  StreamDecoder decoder_;     // the returned text, for text_offset
-  int64_t offset_ = 0;        // code points of the text so far
+  StreamDecoder decoder_;  // the returned text, for text_offset
+  int64_t offset_ = 0;     // code points of the text so far
 };
 
 }  // namespace futr::server

@@ -16,8 +16,8 @@ namespace {
 // of a long prompt takes seconds, a GPU decode step a few milliseconds).
 const prometheus::Histogram::BucketBoundaries kTtftBuckets = {
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 60};
-const prometheus::Histogram::BucketBoundaries kTpotBuckets = {
-    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5};
+const prometheus::Histogram::BucketBoundaries kTpotBuckets = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+                                                              0.1,    0.25,  0.5,    1,     2.5,  5};
 }  // namespace
 
 struct Metrics::Impl {
@@ -57,14 +57,16 @@ struct Metrics::Impl {
     blocks_free = gauge("futr_kv_blocks_free", "Paged KV cache: blocks free or cached with no owner");
     preemptions = counter("futr_preemptions_total",
                           "Requests that gave their KV blocks back (the cache was full) to resume later");
-    prefix_hit = counter("futr_prefix_cache_hit_tokens_total", "Prompt tokens attached from the prefix cache");
+    prefix_hit =
+        counter("futr_prefix_cache_hit_tokens_total", "Prompt tokens attached from the prefix cache");
     prefix_query = counter("futr_prefix_cache_query_tokens_total",
                            "Prompt tokens of the requests admitted into a paged KV cache");
     prefix_rate = gauge("futr_prefix_cache_hit_rate", "Prefix cache hit tokens / query tokens since start");
     prompt_tokens = counter("futr_prompt_tokens_total", "Prompt tokens prefilled");
     generated_tokens = counter("futr_generation_tokens_total", "Tokens generated");
-    spec_drafted = counter("futr_speculative_draft_tokens_total",
-                           "Draft tokens run by speculative requests (prompt-lookup drafts verified in one step)");
+    spec_drafted =
+        counter("futr_speculative_draft_tokens_total",
+                "Draft tokens run by speculative requests (prompt-lookup drafts verified in one step)");
     spec_accepted = counter("futr_speculative_accepted_tokens_total",
                             "Draft tokens kept (each one a token generated without a step of its own)");
     ttft = &BuildHistogram()
@@ -120,9 +122,7 @@ void Metrics::add_speculative(int64_t drafted, int64_t accepted) {
 void Metrics::observe_ttft(double s) { impl_->ttft->Observe(s); }
 void Metrics::observe_tpot(double s) { impl_->tpot->Observe(s); }
 void Metrics::finished(const std::string& reason) { impl_->finished->Add({{"finish", reason}}).Increment(); }
-void Metrics::rejected(int status) {
-  impl_->rejected->Add({{"status", std::to_string(status)}}).Increment();
-}
+void Metrics::rejected(int status) { impl_->rejected->Add({{"status", std::to_string(status)}}).Increment(); }
 
 std::string Metrics::serialize() const {
   return prometheus::TextSerializer().Serialize(impl_->registry->Collect());

@@ -60,10 +60,8 @@ void Request::emit(const std::string& text, int completion_tokens, std::vector<T
     std::lock_guard lk(mu_);
     text_ += text;
     completion_tokens_ = completion_tokens;
-    if (logprobs_.empty())
-      logprobs_ = std::move(logprobs);
-    else
-      logprobs_.insert(logprobs_.end(), logprobs.begin(), logprobs.end());
+    if (logprobs_.empty()) logprobs_ = std::move(logprobs);
+    else logprobs_.insert(logprobs_.end(), logprobs.begin(), logprobs.end());
     changed_ = true;
   }
   changed();
@@ -112,17 +110,18 @@ bool draws_here(const GenerationParams& p) {
 struct Scheduler::Active {
   std::shared_ptr<Request> req;
   runtime::SeqId id = 0;
-  int64_t order = 0;           // admission order (kept when preempted: seniority)
-  int stored = 0;              // positions stored (== engine.length(id); 0 while preempted)
-  int generated = 0;           // tokens sampled (EOS/EOT not counted)
-  std::vector<int32_t> output; // [generated] the tokens sampled (recomputed after a preemption)
-  int32_t last = -1;           // the token to feed next (decode phase)
-  bool decoding = false;       // a token was drawn: the prompt is done
-  bool resumed = false;        // preempted at least once
-  std::optional<runtime::Sampler> sampler;  // penalties or logprobs: drawn here from kLogits rows (else the engine draws)
+  int64_t order = 0;            // admission order (kept when preempted: seniority)
+  int stored = 0;               // positions stored (== engine.length(id); 0 while preempted)
+  int generated = 0;            // tokens sampled (EOS/EOT not counted)
+  std::vector<int32_t> output;  // [generated] the tokens sampled (recomputed after a preemption)
+  int32_t last = -1;            // the token to feed next (decode phase)
+  bool decoding = false;        // a token was drawn: the prompt is done
+  bool resumed = false;         // preempted at least once
+  std::optional<runtime::Sampler>
+      sampler;  // penalties or logprobs: drawn here from kLogits rows (else the engine draws)
   std::optional<runtime::Sampler> engine_sampler;  // preempted: the engine's sampler, given back on resume
-  std::vector<TokenLogprob> prompt_lp;      // prompt_logprobs: the prompt's entries so far
-  std::vector<TokenLogprob> pending_lp;     // logprobs: entries of tokens whose text is not sent yet
+  std::vector<TokenLogprob> prompt_lp;             // prompt_logprobs: the prompt's entries so far
+  std::vector<TokenLogprob> pending_lp;            // logprobs: entries of tokens whose text is not sent yet
   std::unique_ptr<runtime::NgramDrafter> drafter;  // speculative: the history (prompt, output), indexed
   std::vector<int32_t> draft;  // speculative: this step's draft (rows after the decode row)
   TextStream text;
@@ -149,9 +148,8 @@ Scheduler::Scheduler(runtime::Engine& engine, const Tokenizer& tok, SchedulerOpt
   FUTR_CHECK(options_.max_queue >= 0, "--max-queue must be >= 0 (got {})", options_.max_queue);
   FUTR_CHECK(options_.max_step_tokens >= 0, "--max-step-tokens must be >= 0 (got {})",
              options_.max_step_tokens);
-  step_budget_ = options_.max_step_tokens > 0
-                     ? std::min(options_.max_step_tokens, info_.max_step_tokens)
-                     : info_.max_step_tokens;
+  step_budget_ = options_.max_step_tokens > 0 ? std::min(options_.max_step_tokens, info_.max_step_tokens)
+                                              : info_.max_step_tokens;
   FUTR_CHECK(step_budget_ > 0, "the engine takes no rows per step (max_step_tokens {})",
              info_.max_step_tokens);
   total_positions_ = engine_.free_positions();
@@ -171,8 +169,7 @@ Scheduler::~Scheduler() {
   for (auto& a : running_) {
     try {
       engine_.close(a->id);
-    } catch (const std::exception&) {
-    }
+    } catch (const std::exception&) {}
     a->req->end(Finish::kCancelled, a->generated);
   }
   for (auto& a : preempted_) a->req->end(Finish::kCancelled, a->generated);
@@ -214,17 +211,18 @@ std::vector<std::shared_ptr<Request>> Scheduler::submit(std::vector<GenerationPa
   }
   auto signal = std::make_shared<RequestSignal>();
   std::vector<std::shared_ptr<Request>> reqs;
-  for (GenerationParams& p : choices) reqs.push_back(std::shared_ptr<Request>(new Request(std::move(p), signal)));
+  for (GenerationParams& p : choices)
+    reqs.push_back(std::shared_ptr<Request>(new Request(std::move(p), signal)));
   {
     std::lock_guard lk(mu_);
-    if (draining_.load())
-      reject(503, "server_shutting_down", "the server is shutting down; no new requests");
+    if (draining_.load()) reject(503, "server_shutting_down", "the server is shutting down; no new requests");
     if (waiting_.size() + reqs.size() > size_t(options_.max_queue))
       reject(429, "rate_limit_exceeded",
              reqs.size() == 1
                  ? fmt::format("the queue is full ({} requests waiting); retry later", waiting_.size())
-                 : fmt::format("the queue has no room for {} choices ({} requests waiting, at most {}); retry later",
-                               reqs.size(), waiting_.size(), options_.max_queue));
+                 : fmt::format(
+                       "the queue has no room for {} choices ({} requests waiting, at most {}); retry later",
+                       reqs.size(), waiting_.size(), options_.max_queue));
     for (auto& r : reqs) waiting_.push_back(r);
     n_waiting_.store(int(waiting_.size()));
   }
@@ -242,9 +240,8 @@ void Scheduler::begin_drain() {
 
 void Scheduler::wait_idle() {
   std::unique_lock lk(mu_);
-  idle_cv_.wait(lk, [&] {
-    return (waiting_.empty() && n_running_.load() == 0 && n_preempted_.load() == 0) || stop_;
-  });
+  idle_cv_.wait(
+      lk, [&] { return (waiting_.empty() && n_running_.load() == 0 && n_preempted_.load() == 0) || stop_; });
 }
 
 bool Scheduler::wait_idle_for(std::chrono::duration<double> timeout) {
@@ -356,7 +353,8 @@ void Scheduler::admit() {
       const SamplerConfig& sc = head->params_.sampling;
       if (draws_here(head->params_)) {
         active->sampler.emplace(sc);
-        active->sampler->limit_vocab(tok_.vocab_size());  // as futr generate: ids without a token are never drawn
+        active->sampler->limit_vocab(
+            tok_.vocab_size());  // as futr generate: ids without a token are never drawn
         for (int32_t t : head->params_.prompt) active->sampler->accept(t, /*generated=*/false);
       }
       if (head->params_.speculative > 0) {
@@ -439,7 +437,7 @@ bool Scheduler::admit_paged(std::unique_ptr<Active>& ap) {
 void Scheduler::preempt(Active& a) {
   try {
     a.engine_sampler = engine_.sampler_state(a.id);  // before close: the draws continue from here
-    engine_.close(a.id);  // its full blocks stay cached for the resume
+    engine_.close(a.id);                             // its full blocks stay cached for the resume
   } catch (const std::exception& e) {
     fmt::print(stderr, "futr serve: preempting sequence {} failed: {}\n", a.id, e.what());
   }
@@ -496,7 +494,8 @@ void Scheduler::run_step() {
   for (Active* a : decode) {
     a->draft.clear();
     if (!a->drafter || budget <= 0 || int(running_.size()) > options_.speculative_max_batch) continue;
-    const int k = std::min({budget, info_.ctx - 1 - a->stored, a->req->params_.max_tokens - a->generated - 1});
+    const int k =
+        std::min({budget, info_.ctx - 1 - a->stored, a->req->params_.max_tokens - a->generated - 1});
     if (k <= 0) continue;
     a->drafter->draft(k, a->draft);
     want[a] += int(a->draft.size());
@@ -551,7 +550,9 @@ void Scheduler::run_step() {
   }
 
   // 3. The rows: decode rows first, then the chunks.
-  auto ask_out = [](const Active* a) { return a->sampler ? runtime::RowOutput::kLogits : runtime::RowOutput::kToken; };
+  auto ask_out = [](const Active* a) {
+    return a->sampler ? runtime::RowOutput::kLogits : runtime::RowOutput::kToken;
+  };
   for (Active* a : decode) {
     if (!want.count(a)) continue;  // preempted
     rows.push_back({a->last, a->id, a->stored, ask_out(a), -1});
@@ -614,7 +615,8 @@ void Scheduler::run_step() {
   for (auto& [a, n] : chunks) {
     a->stored += n;
     if (metrics_) metrics_->add_prompt_tokens(n);
-    if (!a->decoding && a->stored == a->prompt_len()) prompt_done.push_back(a);  // the prompt's end, the first time
+    if (!a->decoding && a->stored == a->prompt_len())
+      prompt_done.push_back(a);  // the prompt's end, the first time
   }
 
   // 4. The outputs, in batch order: the engine's tokens (kToken rows),
@@ -626,8 +628,8 @@ void Scheduler::run_step() {
     n_logits += u.out == runtime::RowOutput::kLogits;
     n_logprobs += u.out == runtime::RowOutput::kLogprob;
   }
-  FUTR_CHECK(result.tokens.size() == n_tokens, "the engine returned {} tokens for {} rows", result.tokens.size(),
-             n_tokens);
+  FUTR_CHECK(result.tokens.size() == n_tokens, "the engine returned {} tokens for {} rows",
+             result.tokens.size(), n_tokens);
   FUTR_CHECK(result.logprobs.size() == n_logprobs, "the engine returned {} log-probabilities for {} rows",
              result.logprobs.size(), n_logprobs);
   FUTR_CHECK(n_logits == 0 || (result.logits.rank() == 2 && result.logits.dim(0) == int64_t(n_logits) &&
@@ -660,15 +662,15 @@ void Scheduler::run_step() {
     Active* a = u.a;
     const GenerationParams& p = a->req->params_;
     std::span<const float> z;
-    if (u.out == runtime::RowOutput::kLogits) z = {result.logits.row(int64_t(next_logits++)), size_t(info_.vocab)};
+    if (u.out == runtime::RowOutput::kLogits)
+      z = {result.logits.row(int64_t(next_logits++)), size_t(info_.vocab)};
     if (u.scores < 0 && u.out == runtime::RowOutput::kLogits && rejected.count(a)) continue;
     if (u.scores >= 0) {  // a prompt row scoring prompt[scores]
       const int32_t target = p.prompt[size_t(u.scores)];
       if (a->prompt_lp.empty()) a->prompt_lp.push_back({p.prompt[0], 0.0, false, {}});
       if (u.out == runtime::RowOutput::kLogprob)
         a->prompt_lp.push_back({target, result.logprobs[next_logprob++], true, {}});
-      else
-        a->prompt_lp.push_back(token_logprob(z, target, p.prompt_logprobs, limit));
+      else a->prompt_lp.push_back(token_logprob(z, target, p.prompt_logprobs, limit));
       continue;
     }
     if (u.out == runtime::RowOutput::kToken) {

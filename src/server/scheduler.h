@@ -108,10 +108,10 @@ enum class Finish { kNone, kStop, kLength, kCancelled, kError };
 const char* to_string(Finish f);  // "" | "stop" | "length" | "cancelled" | "error"
 
 struct GenerationParams {
-  std::vector<int32_t> prompt;     // token ids, not empty
-  int max_tokens = 16;             // >= 1 tokens to generate at most
-  SamplerConfig sampling;          // temperature 0 = greedy
-  std::vector<std::string> stop;   // stop strings (matched on the decoded text)
+  std::vector<int32_t> prompt;    // token ids, not empty
+  int max_tokens = 16;            // >= 1 tokens to generate at most
+  SamplerConfig sampling;         // temperature 0 = greedy
+  std::vector<std::string> stop;  // stop strings (matched on the decoded text)
   // Log-probabilities (logprobs.h), of the raw distribution: -1 none; k >= 0:
   // each generated token's (Update::logprobs) with its k most likely ids.
   int logprobs = -1;
@@ -170,13 +170,14 @@ class AdmissionError : public Error {
 class Request {
  public:
   struct Update {
-    std::string text;            // text produced since the previous update
-    bool done = false;           // the request has ended (finish is set)
+    std::string text;   // text produced since the previous update
+    bool done = false;  // the request has ended (finish is set)
     Finish finish = Finish::kNone;
     int prompt_tokens = 0;
-    int completion_tokens = 0;   // tokens generated so far (EOS/EOT not counted)
-    std::string error;           // Finish::kError: what went wrong
-    std::vector<TokenLogprob> logprobs;         // GenerationParams::logprobs: the tokens generated since the previous update
+    int completion_tokens = 0;  // tokens generated so far (EOS/EOT not counted)
+    std::string error;          // Finish::kError: what went wrong
+    std::vector<TokenLogprob>
+        logprobs;  // GenerationParams::logprobs: the tokens generated since the previous update
     std::vector<TokenLogprob> prompt_logprobs;  // GenerationParams::prompt_logprobs: all, in the first update
   };
   // Waits up to `timeout` for new text or the end. Returns false (and leaves
@@ -204,17 +205,17 @@ class Request {
   std::atomic<bool> cancelled_{false};
   std::mutex mu_;
   std::condition_variable cv_;
-  std::string text_;            // not yet taken by wait()
+  std::string text_;                                      // not yet taken by wait()
   std::vector<TokenLogprob> logprobs_, prompt_logprobs_;  // not yet taken by wait()
   bool done_ = false;
-  bool changed_ = false;        // something new since the last wait()
+  bool changed_ = false;  // something new since the last wait()
   Finish finish_ = Finish::kNone;
   int completion_tokens_ = 0;
   std::string error_;
 };
 
 struct SchedulerOptions {
-  int max_queue = 64;        // requests waiting for admission at most (more: 429)
+  int max_queue = 64;  // requests waiting for admission at most (more: 429)
   // Drafts run only while at most this many requests run: at small batch a
   // step's extra rows cost little, at large batch they take the step from
   // the others (GenerationParams::speculative).
@@ -242,7 +243,7 @@ class Scheduler {
 
   void begin_drain();  // refuse new requests from now on (503); the accepted ones finish
   bool draining() const { return draining_.load(); }
-  void wait_idle();    // blocks until no request runs or waits
+  void wait_idle();  // blocks until no request runs or waits
   // As wait_idle(), for at most `timeout`; false if requests still run or wait.
   bool wait_idle_for(std::chrono::duration<double> timeout);
 
@@ -258,7 +259,8 @@ class Scheduler {
   void loop();
   void drop_cancelled();
   void admit();
-  bool admit_paged(std::unique_ptr<Active>& a);  // opens a; false (a closed again) when its blocks are not free
+  bool admit_paged(
+      std::unique_ptr<Active>& a);  // opens a; false (a closed again) when its blocks are not free
   void run_step();
   void preempt(Active& a);
   void finish(Active& a, Finish f, std::string error = {});
@@ -268,30 +270,30 @@ class Scheduler {
   const Tokenizer& tok_;
   SchedulerOptions options_;
   Metrics* metrics_;
-  runtime::EngineInfo info_;          // copied at construction
-  int64_t total_positions_ = 0;       // free_positions() of the empty engine
+  runtime::EngineInfo info_;     // copied at construction
+  int64_t total_positions_ = 0;  // free_positions() of the empty engine
   int64_t max_request_ = 0;
   int step_budget_ = 0;
 
-  std::mutex mu_;                     // guards waiting_, stop_
-  std::condition_variable cv_;        // new work / stop
-  std::condition_variable idle_cv_;   // nothing runs or waits
+  std::mutex mu_;                    // guards waiting_, stop_
+  std::condition_variable cv_;       // new work / stop
+  std::condition_variable idle_cv_;  // nothing runs or waits
   std::deque<std::shared_ptr<Request>> waiting_;
   bool stop_ = false;
   std::atomic<bool> draining_{false};
   std::atomic<int> n_running_{0};
   std::atomic<int> n_waiting_{0};
   std::atomic<int> n_preempted_{0};
-  bool paged_ = false;                // the engine pages (info().kv_block_size > 0)
+  bool paged_ = false;  // the engine pages (info().kv_block_size > 0)
 
   // Scheduler thread only.
-  std::vector<std::unique_ptr<Active>> running_;    // in admission order (Active::order)
-  std::deque<std::unique_ptr<Active>> preempted_;   // oldest first; resumed before the queue
+  std::vector<std::unique_ptr<Active>> running_;   // in admission order (Active::order)
+  std::deque<std::unique_ptr<Active>> preempted_;  // oldest first; resumed before the queue
   runtime::SeqId next_id_ = 1;
-  int64_t next_order_ = 0;            // admission order of the next new request
-  size_t decode_rr_ = 0;              // round-robin start when decode rows exceed the budget
+  int64_t next_order_ = 0;  // admission order of the next new request
+  size_t decode_rr_ = 0;    // round-robin start when decode rows exceed the budget
 
-  std::thread thread_;                // last: starts after everything above exists
+  std::thread thread_;  // last: starts after everything above exists
 };
 
 }  // namespace futr::server

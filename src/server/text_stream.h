@@ -46,8 +46,7 @@ class StopMatcher {
 // Tokens -> text with stop strings (the per-request text state of the scheduler).
 class TextStream {
  public:
-  TextStream(const Tokenizer& tok, std::vector<std::string> stops)
-      : decoder_(tok), stop_(std::move(stops)) {}
+  TextStream(const Tokenizer& tok, std::vector<std::string> stops) : decoder_(tok), stop_(std::move(stops)) {}
   std::string push(int32_t token) { return stop_.push(decoder_.push(token)); }
   std::string finish() {
     std::string s = stop_.push(decoder_.flush());

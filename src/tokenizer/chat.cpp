@@ -84,7 +84,8 @@ std::string trim(std::string_view s) {
 }  // namespace
 
 ChatTemplate ChatTemplate::from_source(std::string_view src, std::string bos_text, std::string eos_text) {
-  FUTR_CHECK(!src.empty(), "chat: the model has no chat template; run without --chat (the prompt is then "
+  FUTR_CHECK(!src.empty(),
+             "chat: the model has no chat template; run without --chat (the prompt is then "
              "used as is)");
   ChatTemplate t;
   t.bos_text_ = std::move(bos_text);
@@ -113,9 +114,11 @@ ChatTemplate ChatTemplate::from_source(std::string_view src, std::string bos_tex
   std::string head(src.substr(0, 120));
   for (char& c : head)
     if (c == '\n') c = ' ';
-  fail("chat: the model's chat template is not recognised (supported: ChatML with <|im_start|>, Llama-3 with "
-       "<|start_header_id|>, Llama-2 and Mistral with [INST]); template begins: \"{}{}\". Run without --chat to use the prompt as is",
-       head, src.size() > head.size() ? "..." : "");
+  fail(
+      "chat: the model's chat template is not recognised (supported: ChatML with <|im_start|>, Llama-3 with "
+      "<|start_header_id|>, Llama-2 and Mistral with [INST]); template begins: \"{}{}\". Run without --chat "
+      "to use the prompt as is",
+      head, src.size() > head.size() ? "..." : "");
 }
 
 ChatTemplate ChatTemplate::for_tokenizer(const Tokenizer& tok) {
@@ -193,8 +196,11 @@ std::vector<ChatTemplate::Segment> ChatTemplate::segments(std::span<const ChatMe
         user(m.content);
         tmpl(eos_text_);
       } else {
-        fail("chat: the Mistral template has only the roles user and assistant (got '{}'); a system message is "
-             "not part of it", m.role.substr(0, 40));
+        fail(
+            "chat: the Mistral template has only the roles user and assistant (got '{}'); a system message "
+            "is "
+            "not part of it",
+            m.role.substr(0, 40));
       }
     }
     return out;
@@ -231,7 +237,8 @@ std::string ChatTemplate::apply(std::span<const ChatMessage> messages, bool add_
   return out;
 }
 
-std::vector<int32_t> ChatTemplate::encode_stretches(const Tokenizer& tok, std::span<const Segment> segs) const {
+std::vector<int32_t> ChatTemplate::encode_stretches(const Tokenizer& tok,
+                                                    std::span<const Segment> segs) const {
   std::vector<int32_t> ids;
   std::string text;  // the stretch since the last control token
   auto flush = [&] {
@@ -270,7 +277,8 @@ std::vector<int32_t> ChatTemplate::encode(const Tokenizer& tok, std::span<const 
     // NOTE: every segment boundary is a pre-tokenizer boundary (a special token
     // or a newline next to it), so the ids equal those of the whole prompt
     // whenever the contents hold no special-token text.
-    const std::vector<int32_t> part = s.from_template ? tok.encode(s.text, false, /*parse_special=*/true) : tok.encode_content(s.text);
+    const std::vector<int32_t> part =
+        s.from_template ? tok.encode(s.text, false, /*parse_special=*/true) : tok.encode_content(s.text);
     ids.insert(ids.end(), part.begin(), part.end());
   }
   return ids;
@@ -298,7 +306,8 @@ std::optional<std::vector<int32_t>> ChatTemplate::encode_after(const Tokenizer& 
   }
   for (const Segment& s : segments(messages, add_generation_prompt)) {
     if (at >= prefix_chars) {
-      const std::vector<int32_t> part = s.from_template ? tok.encode(s.text, false, /*parse_special=*/true) : tok.encode_content(s.text);
+      const std::vector<int32_t> part =
+          s.from_template ? tok.encode(s.text, false, /*parse_special=*/true) : tok.encode_content(s.text);
       ids.insert(ids.end(), part.begin(), part.end());
     } else if (at + s.text.size() > prefix_chars) {
       return std::nullopt;  // the prefix ends inside this segment

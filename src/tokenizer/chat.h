@@ -78,7 +78,8 @@ class ChatTemplate {
   // Recognises `source` (Jinja). bos_text / eos_text: the BOS and EOS tokens'
   // texts, used where the template emits bos_token / eos_token. futr::Error if
   // empty or not recognised.
-  static ChatTemplate from_source(std::string_view source, std::string bos_text, std::string eos_text = "</s>");
+  static ChatTemplate from_source(std::string_view source, std::string bos_text,
+                                  std::string eos_text = "</s>");
   // The template of a tokenizer (spec.chat_template) with its BOS text.
   static ChatTemplate for_tokenizer(const Tokenizer& tok);
 
@@ -101,8 +102,9 @@ class ChatTemplate {
   // (apply()'s text; no BOS), encoded as encode() does. nullopt when the
   // offset falls inside a segment (a role, a content or a stretch of template
   // text) or past the end: the caller encodes the whole prompt instead.
-  std::optional<std::vector<int32_t>> encode_after(const Tokenizer& tok, std::span<const ChatMessage> messages,
-                                                   size_t prefix_chars, bool add_generation_prompt = true) const;
+  std::optional<std::vector<int32_t>> encode_after(const Tokenizer& tok,
+                                                   std::span<const ChatMessage> messages, size_t prefix_chars,
+                                                   bool add_generation_prompt = true) const;
 
  private:
   struct Segment {
@@ -110,7 +112,8 @@ class ChatTemplate {
     bool from_template;  // true: the template's own text (special tokens parsed); false: a role or content
   };
   std::vector<Segment> segments(std::span<const ChatMessage> messages, bool add_generation_prompt) const;
-  // [INST] families: control tokens of the template text as ids, the text between them with special tokens off.
+  // [INST] families: control tokens of the template text as ids, the text between them with special tokens
+  // off.
   std::vector<int32_t> encode_stretches(const Tokenizer& tok, std::span<const Segment> segs) const;
   bool inst_family() const { return family_ == ChatFamily::Llama2 || family_ == ChatFamily::Mistral; }
 

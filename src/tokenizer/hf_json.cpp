@@ -4,11 +4,11 @@
 #include "tokenizer/hf_json.h"
 
 #include <algorithm>
-#include <unordered_set>
 #include <fstream>
 #include <optional>
 #include <sstream>
 #include <unordered_map>
+#include <unordered_set>
 
 #include <nlohmann/json.hpp>
 
@@ -27,7 +27,7 @@ using json = nlohmann::json;
 constexpr int64_t kMaxVocab = int64_t{1} << 24;  // sanity bound on token ids (16 M)
 constexpr size_t kMaxDescribe = 160;             // characters of a JSON value in messages
 
-constexpr uint64_t kMaxFileBytes = 64ull << 20;   // tokenizer.json of Llama 3: 9 MB
+constexpr uint64_t kMaxFileBytes = 64ull << 20;  // tokenizer.json of Llama 3: 9 MB
 
 // Text from the file in a message: clipped and escaped (core/text.h).
 std::string clip(std::string_view s) { return printable(s, kMaxDescribe); }
@@ -92,9 +92,9 @@ bool is_byte_level(const json& j, bool want_regex) {
 // text starts, "never" none; and never where a stretch already starts with a
 // space). An error names anything else.
 struct SpmSpaces {
-  bool prefix = true;          // TokenizerSpec::add_space_prefix
-  bool first_only = false;     // TokenizerSpec::space_prefix_first_only
-  bool unless_space = false;   // TokenizerSpec::space_prefix_unless_space
+  bool prefix = true;         // TokenizerSpec::add_space_prefix
+  bool first_only = false;    // TokenizerSpec::space_prefix_first_only
+  bool unless_space = false;  // TokenizerSpec::space_prefix_unless_space
 };
 SpmSpaces recognise_spm_spaces(const json& root, const fs::path& file) {
   static const std::string kSpace = "\u2581";
@@ -102,14 +102,17 @@ SpmSpaces recognise_spm_spaces(const json& root, const fs::path& file) {
   const json& pre = root.contains("pre_tokenizer") ? root["pre_tokenizer"] : json();
   auto is_replace_space = [&](const json& r) {
     return is_type(r, "Replace") && r.contains("pattern") && r["pattern"].is_object() &&
-           r["pattern"].contains("String") && r["pattern"]["String"] == " " && string_field(r, "content") == kSpace;
+           r["pattern"].contains("String") && r["pattern"]["String"] == " " &&
+           string_field(r, "content") == kSpace;
   };
-  auto is_metaspace = [&](const json& m) { return is_type(m, "Metaspace") && string_field(m, "replacement") == kSpace; };
+  auto is_metaspace = [&](const json& m) {
+    return is_type(m, "Metaspace") && string_field(m, "replacement") == kSpace;
+  };
   SpmSpaces sp;
   if (is_type(norm, "Sequence") && norm.contains("normalizers") && norm["normalizers"].is_array()) {
     const json& n = norm["normalizers"];
-    const bool prepend = n.size() == 2 && is_type(n[0], "Prepend") && string_field(n[0], "prepend") == kSpace &&
-                         is_replace_space(n[1]);
+    const bool prepend = n.size() == 2 && is_type(n[0], "Prepend") &&
+                         string_field(n[0], "prepend") == kSpace && is_replace_space(n[1]);
     const bool replace = n.size() == 1 && is_replace_space(n[0]);
     FUTR_CHECK((prepend || replace) && pre.is_null(),
                "{}: SentencePiece normalizer {} with pre_tokenizer {} is not supported (supported: "
@@ -118,15 +121,20 @@ SpmSpaces recognise_spm_spaces(const json& root, const fs::path& file) {
     sp.prefix = prepend;
     return sp;
   }
-  FUTR_CHECK(norm.is_null(), "{}: SentencePiece normalizer {} is not supported (supported: Prepend(\u2581) + "
-             "Replace(' ', \u2581), or none with a Metaspace pre-tokenizer)", file.string(), describe(norm));
-  FUTR_CHECK(is_metaspace(pre), "{}: SentencePiece pre_tokenizer {} is not supported (supported: Metaspace(\u2581), "
-             "or none after a Prepend + Replace normalizer)", file.string(), describe(pre));
+  FUTR_CHECK(norm.is_null(),
+             "{}: SentencePiece normalizer {} is not supported (supported: Prepend(\u2581) + "
+             "Replace(' ', \u2581), or none with a Metaspace pre-tokenizer)",
+             file.string(), describe(norm));
+  FUTR_CHECK(is_metaspace(pre),
+             "{}: SentencePiece pre_tokenizer {} is not supported (supported: Metaspace(\u2581), "
+             "or none after a Prepend + Replace normalizer)",
+             file.string(), describe(pre));
   // NOTE: older files say add_prefix_space (true: "always") instead of prepend_scheme.
   std::string scheme = string_field(pre, "prepend_scheme");
   if (scheme.empty()) scheme = flag(pre, "add_prefix_space", true) ? "always" : "never";
   FUTR_CHECK(scheme == "always" || scheme == "first" || scheme == "never",
-             "{}: Metaspace prepend_scheme '{}' is not supported (always, first, never)", file.string(), clip(scheme));
+             "{}: Metaspace prepend_scheme '{}' is not supported (always, first, never)", file.string(),
+             clip(scheme));
   sp.prefix = scheme != "never";
   sp.first_only = scheme == "first";
   sp.unless_space = true;  // Metaspace prepends only to text that does not start with its replacement
@@ -140,18 +148,20 @@ std::string recognise_pre(const json& pre, const fs::path& file) {
       pre["pretokenizers"].size() == 2) {
     const json& a = pre["pretokenizers"][0];
     const json& b = pre["pretokenizers"][1];
-    if (is_type(a, "Digits") && flag(a, "individual_digits", false) && is_byte_level(b, true)) return "smollm";
-    for (const auto& [pattern, name] : {std::pair{pretok::kLlama3Pattern, "llama3"},
-                                        std::pair{pretok::kQwen2Pattern, "qwen2"}})
+    if (is_type(a, "Digits") && flag(a, "individual_digits", false) && is_byte_level(b, true))
+      return "smollm";
+    for (const auto& [pattern, name] :
+         {std::pair{pretok::kLlama3Pattern, "llama3"}, std::pair{pretok::kQwen2Pattern, "qwen2"}})
       if (is_type(a, "Split") && a.contains("pattern") && a["pattern"].is_object() &&
           a["pattern"].contains("Regex") && a["pattern"]["Regex"] == pattern &&
           string_field(a, "behavior") == "Isolated" && !flag(a, "invert", false) && is_byte_level(b, false))
         return name;
   }
-  fail("{}: unsupported pre_tokenizer {}; supported: ByteLevel(add_prefix_space=false) (gpt2), "
-       "Sequence[Digits(individual_digits=true), ByteLevel] (smollm), "
-       "Sequence[Split(Llama-3 or Qwen2 regex, Isolated), ByteLevel(use_regex=false)] (llama3, qwen2)",
-       file.string(), describe(pre));
+  fail(
+      "{}: unsupported pre_tokenizer {}; supported: ByteLevel(add_prefix_space=false) (gpt2), "
+      "Sequence[Digits(individual_digits=true), ByteLevel] (smollm), "
+      "Sequence[Split(Llama-3 or Qwen2 regex, Isolated), ByteLevel(use_regex=false)] (llama3, qwen2)",
+      file.string(), describe(pre));
 }
 
 // tokenizer_config.json token fields: "text", {"content": "text", ...} or null.
@@ -159,15 +169,16 @@ std::string token_field(const json& cfg, const char* key) {
   if (!cfg.contains(key) || cfg[key].is_null()) return {};
   const json& v = cfg[key];
   if (v.is_string()) return v.get<std::string>();
-  if (v.is_object() && v.contains("content") && v["content"].is_string()) return v["content"].get<std::string>();
+  if (v.is_object() && v.contains("content") && v["content"].is_string())
+    return v["content"].get<std::string>();
   return {};
 }
 
 // A token id in [0, limit): `limit` is the model's vocabulary when known.
 int32_t json_id(const json& v, const fs::path& file, const std::string& what, int64_t limit = kMaxVocab) {
   FUTR_CHECK(v.is_number_integer(), "{}: {} is not an integer id: {}", file.string(), what, clip(v.dump()));
-  FUTR_CHECK(!v.is_number_unsigned() || v.get<uint64_t>() <= uint64_t(INT64_MAX), "{}: {} id {} is out of range [0, {})",
-             file.string(), what, v.get<uint64_t>(), limit);
+  FUTR_CHECK(!v.is_number_unsigned() || v.get<uint64_t>() <= uint64_t(INT64_MAX),
+             "{}: {} id {} is out of range [0, {})", file.string(), what, v.get<uint64_t>(), limit);
   const int64_t id = v.get<int64_t>();
   FUTR_CHECK(id >= 0 && id < limit, "{}: {} id {} is out of range [0, {}){}", file.string(), what, id, limit,
              limit == kMaxVocab ? "" : " (the model's vocab_size)");
@@ -211,10 +222,13 @@ TokenizerSpec spec_from_texts(const HfTokenizerTexts& texts, int64_t max_vocab) 
 
   // --- model: byte-level BPE, or BPE with byte_fallback (SentencePiece's, as
   // transformers converts Llama-2, TinyLlama and Mistral tokenizers) ---
-  const std::string mtype = model.contains("type") && model["type"].is_string() ? model["type"].get<std::string>()
-                                                                                 : std::string("?");
-  FUTR_CHECK(mtype == "BPE", "{}: model type {} is not supported (only BPE: byte-level, or SentencePiece-style "
-             "with byte_fallback)", file.string(), clip(mtype));
+  const std::string mtype = model.contains("type") && model["type"].is_string()
+                                ? model["type"].get<std::string>()
+                                : std::string("?");
+  FUTR_CHECK(mtype == "BPE",
+             "{}: model type {} is not supported (only BPE: byte-level, or SentencePiece-style "
+             "with byte_fallback)",
+             file.string(), clip(mtype));
   const bool spm = flag(model, "byte_fallback", false);
   for (const char* k : {"continuing_subword_prefix", "end_of_word_suffix"})
     FUTR_CHECK(!model.contains(k) || model[k].is_null() || model[k] == "", "{}: BPE {}={} is not supported",
@@ -229,16 +243,18 @@ TokenizerSpec spec_from_texts(const HfTokenizerTexts& texts, int64_t max_vocab) 
     // bytes, the dummy prefix stripped); futr's SentencePiece decoding does
     // the same, so any decoder made of these steps is accepted.
     auto spm_decoder = [](const json& d) {
-      return is_type(d, "Replace") || is_type(d, "ByteFallback") || is_type(d, "Fuse") || is_type(d, "Strip") ||
-             is_type(d, "Metaspace");
+      return is_type(d, "Replace") || is_type(d, "ByteFallback") || is_type(d, "Fuse") ||
+             is_type(d, "Strip") || is_type(d, "Metaspace");
     };
     bool dec_ok = dec.is_null() || spm_decoder(dec);
     if (is_type(dec, "Sequence") && dec.contains("decoders") && dec["decoders"].is_array()) {
       dec_ok = true;
       for (const json& d : dec["decoders"]) dec_ok = dec_ok && spm_decoder(d);
     }
-    FUTR_CHECK(dec_ok, "{}: SentencePiece decoder {} is not supported (Replace, ByteFallback, Fuse, Strip, "
-               "Metaspace)", file.string(), describe(dec));
+    FUTR_CHECK(dec_ok,
+               "{}: SentencePiece decoder {} is not supported (Replace, ByteFallback, Fuse, Strip, "
+               "Metaspace)",
+               file.string(), describe(dec));
     spec.model = "llama";
     spec.pre = "default";
     spec.add_space_prefix = sp.prefix;
@@ -248,8 +264,8 @@ TokenizerSpec spec_from_texts(const HfTokenizerTexts& texts, int64_t max_vocab) 
     FUTR_CHECK(!root.contains("normalizer") || root["normalizer"].is_null(),
                "{}: normalizer {} is not supported (byte-level BPE tokenizers have none)", file.string(),
                describe(root["normalizer"]));
-    FUTR_CHECK(dec.is_null() || is_type(dec, "ByteLevel"), "{}: decoder {} is not supported (expected ByteLevel)",
-               file.string(), describe(dec));
+    FUTR_CHECK(dec.is_null() || is_type(dec, "ByteLevel"),
+               "{}: decoder {} is not supported (expected ByteLevel)", file.string(), describe(dec));
     spec.model = "gpt2";
     spec.pre = recognise_pre(root.contains("pre_tokenizer") ? root["pre_tokenizer"] : json(), file);
     spec.ignore_merges = flag(model, "ignore_merges", false);
@@ -259,8 +275,8 @@ TokenizerSpec spec_from_texts(const HfTokenizerTexts& texts, int64_t max_vocab) 
   FUTR_CHECK(model.contains("vocab") && model["vocab"].is_object(), "{}: model.vocab is not an object",
              file.string());
   const json& vocab = model["vocab"];
-  const json added = root.contains("added_tokens") && root["added_tokens"].is_array() ? root["added_tokens"]
-                                                                                      : json::array();
+  const json added =
+      root.contains("added_tokens") && root["added_tokens"].is_array() ? root["added_tokens"] : json::array();
   int64_t n = 0;
   for (auto it = vocab.begin(); it != vocab.end(); ++it)
     n = std::max<int64_t>(n, json_id(it.value(), file, "vocab entry '" + clip(it.key()) + "'", id_limit) + 1);
@@ -273,8 +289,8 @@ TokenizerSpec spec_from_texts(const HfTokenizerTexts& texts, int64_t max_vocab) 
   // Ids may leave holes (they become "unused" tokens), but not so many that the
   // tables below would be out of proportion to the file (one huge id).
   const int64_t entries = int64_t(vocab.size() + added.size());
-  FUTR_CHECK(n <= 2 * entries + 256, "{}: the largest token id is {}, but only {} tokens are defined", file.string(),
-             n - 1, entries);
+  FUTR_CHECK(n <= 2 * entries + 256, "{}: the largest token id is {}, but only {} tokens are defined",
+             file.string(), n - 1, entries);
   std::vector<bool> have(size_t(n), false);
   spec.tokens.assign(size_t(n), std::string());
   spec.token_types.assign(size_t(n), 5);  // ids no entry names stay "unused"
@@ -290,11 +306,13 @@ TokenizerSpec spec_from_texts(const HfTokenizerTexts& texts, int64_t max_vocab) 
     const size_t id = size_t(a["id"].get<int64_t>());
     const std::string content = a["content"].get<std::string>();
     FUTR_CHECK(!content.empty(), "{}: added token {} has empty content", file.string(), id);
-    FUTR_CHECK(!have[id] || spec.tokens[id] == content, "{}: added token '{}' has id {}, which the vocab "
-               "gives to '{}'", file.string(), clip(content), id, clip(spec.tokens[id]));
+    FUTR_CHECK(!have[id] || spec.tokens[id] == content,
+               "{}: added token '{}' has id {}, which the vocab "
+               "gives to '{}'",
+               file.string(), clip(content), id, clip(spec.tokens[id]));
     for (const char* k : {"lstrip", "rstrip", "single_word"})
-      FUTR_CHECK(!flag(a, k, false), "{}: added token '{}' has {}=true, which is not supported", file.string(),
-                 clip(content), k);
+      FUTR_CHECK(!flag(a, k, false), "{}: added token '{}' has {}=true, which is not supported",
+                 file.string(), clip(content), k);
     have[id] = true;
     spec.tokens[id] = content;
     spec.token_types[id] = flag(a, "special", false) ? 3 : 4;
@@ -317,8 +335,9 @@ TokenizerSpec spec_from_texts(const HfTokenizerTexts& texts, int64_t max_vocab) 
     if (m.is_string()) {
       const std::string s = m.get<std::string>();
       const size_t sp = s.find(' ');
-      FUTR_CHECK(sp != std::string::npos && sp > 0 && sp + 1 < s.size() && s.find(' ', sp + 1) == std::string::npos,
-                 "{}: merge '{}' is not two tokens separated by one space", file.string(), clip(s));
+      FUTR_CHECK(
+          sp != std::string::npos && sp > 0 && sp + 1 < s.size() && s.find(' ', sp + 1) == std::string::npos,
+          "{}: merge '{}' is not two tokens separated by one space", file.string(), clip(s));
       spec.merges.push_back(s);
     } else {
       FUTR_CHECK(m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string(),
@@ -326,8 +345,9 @@ TokenizerSpec spec_from_texts(const HfTokenizerTexts& texts, int64_t max_vocab) 
       const std::string a = m[0].get<std::string>(), b = m[1].get<std::string>();
       // NOTE: TokenizerSpec keeps merges as "a b"; a byte-level token never has a
       // literal space (the alphabet maps it to U+0120), so this is no restriction.
-      FUTR_CHECK(!a.empty() && !b.empty() && a.find(' ') == std::string::npos && b.find(' ') == std::string::npos,
-                 "{}: merge {} has an empty token or one with a space", file.string(), clip(m.dump()));
+      FUTR_CHECK(
+          !a.empty() && !b.empty() && a.find(' ') == std::string::npos && b.find(' ') == std::string::npos,
+          "{}: merge {} has an empty token or one with a space", file.string(), clip(m.dump()));
       spec.merges.push_back(a + " " + b);
     }
   }
@@ -345,8 +365,8 @@ TokenizerSpec spec_from_texts(const HfTokenizerTexts& texts, int64_t max_vocab) 
       lookup(a, file, "merge token");
       lookup(b, file, "merge token");
       auto it = id_of.find(a + b);
-      FUTR_CHECK(it != id_of.end(), "{}: merge '{}' makes '{}', which is not in the vocabulary", file.string(),
-                 clip(m), clip(a + b));
+      FUTR_CHECK(it != id_of.end(), "{}: merge '{}' makes '{}', which is not in the vocabulary",
+                 file.string(), clip(m), clip(a + b));
       spec.scores[size_t(it->second)] = -float(r);
     }
     spec.merges.clear();
@@ -363,15 +383,15 @@ TokenizerSpec spec_from_texts(const HfTokenizerTexts& texts, int64_t max_vocab) 
     if (auto s = token_field(cfg, "eos_token"); !s.empty()) spec.eos = lookup(s, cfg_file, "eos_token");
     if (auto s = token_field(cfg, "unk_token"); !s.empty()) spec.unk = lookup(s, cfg_file, "unk_token");
     if (auto s = token_field(cfg, "pad_token"); !s.empty()) spec.pad = lookup(s, cfg_file, "pad_token");
-    if (cfg.contains("add_bos_token") && cfg["add_bos_token"].is_boolean()) add_bos = cfg["add_bos_token"].get<bool>();
+    if (cfg.contains("add_bos_token") && cfg["add_bos_token"].is_boolean())
+      add_bos = cfg["add_bos_token"].get<bool>();
     if (cfg.contains("chat_template")) {
       const json& t = cfg["chat_template"];
       if (t.is_string()) {
         spec.chat_template = t.get<std::string>();
       } else if (t.is_array()) {  // [{"name": "default", "template": "..."}, {"name": "tool_use", ...}]
         for (const json& e : t)
-          if (string_field(e, "name") == "default" && e.contains("template") &&
-              e["template"].is_string())
+          if (string_field(e, "name") == "default" && e.contains("template") && e["template"].is_string())
             spec.chat_template = e["template"].get<std::string>();
       }
     }
@@ -408,7 +428,8 @@ TokenizerSpec spec_from_texts(const HfTokenizerTexts& texts, int64_t max_vocab) 
     // long as the file makes it).
     std::unordered_set<int32_t> seen(spec.extra_eos.begin(), spec.extra_eos.end());
     for (int32_t id : eos_ids) {
-      FUTR_CHECK(id < n, "{}: eos_token_id {} is outside the vocabulary ({} tokens)", gen_file.string(), id, n);
+      FUTR_CHECK(id < n, "{}: eos_token_id {} is outside the vocabulary ({} tokens)", gen_file.string(), id,
+                 n);
       if (spec.eos < 0) spec.eos = id;
       if (id != spec.eos && seen.insert(id).second) spec.extra_eos.push_back(id);
     }

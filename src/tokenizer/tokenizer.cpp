@@ -27,14 +27,19 @@ constexpr std::string_view kSpaceMarker = "\xE2\x96\x81";
 // The byte a SentencePiece byte token "<0xNN>" stands for (-1: not one).
 int spm_byte_value(std::string_view t) {
   if (t.size() != 6 || t.substr(0, 3) != "<0x" || t[5] != '>') return -1;
-  auto hex = [](char c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1; };
+  auto hex = [](char c) {
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                                  : -1;
+  };
   const int hi = hex(t[3]), lo = hex(t[4]);
   return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
 }
 
-constexpr size_t kCacheMaxWord = 64;        // longer pieces are not cached (bytes)
+constexpr size_t kCacheMaxWord = 64;          // longer pieces are not cached (bytes)
 constexpr size_t kCacheMaxEntries = 1 << 17;  // the cache is cleared when it grows past this
-constexpr size_t kJitStackMax = 8 << 20;    // PCRE2 JIT stack limit (bytes)
+constexpr size_t kJitStackMax = 8 << 20;      // PCRE2 JIT stack limit (bytes)
 
 struct StrHash {  // heterogeneous lookup: find(string_view) without a copy
   using is_transparent = void;
@@ -373,7 +378,9 @@ class SpecialMatcher {
       while ((t = edge(s, c)) < 0 && s != 0) s = nodes_[size_t(s)].fail;
       s = t < 0 ? 0 : t;
       const Node& n = nodes_[size_t(s)];
-      const int32_t b = allow == Allow::kAll ? n.best_any : allow == Allow::kUserDefined ? n.best_user : n.best_content;
+      const int32_t b = allow == Allow::kAll           ? n.best_any
+                        : allow == Allow::kUserDefined ? n.best_user
+                                                       : n.best_content;
       if (b >= 0) {
         const Node& m = nodes_[size_t(b)];
         best[i] = allow == Allow::kAll ? m.id_any : allow == Allow::kUserDefined ? m.id_user : m.id_content;
@@ -384,7 +391,7 @@ class SpecialMatcher {
  private:
   struct Node {
     int32_t fail = 0;
-    int32_t id_any = -1, id_user = -1, id_content = -1;      // the token whose (reversed) text ends here
+    int32_t id_any = -1, id_user = -1, id_content = -1;        // the token whose (reversed) text ends here
     int32_t best_any = -1, best_user = -1, best_content = -1;  // the state of the longest accepting suffix
   };
   int32_t edge(int32_t s, uint8_t c) const {
@@ -422,23 +429,23 @@ bool is_marker_text(std::string_view t) {
 // ---------------------------------------------------------------------------
 
 struct Tokenizer::Impl {
-  std::vector<std::string> text;                // [vocab] vocabulary text of each id
-  std::vector<int32_t> type;                    // [vocab] GGUF token type
-  std::vector<std::string> bytes;               // [vocab] what decode emits for each id
-  std::vector<uint8_t> eog;                     // [vocab] 1: end of generation
-  StrMap<int32_t> id_of_text;                   // vocabulary text -> id (first occurrence)
-  StrMap<int32_t> id_of_bytes;                  // bytes -> normal token id (ignore_merges)
-  std::array<int32_t, 256> byte_token{};        // byte -> id of its one-character token (-1: none)
-  std::unordered_map<uint64_t, Merge> merges;   // (left id, right id) -> rank, result
-  SpecialMatcher special;                       // control and user-defined texts
-  std::vector<uint8_t> chat_marker;             // [vocab] 1: a user-defined token the chat template uses
+  std::vector<std::string> text;               // [vocab] vocabulary text of each id
+  std::vector<int32_t> type;                   // [vocab] GGUF token type
+  std::vector<std::string> bytes;              // [vocab] what decode emits for each id
+  std::vector<uint8_t> eog;                    // [vocab] 1: end of generation
+  StrMap<int32_t> id_of_text;                  // vocabulary text -> id (first occurrence)
+  StrMap<int32_t> id_of_bytes;                 // bytes -> normal token id (ignore_merges)
+  std::array<int32_t, 256> byte_token{};       // byte -> id of its one-character token (-1: none)
+  std::unordered_map<uint64_t, Merge> merges;  // (left id, right id) -> rank, result
+  SpecialMatcher special;                      // control and user-defined texts
+  std::vector<uint8_t> chat_marker;            // [vocab] 1: a user-defined token the chat template uses
   Pre pre = Pre::Gpt2;
-  bool spm = false;                             // model "llama": SentencePiece BPE
-  std::vector<float> score;                     // [vocab] spm: merge priority (higher first)
-  std::array<int32_t, 256> spm_byte{};          // spm: byte -> id of its <0xNN> token (-1: none)
-  bool add_space_prefix = true;                 // spm: dummy prefix (TokenizerSpec)
-  bool prefix_first_only = false;               // spm: ... only where the text starts
-  bool prefix_unless_space = false;             // spm: ... not before a space
+  bool spm = false;                     // model "llama": SentencePiece BPE
+  std::vector<float> score;             // [vocab] spm: merge priority (higher first)
+  std::array<int32_t, 256> spm_byte{};  // spm: byte -> id of its <0xNN> token (-1: none)
+  bool add_space_prefix = true;         // spm: dummy prefix (TokenizerSpec)
+  bool prefix_first_only = false;       // spm: ... only where the text starts
+  bool prefix_unless_space = false;     // spm: ... not before a space
   int32_t unk = -1;
   std::string pre_name;
   std::string chat_template;
@@ -448,8 +455,8 @@ struct Tokenizer::Impl {
   std::unique_ptr<Regex> split_re;  // the word pattern of `pre`
   std::unique_ptr<Regex> digit_re;  // \p{N} (smollm only)
 
-  mutable std::mutex cache_mu;                        // guards cache
-  mutable StrMap<std::vector<int32_t>> cache;         // piece bytes -> ids
+  mutable std::mutex cache_mu;                 // guards cache
+  mutable StrMap<std::vector<int32_t>> cache;  // piece bytes -> ids
 
   std::vector<int32_t> encode(std::string_view text, bool add_bos, SpecialMatcher::Allow allow) const;
   void bpe(std::string_view piece, std::vector<int32_t>& out) const;
@@ -462,10 +469,11 @@ struct Tokenizer::Impl {
 
 Tokenizer::Tokenizer(const TokenizerSpec& spec) : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
-  FUTR_CHECK(spec.model == "gpt2" || spec.model == "llama",
-             "tokenizer: model '{}' is not supported (supported: 'gpt2', byte-level BPE as in Llama-3, Qwen2 and "
-             "SmolLM; 'llama', SentencePiece BPE as in Llama-2, TinyLlama and Mistral)",
-             spec.model);
+  FUTR_CHECK(
+      spec.model == "gpt2" || spec.model == "llama",
+      "tokenizer: model '{}' is not supported (supported: 'gpt2', byte-level BPE as in Llama-3, Qwen2 and "
+      "SmolLM; 'llama', SentencePiece BPE as in Llama-2, TinyLlama and Mistral)",
+      spec.model);
   m.spm = spec.model == "llama";
   // NOTE: GGUF files written by llama.cpp's converter name Llama-3's pre-tokenizer
   // "llama-bpe" (older ones "llama-v3") and GPT-2's "gpt-2"; they are aliases.
@@ -475,8 +483,12 @@ Tokenizer::Tokenizer(const TokenizerSpec& spec) : impl_(std::make_unique<Impl>()
   else if (spec.pre == "smollm") m.pre = Pre::SmolLM;
   else if (spec.pre == "llama3" || spec.pre == "llama-bpe" || spec.pre == "llama-v3") m.pre = Pre::Llama3;
   else if (spec.pre == "qwen2") m.pre = Pre::Qwen2;
-  else fail("tokenizer: pre-tokenizer '{}' is not supported (supported: gpt2, smollm, llama3, qwen2; GGUF aliases "
-            "gpt-2, llama-bpe, llama-v3)", spec.pre);
+  else
+    fail(
+        "tokenizer: pre-tokenizer '{}' is not supported (supported: gpt2, smollm, llama3, qwen2; GGUF "
+        "aliases "
+        "gpt-2, llama-bpe, llama-v3)",
+        spec.pre);
   m.pre_name = m.spm                  ? "sentencepiece"
                : m.pre == Pre::Gpt2   ? "gpt2"
                : m.pre == Pre::SmolLM ? "smollm"
@@ -490,8 +502,8 @@ Tokenizer::Tokenizer(const TokenizerSpec& spec) : impl_(std::make_unique<Impl>()
   FUTR_CHECK(spec.token_types.empty() || spec.token_types.size() == n,
              "tokenizer: {} token types for {} tokens", spec.token_types.size(), n);
   auto check_id = [&](int32_t id, const char* what) {
-    FUTR_CHECK(id >= -1 && id < int64_t(n), "tokenizer: {} id {} is outside the vocabulary ({} tokens)", what, id,
-               n);
+    FUTR_CHECK(id >= -1 && id < int64_t(n), "tokenizer: {} id {} is outside the vocabulary ({} tokens)", what,
+               id, n);
   };
   check_id(spec.bos, "bos");
   check_id(spec.eos, "eos");
@@ -505,8 +517,8 @@ Tokenizer::Tokenizer(const TokenizerSpec& spec) : impl_(std::make_unique<Impl>()
   m.add_space_prefix = spec.add_space_prefix;
   m.prefix_first_only = spec.space_prefix_first_only;
   m.prefix_unless_space = spec.space_prefix_unless_space;
-  FUTR_CHECK(spec.scores.empty() || spec.scores.size() == n, "tokenizer: {} scores for {} tokens", spec.scores.size(),
-             n);
+  FUTR_CHECK(spec.scores.empty() || spec.scores.size() == n, "tokenizer: {} scores for {} tokens",
+             spec.scores.size(), n);
   if (m.spm) m.score = spec.scores.empty() ? std::vector<float>(n, 0.0f) : spec.scores;
   m.spm_byte.fill(-1);
 
@@ -539,7 +551,8 @@ Tokenizer::Tokenizer(const TokenizerSpec& spec) : impl_(std::make_unique<Impl>()
       // "[INST]") and appears in the chat template is a chat marker: many
       // ChatML fine-tunes ship their markers as user-defined, not control,
       // tokens; chat contents never match them (encode_content()).
-      const bool marker = ty == kUserDefined && is_marker_text(t) && m.chat_template.find(t) != std::string::npos;
+      const bool marker =
+          ty == kUserDefined && is_marker_text(t) && m.chat_template.find(t) != std::string::npos;
       if (marker) m.chat_marker[i] = 1;
       if (!t.empty()) m.special.add(t, int32_t(i), ty == kUserDefined, ty == kUserDefined && !marker);
       continue;
@@ -577,9 +590,11 @@ Tokenizer::Tokenizer(const TokenizerSpec& spec) : impl_(std::make_unique<Impl>()
     // character outside the vocabulary would be lost silently.
     int missing_bytes = 0;
     for (int b = 0; b < 256; ++b) missing_bytes += m.spm_byte[size_t(b)] < 0;
-    FUTR_CHECK(missing_bytes == 0 || m.unk >= 0,
-               "tokenizer: the SentencePiece vocabulary lacks {} of the 256 byte tokens <0x00>..<0xFF> and has no "
-               "unknown token", missing_bytes);
+    FUTR_CHECK(
+        missing_bytes == 0 || m.unk >= 0,
+        "tokenizer: the SentencePiece vocabulary lacks {} of the 256 byte tokens <0x00>..<0xFF> and has no "
+        "unknown token",
+        missing_bytes);
     return;
   }
   // A byte-level vocabulary has a token for every printable ASCII byte (space
@@ -587,10 +602,11 @@ Tokenizer::Tokenizer(const TokenizerSpec& spec) : impl_(std::make_unique<Impl>()
   std::string missing;
   for (int b = 0x20; b < 0x7f; ++b)
     if (m.byte_token[size_t(b)] < 0) missing += char(b);
-  FUTR_CHECK(missing.empty(),
-             "tokenizer: the vocabulary has no byte token for {} of the 95 printable ASCII bytes ('{}'); it is not "
-             "a byte-level BPE vocabulary",
-             missing.size(), printable(missing, 20));
+  FUTR_CHECK(
+      missing.empty(),
+      "tokenizer: the vocabulary has no byte token for {} of the 95 printable ASCII bytes ('{}'); it is not "
+      "a byte-level BPE vocabulary",
+      missing.size(), printable(missing, 20));
 
   m.merges.reserve(spec.merges.size() * 2);
   for (size_t r = 0; r < spec.merges.size(); ++r) {
@@ -602,8 +618,8 @@ Tokenizer::Tokenizer(const TokenizerSpec& spec) : impl_(std::make_unique<Impl>()
     auto ir = m.id_of_text.find(std::string(a) + std::string(b));
     FUTR_CHECK(ia != m.id_of_text.end() && ib != m.id_of_text.end(),
                "tokenizer: merge #{} '{}' names a token that is not in the vocabulary", r, s);
-    FUTR_CHECK(ir != m.id_of_text.end(), "tokenizer: merge #{} '{}' makes '{}{}', which is not in the vocabulary",
-               r, s, a, b);
+    FUTR_CHECK(ir != m.id_of_text.end(),
+               "tokenizer: merge #{} '{}' makes '{}{}', which is not in the vocabulary", r, s, a, b);
     m.merges.emplace(pair_key(ia->second, ib->second), Merge{int32_t(r), ir->second});  // first rank wins
   }
 
@@ -806,7 +822,8 @@ std::vector<int32_t> Tokenizer::encode_content(std::string_view text) const {
   return impl_->encode(text, false, SpecialMatcher::Allow::kContent);
 }
 
-std::vector<int32_t> Tokenizer::Impl::encode(std::string_view text, bool add_bos, SpecialMatcher::Allow allow) const {
+std::vector<int32_t> Tokenizer::Impl::encode(std::string_view text, bool add_bos,
+                                             SpecialMatcher::Allow allow) const {
   const Impl& m = *this;
   std::vector<int32_t> out;
   out.reserve(text.size() / 3 + 2);
@@ -858,7 +875,8 @@ std::vector<int32_t> Tokenizer::Impl::encode(std::string_view text, bool add_bos
 }
 
 std::vector<std::string_view> Tokenizer::split_words(std::string_view text) const {
-  if (!impl_->split_re) return text.empty() ? std::vector<std::string_view>{} : std::vector<std::string_view>{text};
+  if (!impl_->split_re)
+    return text.empty() ? std::vector<std::string_view>{} : std::vector<std::string_view>{text};
   Matcher split(*impl_->split_re);
   std::optional<Matcher> digits;
   if (impl_->digit_re) digits.emplace(*impl_->digit_re);
@@ -872,8 +890,8 @@ std::vector<std::string_view> Tokenizer::split_words(std::string_view text) cons
 // ---------------------------------------------------------------------------
 
 const std::string& Tokenizer::piece(int32_t id) const {
-  FUTR_CHECK(id >= 0 && size_t(id) < impl_->bytes.size(), "tokenizer: token id {} is outside the vocabulary ({} tokens)",
-             id, impl_->bytes.size());
+  FUTR_CHECK(id >= 0 && size_t(id) < impl_->bytes.size(),
+             "tokenizer: token id {} is outside the vocabulary ({} tokens)", id, impl_->bytes.size());
   return impl_->bytes[size_t(id)];
 }
 
@@ -901,8 +919,8 @@ const std::string& Tokenizer::pre() const { return impl_->pre_name; }
 const std::string& Tokenizer::chat_template() const { return impl_->chat_template; }
 
 const std::string& Tokenizer::token_text(int32_t id) const {
-  FUTR_CHECK(id >= 0 && size_t(id) < impl_->text.size(), "tokenizer: token id {} is outside the vocabulary ({} tokens)",
-             id, impl_->text.size());
+  FUTR_CHECK(id >= 0 && size_t(id) < impl_->text.size(),
+             "tokenizer: token id {} is outside the vocabulary ({} tokens)", id, impl_->text.size());
   return impl_->text[size_t(id)];
 }
 

@@ -94,10 +94,10 @@ class Tokenizer {
   // contents may not (encode_content()).
   bool is_chat_marker(int32_t id) const;
   int32_t vocab_size() const;
-  int32_t bos() const;  // -1: none
-  int32_t eos() const;  // -1: none
-  bool add_bos() const;  // whether prompts should get bos (spec.add_bos)
-  const std::string& pre() const;  // the pre-tokenizer: "gpt2" | "smollm" | "llama3"
+  int32_t bos() const;                       // -1: none
+  int32_t eos() const;                       // -1: none
+  bool add_bos() const;                      // whether prompts should get bos (spec.add_bos)
+  const std::string& pre() const;            // the pre-tokenizer: "gpt2" | "smollm" | "llama3"
   const std::string& chat_template() const;  // spec.chat_template ("" if none); see chat.h
   // The vocabulary's text of a token (byte-level alphabet for normal tokens).
   const std::string& token_text(int32_t id) const;

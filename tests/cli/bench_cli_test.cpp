@@ -39,13 +39,15 @@ TEST(FutrBench, SweepsEveryListIntoTheTableAndTheJson) {
   EXPECT_NE(r.err.find("futr: bench [1/7] pp16: "), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("futr: bench [3/7] tg6: "), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("futr: bench [7/7] decode batch 3 ctx 20: "), std::string::npos) << r.err;
-  EXPECT_NE(r.out.find("| model | engine | weights | kv | test | batch | ctx | t/s | ms/step |"), std::string::npos)
+  EXPECT_NE(r.out.find("| model | engine | weights | kv | test | batch | ctx | t/s | ms/step |"),
+            std::string::npos)
       << r.out;
   EXPECT_EQ(count(r.out, "| pp16 |"), 1) << r.out;
   EXPECT_EQ(count(r.out, "| pp8 |"), 1) << r.out;
   EXPECT_EQ(count(r.out, "| tg6 |"), 1) << r.out;
   EXPECT_EQ(count(r.out, "| decode |"), 4) << r.out;  // 2 batches x 2 contexts
-  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(\| decode \| 3 \| 20 \| [0-9.]+ ± [0-9.]+ \|)"))) << r.out;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(\| decode \| 3 \| 20 \| [0-9.]+ ± [0-9.]+ \|)")))
+      << r.out;
 
   const nlohmann::json j = nlohmann::json::parse(futr::test::slurp(json.string()));
   fs::remove(json);
@@ -67,9 +69,10 @@ TEST(FutrBench, SweepsEveryListIntoTheTableAndTheJson) {
 }
 
 TEST(FutrBench, QuantizedReferenceAndJsonOnStdout) {
-  const futr::test::FutrRun r = run_futr({"bench", "--synthetic", "tiny", "--backend", "cpu", "--weights", "int4",
-                                          "--kv", "int4-rot", "-p", "8", "-n", "0", "-b", "2", "--ctx-list", "4",
-                                          "--steps", "2", "-r", "1", "--json", "-", "-q"});
+  const futr::test::FutrRun r =
+      run_futr({"bench",    "--synthetic", "tiny", "--backend", "cpu", "--weights", "int4", "--kv",
+                "int4-rot", "-p",          "8",    "-n",        "0",   "-b",        "2",    "--ctx-list",
+                "4",        "--steps",     "2",    "-r",        "1",   "--json",    "-",    "-q"});
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_TRUE(r.err.empty()) << r.err;  // -q
   const nlohmann::json j = nlohmann::json::parse(r.out);
@@ -82,9 +85,10 @@ TEST(FutrBench, QuantizedReferenceAndJsonOnStdout) {
 TEST(FutrBench, PackedPromptsCountEveryPromptsTokens) {
   // 3 prompts of 8 tokens in the same steps: the row says batch 3, and the
   // tokens per repetition are 24 (tokens/s = 24 / t).
-  const futr::test::FutrRun r = run_futr({"bench", "--synthetic", "tiny", "--backend", "cpu", "-p", "8", "-n", "0",
-                                          "--prompt-batch", "3", "-b", "1", "--ctx-list", "0", "--steps", "1", "-r",
-                                          "1", "--json", "-", "-q"});
+  const futr::test::FutrRun r = run_futr(
+      {"bench", "--synthetic", "tiny", "--backend",  "cpu", "-p",      "8", "-n", "0", "--prompt-batch",
+       "3",     "-b",          "1",    "--ctx-list", "0",   "--steps", "1", "-r", "1", "--json",
+       "-",     "-q"});
   ASSERT_EQ(r.rc, 0) << r.err;
   const nlohmann::json j = nlohmann::json::parse(r.out);
   ASSERT_GE(j["results"].size(), 1u);
@@ -103,11 +107,13 @@ TEST(FutrBench, RefusesWhatItCannotRun) {
   };
   expect_error({"bench", "--synthetic", "llama-3.1-8b", "--backend", "cpu"}, "generated on the GPU only");
   expect_error({"bench", "--synthetic", "llama-9"}, "--synthetic");
-  expect_error({"bench", "--synthetic", "tiny", "--backend", "cpu", "-b", "0"}, "-b/--batch: 0 is out of range");
+  expect_error({"bench", "--synthetic", "tiny", "--backend", "cpu", "-b", "0"},
+               "-b/--batch: 0 is out of range");
   expect_error({"bench", "--synthetic", "tiny", "--backend", "cpu", "-r", "0"}, "repetitions");
   expect_error({"bench", "--synthetic", "tiny", "--model", "x.gguf"}, "exclusive");
   expect_error({"bench", "--synthetic", "tiny", "--backend", "cpu", "--ctx", "8", "-p", "64"}, "too small");
-  expect_error({"bench", "--synthetic", "tiny", "--backend", "cpu", "--prompt-batch", "0"}, "--prompt-batch 0");
+  expect_error({"bench", "--synthetic", "tiny", "--backend", "cpu", "--prompt-batch", "0"},
+               "--prompt-batch 0");
   expect_error({"bench", "--synthetic", "tiny", "--backend", "cpu", "--prefill-rows", "4096"},
                "--prefill-rows 4096: prefill chunks are the GPU engine's");
   expect_error({"bench", "--synthetic", "tiny", "--prefill-rows", "8"}, "--prefill-rows");

@@ -20,10 +20,9 @@ namespace {
 namespace fs = std::filesystem;
 using futr::test::run_futr;
 
-#define REQUIRE_MODEL()                                  \
-  if (!fs::exists(FUTR_DEFAULT_MODEL))                   \
-  GTEST_SKIP() << "default model " << FUTR_DEFAULT_MODEL \
-               << " is absent: run scripts/fetch-model.sh"
+#define REQUIRE_MODEL()                \
+  if (!fs::exists(FUTR_DEFAULT_MODEL)) \
+  GTEST_SKIP() << "default model " << FUTR_DEFAULT_MODEL << " is absent: run scripts/fetch-model.sh"
 
 bool has(const std::string& s, const std::string& what) { return s.find(what) != std::string::npos; }
 
@@ -55,30 +54,33 @@ TEST(FamiliarCli, AnUnknownOptionNamesTheNearestOne) {
 TEST(FamiliarCli, HelpIsShortAndHelpAllHasEveryOption) {
   const futr::test::FutrRun help = run_futr({"generate", "--help"});
   ASSERT_EQ(help.rc, 0) << help.err;
-  for (const char* common : {"--prompt", "--temp", "--ctx-size", "--file", "--n-predict", "--ignore-eos", "--model",
-                             "--threads", "--weights", "--help-all"})
+  for (const char* common : {"--prompt", "--temp", "--ctx-size", "--file", "--n-predict", "--ignore-eos",
+                             "--model", "--threads", "--weights", "--help-all"})
     EXPECT_TRUE(has(help.out, common)) << common << "\n" << help.out;
-  for (const char* advanced : {"--fp8-history", "--fp8-margin", "--calib-tokens", "--prefill-rows", "--act-order"})
+  for (const char* advanced :
+       {"--fp8-history", "--fp8-margin", "--calib-tokens", "--prefill-rows", "--act-order"})
     EXPECT_FALSE(has(help.out, advanced)) << advanced << "\n" << help.out;
   const futr::test::FutrRun all = run_futr({"generate", "--help-all"});
   ASSERT_EQ(all.rc, 0) << all.err;
   EXPECT_TRUE(has(all.out, "Advanced")) << all.out;
-  for (const char* advanced : {"--fp8-history", "--fp8-margin", "--calib-tokens", "--prefill-rows", "--act-order"})
+  for (const char* advanced :
+       {"--fp8-history", "--fp8-margin", "--calib-tokens", "--prefill-rows", "--act-order"})
     EXPECT_TRUE(has(all.out, advanced)) << advanced << "\n" << all.out;
 }
 
 TEST(FamiliarCli, ServeHelpShowsTheDefaults) {
   const futr::test::FutrRun r = run_futr({"serve", "--help"});
   ASSERT_EQ(r.rc, 0) << r.err;
-  for (const char* d : {"--host TEXT=127.0.0.1", "=8080", "--max-seqs INT:POSITIVE=8 ", "--max-queue INT=64 ",
-                        "--max-step-tokens INT:POSITIVE=256", "--drain-timeout FLOAT=30 ", "--max-body UINT=1048576"})
+  for (const char* d :
+       {"--host TEXT=127.0.0.1", "=8080", "--max-seqs INT:POSITIVE=8 ", "--max-queue INT=64 ",
+        "--max-step-tokens INT:POSITIVE=256", "--drain-timeout FLOAT=30 ", "--max-body UINT=1048576"})
     EXPECT_TRUE(has(r.out, d)) << d << "\n" << r.out;
 }
 
 TEST(FamiliarCli, LlamaCppSpellingsRun) {
   REQUIRE_MODEL();
-  const futr::test::FutrRun r = run_futr({"generate", "-p", "The capital of France is", "--temp", "0", "-n", "3",
-                                          "--ctx-size", "128", "-t", "1", "-ngl", "99", "--ignore-eos"});
+  const futr::test::FutrRun r = run_futr({"generate", "-p", "The capital of France is", "--temp", "0", "-n",
+                                          "3", "--ctx-size", "128", "-t", "1", "-ngl", "99", "--ignore-eos"});
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_TRUE(has(r.err, "-ngl ignored")) << r.err;
   EXPECT_TRUE(has(r.err, "context 128 tokens (--ctx")) << r.err;
@@ -86,8 +88,8 @@ TEST(FamiliarCli, LlamaCppSpellingsRun) {
   // The same prompt from a file, and --n-predict: the same greedy text.
   const fs::path f = fs::temp_directory_path() / ("futr_prompt_" + std::to_string(::getpid()) + ".txt");
   { std::ofstream(f) << "The capital of France is"; }
-  const futr::test::FutrRun from_file =
-      run_futr({"generate", "-f", f.string(), "--temperature", "0", "--n-predict", "3", "-c", "128", "-t", "1"});
+  const futr::test::FutrRun from_file = run_futr(
+      {"generate", "-f", f.string(), "--temperature", "0", "--n-predict", "3", "-c", "128", "-t", "1"});
   fs::remove(f);
   ASSERT_EQ(from_file.rc, 0) << from_file.err;
   EXPECT_EQ(from_file.out, r.out);
@@ -103,7 +105,8 @@ TEST(FamiliarCli, TheDefaultContextIsTheModelsCappedAndPrinted) {
   // command that holds a conversation.
   const futr::test::FutrRun g = run_futr({"generate", "hi", "--temp", "0", "-n", "1", "-t", "1"});
   ASSERT_EQ(g.rc, 0) << g.err;
-  EXPECT_TRUE(has(g.err, "futr: context 4096 tokens (the model's trained context 8192, capped at 4096")) << g.err;
+  EXPECT_TRUE(has(g.err, "futr: context 4096 tokens (the model's trained context 8192, capped at 4096"))
+      << g.err;
   const futr::test::FutrRun c = run_futr({"chat", "--temp", "0", "-n", "1", "-t", "1"}, "/exit\n");
   ASSERT_EQ(c.rc, 0) << c.err;
   EXPECT_TRUE(has(c.err, "futr: context 4096 tokens")) << c.err;

@@ -33,15 +33,13 @@ Result futr(const std::vector<std::string>& args, const std::string& input = "")
 }
 
 bool have_model() { return fs::exists(FUTR_DEFAULT_MODEL); }
-#define REQUIRE_MODEL()                                                                    \
-  if (!have_model())                                                                       \
-  GTEST_SKIP() << "default model " << FUTR_DEFAULT_MODEL                                   \
-               << " is absent: run scripts/fetch-model.sh"
+#define REQUIRE_MODEL() \
+  if (!have_model())    \
+  GTEST_SKIP() << "default model " << FUTR_DEFAULT_MODEL << " is absent: run scripts/fetch-model.sh"
 
 TEST(FutrE2E, GenerateGreedyKnowsParis) {
   REQUIRE_MODEL();
-  const Result r = futr({"generate", "The capital of France is", "--temperature", "0",
-                         "--max-tokens", "16"});
+  const Result r = futr({"generate", "The capital of France is", "--temperature", "0", "--max-tokens", "16"});
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_NE(r.out.find("Paris"), std::string::npos) << r.out;
   EXPECT_NE(r.err.find("prompt"), std::string::npos) << r.err;
@@ -51,12 +49,11 @@ TEST(FutrE2E, GenerateGreedyKnowsParis) {
 
 TEST(FutrE2E, GeneratePromptFromStdinAndChat) {
   REQUIRE_MODEL();
-  const Result a = futr({"generate", "--temperature", "0", "--max-tokens", "8"},
-                        "The capital of France is");
+  const Result a = futr({"generate", "--temperature", "0", "--max-tokens", "8"}, "The capital of France is");
   ASSERT_EQ(a.rc, 0) << a.err;
   EXPECT_NE(a.out.find("Paris"), std::string::npos) << a.out;
-  const Result c = futr({"generate", "--chat", "What is the capital of France?", "--temperature",
-                         "0", "--max-tokens", "24"});
+  const Result c = futr(
+      {"generate", "--chat", "What is the capital of France?", "--temperature", "0", "--max-tokens", "24"});
   ASSERT_EQ(c.rc, 0) << c.err;
   EXPECT_NE(c.out.find("Paris"), std::string::npos) << c.out;
   std::printf("chat: %s", c.out.c_str());
@@ -64,8 +61,8 @@ TEST(FutrE2E, GeneratePromptFromStdinAndChat) {
 
 TEST(FutrE2E, GenerationStopsWhenTheContextIsFull) {
   REQUIRE_MODEL();
-  const Result r = futr({"generate", "The capital of France is", "--temperature", "0", "--ctx",
-                         "9", "--max-tokens", "50"});
+  const Result r = futr(
+      {"generate", "The capital of France is", "--temperature", "0", "--ctx", "9", "--max-tokens", "50"});
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_NE(r.err.find("context of 9 tokens is full"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("generation     5 tokens"), std::string::npos) << r.err;  // 5 prompt + 4 steps
@@ -73,9 +70,13 @@ TEST(FutrE2E, GenerationStopsWhenTheContextIsFull) {
 
 TEST(FutrE2E, SampledGenerationIsSeedReproducible) {
   REQUIRE_MODEL();
-  const std::vector<std::string> args = {"generate", "Once upon a time", "--temperature", "0.9",
-                                         "--top-k", "50", "--top-p", "0.9", "--seed", "5",
-                                         "--max-tokens", "12", "--quiet"};
+  const std::vector<std::string> args = {"generate",      "Once upon a time",
+                                         "--temperature", "0.9",
+                                         "--top-k",       "50",
+                                         "--top-p",       "0.9",
+                                         "--seed",        "5",
+                                         "--max-tokens",  "12",
+                                         "--quiet"};
   const Result a = futr(args), b = futr(args);
   ASSERT_EQ(a.rc, 0) << a.err;
   EXPECT_EQ(a.out, b.out);
@@ -86,13 +87,11 @@ TEST(FutrE2E, PerplexityOnShortText) {
   REQUIRE_MODEL();
   // The committed 12 KiB excerpt of wiki.test.raw: quick enough for an end-to-end test.
   ASSERT_TRUE(fs::exists(FUTR_TEST_TEXT)) << FUTR_TEST_TEXT;
-  const Result r = futr({"perplexity", FUTR_TEST_TEXT, "--ctx", "512", "--max-tokens", "1200",
-                         "--json"});
+  const Result r = futr({"perplexity", FUTR_TEST_TEXT, "--ctx", "512", "--max-tokens", "1200", "--json"});
   ASSERT_EQ(r.rc, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
   const double ppl = j.at("ppl");
-  std::printf("perplexity (first 1200 tokens, ctx 512): %.4f +- %.4f\n", ppl,
-              j.at("stderr").get<double>());
+  std::printf("perplexity (first 1200 tokens, ctx 512): %.4f +- %.4f\n", ppl, j.at("stderr").get<double>());
   EXPECT_TRUE(std::isfinite(ppl));
   EXPECT_GT(ppl, 3.0);
   EXPECT_LT(ppl, 200.0);
@@ -102,8 +101,8 @@ TEST(FutrE2E, PerplexityOnShortText) {
   EXPECT_GT(j.at("stderr").get<double>(), 0.0);
   EXPECT_NE(r.err.find("tokens"), std::string::npos);  // progress bar / summary
 
-  const Result t = futr({"perplexity", FUTR_TEST_TEXT, "--ctx", "256", "--stride", "128",
-                         "--max-tokens", "400", "--quiet"});
+  const Result t = futr(
+      {"perplexity", FUTR_TEST_TEXT, "--ctx", "256", "--stride", "128", "--max-tokens", "400", "--quiet"});
   ASSERT_EQ(t.rc, 0) << t.err;
   EXPECT_TRUE(std::regex_search(t.out, std::regex(R"(perplexity = [0-9.]+ \+- [0-9.]+)"))) << t.out;
 }
@@ -141,7 +140,8 @@ TEST(FutrE2E, ErrorsThatNeedTheModel) {
 // of the sampling flags run before the model loads.
 TEST(FutrE2E, StopStringsAndSamplingRanges) {
   REQUIRE_MODEL();
-  const Result r = futr({"generate", "The capital of France is", "--temperature", "0", "-n", "16", "--stop", "Par"});
+  const Result r =
+      futr({"generate", "The capital of France is", "--temperature", "0", "-n", "16", "--stop", "Par"});
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(r.out.find("Par"), std::string::npos) << r.out;
   EXPECT_NE(r.err.find("generation     1 tokens"), std::string::npos) << r.err;  // " Paris" was the first
@@ -162,12 +162,15 @@ TEST(FutrE2E, StopStringsAndSamplingRanges) {
 TEST(FutrE2E, VersionSaysWhatWasBuiltAndTheGpu) {
   const Result r = futr({"--version"});
   ASSERT_EQ(r.rc, 0) << r.err;
-  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(^futr \d+\.\d+\.\d+ \(commit ([0-9a-f]{12}(-dirty)?|unknown), \w+ build\)\n)")))
+  EXPECT_TRUE(std::regex_search(
+      r.out, std::regex(R"(^futr \d+\.\d+\.\d+ \(commit ([0-9a-f]{12}(-dirty)?|unknown), \w+ build\)\n)")))
       << r.out;
 #if FUTR_TEST_HAVE_CUDA
-  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(\nCUDA: nvcc \d+\.\d+\.\d+, kernels for sm_90a, runtime \d+\.\d+)")))
+  EXPECT_TRUE(std::regex_search(
+      r.out, std::regex(R"(\nCUDA: nvcc \d+\.\d+\.\d+, kernels for sm_90a, runtime \d+\.\d+)")))
       << r.out;
-  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(\nGPU: (NVIDIA .* \(sm_\d+, \d+ SMs|none usable: .+))"))) << r.out;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(\nGPU: (NVIDIA .* \(sm_\d+, \d+ SMs|none usable: .+))")))
+      << r.out;
 #else
   EXPECT_NE(r.out.find("CUDA: not in this build"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("GPU: not probed"), std::string::npos) << r.out;
@@ -184,8 +187,9 @@ TEST(FutrE2E, InstallsFutrDocsAndText) {
                           ::futr::test::shell_quote(FUTR_BUILD_DIR) + " --prefix " +
                           ::futr::test::shell_quote(prefix.string()) + " > /dev/null";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
-  for (const char* f : {"bin/futr", "share/doc/futransformer/README.md", "share/doc/futransformer/ARCHITECTURE.md",
-                        "share/futransformer/README.md", "share/futransformer/wikitext-2-raw/wiki.test.raw"})
+  for (const char* f :
+       {"bin/futr", "share/doc/futransformer/README.md", "share/doc/futransformer/ARCHITECTURE.md",
+        "share/futransformer/README.md", "share/futransformer/wikitext-2-raw/wiki.test.raw"})
     EXPECT_TRUE(fs::exists(prefix / f)) << f;
   EXPECT_EQ(fs::file_size(prefix / "share/futransformer/wikitext-2-raw/wiki.test.raw"),
             fs::file_size(FUTR_DEFAULT_TEXT));

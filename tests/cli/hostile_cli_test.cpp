@@ -66,19 +66,27 @@ TEST(HostileCli, FlagsOutOfRangeAreRefused) {
       {{"generate", "hi", "--temperature", "nan"}, "--temperature must be in [0, 100] (got nan)", false},
       {{"generate", "hi", "--max-tokens", "-2"}, "--max-tokens must be >= 0", false},
       {{"perplexity", kText, "--ctx", "-5"}, "--ctx -5 is out of range (2..", false},
-      {{"perplexity", kText, "--ctx", "64", "--stride", "-3"}, "--stride -3 is out of range (1..--ctx 64", false},
-      {{"generate", "hi", "--ctx", "1000000"}, "--ctx 1000000 is out of range (1..8192, the model's trained context)",
+      {{"perplexity", kText, "--ctx", "64", "--stride", "-3"},
+       "--stride -3 is out of range (1..--ctx 64",
+       false},
+      {{"generate", "hi", "--ctx", "1000000"},
+       "--ctx 1000000 is out of range (1..8192, the model's trained context)",
        true},
       {{"perplexity", kText, "--ctx", "100000"}, "--ctx 100000 is out of range (2..8192", true},
       {{"generate", "hi", "--kv-block", "32"}, "--kv-block applies to --kv int4-rot", true},
       {{"generate", "hi", "--tp", "0"}, "0 not in range 1 to 64", false},
       {{"bench", "--tp", "65"}, "65 not in range 1 to 64", false},
       // Tensor parallelism runs the GPU engine: on the CPU backend it is refused, naming why.
-      {{"generate", "hi", "--tp", "2", "--backend", "cpu"}, "--tp 2: tensor parallelism runs the GPU engine", true},
+      {{"generate", "hi", "--tp", "2", "--backend", "cpu"},
+       "--tp 2: tensor parallelism runs the GPU engine",
+       true},
       {{"bench", "--synthetic", "tiny", "--backend", "cpu", "--tp", "4", "-p", "0", "-n", "1"},
-       "--tp 4: tensor parallelism runs the GPU engine", false},
-      // The FP8 prefill path is the GPU engine's: asked for on the CPU, refused, naming the CPU's FP8 reference.
-      {{"generate", "hi", "--prefill", "--backend", "cpu"}, "--prefill on: the FP8 prefill path is the GPU engine's",
+       "--tp 4: tensor parallelism runs the GPU engine",
+       false},
+      // The FP8 prefill path is the GPU engine's: asked for on the CPU, refused, naming the CPU's FP8
+      // reference.
+      {{"generate", "hi", "--prefill", "--backend", "cpu"},
+       "--prefill on: the FP8 prefill path is the GPU engine's",
        true},
       {{"generate", "hi", "--prefill=sometimes"}, "--prefill: sometimes not in {auto,on,off}", false},
       {{"perplexity", kText, "--fp8-numerics", "tpu"}, "--fp8-numerics: tpu not in {cpu,gpu}", false},
@@ -104,12 +112,16 @@ TEST(HostileCli, QuantizeNeverOverwritesTheInput) {
   fs::copy(fs::path(FUTR_TEST_DATA) / "hf_tiny" / "gqa_hd64_tied_bf16", dir, fs::copy_options::recursive);
   const auto before = fs::file_size(dir / "model.safetensors");
   check({{"quantize", "--model", dir.string(), "-o", (dir / "model.safetensors").string()},
-         "is a file of the input model; choose another output file", false});
+         "is a file of the input model; choose another output file",
+         false});
   EXPECT_EQ(fs::file_size(dir / "model.safetensors"), before);
   fs::create_symlink(dir / "model.safetensors", dir / "alias.futr");
   check({{"quantize", "--model", (dir / "model.safetensors").string(), "-o", (dir / "alias.futr").string()},
-         "is the file of the input model", false});
-  check({{"quantize", "--model", dir.string(), "-o", "/dev/null"}, "-o /dev/null: is a character device", false});
+         "is the file of the input model",
+         false});
+  check({{"quantize", "--model", dir.string(), "-o", "/dev/null"},
+         "-o /dev/null: is a character device",
+         false});
   check({{"quantize", "--model", dir.string(), "-o", dir.string()}, "is a directory", false});
   fs::remove_all(dir);
 }
@@ -119,16 +131,25 @@ TEST(HostileCli, QuantizeNeverOverwritesTheInput) {
 // saying what fits), and serve's resource options have caps, named.
 TEST(HostileCli, ServeAndChatCheckTheContextAtStartUp) {
   const std::vector<Case> cases = {
-      {{"serve", "--port", "0", "--ctx", "100000"}, "--ctx 100000 is out of range (1..8192, the model's trained context)",
+      {{"serve", "--port", "0", "--ctx", "100000"},
+       "--ctx 100000 is out of range (1..8192, the model's trained context)",
        true},
       {{"serve", "--port", "0", "--max-seqs", "4096", "--ctx", "8192"},
-       "x 4096 sequences (--max-seqs): its KV cache", true},
-      {{"serve", "--port", "0", "--max-seqs", "4096", "--ctx", "8192"}, "positions per sequence with 4096 sequences fit",
+       "x 4096 sequences (--max-seqs): its KV cache",
+       true},
+      {{"serve", "--port", "0", "--max-seqs", "4096", "--ctx", "8192"},
+       "positions per sequence with 4096 sequences fit",
        true},
       {{"chat", "--ctx", "100000"}, "--ctx 100000 is out of range (1..8192", true},
-      {{"serve", "--port", "0", "--max-queue", "100000"}, "--max-queue must be in [0, 65536] (got 100000)", false},
-      {{"serve", "--port", "0", "--max-connections", "5000"}, "--max-connections must be in [0, 4096]", false},
-      {{"serve", "--port", "0", "--max-body", "2000000000"}, "--max-body must be in [1, 1073741824] bytes", false},
+      {{"serve", "--port", "0", "--max-queue", "100000"},
+       "--max-queue must be in [0, 65536] (got 100000)",
+       false},
+      {{"serve", "--port", "0", "--max-connections", "5000"},
+       "--max-connections must be in [0, 4096]",
+       false},
+      {{"serve", "--port", "0", "--max-body", "2000000000"},
+       "--max-body must be in [1, 1073741824] bytes",
+       false},
       {{"serve", "--port", "0", "--drain-timeout", "0"}, "--drain-timeout must be in (0, 3600]", false},
   };
   for (const Case& c : cases)
@@ -141,13 +162,14 @@ TEST(HostileCli, StdoutWriteErrorsExit1) {
   if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full";
   const fs::path err = fs::temp_directory_path() / ("futr_hostile_full_" + std::to_string(::getpid()));
   auto run_full = [&](const std::string& args) {
-    const std::string cmd =
-        futr::test::shell_quote(FUTR_BINARY) + " " + args + " > /dev/full 2> " + futr::test::shell_quote(err.string());
+    const std::string cmd = futr::test::shell_quote(FUTR_BINARY) + " " + args + " > /dev/full 2> " +
+                            futr::test::shell_quote(err.string());
     const int status = std::system(cmd.c_str());
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   };
   EXPECT_EQ(run_full("--help"), 1);
-  EXPECT_NE(futr::test::slurp(err).find("standard output: write error"), std::string::npos) << futr::test::slurp(err);
+  EXPECT_NE(futr::test::slurp(err).find("standard output: write error"), std::string::npos)
+      << futr::test::slurp(err);
   if (have_model()) {
     EXPECT_EQ(run_full("generate hi --max-tokens 3 --temperature 0 --quiet"), 1);
     EXPECT_NE(futr::test::slurp(err).find("standard output: write error"), std::string::npos)
@@ -163,8 +185,8 @@ TEST(HostileCli, SeedAndStopTakeWhatTheySay) {
   check({{"generate", "hi", "--seed", "18446744073709551616"}, "18446744073709551615", false});
   check({{"generate", "hi", "--seed", "99999999999999999999999"}, "18446744073709551615", false});
   if (!have_model()) return;
-  const futr::test::FutrRun r =
-      run_futr({"generate", "--stop", "zzzz", "The capital of France is", "--max-tokens", "2", "--temperature", "0"});
+  const futr::test::FutrRun r = run_futr(
+      {"generate", "--stop", "zzzz", "The capital of France is", "--max-tokens", "2", "--temperature", "0"});
   EXPECT_EQ(r.rc, 0) << r.err;
   EXPECT_FALSE(r.out.empty());
 }
@@ -174,12 +196,14 @@ TEST(HostileCli, QuantizeRefusesTheCalibrationTextAsOutput) {
   const fs::path dir = fs::temp_directory_path() / ("futr_hostile_qc_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
-  fs::copy(fs::path(FUTR_TEST_DATA) / "hf_tiny" / "gqa_hd64_tied_bf16", dir / "m", fs::copy_options::recursive);
+  fs::copy(fs::path(FUTR_TEST_DATA) / "hf_tiny" / "gqa_hd64_tied_bf16", dir / "m",
+           fs::copy_options::recursive);
   fs::copy_file(kText, dir / "calib.txt");
   const auto before = fs::file_size(dir / "calib.txt");
   check({{"quantize", "--model", (dir / "m").string(), "-o", (dir / "calib.txt").string(), "--calib-file",
           (dir / "calib.txt").string()},
-         "is the calibration text", false});
+         "is the calibration text",
+         false});
   EXPECT_EQ(fs::file_size(dir / "calib.txt"), before);
   fs::remove_all(dir);
 }
@@ -189,8 +213,8 @@ namespace {
 // `futr serve` on a free port with stderr in `log`; the pid, and the port
 // once it listens (0 if it never does within 60 s).
 std::pair<pid_t, int> start_serve(const fs::path& log, const std::vector<std::string>& extra) {
-  std::vector<std::string> args = {FUTR_BINARY, "serve", "--port", "0", "--backend", "cpu", "--ctx", "512",
-                                   "--max-seqs", "2", "-t", "1"};
+  std::vector<std::string> args = {FUTR_BINARY, "serve", "--port",     "0", "--backend", "cpu",
+                                   "--ctx",     "512",   "--max-seqs", "2", "-t",        "1"};
   args.insert(args.end(), extra.begin(), extra.end());
   const pid_t pid = fork();
   if (pid == 0) {
@@ -265,10 +289,13 @@ TEST(HostileCli, ServeStopsWithinItsBoundWithSlowClients) {
       slow.push_back(connect_to(port));
       send(slow.back(), "POST /v1/completions HTTP/1.1\r\nHo", 33, MSG_NOSIGNAL);
     }
-    const std::string body = R"({"model": "SmolLM2-135M-Instruct.Q4_1", "prompt": "Once upon a time", "max_tokens": 400})";
+    const std::string body =
+        R"({"model": "SmolLM2-135M-Instruct.Q4_1", "prompt": "Once upon a time", "max_tokens": 400})";
     const int busy = connect_to(port);
-    const std::string req = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                            "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+    const std::string req =
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        "Content-Length: " +
+        std::to_string(body.size()) + "\r\n\r\n" + body;
     send(busy, req.data(), req.size(), MSG_NOSIGNAL);
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
     kill(pid, SIGTERM);

@@ -51,8 +51,8 @@ fs::path text_file() {
 }
 
 nlohmann::json ppl(const std::vector<std::string>& extra) {
-  std::vector<std::string> a = {"perplexity", text_file().string(), "--ctx", "64", "--max-tokens", "192",
-                                "--json", "-q", "-t", "2"};
+  std::vector<std::string> a = {
+      "perplexity", text_file().string(), "--ctx", "64", "--max-tokens", "192", "--json", "-q", "-t", "2"};
   a.insert(a.end(), extra.begin(), extra.end());
   const Result r = run(a);
   EXPECT_EQ(r.rc, 0) << r.err;
@@ -63,12 +63,13 @@ nlohmann::json ppl(const std::vector<std::string>& extra) {
 const fs::path& futr_file() {
   static const fs::path p = work_dir() / "m.futr";
   if (!fs::exists(p)) {
-    const Result r = run({"quantize", "-o", p.string(), "--weights", "int4,fp8", "--quant", "rtn",
-                           "--calib-file", text_file().string(), "--calib-tokens", "64", "--calib-ctx",
-                           "32", "-t", "2"});
+    const Result r =
+        run({"quantize", "-o", p.string(), "--weights", "int4,fp8", "--quant", "rtn", "--calib-file",
+             text_file().string(), "--calib-tokens", "64", "--calib-ctx", "32", "-t", "2"});
     EXPECT_EQ(r.rc, 0) << r.err;
     EXPECT_NE(r.err.find("wrote"), std::string::npos) << r.err;
-    EXPECT_NE(r.err.find(fmt::format("format version {}", futr::kFutrFormatVersion)), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(fmt::format("format version {}", futr::kFutrFormatVersion)), std::string::npos)
+        << r.err;
   }
   return p;
 }
@@ -84,8 +85,8 @@ class CleanUp : public ::testing::Environment {
 const auto* const kCleanUp = ::testing::AddGlobalTestEnvironment(new CleanUp);
 
 bool have_model() { return fs::exists(FUTR_DEFAULT_MODEL); }
-#define REQUIRE_MODEL()                                                                    \
-  if (!have_model())                                                                       \
+#define REQUIRE_MODEL() \
+  if (!have_model())    \
   GTEST_SKIP() << "default model " << FUTR_DEFAULT_MODEL << " is absent: run scripts/fetch-model.sh"
 
 // The tiny Hugging Face model of tests/data (2 layers, hidden 256) with a
@@ -107,11 +108,22 @@ fs::path tiny_model_with_tokenizer() {
 
 // `futr quantize` of the tiny model with `extra`; returns the INT4 step of
 // the file's provenance ({} on failure) and the stderr in `err`.
-nlohmann::json quantize_tiny(const std::string& name, const std::vector<std::string>& extra, std::string& err) {
+nlohmann::json quantize_tiny(const std::string& name, const std::vector<std::string>& extra,
+                             std::string& err) {
   const fs::path out = work_dir() / name;
-  std::vector<std::string> a = {"quantize", "-m", tiny_model_with_tokenizer().string(), "-o", out.string(),
-                                "--calib-file", text_file().string(), "--calib-tokens", "128", "--calib-ctx",
-                                "32", "-t", "1"};
+  std::vector<std::string> a = {"quantize",
+                                "-m",
+                                tiny_model_with_tokenizer().string(),
+                                "-o",
+                                out.string(),
+                                "--calib-file",
+                                text_file().string(),
+                                "--calib-tokens",
+                                "128",
+                                "--calib-ctx",
+                                "32",
+                                "-t",
+                                "1"};
   a.insert(a.end(), extra.begin(), extra.end());
   const Result r = run(a);
   err = r.err;
@@ -162,10 +174,12 @@ TEST(QuantCli, DefaultRecipeIsGptqClipWithActOrder) {
 
 // Quantizing on load stays RTN (fast) and says which recipe it used.
 TEST(QuantCli, QuantizingOnLoadIsRtnAndSaysSo) {
-  const Result r = run({"perplexity", text_file().string(), "-m", tiny_model_with_tokenizer().string(),
-                        "--weights", "int4", "--ctx", "32", "--max-tokens", "96", "-t", "1", "--backend", "cpu"});
+  const Result r =
+      run({"perplexity", text_file().string(), "-m", tiny_model_with_tokenizer().string(), "--weights",
+           "int4", "--ctx", "32", "--max-tokens", "96", "-t", "1", "--backend", "cpu"});
   ASSERT_EQ(r.rc, 0) << r.err;
-  EXPECT_NE(r.err.find("quantizing to int4 on load (rtn: fast, uncalibrated; `futr quantize`"), std::string::npos)
+  EXPECT_NE(r.err.find("quantizing to int4 on load (rtn: fast, uncalibrated; `futr quantize`"),
+            std::string::npos)
       << r.err;
 }
 
@@ -202,8 +216,8 @@ TEST(QuantCli, KlBaseRoundTrip) {
   EXPECT_LT(q["top1_agreement"].get<double>(), 1.0);
   EXPECT_NEAR(q["ppl_delta"].get<double>(), q["ppl"].get<double>() - a["ppl"].get<double>(), 1e-6);
   // A base made with another window plan is refused.
-  const Result r = run({"perplexity", text_file().string(), "--ctx", "32", "--max-tokens", "192", "-q",
-                         "--kl-base", base});
+  const Result r = run(
+      {"perplexity", text_file().string(), "--ctx", "32", "--max-tokens", "192", "-q", "--kl-base", base});
   EXPECT_EQ(r.rc, 1);
   EXPECT_NE(r.err.find("the base run used ctx 64"), std::string::npos) << r.err;
 }
@@ -211,7 +225,7 @@ TEST(QuantCli, KlBaseRoundTrip) {
 TEST(QuantCli, GenerateAndInfoOnAFutrFile) {
   REQUIRE_MODEL();
   const Result g = run({"generate", "-m", futr_file().string(), "The capital of France is", "--temperature",
-                         "0", "-n", "6", "-t", "2"});
+                        "0", "-n", "6", "-t", "2"});
   ASSERT_EQ(g.rc, 0) << g.err;
   EXPECT_NE(g.err.find("weights int4"), std::string::npos) << g.err;
   const Result i = run({"info", futr_file().string()});
@@ -231,14 +245,16 @@ TEST(QuantCli, Errors) {
   const std::string f = futr_file().string(), t = text_file().string();
   err({"perplexity", t, "-m", f, "--quant", "gptq", "--ctx", "32"}, "already quantized");
   err({"perplexity", t, "-m", f, "--weights", "bf16", "--ctx", "32"}, "holds no bf16 weights");
-  err({"perplexity", t, "--weights", "bf16", "--kv-block", "16", "--ctx", "32"}, "--kv-block applies to --kv int4-rot");
+  err({"perplexity", t, "--weights", "bf16", "--kv-block", "16", "--ctx", "32"},
+      "--kv-block applies to --kv int4-rot");
   err({"perplexity", t, "--weights", "bf16", "--kv", "int4-rot", "--kv-block", "48", "--ctx", "32"},
       "--kv-block 48");
   err({"perplexity", t, "--weights", "bf16", "--quant", "rtn", "--ctx", "32"}, "need --weights int4");
   err({"quantize", "-o", (work_dir() / "x.futr").string(), "--weights", "int4,int4"}, "lists int4 twice");
   err({"quantize", "-o", (work_dir() / "x.futr").string(), "--weights", "fp8", "--quant", "gptq"},
       "apply to int4 weights");
-  err({"perplexity", t, "--kl-base", (work_dir() / "missing.klb").string(), "--ctx", "32"}, "cannot open the KL base");
+  err({"perplexity", t, "--kl-base", (work_dir() / "missing.klb").string(), "--ctx", "32"},
+      "cannot open the KL base");
   // A .futr file is never written under a GGUF or safetensors name.
   const std::string gguf_name = (work_dir() / "x.GGUF").string();
   err({"quantize", "-o", gguf_name, "--weights", "int4"}, "writes a .futr file, not .gguf; name it");

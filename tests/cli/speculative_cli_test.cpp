@@ -19,7 +19,7 @@ namespace {
 using futr::test::FutrRun;
 using futr::test::run_futr;
 
-#define REQUIRE_MODEL()                         \
+#define REQUIRE_MODEL()                             \
   if (!std::filesystem::exists(FUTR_DEFAULT_MODEL)) \
   GTEST_SKIP() << "default model " << FUTR_DEFAULT_MODEL << " is absent: run scripts/fetch-model.sh"
 
@@ -61,8 +61,8 @@ TEST(SpeculativeCli, GreedyCopyTaskSameTextAndDraftsAccepted) {
 
 TEST(SpeculativeCli, SampledWithASeedSameText) {
   REQUIRE_MODEL();
-  same_text({"generate", "--chat", kCopyTask, "--temperature", "0.8", "--top-k", "40", "--top-p", "0.9", "--min-p",
-             "0.02", "--repetition-penalty", "1.1", "--seed", "11", "--max-tokens", "40"});
+  same_text({"generate", "--chat", kCopyTask, "--temperature", "0.8", "--top-k", "40", "--top-p", "0.9",
+             "--min-p", "0.02", "--repetition-penalty", "1.1", "--seed", "11", "--max-tokens", "40"});
 }
 
 TEST(SpeculativeCli, StopStringAndFullContextSameText) {

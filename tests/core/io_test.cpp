@@ -4,8 +4,8 @@
 // on SIGINT/SIGTERM.
 #include "core/io.h"
 
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -42,7 +42,8 @@ TEST(FileKind, NamesEachKind) {
   EXPECT_EQ(file_kind(d.p / "dangling"), "symbolic link");
   EXPECT_TRUE(optional_regular_file(d.p / "f", "x"));
   EXPECT_FALSE(optional_regular_file(d.p / "none", "x"));
-  EXPECT_FUTR_ERROR(optional_regular_file(d.p, "the tokenizer"), "is a directory, expected a regular file (the tokenizer)");
+  EXPECT_FUTR_ERROR(optional_regular_file(d.p, "the tokenizer"),
+                    "is a directory, expected a regular file (the tokenizer)");
   EXPECT_FUTR_ERROR(optional_regular_file(d.p / "fifo", "t"), "is a FIFO, expected a regular file");
   EXPECT_FUTR_ERROR(require_regular_file("/dev/zero", "t"), "/dev/zero: is a character device");
   EXPECT_FUTR_ERROR(require_regular_file(d.p / "none", "the prompt"), "no such file (the prompt)");
@@ -53,7 +54,8 @@ TEST(ReadFileLimited, RegularFilesWithinTheLimit) {
   TmpDir d;
   std::ofstream(d.p / "f") << std::string(1000, 'a');
   EXPECT_EQ(read_file_limited(d.p / "f", 1000, "text").size(), 1000u);
-  EXPECT_FUTR_ERROR(read_file_limited(d.p / "f", 999, "the text"), "1000 bytes, more than the 999 bytes limit for the text");
+  EXPECT_FUTR_ERROR(read_file_limited(d.p / "f", 999, "the text"),
+                    "1000 bytes, more than the 999 bytes limit for the text");
   ASSERT_EQ(::mkfifo((d.p / "fifo").c_str(), 0600), 0);
   // A FIFO is refused without opening it (opening one without a writer blocks).
   EXPECT_FUTR_ERROR(read_file_limited(d.p / "fifo", 100, "text"), "is a FIFO");
@@ -92,7 +94,8 @@ namespace {
 // The files in `dir` whose name holds ".tmp".
 int temporaries(const fs::path& dir) {
   int n = 0;
-  for (const auto& e : fs::directory_iterator(dir)) n += e.path().filename().string().find(".tmp") != std::string::npos;
+  for (const auto& e : fs::directory_iterator(dir))
+    n += e.path().filename().string().find(".tmp") != std::string::npos;
   return n;
 }
 
@@ -107,7 +110,10 @@ TEST(TempOutput, CommitRenamesAndFailureRemoves) {
     t.commit();
   }
   EXPECT_EQ(fs::file_size(d.p / "a.bin"), 5u);
-  { TempOutput t(d.p / "b.bin"); t.write("x", 1); }  // destroyed without commit
+  {
+    TempOutput t(d.p / "b.bin");
+    t.write("x", 1);
+  }  // destroyed without commit
   EXPECT_FALSE(fs::exists(d.p / "b.bin"));
   EXPECT_EQ(temporaries(d.p), 0);
   EXPECT_FUTR_ERROR(TempOutput(d.p / "no" / "c.bin"), "cannot open for writing");

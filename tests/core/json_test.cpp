@@ -13,12 +13,14 @@ TEST(JsonDocument, DepthLimit) {
   const std::string ok = std::string(64, '[') + std::string(64, ']');
   EXPECT_NO_THROW(parse_json_document(ok, "ok.json"));
   const std::string deep = std::string(65, '[') + std::string(65, ']');
-  EXPECT_FUTR_ERROR(parse_json_document(deep, "deep.json"), "deep.json: JSON nested deeper than 64 levels (at byte 64)");
+  EXPECT_FUTR_ERROR(parse_json_document(deep, "deep.json"),
+                    "deep.json: JSON nested deeper than 64 levels (at byte 64)");
   // A million levels: refused quickly, no stack overflow.
   std::string huge(1 << 20, '{');
   EXPECT_FUTR_ERROR(parse_json_document(huge, "huge.json"), "nested deeper than 64");
   // Brackets inside strings do not count; escaped quotes do not end them.
-  const std::string in_string = "{\"k\": \"" + std::string(1000, '[') + "\\\"" + std::string(1000, '{') + "\"}";
+  const std::string in_string =
+      "{\"k\": \"" + std::string(1000, '[') + "\\\"" + std::string(1000, '{') + "\"}";
   EXPECT_EQ(parse_json_document(in_string, "s.json")["k"].get<std::string>().size(), 2001u);
 }
 
@@ -30,8 +32,10 @@ TEST(JsonDocument, InvalidNamesSource) {
 // Duplicate keys are refused with the key named (nlohmann would keep the last
 // silently); the same key in two objects is fine.
 TEST(JsonDocument, DuplicateKeysRefused) {
-  EXPECT_FUTR_ERROR(parse_json_document(R"({"a": 1, "b": 2, "a": 3})", "d.json"), "d.json: duplicate key 'a'");
-  EXPECT_FUTR_ERROR(parse_json_document(R"({"x": [{"k": 1}, {"k": 2, "k": 2}]})", "d.json"), "duplicate key 'k'");
+  EXPECT_FUTR_ERROR(parse_json_document(R"({"a": 1, "b": 2, "a": 3})", "d.json"),
+                    "d.json: duplicate key 'a'");
+  EXPECT_FUTR_ERROR(parse_json_document(R"({"x": [{"k": 1}, {"k": 2, "k": 2}]})", "d.json"),
+                    "duplicate key 'k'");
   const json ok = parse_json_document(R"({"k": {"k": 1}, "l": [{"k": 1}, {"k": 2}]})", "ok.json");
   EXPECT_EQ(ok["l"][1]["k"], 2);
   // The echo of a long key is clipped.
@@ -64,7 +68,8 @@ TEST(JsonDocument, DepthCapCountsObjectsAndArrays) {
   std::string mixed;
   for (int i = 0; i < 40; ++i) mixed += "{\"a\":[";
   EXPECT_FUTR_ERROR(parse_json_document(mixed, "m.json"), "m.json: JSON nested deeper than 64 levels");
-  EXPECT_FUTR_ERROR(parse_json_document("[[[1]]]", "c.json", 2), "c.json: JSON nested deeper than 2 levels (at byte 2)");
+  EXPECT_FUTR_ERROR(parse_json_document("[[[1]]]", "c.json", 2),
+                    "c.json: JSON nested deeper than 2 levels (at byte 2)");
   EXPECT_NO_THROW(parse_json_document("[[1]]", "c.json", 2));
 }
 
@@ -75,7 +80,8 @@ TEST(JsonNumbers, IntegersInRange) {
   EXPECT_FUTR_ERROR(json_int(json(-1), "f: k", 0, 10), "f: k = -1 is out of range (0..10)");
   EXPECT_FUTR_ERROR(json_int(json(1e300), "f: k", 0, INT32_MAX), "f: k = 1e+300 is not an integer in range");
   EXPECT_FUTR_ERROR(json_int(json(2.5), "f: k", 0, 10), "is not an integer");
-  EXPECT_FUTR_ERROR(json_int(json((uint64_t(1) << 32) + 64), "f: k", 0, INT32_MAX), "= 4294967360 is out of range");
+  EXPECT_FUTR_ERROR(json_int(json((uint64_t(1) << 32) + 64), "f: k", 0, INT32_MAX),
+                    "= 4294967360 is out of range");
   EXPECT_FUTR_ERROR(json_int(json(UINT64_MAX), "f: k", 0, INT64_MAX), "is out of range");
   EXPECT_FUTR_ERROR(json_int(json("5"), "f: k", 0, 10), "f: k must be an integer, found \"5\"");
   EXPECT_EQ(json_uint(json(uint64_t(1) << 40), "f: o"), uint64_t(1) << 40);

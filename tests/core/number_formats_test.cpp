@@ -37,9 +37,12 @@ TEST(Formats, UnknownNamesListTheValidOnes) {
                     "unknown INT4 quantizer 'awq' (choose rtn, clip, clip-act, gptq, gptq-clip)");
   EXPECT_FUTR_ERROR(parse_quant_method("RTN"), "choose rtn, clip");  // spellings are exact
   EXPECT_FUTR_ERROR(parse_quant_method(""), "unknown INT4 quantizer ''");
-  EXPECT_FUTR_ERROR(parse_fp8_policy("saturate"), "unknown FP8 saturation policy 'saturate' (choose clamp, recompute)");
-  EXPECT_FUTR_ERROR(parse_weight_format("int8"), "unknown weight format 'int8' (choose auto, fp32, bf16, fp8, int4)");
-  EXPECT_FUTR_ERROR(parse_kv_format("fp8"), "unknown KV format 'fp8' (choose auto, fp32, bf16, int4, int4-rot)");
+  EXPECT_FUTR_ERROR(parse_fp8_policy("saturate"),
+                    "unknown FP8 saturation policy 'saturate' (choose clamp, recompute)");
+  EXPECT_FUTR_ERROR(parse_weight_format("int8"),
+                    "unknown weight format 'int8' (choose auto, fp32, bf16, fp8, int4)");
+  EXPECT_FUTR_ERROR(parse_kv_format("fp8"),
+                    "unknown KV format 'fp8' (choose auto, fp32, bf16, int4, int4-rot)");
 }
 
 TEST(Formats, QuantizerProperties) {

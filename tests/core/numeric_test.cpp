@@ -33,7 +33,7 @@ TEST(Numeric, Fp16RoundTripAllCodes) {
 
 TEST(Numeric, Fp16Rounding) {
   EXPECT_EQ(float_to_fp16(65504.0f), 0x7bff);
-  EXPECT_EQ(float_to_fp16(65520.0f), 0x7c00);  // rounds to inf
+  EXPECT_EQ(float_to_fp16(65520.0f), 0x7c00);               // rounds to inf
   EXPECT_EQ(float_to_fp16(std::ldexp(1.0f, -25)), 0x0000);  // half of min subnormal: ties to 0
   EXPECT_EQ(float_to_fp16(std::ldexp(3.0f, -25)), 0x0002);  // 1.5 * min: ties to even (2)
   EXPECT_EQ(float_to_fp16(-2.0f), 0xc000);
@@ -56,13 +56,13 @@ TEST(Numeric, E4M3KnownValues) {
   EXPECT_EQ(e4m3_to_float(0x01), std::ldexp(1.0f, -9));
   EXPECT_EQ(e4m3_to_float(0x38), 1.0f);
   EXPECT_TRUE(std::isnan(e4m3_to_float(0x7f)));
-  EXPECT_EQ(float_to_e4m3(1000.0f), 0x7e);    // saturates
+  EXPECT_EQ(float_to_e4m3(1000.0f), 0x7e);  // saturates
   EXPECT_EQ(float_to_e4m3(-1e30f), 0xfe);
   EXPECT_EQ(float_to_e4m3(INFINITY), 0x7e);
   EXPECT_EQ(float_to_e4m3(NAN), 0x7f);
-  EXPECT_EQ(float_to_e4m3(1.0625f), 0x38);    // halfway 1 and 1.125: even (1)
-  EXPECT_EQ(float_to_e4m3(1.1875f), 0x3a);    // halfway 1.125 and 1.25: even (1.25)
-  EXPECT_EQ(float_to_e4m3(464.0f), 0x7e);     // above 448 saturates, never NaN
+  EXPECT_EQ(float_to_e4m3(1.0625f), 0x38);                // halfway 1 and 1.125: even (1)
+  EXPECT_EQ(float_to_e4m3(1.1875f), 0x3a);                // halfway 1.125 and 1.25: even (1.25)
+  EXPECT_EQ(float_to_e4m3(464.0f), 0x7e);                 // above 448 saturates, never NaN
   EXPECT_EQ(float_to_e4m3(std::ldexp(1.0f, -10)), 0x00);  // half the min subnormal: even (0)
 }
 

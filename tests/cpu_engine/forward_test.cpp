@@ -145,8 +145,8 @@ TEST(CpuForward, ChunksAndPartialLogits) {
   std::span<const int32_t> t(tokens);
   const Tensor a = parts.eval(t.subspan(0, 20), 20);  // no logits
   EXPECT_TRUE(a.empty());
-  const Tensor b = parts.eval(t.subspan(20, 25), 5);  // rows 25..44
-  const Tensor l = parts.eval_last(t.subspan(45, 5)); // row 49
+  const Tensor b = parts.eval(t.subspan(20, 25), 5);   // rows 25..44
+  const Tensor l = parts.eval_last(t.subspan(45, 5));  // row 49
   ASSERT_EQ(b.dim(0), 20);
   ASSERT_EQ(l.dim(0), 1);
   const size_t V = size_t(cfg.vocab);

@@ -73,8 +73,7 @@ TEST_P(HfCrossCheck, PrefillAndDecodeMatchTransformers) {
   const auto e_decode = test::compare(dec, g.logits);
 
   std::printf("hf_crosscheck %-40s prefill rel_l2 %.3e max_abs %.3e | decode rel_l2 %.3e max_abs %.3e\n",
-              GetParam().c_str(), e_prefill.rel_l2, e_prefill.max_abs, e_decode.rel_l2,
-              e_decode.max_abs);
+              GetParam().c_str(), e_prefill.rel_l2, e_prefill.max_abs, e_decode.rel_l2, e_decode.max_abs);
   RecordProperty("prefill_rel_l2", std::to_string(e_prefill.rel_l2));
   RecordProperty("decode_rel_l2", std::to_string(e_decode.rel_l2));
   EXPECT_EQ(e_prefill.non_finite, 0u);
@@ -84,8 +83,7 @@ TEST_P(HfCrossCheck, PrefillAndDecodeMatchTransformers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, HfCrossCheck,
-                         testing::Values("gqa_hd64_tied_bf16",
-                                         "gqa_hd128_untied_llama3_f16_sharded",
+                         testing::Values("gqa_hd64_tied_bf16", "gqa_hd128_untied_llama3_f16_sharded",
                                          "mqa_hd64_wide_heads_f32"));
 
 // Every model directory in tests/data/hf_tiny is in the list above.

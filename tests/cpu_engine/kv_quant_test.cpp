@@ -87,7 +87,8 @@ TEST(KvQuant, Int4MirrorLayoutAndDequantization) {
           EXPECT_EQ(view.heads[size_t(h)].v[slot * ld + d], float(qv[d]) * sv);
         }
       }
-    // Mirror bytes = 2 * slots * kv_heads * D/2 + FP32 scales (slots: 19 rounded up to 32), plus the BF16 primary.
+    // Mirror bytes = 2 * slots * kv_heads * D/2 + FP32 scales (slots: 19 rounded up to 32), plus the BF16
+    // primary.
     const int64_t primary = int64_t(2) * 2 * c.n_layers * c.n_kv_heads * 19 * D;
     const int64_t mirror = int64_t(c.n_layers) * (2 * 32 * c.n_kv_heads * D / 2 + 2 * 4 * 32 * c.n_kv_heads);
     EXPECT_EQ(kv.bytes(), primary + mirror);

@@ -128,8 +128,7 @@ TEST(CpuOps, RopeMatchesFormulaAndKeepsRelativePosition) {
 
 // Naive causal GQA attention in double: q [n, Nh*D], keys/values [L, Nkv*D].
 std::vector<double> naive_attention(const std::vector<float>& q, const std::vector<float>& k,
-                                    const std::vector<float>& v, int n, int pos0, int Nh,
-                                    int Nkv, int D) {
+                                    const std::vector<float>& v, int n, int pos0, int Nh, int Nkv, int D) {
   std::vector<double> out(size_t(n * Nh * D), 0.0);
   for (int i = 0; i < n; ++i)
     for (int h = 0; h < Nh; ++h) {
@@ -138,7 +137,8 @@ std::vector<double> naive_attention(const std::vector<float>& q, const std::vect
       double mx = -1e300, sum = 0;
       for (int t = 0; t <= p; ++t) {
         double d = 0;
-        for (int j = 0; j < D; ++j) d += double(q[size_t(i * Nh * D + h * D + j)]) * k[size_t(t * Nkv * D + g * D + j)];
+        for (int j = 0; j < D; ++j)
+          d += double(q[size_t(i * Nh * D + h * D + j)]) * k[size_t(t * Nkv * D + g * D + j)];
         s[size_t(t)] = d / std::sqrt(double(D));
         mx = std::max(mx, s[size_t(t)]);
       }
@@ -169,8 +169,7 @@ void check_attention(int Nh, int Nkv, int D, int pos0, int n) {
   const auto ref = naive_attention(q, k, v, n, pos0, Nh, Nkv, D);
   const auto e = test::compare(out, to_float(ref));
   EXPECT_EQ(e.non_finite, 0u);
-  EXPECT_LT(e.rel_l2, 1e-5) << "Nh " << Nh << " Nkv " << Nkv << " D " << D << " pos0 " << pos0
-                            << " n " << n;
+  EXPECT_LT(e.rel_l2, 1e-5) << "Nh " << Nh << " Nkv " << Nkv << " D " << D << " pos0 " << pos0 << " n " << n;
 }
 
 TEST(CpuOps, AttentionGqaRatios) {
@@ -210,7 +209,8 @@ TEST(CpuOps, DenseLinearMatchesTripleLoop) {
     std::vector<double> ref(size_t(m * N), 0.0);
     for (int i = 0; i < m; ++i)
       for (int o = 0; o < N; ++o)
-        for (int kk = 0; kk < K; ++kk) ref[size_t(i * N + o)] += double(x[size_t(i * K + kk)]) * w.data[size_t(o * K + kk)];
+        for (int kk = 0; kk < K; ++kk)
+          ref[size_t(i * N + o)] += double(x[size_t(i * K + kk)]) * w.data[size_t(o * K + kk)];
     EXPECT_LT(test::compare(y, to_float(ref)).rel_l2, 1e-6) << "m " << m;
   }
   EXPECT_THROW(DenseLinear::own(Tensor({3}), "bad"), Error);

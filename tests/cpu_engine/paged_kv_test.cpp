@@ -54,7 +54,8 @@ void expect_same(const StepResult& a, const StepResult& b, const std::string& wh
 }
 
 // Rows for `tokens` of `seq` from position `pos`.
-std::vector<BatchRow> rows_of(SeqId seq, const std::vector<int32_t>& tokens, int pos, RowOutput out, bool prompt) {
+std::vector<BatchRow> rows_of(SeqId seq, const std::vector<int32_t>& tokens, int pos, RowOutput out,
+                              bool prompt) {
   std::vector<BatchRow> r;
   for (size_t i = 0; i < tokens.size(); ++i) r.push_back({tokens[i], seq, pos + int(i), out, 3, prompt});
   return r;
@@ -160,7 +161,8 @@ TEST_P(PagedKv, AnAttachedPrefixEqualsComputingIt) {
   ref->open(2);
   if (attached > 0)
     ref->step(rows_of(2, {want.begin(), want.begin() + attached}, 0, RowOutput::kNone, false));
-  expect_same(ref->step(rows_of(2, rest, attached, RowOutput::kLogits, false)), got, "after an attached prefix");
+  expect_same(ref->step(rows_of(2, rest, attached, RowOutput::kLogits, false)), got,
+              "after an attached prefix");
 
   // Copy-on-write: a third sequence attaches the prefix while the second holds
   // it, goes back into its last block and writes there.
@@ -193,8 +195,8 @@ std::string case_name(const ::testing::TestParamInfo<Case>& i) {
 }
 
 const Case kCases[] = {
-    {KvFormat::kFp32, 1},  {KvFormat::kFp32, 7},  {KvFormat::kFp32, 16},  {KvFormat::kFp32, 64},
-    {KvFormat::kBf16, 1},  {KvFormat::kBf16, 16}, {KvFormat::kInt4, 7},   {KvFormat::kInt4, 16},
+    {KvFormat::kFp32, 1},  {KvFormat::kFp32, 7},    {KvFormat::kFp32, 16},    {KvFormat::kFp32, 64},
+    {KvFormat::kBf16, 1},  {KvFormat::kBf16, 16},   {KvFormat::kInt4, 7},     {KvFormat::kInt4, 16},
     {KvFormat::kInt4, 64}, {KvFormat::kInt4Rot, 1}, {KvFormat::kInt4Rot, 16}, {KvFormat::kInt4Rot, 64},
 };
 INSTANTIATE_TEST_SUITE_P(Formats, PagedKv, ::testing::ValuesIn(kCases), case_name);
@@ -209,7 +211,8 @@ TEST(PagedKvEngine, RunningOutOfBlocksIsAnErrorThatChangesNothing) {
   e->step(rows_of(1, random_tokens(rng, 20), 0, RowOutput::kNone, true));  // 3 blocks
   EXPECT_EQ(e->free_blocks(), 2);
   EXPECT_EQ(e->blocks_needed(2, 17), 3);
-  EXPECT_FUTR_ERROR(e->step(rows_of(2, random_tokens(rng, 17), 0, RowOutput::kNone, true)), "out of KV blocks");
+  EXPECT_FUTR_ERROR(e->step(rows_of(2, random_tokens(rng, 17), 0, RowOutput::kNone, true)),
+                    "out of KV blocks");
   EXPECT_EQ(e->length(2), 0);
   EXPECT_EQ(e->free_blocks(), 2);
   e->step(rows_of(2, random_tokens(rng, 16), 0, RowOutput::kNone, true));
@@ -247,10 +250,12 @@ TEST(PagedKvEngine, SamplerStateSurvivesAReopen) {
         e->open(id, sc);
         const int attached = e->attach_prefix(id, history);
         if (attached < int(history.size()))
-          e->step(rows_of(id, {history.begin() + attached, history.end()}, attached, RowOutput::kNone, false));
+          e->step(
+              rows_of(id, {history.begin() + attached, history.end()}, attached, RowOutput::kNone, false));
         e->restore_sampler(id, *state);
       }
-      const StepResult r = e->step(std::vector<BatchRow>{{last, id, int(history.size()), RowOutput::kToken, -1, false}});
+      const StepResult r =
+          e->step(std::vector<BatchRow>{{last, id, int(history.size()), RowOutput::kToken, -1, false}});
       history.push_back(last);
       last = r.tokens[0];
       out.push_back(last);

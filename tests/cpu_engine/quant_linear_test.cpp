@@ -73,7 +73,8 @@ TEST(QuantLinear, Bf16) {
     for (int i = 0; i < m; ++i)
       for (int o = 0; o < n; ++o) {
         double acc = 0;
-        for (int j = 0; j < k; ++j) acc += double(round_bf16(x[size_t(i) * k + j])) * round_bf16(w[size_t(o) * k + j]);
+        for (int j = 0; j < k; ++j)
+          acc += double(round_bf16(x[size_t(i) * k + j])) * round_bf16(w[size_t(o) * k + j]);
         const float want = round ? round_bf16(float(acc)) : float(acc);
         EXPECT_NEAR(y[size_t(i) * n + o], want, std::fabs(want) * (round ? 8e-3 : 1e-5) + 1e-6);
       }
@@ -90,7 +91,8 @@ std::vector<double> fp8_ref(const quant::Fp8Weights& w, const std::vector<float>
   std::vector<double> y(size_t(m) * n);
   for (int i = 0; i < m; ++i) {
     double ss = 0;
-    for (int j = 0; j < k; ++j) ss += double(round_bf16(x[size_t(i) * k + j])) * round_bf16(x[size_t(i) * k + j]);
+    for (int j = 0; j < k; ++j)
+      ss += double(round_bf16(x[size_t(i) * k + j])) * round_bf16(x[size_t(i) * k + j]);
     const float rf = 1.0f / std::sqrt(float(ss) / float(k) + eps);
     for (int o = 0; o < n; ++o) {
       double acc = 0;
@@ -130,7 +132,7 @@ TEST(QuantLinear, Fp8OwnerFollowerAndFolding) {
     }
     for (auto& v : x) v *= 1.5f;  // the range grows: the next call's scale follows
   }
-  EXPECT_EQ(bank->at(0, site).stats().calls, 3u);  // the follower did not step the state
+  EXPECT_EQ(bank->at(0, site).stats().calls, 3u);            // the follower did not step the state
   EXPECT_GT(bank->at(0, site).stats().saturated_calls, 0u);  // x grew 1.5x per call
   // A follower called without its owner on the same input.
   EXPECT_THROW(follower.forward(x.data(), m, y2.data()), Error);

@@ -108,8 +108,8 @@ TEST(Threads, ContentionWatchWarnsOnceWhenStepsSlowDownUnderLoad) {
   {
     ContentionWatch w(2);
     for (int i = 0; i < 20; ++i) EXPECT_EQ(w.observe(0.010, 2, 0.1), "");
-    EXPECT_EQ(w.observe(0.100, 2, 0.2), "");   // slow, but the machine is idle
-    EXPECT_EQ(w.observe(0.035, 2, 3.0), "");   // busy, but only 3.5x slower
+    EXPECT_EQ(w.observe(0.100, 2, 0.2), "");  // slow, but the machine is idle
+    EXPECT_EQ(w.observe(0.035, 2, 3.0), "");  // busy, but only 3.5x slower
     const std::string m = w.observe(0.100, 2, 3.0);
     EXPECT_NE(m.find("slowed from 10.0 ms to 100.0 ms"), std::string::npos) << m;
     EXPECT_NE(m.find("load average 3.0 on 2 logical CPUs"), std::string::npos) << m;

@@ -15,8 +15,7 @@
 
 namespace futr::test {
 
-inline Tensor random_tensor(std::vector<int64_t> shape, std::mt19937& rng, float mean,
-                            float stddev) {
+inline Tensor random_tensor(std::vector<int64_t> shape, std::mt19937& rng, float mean, float stddev) {
   Tensor t(std::move(shape));
   std::normal_distribution<float> d(mean, stddev);
   for (auto& v : t.data) v = d(rng);
@@ -100,7 +99,7 @@ inline std::vector<double> naive_inv_freq(const ModelConfig& c) {
     for (auto& x : f) {
       const double wavelen = 2 * std::numbers::pi / x;
       const double ratio = r.original_max_position / wavelen;  // periods in the original context
-      double blend;  // 1: keep f, 0: f / factor
+      double blend;                                            // 1: keep f, 0: f / factor
       if (ratio > r.high_freq_factor) blend = 1;
       else if (ratio < r.low_freq_factor) blend = 0;
       else blend = (ratio - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
@@ -118,8 +117,7 @@ inline std::vector<double> naive_matvec(const Tensor& W, const std::vector<doubl
   return y;
 }
 
-inline std::vector<double> naive_rmsnorm(const std::vector<double>& x, const Tensor& g,
-                                         double eps) {
+inline std::vector<double> naive_rmsnorm(const std::vector<double>& x, const Tensor& g, double eps) {
   double ss = 0;
   for (double v : x) ss += v * v;
   const double r = 1.0 / std::sqrt(ss / double(x.size()) + eps);

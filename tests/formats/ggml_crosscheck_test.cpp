@@ -68,8 +68,8 @@ std::string run_reference(const std::string& args, const fs::path& dir) {
   const char* env = std::getenv("FUTR_PYTHON");
   const std::string python = env && *env ? env : "python3";
   const std::string err = (dir / "stderr.txt").string();
-  const std::string cmd = "'" + python + "' '" FUTR_SOURCE_DIR "/tests/formats/ggml_reference.py' " + args +
-                          " 2> '" + err + "'";
+  const std::string cmd =
+      "'" + python + "' '" FUTR_SOURCE_DIR "/tests/formats/ggml_reference.py' " + args + " 2> '" + err + "'";
   const int status = std::system(cmd.c_str());
   const int rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   if (rc == 3 || rc == 127) return "reference script cannot run with " + python + ": " + read_bytes(err);
@@ -96,9 +96,8 @@ TEST(GgmlCrosscheck, RandomBlocks) {
   const uint32_t seed = std::random_device{}();
   constexpr int kBlocks = 64;
   std::printf("[ seed ] %u\n", seed);
-  const std::string skip = run_reference("blocks '" + dir.path.string() + "' " + std::to_string(seed) + " " +
-                                             std::to_string(kBlocks),
-                                         dir.path);
+  const std::string skip = run_reference(
+      "blocks '" + dir.path.string() + "' " + std::to_string(seed) + " " + std::to_string(kBlocks), dir.path);
   if (!skip.empty()) {
     if (::testing::Test::HasFailure()) return;
     GTEST_SKIP() << skip;
@@ -127,8 +126,8 @@ TEST(GgmlCrosscheck, WrittenModel) {
   const fs::path file = dir.path / "ktypes.gguf";
   const uint32_t seed = std::random_device{}();
   std::printf("[ seed ] %u\n", seed);
-  const std::string skip =
-      run_reference("model '" + file.string() + "' '" + dir.path.string() + "' " + std::to_string(seed), dir.path);
+  const std::string skip = run_reference(
+      "model '" + file.string() + "' '" + dir.path.string() + "' " + std::to_string(seed), dir.path);
   if (!skip.empty()) {
     if (::testing::Test::HasFailure()) return;
     GTEST_SKIP() << skip;
@@ -151,9 +150,9 @@ TEST(GgmlCrosscheck, WrittenModel) {
   const std::vector<float> down = read_f32(dir.path / "blk.0.ffn_down.weight.f32");
   EXPECT_EQ(first_bit_difference(m.weights.layers[0].w_down.data, down), -1);
   const std::string report = cli::info_text(inspect_model(file.string()), false);
-  for (const char* line : {"Q2_K        1 tensors", "Q3_K        1 tensors", "Q4_K        1 tensors",
-                           "Q5_K        1 tensors", "Q6_K        1 tensors", "Q8_K        1 tensors",
-                           "Q5_0        1 tensors", "Q5_1        1 tensors"})
+  for (const char* line :
+       {"Q2_K        1 tensors", "Q3_K        1 tensors", "Q4_K        1 tensors", "Q5_K        1 tensors",
+        "Q6_K        1 tensors", "Q8_K        1 tensors", "Q5_0        1 tensors", "Q5_1        1 tensors"})
     EXPECT_NE(report.find(line), std::string::npos) << line << "\n" << report;
 }
 

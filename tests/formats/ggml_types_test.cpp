@@ -24,7 +24,7 @@ TEST(GgmlTypes, SizeTable) {
   EXPECT_EQ(ggml_type_info(14)->block, 256u);
   EXPECT_TRUE(ggml_type_info(14)->supported);
   // ggml's sizeof(block_*): Q5_0/Q5_1 22/24, Q2_K..Q8_K 84, 110, 144, 176, 210, 292.
-  const std::pair<uint32_t, uint32_t> sizes[] = {{6, 22}, {7, 24}, {10, 84}, {11, 110},
+  const std::pair<uint32_t, uint32_t> sizes[] = {{6, 22},   {7, 24},   {10, 84},  {11, 110},
                                                  {12, 144}, {13, 176}, {14, 210}, {15, 292}};
   for (auto [id, bytes] : sizes) {
     EXPECT_EQ(ggml_type_info(id)->block_bytes, bytes) << ggml_type_name(id);
@@ -128,7 +128,8 @@ TEST(GgmlTypes, Q4_KSubBlockScalesAndMins) {
   b.insert(b.end(), 128, uint8_t(0x33));
   std::vector<float> y(256);
   dequantize_ggml(*ggml_type_info(12), b, y);
-  for (int i = 0; i < 256; ++i) EXPECT_EQ(y[size_t(i)], float(i / 32 + 1) * 3.0f - 0.5f * float(2 * (i / 32))) << i;
+  for (int i = 0; i < 256; ++i)
+    EXPECT_EQ(y[size_t(i)], float(i / 32 + 1) * 3.0f - 0.5f * float(2 * (i / 32))) << i;
 }
 
 TEST(GgmlTypes, Q6_KSignedScalesAndOffset) {

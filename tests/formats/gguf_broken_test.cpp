@@ -44,8 +44,7 @@ TEST(GgufBroken, TruncatedAnywhere) {
       EXPECT_EQ(msg.rfind("bad.gguf: ", 0), 0u) << msg;
       EXPECT_TRUE(msg.find("truncated") != std::string::npos ||
                   msg.find("past the end") != std::string::npos ||
-                  msg.find("bad magic") != std::string::npos ||
-                  msg.find("impossible") != std::string::npos)
+                  msg.find("bad magic") != std::string::npos || msg.find("impossible") != std::string::npos)
           << len << ": " << msg;
     }
   }
@@ -140,7 +139,8 @@ TEST(GgufBroken, TensorInfos) {
   EXPECT_FUTR_ERROR(parse(with("x", T_F32, {1ull << 40, 1ull << 40}, {})), "more than 2^50 elements");
   EXPECT_FUTR_ERROR(parse(with("x", 99, {32}, Bytes(32))), "tensor 'x' has unknown ggml type 99");
   EXPECT_FUTR_ERROR(parse(with("x", T_Q4_0, {48}, Bytes(27))), "not a multiple of the block size 32");
-  EXPECT_FUTR_ERROR(parse(with("x", T_F32, {8}, Bytes(32), 4)), "offset 4 is not a multiple of the alignment 32");
+  EXPECT_FUTR_ERROR(parse(with("x", T_F32, {8}, Bytes(32), 4)),
+                    "offset 4 is not a multiple of the alignment 32");
   EXPECT_FUTR_ERROR(parse(with("x", T_F32, {8}, Bytes(32), 1ll << 40)), "past the end of the file");
   EXPECT_FUTR_ERROR(parse(with("x", T_F32, {1ull << 30}, Bytes(32))), "past the end of the file");
   GgufWriter o;
@@ -173,12 +173,14 @@ TEST(GgufBroken, UnsupportedTensorType) {
   GgufWriter h = m.writer();
   h.remove_tensor("output_norm.weight");
   h.add_tensor("output_norm.weight", T_IQ4_XS, {256}, Bytes(136));
-  EXPECT_FUTR_ERROR(load(h.bytes()), "tensor 'output_norm.weight' has type IQ4_XS, which futr cannot dequantize");
+  EXPECT_FUTR_ERROR(load(h.bytes()),
+                    "tensor 'output_norm.weight' has type IQ4_XS, which futr cannot dequantize");
   // Q8_1 (ggml: 36-byte blocks, an activation type) is sized right and refused by name.
   GgufWriter q = m.writer();
   q.remove_tensor("output_norm.weight");
   q.add_tensor("output_norm.weight", T_Q8_1, {256}, Bytes(8 * 36));
-  EXPECT_FUTR_ERROR(load(q.bytes()), "tensor 'output_norm.weight' has type Q8_1, which futr cannot dequantize");
+  EXPECT_FUTR_ERROR(load(q.bytes()),
+                    "tensor 'output_norm.weight' has type Q8_1, which futr cannot dequantize");
 }
 
 TEST(GgufBroken, NonFiniteValues) {
@@ -198,9 +200,9 @@ TEST(GgufBroken, ArchitectureKeys) {
   EXPECT_FUTR_ERROR(load(g.bytes()), "missing metadata key 'general.architecture'");
   g.add_string("general.architecture", "gemma");
   EXPECT_FUTR_ERROR(load(g.bytes()), "bad.gguf: unsupported architecture 'gemma' (supported: llama");
-  for (const char* k : {"llama.block_count", "llama.embedding_length", "llama.feed_forward_length",
-                        "llama.attention.head_count", "llama.context_length",
-                        "llama.attention.layer_norm_rms_epsilon"})
+  for (const char* k :
+       {"llama.block_count", "llama.embedding_length", "llama.feed_forward_length",
+        "llama.attention.head_count", "llama.context_length", "llama.attention.layer_norm_rms_epsilon"})
     EXPECT_FUTR_ERROR(load(without(k).bytes()), std::string("missing metadata key '") + k);
   GgufWriter s = without("llama.block_count");
   s.add_string("llama.block_count", "2");
@@ -228,17 +230,21 @@ TEST(GgufBroken, TensorSet) {
   EXPECT_FUTR_ERROR(load(g.bytes()), "bad.gguf: missing tensor 'blk.1.ffn_up.weight'");
   GgufWriter x = tiny();
   x.add_f32_tensor("blk.0.attn_q.bias", {64}, std::vector<float>(64));
-  EXPECT_FUTR_ERROR(load(x.bytes()), "tensor 'blk.0.attn_q.bias' is a projection bias, which the llama architecture");
+  EXPECT_FUTR_ERROR(load(x.bytes()),
+                    "tensor 'blk.0.attn_q.bias' is a projection bias, which the llama architecture");
   GgufWriter l = tiny();
   l.add_f32_tensor("blk.2.attn_norm.weight", {64}, std::vector<float>(64));
-  EXPECT_FUTR_ERROR(load(l.bytes()), "tensor 'blk.2.attn_norm.weight' belongs to layer 2, but the model has 2 layers");
+  EXPECT_FUTR_ERROR(load(l.bytes()),
+                    "tensor 'blk.2.attn_norm.weight' belongs to layer 2, but the model has 2 layers");
   GgufWriter lead = tiny();
   lead.add_f32_tensor("blk.01.attn_norm.weight", {64}, std::vector<float>(64));
   EXPECT_FUTR_ERROR(load(lead.bytes()), "unexpected tensor 'blk.01.attn_norm.weight'");
   GgufWriter s = tiny();
   s.remove_tensor("blk.0.ffn_gate.weight");
   s.add_f32_tensor("blk.0.ffn_gate.weight", {64, 96}, std::vector<float>(96 * 64));
-  EXPECT_FUTR_ERROR(load(s.bytes()), "tensor 'blk.0.ffn_gate.weight' has shape [64, 96], expected [96, 64] from the llama.* metadata");
+  EXPECT_FUTR_ERROR(
+      load(s.bytes()),
+      "tensor 'blk.0.ffn_gate.weight' has shape [64, 96], expected [96, 64] from the llama.* metadata");
 }
 
 TEST(GgufBroken, TokenizerKeys) {
@@ -251,7 +257,8 @@ TEST(GgufBroken, TokenizerKeys) {
   };
   GgufWriter b = with_tokens(40);
   b.add_u32("tokenizer.ggml.bos_token_id", 40);
-  EXPECT_FUTR_ERROR(load(b.bytes()), "tokenizer.ggml.bos_token_id = 40 is not a valid token id (vocabulary of 40)");
+  EXPECT_FUTR_ERROR(load(b.bytes()),
+                    "tokenizer.ggml.bos_token_id = 40 is not a valid token id (vocabulary of 40)");
   GgufWriter t = with_tokens(40);
   t.add_i32_array("tokenizer.ggml.token_type", {1, 1});
   EXPECT_FUTR_ERROR(load(t.bytes()), "token_type has 2 entries but there are 40 tokens");
@@ -262,7 +269,8 @@ TEST(GgufBroken, TokenizerKeys) {
   EXPECT_FUTR_ERROR(load(many.bytes()), "the tokenizer has 41 tokens but the model's vocabulary is 40");
   GgufWriter i = tiny();
   i.add_i32_array("tokenizer.ggml.tokens", {1, 2});
-  EXPECT_FUTR_ERROR(load(i.bytes()), "tokenizer.ggml.tokens: expected an array of strings, found array of i32");
+  EXPECT_FUTR_ERROR(load(i.bytes()),
+                    "tokenizer.ggml.tokens: expected an array of strings, found array of i32");
   GgufWriter bb = tiny();
   bb.add_u32("tokenizer.ggml.add_bos_token", 1);
   EXPECT_FUTR_ERROR(load(bb.bytes()), "add_bos_token: expected a bool, found u32");

@@ -26,7 +26,8 @@ GgufFile parse(const Bytes& b) { return GgufFile(std::span<const uint8_t>(b), "m
 
 double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
   double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) num += (a[i] - b[i]) * double(a[i] - b[i]), den += double(b[i]) * b[i];
+  for (size_t i = 0; i < a.size(); ++i)
+    num += (a[i] - b[i]) * double(a[i] - b[i]), den += double(b[i]) * b[i];
   return std::sqrt(num / den);
 }
 
@@ -96,7 +97,8 @@ TEST(Gguf, EveryValueType) {
   EXPECT_FUTR_ERROR(f.find("str")->as_int("str"), "str: expected an integer, found string");
   EXPECT_FUTR_ERROR(f.find("ints")->string_array("ints"), "expected an array of strings");
   EXPECT_FUTR_ERROR(f.find("u32")->as_bool("u32"), "expected a bool");
-  EXPECT_FUTR_ERROR(f.find("f64s")->int_array("f64s"), "expected an array of integers, found an array of f64");
+  EXPECT_FUTR_ERROR(f.find("f64s")->int_array("f64s"),
+                    "expected an array of integers, found an array of f64");
   EXPECT_FUTR_ERROR(f.find("strs")->float_array("strs"), "expected an array of numbers");
   EXPECT_EQ(f.find("ints")->float_array("ints"), (std::vector<double>{1, -2, 3}));
   EXPECT_FUTR_ERROR(f.find("u64")->int_array("u64"), "expected an array, found u64");
@@ -264,18 +266,18 @@ TEST(Gguf, HeadDimFromKeyLength) {
 TEST(Gguf, QuantizedTypes) {
   TinyLlama m;
   m.make(3);
-  const std::map<uint32_t, double> bound = {{T_F16, 1e-3}, {T_BF16, 5e-3}, {T_Q8_0, 1e-2},
-                                            {T_Q4_0, 0.15}, {T_Q4_1, 0.1}};
+  const std::map<uint32_t, double> bound = {
+      {T_F16, 1e-3}, {T_BF16, 5e-3}, {T_Q8_0, 1e-2}, {T_Q4_0, 0.15}, {T_Q4_1, 0.1}};
   for (const auto& [type, tol] : bound) {
     const Model model = load_bytes(m.writer(type).bytes());
     EXPECT_EQ(model.sources[0].type, ggml_type_name(type));
-    for (const char* n : {"blk.0.attn_q.weight", "blk.0.attn_k.weight", "blk.1.ffn_down.weight",
-                          "token_embd.weight"}) {
+    for (const char* n :
+         {"blk.0.attn_q.weight", "blk.0.attn_k.weight", "blk.1.ffn_down.weight", "token_embd.weight"}) {
       const std::string s(n);
-      const Tensor& t = s == "token_embd.weight" ? model.weights.tok_embd
+      const Tensor& t = s == "token_embd.weight"     ? model.weights.tok_embd
                         : s == "blk.0.attn_q.weight" ? model.weights.layers[0].wq
                         : s == "blk.0.attn_k.weight" ? model.weights.layers[0].wk
-                                                      : model.weights.layers[1].w_down;
+                                                     : model.weights.layers[1].w_down;
       const double e = rel_err(t.data, m.get(n).v);
       EXPECT_LT(e, tol) << ggml_type_name(type) << " " << n;
     }
@@ -381,8 +383,8 @@ TEST(Gguf, Llama3RopeFactors) {
     float theta, factor, low, high;
     int orig;
   };
-  for (const Case& k : {Case{128, 500000, 8, 1, 4, 8192}, Case{64, 500000, 32, 1, 4, 8192},
-                        Case{16, 10000, 8, 1, 4, 64}}) {
+  for (const Case& k :
+       {Case{128, 500000, 8, 1, 4, 8192}, Case{64, 500000, 32, 1, 4, 8192}, Case{16, 10000, 8, 1, 4, 64}}) {
     TinyLlama m;
     m.head_dim = k.head_dim;
     m.theta = k.theta;
@@ -434,7 +436,8 @@ Sums sums(const std::vector<float>& v) {
 }  // namespace
 
 TEST(GgufReal, SmolLM2) {
-  if (!real_model()) GTEST_SKIP() << "default model absent (" FUTR_DEFAULT_MODEL "): run scripts/fetch-model.sh";
+  if (!real_model())
+    GTEST_SKIP() << "default model absent (" FUTR_DEFAULT_MODEL "): run scripts/fetch-model.sh";
   const Model m = load_model(real_model());
   const ModelConfig& c = m.config;
   EXPECT_EQ(c.hidden, 576);
@@ -497,7 +500,8 @@ TEST(GgufReal, SmolLM2) {
 }
 
 TEST(GgufReal, TokenizerSpecOnlyIsFast) {
-  if (!real_model()) GTEST_SKIP() << "default model absent (" FUTR_DEFAULT_MODEL "): run scripts/fetch-model.sh";
+  if (!real_model())
+    GTEST_SKIP() << "default model absent (" FUTR_DEFAULT_MODEL "): run scripts/fetch-model.sh";
   const TokenizerSpec t = load_tokenizer_spec(real_model());
   EXPECT_EQ(t.tokens.size(), 49152u);
   EXPECT_EQ(t.merges[0], "\xc4\xa0 t");

@@ -41,8 +41,17 @@ inline void put_str(Bytes& b, const std::string& s) {
 // GGUF value type ids (the file format's numbers).
 enum GT : uint32_t { U8 = 0, I8, U16, I16, U32, I32, F32, BOOL, STR, ARR, U64, I64, F64 };
 // ggml tensor type ids.
-enum GGML : uint32_t { T_F32 = 0, T_F16 = 1, T_Q4_0 = 2, T_Q4_1 = 3, T_Q8_0 = 8, T_BF16 = 30,
-                       T_Q6_K = 14, T_Q8_1 = 9, T_IQ4_XS = 23 };
+enum GGML : uint32_t {
+  T_F32 = 0,
+  T_F16 = 1,
+  T_Q4_0 = 2,
+  T_Q4_1 = 3,
+  T_Q8_0 = 8,
+  T_BF16 = 30,
+  T_Q6_K = 14,
+  T_Q8_1 = 9,
+  T_IQ4_XS = 23
+};
 
 class GgufWriter {
  public:
@@ -156,9 +165,7 @@ class GgufWriter {
     std::ofstream o(p, std::ios::binary);
     o.write(reinterpret_cast<const char*>(b.data()), std::streamsize(b.size()));
   }
-  static std::vector<uint64_t> reversed(const std::vector<int64_t>& s) {
-    return {s.rbegin(), s.rend()};
-  }
+  static std::vector<uint64_t> reversed(const std::vector<int64_t>& s) { return {s.rbegin(), s.rend()}; }
   template <class T>
   static Bytes enc(T v) {
     Bytes b;
@@ -226,13 +233,13 @@ inline Bytes quantize_q4_1(const std::vector<float>& x) {
 
 // llama.cpp's converter permutation of Q/K rows, written as its numpy form:
 // w.reshape(n_head, 2, d/2, cols).swapaxes(1, 2).reshape(rows, cols).
-inline std::vector<float> llama_cpp_permute(const std::vector<float>& w, int64_t rows,
-                                            int64_t cols, int64_t n_head) {
+inline std::vector<float> llama_cpp_permute(const std::vector<float>& w, int64_t rows, int64_t cols,
+                                            int64_t n_head) {
   const int64_t half = rows / n_head / 2;
   std::vector<float> out(w.size());
   for (int64_t h = 0; h < n_head; ++h)
-    for (int64_t a = 0; a < 2; ++a)        // axis 1 of the (n_head, 2, half) view
-      for (int64_t b = 0; b < half; ++b)   // axis 2
+    for (int64_t a = 0; a < 2; ++a)       // axis 1 of the (n_head, 2, half) view
+      for (int64_t b = 0; b < half; ++b)  // axis 2
         for (int64_t c = 0; c < cols; ++c)
           // source [h][a][b][c] -> destination [h][b][a][c]
           out[size_t(((h * half + b) * 2 + a) * cols + c)] = w[size_t(((h * 2 + a) * half + b) * cols + c)];

@@ -31,7 +31,8 @@ std::string slurp(const fs::path& p) {
 
 // An independent reader for the check: the header via nlohmann::json, values
 // converted here. Returns the tensor as FP32 from whichever file holds it.
-std::vector<float> read_direct(const fs::path& dir, const std::string& name, std::vector<int64_t>* shape = nullptr) {
+std::vector<float> read_direct(const fs::path& dir, const std::string& name,
+                               std::vector<int64_t>* shape = nullptr) {
   std::vector<fs::path> files;
   if (fs::exists(dir / "model.safetensors")) {
     files.push_back(dir / "model.safetensors");
@@ -114,8 +115,8 @@ void rewrite_tensors(const fs::path& dir, const std::function<void(std::vector<S
     if (name == "__metadata__") continue;
     const uint64_t begin = e["data_offsets"][0], end = e["data_offsets"][1];
     const uint8_t* p = reinterpret_cast<const uint8_t*>(b.data()) + 8 + n;
-    ts.push_back({name, e["dtype"], e["shape"].get<std::vector<int64_t>>(),
-                  std::vector<uint8_t>(p + begin, p + end)});
+    ts.push_back(
+        {name, e["dtype"], e["shape"].get<std::vector<int64_t>>(), std::vector<uint8_t>(p + begin, p + end)});
   }
   edit(ts);
   write_file(dir / "model.safetensors", st_bytes(ts));
@@ -220,8 +221,8 @@ TEST(HfCheckpoint, ConfigTransformersV4RopeScaling) {
   j["rope_scaling"] = nullptr;
   EXPECT_EQ(parse_hf_config(j.dump(), "x").rope_scaling.type, "none");
   // Defaults: kv heads = heads, theta 10000, eps 1e-6, context 2048, untied.
-  for (const char* k : {"num_key_value_heads", "rope_theta", "rms_norm_eps",
-                        "max_position_embeddings", "tie_word_embeddings"})
+  for (const char* k : {"num_key_value_heads", "rope_theta", "rms_norm_eps", "max_position_embeddings",
+                        "tie_word_embeddings"})
     j.erase(k);
   const ModelConfig d = parse_hf_config(j.dump(), "x");
   EXPECT_EQ(d.n_kv_heads, 32);
@@ -248,9 +249,15 @@ TEST(HfCheckpoint, BrokenConfigs) {
   EXPECT_FUTR_ERROR(parse_hf_config("{\"a\": ", "cfg.json"), "cfg.json: not valid JSON");
   EXPECT_FUTR_ERROR(parse_hf_config("[1]", "cfg.json"), "expected a JSON object");
   err([](json& j) { j["architectures"] = {"GemmaForCausalLM"}; },
-      "cfg.json: unsupported architecture [\"GemmaForCausalLM\"] (supported: LlamaForCausalLM, MistralForCausalLM, "
+      "cfg.json: unsupported architecture [\"GemmaForCausalLM\"] (supported: LlamaForCausalLM, "
+      "MistralForCausalLM, "
       "Qwen2ForCausalLM");
-  err([](json& j) { j["architectures"] = {"MistralForCausalLM"}; j["model_type"] = "mistral"; j["sliding_window"] = 0; },
+  err(
+      [](json& j) {
+        j["architectures"] = {"MistralForCausalLM"};
+        j["model_type"] = "mistral";
+        j["sliding_window"] = 0;
+      },
       "sliding_window 0 must be positive");
   {  // Mistral: Llama; a sliding window caps the context (attention within it is exact)
     json j = base;
@@ -266,8 +273,17 @@ TEST(HfCheckpoint, BrokenConfigs) {
     EXPECT_EQ(parse_hf_config(j.dump(), "cfg.json").max_context, 32768);
   }
   err([](json& j) { j["architectures"] = "LlamaForCausalLM"; }, "'architectures' must be an array");
-  err([](json& j) { j.erase("architectures"); j["model_type"] = "gemma"; }, "unsupported model_type 'gemma'");
-  err([](json& j) { j["architectures"] = {"Qwen2ForCausalLM"}; j["use_sliding_window"] = true; },
+  err(
+      [](json& j) {
+        j.erase("architectures");
+        j["model_type"] = "gemma";
+      },
+      "unsupported model_type 'gemma'");
+  err(
+      [](json& j) {
+        j["architectures"] = {"Qwen2ForCausalLM"};
+        j["use_sliding_window"] = true;
+      },
       "sliding-window attention (use_sliding_window = true) is not supported");
   {  // Qwen2: Llama with q/k/v biases
     json j = base;
@@ -279,7 +295,12 @@ TEST(HfCheckpoint, BrokenConfigs) {
     EXPECT_TRUE(c.qkv_bias);
     c.validate("cfg.json");
   }
-  err([](json& j) { j.erase("architectures"); j.erase("model_type"); }, "neither 'architectures' nor 'model_type'");
+  err(
+      [](json& j) {
+        j.erase("architectures");
+        j.erase("model_type");
+      },
+      "neither 'architectures' nor 'model_type'");
   err([](json& j) { j["hidden_size"] = "4096"; }, "'hidden_size' must be an integer, found \"4096\"");
   err([](json& j) { j["hidden_size"] = 4096.5; }, "'hidden_size' must be an integer");
   err([](json& j) { j["hidden_size"] = -1; }, "'hidden_size' = -1 is out of range");
@@ -287,8 +308,18 @@ TEST(HfCheckpoint, BrokenConfigs) {
   err([](json& j) { j.erase("vocab_size"); }, "cfg.json: missing 'vocab_size'");
   err([](json& j) { j["num_key_value_heads"] = 3; }, "n_heads 32 is not a multiple of n_kv_heads 3");
   err([](json& j) { j["num_attention_heads"] = 0; }, "not a multiple of num_attention_heads 0");
-  err([](json& j) { j["num_attention_heads"] = 0; j["head_dim"] = 128; }, "n_heads = 0 is out of range");
-  err([](json& j) { j["hidden_size"] = 4000; j["num_attention_heads"] = 33; j["num_key_value_heads"] = 33; },
+  err(
+      [](json& j) {
+        j["num_attention_heads"] = 0;
+        j["head_dim"] = 128;
+      },
+      "n_heads = 0 is out of range");
+  err(
+      [](json& j) {
+        j["hidden_size"] = 4000;
+        j["num_attention_heads"] = 33;
+        j["num_key_value_heads"] = 33;
+      },
       "not a multiple of num_attention_heads");
   err([](json& j) { j["hidden_act"] = "gelu"; }, "hidden_act 'gelu' is not supported");
   err([](json& j) { j["attention_bias"] = true; }, "'attention_bias' = true is not supported");
@@ -310,7 +341,8 @@ TEST(HfCheckpoint, BrokenConfigs) {
 TEST(HfCheckpoint, TiedRules) {
   {  // tie_word_embeddings false, lm_head.weight absent: tied.
     Copy c("mqa_hd64_wide_heads_f32");
-    rewrite_tensors(c.dir, [](auto& ts) { std::erase_if(ts, [](auto& t) { return t.name == "lm_head.weight"; }); });
+    rewrite_tensors(c.dir,
+                    [](auto& ts) { std::erase_if(ts, [](auto& t) { return t.name == "lm_head.weight"; }); });
     const Model m = load_model(c.dir);
     EXPECT_TRUE(m.config.tied_embeddings);
     EXPECT_TRUE(m.weights.lm_head.empty());
@@ -337,15 +369,20 @@ TEST(HfCheckpoint, BrokenTensorSets) {
   {
     Copy c("mqa_hd64_wide_heads_f32");
     rewrite_tensors(c.dir, [](auto& ts) {
-      ts.push_back(st_from_floats("model.layers.0.self_attn.q_proj.bias", "F32", {192}, std::vector<float>(192)));
-      ts.push_back(st_from_floats("model.layers.0.self_attn.rotary_emb.inv_freq", "F32", {32}, std::vector<float>(32)));
+      ts.push_back(
+          st_from_floats("model.layers.0.self_attn.q_proj.bias", "F32", {192}, std::vector<float>(192)));
+      ts.push_back(st_from_floats("model.layers.0.self_attn.rotary_emb.inv_freq", "F32", {32},
+                                  std::vector<float>(32)));
     });
-    EXPECT_FUTR_ERROR(load_model(c.dir), "tensor 'model.layers.0.self_attn.q_proj.bias' is a projection bias, which the llama architecture");
+    EXPECT_FUTR_ERROR(
+        load_model(c.dir),
+        "tensor 'model.layers.0.self_attn.q_proj.bias' is a projection bias, which the llama architecture");
   }
   {  // inv_freq buffers alone are ignored.
     Copy c("mqa_hd64_wide_heads_f32");
     rewrite_tensors(c.dir, [](auto& ts) {
-      ts.push_back(st_from_floats("model.layers.0.self_attn.rotary_emb.inv_freq", "F32", {32}, std::vector<float>(32)));
+      ts.push_back(st_from_floats("model.layers.0.self_attn.rotary_emb.inv_freq", "F32", {32},
+                                  std::vector<float>(32)));
     });
     EXPECT_NO_THROW(load_model(c.dir));
   }
@@ -356,7 +393,8 @@ TEST(HfCheckpoint, BrokenTensorSets) {
         if (t.name == "model.layers.0.self_attn.k_proj.weight") t.shape = {96, 64};
     });
     EXPECT_FUTR_ERROR(load_model(c.dir),
-                      "tensor 'model.layers.0.self_attn.k_proj.weight' has shape [96, 64], expected [64, 96] from config.json");
+                      "tensor 'model.layers.0.self_attn.k_proj.weight' has shape [96, 64], expected [64, 96] "
+                      "from config.json");
   }
   {
     Copy c("mqa_hd64_wide_heads_f32");
@@ -364,7 +402,8 @@ TEST(HfCheckpoint, BrokenTensorSets) {
       for (auto& t : ts)
         if (t.name == "model.norm.weight") t = {t.name, "I32", t.shape, t.data};
     });
-    EXPECT_FUTR_ERROR(load_model(c.dir), "tensor 'model.norm.weight' has dtype I32; supported: BF16, F16, F32");
+    EXPECT_FUTR_ERROR(load_model(c.dir),
+                      "tensor 'model.norm.weight' has dtype I32; supported: BF16, F16, F32");
   }
   {
     Copy c("mqa_hd64_wide_heads_f32");
@@ -425,13 +464,23 @@ TEST(HfCheckpoint, TokenizerJson) {
   for (int b = 0; b < 256; ++b) vocab[byte_char(b)] = b;
   vocab["ab"] = 256;
   const json tok = {
-      {"added_tokens", json::array()}, {"normalizer", nullptr},
-      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}}},
+      {"added_tokens", json::array()},
+      {"normalizer", nullptr},
+      {"pre_tokenizer",
+       {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}}},
       {"post_processor", nullptr},
-      {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}}},
-      {"model", {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"continuing_subword_prefix", nullptr},
-                 {"end_of_word_suffix", nullptr}, {"fuse_unk", false}, {"byte_fallback", false},
-                 {"vocab", vocab}, {"merges", {"a b"}}}}};
+      {"decoder",
+       {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}}},
+      {"model",
+       {{"type", "BPE"},
+        {"dropout", nullptr},
+        {"unk_token", nullptr},
+        {"continuing_subword_prefix", nullptr},
+        {"end_of_word_suffix", nullptr},
+        {"fuse_unk", false},
+        {"byte_fallback", false},
+        {"vocab", vocab},
+        {"merges", {"a b"}}}}};
   write_text(c.dir / "tokenizer.json", tok.dump());
   const Model m = inspect_model(c.dir);
   EXPECT_EQ(m.tokenizer.tokens.size(), 257u);

@@ -67,7 +67,9 @@ json tokenizer_json(const json& extra = json::object()) {
           {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}}};
 }
 
-std::string deep_json(int depth) { return "{\"a\": " + std::string(size_t(depth), '[') + std::string(size_t(depth), ']') + "}"; }
+std::string deep_json(int depth) {
+  return "{\"a\": " + std::string(size_t(depth), '[') + std::string(size_t(depth), ']') + "}";
+}
 
 struct Case {
   const char* klass;  // the kind of damage (docs/RELIABILITY.md)
@@ -80,7 +82,9 @@ const std::vector<Case>& cases() {
   static const std::vector<Case> c = {
       // 1: deep nesting.
       {"1", "config.json nested 100000 deep",
-       [](const fs::path& d) { return hf(d, [](const fs::path& h) { write_text(h / "config.json", deep_json(100000)); }); },
+       [](const fs::path& d) {
+         return hf(d, [](const fs::path& h) { write_text(h / "config.json", deep_json(100000)); });
+       },
        "config.json: JSON nested deeper than 64 levels"},
       {"1", "generation_config.json nested 100000 deep",
        [](const fs::path& d) {
@@ -154,7 +158,9 @@ const std::vector<Case>& cases() {
        "tokenizer: the vocabulary has no byte token for 95 of the 95 printable ASCII bytes"},
       // 6: escape sequences from the file never reach the message raw.
       {"6", "GGUF tensor name with a terminal escape",
-       [](const fs::path& d) { return gguf(d, {}, [](GgufWriter& g) { g.add_f32_tensor("\x1b]0;owned\x07", {2}, {1, 2}); }); },
+       [](const fs::path& d) {
+         return gguf(d, {}, [](GgufWriter& g) { g.add_f32_tensor("\x1b]0;owned\x07", {2}, {1, 2}); });
+       },
        "unexpected tensor '\\x1b]0;owned\\x07'"},
       {"6", "GGUF architecture with a CSI sequence",
        [](const fs::path& d) {
@@ -182,7 +188,9 @@ const std::vector<Case>& cases() {
        },
        "config.json: is a directory, expected a regular file"},
       {"7", "tokenizer.json is a FIFO",
-       [](const fs::path& d) { return hf(d, [](const fs::path& h) { ::mkfifo((h / "tokenizer.json").c_str(), 0600); }); },
+       [](const fs::path& d) {
+         return hf(d, [](const fs::path& h) { ::mkfifo((h / "tokenizer.json").c_str(), 0600); });
+       },
        "tokenizer.json: is a FIFO, expected a regular file"},
       {"7", "model.safetensors is a directory",
        [](const fs::path& d) {
@@ -221,13 +229,15 @@ TEST(HostileInput, EveryCaseIsAClearError) {
       try {
         if (with_weights) load_model(p);
         else inspect_model(p);
-        ADD_FAILURE() << "no error (" << (with_weights ? "load_model" : "inspect_model") << "), expected: " << c.error;
+        ADD_FAILURE() << "no error (" << (with_weights ? "load_model" : "inspect_model")
+                      << "), expected: " << c.error;
       } catch (const Error& e) {
         const std::string msg = e.what();
         EXPECT_NE(msg.find(c.error), std::string::npos) << msg;
         // The message names the input: starts with its path (or the file in it).
         EXPECT_EQ(msg.rfind(p.string(), 0), 0u) << msg;
-        for (char ch : msg) EXPECT_FALSE((unsigned char)ch < 0x20 || ch == 0x7f) << "raw control byte in: " << msg;
+        for (char ch : msg)
+          EXPECT_FALSE((unsigned char)ch < 0x20 || ch == 0x7f) << "raw control byte in: " << msg;
       }
     }
   }

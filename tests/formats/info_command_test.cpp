@@ -24,7 +24,8 @@ TEST(InfoCommand, MemoryLlama31_8B) {
   EXPECT_EQ(m.fp32, m.params * 4);
   EXPECT_EQ(m.int4_group, 128);
   const uint64_t kept = (m.params - m.quantized) * 2;
-  // Per layer: 1 byte per weight + 4 bytes per output row (7 matrices: rows 4096+1024+1024+4096+14336*2+4096).
+  // Per layer: 1 byte per weight + 4 bytes per output row (7 matrices: rows
+  // 4096+1024+1024+4096+14336*2+4096).
   const uint64_t rows = 4096 + 1024 + 1024 + 4096 + 14336 * 2 + 4096;
   EXPECT_EQ(m.fp8, 32 * (per_layer + rows * 4) + head + 128256 * 4 + kept);
   // INT4: half a byte per weight + 2 bytes per 128 weights.

@@ -86,11 +86,13 @@ TEST(Safetensors, BrokenHeaders) {
                     "data_offsets must have 2 entries, has 1");
   EXPECT_FUTR_ERROR(parse(raw(R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4], "x": 1}})", 4)),
                     "tensor 'a' has an unknown field 'x'");
-  EXPECT_FUTR_ERROR(parse(raw(R"({"a": {"dtype": "F32", "dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})", 4)),
-                    "has field 'dtype' twice");
+  EXPECT_FUTR_ERROR(
+      parse(raw(R"({"a": {"dtype": "F32", "dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})", 4)),
+      "has field 'dtype' twice");
   EXPECT_FUTR_ERROR(parse(raw(R"({"__metadata__": {"k": 1}})")), "__metadata__ value of 'k' is a number");
-  EXPECT_FUTR_ERROR(parse(raw(R"({"a": {"dtype": "F32", "shape": [4294967296, 4294967296], "data_offsets": [0, 4]}})", 4)),
-                    "has too many elements");
+  EXPECT_FUTR_ERROR(
+      parse(raw(R"({"a": {"dtype": "F32", "shape": [4294967296, 4294967296], "data_offsets": [0, 4]}})", 4)),
+      "has too many elements");
 }
 
 // A long invalid token is quoted clipped in the message (nlohmann's parse
@@ -110,19 +112,19 @@ TEST(Safetensors, BrokenRanges) {
   const std::string one = R"("dtype": "F32", "shape": [2])";
   EXPECT_FUTR_ERROR(parse(raw("{\"a\": {" + one + R"(, "data_offsets": [0, 8]}})", 4)),
                     "tensor 'a' data [0, 8) lies outside the 4-byte data buffer");
-  EXPECT_FUTR_ERROR(parse(raw("{\"a\": {" + one + R"(, "data_offsets": [8, 0]}})", 8)),
-                    "lies outside");
+  EXPECT_FUTR_ERROR(parse(raw("{\"a\": {" + one + R"(, "data_offsets": [8, 0]}})", 8)), "lies outside");
   EXPECT_FUTR_ERROR(parse(raw("{\"a\": {" + one + R"(, "data_offsets": [0, 4]}})", 4)),
                     "needs 8 bytes but data_offsets span 4");
   EXPECT_FUTR_ERROR(parse(raw("{\"a\": {" + one + R"(, "data_offsets": [0, 8]}, "b": {)" + one +
-                              R"(, "data_offsets": [4, 12]}})", 12)),
+                                  R"(, "data_offsets": [4, 12]}})",
+                              12)),
                     "data of tensor 'b' [4, 12) overlaps");
   EXPECT_FUTR_ERROR(parse(raw("{\"a\": {" + one + R"(, "data_offsets": [8, 16]}})", 16)),
                     "the data buffer has a hole [0, 8)");
-  EXPECT_FUTR_ERROR(parse(raw("{\"a\": {" + one + R"(, "data_offsets": [0, 8]}})", 12)),
-                    "trailing data");
+  EXPECT_FUTR_ERROR(parse(raw("{\"a\": {" + one + R"(, "data_offsets": [0, 8]}})", 12)), "trailing data");
   EXPECT_FUTR_ERROR(parse(raw("{\"a\": {" + one + R"(, "data_offsets": [0, 8]}, "a": {)" + one +
-                              R"(, "data_offsets": [8, 16]}})", 16)),
+                                  R"(, "data_offsets": [8, 16]}})",
+                              16)),
                     "duplicate tensor name 'a'");
   // NaN in the data.
   EXPECT_FUTR_ERROR(

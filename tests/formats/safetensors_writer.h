@@ -19,9 +19,9 @@ namespace futr::test {
 
 struct StTensor {
   std::string name;
-  std::string dtype;            // "F32", "F16", "BF16", ...
+  std::string dtype;  // "F32", "F16", "BF16", ...
   std::vector<int64_t> shape;
-  std::vector<uint8_t> data;    // raw bytes as stored
+  std::vector<uint8_t> data;  // raw bytes as stored
 };
 
 inline StTensor st_from_floats(const std::string& name, const std::string& dtype,

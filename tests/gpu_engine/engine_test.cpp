@@ -37,21 +37,21 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <memory>
 #include <sstream>
-#include <cstring>
 
 #include "cpu_engine/engine.h"
-#include "quantize/quantize.h"
 #include "formats/loader.h"
 #include "gpu_engine/engine.h"
 #include "model/synthetic.h"
+#include "quantize/quantize.h"
 #include "runtime/perplexity.h"
 #include "support/compare.h"
-#include "support/data_file.h"
 #include "support/crash_backtrace.h"
+#include "support/data_file.h"
 #include "support/expect_error.h"
 #include "support/gpu.h"
 #include "support/tolerances.h"
@@ -71,7 +71,8 @@ struct Shared {
 
 Shared& shared() {
   static Shared* s = [] {
-    auto* p = new Shared{(test::require_data_file(FUTR_DEFAULT_MODEL), load_model(FUTR_DEFAULT_MODEL)), nullptr, {}};
+    auto* p = new Shared{
+        (test::require_data_file(FUTR_DEFAULT_MODEL), load_model(FUTR_DEFAULT_MODEL)), nullptr, {}};
     cpu::QuantizeOptions qo;
     qo.format = WeightFormat::kInt4;
     qo.method = QuantMethod::kRtn;
@@ -114,7 +115,8 @@ std::unique_ptr<runtime::Engine> make_cpu(KvFormat kv, int ctx, int seqs) {
 // the CPU reference then runs them as one chunk, whose rounding differs from
 // one position per step (the yardstick below); unmarked rows are decode rows,
 // which the CPU engines run exactly as one position per step.
-Tensor all_logits(runtime::Engine& e, runtime::SeqId id, std::span<const int32_t> tokens, bool prompt = false) {
+Tensor all_logits(runtime::Engine& e, runtime::SeqId id, std::span<const int32_t> tokens,
+                  bool prompt = false) {
   std::vector<BatchRow> rows;
   for (size_t i = 0; i < tokens.size(); ++i) {
     rows.push_back({tokens[i], id, int32_t(i), RowOutput::kLogits, -1});
@@ -144,7 +146,8 @@ Deviation deviation(const Tensor& got, const Tensor& want) {
     d.mean_rel += e.rel_l2 / double(want.dim(0));
     d.max_rel = std::max(d.max_rel, e.rel_l2);
     d.argmax_agree += (std::max_element(g.begin(), g.end()) - g.begin() ==
-                       std::max_element(w.begin(), w.end()) - w.begin()) / double(want.dim(0));
+                       std::max_element(w.begin(), w.end()) - w.begin()) /
+                      double(want.dim(0));
   }
   return d;
 }
@@ -174,15 +177,18 @@ double argmax_margin(double self, int64_t rows) {
 // GPU vs reference within kGpuEngineVsSpread x the reference's own spread
 // (kGpuEngineVsSpreadInt4Kv with the INT4 mirror), argmax agreement within
 // argmax_margin() of the reference's own.
-void expect_within_spread(const Tensor& gpu, const Tensor& ref, const Tensor& ref_stepwise, const std::string& what) {
+void expect_within_spread(const Tensor& gpu, const Tensor& ref, const Tensor& ref_stepwise,
+                          const std::string& what) {
   const Deviation g = deviation(gpu, ref), self = deviation(ref_stepwise, ref);
-  std::printf("%s: gpu vs cpu mean %.3e max %.3e argmax %.3f | cpu stepwise vs cpu mean %.3e max %.3e argmax %.3f\n",
-              what.c_str(), g.mean_rel, g.max_rel, g.argmax_agree, self.mean_rel, self.max_rel, self.argmax_agree);
+  std::printf(
+      "%s: gpu vs cpu mean %.3e max %.3e argmax %.3f | cpu stepwise vs cpu mean %.3e max %.3e argmax %.3f\n",
+      what.c_str(), g.mean_rel, g.max_rel, g.argmax_agree, self.mean_rel, self.max_rel, self.argmax_agree);
   worst()[what] = std::max(worst()[what], g.mean_rel / std::max(self.mean_rel, 1e-6));
   const bool int4 = what.find("int4") != std::string::npos;
   const double bound = int4 ? test::tol::kGpuEngineVsSpreadInt4Kv : test::tol::kGpuEngineVsSpread;
   EXPECT_LE(g.mean_rel, bound * self.mean_rel + 1e-3) << what;
-  EXPECT_GE(g.argmax_agree, std::min(self.argmax_agree, 1.0) - argmax_margin(self.argmax_agree, ref.dim(0))) << what;
+  EXPECT_GE(g.argmax_agree, std::min(self.argmax_agree, 1.0) - argmax_margin(self.argmax_agree, ref.dim(0)))
+      << what;
 }
 
 class GpuEngineVsCpu : public ::testing::TestWithParam<KvFormat> {};
@@ -197,7 +203,8 @@ TEST_P(GpuEngineVsCpu, PromptLogitsMatchTheQuantizedReference) {
   c->open(0);
   c->open(1);
   const Tensor want = all_logits(*c, 0, prompt, /*prompt=*/true);
-  expect_within_spread(all_logits(*g, 0, prompt), want, stepwise_logits(*c, 1, prompt), "prompt kv " + to_string(kv));
+  expect_within_spread(all_logits(*g, 0, prompt), want, stepwise_logits(*c, 1, prompt),
+                       "prompt kv " + to_string(kv));
   EXPECT_EQ(g->length(0), 200);
   // Truncate and re-run the tail: the logits of the first run again. The
   // prompt ran as micro-steps of 32 rows from position 0, so a tail from 128
@@ -213,7 +220,8 @@ TEST_P(GpuEngineVsCpu, PromptLogitsMatchTheQuantizedReference) {
   for (int i = 128; i < 200; ++i)
     EXPECT_EQ(0, std::memcmp(again.row(i - 128), first.row(i), size_t(again.dim(1)) * sizeof(float)))
         << "row " << i << " after truncate differs";
-  EXPECT_EQ(g2->stats()["micro_steps"].get<int64_t>(), 7) << "200 prompt rows: 7 micro-steps of up to 32 rows";
+  EXPECT_EQ(g2->stats()["micro_steps"].get<int64_t>(), 7)
+      << "200 prompt rows: 7 micro-steps of up to 32 rows";
 }
 
 // The residual + RMSNorm fused into the one-row gemv (GpuEngineOptions::fuse_norm):
@@ -236,8 +244,8 @@ TEST_P(GpuEngineVsCpu, FusedNormDecodeMatchesTheReference) {
   // Fused against unfused: another reduction order of the same engine, as far
   // apart as the reference from itself under a change of order.
   const Deviation d = deviation(f, stepwise_logits(*plain, 0, toks)), self = deviation(want_stepwise, want);
-  std::printf("fused vs unfused kv %s: mean rel %.3e max %.3e argmax %.3f\n", to_string(kv).c_str(), d.mean_rel,
-              d.max_rel, d.argmax_agree);
+  std::printf("fused vs unfused kv %s: mean rel %.3e max %.3e argmax %.3f\n", to_string(kv).c_str(),
+              d.mean_rel, d.max_rel, d.argmax_agree);
   EXPECT_GE(d.argmax_agree, std::min(self.argmax_agree, 1.0) - argmax_margin(self.argmax_agree, want.dim(0)));
 }
 
@@ -285,8 +293,10 @@ TEST_P(GpuEngineVsCpu, PerplexityOfTheExcerpt) {
   // perplexity, so the GPU is judged against the nearer of the two (H200,
   // 2026-12-01: BF16 0.087 from the stepwise, 0.151 from the chunked one).
   const double spread = std::fabs(ps.stats.ppl() - pc.stats.ppl());
-  const double nearest = std::min(std::fabs(pg.stats.ppl() - pc.stats.ppl()), std::fabs(pg.stats.ppl() - ps.stats.ppl()));
-  const double floor = (kv == KvFormat::kBf16 ? 2e-3 : test::tol::kGpuEnginePplExcerptInt4Kv) * pc.stats.ppl();
+  const double nearest =
+      std::min(std::fabs(pg.stats.ppl() - pc.stats.ppl()), std::fabs(pg.stats.ppl() - ps.stats.ppl()));
+  const double floor =
+      (kv == KvFormat::kBf16 ? 2e-3 : test::tol::kGpuEnginePplExcerptInt4Kv) * pc.stats.ppl();
   EXPECT_LE(nearest, std::max(test::tol::kGpuEngineVsSpread * spread, floor));
 }
 
@@ -345,7 +355,8 @@ TEST_P(GpuEngineVsCpu, GraphReplayEqualsEagerLaunchesBitwise) {
     // NOTE: data.size(), not numel(): a default Tensor (no kLogits rows) has
     // shape {} and numel() 1 but no data.
     ASSERT_EQ(g.logits.data.size(), e.logits.data.size());
-    EXPECT_EQ(0, std::memcmp(g.logits.data.data(), e.logits.data.data(), g.logits.data.size() * sizeof(float)))
+    EXPECT_EQ(0,
+              std::memcmp(g.logits.data.data(), e.logits.data.data(), g.logits.data.size() * sizeof(float)))
         << "round " << round << ": graph replay and eager logits differ";
     ASSERT_EQ(g.logprobs.size(), e.logprobs.size());
     for (size_t i = 0; i < g.logprobs.size(); ++i) EXPECT_EQ(g.logprobs[i], e.logprobs[i]) << "row " << i;
@@ -375,7 +386,8 @@ TEST_P(GpuEngineVsCpu, PdlAndProfilingEqualPlainLaunchesBitwise) {
     const auto steps = staircase_steps(n, RowOutput::kLogits, round);
     const runtime::StepResult a = run_steps(*pdl, steps), b = run_steps(*plain, steps);
     ASSERT_EQ(a.logits.data.size(), b.logits.data.size());
-    EXPECT_EQ(0, std::memcmp(a.logits.data.data(), b.logits.data.data(), a.logits.data.size() * sizeof(float)))
+    EXPECT_EQ(0,
+              std::memcmp(a.logits.data.data(), b.logits.data.data(), a.logits.data.size() * sizeof(float)))
         << "round " << round << ": PDL" << (round == 3 ? " (profiled)" : "") << " and plain launches differ";
   }
   const nlohmann::json p = pdl->stats()["profile"];
@@ -469,7 +481,8 @@ TEST_P(GpuEngineVsCpu, TokensAndLogprobsComputedOnTheGpuMatchTheHost) {
   EXPECT_EQ(host_sampled_engine->stats()["host_sampled_rows"].get<int64_t>(), int64_t(rows_l.size()));
 }
 
-INSTANTIATE_TEST_SUITE_P(Kv, GpuEngineVsCpu, ::testing::Values(KvFormat::kBf16, KvFormat::kInt4, KvFormat::kInt4Rot),
+INSTANTIATE_TEST_SUITE_P(Kv, GpuEngineVsCpu,
+                         ::testing::Values(KvFormat::kBf16, KvFormat::kInt4, KvFormat::kInt4Rot),
                          [](const auto& i) {
                            std::string s = to_string(i.param);
                            std::replace(s.begin(), s.end(), '-', '_');
@@ -514,7 +527,8 @@ TEST_P(SyntheticGpuEngine, RealShapesRunWithFiniteLogits) {
   std::vector<BatchRow> rows, greedy;
   for (int s = 0; s < 32; ++s) {
     g.open(s), e.open(s);
-    for (int i = 0; i < 3; ++i) rows.push_back({(s * 7919 + i * 104729) % c.vocab, s, i, RowOutput::kLogits, -1});
+    for (int i = 0; i < 3; ++i)
+      rows.push_back({(s * 7919 + i * 104729) % c.vocab, s, i, RowOutput::kLogits, -1});
     greedy.push_back({(s * 31) % c.vocab, s, 3, RowOutput::kToken, -1});
   }
   for (int round = 0; round < 2; ++round) {  // round 1 replays the captured graphs
@@ -525,7 +539,8 @@ TEST_P(SyntheticGpuEngine, RealShapesRunWithFiniteLogits) {
     size_t bad = 0;
     for (float v : z.data) bad += std::isfinite(v) ? 0 : 1;
     EXPECT_EQ(bad, 0u) << GetParam();
-    EXPECT_EQ(0, std::memcmp(z.ptr(), ze.ptr(), size_t(z.numel()) * sizeof(float))) << "graph vs eager, round " << round;
+    EXPECT_EQ(0, std::memcmp(z.ptr(), ze.ptr(), size_t(z.numel()) * sizeof(float)))
+        << "graph vs eager, round " << round;
   }
   const runtime::StepResult t = g.step(greedy);
   ASSERT_EQ(t.tokens.size(), 32u);
@@ -534,11 +549,13 @@ TEST_P(SyntheticGpuEngine, RealShapesRunWithFiniteLogits) {
   for (BatchRow& r : as_logits) r.out = RowOutput::kLogits;
   const Tensor z = g.step(as_logits).logits;
   for (int s = 0; s < 32; ++s)
-    EXPECT_EQ(t.tokens[size_t(s)], runtime::argmax({z.row(s), size_t(c.vocab)})) << GetParam() << " seq " << s;
+    EXPECT_EQ(t.tokens[size_t(s)], runtime::argmax({z.row(s), size_t(c.vocab)}))
+        << GetParam() << " seq " << s;
 }
 
 INSTANTIATE_TEST_SUITE_P(Synthetic, SyntheticGpuEngine,
-                         ::testing::Values("tiny", "smollm2-135m", "llama-3.2-1b", "llama-3.1-8b", "llama-3.1-70b"),
+                         ::testing::Values("tiny", "smollm2-135m", "llama-3.2-1b", "llama-3.1-8b",
+                                           "llama-3.1-70b"),
                          [](const auto& i) {
                            std::string s = i.param;
                            std::replace(s.begin(), s.end(), '-', '_');
@@ -550,7 +567,8 @@ class Report : public ::testing::Environment {
  public:
   void TearDown() override {
     for (const auto& [k, v] : worst())
-      std::printf("gpu engine: mean logits deviation over the reference's own spread, %s: %.2f\n", k.c_str(), v);
+      std::printf("gpu engine: mean logits deviation over the reference's own spread, %s: %.2f\n", k.c_str(),
+                  v);
   }
 };
 const auto* const kReport = ::testing::AddGlobalTestEnvironment(new Report);

@@ -35,9 +35,9 @@
 #include <random>
 #include <sstream>
 
-#include "quantize/quantize.h"
 #include "formats/loader.h"
 #include "gpu_engine/engine.h"
+#include "quantize/quantize.h"
 #include "runtime/calibration.h"
 #include "runtime/perplexity.h"
 #include "support/compare.h"
@@ -61,7 +61,11 @@ struct Shared {
 
 Shared& shared() {
   static Shared* s = [] {
-    auto* p = new Shared{(test::require_data_file(FUTR_DEFAULT_MODEL), load_model(FUTR_DEFAULT_MODEL)), nullptr, nullptr, nullptr, {}};
+    auto* p = new Shared{(test::require_data_file(FUTR_DEFAULT_MODEL), load_model(FUTR_DEFAULT_MODEL)),
+                         nullptr,
+                         nullptr,
+                         nullptr,
+                         {}};
     cpu::QuantizeOptions qo;
     qo.format = WeightFormat::kInt4;
     p->int4 = std::make_shared<quant::QuantizedWeights>(cpu::quantize_model(p->model, qo, {}));
@@ -102,7 +106,7 @@ std::unique_ptr<gpu::GpuEngine> make_gpu(KvFormat kv, Prefill prefill, int seqs 
 struct Request {
   runtime::SeqId id;
   std::vector<int32_t> prompt;
-  int32_t next = 0;  // the token to feed in the next decode step
+  int32_t next = 0;                        // the token to feed in the next decode step
   std::vector<std::vector<float>> logits;  // the last prompt row's, then each decode row's
 };
 
@@ -138,7 +142,8 @@ void run_together(runtime::Engine& e, std::vector<Request>& reqs, int chunk, int
       if (done >= n) continue;
       const size_t end = std::min(n, done + size_t(chunk));
       for (size_t i = done; i < end; ++i)
-        rows.push_back({r.prompt[i], r.id, int32_t(i), i + 1 == n ? RowOutput::kLogits : RowOutput::kNone, -1, true});
+        rows.push_back(
+            {r.prompt[i], r.id, int32_t(i), i + 1 == n ? RowOutput::kLogits : RowOutput::kNone, -1, true});
       if (end == n) who.push_back(&r);
     }
     if (rows.empty()) break;
@@ -173,7 +178,8 @@ const Request& find(const std::vector<Request>& reqs, runtime::SeqId id) {
 void expect_same(const Request& got, const Request& want, const std::string& what) {
   ASSERT_EQ(got.logits.size(), want.logits.size()) << what;
   for (size_t i = 0; i < want.logits.size(); ++i)
-    EXPECT_EQ(0, std::memcmp(got.logits[i].data(), want.logits[i].data(), want.logits[i].size() * sizeof(float)))
+    EXPECT_EQ(0,
+              std::memcmp(got.logits[i].data(), want.logits[i].data(), want.logits[i].size() * sizeof(float)))
         << what << ": row " << i << (i == 0 ? " (the last prompt row)" : " (a decode row)");
 }
 
@@ -206,8 +212,12 @@ void check_invariance(KvFormat kv, Prefill prefill, bool streaming_head, bool in
   run_together(*e, again, 4096, decode);
   expect_same(again[0], want, "repeated after other traffic");
   std::printf("%s / %s%s: %s\n", to_string(kv).c_str(),
-              prefill == Prefill::kOff ? "decode path" : (prefill == Prefill::kStatic ? "prefill, static" : "prefill, delayed"),
-              int4_head ? " / INT4 LM head" : streaming_head ? " / streaming LM head" : "",
+              prefill == Prefill::kOff
+                  ? "decode path"
+                  : (prefill == Prefill::kStatic ? "prefill, static" : "prefill, delayed"),
+              int4_head        ? " / INT4 LM head"
+              : streaming_head ? " / streaming LM head"
+                               : "",
               e->stats()["prefill"].dump().c_str());
 }
 
@@ -258,12 +268,14 @@ TEST(GpuInvarianceDelayed, EachRequestKeepsItsOwnScales) {
   for (int others : {1, 7, 31}) {
     std::vector<Request> reqs = with_others(probe, others, g);
     run_together(*e, reqs, 4096, 4);
-    expect_same(find(reqs, probe.id), alone[0], "delayed scaling, with " + std::to_string(others) + " others");
+    expect_same(find(reqs, probe.id), alone[0],
+                "delayed scaling, with " + std::to_string(others) + " others");
   }
   for (int chunk : {1, 7, 50}) {
     std::vector<Request> reqs = with_others(probe, 3, g);
     run_together(*e, reqs, chunk, 4);
-    expect_same(find(reqs, probe.id), alone[0], "delayed scaling, steps of " + std::to_string(chunk) + " rows");
+    expect_same(find(reqs, probe.id), alone[0],
+                "delayed scaling, steps of " + std::to_string(chunk) + " rows");
   }
   EXPECT_GT(e->stats()["prefill"]["fp8_calls"].get<int64_t>(), 0) << "windows of 64 positions ended calls";
   std::vector<Request> again{probe};
@@ -281,8 +293,8 @@ TEST(GpuInvariancePerplexity, OneSequenceOrThirtyTwoGiveTheSamePerplexity) {
     auto one = make_gpu(KvFormat::kInt4, p, 1), many = make_gpu(KvFormat::kInt4, p, 32);
     const double a = runtime::evaluate_perplexity(*one, text, 256, 256, 256).stats.ppl();
     const double b = runtime::evaluate_perplexity(*many, text, 256, 256, 256).stats.ppl();
-    std::printf("perplexity, %s: 1 sequence %.9f, 32 sequences %.9f\n", p == Prefill::kOff ? "decode path" : "prefill",
-                a, b);
+    std::printf("perplexity, %s: 1 sequence %.9f, 32 sequences %.9f\n",
+                p == Prefill::kOff ? "decode path" : "prefill", a, b);
     EXPECT_NEAR(a, b, 1e-12 * a);
   }
 }
@@ -314,7 +326,8 @@ TEST(GpuInvarianceCalibration, DeviceCalibrationMatchesTheStoredOne) {
   EXPECT_EQ(st["fp8_calls"].get<int64_t>(), 0) << "the calibration leaves no trace in the counters";
   const std::vector<int32_t> prompt = text_at(1234, 200);
   std::vector<BatchRow> rows;
-  for (size_t i = 0; i < prompt.size(); ++i) rows.push_back({prompt[i], 0, int32_t(i), RowOutput::kLogits, -1, true});
+  for (size_t i = 0; i < prompt.size(); ++i)
+    rows.push_back({prompt[i], 0, int32_t(i), RowOutput::kLogits, -1, true});
   dev.open(0), stored.open(0);
   const Tensor a = dev.step(rows).logits, b = stored.step(rows).logits;
   const size_t V = size_t(a.dim(1));

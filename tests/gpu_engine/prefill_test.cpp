@@ -33,22 +33,22 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstring>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <sstream>
 
 #include "cpu_engine/engine.h"
-#include "quantize/quantize.h"
+#include "formats/loader.h"
+#include "gpu_engine/engine.h"
+#include "kernels/layout/kv_cache.cuh"
 #include "launch/buffer.h"
 #include "launch/check.h"
 #include "launch/decode_attention.h"
-#include "kernels/layout/kv_cache.cuh"
-#include "formats/loader.h"
-#include "gpu_engine/engine.h"
 #include "model/synthetic.h"
+#include "quantize/quantize.h"
 #include "runtime/calibration.h"
 #include "runtime/perplexity.h"
 #include "support/compare.h"
@@ -71,7 +71,8 @@ struct Shared {
 
 Shared& shared() {
   static Shared* s = [] {
-    auto* p = new Shared{(test::require_data_file(FUTR_DEFAULT_MODEL), load_model(FUTR_DEFAULT_MODEL)), nullptr, nullptr, {}};
+    auto* p = new Shared{
+        (test::require_data_file(FUTR_DEFAULT_MODEL), load_model(FUTR_DEFAULT_MODEL)), nullptr, nullptr, {}};
     cpu::QuantizeOptions qo;
     qo.format = WeightFormat::kInt4;
     p->int4 = std::make_shared<quant::QuantizedWeights>(cpu::quantize_model(p->model, qo, {}));
@@ -93,7 +94,7 @@ std::unique_ptr<gpu::GpuEngine> make_gpu(int seqs, bool prefill = true, int pref
                                          Fp8Scaling scaling = Fp8Scaling::kDelayed) {
   gpu::GpuEngineOptions o;
   o.fp8.scaling = scaling;  // delayed: the CPU reference's state machine, call for call
-  o.kv = kv;  // int4 by default: the mirror on (prefill writes it, decode reads it)
+  o.kv = kv;                // int4 by default: the mirror on (prefill writes it, decode reads it)
   o.ctx = 512;
   o.max_seqs = seqs;
   o.max_step_tokens = 4096;
@@ -138,7 +139,8 @@ Deviation deviation(const Tensor& got, const Tensor& want, int64_t row0 = 0) {
     d.mean_rel += e.rel_l2 / double(n);
     d.max_rel = std::max(d.max_rel, e.rel_l2);
     d.argmax_agree += double(std::max_element(g.begin(), g.end()) - g.begin() ==
-                             std::max_element(w.begin(), w.end()) - w.begin()) / double(n);
+                             std::max_element(w.begin(), w.end()) - w.begin()) /
+                      double(n);
   }
   return d;
 }
@@ -169,7 +171,8 @@ TEST(GpuPrefill, PromptLogitsMatchTheFp8Reference) {
   const Tensor got = g->step(prompt_rows(0, prompt, 0, RowOutput::kLogits)).logits;
   const Deviation d = deviation(got, want);
   expect_close(d, "prefill vs cpu fp8 reference, 200 rows");
-  EXPECT_LE(d.mean_rel, test::tol::kPrefillVsFp8RefSpread * self.mean_rel) << "against the reference's own spread";
+  EXPECT_LE(d.mean_rel, test::tol::kPrefillVsFp8RefSpread * self.mean_rel)
+      << "against the reference's own spread";
   const nlohmann::json st = g->stats();
   std::printf("%s\n", st["prefill"].dump().c_str());
   EXPECT_EQ(st["micro_steps"].get<int64_t>(), 0) << "the prompt went through the prefill path";
@@ -198,7 +201,8 @@ TEST(GpuPrefill, DelayedScalingKeepsEachRequestsOwnState) {
   const int lens[3] = {37, 150, 64}, offs[3] = {300, 0, 500};
   for (int s = 0; s < 3; ++s) {
     packed->open(s);
-    const auto r = prompt_rows(s, std::span<const int32_t>(t.data() + offs[s], size_t(lens[s])), 0, RowOutput::kLogits);
+    const auto r =
+        prompt_rows(s, std::span<const int32_t>(t.data() + offs[s], size_t(lens[s])), 0, RowOutput::kLogits);
     rows.insert(rows.end(), r.begin(), r.end());
   }
   // Twice: the second time after the first step's traffic, in reopened sequences.
@@ -206,13 +210,17 @@ TEST(GpuPrefill, DelayedScalingKeepsEachRequestsOwnState) {
     if (round == 1)
       for (int s = 0; s < 3; ++s) packed->close(s), packed->open(s);
     const Tensor z = packed->step(rows).logits;
-    EXPECT_EQ(packed->stats()["prefill"]["chunks"].get<int64_t>(), 3 * (round + 1)) << "one chunk per request";
+    EXPECT_EQ(packed->stats()["prefill"]["chunks"].get<int64_t>(), 3 * (round + 1))
+        << "one chunk per request";
     int64_t row0 = 0;
     for (int s = 0; s < 3; ++s) {
       auto alone = make_gpu(1);
       alone->open(0);
-      const Tensor w = alone->step(prompt_rows(0, std::span<const int32_t>(t.data() + offs[s], size_t(lens[s])), 0,
-                                               RowOutput::kLogits)).logits;
+      const Tensor w =
+          alone
+              ->step(prompt_rows(0, std::span<const int32_t>(t.data() + offs[s], size_t(lens[s])), 0,
+                                 RowOutput::kLogits))
+              .logits;
       EXPECT_EQ(0, std::memcmp(z.row(row0), w.ptr(), size_t(w.numel()) * sizeof(float)))
           << "round " << round << ": request " << s << " differs from its run alone";
       row0 += lens[s];
@@ -244,7 +252,8 @@ TEST(GpuPrefill, StaticScalingIsChunkAndBatchInvariant) {
   const int lens[3] = {37, 150, 64}, offs[3] = {300, 0, 500};
   for (int s = 0; s < 3; ++s) {
     packed->open(s);
-    const auto r = prompt_rows(s, std::span<const int32_t>(t.data() + offs[s], size_t(lens[s])), 0, RowOutput::kLogits);
+    const auto r =
+        prompt_rows(s, std::span<const int32_t>(t.data() + offs[s], size_t(lens[s])), 0, RowOutput::kLogits);
     rows.insert(rows.end(), r.begin(), r.end());
   }
   packed->step(rows);  // traffic first: a static state keeps nothing of it
@@ -255,8 +264,10 @@ TEST(GpuPrefill, StaticScalingIsChunkAndBatchInvariant) {
   for (int s = 0; s < 3; ++s) {
     auto alone = make_gpu(1, true, 2048, KvFormat::kInt4, Fp8Scaling::kStatic);
     alone->open(0);
-    const Tensor w = alone->step(prompt_rows(0, std::span<const int32_t>(t.data() + offs[s], size_t(lens[s])), 0,
-                                             RowOutput::kLogits)).logits;
+    const Tensor w = alone
+                         ->step(prompt_rows(0, std::span<const int32_t>(t.data() + offs[s], size_t(lens[s])),
+                                            0, RowOutput::kLogits))
+                         .logits;
     EXPECT_EQ(0, std::memcmp(z.row(row0), w.ptr(), size_t(w.numel()) * sizeof(float)))
         << "packed request " << s << " differs from its run alone";
     row0 += lens[s];
@@ -297,8 +308,10 @@ TEST(GpuPrefill, DecodeContinuesAfterThePrefill) {
   // The two engines' prompt K/V differ (FP8 vs INT4 weights), so the decode
   // rows differ by about the FP8-vs-INT4 model difference: bounded loosely.
   const Deviation d = deviation(a, b), dc = deviation(ctl, b);
-  std::printf("decode after prefill vs decode after decode-step prompt: mean rel %.3e argmax %.3f; control (another "
-              "prompt): mean rel %.3e argmax %.3f\n", d.mean_rel, d.argmax_agree, dc.mean_rel, dc.argmax_agree);
+  std::printf(
+      "decode after prefill vs decode after decode-step prompt: mean rel %.3e argmax %.3f; control (another "
+      "prompt): mean rel %.3e argmax %.3f\n",
+      d.mean_rel, d.argmax_agree, dc.mean_rel, dc.argmax_agree);
   EXPECT_EQ(d.non_finite, 0u);
   // Only a gross bound: the mirror test above checks the cache the decode rows read byte for byte.
   EXPECT_LE(d.mean_rel, test::tol::kPrefillThenDecodeMeanRel);
@@ -321,11 +334,13 @@ TEST(GpuPrefill, MirrorEqualsTheDecodeAppendsBytes) {
     for (int layer : {0, c.n_layers - 1}) {
       const gpu::GpuEngine::KvLayerDump d = g->dump_kv_layer(layer);
       const size_t w = size_t(c.kv_dim());  // sequence 0's slots start at 0
-      std::vector<uint16_t> k(d.k.begin(), d.k.begin() + ptrdiff_t(n * w)), v(d.v.begin(), d.v.begin() + ptrdiff_t(n * w));
+      std::vector<uint16_t> k(d.k.begin(), d.k.begin() + ptrdiff_t(n * w)),
+          v(d.v.begin(), d.v.begin() + ptrdiff_t(n * w));
       cuda::DeviceBuffer<uint16_t> dk(k), dv(v), ck(d.k.size()), cv(d.v.size());
       cuda::DeviceBuffer<uint8_t> ck4(d.k4.size()), cv4(d.v4.size());
       cuda::DeviceBuffer<float> cks(d.ks.size()), cvs(d.vs.size());
-      ck.fill_bytes(0), cv.fill_bytes(0), ck4.fill_bytes(0x88), cv4.fill_bytes(0x88), cks.fill_bytes(0), cvs.fill_bytes(0);
+      ck.fill_bytes(0), cv.fill_bytes(0), ck4.fill_bytes(0x88), cv4.fill_bytes(0x88), cks.fill_bytes(0),
+          cvs.fill_bytes(0);
       std::vector<int> idx(static_cast<size_t>(n)), zero(static_cast<size_t>(n), 0);
       for (int i = 0; i < n; ++i) idx[size_t(i)] = i;
       cuda::DeviceBuffer<int> didx(idx), dzero(zero);
@@ -348,7 +363,9 @@ TEST(GpuPrefill, MirrorEqualsTheDecodeAppendsBytes) {
       // Slots [0, n): the first kv_nibble_bytes(n) bytes of both nibble arrays
       // (slot-major; K in 8-slot groups), scales [kv_heads][num_slots].
       const size_t nib = layout::kv_nibble_bytes(c.n_kv_heads, c.head_dim, n);
-      auto prefix = [](const auto& v, size_t count) { return std::vector(v.begin(), v.begin() + ptrdiff_t(count)); };
+      auto prefix = [](const auto& v, size_t count) {
+        return std::vector(v.begin(), v.begin() + ptrdiff_t(count));
+      };
       auto scales = [&](const std::vector<float>& s) {
         std::vector<float> out;
         for (int h = 0; h < c.n_kv_heads; ++h)
@@ -374,7 +391,8 @@ TEST(GpuPrefill, PerplexityOfTheExcerptMatchesTheReference) {
   // 256-row pieces, one window at a time: the same calls of every FP8 site on both engines.
   const double pg = runtime::evaluate_perplexity(*g, text, 256, 256, 256).stats.ppl();
   const double pc = runtime::evaluate_perplexity(*c, text, 256, 256, 256).stats.ppl();
-  std::printf("excerpt perplexity: gpu prefill %.5f, cpu fp8 reference %.5f (delta %+.5f)\n", pg, pc, pg - pc);
+  std::printf("excerpt perplexity: gpu prefill %.5f, cpu fp8 reference %.5f (delta %+.5f)\n", pg, pc,
+              pg - pc);
   EXPECT_LE(std::abs(pg - pc), test::tol::kPrefillPplExcerpt * pc);
 }
 
@@ -393,7 +411,8 @@ TEST(GpuPrefill, ProfileCountsEveryLaunchAndChangesNothing) {
   plain->open(0), profiled->open(0);
   const Tensor a = plain->step(prompt_rows(0, prompt, 0, RowOutput::kLogits)).logits;
   const Tensor b = profiled->step(prompt_rows(0, prompt, 0, RowOutput::kLogits)).logits;
-  EXPECT_EQ(0, std::memcmp(a.ptr(), b.ptr(), size_t(a.numel()) * sizeof(float))) << "profiling changed the logits";
+  EXPECT_EQ(0, std::memcmp(a.ptr(), b.ptr(), size_t(a.numel()) * sizeof(float)))
+      << "profiling changed the logits";
   const nlohmann::json p = profiled->stats()["prefill"]["profile"];
   std::printf("%s\n", p.dump().c_str());
   ASSERT_TRUE(p.is_object());

@@ -36,8 +36,8 @@
 namespace futr::gpu {
 namespace {
 
-constexpr int kSms = 132;      // the H200's
-constexpr int kResident = 2;   // attention CTAs per SM (the test's choice: the device is not asked)
+constexpr int kSms = 132;     // the H200's
+constexpr int kResident = 2;  // attention CTAs per SM (the test's choice: the device is not asked)
 
 StepPlanConfig config_for(const std::string& model, KvFormat kv = KvFormat::kInt4Rot, int ctx = 1024) {
   StepPlanConfig c;
@@ -54,9 +54,9 @@ StepPlanConfig config_for(const std::string& model, KvFormat kv = KvFormat::kInt
 }
 
 bool same(const cuda::DecodeConfig& a, const cuda::DecodeConfig& b) {
-  return a.kernel == b.kernel && a.tn == b.tn && a.loads == b.loads && a.batches == b.batches && a.mt == b.mt &&
-         a.splits == b.splits && a.seq == b.seq && a.ctas == b.ctas && a.run == b.run && a.probe == b.probe &&
-         a.pdl == b.pdl;
+  return a.kernel == b.kernel && a.tn == b.tn && a.loads == b.loads && a.batches == b.batches &&
+         a.mt == b.mt && a.splits == b.splits && a.seq == b.seq && a.ctas == b.ctas && a.run == b.run &&
+         a.probe == b.probe && a.pdl == b.pdl;
 }
 
 // The ops of layer l, kinds in order.
@@ -93,8 +93,8 @@ TEST(StepPlan, OpsPerLayerAndOrderInEveryBucket) {
         EXPECT_FALSE(p.swiglu_in_down);
         ASSERT_EQ(p.ops.size(), size_t(9 * L + 4));
         for (int l = 0; l < L; ++l)
-          EXPECT_EQ(layer_kinds(p, l), (std::vector<K>{K::kGemm, K::kRopeAppend, K::kAttention, K::kGemm, K::kNorm,
-                                                       K::kGemm, K::kSwiglu, K::kGemm, K::kNorm}))
+          EXPECT_EQ(layer_kinds(p, l), (std::vector<K>{K::kGemm, K::kRopeAppend, K::kAttention, K::kGemm,
+                                                       K::kNorm, K::kGemm, K::kSwiglu, K::kGemm, K::kNorm}))
               << "layer " << l;
       }
       EXPECT_EQ(p.ops.front().kind, K::kEmbedNorm);
@@ -150,7 +150,8 @@ TEST(StepPlan, StreamingLmHeadRunsTheBucketsRows) {
       ASSERT_EQ(head.kind, K::kLmHead);
       EXPECT_TRUE(head.lm_streaming && head.lm_int4 && head.pdl);
       EXPECT_EQ(head.rows, b);
-      EXPECT_NE(StepPlan::describe(head).find("streaming int4"), std::string::npos) << StepPlan::describe(head);
+      EXPECT_NE(StepPlan::describe(head).find("streaming int4"), std::string::npos)
+          << StepPlan::describe(head);
     }
   }
 }
@@ -169,7 +170,8 @@ TEST(StepPlan, GemmConfigsAreTheBatchInvariantHeuristics) {
         ++gemms;
         const int group = op.k % 128 == 0 ? 128 : 64;
         // The configuration QuantLinear::config(b) gives the same matrix, pdl off.
-        const cuda::DecodeConfig want = cuda::linear_config(cuda::DecodeWeights::kInt4, b, op.n, op.k, kSms, group);
+        const cuda::DecodeConfig want =
+            cuda::linear_config(cuda::DecodeWeights::kInt4, b, op.n, op.k, kSms, group);
         EXPECT_TRUE(same(op.gemm, want)) << StepPlan::describe(op) << " vs " << cuda::describe(want);
         EXPECT_FALSE(op.gemm.pdl);
         // The K split: a function of (N, K) only, the same in every bucket.
@@ -178,10 +180,22 @@ TEST(StepPlan, GemmConfigsAreTheBatchInvariantHeuristics) {
         EXPECT_EQ(op.gemm.kernel, b == 1 ? cuda::DecodeKernel::kGemv : cuda::DecodeKernel::kSkinny);
         // Shapes of the weights it reads.
         switch (op.w.param) {
-          case StepParam::kQkv: EXPECT_EQ(op.n, m.q_dim() + 2 * m.kv_dim()); EXPECT_EQ(op.k, H); break;
-          case StepParam::kO: EXPECT_EQ(op.n, H); EXPECT_EQ(op.k, m.q_dim()); break;
-          case StepParam::kGateUp: EXPECT_EQ(op.n, 2 * m.intermediate); EXPECT_EQ(op.k, H); break;
-          case StepParam::kDown: EXPECT_EQ(op.n, H); EXPECT_EQ(op.k, m.intermediate); break;
+          case StepParam::kQkv:
+            EXPECT_EQ(op.n, m.q_dim() + 2 * m.kv_dim());
+            EXPECT_EQ(op.k, H);
+            break;
+          case StepParam::kO:
+            EXPECT_EQ(op.n, H);
+            EXPECT_EQ(op.k, m.q_dim());
+            break;
+          case StepParam::kGateUp:
+            EXPECT_EQ(op.n, 2 * m.intermediate);
+            EXPECT_EQ(op.k, H);
+            break;
+          case StepParam::kDown:
+            EXPECT_EQ(op.n, H);
+            EXPECT_EQ(op.k, m.intermediate);
+            break;
           default: ADD_FAILURE() << "a GEMM of " << to_string(op.w.param); break;
         }
         EXPECT_EQ(op.w.layer, op.layer);
@@ -197,7 +211,8 @@ TEST(StepPlan, AttentionSplitCountIsOneForEveryBucket) {
     for (int ctx : {16, 1024, 8192}) {
       const StepPlanConfig c = config_for("llama-3.1-8b", kv, ctx);
       cuda::AttentionShape s1 = decode_attention_shape(c, 1);
-      const cuda::AttentionConfig want = cuda::attention_heuristic_invariant(s1, kSms, kDecodeBuckets, kResident);
+      const cuda::AttentionConfig want =
+          cuda::attention_heuristic_invariant(s1, kSms, kDecodeBuckets, kResident);
       EXPECT_EQ(s1.max_len, std::max(ctx, kDecodeMaxRows)) << "a padding row attends up to 32 positions";
       for (int b : kDecodeBuckets) {
         const StepPlan p = build_step_plan(c, b);
@@ -247,16 +262,25 @@ TEST(StepPlan, BuffersOfTheFusedNormAndThePlainStep) {
     EXPECT_NE(op.x_out, StepAct::kX2);
   }
   const std::vector<StepOp>& o = p8.ops;
-  // Layer 0: qkv a->qkv, append, attention qkv->attn, o attn->y, norm(ffn[0]), gate_up a->gu, swiglu gu->sw, down sw->y, norm(attn[1]).
+  // Layer 0: qkv a->qkv, append, attention qkv->attn, o attn->y, norm(ffn[0]), gate_up a->gu, swiglu gu->sw,
+  // down sw->y, norm(attn[1]).
   ASSERT_GE(o.size(), size_t(10));
-  EXPECT_EQ(o[1].in, StepAct::kA); EXPECT_EQ(o[1].out, StepAct::kQkv);
-  EXPECT_EQ(o[3].in, StepAct::kQkv); EXPECT_EQ(o[3].out, StepAct::kAttn);
-  EXPECT_EQ(o[4].in, StepAct::kAttn); EXPECT_EQ(o[4].out, StepAct::kY);
-  EXPECT_EQ(o[5].w.param, StepParam::kFfnNorm); EXPECT_EQ(o[5].w.layer, 0);
+  EXPECT_EQ(o[1].in, StepAct::kA);
+  EXPECT_EQ(o[1].out, StepAct::kQkv);
+  EXPECT_EQ(o[3].in, StepAct::kQkv);
+  EXPECT_EQ(o[3].out, StepAct::kAttn);
+  EXPECT_EQ(o[4].in, StepAct::kAttn);
+  EXPECT_EQ(o[4].out, StepAct::kY);
+  EXPECT_EQ(o[5].w.param, StepParam::kFfnNorm);
+  EXPECT_EQ(o[5].w.layer, 0);
   EXPECT_EQ(o[6].out, StepAct::kGu);
-  EXPECT_EQ(o[7].in, StepAct::kGu); EXPECT_EQ(o[7].out, StepAct::kSw); EXPECT_EQ(o[7].n, c.model.intermediate);
-  EXPECT_EQ(o[8].in, StepAct::kSw); EXPECT_EQ(o[8].out, StepAct::kY);
-  EXPECT_EQ(o[9].w.param, StepParam::kAttnNorm); EXPECT_EQ(o[9].w.layer, 1);
+  EXPECT_EQ(o[7].in, StepAct::kGu);
+  EXPECT_EQ(o[7].out, StepAct::kSw);
+  EXPECT_EQ(o[7].n, c.model.intermediate);
+  EXPECT_EQ(o[8].in, StepAct::kSw);
+  EXPECT_EQ(o[8].out, StepAct::kY);
+  EXPECT_EQ(o[9].w.param, StepParam::kAttnNorm);
+  EXPECT_EQ(o[9].w.layer, 1);
   const StepOp& head = o[o.size() - 3];
   EXPECT_EQ(head.in, StepAct::kA);
   EXPECT_EQ(head.n, c.lm_rows);
@@ -281,7 +305,8 @@ TEST(StepPlan, EveryReadFollowsItsWrite) {
           const StepAccess a = access(op);
           for (StepAct r : a.reads) {
             EXPECT_NE(r, StepAct::kNone) << StepPlan::describe(op);
-            EXPECT_TRUE(written[size_t(r)]) << StepPlan::describe(op) << " reads " << to_string(r) << " unwritten";
+            EXPECT_TRUE(written[size_t(r)])
+                << StepPlan::describe(op) << " reads " << to_string(r) << " unwritten";
           }
           if (a.kv_read >= 0) {
             EXPECT_TRUE(kv[size_t(a.kv_read)]) << StepPlan::describe(op);
@@ -322,11 +347,13 @@ TEST(StepPlan, DescribeAndBreakdownNames) {
   std::printf("%s", d.substr(0, d.find("L1 ")).c_str());
   EXPECT_EQ(size_t(std::count(d.begin(), d.end(), '\n')), p.ops.size() + 1) << "a header and a line per op";
   EXPECT_NE(d.find("L0 gemm qkv a -> qkv [1 x 960 x 576] gemv"), std::string::npos) << d.substr(0, 400);
-  EXPECT_NE(d.find("L0 gemm gate_up rmsnorm(x + y, ffn_norm[0]) -> x2 -> gu [1 x 3072 x 576] gemv"), std::string::npos);
+  EXPECT_NE(d.find("L0 gemm gate_up rmsnorm(x + y, ffn_norm[0]) -> x2 -> gu [1 x 3072 x 576] gemv"),
+            std::string::npos);
   EXPECT_NE(d.find("L1 gemm qkv rmsnorm(x2 + y, attn_norm[1]) -> x -> qkv"), std::string::npos);
   EXPECT_NE(d.find("L0 attention qkv, kv[0] -> attn [1] pdl"), std::string::npos);
   EXPECT_NE(d.find("lm_head a -> logits [32 x 49152 x 576] cublaslt"), std::string::npos);
-  // The breakdown's names are futr bench --breakdown's rows (tests/gpu_engine/engine_test.cpp reads "swiglu").
+  // The breakdown's names are futr bench --breakdown's rows (tests/gpu_engine/engine_test.cpp reads
+  // "swiglu").
   EXPECT_STREQ(kBreakdownNames[kBdSwiglu], "swiglu");
   EXPECT_STREQ(kBreakdownNames[kBdQkv], "qkv gemm");
 }

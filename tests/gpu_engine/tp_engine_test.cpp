@@ -17,11 +17,11 @@
 
 #include <cuda_runtime.h>
 
-#include "quantize/quantize.h"
 #include "gpu_engine/engine.h"
 #include "gpu_engine/nccl.h"
 #include "gpu_engine/tp_engine.h"
 #include "model/synthetic.h"
+#include "quantize/quantize.h"
 #include "runtime/perplexity.h"
 #include "support/compare.h"
 #include "support/expect_error.h"
@@ -66,17 +66,18 @@ int gpu_count() {
   return n;
 }
 
-#define FUTR_REQUIRE_NCCL()                                                          \
-  do {                                                                               \
-    std::string why;                                                                 \
-    if (!gpu::NcclComms::available(&why)) GTEST_SKIP() << "needs NCCL: " << why;     \
+#define FUTR_REQUIRE_NCCL()                                                      \
+  do {                                                                           \
+    std::string why;                                                             \
+    if (!gpu::NcclComms::available(&why)) GTEST_SKIP() << "needs NCCL: " << why; \
   } while (0)
 
 // Two prompts side by side, then decode rows; every row asks for `out`.
 std::vector<std::vector<BatchRow>> script(RowOutput out) {
   std::vector<std::vector<BatchRow>> steps(3);
   for (int s = 0; s < 2; ++s)
-    for (int i = 0; i < 40 + 7 * s; ++i) steps[0].push_back({(13 * i + 5 * s) % 500, s, i, out, (7 * i + 3) % 500});
+    for (int i = 0; i < 40 + 7 * s; ++i)
+      steps[0].push_back({(13 * i + 5 * s) % 500, s, i, out, (7 * i + 3) % 500});
   for (int t = 1; t < 3; ++t)
     for (int s = 0; s < 2; ++s) {
       const int pos = 40 + 7 * s + t - 1;
@@ -135,7 +136,8 @@ TEST(TpGpuEngine, Refusals) {
   const int n = gpu_count();
   EXPECT_FUTR_ERROR(gpu::TpGpuEngine(tiny().model, tiny().q, options(), n + 1), "GPUs; this machine has");
   if (n >= 3) {  // 4 heads over 3 ranks: not whole heads
-    EXPECT_FUTR_ERROR(gpu::TpGpuEngine(tiny().model, tiny().q, options(), 3), "cannot split the model over TP 3");
+    EXPECT_FUTR_ERROR(gpu::TpGpuEngine(tiny().model, tiny().q, options(), 3),
+                      "cannot split the model over TP 3");
   }
 }
 

@@ -31,24 +31,24 @@
 #include <string>
 
 #include "core/numeric.h"
-#include "reference/decode_attention_ref.h"
+#include "kernels/layout/kv_cache.cuh"
 #include "launch/buffer.h"
 #include "launch/check.h"
 #include "launch/decode_attention.h"
 #include "launch/device.h"
-#include "kernels/layout/kv_cache.cuh"
+#include "reference/decode_attention_ref.h"
 #include "support/compare.h"
 #include "support/expect_error.h"
 #include "support/gpu.h"
-#include "support/tolerances.h"
 #include "support/random.h"
+#include "support/tolerances.h"
 
 using namespace futr;
 
 namespace {
 
-using test::rng;
 using test::randn_bf16;
+using test::rng;
 
 std::map<std::string, double>& worst() {
   static std::map<std::string, double> w;
@@ -98,7 +98,8 @@ struct Batch {
       const auto k = randn_bf16(size_t(n) * size_t(ld), 1.0f), v = randn_bf16(size_t(n) * size_t(ld), 1.0f);
       std::vector<int> seq(static_cast<size_t>(n), int(s)), pos(static_cast<size_t>(n));
       for (int i = 0; i < n; ++i) pos[size_t(i)] = i;
-      ref::kv_append(cache, k.data(), v.data(), ld, n, seq.data(), pos.data(), base.data(), mirror, rot_block);
+      ref::kv_append(cache, k.data(), v.data(), ld, n, seq.data(), pos.data(), base.data(), mirror,
+                     rot_block);
       for (int t = n; t < round16(n); ++t)
         for (int h = 0; h < kvh; ++h) {
           const int slot = base[s] + t;
@@ -136,10 +137,11 @@ void check_attention(int kvh, int group, int d, const std::vector<int>& lens, in
     DeviceLayer dev(b.cache);
     const int batch = int(lens.size()), nh = kvh * group;
     std::vector<float> ref(size_t(batch) * nh * d);
-    ref::decode_attention(b.cache, b.q.data(), batch, group, b.base.data(), b.lens.data(), kind.int4, kind.rot,
-                          ref.data());
+    ref::decode_attention(b.cache, b.q.data(), batch, group, b.base.data(), b.lens.data(), kind.int4,
+                          kind.rot, ref.data());
     cuda::AttentionShape s{batch, kvh, group, d, kind.int4, kind.rot, max_len};
-    cuda::AttentionConfig cfg = cuda::attention_heuristic(s, cuda::require_device().sm_count);  // its occupancy
+    cuda::AttentionConfig cfg =
+        cuda::attention_heuristic(s, cuda::require_device().sm_count);  // its occupancy
     if (splits > 0) cfg.splits = splits;
     cuda::DeviceBuffer<uint16_t> q(b.q), out(ref.size());
     cuda::DeviceBuffer<int> base(b.base), len(b.lens);
@@ -147,8 +149,8 @@ void check_attention(int kvh, int group, int d, const std::vector<int>& lens, in
     cuda::DeviceBuffer<int> counters(cuda::attention_counters(s));
     counters.fill_bytes(0);
     out.fill_bytes(0xff);
-    cuda::AttentionArgs a{q.get(), out.get(), base.get(), len.get(), dev.ptrs(), ws.get(), ws.size(),
-                          counters.get(), counters.size()};
+    cuda::AttentionArgs a{q.get(),  out.get(), base.get(),     len.get(),      dev.ptrs(),
+                          ws.get(), ws.size(), counters.get(), counters.size()};
     cuda::decode_attention(s, a, cfg, nullptr);
     FUTR_CUDA_CHECK(cudaDeviceSynchronize());
     // Counters left zero, and a second launch (a graph replay's view) gives the same bytes.
@@ -172,10 +174,10 @@ void check_attention(int kvh, int group, int d, const std::vector<int>& lens, in
 }
 
 // The append arguments of K/V rows (row map and cache on the device).
-cuda::KvAppendArgs append_args(const uint16_t* k, const uint16_t* v, int64_t ld, const cuda::DeviceBuffer<int>& seq,
-                               const cuda::DeviceBuffer<int>& pos, const cuda::DeviceBuffer<int>& base,
-                               const DeviceLayer& dev, int rows, int kvh, int d, bool mirror, int rot_block,
-                               int* nonfinite) {
+cuda::KvAppendArgs append_args(const uint16_t* k, const uint16_t* v, int64_t ld,
+                               const cuda::DeviceBuffer<int>& seq, const cuda::DeviceBuffer<int>& pos,
+                               const cuda::DeviceBuffer<int>& base, const DeviceLayer& dev, int rows, int kvh,
+                               int d, bool mirror, int rot_block, int* nonfinite) {
   cuda::KvAppendArgs a;
   a.k = k;
   a.v = v;
@@ -195,10 +197,8 @@ cuda::KvAppendArgs append_args(const uint16_t* k, const uint16_t* v, int64_t ld,
 
 // The decode append (one CTA per row) or the prefill one (rows per CTA), then a sync.
 void run_append(const cuda::KvAppendArgs& a, bool rows_kernel) {
-  if (rows_kernel)
-    cuda::kv_append_rows(a, nullptr);
-  else
-    cuda::kv_append(a, nullptr);
+  if (rows_kernel) cuda::kv_append_rows(a, nullptr);
+  else cuda::kv_append(a, nullptr);
   FUTR_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
@@ -217,12 +217,12 @@ void check_append(int kvh, int d, int rot_block, bool rows_kernel = false) {
   const int64_t ld = int64_t(2) * kvh * d + 64;  // rows of a wider buffer (k and v interleaved)
   const auto kvrows = randn_bf16(size_t(rows) * size_t(ld), 3.0f);
   // Sequence 2's slots stop at its length rounded to 16 (48): position 33 is inside.
-  ref::kv_append(want, kvrows.data(), kvrows.data() + kvh * d, ld, rows, seq.data(), pos.data(), base.data(), true,
-                 rot_block);
+  ref::kv_append(want, kvrows.data(), kvrows.data() + kvh * d, ld, rows, seq.data(), pos.data(), base.data(),
+                 true, rot_block);
   cuda::DeviceBuffer<uint16_t> src(kvrows);
   cuda::DeviceBuffer<int> dseq(seq), dpos(pos), dbase(base), nonfinite(std::vector<int>{0});
-  cuda::KvAppendArgs a = append_args(src.get(), src.get() + kvh * d, ld, dseq, dpos, dbase, dev, rows, kvh, d, true,
-                                      rot_block, nonfinite.get());
+  cuda::KvAppendArgs a = append_args(src.get(), src.get() + kvh * d, ld, dseq, dpos, dbase, dev, rows, kvh, d,
+                                     true, rot_block, nonfinite.get());
   run_append(a, rows_kernel);
   EXPECT_EQ(dev.k.download(), want.k);
   EXPECT_EQ(dev.v.download(), want.v);
@@ -279,20 +279,20 @@ void check_append_rows_vs_decode(int nh, int kvh, int d, bool mirror, int rot_bl
     DeviceLayer dev(init);
     cuda::DeviceBuffer<uint16_t> src(qkv);
     cuda::DeviceBuffer<int> nonfinite(std::vector<int>{0});
-    cuda::KvAppendArgs a = append_args(src.get() + nh * d, src.get() + (nh + kvh) * d, ld, dseq, dpos, dbase, dev,
-                                        rows, kvh, d, mirror, rot_block, nonfinite.get());
+    cuda::KvAppendArgs a = append_args(src.get() + nh * d, src.get() + (nh + kvh) * d, ld, dseq, dpos, dbase,
+                                       dev, rows, kvh, d, mirror, rot_block, nonfinite.get());
     a.q = src.get();
     a.rope_cos = dcos.get();
     a.rope_sin = dsin.get();
     a.q_heads = nh;
     run_append(a, rows_kernel);
-    return Out{dev.k.download(), dev.v.download(), src.download(), dev.k4.download(), dev.v4.download(),
-               dev.ks.download(), dev.vs.download(), nonfinite.download()[0]};
+    return Out{dev.k.download(),  dev.v.download(),  src.download(),    dev.k4.download(),
+               dev.v4.download(), dev.ks.download(), dev.vs.download(), nonfinite.download()[0]};
   };
   const Out want = run(false), got = run(true);
-  const std::string what = "heads " + std::to_string(nh) + "/" + std::to_string(kvh) + " d" + std::to_string(d) +
-                           (mirror ? " mirror rot " + std::to_string(rot_block) : " bf16") + " rows " +
-                           std::to_string(rows);
+  const std::string what =
+      "heads " + std::to_string(nh) + "/" + std::to_string(kvh) + " d" + std::to_string(d) +
+      (mirror ? " mirror rot " + std::to_string(rot_block) : " bf16") + " rows " + std::to_string(rows);
   EXPECT_EQ(got.k, want.k) << what;
   EXPECT_EQ(got.v, want.v) << what;
   EXPECT_EQ(got.q, want.q) << what << ": q (and the K/V source) after RoPE";
@@ -307,7 +307,8 @@ void check_append_rows_vs_decode(int nh, int kvh, int d, bool mirror, int rot_bl
 class Report : public ::testing::Environment {
  public:
   void TearDown() override {
-    for (const auto& [k, v] : worst()) std::printf("decode attention: largest relative error %s: %.3e\n", k.c_str(), v);
+    for (const auto& [k, v] : worst())
+      std::printf("decode attention: largest relative error %s: %.3e\n", k.c_str(), v);
   }
 };
 const auto* const kReport = ::testing::AddGlobalTestEnvironment(new Report);
@@ -370,7 +371,8 @@ TEST(DecodeAttentionHost, CtasPerSequenceFollowTheBatch) {
   EXPECT_EQ(c.ctas, 2);
   EXPECT_EQ(cuda::describe(c), "splits=8 ctas=2");
   EXPECT_EQ(cuda::describe(cuda::AttentionConfig{8, 3}), "splits=8 ctas=3");
-  EXPECT_EQ(cuda::describe(cuda::AttentionConfig{8, 5}), "splits=8 ctas=4") << "5 CTAs of 2 chunks: 4 launched";
+  EXPECT_EQ(cuda::describe(cuda::AttentionConfig{8, 5}), "splits=8 ctas=4")
+      << "5 CTAs of 2 chunks: 4 launched";
   EXPECT_FUTR_ERROR(cuda::attention_ctas(s, 0, 132, 4), "splits 0 out of range");
 }
 
@@ -396,8 +398,8 @@ TEST(DecodeAttentionSmall, ChunksPerCtaGiveTheSameBits) {
     for (int splits : {5, 8}) {
       const cuda::AttentionConfig one{splits, 0};
       cuda::DeviceBuffer<float> ws(cuda::attention_workspace_floats(s, one));
-      cuda::AttentionArgs a{q.get(), out.get(), base.get(), len.get(), dev.ptrs(), ws.get(), ws.size(),
-                            counters.get(), counters.size()};
+      cuda::AttentionArgs a{q.get(),  out.get(), base.get(),     len.get(),      dev.ptrs(),
+                            ws.get(), ws.size(), counters.get(), counters.size()};
       out.fill_bytes(0xff);
       cuda::decode_attention(s, a, one, nullptr);
       FUTR_CUDA_CHECK(cudaDeviceSynchronize());
@@ -407,8 +409,8 @@ TEST(DecodeAttentionSmall, ChunksPerCtaGiveTheSameBits) {
         out.fill_bytes(0xff);
         cuda::decode_attention(s, a, c, nullptr);
         FUTR_CUDA_CHECK(cudaDeviceSynchronize());
-        EXPECT_EQ(out.download(), want) << (kind.int4 ? "int4" : "bf16") << " rot " << kind.rot << " "
-                                        << cuda::describe(c);
+        EXPECT_EQ(out.download(), want)
+            << (kind.int4 ? "int4" : "bf16") << " rot " << kind.rot << " " << cuda::describe(c);
         for (int v : counters.download()) ASSERT_EQ(v, 0) << cuda::describe(c);
       }
     }
@@ -448,10 +450,10 @@ TEST(DecodeAttentionSmall, AppendRowsWithRopeEqualsTheDecodeAppend) {
 
 TEST(DecodeAttentionSmall, ShortRaggedContexts) {
   FUTR_REQUIRE_GPU();
-  check_attention(3, 3, 64, {1, 7, 64, 100});      // SmolLM2
-  check_attention(8, 4, 128, {1, 7, 64, 33});      // Llama-3.1-8B
-  check_attention(8, 4, 128, {7, 64, 300}, 1);     // no merge
-  check_attention(8, 4, 128, {7, 64, 300}, 40);    // many (partly empty) chunks
+  check_attention(3, 3, 64, {1, 7, 64, 100});    // SmolLM2
+  check_attention(8, 4, 128, {1, 7, 64, 33});    // Llama-3.1-8B
+  check_attention(8, 4, 128, {7, 64, 300}, 1);   // no merge
+  check_attention(8, 4, 128, {7, 64, 300}, 40);  // many (partly empty) chunks
 }
 
 // ---- the matrix of the issue ----------------------------------------------------------
@@ -465,10 +467,10 @@ TEST(DecodeAttention, LongContexts) {
 
 TEST(DecodeAttention, GqaRatiosAndShapes) {
   FUTR_REQUIRE_GPU();
-  check_attention(8, 8, 128, {1, 1000, 2049});    // 70B: 64/8
-  check_attention(8, 1, 128, {64, 777});          // MHA 8/8
-  check_attention(4, 1, 64, {300, 31});           // MHA, D 64
-  check_attention(2, 8, 64, {513});               // group 8, D 64
+  check_attention(8, 8, 128, {1, 1000, 2049});  // 70B: 64/8
+  check_attention(8, 1, 128, {64, 777});        // MHA 8/8
+  check_attention(4, 1, 64, {300, 31});         // MHA, D 64
+  check_attention(2, 8, 64, {513});             // group 8, D 64
 }
 
 TEST(DecodeAttention, ManySequences) {

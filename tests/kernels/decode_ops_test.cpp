@@ -14,17 +14,17 @@
 
 #include "core/numeric.h"
 #include "cpu_engine/ops.h"
+#include "kernels/layout/kv_cache.cuh"
 #include "launch/buffer.h"
 #include "launch/check.h"
 #include "launch/decode_attention.h"
 #include "launch/decode_ops.h"
 #include "launch/stream.h"
-#include "kernels/layout/kv_cache.cuh"
 #include "model/rope.h"
 #include "support/compare.h"
 #include "support/gpu.h"
-#include "support/tolerances.h"
 #include "support/random.h"
+#include "support/tolerances.h"
 
 using namespace futr;
 
@@ -86,7 +86,8 @@ void check_rmsnorm(int rows, int H, bool gather) {
   EXPECT_EQ(dx.download(), x) << "the FP32 residual (one rounded add per element) H " << H;
   const test::ErrorStats e = test::compare(from_bf16(dout.download()), y);
   EXPECT_EQ(e.non_finite, 0u);
-  EXPECT_LT(e.rel_l2, test::tol::kBf16Output) << "rows " << rows << " H " << H << (gather ? " gather" : " add");
+  EXPECT_LT(e.rel_l2, test::tol::kBf16Output)
+      << "rows " << rows << " H " << H << (gather ? " gather" : " add");
 }
 
 }  // namespace
@@ -205,7 +206,8 @@ TEST(DecodeOps, AppendWithRopeFusedEqualsRopeThenAppend) {
         std::vector<int> seq(static_cast<size_t>(rows)), pos(static_cast<size_t>(rows)), base = {0, 208, 416};
         // Rows r and r + 3 share sequence r % 3: distinct positions (two rows
         // writing one slot would race), r < 3 in [0, 100), the others in [100, 200).
-        for (int r = 0; r < rows; ++r) seq[size_t(r)] = r % 3, pos[size_t(r)] = (r / 3) * 100 + int(rng()() % 100);
+        for (int r = 0; r < rows; ++r)
+          seq[size_t(r)] = r % 3, pos[size_t(r)] = (r / 3) * 100 + int(rng()() % 100);
         cuda::DeviceBuffer<float> dc(t.cos), ds(t.sin);
         cuda::DeviceBuffer<int> dseq(seq), dpos(pos), dbase(base);
         auto run = [&](bool fused, bool pdl, std::vector<uint16_t>& q_out, Cache& c) {
@@ -239,8 +241,8 @@ TEST(DecodeOps, AppendWithRopeFusedEqualsRopeThenAppend) {
         run(false, false, q_want, want);
         run(true, false, q_got, got);
         run(true, true, q_pdl, got_pdl);
-        const std::string what = "D " + std::to_string(D) + " kv heads " + std::to_string(kvh) + " rot " +
-                                 std::to_string(rot);
+        const std::string what =
+            "D " + std::to_string(D) + " kv heads " + std::to_string(kvh) + " rot " + std::to_string(rot);
         for (int r = 0; r < rows; ++r)  // the query heads (k in the row is rotated only by the unfused path)
           for (int j = 0; j < qh * D; ++j) {
             const size_t i = size_t(r) * ld + j;
@@ -262,7 +264,8 @@ TEST(DecodeOps, AppendWithRopeFusedEqualsRopeThenAppend) {
 // every launch a programmatic dependent equals the same launches without PDL.
 TEST(DecodeOps, PdlChainInAGraphEqualsPlainLaunches) {
   FUTR_REQUIRE_GPU();
-  const int rows = 4, H = 1024, I = 512, D = 64, heads = 8;  // a is [rows][2 I]; RoPE over its first 512 columns
+  const int rows = 4, H = 1024, I = 512, D = 64,
+            heads = 8;  // a is [rows][2 I]; RoPE over its first 512 columns
   const RopeTable t = make_rope_table(D, 10000.0f, {}, 64);
   const auto x0 = randn(size_t(rows) * H, 1.0f);
   const auto y0 = to_bf16(randn(size_t(rows) * H, 1.0f));
@@ -287,7 +290,7 @@ TEST(DecodeOps, PdlChainInAGraphEqualsPlainLaunches) {
       cuda::rmsnorm(n, stream);
       cuda::rope(a.get(), H, dpos.get(), dc.get(), ds.get(), rows, heads, D, stream, pdl);
       cuda::swiglu(a.get(), s.get(), rows, I, stream, pdl);  // a as [rows][2 I]
-      cuda::rmsnorm(n, stream, pdl);  // x += y again, a rewritten after swiglu read it
+      cuda::rmsnorm(n, stream, pdl);                         // x += y again, a rewritten after swiglu read it
     };
     if (graph) {
       cuda::Graph g = cuda::Graph::capture(st, chain);

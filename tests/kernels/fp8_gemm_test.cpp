@@ -31,11 +31,11 @@
 #include <vector>
 
 #include "core/numeric.h"
-#include "reference/fp8_gemm_ref.h"
 #include "launch/buffer.h"
 #include "launch/check.h"
 #include "launch/fill.h"
 #include "launch/fp8_gemm_variants.h"
+#include "reference/fp8_gemm_ref.h"
 #include "support/compare.h"
 #include "support/gpu.h"
 #include "support/tolerances.h"
@@ -148,13 +148,16 @@ void diagnose(const std::string& what, const std::vector<float>& got, const std:
   for (int r : rowblk) rb += r == 0 ? '.' : (r < 10 ? char('0' + r) : '+');
   int shown = 0;
   for (int t : ntiles) {
-    if (shown++ == 12) { nt += " ..."; break; }
+    if (shown++ == 12) {
+      nt += " ...";
+      break;
+    }
     nt += " " + std::to_string(t);
   }
-  std::printf("  DIAG %s: %zu/%zu bad (%zu non-finite), ref rms %.3g;%s\n"
-              "       bad by col%%256/8 [%s] by row%%128/16 [%s] N-tiles(256):%s\n",
-              what.c_str(), bad, got.size(), nonfinite, rms, first.c_str(), cb.c_str(), rb.c_str(),
-              nt.c_str());
+  std::printf(
+      "  DIAG %s: %zu/%zu bad (%zu non-finite), ref rms %.3g;%s\n"
+      "       bad by col%%256/8 [%s] by row%%128/16 [%s] N-tiles(256):%s\n",
+      what.c_str(), bad, got.size(), nonfinite, rms, first.c_str(), cb.c_str(), rb.c_str(), nt.c_str());
 }
 
 // Compare, record the worst error seen per category, diagnose on failure.
@@ -171,8 +174,8 @@ struct Observed {
   obs.worst = std::max(obs.worst, st.non_finite ? 1.0 : st.rel_l2);
   if (st.non_finite == 0 && st.rel_l2 <= tol) return ::testing::AssertionSuccess();
   diagnose(what, got, ref, rows, N);
-  return ::testing::AssertionFailure() << what << ": rel L2 " << st.rel_l2 << " (tol " << tol << "), "
-                                       << st.non_finite << " non-finite";
+  return ::testing::AssertionFailure()
+         << what << ": rel L2 " << st.rel_l2 << " (tol " << tol << "), " << st.non_finite << " non-finite";
 }
 
 // ---------------------------------------------------------------- operands
@@ -366,7 +369,8 @@ void check_swiglu_fp8(const Proj& p, const Weights& w, const Acts& a, const cuda
   ref::Fp8Stats stats;
   std::vector<float> y_ref;  // unquantized y / s
   for (size_t i = 0; i < a.rows.size(); ++i) {
-    ref::swiglu_fp8_row(acc_row(a, w, i), a.a_scale, w.b_scale_host.data(), s, want8.data() + i * half, stats);
+    ref::swiglu_fp8_row(acc_row(a, w, i), a.a_scale, w.b_scale_host.data(), s, want8.data() + i * half,
+                        stats);
     std::vector<float> r(acc_row(a, w, i).begin(), acc_row(a, w, i).end());
     ref::col_scale(r, a.a_scale, w.b_scale_host.data());
     for (int j = 0; j < half; ++j) {
@@ -402,8 +406,8 @@ void check_swiglu_fp8(const Proj& p, const Weights& w, const Acts& a, const cuda
     if (std::fabs(g - w) <= step * 1.01f) ++flips;
     if (std::fabs(g - w) > step * 1.01f && std::fabs(g - w) > abs_tol) {
       if (++far <= 4)
-        far_examples += " (" + std::to_string(g) + " vs " + std::to_string(w) + ", y/s " +
-                        std::to_string(y_ref[i]) + ")";
+        far_examples +=
+            " (" + std::to_string(g) + " vs " + std::to_string(w) + ", y/s " + std::to_string(y_ref[i]) + ")";
     }
   }
   EXPECT_EQ(far, 0u) << l << ": E4M3 outputs off by more than one step and the GEMM error:" << far_examples;
@@ -494,8 +498,8 @@ void check_qkv_rope(const Proj& p, const Weights& w, const Acts& a, const cuda::
   vc.fill_bytes(0xff);
   cuda::DeviceBuffer<int> cu(map.cu_rows.empty() ? std::vector<int>{0} : map.cu_rows), lens(map.lengths),
       sp(map.start_pos), sb(map.slot_base);
-  cuda::QkvRopeArgs args{scales(a, w), freq_dev.get(), hd.heads, hd.kv_heads, hd.head_dim,
-                         q.get(), 0, kc.get(), vc.get(), map.num_slots};
+  cuda::QkvRopeArgs args{scales(a, w), freq_dev.get(), hd.heads,     hd.kv_heads, hd.head_dim, q.get(), 0,
+                         kc.get(),     vc.get(),       map.num_slots};
   if (padded) {
     cuda::PaddedRowMap rm{lens.get(), sp.get(), sb.get(), int(map.lengths.size()), map.max_len};
     cuda::gemm_qkv_rope(operands(a, w), args, rm, nullptr, cfg);
@@ -529,14 +533,17 @@ void check_qkv_rope(const Proj& p, const Weights& w, const Acts& a, const cuda::
   const std::string l = label(p, a.M, padded ? " padded" : " packed");
   EXPECT_TRUE(check_close(l + " q", got_q, want_q, a.rows, qc, test::tol::kFp8GemmBf16Out, g_obs_q));
   if (!kv_rows.empty()) {
-    EXPECT_TRUE(check_close(l + " kv", got_kv, want_kv, kv_rows, 2 * kvc, test::tol::kFp8GemmBf16Out, g_obs_kv));
+    EXPECT_TRUE(
+        check_close(l + " kv", got_kv, want_kv, kv_rows, 2 * kvc, test::tol::kFp8GemmBf16Out, g_obs_kv));
   }
   // Unmapped slots (gaps, padding rows) must still hold the poison; mapped ones none.
   size_t stray = 0, unwritten = 0;
   for (int s = 0; s < map.num_slots; ++s)
     for (int c = 0; c < kvc; ++c) {
-      const bool poison = kh[size_t(s) * kvc + size_t(c)] == 0xffff && vh[size_t(s) * kvc + size_t(c)] == 0xffff;
-      if (mapped[size_t(s)] && (kh[size_t(s) * kvc + size_t(c)] == 0xffff || vh[size_t(s) * kvc + size_t(c)] == 0xffff))
+      const bool poison =
+          kh[size_t(s) * kvc + size_t(c)] == 0xffff && vh[size_t(s) * kvc + size_t(c)] == 0xffff;
+      if (mapped[size_t(s)] &&
+          (kh[size_t(s) * kvc + size_t(c)] == 0xffff || vh[size_t(s) * kvc + size_t(c)] == 0xffff))
         ++unwritten;
       if (!mapped[size_t(s)] && !poison) ++stray;
     }
@@ -575,7 +582,8 @@ TEST(Fp8GemmArgs, InvalidCallsAreRejected) {
       f();
       ADD_FAILURE() << "no error (expected one mentioning '" << needle << "')";
     } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << "want \"" << needle << "\" in: " << e.what();
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos)
+          << "want \"" << needle << "\" in: " << e.what();
     }
   };
   const cuda::ScaledOutArgs so{{}, out, 0};
@@ -585,14 +593,22 @@ TEST(Fp8GemmArgs, InvalidCallsAreRejected) {
   expect_error([&] { cuda::gemm_scaled_out({nullptr, fake, 16, 256, 128}, so, nullptr); }, "non-null");
   cuda::GemmConfig bad;
   bad.bn = 64;
-  expect_error([&] { cuda::gemm_scaled_out({fake, fake, 16, 256, 128}, so, nullptr, &bad); },
-               "128x256 stages 4");
+  expect_error(
+      [&] {
+        cuda::gemm_scaled_out({fake, fake, 16, 256, 128}, so, nullptr, &bad);
+      },
+      "128x256 stages 4");
   cuda::GemmConfig rms128;  // RmsScaledOut 128x128 is compiled promoted only
   rms128.bn = 128;
   rms128.stages = 6;
   rms128.fast_accum = true;
-  expect_error([&] { cuda::gemm_rms_scaled_out({fake, fake, 16, 256, 128}, {{}, reinterpret_cast<const float*>(fake), 128, 1e-5f, out, 0}, nullptr, &rms128); },
-               "no compiled variant");
+  expect_error(
+      [&] {
+        cuda::gemm_rms_scaled_out({fake, fake, 16, 256, 128},
+                                  {{}, reinterpret_cast<const float*>(fake), 128, 1e-5f, out, 0}, nullptr,
+                                  &rms128);
+      },
+      "no compiled variant");
   cuda::QkvRopeArgs qa{{}, reinterpret_cast<const float*>(fake), 4, 2, 96, out, 0, out, out, 10};
   cuda::PackedRowMap rm{reinterpret_cast<const int*>(fake), reinterpret_cast<const int*>(fake),
                         reinterpret_cast<const int*>(fake), 1};
@@ -608,19 +624,23 @@ TEST(Fp8GemmArgs, HeuristicPrefersFullWaves) {
   using cuda::GemmEpilogue;
   constexpr bool kFast = true;  // the tile choice among the fast-accumulation rows
   // 8B O projection at M = 512: 64 tiles of 128x256 leave half the SMs idle.
-  const auto small = cuda::choose_gemm_config(GemmEpilogue::kScaledOut, GemmInput::kE4M3, 512, 4096, 4096, kH200SmCount, kFast);
+  const auto small = cuda::choose_gemm_config(GemmEpilogue::kScaledOut, GemmInput::kE4M3, 512, 4096, 4096,
+                                              kH200SmCount, kFast);
   EXPECT_EQ(small.bn, 128);
   // Short K: ping-pong hides the epilogue (fitted on the H200, docs/PERF.md).
-  const auto gateup = cuda::choose_gemm_config(GemmEpilogue::kSwiGluFp8, GemmInput::kE4M3, 8192, 28672, 4096, kH200SmCount, kFast);
+  const auto gateup = cuda::choose_gemm_config(GemmEpilogue::kSwiGluFp8, GemmInput::kE4M3, 8192, 28672, 4096,
+                                               kH200SmCount, kFast);
   EXPECT_TRUE(gateup.pingpong);
   // Long K: the epilogue is amortized, the paper's cooperative 128x256 tile wins.
-  const auto down = cuda::choose_gemm_config(GemmEpilogue::kScaledOut, GemmInput::kE4M3, 8192, 4096, 14336, kH200SmCount, kFast);
+  const auto down = cuda::choose_gemm_config(GemmEpilogue::kScaledOut, GemmInput::kE4M3, 8192, 4096, 14336,
+                                             kH200SmCount, kFast);
   EXPECT_EQ(down.bn, 256);
   EXPECT_EQ(down.stages, 4);
   EXPECT_FALSE(down.pingpong);
   EXPECT_TRUE(down.fast_accum);
   // QKV has no ping-pong variant: cooperative 128x256.
-  const auto qkv = cuda::choose_gemm_config(GemmEpilogue::kQkvRopePacked, GemmInput::kE4M3, 8192, 6144, 4096, kH200SmCount, kFast);
+  const auto qkv = cuda::choose_gemm_config(GemmEpilogue::kQkvRopePacked, GemmInput::kE4M3, 8192, 6144, 4096,
+                                            kH200SmCount, kFast);
   EXPECT_EQ(qkv.bn, 256);
   // The default (promoted accumulation) for every epilogue: the cooperative 128x128 rows.
   for (auto e : {GemmEpilogue::kScaledOut, GemmEpilogue::kSwiGluFp8, GemmEpilogue::kQkvRopePacked,
@@ -705,8 +725,8 @@ TEST(Fp8GemmVariants, HeuristicChoosesOnlyListedVariants) {
           }
           for (bool fast : {false, true}) {
             const cuda::GemmConfig c = cuda::choose_gemm_config(e, in, s[0], s[1], s[2], sms, fast);
-            const cuda::GemmVariant chosen{e, in, c.bm, c.bn, c.stages, c.pingpong,
-                                           in == GemmInput::kE4M3 && !c.fast_accum};
+            const cuda::GemmVariant chosen{
+                e, in, c.bm, c.bn, c.stages, c.pingpong, in == GemmInput::kE4M3 && !c.fast_accum};
             EXPECT_TRUE(std::any_of(list.begin(), list.end(), [&](const auto& v) { return v == chosen; }))
                 << cuda::to_string(e) << " " << cuda::to_string(in) << " " << cuda::to_string(c);
           }
@@ -724,11 +744,15 @@ TEST(Fp8GemmVariants, EveryListedConfigPassesTheVariantCheck) {
   const auto* i32 = reinterpret_cast<const int*>(fake);
   for (const auto& v : cuda::gemm_variants()) {
     const cuda::GemmConfig cfg = config_of(v);
-    const cuda::GemmOperands op{fake, fake, 16, v.epilogue == cuda::GemmEpilogue::kQkvRopePacked ||
-                                                        v.epilogue == cuda::GemmEpilogue::kQkvRopePadded
-                                                    ? 512
-                                                    : 256,
-                                128, v.input};
+    const cuda::GemmOperands op{
+        fake,
+        fake,
+        16,
+        v.epilogue == cuda::GemmEpilogue::kQkvRopePacked || v.epilogue == cuda::GemmEpilogue::kQkvRopePadded
+            ? 512
+            : 256,
+        128,
+        v.input};
     cuda::QkvRopeArgs qa{{}, f32, 2, 1, 128, out, 0, out, out, 10};
     try {
       switch (v.epilogue) {
@@ -740,8 +764,8 @@ TEST(Fp8GemmVariants, EveryListedConfigPassesTheVariantCheck) {
           cuda::gemm_rms_scaled_out(op, {{}, f32, 128, 1e-5f, out, 0}, nullptr, &cfg);
           break;
         case cuda::GemmEpilogue::kSwiGluFp8: {
-          cuda::SwiGluFp8Args sa{{}, reinterpret_cast<uint8_t*>(out), 0, f32, reinterpret_cast<float*>(out),
-                                 reinterpret_cast<uint32_t*>(out)};
+          cuda::SwiGluFp8Args sa{{},  reinterpret_cast<uint8_t*>(out), 0,
+                                 f32, reinterpret_cast<float*>(out),   reinterpret_cast<uint32_t*>(out)};
           cuda::gemm_swiglu_fp8(op, sa, nullptr, &cfg);
           break;
         }
@@ -822,8 +846,9 @@ TEST(Fp8Gemm, ResidualSumSq) {
         [](const Proj& p, Weights& w, Acts& a, std::mt19937&) {
           check_residual_sumsq(p, w, a, nullptr, a.M == 1000);
         });
-  sweep({k70bO, k70bDown}, kFewM, GemmInput::kE4M3,
-        [](const Proj& p, Weights& w, Acts& a, std::mt19937&) { check_residual_sumsq(p, w, a, nullptr, false); });
+  sweep({k70bO, k70bDown}, kFewM, GemmInput::kE4M3, [](const Proj& p, Weights& w, Acts& a, std::mt19937&) {
+    check_residual_sumsq(p, w, a, nullptr, false);
+  });
 }
 
 TEST(Fp8Gemm, RmsScaledOut) {
@@ -847,8 +872,9 @@ TEST(Fp8Gemm, SwiGluFp8) {
 TEST(Fp8Gemm, SwiGluFp8FastAccumulation) {
   FUTR_REQUIRE_GPU();
   sweep({k70bGateUp}, {1000}, GemmInput::kE4M3, [](const Proj& p, Weights& w, Acts& a, std::mt19937&) {
-    const cuda::GemmConfig fast = cuda::choose_gemm_config(cuda::GemmEpilogue::kSwiGluFp8, GemmInput::kE4M3, a.M,
-                                                           w.N, w.K, cuda::require_device().sm_count, true);
+    const cuda::GemmConfig fast =
+        cuda::choose_gemm_config(cuda::GemmEpilogue::kSwiGluFp8, GemmInput::kE4M3, a.M, w.N, w.K,
+                                 cuda::require_device().sm_count, true);
     check_swiglu_fp8(p, w, a, &fast);
   });
 }
@@ -856,15 +882,20 @@ TEST(Fp8Gemm, SwiGluFp8FastAccumulation) {
 TEST(Fp8Gemm, QkvRopePacked) {
   FUTR_REQUIRE_GPU();
   sweep({kSmolQkv, k8bQkv}, kAllM, GemmInput::kE4M3,
-        [](const Proj& p, Weights& w, Acts& a, std::mt19937& rng) { check_qkv_rope(p, w, a, nullptr, false, rng); });
-  sweep({k70bQkv}, kFewM, GemmInput::kE4M3,
-        [](const Proj& p, Weights& w, Acts& a, std::mt19937& rng) { check_qkv_rope(p, w, a, nullptr, false, rng); });
+        [](const Proj& p, Weights& w, Acts& a, std::mt19937& rng) {
+          check_qkv_rope(p, w, a, nullptr, false, rng);
+        });
+  sweep({k70bQkv}, kFewM, GemmInput::kE4M3, [](const Proj& p, Weights& w, Acts& a, std::mt19937& rng) {
+    check_qkv_rope(p, w, a, nullptr, false, rng);
+  });
 }
 
 TEST(Fp8Gemm, QkvRopePadded) {
   FUTR_REQUIRE_GPU();
   sweep({kSmolQkv, k8bQkv}, {1, 128, 1000, 4096}, GemmInput::kE4M3,
-        [](const Proj& p, Weights& w, Acts& a, std::mt19937& rng) { check_qkv_rope(p, w, a, nullptr, true, rng); });
+        [](const Proj& p, Weights& w, Acts& a, std::mt19937& rng) {
+          check_qkv_rope(p, w, a, nullptr, true, rng);
+        });
 }
 
 // Promoted accumulation (the default) against fast accumulation on the
@@ -884,8 +915,8 @@ TEST(Fp8Gemm, PromotedAccumulationIsTighterThanFast) {
       want.insert(want.end(), r.begin(), r.end());
     }
     auto error_of = [&](bool fast) {
-      cuda::GemmConfig cfg = cuda::choose_gemm_config(cuda::GemmEpilogue::kScaledOut, GemmInput::kE4M3, a.M, w.N,
-                                                      w.K, cuda::require_device().sm_count, fast);
+      cuda::GemmConfig cfg = cuda::choose_gemm_config(cuda::GemmEpilogue::kScaledOut, GemmInput::kE4M3, a.M,
+                                                      w.N, w.K, cuda::require_device().sm_count, fast);
       cuda::DeviceBuffer<uint16_t> out(size_t(a.M) * w.N);
       out.fill_bytes(0xff);
       cuda::gemm_scaled_out(operands(a, w), {scales(a, w), out.get(), 0}, nullptr, &cfg);
@@ -896,7 +927,8 @@ TEST(Fp8Gemm, PromotedAccumulationIsTighterThanFast) {
       return st.rel_l2;
     };
     const double promoted = error_of(false), fast = error_of(true);
-    std::printf("[observed] %s K=%d: rel L2 promoted %.3e, fast accumulation %.3e\n", p.model, p.K, promoted, fast);
+    std::printf("[observed] %s K=%d: rel L2 promoted %.3e, fast accumulation %.3e\n", p.model, p.K, promoted,
+                fast);
     EXPECT_LE(promoted, test::tol::kFp8GemmPromotedBf16Out) << label(p, a.M);
     EXPECT_LT(promoted, fast) << label(p, a.M) << ": promotion did not reduce the error";
   }
@@ -931,7 +963,8 @@ TEST(Fp8GemmSanitizer, AllPolicies) {
     cfg.pingpong = v.pingpong;
     cfg.fast_accum = v.input == GemmInput::kE4M3 && !v.promoted;
     cfg.grid = 3;  // several tiles per CTA (ping-pong: both warpgroups, alternating)
-    const Proj p = v.epilogue == cuda::GemmEpilogue::kSwiGluFp8 ? Proj{"smollm2", "gateup", 768, 576} : kSmolQkv;
+    const Proj p =
+        v.epilogue == cuda::GemmEpilogue::kSwiGluFp8 ? Proj{"smollm2", "gateup", 768, 576} : kSmolQkv;
     Weights w;
     make_weights(w, p.N, p.K, v.input, rng);
     Acts a;

@@ -20,11 +20,11 @@
 #include <random>
 
 #include "core/numeric.h"
-#include "reference/fp8_scaling_ref.h"
 #include "launch/buffer.h"
 #include "launch/check.h"
 #include "launch/fp8_scaling.h"
 #include "quant/delayed_scaling.h"
+#include "reference/fp8_scaling_ref.h"
 #include "support/expect_error.h"
 #include "support/gpu.h"
 #include "support/random.h"
@@ -50,7 +50,8 @@ cuda::Fp8SiteState read_site(const cuda::DeviceScaleBank& bank, int i) {
   return s;
 }
 
-void expect_state_equal(const cuda::DeviceScaleBank::Snapshot& got, const quant::DelayedScale& want, int call) {
+void expect_state_equal(const cuda::DeviceScaleBank::Snapshot& got, const quant::DelayedScale& want,
+                        int call) {
   EXPECT_EQ(std::bit_cast<uint32_t>(got.scale), std::bit_cast<uint32_t>(want.scale()))
       << "call " << call << ": scale " << got.scale << " vs " << want.scale();
   const quant::ScaleStats& w = want.stats();
@@ -74,7 +75,8 @@ ref::Fp8QuantizeResult check_quantize(int rows, int K, bool fold, float scale_am
   cuda::DeviceBuffer<uint8_t> dq(size_t(rows) * size_t(K));
   dq.fill_bytes(0x55);
   cuda::Fp8QuantizeArgs a;
-  a.x = dx.get(), a.ld_x = ld, a.out = dq.get(), a.rows = rows, a.K = K, a.fold_rms = fold, a.site = bank.site(0);
+  a.x = dx.get(), a.ld_x = ld, a.out = dq.get(), a.rows = rows, a.K = K, a.fold_rms = fold,
+  a.site = bank.site(0);
   cuda::fp8_quantize_rows(a, nullptr);
   FUTR_CUDA_CHECK(cudaDeviceSynchronize());
   const ref::Fp8QuantizeResult want = ref::fp8_quantize_rows(x.data(), ld, rows, K, fold, a.eps, s);
@@ -85,7 +87,8 @@ ref::Fp8QuantizeResult check_quantize(int rows, int K, bool fold, float scale_am
     if (got[i] == want.q[i]) continue;
     ++diff;
     // One E4M3 step apart, same sign (codes of the same sign are monotone).
-    EXPECT_TRUE(fold && (got[i] & 0x80) == (want.q[i] & 0x80) && std::abs(int(got[i] & 0x7f) - int(want.q[i] & 0x7f)) == 1)
+    EXPECT_TRUE(fold && (got[i] & 0x80) == (want.q[i] & 0x80) &&
+                std::abs(int(got[i] & 0x7f) - int(want.q[i] & 0x7f)) == 1)
         << "element " << i << ": " << int(got[i]) << " vs " << int(want.q[i]) << " (K " << K << ")";
   }
   if (!fold) {
@@ -117,8 +120,8 @@ TEST(Fp8ScalingHost, Refusals) {
 TEST(Fp8ScalingSmall, QuantizeMatchesTheReference) {
   FUTR_REQUIRE_GPU();
   for (bool fold : {false, true}) {
-    check_quantize(1, 64, fold, 4.0f);     // most values fit
-    check_quantize(7, 576, fold, 2.0f);    // outliers saturate
+    check_quantize(1, 64, fold, 4.0f);   // most values fit
+    check_quantize(7, 576, fold, 2.0f);  // outliers saturate
   }
 }
 
@@ -169,8 +172,9 @@ TEST(Fp8ScalingSmall, UpdateFollowsTheStateMachine) {
   };
   // Zero calls (the scale stays), a jump (saturates once), non-finite (ignored),
   // then small values until the jump ages out of the 4-call window.
-  const Rec recs[] = {{2.0f, 0, 0}, {0.0f, 0, 0}, {0.0f, 0, 0}, {5e3f, 17, 0}, {1.0f, 0, 0},   {NAN, 0, 2},
-                      {0.5f, 0, 0}, {0.25f, 0, 0}, {0.125f, 0, 0}, {0.1f, 0, 0}, {1e-30f, 0, 0}, {3e38f, 9, 0}};
+  const Rec recs[] = {{2.0f, 0, 0},   {0.0f, 0, 0}, {0.0f, 0, 0},   {5e3f, 17, 0},
+                      {1.0f, 0, 0},   {NAN, 0, 2},  {0.5f, 0, 0},   {0.25f, 0, 0},
+                      {0.125f, 0, 0}, {0.1f, 0, 0}, {1e-30f, 0, 0}, {3e38f, 9, 0}};
   int call = 0;
   for (const Rec& r : recs) {
     for (int site = 0; site < 2; ++site) {

@@ -25,10 +25,10 @@
 #include <random>
 #include <vector>
 
+#include "core/numeric.h"
 #include "launch/buffer.h"
 #include "launch/lm_head.h"
 #include "launch/stream.h"
-#include "core/numeric.h"
 #include "quant/int4_pack.h"
 #include "reference/lm_head_ref.h"
 #include "reference/w4a16_ref.h"
@@ -76,7 +76,7 @@ TEST(LmHeadArgs, RefusesBadArguments) {
   EXPECT_STRNE(cuda::lm_head_unsupported(1008, 576, 128), "");  // K % 128
   EXPECT_STRNE(cuda::lm_head_unsupported(1001, 512, 128), "");  // N % 16
   EXPECT_STRNE(cuda::lm_head_unsupported(1008, 512, 32), "");   // the group
-  a.scales = &a;  // an INT4 head of group 128 and K = 64
+  a.scales = &a;                                                // an INT4 head of group 128 and K = 64
   EXPECT_FUTR_ERROR(cuda::lm_head(a, nullptr), "multiple of 128");
 }
 
@@ -105,8 +105,8 @@ std::vector<int> rows_checked(int n) {
 }
 
 void check(const Head& h, int m) {
-  SCOPED_TRACE(testing::Message() << "n " << h.n << " k " << h.k << " m " << m << " (" << cuda::lm_head_describe(m)
-                                  << ")");
+  SCOPED_TRACE(testing::Message() << "n " << h.n << " k " << h.k << " m " << m << " ("
+                                  << cuda::lm_head_describe(m) << ")");
   const int64_t ld = h.n + 5;
   const std::vector<uint16_t> x = test::randn_bf16(size_t(m) * size_t(h.k), 1.f);
   cuda::Stream st;
@@ -134,7 +134,8 @@ void check(const Head& h, int m) {
   const test::ErrorStats e = test::compare(g, w);
   EXPECT_EQ(e.non_finite, 0u);
   EXPECT_LE(e.rel_l2, test::tol::kLmHead);
-  std::printf("lm_head n %d k %d m %2d: rel L2 %.3g (bound %.1g)\n", h.n, h.k, m, e.rel_l2, test::tol::kLmHead);
+  std::printf("lm_head n %d k %d m %2d: rel L2 %.3g (bound %.1g)\n", h.n, h.k, m, e.rel_l2,
+              test::tol::kLmHead);
 }
 
 TEST(LmHead, MatchesReferenceEdgeShapes) {
@@ -236,8 +237,9 @@ void check_int4(const Int4Head& h, int m) {
 
 TEST(LmHeadInt4, MatchesReference) {
   FUTR_REQUIRE_GPU();
-  for (auto [n, k, g] : {std::tuple{1008, 128, 128}, std::tuple{49152, 640, 128}, std::tuple{128256, 4096, 128},
-                         std::tuple{1008, 192, 64}, std::tuple{49152, 576, 64}}) {
+  for (auto [n, k, g] :
+       {std::tuple{1008, 128, 128}, std::tuple{49152, 640, 128}, std::tuple{128256, 4096, 128},
+        std::tuple{1008, 192, 64}, std::tuple{49152, 576, 64}}) {
     const Int4Head h(n, k, g);
     for (int m : {1, 8, 9, 16, 17, 32}) check_int4(h, m);
   }
@@ -246,28 +248,28 @@ TEST(LmHeadInt4, MatchesReference) {
 TEST(LmHeadInt4, BatchInvariant) {
   FUTR_REQUIRE_GPU();
   for (auto [k, group] : {std::pair{640, 128}, std::pair{576, 64}}) {
-  SCOPED_TRACE(testing::Message() << "group " << group);
-  const int n = 49152;
-  const Int4Head h(n, k, group);
-  cuda::Stream st;
-  const std::vector<uint16_t> x32 = test::randn_bf16(size_t(32) * size_t(k), 1.f);
-  cuda::DeviceBuffer<uint16_t> d_x32(x32);
-  cuda::DeviceBuffer<float> d_ref(size_t(32) * size_t(n));
-  cuda::lm_head({h.d_w.get(), d_x32.get(), d_ref.get(), 0, 32, n, k, h.d_s.get(), group}, st);
-  const std::vector<float> ref32 = d_ref.download(st);
-  for (int m = 1; m < 32; ++m) {
-    const int r = int(rng()() % 32u), at = int(rng()() % uint64_t(m));
-    std::vector<uint16_t> x = test::randn_bf16(size_t(m) * size_t(k), 1.f);
-    std::copy_n(x32.begin() + ptrdiff_t(r) * k, k, x.begin() + ptrdiff_t(at) * k);
-    cuda::DeviceBuffer<uint16_t> d_x(x);
-    cuda::DeviceBuffer<float> d_out(size_t(m) * size_t(n));
-    cuda::lm_head({h.d_w.get(), d_x.get(), d_out.get(), 0, m, n, k, h.d_s.get(), group}, st);
-    const std::vector<float> got = d_out.download(st);
-    EXPECT_EQ(std::memcmp(got.data() + size_t(at) * size_t(n), ref32.data() + size_t(r) * size_t(n),
-                          size_t(n) * sizeof(float)),
-              0)
-        << "row " << r << " of 32 at position " << at << " of " << m;
-  }
+    SCOPED_TRACE(testing::Message() << "group " << group);
+    const int n = 49152;
+    const Int4Head h(n, k, group);
+    cuda::Stream st;
+    const std::vector<uint16_t> x32 = test::randn_bf16(size_t(32) * size_t(k), 1.f);
+    cuda::DeviceBuffer<uint16_t> d_x32(x32);
+    cuda::DeviceBuffer<float> d_ref(size_t(32) * size_t(n));
+    cuda::lm_head({h.d_w.get(), d_x32.get(), d_ref.get(), 0, 32, n, k, h.d_s.get(), group}, st);
+    const std::vector<float> ref32 = d_ref.download(st);
+    for (int m = 1; m < 32; ++m) {
+      const int r = int(rng()() % 32u), at = int(rng()() % uint64_t(m));
+      std::vector<uint16_t> x = test::randn_bf16(size_t(m) * size_t(k), 1.f);
+      std::copy_n(x32.begin() + ptrdiff_t(r) * k, k, x.begin() + ptrdiff_t(at) * k);
+      cuda::DeviceBuffer<uint16_t> d_x(x);
+      cuda::DeviceBuffer<float> d_out(size_t(m) * size_t(n));
+      cuda::lm_head({h.d_w.get(), d_x.get(), d_out.get(), 0, m, n, k, h.d_s.get(), group}, st);
+      const std::vector<float> got = d_out.download(st);
+      EXPECT_EQ(std::memcmp(got.data() + size_t(at) * size_t(n), ref32.data() + size_t(r) * size_t(n),
+                            size_t(n) * sizeof(float)),
+                0)
+          << "row " << r << " of 32 at position " << at << " of " << m;
+    }
   }
 }
 

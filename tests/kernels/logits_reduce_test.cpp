@@ -21,16 +21,16 @@
 #include <vector>
 
 #include "core/error.h"
-#include "reference/logits_reduce_ref.h"
 #include "launch/buffer.h"
 #include "launch/decode_ops.h"
 #include "launch/stream.h"
+#include "reference/logits_reduce_ref.h"
 #include "runtime/perplexity.h"
 #include "runtime/sampler.h"
 #include "support/expect_error.h"
 #include "support/gpu.h"
-#include "support/tolerances.h"
 #include "support/random.h"
+#include "support/tolerances.h"
 
 using namespace futr;
 
@@ -107,7 +107,8 @@ TEST(LogitsReduceArgs, RefusesBadArguments) {
 void run_case(int vocab, int rows, int64_t ld, bool with_targets) {
   std::vector<float> host(size_t(rows) * size_t(ld), 7.f);  // the stride's gap holds junk
   std::vector<int> targets(size_t(rows), -1);
-  const Kind kinds[] = {Kind::kRandom, Kind::kTies, Kind::kNegInf, Kind::kAllNegInf, Kind::kNaN, Kind::kLargeRange};
+  const Kind kinds[] = {Kind::kRandom,    Kind::kTies, Kind::kNegInf,
+                        Kind::kAllNegInf, Kind::kNaN,  Kind::kLargeRange};
   std::vector<Kind> kind(static_cast<size_t>(rows));
   for (int r = 0; r < rows; ++r) {
     kind[size_t(r)] = kinds[size_t(r) % 6];
@@ -154,7 +155,8 @@ void run_case(int vocab, int rows, int64_t ld, bool with_targets) {
     };
     if (want.nonfinite == 0) {
       EXPECT_TRUE(close(g.lse, want.lse)) << what << ": lse " << g.lse << " vs " << want.lse;
-      EXPECT_TRUE(close(g.logprob, want.logprob)) << what << ": logprob " << g.logprob << " vs " << want.logprob;
+      EXPECT_TRUE(close(g.logprob, want.logprob))
+          << what << ": logprob " << g.logprob << " vs " << want.logprob;
     }
   }
 }

@@ -23,23 +23,23 @@
 #include <string>
 
 #include "core/numeric.h"
-#include "reference/prefill_attention_ref.h"
+#include "kernels/layout/kv_cache.cuh"
 #include "launch/buffer.h"
 #include "launch/check.h"
 #include "launch/prefill_attention.h"
-#include "kernels/layout/kv_cache.cuh"
+#include "reference/prefill_attention_ref.h"
 #include "support/compare.h"
 #include "support/expect_error.h"
 #include "support/gpu.h"
-#include "support/tolerances.h"
 #include "support/random.h"
+#include "support/tolerances.h"
 
 using namespace futr;
 
 namespace {
 
-using test::rng;
 using test::randn_bf16;
+using test::rng;
 
 std::map<std::string, double>& worst() {
   static std::map<std::string, double> w;
@@ -142,8 +142,8 @@ void check_prefill(int kvh, int group, int d, const std::vector<Req>& reqs, int 
   // Per request too: a wrong short request would hide in a long one's norm.
   for (const auto& r : hr) {
     const size_t b = size_t(r.row_begin) * nh * d, n = size_t(r.n_rows) * nh * d;
-    const test::ErrorStats er = test::compare(std::span<const float>(got).subspan(b, n),
-                                              std::span<const float>(ref).subspan(b, n));
+    const test::ErrorStats er =
+        test::compare(std::span<const float>(got).subspan(b, n), std::span<const float>(ref).subspan(b, n));
     EXPECT_LT(er.rel_l2, test::tol::kPrefillAttention) << shape << ": request at row " << r.row_begin;
   }
 }

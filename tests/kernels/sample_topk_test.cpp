@@ -149,9 +149,9 @@ int run_case(int vocab, int64_t ld, int rows) {
     const int want = ref.sample_with(z, s.u);
     if (got[size_t(r)] != want) {
       ++mismatches;
-      ADD_FAILURE() << "vocab " << vocab << " row " << r << " (T " << s.temperature << ", k " << s.top_k << ", p "
-                    << s.top_p << ", min-p " << s.min_p << ", u " << s.u << "): gpu " << got[size_t(r)]
-                    << ", host " << want;
+      ADD_FAILURE() << "vocab " << vocab << " row " << r << " (T " << s.temperature << ", k " << s.top_k
+                    << ", p " << s.top_p << ", min-p " << s.min_p << ", u " << s.u << "): gpu "
+                    << got[size_t(r)] << ", host " << want;
     }
   }
   return mismatches;
@@ -159,8 +159,13 @@ int run_case(int vocab, int64_t ld, int rows) {
 
 TEST(SampleTopk, EqualsTheHostSampler) {
   FUTR_REQUIRE_GPU();
-  for (auto [vocab, ld, rows] : {std::tuple{1, 1, 8}, {7, 9, 32}, {1000, 1000, 64}, {1025, 1100, 64},
-                                 {49152, 49152, 96}, {49152, 49280, 32}, {128256, 128256, 32}})
+  for (auto [vocab, ld, rows] : {std::tuple{1, 1, 8},
+                                 {7, 9, 32},
+                                 {1000, 1000, 64},
+                                 {1025, 1100, 64},
+                                 {49152, 49152, 96},
+                                 {49152, 49280, 32},
+                                 {128256, 128256, 32}})
     EXPECT_EQ(run_case(vocab, ld, rows), 0) << "vocab " << vocab;
 }
 

@@ -91,13 +91,15 @@ inline Layer make_layer(bool int4, int n, int k, int group, int sample = 3) {
   const size_t rows = L.tiles.size() * 16;
   if (int4) {
     const size_t tile_bytes = size_t(k) / 2 * 16, tile_scales = size_t(k / group) * 16;
-    quant::Int4Packed p{int(rows), k, group, std::vector<uint8_t>(rows * k / 2), std::vector<uint16_t>(rows * (k / group))};
+    quant::Int4Packed p{int(rows), k, group, std::vector<uint8_t>(rows * k / 2),
+                        std::vector<uint16_t>(rows * (k / group))};
     const auto* sc = static_cast<const uint16_t*>(L.lin->scales());
     size_t off = 0;
     for (int gi : groups) {
       const int gt = std::min(ntiles - 8 * gi, 8);
-      FUTR_CUDA_CHECK(cudaMemcpy(p.weights.data() + off * tile_bytes, L.lin->weights() + size_t(8 * gi) * tile_bytes,
-                                 gt * tile_bytes, cudaMemcpyDeviceToHost));
+      FUTR_CUDA_CHECK(cudaMemcpy(p.weights.data() + off * tile_bytes,
+                                 L.lin->weights() + size_t(8 * gi) * tile_bytes, gt * tile_bytes,
+                                 cudaMemcpyDeviceToHost));
       FUTR_CUDA_CHECK(cudaMemcpy(p.scales.data() + off * tile_scales, sc + size_t(8 * gi) * tile_scales,
                                  gt * tile_scales * 2, cudaMemcpyDeviceToHost));
       off += gt;
@@ -111,9 +113,11 @@ inline Layer make_layer(bool int4, int n, int k, int group, int sample = 3) {
     size_t off = 0;
     for (int gi : groups) {
       const int gt = std::min(ntiles - 8 * gi, 8);
-      FUTR_CUDA_CHECK(cudaMemcpy(packed.data() + off * tile_bytes, L.lin->weights() + size_t(8 * gi) * tile_bytes,
-                                 gt * tile_bytes, cudaMemcpyDeviceToHost));
-      FUTR_CUDA_CHECK(cudaMemcpy(L.sc8.data() + off * 16, sc + size_t(8 * gi) * 16, gt * 64, cudaMemcpyDeviceToHost));
+      FUTR_CUDA_CHECK(cudaMemcpy(packed.data() + off * tile_bytes,
+                                 L.lin->weights() + size_t(8 * gi) * tile_bytes, gt * tile_bytes,
+                                 cudaMemcpyDeviceToHost));
+      FUTR_CUDA_CHECK(
+          cudaMemcpy(L.sc8.data() + off * 16, sc + size_t(8 * gi) * 16, gt * 64, cudaMemcpyDeviceToHost));
       off += gt;
     }
     L.sub8 = quant::unpack_e4m3(int(rows), k, packed);
@@ -165,6 +169,5 @@ class PrintWorst : public ::testing::Environment {
   }
 };
 inline const auto* const kPrintWorst = ::testing::AddGlobalTestEnvironment(new PrintWorst);
-
 
 }  // namespace futr::test::w4a16

@@ -112,7 +112,9 @@ TEST(W4A16, RowsAreTheSameBitsInEveryM) {
 // counts, group sizes (the last group shorter too) and M.
 TEST(W4A16, SequentialSplitsEqualTheSplitLaunch) {
   FUTR_REQUIRE_GPU();
-  for (auto [int4, n, k, g] : {std::tuple{true, 960, 576, 64}, {true, 576, 1536, 64}, {true, 4096, 14336, 128},
+  for (auto [int4, n, k, g] : {std::tuple{true, 960, 576, 64},
+                               {true, 576, 1536, 64},
+                               {true, 4096, 14336, 128},
                                {false, 960, 576, 0}}) {
     Layer L = make_layer(int4, n, k, g, 1);
     for (int m : {2, 9, 32}) {
@@ -160,9 +162,16 @@ TEST(W4A16, EveryCompiledVariant) {
       c.kernel = DecodeKernel::kGemv, c.tn = 1, c.loads = 4, c.splits = sp;
       vs.push_back({true, g, c});
     }
-  for (auto [int4, g, mt, tn] : {std::tuple{true, 128, 1, 1}, {true, 128, 2, 1}, {true, 128, 2, 2},
-                                 {true, 128, 4, 1}, {true, 64, 1, 1}, {true, 64, 2, 1}, {true, 64, 4, 1},
-                                 {false, 0, 1, 2}, {false, 0, 2, 2}, {false, 0, 4, 1}})
+  for (auto [int4, g, mt, tn] : {std::tuple{true, 128, 1, 1},
+                                 {true, 128, 2, 1},
+                                 {true, 128, 2, 2},
+                                 {true, 128, 4, 1},
+                                 {true, 64, 1, 1},
+                                 {true, 64, 2, 1},
+                                 {true, 64, 4, 1},
+                                 {false, 0, 1, 2},
+                                 {false, 0, 2, 2},
+                                 {false, 0, 4, 1}})
     for (int sp : {1, 3, 8}) {
       DecodeConfig c;
       c.kernel = DecodeKernel::kSkinny, c.mt = mt, c.tn = tn, c.splits = sp;
@@ -170,7 +179,8 @@ TEST(W4A16, EveryCompiledVariant) {
     }
   // A build of fewer formats (FUTR_W4A16_VARIANTS) runs what it has.
   std::erase_if(vs, [](const V& v) {
-    return !cuda::decode_compiled(v.int4 ? cuda::DecodeWeights::kInt4 : cuda::DecodeWeights::kE4M3, v.group, v.c);
+    return !cuda::decode_compiled(v.int4 ? cuda::DecodeWeights::kInt4 : cuda::DecodeWeights::kE4M3, v.group,
+                                  v.c);
   });
   for (int g : {128, 64}) {
     const int n = 1024 + 16 * 5, k = g == 64 ? 1472 : 1536;  // N not a multiple of the CTA's columns
@@ -185,8 +195,9 @@ TEST(W4A16, EveryCompiledVariant) {
       if (v.c.kernel == DecodeKernel::kGemv) {
         check(L, 1, &v.c, what, test::tol::kW4A16);
       } else {
-        for (int m : v.c.mt == 1 ? std::vector<int>{1, 2, 8} : v.c.mt == 2 ? std::vector<int>{9, 16}
-                                                                        : std::vector<int>{17, 32})
+        for (int m : v.c.mt == 1   ? std::vector<int>{1, 2, 8}
+                     : v.c.mt == 2 ? std::vector<int>{9, 16}
+                                   : std::vector<int>{17, 32})
           check(L, m, &v.c, what, v.int4 ? test::tol::kW4A16 : test::tol::kW8A16);
       }
     }
@@ -202,7 +213,8 @@ TEST(W4A16, GraphReplayIsDeterministic) {
     cuda::DeviceBuffer<uint16_t> dx(x), eager(size_t(m) * 4096), replay(size_t(m) * 4096);
     cuda::Stream s;
     L.lin->forward(dx.get(), eager.get(), m, s);
-    cuda::Graph g = cuda::Graph::capture(s, [&](cudaStream_t st) { L.lin->forward(dx.get(), replay.get(), m, st); });
+    cuda::Graph g =
+        cuda::Graph::capture(s, [&](cudaStream_t st) { L.lin->forward(dx.get(), replay.get(), m, st); });
     for (int r = 0; r < 3; ++r) {
       replay.fill_bytes(0xff, s);
       g.launch(s);
@@ -244,7 +256,8 @@ TEST(W4A16, PdlChainInGraphEqualsEager) {
       g.launch(s);
       s.sync();
       EXPECT_EQ(y1.download(), e1) << "PDL replay " << r << " M=" << m << " (first kernel)";
-      EXPECT_EQ(y3.download(), e3) << "PDL replay " << r << " M=" << m << " (third kernel: reads PDL outputs)";
+      EXPECT_EQ(y3.download(), e3) << "PDL replay " << r << " M=" << m
+                                   << " (third kernel: reads PDL outputs)";
     }
   }
 }
@@ -257,7 +270,8 @@ TEST(W4A16, GemvWithSwigluInputEqualsSwigluThenGemv) {
   for (auto [n, k, g] : {std::tuple{576, 1536, 64}, {4096, 14336, 128}}) {
     Layer L = make_layer(true, n, k, g, 1);
     const auto gu = random_x(1, 2 * k);
-    cuda::DeviceBuffer<uint16_t> dgu(gu), s(static_cast<size_t>(k)), want(static_cast<size_t>(n)), got(static_cast<size_t>(n));
+    cuda::DeviceBuffer<uint16_t> dgu(gu), s(static_cast<size_t>(k)), want(static_cast<size_t>(n)),
+        got(static_cast<size_t>(n));
     cuda::swiglu(dgu.get(), s.get(), 1, k, nullptr);
     for (int sp : {1, 2, 4, 8}) {
       DecodeConfig c = L.lin->config(1);
@@ -271,7 +285,8 @@ TEST(W4A16, GemvWithSwigluInputEqualsSwigluThenGemv) {
     }
     DecodeConfig skinny = L.lin->config(2);
     skinny.kernel = cuda::DecodeKernel::kSkinny;
-    EXPECT_FUTR_ERROR(L.lin->forward(dgu.get(), got.get(), 2, skinny, nullptr, true), "SwiGLU input is fused");
+    EXPECT_FUTR_ERROR(L.lin->forward(dgu.get(), got.get(), 2, skinny, nullptr, true),
+                      "SwiGLU input is fused");
   }
 }
 
@@ -290,8 +305,8 @@ TEST(W4A16, GemvWithNormInputMatchesRmsnormThenGemv) {
     for (float& v : x) v = 3.f * nd(rng);
     const auto add = random_x(1, k), gain = random_x(1, k);
     cuda::DeviceBuffer<float> dx(x), x_sep(x), x_out(static_cast<size_t>(k));
-    cuda::DeviceBuffer<uint16_t> dadd(add), dgain(gain), a(static_cast<size_t>(k)), want(static_cast<size_t>(n)),
-        got(static_cast<size_t>(n));
+    cuda::DeviceBuffer<uint16_t> dadd(add), dgain(gain), a(static_cast<size_t>(k)),
+        want(static_cast<size_t>(n)), got(static_cast<size_t>(n));
     cuda::RmsNormArgs rn;
     rn.x = x_sep.get(), rn.add = dadd.get(), rn.ld_add = k, rn.gain = dgain.get(), rn.out = a.get();
     rn.rows = 1, rn.H = k, rn.eps = 1e-5f;
@@ -306,7 +321,8 @@ TEST(W4A16, GemvWithNormInputMatchesRmsnormThenGemv) {
       x_out.fill_bytes(0xff);
       L.lin->forward(nullptr, got.get(), 1, c, nullptr, false, &ni);
       FUTR_CUDA_CHECK(cudaDeviceSynchronize());
-      const std::string what = "N " + std::to_string(n) + " K " + std::to_string(k) + " splits " + std::to_string(sp);
+      const std::string what =
+          "N " + std::to_string(n) + " K " + std::to_string(k) + " splits " + std::to_string(sp);
       EXPECT_EQ(x_out.download(), x_sep.download()) << what << ": the stored residual";
       EXPECT_EQ(dx.download(), x) << what << ": the input residual must not change";
       EXPECT_EQ(got.download(), want.download()) << what << ": the output";
@@ -365,23 +381,28 @@ TEST(W4A16Invalid, ShapesAndConfigsAreRejected) {
   rejects([&] { cuda::decode_gemm(DecodeWeights::kInt4, args(65, 64, 128, 128), sk, nullptr); }, "M = 65");
   rejects([&] { cuda::decode_gemm(DecodeWeights::kInt4, args(1, 12, 128, 128), gemv, nullptr); }, "N = 12");
   rejects([&] { cuda::decode_gemm(DecodeWeights::kInt4, args(1, 64, 96, 64), gemv, nullptr); }, "K = 96");
-  rejects([&] { cuda::decode_gemm(DecodeWeights::kInt4, args(1, 64, 128, 32), gemv, nullptr); }, "group size 32");
+  rejects([&] { cuda::decode_gemm(DecodeWeights::kInt4, args(1, 64, 128, 32), gemv, nullptr); },
+          "group size 32");
   rejects([&] { cuda::decode_gemm(DecodeWeights::kInt4, args(1, 64, 576, 128), gemv, nullptr); }, "group 64");
   rejects([&] { cuda::decode_gemm(DecodeWeights::kInt4, args(2, 64, 128, 128), gemv, nullptr); }, "M = 1");
-  rejects([&] { cuda::decode_gemm(DecodeWeights::kInt4, args(9, 64, 128, 128), sk, nullptr); }, "needs mt >= 2");
+  rejects([&] { cuda::decode_gemm(DecodeWeights::kInt4, args(9, 64, 128, 128), sk, nullptr); },
+          "needs mt >= 2");
   DecodeConfig bad = sk;
   bad.tn = 3;
-  rejects([&] { cuda::decode_gemm(DecodeWeights::kInt4, args(4, 64, 128, 128), bad, nullptr); }, "nearest supported");
+  rejects([&] { cuda::decode_gemm(DecodeWeights::kInt4, args(4, 64, 128, 128), bad, nullptr); },
+          "nearest supported");
   DecodeConfig bad2 = gemv;
   bad2.loads = 3;
   rejects([&] { cuda::decode_gemm(DecodeWeights::kInt4, args(1, 64, 128, 128), bad2, nullptr); },
           "nearest supported: 'int4 g128 gemv tn=1 loads=4'");
   DecodeConfig bad3 = sk;
   bad3.tn = 4;
-  rejects([&] { cuda::decode_gemm(DecodeWeights::kInt4, args(4, 64, 576, 64), bad3, nullptr); }, "nearest supported");
+  rejects([&] { cuda::decode_gemm(DecodeWeights::kInt4, args(4, 64, 576, 64), bad3, nullptr); },
+          "nearest supported");
   DecodeConfig split = sk;
   split.splits = 4;
-  rejects([&] { cuda::decode_gemm(DecodeWeights::kInt4, args(4, 64, 1024, 128), split, nullptr); }, "workspace");
+  rejects([&] { cuda::decode_gemm(DecodeWeights::kInt4, args(4, 64, 1024, 128), split, nullptr); },
+          "workspace");
   auto misaligned = args(1, 64, 128, 128);
   misaligned.x = fake + 2;
   rejects([&] { cuda::decode_gemm(DecodeWeights::kInt4, misaligned, gemv, nullptr); }, "aligned");
@@ -395,11 +416,13 @@ TEST(W4A16Invalid, HeuristicStaysInsideTheCompiledList) {
   // (of the formats this build compiles: FUTR_W4A16_VARIANTS).
   const auto variants = cuda::decode_variants();
   auto format_compiled = [&](const std::string& prefix) {
-    return std::any_of(variants.begin(), variants.end(), [&](const std::string& v) { return v.rfind(prefix, 0) == 0; });
+    return std::any_of(variants.begin(), variants.end(),
+                       [&](const std::string& v) { return v.rfind(prefix, 0) == 0; });
   };
   for (const DecodeShape& s : cuda::kDecodeShapes)
     for (int m = 1; m <= 64; ++m)
-      for (auto [f, group] : {std::pair{cuda::DecodeWeights::kInt4, s.group}, {cuda::DecodeWeights::kInt4, 64},
+      for (auto [f, group] : {std::pair{cuda::DecodeWeights::kInt4, s.group},
+                              {cuda::DecodeWeights::kInt4, 64},
                               {cuda::DecodeWeights::kE4M3, 0}}) {
         const DecodeConfig c = cuda::decode_heuristic(f, m, s.n, s.k, kH200SmCount, group);
         std::string want = f == cuda::DecodeWeights::kInt4 ? "int4 g" + std::to_string(group) : "e4m3";

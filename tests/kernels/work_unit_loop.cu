@@ -33,7 +33,8 @@ struct NoDeps {
 // This CTA's units: ctas - 1 - blockIdx.x, then every gridDim.x-th one.
 #define FOR_UNITS(u, units) for (int u = int(gridDim.x - 1 - blockIdx.x); u < (units); u += int(gridDim.x))
 
-__global__ void __launch_bounds__(device::kRmsThreads) rmsnorm_loop(const device::RmsNormParams p, int units) {
+__global__ void __launch_bounds__(device::kRmsThreads)
+    rmsnorm_loop(const device::RmsNormParams p, int units) {
   __shared__ device::RmsNormSmem sm;
   FOR_UNITS(u, units) {
     device::rmsnorm_unit(p, u, units, sm, NoDeps{});
@@ -41,14 +42,16 @@ __global__ void __launch_bounds__(device::kRmsThreads) rmsnorm_loop(const device
   }
 }
 
-__global__ void __launch_bounds__(device::kSwigluThreads) swiglu_loop(const device::SwigluParams p, int units) {
+__global__ void __launch_bounds__(device::kSwigluThreads)
+    swiglu_loop(const device::SwigluParams p, int units) {
   FOR_UNITS(u, units) {
     device::swiglu_unit(p, u, units, NoDeps{});
     __syncthreads();
   }
 }
 
-__global__ void __launch_bounds__(device::kLogitsThreads) logits_loop(const device::LogitsReduceParams p, int units) {
+__global__ void __launch_bounds__(device::kLogitsThreads)
+    logits_loop(const device::LogitsReduceParams p, int units) {
   constexpr int kWarps = device::LogitsReduceSmem::kWarps;
   __shared__ float val[kWarps];
   __shared__ int idx[kWarps], bad[kWarps];
@@ -60,7 +63,8 @@ __global__ void __launch_bounds__(device::kLogitsThreads) logits_loop(const devi
   }
 }
 
-__global__ void __launch_bounds__(device::kSampleThreads) sample_loop(const device::SampleParams p, int units) {
+__global__ void __launch_bounds__(device::kSampleThreads)
+    sample_loop(const device::SampleParams p, int units) {
   __shared__ device::SampleTopkSmem::Tmp tmp;
   __shared__ uint32_t hist[256];
   __shared__ unsigned long long cand[device::kSampleMaxTopK];
@@ -76,7 +80,8 @@ __global__ void __launch_bounds__(device::kSampleThreads) sample_loop(const devi
 }
 
 template <int MT, int U>
-__global__ void __launch_bounds__(device::kLmHeadThreads) lm_head_loop(const device::LmHeadParams p, int units) {
+__global__ void __launch_bounds__(device::kLmHeadThreads)
+    lm_head_loop(const device::LmHeadParams p, int units) {
   FOR_UNITS(u, units) {
     device::lm_head_unit<device::LmHeadBf16, MT, U>(p, u, units, NoDeps{});
     __syncthreads();
@@ -129,8 +134,8 @@ void loop_sample_topk(const cuda::SampleArgs& a, int ctas, cudaStream_t s) {
 }
 
 void loop_lm_head(const cuda::LmHeadArgs& a, int ctas, cudaStream_t s) {
-  const device::LmHeadParams p{a.w, nullptr, static_cast<const uint16_t*>(a.x), a.out, a.ld ? a.ld : a.n, a.m, a.n,
-                               a.k};
+  const device::LmHeadParams p{a.w, nullptr, static_cast<const uint16_t*>(a.x), a.out, a.ld ? a.ld : a.n, a.m,
+                               a.n, a.k};
   const int units = device::lm_head_units(a.n);
   // The launcher's BF16 variant for m (launch/lm_head.cu): another one gives the same bits too.
   if (a.m <= 8) lm_head_loop<1, 4><<<ctas, device::kLmHeadThreads, 0, s>>>(p, units);

@@ -22,12 +22,22 @@ void run(cuda::LtInput in, int M, int N, int K) {
   std::vector<uint16_t> a16(a.size()), b16(b.size());
   std::vector<uint8_t> a8(a.size()), b8(b.size());
   for (size_t i = 0; i < a.size(); ++i) {
-    if (in == cuda::LtInput::kBF16) { a16[i] = float_to_bf16(u(rng)); a[i] = bf16_to_float(a16[i]); }
-    else { a8[i] = float_to_e4m3(u(rng)); a[i] = e4m3_to_float(a8[i]); }
+    if (in == cuda::LtInput::kBF16) {
+      a16[i] = float_to_bf16(u(rng));
+      a[i] = bf16_to_float(a16[i]);
+    } else {
+      a8[i] = float_to_e4m3(u(rng));
+      a[i] = e4m3_to_float(a8[i]);
+    }
   }
   for (size_t i = 0; i < b.size(); ++i) {
-    if (in == cuda::LtInput::kBF16) { b16[i] = float_to_bf16(u(rng)); b[i] = bf16_to_float(b16[i]); }
-    else { b8[i] = float_to_e4m3(u(rng)); b[i] = e4m3_to_float(b8[i]); }
+    if (in == cuda::LtInput::kBF16) {
+      b16[i] = float_to_bf16(u(rng));
+      b[i] = bf16_to_float(b16[i]);
+    } else {
+      b8[i] = float_to_e4m3(u(rng));
+      b[i] = e4m3_to_float(b8[i]);
+    }
   }
   const float sa = 0.5f, sb = 0.25f;
   std::vector<float> ref(size_t(M) * N);

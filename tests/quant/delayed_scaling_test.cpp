@@ -57,7 +57,9 @@ TEST(DelayedScaling, NormalizedRowsStayWithinTheirBound) {
       if (trial == 0) {
         x[size_t(K / 3)] = -3.7e4f;  // one massive value: the attention sink's kind of row
       } else {
-        for (int k = 0; k < K; ++k) x[size_t(k)] = round_bf16(std::ldexp(float((k * 7919 + trial * 104729) % 2001 - 1000), -(k + trial) % 20));
+        for (int k = 0; k < K; ++k)
+          x[size_t(k)] =
+              round_bf16(std::ldexp(float((k * 7919 + trial * 104729) % 2001 - 1000), -(k + trial) % 20));
       }
       double ss = 0;
       for (float v : x) ss += double(v) * v;
@@ -121,7 +123,7 @@ TEST(DelayedScaling, StaticScaleNeverMovesButCounts) {
   DelayedScale st(cfg);
   const float s0 = st.scale();
   EXPECT_FLOAT_EQ(s0, next_scale(10.0f, 1.0f));
-  call(st, ramp(100, 3.0f));    // smaller: a delayed scale would shrink
+  call(st, ramp(100, 3.0f));  // smaller: a delayed scale would shrink
   EXPECT_EQ(st.scale(), s0);
   const Fp8QuantStats big = call(st, ramp(100, 40.0f));  // larger: saturates, and stays saturating
   EXPECT_GT(big.saturated, 0u);
@@ -236,7 +238,8 @@ TEST(DelayedScaling, RecomputePolicyReRunsWithoutSaturation) {
   EXPECT_EQ(st.stats().recomputes, 1u);
   EXPECT_EQ(st.stats().saturated_calls, 1u);
   // The re-run's values are the correctly scaled E4M3 values (no clamping).
-  for (size_t i = 0; i < x.size(); ++i) EXPECT_LE(std::fabs(out[i] - x[i]), std::fabs(x[i]) / 16 + st.scale());
+  for (size_t i = 0; i < x.size(); ++i)
+    EXPECT_LE(std::fabs(out[i] - x[i]), std::fabs(x[i]) / 16 + st.scale());
   EXPECT_FUTR_ERROR(st.record_rerun(50.0f, 3), "still saturated 3 values");
 }
 
@@ -284,5 +287,6 @@ TEST(DelayedScaling, FastE4m3MatchesReference) {
   for (int i = 0; i < 200000; ++i) probes.push_back((i % 2 ? -1.0f : 1.0f) * std::exp2(e(rng)));
   for (float v : {448.0f, 464.0f, 479.9f, 480.0f, 1e6f, 0x1p-6f, 0x1p-9f, 0x1p-10f, 0x1.8p-10f})
     probes.push_back(v);
-  for (float v : probes) ASSERT_EQ(std::bit_cast<uint32_t>(round_e4m3_fast(v)), std::bit_cast<uint32_t>(round_e4m3(v))) << v;
+  for (float v : probes)
+    ASSERT_EQ(std::bit_cast<uint32_t>(round_e4m3_fast(v)), std::bit_cast<uint32_t>(round_e4m3(v))) << v;
 }

@@ -28,7 +28,8 @@ TEST(Fp8Weights, PerChannelRoundTrip) {
       EXPECT_EQ(d[i], e4m3_to_float(q.w[i]) * q.scale[size_t(r)]);
       EXPECT_EQ(d[i], q.dequant(r, c));
       // E4M3: 3 mantissa bits, relative error <= 2^-4 for normals; absolute 2^-10 * s for subnormals.
-      EXPECT_LE(std::fabs(d[i] - w[i]), std::max(std::fabs(w[i]) / 16.0f, q.scale[size_t(r)] / 1024.0f) * 1.0001f);
+      EXPECT_LE(std::fabs(d[i] - w[i]),
+                std::max(std::fabs(w[i]) / 16.0f, q.scale[size_t(r)] / 1024.0f) * 1.0001f);
     }
   }
 }
@@ -46,7 +47,8 @@ TEST(Fp8Weights, FoldGain) {
 TEST(Fp8Weights, Errors) {
   std::vector<float> w(16, 1.0f);
   w[9] = INFINITY;
-  EXPECT_FUTR_ERROR(quantize_fp8(w, 2, 8, false, "blk.0.ffn_down"), "blk.0.ffn_down: row 1 holds a non-finite weight");
+  EXPECT_FUTR_ERROR(quantize_fp8(w, 2, 8, false, "blk.0.ffn_down"),
+                    "blk.0.ffn_down: row 1 holds a non-finite weight");
   EXPECT_FUTR_ERROR(quantize_fp8(w, 3, 8, false, "x"), "x: 16 values for an FP8 weight [3, 8]");
 }
 
@@ -64,7 +66,8 @@ TEST(Fp8Weights, ScalesStayInTheirBounds) {
   for (size_t i = 0; i < w.size(); ++i) EXPECT_LE(std::fabs(d[i] - w[i]), 0x1p-74f) << i;
   std::vector<float> big(16, 1.0f);
   big[12] = 1e9f;
-  EXPECT_FUTR_ERROR(quantize_fp8(big, 2, 8, false, "blk.0.ffn_up"), "blk.0.ffn_up: row 1 holds a weight of magnitude");
+  EXPECT_FUTR_ERROR(quantize_fp8(big, 2, 8, false, "blk.0.ffn_up"),
+                    "blk.0.ffn_up: row 1 holds a weight of magnitude");
   big[12] = kFp8MaxWeightScale * 448.0f;  // the largest allowed
   EXPECT_EQ(quantize_fp8(big, 2, 8, false, "t").scale[1], kFp8MaxWeightScale);
 }

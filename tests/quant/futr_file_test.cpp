@@ -15,13 +15,13 @@
 #include <functional>
 
 #include "core/numeric.h"
-#include "quantize/quantize.h"
 #include "cpu_engine/quant_model.h"
 #include "formats/loader.h"
 #include "quant/delayed_scaling.h"
 #include "quant/fp8_weights.h"
 #include "quant/int4_quant.h"
 #include "quant/quant_test_util.h"
+#include "quantize/quantize.h"
 
 using namespace futr;
 using nlohmann::json;
@@ -63,7 +63,8 @@ Sets quantize_all(const Model& m) {
 }
 
 std::filesystem::path tmp(const std::string& name) {
-  return std::filesystem::temp_directory_path() / ("futr_file_test_" + std::to_string(::getpid()) + "_" + name);
+  return std::filesystem::temp_directory_path() /
+         ("futr_file_test_" + std::to_string(::getpid()) + "_" + name);
 }
 
 // Rewrites the JSON header of a .futr byte string; blob offsets are relative
@@ -104,8 +105,8 @@ TEST(FutrFile, RoundTripEveryFormat) {
   const std::vector<uint8_t> bytes = futr_bytes(m, {&s.int4, &s.fp8, &s.bf16});
   const FutrFile f(bytes, "t.futr");
   EXPECT_EQ(f.version(), kFutrFormatVersion);
-  EXPECT_EQ(f.formats(), (std::vector<WeightFormat>{WeightFormat::kInt4, WeightFormat::kFp8,
-                                                           WeightFormat::kBf16}));
+  EXPECT_EQ(f.formats(),
+            (std::vector<WeightFormat>{WeightFormat::kInt4, WeightFormat::kFp8, WeightFormat::kBf16}));
   const quant::QuantizedWeights i4 = f.read_weights(WeightFormat::kInt4);
   const quant::QuantizedWeights f8 = f.read_weights(WeightFormat::kFp8);
   const quant::QuantizedWeights b16 = f.read_weights(WeightFormat::kBf16);
@@ -130,7 +131,8 @@ TEST(FutrFile, RoundTripEveryFormat) {
   uint64_t header_bytes = 0;
   std::memcpy(&header_bytes, bytes.data() + 16, 8);
   const uint64_t data = (24 + header_bytes + 63) / 64 * 64;
-  EXPECT_EQ(0, std::memcmp(bytes.data() + data + e["offset"].get<uint64_t>(), p.weights.data(), p.weights.size()));
+  EXPECT_EQ(
+      0, std::memcmp(bytes.data() + data + e["offset"].get<uint64_t>(), p.weights.data(), p.weights.size()));
   EXPECT_EQ((data + e["offset"].get<uint64_t>()) % 64, 0u);
 
   // The model view: config, tokenizer, BF16 non-projection tensors, projections from INT4.
@@ -141,7 +143,8 @@ TEST(FutrFile, RoundTripEveryFormat) {
   EXPECT_EQ(back.tokenizer.merges, m.tokenizer.merges);
   EXPECT_EQ(back.tokenizer.chat_template, m.tokenizer.chat_template);
   EXPECT_EQ(back.tokenizer.ignore_merges, std::optional<bool>(true));
-  EXPECT_EQ(back.weights.layers[1].w_down.data, quant::dequantize_int4(s.int4.at({1, Projection::kDown}).int4));
+  EXPECT_EQ(back.weights.layers[1].w_down.data,
+            quant::dequantize_int4(s.int4.at({1, Projection::kDown}).int4));
   for (size_t i = 0; i < m.weights.tok_embd.data.size(); i += 101)
     EXPECT_EQ(back.weights.tok_embd.data[i], round_bf16(m.weights.tok_embd.data[i]));
   EXPECT_FALSE(back.sources.empty());
@@ -222,9 +225,10 @@ TEST(FutrFile, BiasesAndSentencePieceTokenizerRoundTrip) {
                         .to_model(false),
                     "unexpected tensor 'blk.0.attn_q.bias'");
   // Scores of another length than the vocabulary: refused.
-  EXPECT_FUTR_ERROR(FutrFile(with_header(bytes, [](json& h) { h["tokenizer"]["scores"]["count"] = 3; }), "s.futr")
-                        .to_model(false),
-                    "tokenizer.scores has 3 entries");
+  EXPECT_FUTR_ERROR(
+      FutrFile(with_header(bytes, [](json& h) { h["tokenizer"]["scores"]["count"] = 3; }), "s.futr")
+          .to_model(false),
+      "tokenizer.scores has 3 entries");
 }
 
 TEST(FutrFile, LoaderDispatchAndFiles) {
@@ -257,10 +261,11 @@ TEST(FutrFile, Versions) {
   EXPECT_NO_THROW(FutrFile(newer_ok, "n.futr").to_model(true));
   // A newer writer that breaks old readers: a clear error.
   o.min_reader_version = kFutrFormatVersion + 1;
-  EXPECT_FUTR_ERROR(FutrFile(futr_bytes(m, {&s.int4}, o), "new.futr"),
-                     fmt::format("new.futr: .futr format version {0} needs a reader of version >= {0}; this futr "
-                                 "reads versions 1..{1}",
-                                 kFutrFormatVersion + 1, kFutrFormatVersion));
+  EXPECT_FUTR_ERROR(
+      FutrFile(futr_bytes(m, {&s.int4}, o), "new.futr"),
+      fmt::format("new.futr: .futr format version {0} needs a reader of version >= {0}; this futr "
+                  "reads versions 1..{1}",
+                  kFutrFormatVersion + 1, kFutrFormatVersion));
   o.version = 0;
   o.min_reader_version = 0;
   EXPECT_FUTR_ERROR(FutrFile(futr_bytes(m, {&s.int4}, o), "z.futr"), "format version 0 is invalid");
@@ -311,7 +316,8 @@ TEST(FutrFile, HostileHeaders) {
   b[24 + hb - 1] = ',';  // the closing brace
   expect(b, "not valid JSON");
   auto edit = [&](const std::function<void(json&)>& f) { return with_header(good, f); };
-  expect(edit([](json& h) { h["tensors"][0]["offset"] = uint64_t(1) << 50; }), "lies past the end of the file");
+  expect(edit([](json& h) { h["tensors"][0]["offset"] = uint64_t(1) << 50; }),
+         "lies past the end of the file");
   expect(edit([](json& h) { h["tensors"][0]["bytes"] = 12; }), "has 12 bytes, its shape needs");
   expect(edit([](json& h) { h["config"]["hidden"] = -5; }), "hidden = -5 is out of range");
   expect(edit([](json& h) { h["config"]["arch"] = "gpt2"; }), "unsupported architecture 'gpt2'");
@@ -367,10 +373,12 @@ TEST(FutrFile, StrictHeaderTable) {
        "config.hidden = 1e+300 is not an integer in range"},
       {"2^32 + 64 in an int field", [](json& h) { h["config"]["n_layers"] = (uint64_t(1) << 32) + 64; },
        "config.n_layers = 4294967360 is out of range (1..2147483647)"},
-      {"fractional int", [](json& h) { h["config"]["vocab"] = 101.5; }, "config.vocab = 101.5 is not an integer"},
+      {"fractional int", [](json& h) { h["config"]["vocab"] = 101.5; },
+       "config.vocab = 101.5 is not an integer"},
       {"rope_theta 1e300 (inf as float)", [](json& h) { h["config"]["rope_theta"] = 1e300; },
        "config.rope_theta = 1e+300 is out of range"},
-      {"rope_theta 1e30", [](json& h) { h["config"]["rope_theta"] = 1e30; }, "rope_theta 1e+30 is out of range"},
+      {"rope_theta 1e30", [](json& h) { h["config"]["rope_theta"] = 1e30; },
+       "rope_theta 1e+30 is out of range"},
       {"rms_eps negative", [](json& h) { h["config"]["rms_eps"] = -1; }, "rms_eps -1 is out of range"},
       {"llama3 factor 0",
        [](json& h) {
@@ -384,9 +392,12 @@ TEST(FutrFile, StrictHeaderTable) {
        "lies past the end of the file"},
       {"negative offset", [&](json& h) { entry(h, "blk.0.attn_q", "int4")["offset"] = -64; },
        "offset = -64 is out of range"},
-      {"unaligned offset", [&](json& h) { entry(h, "blk.0.attn_q", "int4")["offset"] = 65; }, "not a multiple of 64"},
+      {"unaligned offset", [&](json& h) { entry(h, "blk.0.attn_q", "int4")["offset"] = 65; },
+       "not a multiple of 64"},
       {"overlapping blobs",
-       [&](json& h) { entry(h, "blk.0.attn_k", "int4")["offset"] = entry(h, "blk.0.attn_q", "int4")["offset"]; },
+       [&](json& h) {
+         entry(h, "blk.0.attn_k", "int4")["offset"] = entry(h, "blk.0.attn_q", "int4")["offset"];
+       },
        "overlaps"},
       {"scales over the weights",
        [&](json& h) {
@@ -395,14 +406,19 @@ TEST(FutrFile, StrictHeaderTable) {
        },
        "overlaps"},
       {"tokenizer strings over a tensor",
-       [&](json& h) { h["tokenizer"]["merges"]["offset"] = entry(h, "token_embd", "")["offset"]; }, "overlaps"},
-      {"duplicate tensor", [](json& h) { h["tensors"].push_back(h["tensors"][3]); }, "appears twice in the header"},
+       [&](json& h) { h["tokenizer"]["merges"]["offset"] = entry(h, "token_embd", "")["offset"]; },
+       "overlaps"},
+      {"duplicate tensor", [](json& h) { h["tensors"].push_back(h["tensors"][3]); },
+       "appears twice in the header"},
       {"folded_gain on attn_output",
        [&](json& h) { entry(h, "blk.0.attn_output", "fp8")["folded_gain"] = true; },
        "tensor 'blk.0.attn_output' has folded_gain, but its input is not the normed hidden state"},
       {"folded_gain on ffn_down", [&](json& h) { entry(h, "blk.1.ffn_down", "fp8")["folded_gain"] = true; },
        "'blk.1.ffn_down' has folded_gain"},
-      {"token types of the wrong count", [](json& h) { h["tokenizer"]["token_types"] = json::array({1, 1}); },
+      {"token types of the wrong count",
+       [](json& h) {
+         h["tokenizer"]["token_types"] = json::array({1, 1});
+       },
        "token_types must be an array of 98 token types"},
       {"token type out of range",
        [](json& h) {
@@ -456,13 +472,15 @@ TEST(FutrFile, DeeplyNestedHeader) {
   const Model m = tiny();
   const Sets s = quantize_all(m);
   std::vector<uint8_t> b = futr_bytes(m, {&s.int4});
-  const std::string deep = "{\"format\": \"futr\", \"x\": " + std::string(200000, '[') + std::string(200000, ']') + "}";
+  const std::string deep =
+      "{\"format\": \"futr\", \"x\": " + std::string(200000, '[') + std::string(200000, ']') + "}";
   std::vector<uint8_t> out(b.begin(), b.begin() + 24);
   const uint64_t n = deep.size();
   std::memcpy(out.data() + 16, &n, 8);
   out.insert(out.end(), deep.begin(), deep.end());
   out.resize((out.size() + 63) / 64 * 64, 0);
-  EXPECT_FUTR_ERROR(FutrFile(out, "deep.futr"), "deep.futr: the .futr header: JSON nested deeper than 64 levels");
+  EXPECT_FUTR_ERROR(FutrFile(out, "deep.futr"),
+                    "deep.futr: the .futr header: JSON nested deeper than 64 levels");
 }
 
 // Class 4: non-finite weights and scales are refused at load, naming the tensor.
@@ -486,11 +504,13 @@ TEST(FutrFile, NonFiniteValuesNameTheTensor) {
                     "x.futr: tensor 'blk.0.attn_k' has a non-finite INT4 scale (#1)");
   EXPECT_FUTR_ERROR(FutrFile(poke(f8, "blk.1.ffn_gate", "fp8", "offset", 5, {0x7f}), "x.futr").to_model(true),
                     "tensor 'blk.1.ffn_gate' holds an E4M3 NaN (element 5)");
-  EXPECT_FUTR_ERROR(FutrFile(poke(f8, "blk.1.ffn_gate", "fp8", "scale_offset", 0, {0, 0, 0xc0, 0x7f}), "x.futr")
-                        .to_model(true),
-                    "tensor 'blk.1.ffn_gate' has FP8 scale nan (row 0), outside");
-  EXPECT_FUTR_ERROR(FutrFile(poke(b16, "blk.0.ffn_up", "bf16", "offset", 4, {0x80, 0x7f}), "x.futr").to_model(true),
-                    "tensor 'blk.0.ffn_up' holds a non-finite value (element 2)");
+  EXPECT_FUTR_ERROR(
+      FutrFile(poke(f8, "blk.1.ffn_gate", "fp8", "scale_offset", 0, {0, 0, 0xc0, 0x7f}), "x.futr")
+          .to_model(true),
+      "tensor 'blk.1.ffn_gate' has FP8 scale nan (row 0), outside");
+  EXPECT_FUTR_ERROR(
+      FutrFile(poke(b16, "blk.0.ffn_up", "bf16", "offset", 4, {0x80, 0x7f}), "x.futr").to_model(true),
+      "tensor 'blk.0.ffn_up' holds a non-finite value (element 2)");
   EXPECT_FUTR_ERROR(FutrFile(poke(i4, "output_norm", "", "offset", 0, {0xc0, 0xff}), "x.futr").to_model(true),
                     "tensor 'output_norm' holds a non-finite value");
 }
@@ -517,9 +537,9 @@ TEST(FutrFile, Fp8ScalesAndAmaxAreRangeChecked) {
   const struct {
     float v;
     const char* error;
-  } scales[] = {{0.0f, "scale 0 (row 2)"},          {-1.0f, "scale -1 (row 2)"},
-                {1e-40f, "scale 1e-40 (row 2)"},    {1e30f, "scale 1e+30 (row 2)"},
-                {INFINITY, "scale inf (row 2)"},    {0x1p-65f, "scale 2.7105054e-20 (row 2)"},
+  } scales[] = {{0.0f, "scale 0 (row 2)"},        {-1.0f, "scale -1 (row 2)"},
+                {1e-40f, "scale 1e-40 (row 2)"},  {1e30f, "scale 1e+30 (row 2)"},
+                {INFINITY, "scale inf (row 2)"},  {0x1p-65f, "scale 2.7105054e-20 (row 2)"},
                 {0x1p17f, "scale 131072 (row 2)"}};
   for (const auto& c : scales) {
     SCOPED_TRACE(c.error);
@@ -544,8 +564,9 @@ TEST(FutrFile, Fp8ScalesAndAmaxAreRangeChecked) {
   }
   for (float ok : {quant::kFp8MinCalibratedAmax, quant::kFp8MaxCalibratedAmax}) {
     const std::vector<uint8_t> b = amax(ok);
-    EXPECT_EQ(FutrFile(b, "x.futr").read_weights(WeightFormat::kFp8).fp8_initial_amax.at({0, InputSite::kAttnIn}),
-              ok);
+    EXPECT_EQ(
+        FutrFile(b, "x.futr").read_weights(WeightFormat::kFp8).fp8_initial_amax.at({0, InputSite::kAttnIn}),
+        ok);
   }
   // The writer never writes what the reader refuses.
   quant::QuantizedWeights bad = s.fp8;
@@ -583,11 +604,13 @@ TEST(FutrFile, TensorsTheModelDoesNotUseAreRefused) {
     std::function<void(json&)> edit;
     const char* error;
   } cases[] = {
-      {"rope_freqs", extra("rope_freqs", ""), "unexpected tensor 'rope_freqs' (not a tensor of this model's 2 layers)"},
+      {"rope_freqs", extra("rope_freqs", ""),
+       "unexpected tensor 'rope_freqs' (not a tensor of this model's 2 layers)"},
       {"a norm of layer 2", extra("blk.2.attn_norm", ""), "unexpected tensor 'blk.2.attn_norm'"},
       {"a dense projection", extra("blk.0.attn_q", ""), "unexpected tensor 'blk.0.attn_q'"},
       {"a projection of layer 9", extra("blk.9.attn_q", "int4"), "unexpected int4 tensor 'blk.9.attn_q'"},
-      {"another architecture's projection", extra("blk.0.attn_qkv", "fp8"), "unexpected fp8 tensor 'blk.0.attn_qkv'"},
+      {"another architecture's projection", extra("blk.0.attn_qkv", "fp8"),
+       "unexpected fp8 tensor 'blk.0.attn_qkv'"},
       {"a format without its set", extra("blk.0.attn_q", "bf16"),
        "tensor 'blk.0.attn_q' is stored as 'bf16', but no weight set of that format is listed"},
       {"a set removed", [](json& h) { h["weight_sets"].erase(1); },
@@ -635,8 +658,10 @@ TEST(FutrFile, ConfigShapesCheckedAgainstTheTableBeforeAllocating) {
       f.to_model(true);
       _exit(3);
     } catch (const Error& e) {
-      _exit(std::string(e.what()).find("big.futr: tensor 'token_embd' has the wrong shape") != std::string::npos ? 0
-                                                                                                               : 4);
+      _exit(std::string(e.what()).find("big.futr: tensor 'token_embd' has the wrong shape") !=
+                    std::string::npos
+                ? 0
+                : 4);
     } catch (const std::bad_alloc&) {
       _exit(2);
     }
@@ -678,7 +703,8 @@ TEST(FutrFile, WriterNeverFollowsAPlantedTmpLink) {
 TEST(FutrFile, WriterRefusesNonRegularOutputs) {
   const Model m = tiny();
   const Sets s = quantize_all(m);
-  EXPECT_FUTR_ERROR(write_futr("/dev/null", m, {&s.int4}), "/dev/null: is a character device; the .futr output must be");
+  EXPECT_FUTR_ERROR(write_futr("/dev/null", m, {&s.int4}),
+                    "/dev/null: is a character device; the .futr output must be");
   const auto dir = tmp("outdir");
   std::filesystem::create_directories(dir);
   EXPECT_FUTR_ERROR(write_futr(dir, m, {&s.int4}), "is a directory");

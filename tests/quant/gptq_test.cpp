@@ -103,7 +103,8 @@ TEST(Gptq, Errors) {
   const Layer L = make_layer(8, 128, 32);
   std::vector<double> h = L.h;
   h[0] = -1.0;
-  EXPECT_FUTR_ERROR(gptq_quantize(L.w, L.n, L.k, h, {}, "blk.2.attn_v"), "blk.2.attn_v: GPTQ: Hessian diagonal 0");
+  EXPECT_FUTR_ERROR(gptq_quantize(L.w, L.n, L.k, h, {}, "blk.2.attn_v"),
+                    "blk.2.attn_v: GPTQ: Hessian diagonal 0");
   EXPECT_FUTR_ERROR(gptq_quantize(L.w, L.n, L.k, std::vector<double>(10), {}, "w"), "Hessian of 10 values");
   GptqOptions o;
   o.block = 100;

@@ -13,8 +13,8 @@
 
 #include "core/error.h"
 #include "core/numeric.h"
-#include "reference/w4a16_ref.h"
 #include "kernels/layout/int4_fragment.cuh"
+#include "reference/w4a16_ref.h"
 
 using namespace futr;
 
@@ -26,7 +26,8 @@ std::mt19937& rng() {
 }
 
 quant::Int4Weights random_int4(int n, int k, int group) {
-  quant::Int4Weights w{n, k, group, std::vector<int8_t>(size_t(n) * k), std::vector<uint16_t>(size_t(n) * (k / group))};
+  quant::Int4Weights w{n, k, group, std::vector<int8_t>(size_t(n) * k),
+                       std::vector<uint16_t>(size_t(n) * (k / group))};
   std::uniform_int_distribution<int> q(-8, 7);
   std::uniform_real_distribution<float> s(0.001f, 0.05f);
   for (auto& v : w.q) v = int8_t(q(rng()));
@@ -96,9 +97,9 @@ void mma_host(double (&d)[32][4], const uint32_t (&a)[32][4], const uint32_t (&b
 // (B): lanes read their 16-byte INT4 (or 32-byte E4M3) chunks, dequantize with
 // the bit tricks, take B from x by chunk_k, run the 4 steps of each chunk, and
 // scale each group's sums. Returns y[m][16] for the tile's 16 channels.
-std::vector<double> emulate_tile(bool int4, int ntiles, int k, int group, int m, int tile, const std::vector<uint8_t>& packed,
-                                 const std::vector<uint16_t>& scales16, const std::vector<float>& scales32,
-                                 const std::vector<uint16_t>& x) {
+std::vector<double> emulate_tile(bool int4, int ntiles, int k, int group, int m, int tile,
+                                 const std::vector<uint8_t>& packed, const std::vector<uint16_t>& scales16,
+                                 const std::vector<float>& scales32, const std::vector<uint16_t>& x) {
   double acc[32][4] = {};
   double blk[32][4] = {};
   const int nchunks = k / 64;
@@ -115,11 +116,12 @@ std::vector<double> emulate_tile(bool int4, int ntiles, int k, int group, int m,
         b[lane][1] = xv(2) | uint32_t(xv(3)) << 16;
         if (int4) {
           uint32_t w;
-          std::memcpy(&w, &packed[layout::tile_chunk_offset(ntiles, k, 512, tile, ch) + lane * 16 + 4 * i], 4);
+          std::memcpy(&w, &packed[layout::tile_chunk_offset(ntiles, k, 512, tile, ch) + lane * 16 + 4 * i],
+                      4);
           int4x8_host(w, a[lane]);  // word i = step i; pair j = a[j]
         } else {
-          const size_t base =
-              layout::tile_chunk_offset(ntiles, k, 1024, tile, ch) + size_t(i / 2) * 512 + lane * 16 + 8 * (i % 2);
+          const size_t base = layout::tile_chunk_offset(ntiles, k, 1024, tile, ch) + size_t(i / 2) * 512 +
+                              lane * 16 + 8 * (i % 2);
           uint32_t w0, w1;
           std::memcpy(&w0, &packed[base], 4);
           std::memcpy(&w1, &packed[base + 4], 4);
@@ -139,7 +141,8 @@ std::vector<double> emulate_tile(bool int4, int ntiles, int k, int group, int m,
       for (int i = 0; i < 4; ++i) {
         const int r = g + 8 * (i / 2);
         double sc = 1;
-        if (int4) sc = fp16_to_float(scales16[layout::int4_scale_index(k, group, tile * 16 + r, ch * 64 / group)]);
+        if (int4)
+          sc = fp16_to_float(scales16[layout::int4_scale_index(k, group, tile * 16 + r, ch * 64 / group)]);
         acc[lane][i] += blk[lane][i] * sc;
         blk[lane][i] = 0;
       }
@@ -167,7 +170,8 @@ std::vector<uint16_t> random_x(int m, int k) {
 }  // namespace
 
 TEST(Int4Pack, RoundTrip) {
-  for (auto [n, k, g] : {std::tuple{16, 64, 64}, {16, 128, 128}, {48, 576, 64}, {64, 384, 128}, {16, 1536, 64}}) {
+  for (auto [n, k, g] :
+       {std::tuple{16, 64, 64}, {16, 128, 128}, {48, 576, 64}, {64, 384, 128}, {16, 1536, 64}}) {
     const auto w = random_int4(n, k, g);
     const auto p = quant::pack_int4(w);
     ASSERT_EQ(p.weights.size(), size_t(n) * k / 2);
@@ -250,7 +254,8 @@ TEST(Int4Pack, DequantizerBitTricksAreExact) {
 }
 
 TEST(Int4Pack, KernelFragmentEmulationMatchesReference) {
-  for (auto [n, k, g, m] : {std::tuple{16, 256, 128, 1}, {32, 256, 64, 5}, {208, 576, 64, 8}, {144, 384, 128, 7}}) {
+  for (auto [n, k, g, m] :
+       {std::tuple{16, 256, 128, 1}, {32, 256, 64, 5}, {208, 576, 64, 8}, {144, 384, 128, 7}}) {
     const auto w = random_int4(n, k, g);
     const auto p = quant::pack_int4(w);
     const auto x = random_x(m, k);
@@ -262,7 +267,8 @@ TEST(Int4Pack, KernelFragmentEmulationMatchesReference) {
         for (int ch = 0; ch < 16; ++ch) {
           const double want = ref[size_t(r) * n + tile * 16 + ch];
           EXPECT_NEAR(y[size_t(r) * 16 + ch], want, 1e-6 * (1 + std::fabs(want)))  // ref is float
-              << "int4 " << n << "x" << k << " g" << g << " m=" << m << " row " << r << " ch " << tile * 16 + ch;
+              << "int4 " << n << "x" << k << " g" << g << " m=" << m << " row " << r << " ch "
+              << tile * 16 + ch;
         }
     }
   }

@@ -101,7 +101,8 @@ TEST(Int4Quant, ZeroAndTinyGroups) {
 TEST(Int4Quant, Errors) {
   std::vector<float> w(size_t(8) * 128, 1.0f);
   EXPECT_FUTR_ERROR(quantize_int4(w, 8, 100, 0, {}, {}, "blk.1.ffn_up"), "blk.1.ffn_up: INT4 needs K");
-  EXPECT_FUTR_ERROR(quantize_int4(w, 8, 128, 96, {}, {}, "x"), "x: cannot quantize [8, 128] to INT4 with group 96");
+  EXPECT_FUTR_ERROR(quantize_int4(w, 8, 128, 96, {}, {}, "x"),
+                    "x: cannot quantize [8, 128] to INT4 with group 96");
   w[3] = NAN;
   EXPECT_FUTR_ERROR(quantize_int4(w, 8, 128, 0, {}), "not finite");
   std::vector<float> big(size_t(8) * 128, 1e6f);

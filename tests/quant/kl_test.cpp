@@ -42,7 +42,8 @@ double brute_coarse_kl(const std::vector<float>& zp, const std::vector<float>& z
   const auto p = softmax(zp), q = softmax(zq);
   std::vector<size_t> idx(p.size());
   for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
-  std::sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+  std::sort(idx.begin(), idx.end(),
+            [&](size_t a, size_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
   double kl = 0, pr = 0, qr = 0;
   for (size_t j = 0; j < idx.size(); ++j) {
     if (int(j) < k) kl += p[idx[j]] * std::log(p[idx[j]] / q[idx[j]]);
@@ -140,8 +141,10 @@ TEST(Kl, FileRoundTripAndCompare) {
     const std::vector<float> zp(base.begin() + i * V, base.begin() + (i + 1) * V);
     const std::vector<float> zq(other.begin() + i * V, other.begin() + (i + 1) * V);
     kl += brute_coarse_kl(zp, zq, k);
-    d += -std::log(softmax(zq)[size_t(targets[size_t(i)])]) + std::log(softmax(zp)[size_t(targets[size_t(i)])]);
-    top1 += std::max_element(zp.begin(), zp.end()) - zp.begin() == std::max_element(zq.begin(), zq.end()) - zq.begin();
+    d += -std::log(softmax(zq)[size_t(targets[size_t(i)])]) +
+         std::log(softmax(zp)[size_t(targets[size_t(i)])]);
+    top1 += std::max_element(zp.begin(), zp.end()) - zp.begin() ==
+            std::max_element(zq.begin(), zq.end()) - zq.begin();
   }
   EXPECT_NEAR(c.mean_kl(), kl / rows, 1e-6);
   EXPECT_NEAR(c.mean_nll_delta(), d / rows, 1e-5);

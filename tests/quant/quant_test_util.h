@@ -14,7 +14,6 @@
 
 namespace futr::test {
 
-
 // Fresh random inputs every run (the seed is printed on failure by the caller).
 inline std::mt19937& test_rng() {
   static std::mt19937 r(std::random_device{}());

@@ -126,7 +126,8 @@ TEST(ModelQuant, GptqBeatsRtnOnTheModel) {
   o.method = QuantMethod::kGptq;
   EXPECT_THROW(quantize_model(m, o, std::span<const int32_t>(calib).first(10)), Error);  // < one window
   // An unknown quantizer cannot reach quantize_model: parsing refuses it, naming the valid ones.
-  EXPECT_FUTR_ERROR(parse_quant_method("awq"), "unknown INT4 quantizer 'awq' (choose rtn, clip, clip-act, gptq, gptq-clip)");
+  EXPECT_FUTR_ERROR(parse_quant_method("awq"),
+                    "unknown INT4 quantizer 'awq' (choose rtn, clip, clip-act, gptq, gptq-clip)");
 }
 
 // The metadata label of each quantizer (what .futr files record per tensor).

@@ -18,7 +18,8 @@ namespace {
 
 TEST(Calibration, TheTailAloneGivesTokensOfTheLastTenth) {
   std::error_code ec;
-  if (!std::filesystem::is_regular_file(FUTR_DEFAULT_MODEL, ec)) GTEST_SKIP() << FUTR_DEFAULT_MODEL << " is absent";
+  if (!std::filesystem::is_regular_file(FUTR_DEFAULT_MODEL, ec))
+    GTEST_SKIP() << FUTR_DEFAULT_MODEL << " is absent";
   const Model model = load_model(FUTR_DEFAULT_MODEL);
   CalibrationConfig c;
   const std::vector<int32_t> t = calibration_tokens_tail(model, c, 2048);

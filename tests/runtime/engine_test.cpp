@@ -21,13 +21,13 @@
 #include <random>
 #include <vector>
 
+#include "../cpu_engine/quant_model.h"
+#include "../cpu_engine/tiny_model.h"
 #include "core/error.h"
 #include "cpu_engine/engine.h"
 #include "quantize/quantize.h"
 #include "runtime/engine.h"
 #include "runtime/perplexity.h"
-#include "../cpu_engine/quant_model.h"
-#include "../cpu_engine/tiny_model.h"
 #include "support/compare.h"
 #include "support/expect_error.h"
 #include "support/tolerances.h"
@@ -55,8 +55,7 @@ constexpr int kStepTokens = 40;
 class EngineContract : public ::testing::TestWithParam<EngineCase> {
  protected:
   EngineContract()
-      : model_(test::random_model(GetParam().quant_model ? test::quant_config() : test::tiny_config(),
-                                  7)) {}
+      : model_(test::random_model(GetParam().quant_model ? test::quant_config() : test::tiny_config(), 7)) {}
 
   RuntimeConfig config(int max_step_tokens = kStepTokens) const {
     RuntimeConfig c;
@@ -89,12 +88,14 @@ std::vector<BatchRow> rows_of(SeqId seq, const std::vector<int32_t>& tokens, int
                               int first_out = 0) {
   std::vector<BatchRow> rows;
   for (size_t i = 0; i < tokens.size(); ++i)
-    rows.push_back({tokens[i], seq, pos0 + int(i), int(i) >= first_out ? out : RowOutput::kNone,
-                    (tokens[i] + 1) % 50});
+    rows.push_back(
+        {tokens[i], seq, pos0 + int(i), int(i) >= first_out ? out : RowOutput::kNone, (tokens[i] + 1) % 50});
   return rows;
 }
 
-void append(std::vector<BatchRow>& a, const std::vector<BatchRow>& b) { a.insert(a.end(), b.begin(), b.end()); }
+void append(std::vector<BatchRow>& a, const std::vector<BatchRow>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+}
 
 // The logits rows of `r` that belong to rows [begin, end) of `rows`.
 std::vector<float> logits_of(const StepResult& r, std::span<const BatchRow> rows, size_t begin, size_t end) {
@@ -102,7 +103,8 @@ std::vector<float> logits_of(const StepResult& r, std::span<const BatchRow> rows
   std::vector<float> out;
   for (size_t i = 0; i < rows.size(); ++i) {
     if (rows[i].out != RowOutput::kLogits) continue;
-    if (i >= begin && i < end) out.insert(out.end(), r.logits.row(int64_t(k)), r.logits.row(int64_t(k)) + r.logits.dim(1));
+    if (i >= begin && i < end)
+      out.insert(out.end(), r.logits.row(int64_t(k)), r.logits.row(int64_t(k)) + r.logits.dim(1));
     ++k;
   }
   return out;
@@ -140,7 +142,8 @@ TEST_P(EngineContract, MultiSequenceStepsEqualSingleSequenceRuns) {
       std::vector<BatchRow> rows;
       std::vector<std::pair<size_t, size_t>> spans;
       for (const Piece& p : step) {
-        const std::vector<int32_t> t(stream[p.seq].begin() + pos[p.seq], stream[p.seq].begin() + pos[p.seq] + p.n);
+        const std::vector<int32_t> t(stream[p.seq].begin() + pos[p.seq],
+                                     stream[p.seq].begin() + pos[p.seq] + p.n);
         spans.emplace_back(rows.size(), rows.size() + size_t(p.n));
         append(rows, rows_of(p.seq, t, pos[p.seq], RowOutput::kLogits, p.first_out));
         pos[p.seq] += p.n;
@@ -171,8 +174,8 @@ TEST_P(EngineContract, MultiSequenceStepsEqualSingleSequenceRuns) {
   }
   for (SeqId s : {10, 11, 12}) {
     EXPECT_FALSE(batched[s].empty());
-    EXPECT_TRUE(bit_equal(batched[s], alone[s])) << "sequence " << s << ": "
-                                                 << test::compare(batched[s], alone[s]).rel_l2;
+    EXPECT_TRUE(bit_equal(batched[s], alone[s]))
+        << "sequence " << s << ": " << test::compare(batched[s], alone[s]).rel_l2;
   }
 }
 
@@ -265,7 +268,8 @@ TEST_P(EngineContract, EveryMisuseThrowsAndChangesNothing) {
   bad_step({ok1, {b[3], 2, 3, RowOutput::kLogprob, V}}, "log-probability target");
   bad_step({ok1, {b[3], 2, 3, RowOutput::kLogprob, -1}}, "log-probability target");
   bad_step({ok1, {b[3], 2, 3, static_cast<RowOutput>(9)}}, "invalid output kind");
-  bad_step(rows_of(2, random_tokens(kStepTokens + 1, 4), 3, RowOutput::kNone), "more than the engine's max_step_tokens");
+  bad_step(rows_of(2, random_tokens(kStepTokens + 1, 4), 3, RowOutput::kNone),
+           "more than the engine's max_step_tokens");
   {
     // Past the context: an engine whose step takes the rows, whose context does not.
     auto e2 = engine(kCtx + 8);
@@ -289,7 +293,8 @@ TEST_P(EngineContract, EveryMisuseThrowsAndChangesNothing) {
   EXPECT_FALSE(e->is_open(4));
 
   // Later results (logits, sampled tokens: the sampler's state too) equal the clean engine's.
-  std::vector<BatchRow> rows = rows_of(1, std::vector<int32_t>(a.begin() + 5, a.begin() + 12), 5, RowOutput::kLogits, 3);
+  std::vector<BatchRow> rows =
+      rows_of(1, std::vector<int32_t>(a.begin() + 5, a.begin() + 12), 5, RowOutput::kLogits, 3);
   append(rows, rows_of(2, std::vector<int32_t>(b.begin() + 3, b.begin() + 9), 3, RowOutput::kToken));
   const StepResult r1 = e->step(rows), r2 = ref->step(rows);
   EXPECT_TRUE(bit_equal(r1.logits.data, r2.logits.data));
@@ -416,7 +421,8 @@ TEST(EngineStats, Fp8CountersAndKvUse) {
 TEST(EngineSampling, PaddedVocabularyIsNeverSampled) {
   constexpr int kTokenizer = 90;  // of vocab 97 (tiny_config) / 101 (quant_config)
   for (const bool quant : {false, true}) {
-    const Model m = test::padded_vocab_model(quant ? test::quant_config() : test::tiny_config(), 21, kTokenizer);
+    const Model m =
+        test::padded_vocab_model(quant ? test::quant_config() : test::tiny_config(), 21, kTokenizer);
     ASSERT_EQ(m.sampleable_vocab(), kTokenizer);
     RuntimeConfig c;
     c.engine = EngineKind::kCpu;

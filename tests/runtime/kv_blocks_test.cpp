@@ -66,7 +66,7 @@ TEST(BlockPool, SequenceGrowsOneBlockAtATime) {
   append(pool, s, std::span(t).subspan(3, 7));
   EXPECT_EQ(s.len(), 10);
   EXPECT_EQ(s.table.size(), 3u);
-  EXPECT_EQ(s.keys.size(), 2u);      // two full blocks
+  EXPECT_EQ(s.keys.size(), 2u);        // two full blocks
   EXPECT_EQ(pool.cached_blocks(), 2);  // indexed as soon as full
   pool.release(s);
   EXPECT_EQ(pool.free_blocks(), 8);
@@ -124,7 +124,7 @@ TEST(BlockPool, EvictsTheLeastRecentlyReleasedCachedBlockFirst) {
   // Attaching one makes it recent again: it is released last.
   SequenceBlocks again;
   EXPECT_EQ(pool.attach(again, iota_tokens(2, 20)), 2);  // sequence 2's block
-  pool.release(again);  // order now 0, 3, 1, 2
+  pool.release(again);                                   // order now 0, 3, 1, 2
   for (int i : {0, 3, 1}) {
     EXPECT_EQ(pool.allocate(), block[size_t(i)]);
     SequenceBlocks probe;
@@ -171,7 +171,7 @@ TEST(BlockPool, CopyOnWriteOfASharedPartialBlock) {
   EXPECT_NE(copy->dst, shared);
   EXPECT_EQ(copy->rows, 2);
   EXPECT_EQ(b.table[1], copy->dst);
-  EXPECT_EQ(pool.refs(shared), 1);  // a's only
+  EXPECT_EQ(pool.refs(shared), 1);    // a's only
   EXPECT_TRUE(pool.indexed(shared));  // a's content did not change
   pool.commit(b, std::vector<int32_t>{999});
   // a's prefix is still cached in full; b's rewritten block is not a copy of it.
@@ -209,9 +209,9 @@ TEST(BlockPool, AnEvictedParentInvalidatesItsChildren) {
   SequenceBlocks a;
   append(pool, a, t);  // blocks p (tokens 0, 1) and c (2, 3)
   const BlockId p = a.table[0], c = a.table[1];
-  pool.release(a);     // LRU: c, p
+  pool.release(a);  // LRU: c, p
   pool.ref(c);
-  pool.release(c);     // LRU: p, c
+  pool.release(c);                        // LRU: p, c
   const BlockId spare = pool.allocate();  // the free block first
   EXPECT_NE(spare, p);
   EXPECT_NE(spare, c);

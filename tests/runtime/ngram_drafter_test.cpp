@@ -40,7 +40,8 @@ TEST(NgramDrafter, MatchesTheBruteForceScanThroughPushesAndTruncates) {
       int proposals = 0;
       for (int it = 0; it < 1500; ++it) {
         if (rng() % 10 == 0 && !mirror.empty()) {
-          const int64_t len = int64_t(mirror.size()) - int64_t(rng() % std::min<size_t>(mirror.size() + 1, 12));
+          const int64_t len =
+              int64_t(mirror.size()) - int64_t(rng() % std::min<size_t>(mirror.size() + 1, 12));
           d.truncate(len);
           mirror.resize(size_t(len));
         } else {
@@ -52,8 +53,8 @@ TEST(NgramDrafter, MatchesTheBruteForceScanThroughPushesAndTruncates) {
         const int max_tokens = 1 + int(rng() % 70);
         d.draft(max_tokens, out);
         const auto want = brute_force(mirror, c, std::min(d.current_k(), max_tokens));
-        ASSERT_EQ(out, want) << "vocab " << vocab << ", draft_max " << c.draft_max << ", n " << c.ngram_max << ".."
-                             << c.ngram_min << ", length " << mirror.size() << ", step " << it;
+        ASSERT_EQ(out, want) << "vocab " << vocab << ", draft_max " << c.draft_max << ", n " << c.ngram_max
+                             << ".." << c.ngram_min << ", length " << mirror.size() << ", step " << it;
         proposals += out.empty() ? 0 : 1;
       }
       EXPECT_GT(proposals, 0);  // the comparison above was also about real matches

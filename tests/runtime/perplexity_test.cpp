@@ -7,13 +7,13 @@
 #include <random>
 #include <vector>
 
+#include "../cpu_engine/quant_model.h"
+#include "../cpu_engine/tiny_model.h"
 #include "core/error.h"
-#include "support/expect_error.h"
 #include "cpu_engine/forward.h"
 #include "runtime/engine.h"
 #include "runtime/perplexity.h"
-#include "../cpu_engine/quant_model.h"
-#include "../cpu_engine/tiny_model.h"
+#include "support/expect_error.h"
 
 namespace futr::runtime {
 namespace {
@@ -98,18 +98,19 @@ TEST(Perplexity, EvaluationMatchesDirectComputation) {
   cpu::Forward f(m, ctx);
   for (const auto& w : plan_perplexity_windows(int64_t(tokens.size()), ctx, stride)) {
     f.reset();
-    const Tensor l = f.eval_all(std::span<const int32_t>(tokens).subspan(size_t(w.begin), size_t(w.end - w.begin)));
+    const Tensor l =
+        f.eval_all(std::span<const int32_t>(tokens).subspan(size_t(w.begin), size_t(w.end - w.begin)));
     for (int64_t t = w.score_from; t < w.end; ++t)
       direct.add(token_nll({l.row(t - 1 - w.begin), size_t(cfg.vocab)}, tokens[size_t(t)]));
   }
 
   auto backend = make_engine(m, {.engine = EngineKind::kCpu, .ctx = ctx, .threads = 2});
   int calls = 0;
-  const PplResult r = evaluate_perplexity(*backend, tokens, ctx, stride, /*batch=*/5,
-                                          [&](const PplProgress& p) {
-                                            ++calls;
-                                            EXPECT_LE(p.scored, p.total);
-                                          });
+  const PplResult r =
+      evaluate_perplexity(*backend, tokens, ctx, stride, /*batch=*/5, [&](const PplProgress& p) {
+        ++calls;
+        EXPECT_LE(p.scored, p.total);
+      });
   EXPECT_EQ(r.stats.count(), direct.count());
   EXPECT_EQ(r.stats.count(), 100);
   EXPECT_NEAR(r.stats.mean(), direct.mean(), 1e-5);
@@ -135,7 +136,8 @@ TEST(Perplexity, NonFiniteLogitsAreAnError) {
                       "perplexity: token 1 of the text has a non-finite log-probability");
     EXPECT_EQ(e->free_sequences(), 2);
     const PplLogitsHook hook = [](const Tensor&, int, const int32_t*) {};
-    EXPECT_FUTR_ERROR(evaluate_perplexity(*e, tokens, 16, 8, 4, {}, hook), "the model's logits hold NaN or Inf");
+    EXPECT_FUTR_ERROR(evaluate_perplexity(*e, tokens, 16, 8, 4, {}, hook),
+                      "the model's logits hold NaN or Inf");
     EXPECT_EQ(e->free_sequences(), 2);
   }
 }
@@ -158,15 +160,15 @@ TEST(Perplexity, SideBySideWindowsEqualOneAtATime) {
     c.max_step_tokens = 4 * batch;
     auto four = make_engine(m, c);
     int steps1 = 0, steps4 = 0;
-    const PplResult r1 = evaluate_perplexity(*one, tokens, ctx, stride, batch,
-                                             [&](const PplProgress&) { ++steps1; });
-    const PplResult r4 = evaluate_perplexity(*four, tokens, ctx, stride, batch,
-                                             [&](const PplProgress&) { ++steps4; });
+    const PplResult r1 =
+        evaluate_perplexity(*one, tokens, ctx, stride, batch, [&](const PplProgress&) { ++steps1; });
+    const PplResult r4 =
+        evaluate_perplexity(*four, tokens, ctx, stride, batch, [&](const PplProgress&) { ++steps4; });
     EXPECT_EQ(r4.stats.count(), r1.stats.count());
     EXPECT_EQ(r4.stats.mean(), r1.stats.mean()) << to_string(w);  // bit for bit
     EXPECT_EQ(r4.stats.stderr_mean(), r1.stats.stderr_mean());
     EXPECT_EQ(r4.evaluated, r1.evaluated);
-    EXPECT_LT(steps4, steps1);  // windows did share steps
+    EXPECT_LT(steps4, steps1);             // windows did share steps
     EXPECT_EQ(four->free_sequences(), 4);  // every window's sequence closed
     // With a logits hook: the rows in scoring order, their NLLs the same.
     NllStats from_hook;
@@ -188,8 +190,7 @@ TEST(Engine, KindsOfTheFactory) {
   EXPECT_THROW(parse_engine_kind("tpu"), Error);
   EXPECT_THROW(make_engine(m, {.engine = EngineKind::kGpu, .ctx = 16}), Error);
   std::string said;
-  EXPECT_EQ(make_engine(m, {.engine = EngineKind::kAuto, .ctx = 16},
-                        [&](const std::string& s) { said += s; })
+  EXPECT_EQ(make_engine(m, {.engine = EngineKind::kAuto, .ctx = 16}, [&](const std::string& s) { said += s; })
                 ->info()
                 .name,
             "cpu");

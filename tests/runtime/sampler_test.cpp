@@ -11,8 +11,8 @@
 #include <map>
 #include <vector>
 
-#include "runtime/sampler.h"
 #include "core/error.h"
+#include "runtime/sampler.h"
 #include "support/expect_error.h"
 
 namespace futr::runtime {
@@ -105,18 +105,26 @@ TEST(Sampler, RangesAreCheckedAndNamed) {
     return "";
   };
   EXPECT_EQ(msg({}), "");
-  EXPECT_EQ(msg({.temperature = 1.0f, .top_p = 1.0f, .min_p = 1.0f, .repetition_penalty = 10.0f,
-                 .presence_penalty = -2.0f, .frequency_penalty = 2.0f, .penalty_last_n = 0}),
+  EXPECT_EQ(msg({.temperature = 1.0f,
+                 .top_p = 1.0f,
+                 .min_p = 1.0f,
+                 .repetition_penalty = 10.0f,
+                 .presence_penalty = -2.0f,
+                 .frequency_penalty = 2.0f,
+                 .penalty_last_n = 0}),
             "");
-  EXPECT_NE(msg({.temperature = 101.0f}).find("--temperature must be in [0, 100] (got 101)"), std::string::npos);
+  EXPECT_NE(msg({.temperature = 101.0f}).find("--temperature must be in [0, 100] (got 101)"),
+            std::string::npos);
   EXPECT_NE(msg({.min_p = -0.1f}).find("--min-p must be in [0, 1] (got -0.1)"), std::string::npos);
   EXPECT_NE(msg({.min_p = 1.5f}).find("--min-p must be in [0, 1]"), std::string::npos);
   EXPECT_NE(msg({.min_p = NAN}).find("--min-p"), std::string::npos);
-  EXPECT_NE(msg({.repetition_penalty = 0.0f}).find("--repetition-penalty must be in (0, 10]"), std::string::npos);
+  EXPECT_NE(msg({.repetition_penalty = 0.0f}).find("--repetition-penalty must be in (0, 10]"),
+            std::string::npos);
   EXPECT_NE(msg({.repetition_penalty = 11.0f}).find("(0, 10]"), std::string::npos);
   EXPECT_NE(msg({.presence_penalty = 2.5f}).find("--presence-penalty must be in [-2, 2] (got 2.5)"),
             std::string::npos);
-  EXPECT_NE(msg({.frequency_penalty = -3.0f}).find("--frequency-penalty must be in [-2, 2]"), std::string::npos);
+  EXPECT_NE(msg({.frequency_penalty = -3.0f}).find("--frequency-penalty must be in [-2, 2]"),
+            std::string::npos);
   EXPECT_NE(msg({.penalty_last_n = -1}).find("--penalty-last-n must be in [0, 1048576]"), std::string::npos);
   EXPECT_NE(msg({.stop = {""}}).find("--stop: each stop string must have 1 to 256 bytes (got 0)"),
             std::string::npos);
@@ -153,7 +161,7 @@ TEST(Sampler, MinPDropsWhatIsLessLikelyThanAFractionOfTheBest) {
 TEST(Sampler, RepetitionPenaltyDividesPositiveAndMultipliesNegativeLogits) {
   Sampler s({.temperature = 0.0f, .repetition_penalty = 2.0f});
   const std::vector<float> z = {3.0f, 2.0f, -1.0f, 0.5f};
-  EXPECT_EQ(s.penalized(z), z);  // no history yet
+  EXPECT_EQ(s.penalized(z), z);      // no history yet
   s.accept(0, /*generated=*/false);  // prompt tokens count for the repetition penalty
   s.accept(2, true);
   s.accept(2, true);  // counted once
@@ -176,8 +184,14 @@ TEST(Sampler, RangeEndsOfEveryParameterSample) {
       for (float pen : {-2.0f, 0.0f, 2.0f})
         for (float p : {tiny, 1.0f})
           for (float m : {0.0f, 1.0f})
-            configs.push_back({.temperature = t, .top_k = t == 1.0f ? 1 : 0, .top_p = p, .seed = 7, .min_p = m,
-                               .repetition_penalty = r, .presence_penalty = pen, .frequency_penalty = -pen,
+            configs.push_back({.temperature = t,
+                               .top_k = t == 1.0f ? 1 : 0,
+                               .top_p = p,
+                               .seed = 7,
+                               .min_p = m,
+                               .repetition_penalty = r,
+                               .presence_penalty = pen,
+                               .frequency_penalty = -pen,
                                .penalty_last_n = 0});
   const std::vector<std::vector<float>> rows = {
       {3.0f, -2.0f, 0.5f, 0.0f},
@@ -189,8 +203,9 @@ TEST(Sampler, RangeEndsOfEveryParameterSample) {
       for (int i = 0; i < 4; ++i) s.accept(i, i % 2 == 0);
       for (int k = 0; k < 3; ++k) {
         int32_t id = -1;
-        ASSERT_NO_THROW(id = s.sample(z)) << "t " << c.temperature << " r " << c.repetition_penalty << " pen "
-                                          << c.presence_penalty << " top_p " << c.top_p << " min_p " << c.min_p;
+        ASSERT_NO_THROW(id = s.sample(z))
+            << "t " << c.temperature << " r " << c.repetition_penalty << " pen " << c.presence_penalty
+            << " top_p " << c.top_p << " min_p " << c.min_p;
         EXPECT_GE(id, 0);
         EXPECT_LT(id, 4);
         s.accept(id, true);

@@ -26,11 +26,11 @@
 
 #include <fmt/format.h>
 
+#include "../cpu_engine/quant_model.h"
+#include "../cpu_engine/tiny_model.h"
 #include "runtime/engine.h"
 #include "runtime/ngram_drafter.h"
 #include "runtime/speculative.h"
-#include "../cpu_engine/quant_model.h"
-#include "../cpu_engine/tiny_model.h"
 #include "support/expect_error.h"
 
 namespace futr::runtime {
@@ -119,8 +119,8 @@ class Speculative : public ::testing::TestWithParam<Case> {
   }
 
   // The token loop of cli/generation.cpp without the text: draw, accept, advance.
-  static Outcome decode(Engine& e, const std::vector<int32_t>& prompt, int max_tokens, const SamplerConfig& sc,
-                    Drafter* drafter) {
+  static Outcome decode(Engine& e, const std::vector<int32_t>& prompt, int max_tokens,
+                        const SamplerConfig& sc, Drafter* drafter) {
     Outcome r;
     Sampler sampler(sc);
     for (int32_t t : prompt) sampler.accept(t, false);
@@ -187,8 +187,9 @@ TEST_P(Speculative, NgramDraftsGiveTheTokensOfOrdinaryDecoding) {
         const Outcome plain = decode(*e, prompt, 48, sc, nullptr);
         NgramDrafter d({draft_max, 3, 1});
         const Outcome spec = decode(*e, prompt, 48, sc, &d);
-        expect_same(plain, spec, fmt::format("prompt of {}, T {}, draft_max {}", prompt.size(), sc.temperature,
-                                             draft_max));
+        expect_same(
+            plain, spec,
+            fmt::format("prompt of {}, T {}, draft_max {}", prompt.size(), sc.temperature, draft_max));
         EXPECT_EQ(d.size(), int64_t(spec.length));  // the drafter holds the sequence again
         EXPECT_EQ(plain.stats.drafted, 0);
         EXPECT_LE(spec.stats.steps, plain.stats.steps);
@@ -211,8 +212,8 @@ TEST_P(Speculative, RightWrongAndPartlyRightDrafts) {
         for (int right : {-1, 0, 2}) {
           ScriptedDrafter d(truth, vocab(), 6, right);
           const Outcome spec = decode(*e, prompt, 40, sc, &d);
-          const std::string what = fmt::format("prompt of {}, T {}, right {}, step {}", prompt.size(), sc.temperature,
-                                               right, step_tokens);
+          const std::string what = fmt::format("prompt of {}, T {}, right {}, step {}", prompt.size(),
+                                               sc.temperature, right, step_tokens);
           expect_same(plain, spec, what);
           EXPECT_GT(spec.stats.drafted, 0) << what;
           if (right < 0) {
@@ -282,11 +283,13 @@ INSTANTIATE_TEST_SUITE_P(CpuEngines, Speculative, ::testing::ValuesIn(kCases),
 
 // Chi-square of observed counts against n * p over the ids with p > 0; ids
 // with p == 0 must never be seen.
-double chi_square(const std::map<int32_t, int>& seen, const std::vector<std::pair<int32_t, double>>& p, int n) {
+double chi_square(const std::map<int32_t, int>& seen, const std::vector<std::pair<int32_t, double>>& p,
+                  int n) {
   double chi2 = 0.0;
   std::map<int32_t, double> want;
   for (const auto& [id, q] : p) want[id] = q;
-  for (const auto& [id, count] : seen) EXPECT_GT(want[id], 0.0) << "id " << id << " is outside the distribution";
+  for (const auto& [id, count] : seen)
+    EXPECT_GT(want[id], 0.0) << "id " << id << " is outside the distribution";
   for (const auto& [id, q] : p) {
     const auto it = seen.find(id);
     const double o = it == seen.end() ? 0.0 : it->second, ex = q * n;
@@ -347,8 +350,8 @@ TEST(SpeculativeRule, AcceptsWithProbabilityPAndDrawsFromTheTarget) {
         ++seen[v.token];
         if (!v.accepted) ++rejected[v.token];
       }
-      const std::string what = fmt::format("T {} penalties {} draft {} p(x) {:.4f}", sc.temperature,
-                                           sc.repetition_penalty, x, px);
+      const std::string what =
+          fmt::format("T {} penalties {} draft {} p(x) {:.4f}", sc.temperature, sc.repetition_penalty, x, px);
       // P(accept) = p(x), within 5 standard deviations.
       const double sd = std::sqrt(std::max(px * (1 - px), 1e-12) / kDraws);
       EXPECT_NEAR(double(accepted) / kDraws, px, 5 * sd + 1e-9) << what;

@@ -22,9 +22,9 @@
 #include "cpu_engine/linear.h"
 #include "cpu_engine/ops.h"
 #include "cpu_engine/quant_linear.h"
-#include "quant/int4_quant.h"
 #include "cpu_engine/tiny_model.h"
 #include "model/synthetic.h"
+#include "quant/int4_quant.h"
 #include "runtime/sampler.h"
 #include "runtime/tensor_parallel.h"
 #include "support/compare.h"
@@ -85,9 +85,9 @@ class SplitModel {
       for (const LayerWeights& L : m.weights.layers) {
         const Tensor qkv = runtime::stack_rows({&L.wq, &L.wk, &L.wv});
         const Tensor gu = runtime::stack_rows({&L.w_gate, &L.w_up});
-        r.layers.push_back({runtime::take_rows(qkv, {s.q_rows, s.k_rows, s.v_rows}),
-                            runtime::take_cols(L.wo, s.o_cols), runtime::take_rows(gu, {s.gate_rows, s.up_rows}),
-                            runtime::take_cols(L.w_down, s.down_cols)});
+        r.layers.push_back(
+            {runtime::take_rows(qkv, {s.q_rows, s.k_rows, s.v_rows}), runtime::take_cols(L.wo, s.o_cols),
+             runtime::take_rows(gu, {s.gate_rows, s.up_rows}), runtime::take_cols(L.w_down, s.down_cols)});
       }
       r.wlm = runtime::take_rows(m.weights.output(), {s.vocab});
       r.kv = std::make_unique<cpu::Fp32KvStorage>(local, c.max_context);
@@ -291,8 +291,9 @@ TEST(TensorParallel, RefusesSplitsThatBreakHeadsOrPairs) {
   const ModelConfig big = synthetic_config("llama-3.1-70b");
   EXPECT_FUTR_ERROR(runtime::make_tensor_parallel_plan(big, 16),
                     "n_kv_heads 8 is not a multiple of TP 16 (each rank holds whole KV heads");
-  EXPECT_FUTR_ERROR(runtime::make_tensor_parallel_plan(big, 16), "work for this model (n_heads 64, n_kv_heads 8, "
-                                                                 "intermediate 28672): 1, 2, 4, 8");
+  EXPECT_FUTR_ERROR(runtime::make_tensor_parallel_plan(big, 16),
+                    "work for this model (n_heads 64, n_kv_heads 8, "
+                    "intermediate 28672): 1, 2, 4, 8");
   // An intermediate width that breaks the SwiGLU pairs.
   ModelConfig c = tp_config(false);
   c.intermediate = 500;
@@ -323,7 +324,8 @@ TEST(TensorParallel, SlicingHelpers) {
 
   // The argmax combine: largest value, lowest global id among ties.
   const std::vector<float> a = {1, 5, 5}, b = {5, 2};
-  const std::vector<runtime::ShardMax> m = {runtime::shard_argmax(b, {3, 5}), runtime::shard_argmax(a, {0, 3})};
+  const std::vector<runtime::ShardMax> m = {runtime::shard_argmax(b, {3, 5}),
+                                            runtime::shard_argmax(a, {0, 3})};
   EXPECT_EQ(m[1].id, 1);
   EXPECT_EQ(runtime::combine_shard_argmax(m).id, 1);
   EXPECT_FUTR_ERROR(runtime::shard_argmax(a, {0, 2}), "3 logits for the vocabulary shard [0, 2)");
@@ -354,7 +356,8 @@ TEST(TensorParallel, Int4ShardsComputeTheRanksPart) {
     t.int4 = quant::quantize_int4(w, n, k, G, quant::ClipSearch{});
     q.tensors[t.id] = std::move(t);
   };
-  add(Projection::kQ, Q, H), add(Projection::kK, KV, H), add(Projection::kV, KV, H), add(Projection::kO, H, Q);
+  add(Projection::kQ, Q, H), add(Projection::kK, KV, H), add(Projection::kV, KV, H),
+      add(Projection::kO, H, Q);
   add(Projection::kGate, I, H), add(Projection::kUp, I, H), add(Projection::kDown, H, I);
   const int M = 3;
   auto run = [&](const quant::Int4Weights& w, const std::vector<float>& x) {
@@ -411,7 +414,8 @@ TEST(TensorParallel, Int4ShardsComputeTheRanksPart) {
       const std::vector<float> pd = run(sh.at({0, Projection::kDown}).int4, cols_of(xi, I, s.down_cols));
       for (size_t i = 0; i < o_sum.size(); ++i) o_sum[i] += po[i], down_sum[i] += pd[i];
     }
-    const auto eo = test::compare(o_sum, full[Projection::kO]), ed = test::compare(down_sum, full[Projection::kDown]);
+    const auto eo = test::compare(o_sum, full[Projection::kO]),
+               ed = test::compare(down_sum, full[Projection::kDown]);
     EXPECT_LT(eo.rel_l2, 1e-6) << "tp " << tp << ": O partial sums";
     EXPECT_LT(ed.rel_l2, 1e-6) << "tp " << tp << ": down partial sums";
   }
@@ -430,8 +434,9 @@ TEST(TensorParallel, Int4ShardsComputeTheRanksPart) {
     t.int4 = quant::quantize_int4(w, H, 512, 128, quant::ClipSearch{});
     q128.tensors[t.id] = std::move(t);
   }
-  EXPECT_FUTR_ERROR(runtime::shard_quantized_weights(q128, runtime::make_tensor_parallel_plan(narrow, 8), 1),
-                    "blk.0.ffn_down [256 x 512]: INT4 column slice [64, 128) does not fall on group boundaries");
+  EXPECT_FUTR_ERROR(
+      runtime::shard_quantized_weights(q128, runtime::make_tensor_parallel_plan(narrow, 8), 1),
+      "blk.0.ffn_down [256 x 512]: INT4 column slice [64, 128) does not fall on group boundaries");
 }
 
 }  // namespace

@@ -80,7 +80,8 @@ TEST_F(ApiTest, BadRequestsGet4xxNamingTheParameter) {
       {C, R"({"model": "m", "prompt": "hi", "n": 0})", 400, "n"},
       {C, R"({"model": "m", "prompt": "hi", "n": 1.5})", 400, "n"},
       {C, R"({"model": "m", "prompt": "hi", "stream": "yes"})", 400, "stream"},
-      {C, R"({"model": "m", "prompt": "hi", "stream_options": {"include_usage": true}})", 400, "stream_options"},
+      {C, R"({"model": "m", "prompt": "hi", "stream_options": {"include_usage": true}})", 400,
+       "stream_options"},
       {C, R"({"model": "m", "prompt": "hi", "stop": ""})", 400, "stop"},
       {C, R"({"model": "m", "prompt": "hi", "stop": ["a","b","c","d","e"]})", 400, "stop"},
       {C, R"({"model": "m", "prompt": "hi", "stop": 3})", 400, "stop"},
@@ -94,7 +95,8 @@ TEST_F(ApiTest, BadRequestsGet4xxNamingTheParameter) {
       {C, R"({"model": "m", "prompt": "hi", "repetition_penalty": 1e-50})", 400, "repetition_penalty"},
       {C, R"({"model": "m", "prompt": "hi", "repetition_penalty": 11})", 400, "repetition_penalty"},
       {C, R"({"model": "m", "prompt": "hi", "top_p": 1e-50})", 400, "top_p"},
-      {H, R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "frequency_penalty": 3})", 400, "frequency_penalty"},
+      {H, R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "frequency_penalty": 3})", 400,
+       "frequency_penalty"},
       {C, R"({"model": "m", "prompt": "hi", "echo": "yes"})", 400, "echo"},
       {C, R"({"model": "m", "prompt": "hi", "logprobs": 21})", 400, "logprobs"},
       {C, R"({"model": "m", "prompt": "hi", "logprobs": -1})", 400, "logprobs"},
@@ -103,27 +105,44 @@ TEST_F(ApiTest, BadRequestsGet4xxNamingTheParameter) {
       {C, R"({"model": "m", "prompt": "hi", "top_logprobs": 2})", 400, "top_logprobs"},
       {C, R"({"model": "m", "prompt": "hi", "logprobs": 1, "max_tokens": 0})", 400, "max_tokens"},
       {C, R"({"model": "m", "prompt": "hi", "echo": false, "max_tokens": 0})", 400, "max_tokens"},
-      {C, R"({"model": "m", "prompt": ")" + long_prompt + R"(", "echo": true, "max_tokens": 0})", 400, "prompt"},
+      {C, R"({"model": "m", "prompt": ")" + long_prompt + R"(", "echo": true, "max_tokens": 0})", 400,
+       "prompt"},
       {H, R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "echo": true})", 400, "echo"},
-      {H, R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "logprobs": 2})", 400, "logprobs"},
-      {H, R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "logprobs": "yes"})", 400, "logprobs"},
-      {H, R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "top_logprobs": 3})", 400, "top_logprobs"},
-      {H, R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "logprobs": false, "top_logprobs": 3})", 400, "top_logprobs"},
-      {H, R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": 21})", 400, "top_logprobs"},
-      {H, R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": -1})", 400, "top_logprobs"},
-      {H, R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 0})", 400, "max_completion_tokens"},
+      {H, R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "logprobs": 2})", 400,
+       "logprobs"},
+      {H, R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "logprobs": "yes"})", 400,
+       "logprobs"},
+      {H, R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "top_logprobs": 3})", 400,
+       "top_logprobs"},
+      {H,
+       R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "logprobs": false, "top_logprobs": 3})",
+       400, "top_logprobs"},
+      {H,
+       R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": 21})",
+       400, "top_logprobs"},
+      {H,
+       R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": -1})",
+       400, "top_logprobs"},
+      {H, R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 0})",
+       400, "max_completion_tokens"},
       {H, R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "n": 17})", 400, "n"},
       {H, R"({"model": "m", "messages": []})", 400, "messages"},
       {H, R"({"model": "m", "messages": "hi"})", 400, "messages"},
       {H, R"({"model": "m", "messages": [{"role": "tool", "content": "x"}]})", 400, "messages[0].role"},
       {H, R"({"model": "m", "messages": [{"role": "user", "content": 5}]})", 400, "messages[0].content"},
-      {H, R"({"model": "m", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", 400, "messages[0].content"},
-      {H, R"({"model": "m", "messages": [{"role": "user", "content": [{"type": 5, "text": "x"}]}]})", 400, "messages[0].content"},
-      {H, R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "response_format": {"type": true}})", 400, "response_format"},
-      {H, R"({"model": "m", "messages": [{"role": "user", "content": "x", "extra": 1}]})", 400, "messages[0].extra"},
+      {H, R"({"model": "m", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", 400,
+       "messages[0].content"},
+      {H, R"({"model": "m", "messages": [{"role": "user", "content": [{"type": 5, "text": "x"}]}]})", 400,
+       "messages[0].content"},
+      {H,
+       R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "response_format": {"type": true}})",
+       400, "response_format"},
+      {H, R"({"model": "m", "messages": [{"role": "user", "content": "x", "extra": 1}]})", 400,
+       "messages[0].extra"},
       {H, R"({"model": "m", "prompt": "hi"})", 400, "prompt"},
       {H, R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "tools": [{}]})", 400, "tools"},
-      {H, R"({"model": "m", "messages": [{"role": "user", "content": ")" + long_prompt + R"("}]})", 400, "messages"},
+      {H, R"({"model": "m", "messages": [{"role": "user", "content": ")" + long_prompt + R"("}]})", 400,
+       "messages"},
   };
   for (const auto& c : cases) {
     const auto [status, param] = error_of(c.e, c.body);
@@ -137,11 +156,36 @@ TEST_F(ApiTest, BadRequestsGet4xxNamingTheParameter) {
 // duplicate keys: each a 400 with a short message, never a crash (the
 // parser's depth cap; no recursive print of a client value).
 TEST_F(ApiTest, HostileJsonInEveryFieldIs400) {
-  const std::vector<std::string> fields = {
-      "model", "max_tokens", "temperature", "top_p", "top_k", "n", "stream", "stream_options", "stop",
-      "seed", "user", "frequency_penalty", "presence_penalty", "min_p", "repetition_penalty", "logprobs",
-      "logit_bias", "prompt", "echo", "best_of", "suffix", "messages", "max_completion_tokens",
-      "top_logprobs", "response_format", "tools", "tool_choice", "parallel_tool_calls", "store", "metadata"};
+  const std::vector<std::string> fields = {"model",
+                                           "max_tokens",
+                                           "temperature",
+                                           "top_p",
+                                           "top_k",
+                                           "n",
+                                           "stream",
+                                           "stream_options",
+                                           "stop",
+                                           "seed",
+                                           "user",
+                                           "frequency_penalty",
+                                           "presence_penalty",
+                                           "min_p",
+                                           "repetition_penalty",
+                                           "logprobs",
+                                           "logit_bias",
+                                           "prompt",
+                                           "echo",
+                                           "best_of",
+                                           "suffix",
+                                           "messages",
+                                           "max_completion_tokens",
+                                           "top_logprobs",
+                                           "response_format",
+                                           "tools",
+                                           "tool_choice",
+                                           "parallel_tool_calls",
+                                           "store",
+                                           "metadata"};
   const int kDeep = 400000;  // ~800 KB
   const std::string deep = std::string(kDeep, '[') + std::string(kDeep, ']');
   const std::string deep_obj = [] {
@@ -154,8 +198,8 @@ TEST_F(ApiTest, HostileJsonInEveryFieldIs400) {
   std::string shallow = "1";  // 60 levels: under the cap
   for (int i = 0; i < 60; ++i) shallow = (i % 2 ? R"({"k":)" + shallow + "}" : "[" + shallow + "]");
   for (const Endpoint e : {Endpoint::kCompletions, Endpoint::kChat}) {
-    const std::string input = e == Endpoint::kChat ? R"("messages": [{"role": "user", "content": "x"}])"
-                                                   : R"("prompt": "hi")";
+    const std::string input =
+        e == Endpoint::kChat ? R"("messages": [{"role": "user", "content": "x"}])" : R"("prompt": "hi")";
     for (const auto& f : fields) {
       for (const std::string* v : std::initializer_list<const std::string*>{&deep, &deep_obj, &shallow}) {
         if (v == &shallow && (f == "parallel_tool_calls" || f == "store" || f == "metadata"))
@@ -173,14 +217,15 @@ TEST_F(ApiTest, HostileJsonInEveryFieldIs400) {
   }
   const std::string too_deep = std::string(65, '[') + std::string(65, ']');
   try {
-    parse_request(Endpoint::kCompletions, R"({"model": "m", "prompt": "hi", "logit_bias": )" + too_deep + "}", ctx_);
+    parse_request(Endpoint::kCompletions, R"({"model": "m", "prompt": "hi", "logit_bias": )" + too_deep + "}",
+                  ctx_);
     ADD_FAILURE() << "accepted";
   } catch (const ApiError& err) {
     EXPECT_NE(std::string(err.what()).find("nested deeper than 64 levels"), std::string::npos) << err.what();
   }
   try {
-    parse_request(Endpoint::kCompletions, R"({"model": "m", "prompt": "hi", "max_tokens": 3, "max_tokens": 5})",
-                  ctx_);
+    parse_request(Endpoint::kCompletions,
+                  R"({"model": "m", "prompt": "hi", "max_tokens": 3, "max_tokens": 5})", ctx_);
     ADD_FAILURE() << "accepted";
   } catch (const ApiError& err) {
     EXPECT_EQ(err.status(), 400);
@@ -188,8 +233,9 @@ TEST_F(ApiTest, HostileJsonInEveryFieldIs400) {
   }
   // A long unknown key or model name is echoed clipped.
   const std::string long_key(100000, 'k');
-  EXPECT_EQ(error_of(Endpoint::kCompletions, R"({"model": "m", "prompt": "hi", ")" + long_key + R"(": 1})").first,
-            400);
+  EXPECT_EQ(
+      error_of(Endpoint::kCompletions, R"({"model": "m", "prompt": "hi", ")" + long_key + R"(": 1})").first,
+      400);
   try {
     parse_request(Endpoint::kCompletions, R"({"model": ")" + long_key + R"(", "prompt": "hi"})", ctx_);
   } catch (const ApiError& err) {
@@ -209,7 +255,8 @@ TEST_F(ApiTest, CompletionDefaultsAndFields) {
   const ApiRequest s = parse_request(Endpoint::kCompletions, R"({"model": "m", "prompt": [1, 2, 3],
       "max_tokens": 5, "temperature": 0, "top_p": 0.5, "top_k": 7, "seed": 42, "stop": ["x", "yz"],
       "stream": true, "stream_options": {"include_usage": true}, "n": 1, "user": "u",
-      "presence_penalty": 0, "logprobs": null, "suffix": null})", ctx_);
+      "presence_penalty": 0, "logprobs": null, "suffix": null})",
+                                     ctx_);
   EXPECT_EQ(s.gen.prompt, (std::vector<int32_t>{1, 2, 3}));
   EXPECT_EQ(s.gen.max_tokens, 5);
   EXPECT_EQ(s.gen.sampling.temperature, 0.0f);
@@ -230,10 +277,11 @@ TEST_F(ApiTest, PenaltiesAndMinPReachTheSampler) {
   EXPECT_EQ(d.gen.sampling.presence_penalty, 0.0f);
   EXPECT_EQ(d.gen.sampling.frequency_penalty, 0.0f);
   for (Endpoint e : {Endpoint::kCompletions, Endpoint::kChat}) {
-    const std::string input = e == Endpoint::kChat ? R"("messages": [{"role": "user", "content": "Hi"}])"
-                                                   : R"("prompt": "Hi")";
+    const std::string input =
+        e == Endpoint::kChat ? R"("messages": [{"role": "user", "content": "Hi"}])" : R"("prompt": "Hi")";
     const ApiRequest r = parse_request(e, R"({"model": "m", )" + input + R"(, "min_p": 0.05,
-        "repetition_penalty": 1.3, "presence_penalty": -0.5, "frequency_penalty": 2})", ctx_);
+        "repetition_penalty": 1.3, "presence_penalty": -0.5, "frequency_penalty": 2})",
+                                       ctx_);
     const SamplerConfig& s = r.gen.sampling;
     EXPECT_EQ(s.min_p, 0.05f);
     EXPECT_EQ(s.repetition_penalty, 1.3f);
@@ -248,7 +296,8 @@ TEST_F(ApiTest, PenaltiesAndMinPReachTheSampler) {
   } catch (const ApiError& e) {
     EXPECT_EQ(e.status(), 400);
     EXPECT_EQ(e.body()["error"]["type"], "invalid_request_error");
-    EXPECT_NE(std::string(e.what()).find("'presence_penalty' must be in [-2, 2]"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("'presence_penalty' must be in [-2, 2]"), std::string::npos)
+        << e.what();
   }
 }
 
@@ -277,8 +326,8 @@ TEST_F(ApiTest, SamplingRangesAreTheSamplersRanges) {
       } catch (const Error&) {
         sampler_ok = false;
       }
-      const auto [status, param] =
-          error_of(Endpoint::kCompletions, fmt::format(R"({{"model": "m", "prompt": "hi", "{}": {}}})", f.name, v));
+      const auto [status, param] = error_of(
+          Endpoint::kCompletions, fmt::format(R"({{"model": "m", "prompt": "hi", "{}": {}}})", f.name, v));
       EXPECT_EQ(status == 0, sampler_ok) << f.name << " = " << v;
       if (status != 0) {
         EXPECT_EQ(param, f.name) << v;
@@ -288,7 +337,8 @@ TEST_F(ApiTest, SamplingRangesAreTheSamplersRanges) {
 
 TEST_F(ApiTest, ChatUsesTheTemplateAndTheRestOfTheContext) {
   const ApiRequest r = parse_request(Endpoint::kChat, R"({"model": "m", "messages": [
-      {"role": "system", "content": "Be brief."}, {"role": "user", "content": [{"type": "text", "text": "Hi"}]}]})", ctx_);
+      {"role": "system", "content": "Be brief."}, {"role": "user", "content": [{"type": "text", "text": "Hi"}]}]})",
+                                     ctx_);
   const std::vector<ChatMessage> m = {{"system", "Be brief."}, {"user", "Hi"}};
   EXPECT_EQ(r.gen.prompt, encode_chat_prompt(*tok_, *chat_, m));
   EXPECT_EQ(r.gen.max_tokens, 64 - int(r.gen.prompt.size()));
@@ -306,7 +356,8 @@ TEST_F(ApiTest, LogprobsEchoAndChoices) {
   EXPECT_EQ(d.gen.prompt_logprobs, -1);
   EXPECT_FALSE(d.echo);
   const ApiRequest c = parse_request(Endpoint::kCompletions, R"({"model": "m", "prompt": "Hello world",
-      "logprobs": 3, "echo": true, "max_tokens": 0, "n": 3, "seed": -1})", ctx_);
+      "logprobs": 3, "echo": true, "max_tokens": 0, "n": 3, "seed": -1})",
+                                     ctx_);
   EXPECT_EQ(c.logprobs, 3);
   EXPECT_EQ(c.gen.logprobs, 3);
   EXPECT_EQ(c.gen.prompt_logprobs, 3);
@@ -325,11 +376,12 @@ TEST_F(ApiTest, LogprobsEchoAndChoices) {
     EXPECT_EQ(r.logprobs, -1) << body;
     EXPECT_EQ(r.gen.prompt_logprobs, -1) << body;
   }
-  const ApiRequest e = parse_request(Endpoint::kCompletions, R"({"model": "m", "prompt": "Hi", "echo": true})", ctx_);
+  const ApiRequest e =
+      parse_request(Endpoint::kCompletions, R"({"model": "m", "prompt": "Hi", "echo": true})", ctx_);
   EXPECT_EQ(e.gen.prompt_logprobs, -1);
   EXPECT_EQ(e.gen.max_tokens, 16);
-  const ApiRequest e0 =
-      parse_request(Endpoint::kCompletions, R"({"model": "m", "prompt": "Hi", "echo": true, "max_tokens": 0})", ctx_);
+  const ApiRequest e0 = parse_request(
+      Endpoint::kCompletions, R"({"model": "m", "prompt": "Hi", "echo": true, "max_tokens": 0})", ctx_);
   EXPECT_EQ(e0.gen.prompt_logprobs, 0);  // runs as a scoring request
   EXPECT_EQ(e0.logprobs, -1);            // whose scores are not returned
   // A prompt of exactly the context: only to score it.
@@ -341,15 +393,20 @@ TEST_F(ApiTest, LogprobsEchoAndChoices) {
 
   // Chat: logprobs true with top_logprobs k; 0 and false are off.
   const std::string msgs = R"("messages": [{"role": "user", "content": "Hi"}])";
-  const ApiRequest h = parse_request(Endpoint::kChat, R"({"model": "m", )" + msgs +
-                                                          R"(, "logprobs": true, "top_logprobs": 20, "n": 16})", ctx_);
+  const ApiRequest h = parse_request(
+      Endpoint::kChat, R"({"model": "m", )" + msgs + R"(, "logprobs": true, "top_logprobs": 20, "n": 16})",
+      ctx_);
   EXPECT_EQ(h.logprobs, 20);
   EXPECT_EQ(h.gen.logprobs, 20);
   EXPECT_EQ(h.gen.prompt_logprobs, -1);
   EXPECT_EQ(h.n, 16);
-  EXPECT_EQ(parse_request(Endpoint::kChat, R"({"model": "m", )" + msgs + R"(, "logprobs": true})", ctx_).logprobs, 0);
-  for (const char* extra : {R"("logprobs": 0)", R"("logprobs": false, "top_logprobs": 0)", R"("top_logprobs": 0)"})
-    EXPECT_EQ(parse_request(Endpoint::kChat, R"({"model": "m", )" + msgs + ", " + extra + "}", ctx_).logprobs, -1)
+  EXPECT_EQ(
+      parse_request(Endpoint::kChat, R"({"model": "m", )" + msgs + R"(, "logprobs": true})", ctx_).logprobs,
+      0);
+  for (const char* extra :
+       {R"("logprobs": 0)", R"("logprobs": false, "top_logprobs": 0)", R"("top_logprobs": 0)"})
+    EXPECT_EQ(parse_request(Endpoint::kChat, R"({"model": "m", )" + msgs + ", " + extra + "}", ctx_).logprobs,
+              -1)
         << extra;
 }
 
@@ -357,8 +414,9 @@ TEST_F(ApiTest, LogprobsEchoAndChoices) {
 // logprobs per choice (with echo: the prompt's first), usage with the prompt
 // once and the completions summed.
 TEST_F(ApiTest, ResponseWithChoicesAndLogprobs) {
-  const ApiRequest r = parse_request(Endpoint::kCompletions,
-                                     R"({"model": "m", "prompt": "Hello", "echo": true, "logprobs": 1, "n": 2})", ctx_);
+  const ApiRequest r =
+      parse_request(Endpoint::kCompletions,
+                    R"({"model": "m", "prompt": "Hello", "echo": true, "logprobs": 1, "n": 2})", ctx_);
   const int32_t hello = r.gen.prompt.back();
   const auto ids = tok_->encode(" the end", false, false);
   std::vector<ChoiceOutput> choices(2);
@@ -391,7 +449,8 @@ TEST_F(ApiTest, ResponseWithChoicesAndLogprobs) {
   EXPECT_EQ(c1["text"], "Hello");
   EXPECT_EQ(c1["logprobs"]["tokens"].size(), r.gen.prompt.size());
   // Without logprobs: null, as before.
-  const ApiRequest plain = parse_request(Endpoint::kCompletions, R"({"model": "m", "prompt": "Hello", "n": 2})", ctx_);
+  const ApiRequest plain =
+      parse_request(Endpoint::kCompletions, R"({"model": "m", "prompt": "Hello", "n": 2})", ctx_);
   const json k = full_response(plain, nullptr, ResponseMeta{"cmpl-1", 1, "m"}, choices);
   EXPECT_TRUE(k["choices"][0]["logprobs"].is_null());
   EXPECT_EQ(k["choices"][0]["text"], " the end");

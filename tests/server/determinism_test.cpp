@@ -58,21 +58,24 @@ TEST_P(ServeDeterminism, TheSameGreedyRequestGivesOneAnswer) {
 }
 
 TEST_P(ServeDeterminism, ConcurrentRequestsGetTheirSequentialAnswers) {
-  const std::vector<std::string> qs = {"What is the capital of France?",
-                                       "Name three colours of the rainbow.",
-                                       "Write one sentence about the sea.",
-                                       "What is 12 times 12?",
-                                       "Who wrote Hamlet? Answer briefly, then explain why the play is famous.",
-                                       "List two planets."};
+  const std::vector<std::string> qs = {
+      "What is the capital of France?",
+      "Name three colours of the rainbow.",
+      "Write one sentence about the sea.",
+      "What is 12 times 12?",
+      "Who wrote Hamlet? Answer briefly, then explain why the play is famous.",
+      "List two planets."};
   std::vector<std::string> alone;
   for (const std::string& q : qs) alone.push_back(ask(q));
   std::vector<std::future<std::string>> together;
-  for (const std::string& q : qs) together.push_back(std::async(std::launch::async, [&, q] { return ask(q); }));
+  for (const std::string& q : qs)
+    together.push_back(std::async(std::launch::async, [&, q] { return ask(q); }));
   for (size_t i = 0; i < qs.size(); ++i)
     EXPECT_EQ(together[i].get(), alone[i]) << "request " << i << " (" << qs[i] << ")";
 }
 
-INSTANTIATE_TEST_SUITE_P(Fp8Scaling, ServeDeterminism, ::testing::Values(Fp8Scaling::kStatic, Fp8Scaling::kDelayed),
+INSTANTIATE_TEST_SUITE_P(Fp8Scaling, ServeDeterminism,
+                         ::testing::Values(Fp8Scaling::kStatic, Fp8Scaling::kDelayed),
                          [](const auto& info) { return to_string(info.param); });
 
 }  // namespace

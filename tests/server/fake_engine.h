@@ -34,8 +34,8 @@
 
 #include "core/error.h"
 #include "runtime/engine.h"
-#include "runtime/perplexity.h"
 #include "runtime/kv_blocks.h"
+#include "runtime/perplexity.h"
 
 namespace futr::test {
 
@@ -46,13 +46,13 @@ class FakeEngine : public runtime::Engine {
     int ctx = 256;
     int max_seqs = 4;
     int max_step_tokens = 32;
-    int64_t positions = 0;            // KV positions in all; 0 = ctx * max_seqs
-    std::vector<int32_t> words;       // tokens to draw from (not empty)
-    int32_t eos = -1;                 // the EOS id (for eos_every)
-    int eos_every = 0;                // 0: never EOS
+    int64_t positions = 0;                   // KV positions in all; 0 = ctx * max_seqs
+    std::vector<int32_t> words;              // tokens to draw from (not empty)
+    int32_t eos = -1;                        // the EOS id (for eos_every)
+    int eos_every = 0;                       // 0: never EOS
     std::chrono::microseconds step_time{0};  // sleep per step (a slow engine)
     std::chrono::microseconds row_time{0};   // and per row
-    bool held = false;  // steps wait for release(): requests submitted meanwhile queue up
+    bool held = false;   // steps wait for release(): requests submitted meanwhile queue up
     int block_size = 0;  // > 0: a paged KV cache of `blocks` blocks of this many positions
     int64_t blocks = 0;  // paged: blocks in all; 0 = max_seqs * ceil(ctx / block_size)
   };
@@ -125,8 +125,8 @@ class FakeEngine : public runtime::Engine {
 
   runtime::StepResult step(std::span<const runtime::BatchRow> rows) override {
     // The contract, checked before anything changes.
-    FUTR_CHECK(!rows.empty() && int(rows.size()) <= o_.max_step_tokens, "{} rows (max {})",
-               rows.size(), o_.max_step_tokens);
+    FUTR_CHECK(!rows.empty() && int(rows.size()) <= o_.max_step_tokens, "{} rows (max {})", rows.size(),
+               o_.max_step_tokens);
     std::set<runtime::SeqId> seen;
     std::map<runtime::SeqId, int> next;
     int64_t added = 0;
@@ -139,8 +139,8 @@ class FakeEngine : public runtime::Engine {
         seen.insert(r.seq);
         next[r.seq] = length(r.seq);
       }
-      FUTR_CHECK(r.pos == next[r.seq], "row {}: position {} of sequence {}, expected {}", i, r.pos,
-                 r.seq, next[r.seq]);
+      FUTR_CHECK(r.pos == next[r.seq], "row {}: position {} of sequence {}, expected {}", i, r.pos, r.seq,
+                 next[r.seq]);
       FUTR_CHECK(r.pos < o_.ctx, "row {}: sequence {} past the context", i, r.seq);
       FUTR_CHECK(r.out != runtime::RowOutput::kLogprob || (r.target >= 0 && r.target < o_.vocab),
                  "row {}: target {} outside the vocabulary", i, r.target);
@@ -150,7 +150,8 @@ class FakeEngine : public runtime::Engine {
     if (pool_) {
       int64_t need = 0;
       for (const auto& [id, n] : next) need += pool_->blocks_needed(seqs_[id].blocks, n - length(id));
-      FUTR_CHECK(need <= pool_->free_blocks(), "out of KV blocks: {} needed, {} free", need, pool_->free_blocks());
+      FUTR_CHECK(need <= pool_->free_blocks(), "out of KV blocks: {} needed, {} free", need,
+                 pool_->free_blocks());
     } else {
       FUTR_CHECK(added <= free_positions(), "out of KV positions");
     }
@@ -181,7 +182,8 @@ class FakeEngine : public runtime::Engine {
         const std::vector<float> z = logits_for(draw(s));
         std::copy(z.begin(), z.end(), out.logits.row(logit_row++));
       }
-      if (r.out == runtime::RowOutput::kLogprob) out.logprobs.push_back(-runtime::token_nll(logits_for(draw(s)), r.target));
+      if (r.out == runtime::RowOutput::kLogprob)
+        out.logprobs.push_back(-runtime::token_nll(logits_for(draw(s)), r.target));
     }
     ++steps_;
     for (const auto& r : rows) ++rows_by_out_[size_t(r.out)];

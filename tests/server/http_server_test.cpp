@@ -179,8 +179,8 @@ TEST_F(HttpTest, HealthModelsMetrics) {
 
 TEST_F(HttpTest, CompletionStreamedAndNotGiveTheSameText) {
   start({});
-  const json body = {{"model", "fake"}, {"prompt", "The quick brown"}, {"max_tokens", 12},
-                     {"temperature", 0}, {"seed", 5}};
+  const json body = {
+      {"model", "fake"}, {"prompt", "The quick brown"}, {"max_tokens", 12}, {"temperature", 0}, {"seed", 5}};
   auto r = post("/v1/completions", body);
   ASSERT_TRUE(r);
   ASSERT_EQ(r->status, 200) << r->body;
@@ -199,7 +199,8 @@ TEST_F(HttpTest, CompletionStreamedAndNotGiveTheSameText) {
   ASSERT_GE(ev.size(), 3u);
   EXPECT_EQ(ev.back(), "[DONE]");
   std::string streamed;
-  for (size_t i = 0; i + 2 < ev.size(); ++i) streamed += json::parse(ev[i])["choices"][0]["text"].get<std::string>();
+  for (size_t i = 0; i + 2 < ev.size(); ++i)
+    streamed += json::parse(ev[i])["choices"][0]["text"].get<std::string>();
   EXPECT_EQ(streamed, text);
   EXPECT_EQ(json::parse(ev[ev.size() - 3])["choices"][0]["finish_reason"], "length");
   EXPECT_EQ(json::parse(ev[ev.size() - 2])["usage"]["completion_tokens"], 12);
@@ -209,9 +210,15 @@ TEST_F(HttpTest, CompletionStreamedAndNotGiveTheSameText) {
 // out of range they are an OpenAI error naming the field and the range.
 TEST_F(HttpTest, PenaltiesAndMinPRunOrAreRefused) {
   start({});
-  json body = {{"model", "fake"}, {"messages", json::array({{{"role", "user"}, {"content", "Hi"}}})},
-               {"max_tokens", 12}, {"temperature", 0}, {"seed", 5}, {"presence_penalty", 1.5},
-               {"frequency_penalty", 0.5}, {"repetition_penalty", 1.2}, {"min_p", 0.05}};
+  json body = {{"model", "fake"},
+               {"messages", json::array({{{"role", "user"}, {"content", "Hi"}}})},
+               {"max_tokens", 12},
+               {"temperature", 0},
+               {"seed", 5},
+               {"presence_penalty", 1.5},
+               {"frequency_penalty", 0.5},
+               {"repetition_penalty", 1.2},
+               {"min_p", 0.05}};
   auto r = post("/v1/chat/completions", body);
   ASSERT_TRUE(r);
   ASSERT_EQ(r->status, 200) << r->body;
@@ -235,8 +242,10 @@ TEST_F(HttpTest, PenaltiesAndMinPRunOrAreRefused) {
 // answer, usage counts the prompt once and the completions summed.
 TEST_F(HttpTest, ChoicesWithLogprobsStreamedAndNot) {
   start({});
-  const json body = {{"model", "fake"}, {"prompt", "The quick brown"}, {"max_tokens", 8}, {"temperature", 0},
-                     {"seed", 5}, {"n", 3}, {"logprobs", 2}, {"echo", true}};
+  const json body = {{"model", "fake"}, {"prompt", "The quick brown"},
+                     {"max_tokens", 8}, {"temperature", 0},
+                     {"seed", 5},       {"n", 3},
+                     {"logprobs", 2},   {"echo", true}};
   auto r = post("/v1/completions", body);
   ASSERT_TRUE(r);
   ASSERT_EQ(r->status, 200) << r->body;
@@ -262,8 +271,10 @@ TEST_F(HttpTest, ChoicesWithLogprobsStreamedAndNot) {
   }
   EXPECT_NE(j["choices"][0]["text"], j["choices"][1]["text"]);  // the fake engine's draws follow the seed
   EXPECT_EQ(j["usage"]["completion_tokens"], completion_tokens);
-  EXPECT_EQ(j["usage"]["prompt_tokens"], json::parse(post("/v1/completions", {{"model", "fake"},
-      {"prompt", "The quick brown"}, {"max_tokens", 1}})->body)["usage"]["prompt_tokens"]);
+  EXPECT_EQ(j["usage"]["prompt_tokens"],
+            json::parse(
+                post("/v1/completions", {{"model", "fake"}, {"prompt", "The quick brown"}, {"max_tokens", 1}})
+                    ->body)["usage"]["prompt_tokens"]);
 
   json sb = body;
   sb["stream"] = true;
@@ -274,8 +285,10 @@ TEST_F(HttpTest, ChoicesWithLogprobsStreamedAndNot) {
   ASSERT_GE(ev.size(), 3u);
   EXPECT_EQ(ev.back(), "[DONE]");
   std::vector<std::string> text(3);
-  std::vector<json> lp(3, json{{"tokens", json::array()}, {"token_logprobs", json::array()},
-                               {"top_logprobs", json::array()}, {"text_offset", json::array()}});
+  std::vector<json> lp(3, json{{"tokens", json::array()},
+                               {"token_logprobs", json::array()},
+                               {"top_logprobs", json::array()},
+                               {"text_offset", json::array()}});
   std::vector<int> finishes(3, 0);
   for (size_t e = 0; e + 2 < ev.size(); ++e) {
     const json chunk = json::parse(ev[e]);
@@ -301,9 +314,10 @@ TEST_F(HttpTest, ChoicesWithLogprobsStreamedAndNot) {
 // starts with its role.
 TEST_F(HttpTest, ChatLogprobsStreamedAndNot) {
   start({});
-  const json body = {{"model", "fake"}, {"messages", json::array({{{"role", "user"}, {"content", "Hi"}}})},
-                     {"max_tokens", 10}, {"temperature", 0}, {"seed", 9}, {"n", 2}, {"logprobs", true},
-                     {"top_logprobs", 3}};
+  const json body = {{"model", "fake"},  {"messages", json::array({{{"role", "user"}, {"content", "Hi"}}})},
+                     {"max_tokens", 10}, {"temperature", 0},
+                     {"seed", 9},        {"n", 2},
+                     {"logprobs", true}, {"top_logprobs", 3}};
   auto r = post("/v1/chat/completions", body);
   ASSERT_EQ(r->status, 200) << r->body;
   const json j = json::parse(r->body);
@@ -345,8 +359,8 @@ TEST_F(HttpTest, ChatLogprobsStreamedAndNot) {
 TEST_F(HttpTest, EchoWithMaxTokensZeroScoresThePrompt) {
   start({});
   const auto ids = tok_->encode("The quick brown fox jumps", false, false);
-  const json body = {{"model", "fake"}, {"prompt", ids}, {"max_tokens", 0}, {"echo", true}, {"logprobs", 1},
-                     {"temperature", 0}};
+  const json body = {{"model", "fake"}, {"prompt", ids}, {"max_tokens", 0},
+                     {"echo", true},    {"logprobs", 1}, {"temperature", 0}};
   auto r = post("/v1/completions", body);
   ASSERT_EQ(r->status, 200) << r->body;
   const json c = json::parse(r->body)["choices"][0];
@@ -379,8 +393,10 @@ TEST_F(HttpTest, EchoWithMaxTokensZeroScoresThePrompt) {
 
 TEST_F(HttpTest, ChatStreamStartsWithTheRole) {
   start({});
-  const json body = {{"model", "fake"}, {"messages", {{{"role", "user"}, {"content", "Hi"}}}},
-                     {"max_tokens", 5}, {"stream", true}};
+  const json body = {{"model", "fake"},
+                     {"messages", {{{"role", "user"}, {"content", "Hi"}}}},
+                     {"max_tokens", 5},
+                     {"stream", true}};
   auto s = post("/v1/chat/completions", body);
   ASSERT_EQ(s->status, 200);
   const auto ev = events(s->body);
@@ -402,8 +418,9 @@ TEST_F(HttpTest, ConcurrentStreamsEqualAloneAndBatch) {
   auto run = [&](int i) {
     httplib::Client c("127.0.0.1", port_);
     c.set_read_timeout(60, 0);
-    const json body = {{"model", "fake"}, {"prompt", "story " + std::to_string(i)}, {"max_tokens", 20},
-                       {"temperature", 0}, {"seed", 3}, {"stream", true}};
+    const json body = {{"model", "fake"},  {"prompt", "story " + std::to_string(i)},
+                       {"max_tokens", 20}, {"temperature", 0},
+                       {"seed", 3},        {"stream", true}};
     auto r = c.Post("/v1/completions", body.dump(), "application/json");
     std::string text;
     if (!r) return text;
@@ -437,8 +454,7 @@ TEST_F(HttpTest, BadRequestsAreOpenAiErrorsAndDisturbNothing) {
   eo.ctx = 64;
   start(eo, ho);
   // A long request runs while the bad ones come in; it must be unaffected.
-  const json good = {{"model", "fake"}, {"prompt", "a"}, {"max_tokens", 40}, {"temperature", 0},
-                     {"seed", 1}};
+  const json good = {{"model", "fake"}, {"prompt", "a"}, {"max_tokens", 40}, {"temperature", 0}, {"seed", 1}};
   const std::string alone = json::parse(post("/v1/completions", good)->body)["choices"][0]["text"];
   std::string together;
   std::thread t([&] { together = json::parse(post("/v1/completions", good)->body)["choices"][0]["text"]; });
@@ -483,9 +499,13 @@ TEST_F(HttpTest, QueueFullIs429) {
   start(eo, {}, {.max_queue = 1});
   const json body = {{"model", "fake"}, {"prompt", "x"}, {"max_tokens", 50}};
   int sa = 0, sb = 0;
-  std::thread a([&] { sa = httplib::Client("127.0.0.1", port_).Post("/v1/completions", body.dump(), "application/json")->status; });
+  std::thread a([&] {
+    sa = httplib::Client("127.0.0.1", port_).Post("/v1/completions", body.dump(), "application/json")->status;
+  });
   while (scheduler_->running() == 0) std::this_thread::sleep_for(milliseconds(1));
-  std::thread b([&] { sb = httplib::Client("127.0.0.1", port_).Post("/v1/completions", body.dump(), "application/json")->status; });
+  std::thread b([&] {
+    sb = httplib::Client("127.0.0.1", port_).Post("/v1/completions", body.dump(), "application/json")->status;
+  });
   while (scheduler_->waiting() == 0) std::this_thread::sleep_for(milliseconds(1));
   auto r = post("/v1/completions", body);
   EXPECT_EQ(r->status, 429);
@@ -502,16 +522,18 @@ TEST_F(HttpTest, ClientLeavingMidStreamFreesItsSlot) {
   auto eo = test::FakeEngine::Options{};
   eo.step_time = std::chrono::microseconds(5000);
   start(eo);
-  const std::string body = json{{"model", "fake"}, {"prompt", "x"}, {"max_tokens", 250},
-                                {"stream", true}}.dump();
+  const std::string body =
+      json{{"model", "fake"}, {"prompt", "x"}, {"max_tokens", 250}, {"stream", true}}.dump();
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(uint16_t(port_));
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  const std::string req = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                          "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  const std::string req =
+      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+      "Content-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n" + body;
   ASSERT_EQ(send(fd, req.data(), req.size(), 0), ssize_t(req.size()));
   std::string got;
   char buf[4096];
@@ -551,7 +573,8 @@ TEST_F(HttpTest, DrainLetsInFlightFinishAndRefusesNew) {
   std::thread d([&] { server_->drain(); });
   while (!scheduler_->draining()) std::this_thread::sleep_for(milliseconds(1));
   httplib::Client c2("127.0.0.1", port_);
-  auto refused = c2.Post("/v1/completions", json{{"model", "fake"}, {"prompt", "x"}}.dump(), "application/json");
+  auto refused =
+      c2.Post("/v1/completions", json{{"model", "fake"}, {"prompt", "x"}}.dump(), "application/json");
   if (refused) {  // (the listener may already be closed when the in-flight one is done)
     EXPECT_EQ(refused->status, 503);
     EXPECT_EQ(c2.Get("/health")->status, 503);
@@ -596,7 +619,8 @@ TEST_F(HttpTest, CompressedAndChunkedBodiesCountAgainstMaxBody) {
   // 64 MB of JSON whitespace in ~64 KB of gzip: refused at 64 KB.
   const std::string bomb = gzip("{\"model\": \"fake\", \"prompt\": \"x\"" + std::string(64 << 20, ' ') + "}");
   ASSERT_LT(bomb.size(), size_t(ho.max_body_bytes));
-  const std::string r413 = raw_post("Content-Encoding: gzip\r\nContent-Length: " + std::to_string(bomb.size()) + "\r\n", bomb);
+  const std::string r413 =
+      raw_post("Content-Encoding: gzip\r\nContent-Length: " + std::to_string(bomb.size()) + "\r\n", bomb);
   EXPECT_EQ(status_of(r413), 413) << r413.substr(0, 300);
   EXPECT_NE(r413.find("after decompression"), std::string::npos);
   // Chunked, 200 KB in 1 KB chunks: refused at the cap.
@@ -608,8 +632,10 @@ TEST_F(HttpTest, CompressedAndChunkedBodiesCountAgainstMaxBody) {
   EXPECT_EQ(status_of(raw_post("Content-Length: 99999999999\r\n", "")), 413);
   // A body to a route that takes none: 404 before reading it, connection closed.
   const int fd = connect_raw(port_);
-  const std::string req = "POST /health HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
-                          "100000\r\n" + std::string(1000, 'z');
+  const std::string req =
+      "POST /health HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+      "100000\r\n" +
+      std::string(1000, 'z');
   send(fd, req.data(), req.size(), MSG_NOSIGNAL);
   const std::string got = read_all(fd);
   close(fd);
@@ -756,23 +782,25 @@ TEST_F(HttpTest, HealthAnswersWhileAndAfterEveryWorstBodyWithinMaxBody) {
     return s;
   };
   std::vector<std::pair<std::string, std::string>> bodies;  // (route, body)
-  bodies.push_back({"/v1/completions",
-                    json{{"model", "fake"}, {"prompt", repeat("story ")}, {"max_tokens", 4}}.dump()});
-  bodies.push_back({"/v1/completions",
-                    json{{"model", "fake"}, {"prompt", repeat("<|im_start|>user <|im_end|>")}, {"max_tokens", 4}}
-                        .dump()});
+  bodies.push_back(
+      {"/v1/completions", json{{"model", "fake"}, {"prompt", repeat("story ")}, {"max_tokens", 4}}.dump()});
+  bodies.push_back(
+      {"/v1/completions",
+       json{{"model", "fake"}, {"prompt", repeat("<|im_start|>user <|im_end|>")}, {"max_tokens", 4}}.dump()});
   {
     json messages = json::array();
     const json one = {{"role", "user"}, {"content", "hi"}};
-    for (size_t n = 0; n + one.dump().size() + 1 < cap - 64; n += one.dump().size() + 1) messages.push_back(one);
-    bodies.push_back({"/v1/chat/completions",
-                      json{{"model", "fake"}, {"messages", messages}, {"max_tokens", 4}}.dump()});
+    for (size_t n = 0; n + one.dump().size() + 1 < cap - 64; n += one.dump().size() + 1)
+      messages.push_back(one);
+    bodies.push_back(
+        {"/v1/chat/completions", json{{"model", "fake"}, {"messages", messages}, {"max_tokens", 4}}.dump()});
   }
   {
     json stops = json::array();
     for (size_t n = 0; n + 7 < cap - 64; n += 7) stops.push_back("stop");  // "stop", = 7 bytes
-    bodies.push_back({"/v1/completions",
-                      json{{"model", "fake"}, {"prompt", "story"}, {"stop", stops}, {"max_tokens", 4}}.dump()});
+    bodies.push_back(
+        {"/v1/completions",
+         json{{"model", "fake"}, {"prompt", "story"}, {"stop", stops}, {"max_tokens", 4}}.dump()});
   }
   {
     json bias = json::object();
@@ -781,8 +809,9 @@ TEST_F(HttpTest, HealthAnswersWhileAndAfterEveryWorstBodyWithinMaxBody) {
       bias[std::to_string(id)] = 1;
       n += std::to_string(id).size() + 5;  // "id":1,
     }
-    bodies.push_back({"/v1/completions",
-                      json{{"model", "fake"}, {"prompt", "story"}, {"logit_bias", bias}, {"max_tokens", 4}}.dump()});
+    bodies.push_back(
+        {"/v1/completions",
+         json{{"model", "fake"}, {"prompt", "story"}, {"logit_bias", bias}, {"max_tokens", 4}}.dump()});
   }
   {
     const size_t depth = (cap - 200) / 2;
@@ -818,7 +847,8 @@ TEST_F(HttpTest, HealthAnswersWhileAndAfterEveryWorstBodyWithinMaxBody) {
       std::this_thread::sleep_for(milliseconds(50));
     }
     sender.join();
-    std::printf("body %zu (%zu bytes to %s): %d in %.2f s\n", i, body.size(), route.c_str(), status, since(t0));
+    std::printf("body %zu (%zu bytes to %s): %d in %.2f s\n", i, body.size(), route.c_str(), status,
+                since(t0));
     EXPECT_TRUE(status == 200 || (status >= 400 && status < 500)) << "body " << i << ": " << status;
     health_within_1s("body " + std::to_string(i) + " after");
   }

@@ -57,7 +57,9 @@ class ServeLogprobs : public ::testing::Test {
     served_.reset();  // the server stops before the reference engine goes
   }
   json post(const std::string& path, json body) { return served_->post(path, std::move(body)); }
-  std::string raw_post(const std::string& path, json body) { return served_->raw_post(path, std::move(body)); }
+  std::string raw_post(const std::string& path, json body) {
+    return served_->raw_post(path, std::move(body));
+  }
   // log p(ids[i] | ids[0..i)) for i >= first, from the reference engine's logits.
   std::vector<double> reference_logprobs(const std::vector<int32_t>& ids, size_t first = 1) {
     runtime::SequenceRunner runner(*reference_);
@@ -76,7 +78,8 @@ class ServeLogprobs : public ::testing::Test {
 TEST_F(ServeLogprobs, EchoLogprobsAreThePerplexityPathsValues) {
   const std::vector<int32_t> ids = encode_completion_prompt(*tok_, kText);
   ASSERT_GT(ids.size(), 40u);  // several of the server's 16-row chunks
-  const json r = post("/v1/completions", {{"prompt", kText}, {"echo", true}, {"logprobs", 1}, {"max_tokens", 0}});
+  const json r =
+      post("/v1/completions", {{"prompt", kText}, {"echo", true}, {"logprobs", 1}, {"max_tokens", 0}});
   const json& c = r["choices"][0];
   EXPECT_EQ(c["text"], kText);
   EXPECT_EQ(c["finish_reason"], "length");
@@ -105,7 +108,8 @@ TEST_F(ServeLogprobs, EchoLogprobsAreThePerplexityPathsValues) {
   std::printf("prompt of %zu tokens: largest |server - SequenceRunner| %.3g\n", ids.size(), worst);
 
   // `futr perplexity`'s own loop (kLogprob rows), one window over the prompt.
-  const runtime::PplResult ppl = runtime::evaluate_perplexity(*reference_, ids, int(ids.size()), int(ids.size()), 512);
+  const runtime::PplResult ppl =
+      runtime::evaluate_perplexity(*reference_, ids, int(ids.size()), int(ids.size()), 512);
   ASSERT_EQ(ppl.stats.count(), int64_t(ids.size()) - 1);
   EXPECT_NEAR(-sum / double(ids.size() - 1), ppl.stats.mean(), test::tol::kCpuChunkingLogprob);
 }
@@ -118,7 +122,9 @@ TEST_F(ServeLogprobs, LogprobsChangeNoTokenAndAreTheRawDistributions) {
   const json r = post("/v1/completions", with);
   EXPECT_EQ(r["choices"][0]["text"], plain);
   json chat = {{"messages", json::array({{{"role", "user"}, {"content", "Tell me a story."}}})},
-               {"max_tokens", 24}, {"temperature", 0.8}, {"seed", 3}};
+               {"max_tokens", 24},
+               {"temperature", 0.8},
+               {"seed", 3}};
   const std::string chat_plain = post("/v1/chat/completions", chat)["choices"][0]["message"]["content"];
   chat["logprobs"] = true;
   chat["top_logprobs"] = 5;
@@ -172,7 +178,8 @@ TEST_F(ServeLogprobs, ChoicesGreedyEqualSeededReproducible) {
   }
   EXPECT_EQ(r4["usage"]["completion_tokens"], 48);
 
-  const json sampled = {{"prompt", "Write a word:"}, {"max_tokens", 8}, {"temperature", 1}, {"seed", 11}, {"n", 3}};
+  const json sampled = {
+      {"prompt", "Write a word:"}, {"max_tokens", 8}, {"temperature", 1}, {"seed", 11}, {"n", 3}};
   const json a = post("/v1/completions", sampled), b = post("/v1/completions", sampled);
   std::set<std::string> distinct;
   for (int i = 0; i < 3; ++i) {
@@ -180,21 +187,27 @@ TEST_F(ServeLogprobs, ChoicesGreedyEqualSeededReproducible) {
     json single = sampled;
     single["n"] = 1;
     single["seed"] = 11 + i;
-    EXPECT_EQ(post("/v1/completions", single)["choices"][0]["text"], a["choices"][i]["text"]) << "choice " << i;
+    EXPECT_EQ(post("/v1/completions", single)["choices"][0]["text"], a["choices"][i]["text"])
+        << "choice " << i;
     distinct.insert(a["choices"][i]["text"].get<std::string>());
   }
   EXPECT_GT(distinct.size(), 1u);
 }
 
 TEST_F(ServeLogprobs, StreamedLogprobsAddUpToTheAnswer) {
-  const json body = {{"prompt", "The quick brown fox"}, {"max_tokens", 12}, {"temperature", 0}, {"echo", true},
+  const json body = {{"prompt", "The quick brown fox"},
+                     {"max_tokens", 12},
+                     {"temperature", 0},
+                     {"echo", true},
                      {"logprobs", 2}};
   const json whole = post("/v1/completions", body)["choices"][0];
   json sb = body;
   sb["stream"] = true;
   const std::string events = raw_post("/v1/completions", sb);
   std::string text;
-  json lp = {{"tokens", json::array()}, {"token_logprobs", json::array()}, {"top_logprobs", json::array()},
+  json lp = {{"tokens", json::array()},
+             {"token_logprobs", json::array()},
+             {"top_logprobs", json::array()},
              {"text_offset", json::array()}};
   for (size_t at = 0; (at = events.find("data: ", at)) != std::string::npos;) {
     const size_t end = events.find("\n\n", at);

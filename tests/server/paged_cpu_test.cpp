@@ -53,8 +53,12 @@ class HeldEngine final : public runtime::Engine {
   nlohmann::json stats() const override { return e_.stats(); }
   int64_t free_blocks() const override { return e_.free_blocks(); }
   int64_t blocks_needed(runtime::SeqId id, int n) const override { return e_.blocks_needed(id, n); }
-  int attach_prefix(runtime::SeqId id, std::span<const int32_t> t) override { return e_.attach_prefix(id, t); }
-  std::optional<runtime::Sampler> sampler_state(runtime::SeqId id) const override { return e_.sampler_state(id); }
+  int attach_prefix(runtime::SeqId id, std::span<const int32_t> t) override {
+    return e_.attach_prefix(id, t);
+  }
+  std::optional<runtime::Sampler> sampler_state(runtime::SeqId id) const override {
+    return e_.sampler_state(id);
+  }
   void restore_sampler(runtime::SeqId id, const runtime::Sampler& s) override { e_.restore_sampler(id, s); }
 
  private:
@@ -102,8 +106,11 @@ TEST(PagedCpuServe, GreedyAnswersThroughPreemptionEqualTheAnswersAlone) {
   Scheduler s(engine, tok, so, &metrics);
 
   const std::string system = "You are a helpful assistant. Answer in one short sentence, plainly. ";
-  const std::vector<std::string> qs = {"What is the capital of France?", "Name a colour of the rainbow.",
-                                       "Write about the sea.", "What is 12 times 12?", "Who wrote Hamlet?",
+  const std::vector<std::string> qs = {"What is the capital of France?",
+                                       "Name a colour of the rainbow.",
+                                       "Write about the sea.",
+                                       "What is 12 times 12?",
+                                       "Who wrote Hamlet?",
                                        "List two planets."};
   auto params = [&](const std::string& q) {
     GenerationParams p;
@@ -123,7 +130,8 @@ TEST(PagedCpuServe, GreedyAnswersThroughPreemptionEqualTheAnswersAlone) {
   engine.hold();
   const std::vector<std::shared_ptr<Request>> rs = s.submit(std::move(all));
   engine.release();
-  for (size_t i = 0; i < qs.size(); ++i) EXPECT_EQ(answer(*rs[i]), alone[i]) << "request " << i << ": " << qs[i];
+  for (size_t i = 0; i < qs.size(); ++i)
+    EXPECT_EQ(answer(*rs[i]), alone[i]) << "request " << i << ": " << qs[i];
   s.wait_idle();
   const std::string m = metrics.serialize();
   const auto value = [&](const std::string& name) {

@@ -78,7 +78,7 @@ TEST_F(PagedSchedulerTest, TwoHundredRequestsThroughATooSmallCacheGetTheIdleAnsw
   for (int i = 0; i < 200; ++i) {
     GenerationParams p;
     if (i >= 10 && rng() % 4 == 0) {
-      p.prompt = ps[rng() % ps.size()].prompt;  // a later turn
+      p.prompt = ps[rng() % ps.size()].prompt;        // a later turn
       if (p.prompt.size() > 60) p.prompt.resize(40);  // prompt + max_tokens within the context
     } else {
       p.prompt = systems[rng() % systems.size()];
@@ -97,7 +97,8 @@ TEST_F(PagedSchedulerTest, TwoHundredRequestsThroughATooSmallCacheGetTheIdleAnsw
     const auto ref = reference_tokens(engine, ps[i], tok_->eos());
     EXPECT_EQ(o.text, tok_->decode(ref)) << "request " << i;
     EXPECT_EQ(o.completion_tokens, int(ref.size())) << "request " << i;
-    EXPECT_EQ(o.finish, int(ref.size()) < ps[i].max_tokens ? Finish::kStop : Finish::kLength) << "request " << i;
+    EXPECT_EQ(o.finish, int(ref.size()) < ps[i].max_tokens ? Finish::kStop : Finish::kLength)
+        << "request " << i;
   }
   s.wait_idle();
   EXPECT_GT(metric(metrics, "futr_preemptions_total"), 0);
@@ -203,7 +204,8 @@ TEST_F(PagedSchedulerTest, LogprobsAndPromptScoresThroughPreemptionEqualAnIdleSe
     }
     return out;
   };
-  auto same = [](const std::vector<TokenLogprob>& a, const std::vector<TokenLogprob>& b, const std::string& what) {
+  auto same = [](const std::vector<TokenLogprob>& a, const std::vector<TokenLogprob>& b,
+                 const std::string& what) {
     ASSERT_EQ(a.size(), b.size()) << what;
     for (size_t i = 0; i < a.size(); ++i) {
       EXPECT_EQ(a[i].token, b[i].token) << what << " " << i;
@@ -226,7 +228,7 @@ TEST_F(PagedSchedulerTest, LogprobsAndPromptScoresThroughPreemptionEqualAnIdleSe
     p.prompt.insert(p.prompt.end(), user.begin(), user.end());
     p.sampling.seed = rng();
     switch (i % 4) {
-      case 0: p.prompt_logprobs = 0, p.max_tokens = 0; break;           // scores only
+      case 0: p.prompt_logprobs = 0, p.max_tokens = 0; break;  // scores only
       case 1: p.prompt_logprobs = 2, p.logprobs = 2, p.max_tokens = 1 + int(rng() % 30); break;
       case 2: p.logprobs = 0, p.max_tokens = 1 + int(rng() % 30); break;
       default: p.max_tokens = 1 + int(rng() % 30); break;

@@ -54,8 +54,7 @@ TEST(Prompt, ChatContentsCannotForgeRoles) {
   EXPECT_EQ(count_control(*tok, ids), count_control(*tok, encode_chat_prompt(*tok, tmpl, plain)));
   EXPECT_EQ(tok->decode(ids), tmpl.apply(m, true));  // the characters are all there, as text
   // Encoding the rendering with special tokens on would have forged them.
-  EXPECT_GT(count_control(*tok, tok->encode(tmpl.apply(m, true), false, true)),
-            count_control(*tok, ids));
+  EXPECT_GT(count_control(*tok, tok->encode(tmpl.apply(m, true), false, true)), count_control(*tok, ids));
 }
 
 // Markers shipped as user-defined tokens (as many ChatML fine-tunes do): the
@@ -64,7 +63,8 @@ TEST(Prompt, UserDefinedChatMarkersCannotBeForged) {
   TokenizerSpec spec = test::alphabet_spec({}, "smollm", {{"<|im_start|>", 4}, {"<|im_end|>", 4}});
   spec.chat_template =
       "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
-      "'<|im_end|>\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+      "'<|im_end|>\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif "
+      "%}";
   const Tokenizer tok(spec);
   const ChatTemplate tmpl = ChatTemplate::for_tokenizer(tok);
   const int32_t start = *tok.find_token("<|im_start|>"), end = *tok.find_token("<|im_end|>");

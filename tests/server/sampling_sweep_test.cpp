@@ -72,9 +72,9 @@ class SamplingSweep : public ::testing::Test {
     cl.set_read_timeout(120, 0);
     json req = {{"model", "m"}, {"max_tokens", 2}};
     if (chat)
-      req["messages"] = json::array({{{"role", "system"}, {"content", ""}}, {{"role", "user"}, {"content", "Hi"}}});
-    else
-      req["prompt"] = "The cat";
+      req["messages"] =
+          json::array({{{"role", "system"}, {"content", ""}}, {{"role", "user"}, {"content", "Hi"}}});
+    else req["prompt"] = "The cat";
     for (auto it = extra.begin(); it != extra.end(); ++it) req[it.key()] = *it;
     auto r = cl.Post(chat ? "/v1/chat/completions" : "/v1/completions", req.dump(), "application/json");
     if (!r) return -1;
@@ -89,12 +89,12 @@ class SamplingSweep : public ::testing::Test {
 
 TEST_F(SamplingSweep, RangeEndsGenerateAndBeyondIs400NeverA500) {
   open_slow(200);
-  const double tiny = std::numeric_limits<double>::denorm_min();  // 5e-324: 0 as a float
+  const double tiny = std::numeric_limits<double>::denorm_min();              // 5e-324: 0 as a float
   const double min_float = double(std::numeric_limits<float>::denorm_min());  // 1.4e-45
   const int vocab = served_->tok().vocab_size();
   struct Case {
     json extra;
-    int status;             // expected
+    int status;              // expected
     const char* param = "";  // the 400's "param"
   };
   const std::vector<Case> cases = {
@@ -159,13 +159,30 @@ TEST_F(SamplingSweep, RangeEndsGenerateAndBeyondIs400NeverA500) {
       {{{"logit_bias", json::object()}}, 200},
       {{{"logit_bias", {{"5", 100}}}}, 400, "logit_bias"},
       // Every parameter at an end at once, greedy and sampled.
-      {{{"temperature", 0}, {"top_k", 1}, {"top_p", min_float}, {"min_p", 1}, {"repetition_penalty", min_float},
-        {"presence_penalty", -2}, {"frequency_penalty", 2}, {"seed", INT64_MIN}, {"max_tokens", 4}},
+      {{{"temperature", 0},
+        {"top_k", 1},
+        {"top_p", min_float},
+        {"min_p", 1},
+        {"repetition_penalty", min_float},
+        {"presence_penalty", -2},
+        {"frequency_penalty", 2},
+        {"seed", INT64_MIN},
+        {"max_tokens", 4}},
        200},
-      {{{"temperature", 2}, {"top_k", vocab}, {"top_p", 1}, {"min_p", min_float}, {"repetition_penalty", 10},
-        {"presence_penalty", 2}, {"frequency_penalty", -2}, {"seed", INT64_MAX}, {"max_tokens", 4}},
+      {{{"temperature", 2},
+        {"top_k", vocab},
+        {"top_p", 1},
+        {"min_p", min_float},
+        {"repetition_penalty", 10},
+        {"presence_penalty", 2},
+        {"frequency_penalty", -2},
+        {"seed", INT64_MAX},
+        {"max_tokens", 4}},
        200},
-      {{{"temperature", min_float}, {"repetition_penalty", min_float}, {"frequency_penalty", 2}, {"max_tokens", 4}},
+      {{{"temperature", min_float},
+        {"repetition_penalty", min_float},
+        {"frequency_penalty", 2},
+        {"max_tokens", 4}},
        200},
   };
   // Every case on /v1/completions; on /v1/chat/completions (the same
@@ -202,7 +219,9 @@ TEST_F(SamplingSweep, RangeEndsGenerateAndBeyondIs400NeverA500) {
   ASSERT_EQ(post(true, {{"max_tokens", nullptr}, {"temperature", 2}, {"seed", 3}}, &body), 200) << body;
   ASSERT_EQ(post(false, {{"max_tokens", kCtx - n_prompt + 1}}, &body), 400) << body;
   // Streaming at the ends too.
-  ASSERT_EQ(post(true, {{"stream", true}, {"temperature", min_float}, {"repetition_penalty", min_float}}, &body), 200)
+  ASSERT_EQ(
+      post(true, {{"stream", true}, {"temperature", min_float}, {"repetition_penalty", min_float}}, &body),
+      200)
       << body;
   EXPECT_NE(body.find("data: [DONE]"), std::string::npos) << body;
   EXPECT_EQ(body.find("\"error\""), std::string::npos) << body;

@@ -14,8 +14,8 @@
 
 #include <fmt/format.h>
 
-#include "server/fake_engine.h"
 #include "runtime/perplexity.h"
+#include "server/fake_engine.h"
 #include "server/metrics.h"
 #include "server/server_test_util.h"
 #include "support/expect_error.h"
@@ -94,8 +94,8 @@ TEST_F(SchedulerTest, ConcurrentRequestsGetExactlyTheirOwnTokens) {
   EXPECT_EQ(engine.open_now(), 0);
   EXPECT_EQ(engine.opened(), 12);
   EXPECT_EQ(engine.closed(), 12);
-  EXPECT_GT(engine.max_seqs_in_step(), 1);     // batched
-  EXPECT_LE(engine.max_rows(), 16);            // within max_step_tokens
+  EXPECT_GT(engine.max_seqs_in_step(), 1);  // batched
+  EXPECT_LE(engine.max_rows(), 16);         // within max_step_tokens
   const std::string m = metrics.serialize();
   EXPECT_NE(m.find("futr_requests_running 0"), std::string::npos) << m;
   EXPECT_NE(m.find("futr_kv_positions_used 0"), std::string::npos) << m;
@@ -181,7 +181,8 @@ TEST_F(SchedulerTest, PenaltiesDrawFromTheSequencesHistory) {
 }
 
 // log softmax of the fake engine's logits row after `history` at `token`.
-double fake_logprob(const test::FakeEngine& e, uint64_t seed, std::span<const int32_t> history, int32_t token) {
+double fake_logprob(const test::FakeEngine& e, uint64_t seed, std::span<const int32_t> history,
+                    int32_t token) {
   return -runtime::token_nll(e.logits_for(e.draw_for(seed, history)), token);
 }
 
@@ -270,7 +271,8 @@ TEST_F(SchedulerTest, PromptLogprobsScoreEachNextPromptToken) {
         const TokenLogprob& e = o.prompt_logprobs[i];
         EXPECT_EQ(e.token, prompt[i]);
         EXPECT_TRUE(e.has_logprob);
-        EXPECT_EQ(e.logprob, fake_logprob(engine, seed, std::span(prompt).first(i), prompt[i])) << "token " << i;
+        EXPECT_EQ(e.logprob, fake_logprob(engine, seed, std::span(prompt).first(i), prompt[i]))
+            << "token " << i;
         EXPECT_EQ(e.top.size(), size_t(k));
       }
       EXPECT_EQ(engine.rows_with(k == 0 ? runtime::RowOutput::kLogprob : runtime::RowOutput::kLogits),

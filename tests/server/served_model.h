@@ -25,10 +25,10 @@
 namespace futr::test {
 
 struct ServedModelOptions {
-  runtime::RuntimeConfig engine;        // the engine (make_engine's configuration)
-  server::SchedulerOptions scheduler;   // the scheduler behind the server
-  server::HttpOptions http;             // port 0 (any free one) and model "m" are set by start()
-  bool log = false;                     // the engine's log lines on stdout ("futr: ...")
+  runtime::RuntimeConfig engine;       // the engine (make_engine's configuration)
+  server::SchedulerOptions scheduler;  // the scheduler behind the server
+  server::HttpOptions http;            // port 0 (any free one) and model "m" are set by start()
+  bool log = false;                    // the engine's log lines on stdout ("futr: ...")
 };
 
 class ServedModel {

@@ -28,15 +28,15 @@ inline const Tokenizer* default_tokenizer() {
   return tok.get();
 }
 
-#define FUTR_NEED_TOKENIZER(tok)                                                        \
-  const ::futr::Tokenizer* tok = ::futr::test::default_tokenizer();                     \
+#define FUTR_NEED_TOKENIZER(tok)                                    \
+  const ::futr::Tokenizer* tok = ::futr::test::default_tokenizer(); \
   if (!tok) GTEST_SKIP() << FUTR_DEFAULT_MODEL << " is absent (scripts/fetch-model.sh)"
 
 // Single-token ASCII words of `tok` (" the", " quick", ...) for the fake engine.
 inline std::vector<int32_t> word_tokens(const Tokenizer& tok) {
   std::vector<int32_t> w;
-  for (const char* s : {" the", " quick", " brown", " fox", " jumps", " over", " a", " lazy", " dog",
-                        ".", ",", " and", " of", " cat", " in", " is"}) {
+  for (const char* s : {" the", " quick", " brown", " fox", " jumps", " over", " a", " lazy", " dog", ".",
+                        ",", " and", " of", " cat", " in", " is"}) {
     const auto ids = tok.encode(s, false, false);
     if (ids.size() == 1) w.push_back(ids[0]);
   }
@@ -71,7 +71,8 @@ struct Outcome {
 };
 
 // Waits for `r` to end (a test failure when nothing comes for `patience`).
-inline Outcome collect(server::Request& r, std::chrono::milliseconds patience = std::chrono::milliseconds(20000)) {
+inline Outcome collect(server::Request& r,
+                       std::chrono::milliseconds patience = std::chrono::milliseconds(20000)) {
   Outcome o;
   server::Request::Update u;
   while (!u.done) {
@@ -97,7 +98,8 @@ inline Outcome collect(server::Request& r, std::chrono::milliseconds patience = 
 
 // What the fake engine generates for `p` alone (an idle server): tokens
 // until EOS or max_tokens.
-inline std::vector<int32_t> reference_tokens(const FakeEngine& e, const server::GenerationParams& p, int32_t eos) {
+inline std::vector<int32_t> reference_tokens(const FakeEngine& e, const server::GenerationParams& p,
+                                             int32_t eos) {
   std::vector<int32_t> history = p.prompt, out;
   while (int(out.size()) < p.max_tokens) {
     const int32_t t = e.draw_for(p.sampling.seed, history);

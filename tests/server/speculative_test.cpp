@@ -76,10 +76,11 @@ TEST_P(ServeSpeculative, DraftsGiveTheTokensOfOrdinaryDecoding) {
   const std::string plain = text_of(complete(greedy, 0));
   EXPECT_EQ(text_of(complete(greedy, 8)), plain);
   EXPECT_EQ(text_of(complete(greedy, 1)), plain);
-  EXPECT_GT(metric("futr_speculative_accepted_tokens_total"), accepted0) << "no draft was accepted on repeating text";
+  EXPECT_GT(metric("futr_speculative_accepted_tokens_total"), accepted0)
+      << "no draft was accepted on repeating text";
   // Sampled with a seed, penalties, logprobs: the same draws.
-  const json sampled = {{"max_tokens", 40}, {"temperature", 0.8}, {"top_p", 0.95}, {"seed", 7},
-                        {"presence_penalty", 0.3}, {"logprobs", 2}};
+  const json sampled = {{"max_tokens", 40}, {"temperature", 0.8},      {"top_p", 0.95},
+                        {"seed", 7},        {"presence_penalty", 0.3}, {"logprobs", 2}};
   const json a = complete(sampled, 0), b = complete(sampled, 6);
   EXPECT_EQ(text_of(b), text_of(a));
   ASSERT_TRUE(a.contains("choices") && b.contains("choices"));
@@ -94,12 +95,15 @@ TEST_P(ServeSpeculative, DraftsGiveTheTokensOfOrdinaryDecoding) {
 TEST_P(ServeSpeculative, TogetherAsAlone) {
   const std::vector<std::pair<std::string, int>> reqs = {
       {kRepeating, 8}, {"Once upon a time there was a", 0}, {kRepeating, 4}, {"List three colours:", 8}};
-  auto body = [](const std::string& prompt) { return json{{"prompt", prompt}, {"max_tokens", 24}, {"temperature", 0}}; };
+  auto body = [](const std::string& prompt) {
+    return json{{"prompt", prompt}, {"max_tokens", 24}, {"temperature", 0}};
+  };
   std::vector<std::string> alone;
   for (const auto& [p, k] : reqs) alone.push_back(text_of(complete(body(p), k)));
   std::vector<std::future<std::string>> together;
   for (const auto& [p, k] : reqs)
-    together.push_back(std::async(std::launch::async, [&, p = p, k = k] { return text_of(complete(body(p), k)); }));
+    together.push_back(
+        std::async(std::launch::async, [&, p = p, k = k] { return text_of(complete(body(p), k)); }));
   for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(together[i].get(), alone[i]) << "request " << i;
 }
 

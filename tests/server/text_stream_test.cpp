@@ -66,8 +66,8 @@ TEST(StopMatcher, EmptyStopStringsAreIgnored) {
 // first stop (or all of it), and every emitted piece is valid UTF-8.
 TEST(StopMatcher, AnySplitGivesTheSameTextAndValidUtf8) {
   const std::string text = "Grüße, 世界! The end is near: STOP here, then ☃ more";
-  const std::vector<std::vector<std::string>> stop_sets = {
-      {"STOP"}, {"世界"}, {"☃"}, {"nope"}, {"e n", "near"}, {"ße"}};
+  const std::vector<std::vector<std::string>> stop_sets = {{"STOP"}, {"世界"},        {"☃"},
+                                                           {"nope"}, {"e n", "near"}, {"ße"}};
   std::mt19937 rng(std::random_device{}());
   for (const auto& stops : stop_sets) {
     size_t cut = std::string::npos;
@@ -80,10 +80,15 @@ TEST(StopMatcher, AnySplitGivesTheSameTextAndValidUtf8) {
       for (size_t i = 0; i < text.size();) {
         size_t len = 1;
         const unsigned char c = static_cast<unsigned char>(text[i]);
-        if (c >= 0xf0) len = 4; else if (c >= 0xe0) len = 3; else if (c >= 0xc0) len = 2;
+        if (c >= 0xf0) len = 4;
+        else if (c >= 0xe0) len = 3;
+        else if (c >= 0xc0) len = 2;
         cur += text.substr(i, len);
         i += len;
-        if (rng() % 3 == 0) { pieces.push_back(cur); cur.clear(); }
+        if (rng() % 3 == 0) {
+          pieces.push_back(cur);
+          cur.clear();
+        }
       }
       if (!cur.empty()) pieces.push_back(cur);
       StopMatcher m(stops);

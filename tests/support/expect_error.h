@@ -9,13 +9,13 @@
 
 #include "core/error.h"
 
-#define EXPECT_FUTR_ERROR(stmt, substr)                                                 \
-  do {                                                                                  \
-    try {                                                                               \
-      stmt;                                                                             \
-      ADD_FAILURE() << "no futr::Error from: " #stmt;                                   \
-    } catch (const ::futr::Error& e) {                                                  \
-      EXPECT_NE(std::string(e.what()).find(substr), std::string::npos)                 \
-          << "message: " << e.what() << "\nexpected to contain: " << (substr);         \
-    }                                                                                   \
+#define EXPECT_FUTR_ERROR(stmt, substr)                                        \
+  do {                                                                         \
+    try {                                                                      \
+      stmt;                                                                    \
+      ADD_FAILURE() << "no futr::Error from: " #stmt;                          \
+    } catch (const ::futr::Error& e) {                                         \
+      EXPECT_NE(std::string(e.what()).find(substr), std::string::npos)         \
+          << "message: " << e.what() << "\nexpected to contain: " << (substr); \
+    }                                                                          \
   } while (0)

@@ -6,9 +6,9 @@
 
 #include "launch/device.h"
 
-#define FUTR_REQUIRE_GPU()                                                         \
-  do {                                                                             \
-    if (!::futr::cuda::probe_device())                                             \
+#define FUTR_REQUIRE_GPU()                                                            \
+  do {                                                                                \
+    if (!::futr::cuda::probe_device())                                                \
       GTEST_SKIP() << "GPU test skipped: " << ::futr::cuda::gpu_unavailable_reason(); \
   } while (0)
 

@@ -57,10 +57,10 @@ inline constexpr double kBf16GemmBf16Out = 4e-3;  // 1.7e-3
 // BF16 inputs, whatever K. Not yet observed on the H200 (the bound of the
 // BF16-input path, same argument).
 inline constexpr double kFp8GemmPromotedBf16Out = 4e-3;
-inline constexpr double kFp8GemmSumSq = 5e-3;     // 1.3e-3 (row sums of squares of the stored BF16 rows)
+inline constexpr double kFp8GemmSumSq = 5e-3;  // 1.3e-3 (row sums of squares of the stored BF16 rows)
 // E4M3 output dequantized vs the unquantized value: 3 mantissa bits, RNE, so
 // <= 2^-4 relative per element (about 0.036 RMS for spread-out values).
-inline constexpr double kFp8GemmE4m3Out = 5e-2;   // 2.7e-2
+inline constexpr double kFp8GemmE4m3Out = 5e-2;  // 2.7e-2
 
 // The LM head (tests/kernels/lm_head_test.cpp) against ref::lm_head (float64
 // over the exact BF16 products), FP32 logits not rounded further. The products

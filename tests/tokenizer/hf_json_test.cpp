@@ -10,10 +10,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "tokenizer/patterns.h"
@@ -29,7 +29,8 @@ using test::byte_char;
 using test::error_of;
 
 json byte_level_pre(bool use_regex = true) {
-  return {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", use_regex}};
+  return {
+      {"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", use_regex}};
 }
 json smollm_pre() {
   return {{"type", "Sequence"},
@@ -38,7 +39,9 @@ json smollm_pre() {
 json llama3_pre() {
   return {{"type", "Sequence"},
           {"pretokenizers",
-           {{{"type", "Split"}, {"pattern", {{"Regex", pretok::kLlama3Pattern}}}, {"behavior", "Isolated"},
+           {{{"type", "Split"},
+             {"pattern", {{"Regex", pretok::kLlama3Pattern}}},
+             {"behavior", "Isolated"},
              {"invert", false}},
             byte_level_pre(false)}}};
 }
@@ -55,7 +58,7 @@ json base_tokenizer(json pre = smollm_pre()) {
   vocab["hello"] = 259;
   vocab["<|im_start|>"] = 260;
   auto added = [](int id, const char* content, bool special) {
-    return json{{"id", id}, {"content", content}, {"single_word", false}, {"lstrip", false},
+    return json{{"id", id},        {"content", content},  {"single_word", false}, {"lstrip", false},
                 {"rstrip", false}, {"normalized", false}, {"special", special}};
   };
   return {{"version", "1.0"},
@@ -65,12 +68,18 @@ json base_tokenizer(json pre = smollm_pre()) {
           {"normalizer", nullptr},
           {"pre_tokenizer", pre},
           {"post_processor", nullptr},
-          {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true},
-                       {"use_regex", true}}},
+          {"decoder",
+           {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}}},
           {"model",
-           {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"continuing_subword_prefix", nullptr},
-            {"end_of_word_suffix", nullptr}, {"fuse_unk", false}, {"byte_fallback", false},
-            {"ignore_merges", false}, {"vocab", vocab},
+           {{"type", "BPE"},
+            {"dropout", nullptr},
+            {"unk_token", nullptr},
+            {"continuing_subword_prefix", nullptr},
+            {"end_of_word_suffix", nullptr},
+            {"fuse_unk", false},
+            {"byte_fallback", false},
+            {"ignore_merges", false},
+            {"vocab", vocab},
             {"merges", {"h e", "l l", "he ll", json::array({"hell", "o"})}}}}};
 }
 
@@ -78,9 +87,8 @@ json base_tokenizer(json pre = smollm_pre()) {
 class HfJson : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("futr_hf_json_" + std::to_string(getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = fs::temp_directory_path() / ("futr_hf_json_" + std::to_string(getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }
@@ -139,7 +147,8 @@ TEST_F(HfJson, ConfigFiles) {
              {"eos_token", {{"content", "<tool>"}, {"lstrip", false}}},
              {"pad_token", nullptr},
              {"add_bos_token", true},
-             {"chat_template", {{{"name", "tool_use"}, {"template", "T"}}, {{"name", "default"}, {"template", "D"}}}}});
+             {"chat_template",
+              {{{"name", "tool_use"}, {"template", "T"}}, {{"name", "default"}, {"template", "D"}}}}});
   write("generation_config.json", json{{"eos_token_id", {261, 97, 98}}});
   const TokenizerSpec s = tokenizer_spec_from_hf_json(dir_);
   EXPECT_EQ(s.bos, 260);
@@ -152,13 +161,13 @@ TEST_F(HfJson, ConfigFiles) {
 
 TEST_F(HfJson, PostProcessorTemplateAddsBos) {
   json j = base_tokenizer();
-  j["post_processor"] = {
-      {"type", "Sequence"},
-      {"processors",
-       {{{"type", "ByteLevel"}},
-        {{"type", "TemplateProcessing"},
-         {"single", {{{"SpecialToken", {{"id", "<|im_start|>"}, {"type_id", 0}}}},
-                     {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}}}}}};
+  j["post_processor"] = {{"type", "Sequence"},
+                         {"processors",
+                          {{{"type", "ByteLevel"}},
+                           {{"type", "TemplateProcessing"},
+                            {"single",
+                             {{{"SpecialToken", {{"id", "<|im_start|>"}, {"type_id", 0}}}},
+                              {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}}}}}};
   write("tokenizer.json", j);
   const TokenizerSpec s = tokenizer_spec_from_hf_json(dir_);
   EXPECT_EQ(s.bos, 260);
@@ -198,21 +207,24 @@ TEST_F(HfJson, SentencePieceStructures) {
   int id = 259;
   for (const std::string& t : {sp, std::string("h"), std::string("i"), sp + "h", sp + "hi"}) vocab[t] = id++;
   auto added = [](int i, const char* content) {
-    return json{{"id", i}, {"content", content}, {"single_word", false}, {"lstrip", false},
+    return json{{"id", i},         {"content", content},  {"single_word", false}, {"lstrip", false},
                 {"rstrip", false}, {"normalized", false}, {"special", true}};
   };
   const json replace_space = {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", sp}};
   const json replace_back = {{"type", "Replace"}, {"pattern", {{"String", sp}}}, {"content", " "}};
   json j = json::object();
   j["added_tokens"] = json::array({added(0, "<unk>"), added(1, "<s>"), added(2, "</s>")});
-  j["normalizer"] = {{"type", "Sequence"},
-                     {"normalizers", json::array({json{{"type", "Prepend"}, {"prepend", sp}}, replace_space})}};
+  j["normalizer"] = {
+      {"type", "Sequence"},
+      {"normalizers", json::array({json{{"type", "Prepend"}, {"prepend", sp}}, replace_space})}};
   j["pre_tokenizer"] = nullptr;
-  j["decoder"] = {{"type", "Sequence"},
-                  {"decoders", json::array({replace_back, json{{"type", "ByteFallback"}}, json{{"type", "Fuse"}},
-                                            json{{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}})}};
-  j["model"] = {{"type", "BPE"},          {"unk_token", "<unk>"}, {"fuse_unk", true},
-                {"byte_fallback", true},  {"vocab", vocab},       {"merges", json::array({sp + " h", sp + "h i"})}};
+  j["decoder"] = {
+      {"type", "Sequence"},
+      {"decoders", json::array({replace_back, json{{"type", "ByteFallback"}}, json{{"type", "Fuse"}},
+                                json{{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}})}};
+  j["model"] = {{"type", "BPE"},    {"unk_token", "<unk>"},
+                {"fuse_unk", true}, {"byte_fallback", true},
+                {"vocab", vocab},   {"merges", json::array({sp + " h", sp + "h i"})}};
   write("tokenizer.json", j);
   const TokenizerSpec s = tokenizer_spec_from_hf_json(dir_);
   EXPECT_EQ(s.model, "llama");
@@ -229,7 +241,8 @@ TEST_F(HfJson, SentencePieceStructures) {
   EXPECT_EQ(legacy.encode("<s>hi", false, true), (std::vector<int32_t>{1, vocab[sp + "hi"].get<int32_t>()}));
 
   j["normalizer"] = nullptr;
-  j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", sp}, {"prepend_scheme", "first"}, {"split", false}};
+  j["pre_tokenizer"] = {
+      {"type", "Metaspace"}, {"replacement", sp}, {"prepend_scheme", "first"}, {"split", false}};
   j["decoder"] = {{"type", "Metaspace"}, {"replacement", sp}, {"prepend_scheme", "first"}, {"split", false}};
   write("tokenizer.json", j);
   const TokenizerSpec m = tokenizer_spec_from_hf_json(dir_);
@@ -264,8 +277,9 @@ TEST_F(HfJson, UnsupportedStructuresAreClearErrors) {
   expect_error(j, "normalizer NFC()");
   j = base_tokenizer({{"type", "Metaspace"}, {"replacement", "_"}});
   expect_error(j, "pre_tokenizer Metaspace(replacement=\"_\")");
-  j = base_tokenizer({{"type", "Sequence"},
-                      {"pretokenizers", {{{"type", "Digits"}, {"individual_digits", false}}, byte_level_pre()}}});
+  j = base_tokenizer(
+      {{"type", "Sequence"},
+       {"pretokenizers", {{{"type", "Digits"}, {"individual_digits", false}}, byte_level_pre()}}});
   expect_error(j, "Sequence[Digits(individual_digits=false), ByteLevel(");
   json split = llama3_pre();
   split["pretokenizers"][0]["pattern"]["Regex"] = "\\s+";
@@ -301,17 +315,20 @@ TEST_F(HfJson, UnsupportedStructuresAreClearErrors) {
 }
 
 TEST_F(HfJson, BrokenFilesAreClearErrors) {
-  EXPECT_NE(error_of([&] { tokenizer_spec_from_hf_json(dir_); }).find("no tokenizer.json"), std::string::npos);
+  EXPECT_NE(error_of([&] { tokenizer_spec_from_hf_json(dir_); }).find("no tokenizer.json"),
+            std::string::npos);
   EXPECT_NE(error_with(json()).find("no \"model\" object"), std::string::npos);  // valid JSON, not an object
   write("tokenizer.json", std::string("{\"model\": {\"type\": \"BPE\", "));
   EXPECT_NE(error_of([&] { tokenizer_spec_from_hf_json(dir_); }).find("not valid JSON"), std::string::npos);
   write("tokenizer.json", base_tokenizer());
   write("tokenizer_config.json", json{{"bos_token", "<nope>"}});
   const std::string e = error_of([&] { tokenizer_spec_from_hf_json(dir_); });
-  EXPECT_NE(e.find("tokenizer_config.json: bos_token '<nope>' is not in the vocabulary"), std::string::npos) << e;
+  EXPECT_NE(e.find("tokenizer_config.json: bos_token '<nope>' is not in the vocabulary"), std::string::npos)
+      << e;
   write("tokenizer_config.json", json::object());
   write("generation_config.json", json{{"eos_token_id", 99999}});
-  EXPECT_NE(error_of([&] { tokenizer_spec_from_hf_json(dir_); }).find("outside the vocabulary"), std::string::npos);
+  EXPECT_NE(error_of([&] { tokenizer_spec_from_hf_json(dir_); }).find("outside the vocabulary"),
+            std::string::npos);
 }
 
 // Documents nested 100,000 deep are refused by the parser's
@@ -336,9 +353,11 @@ TEST_F(HfJson, HugeTokenIdIsRefusedBeforeAllocating) {
   j["model"]["vocab"]["huge"] = 16000000;
   write("tokenizer.json", j);
   std::string e = error_of([&] { tokenizer_spec_from_hf_json(dir_); });
-  EXPECT_NE(e.find("the largest token id is 16000000, but only 264 tokens are defined"), std::string::npos) << e;
+  EXPECT_NE(e.find("the largest token id is 16000000, but only 264 tokens are defined"), std::string::npos)
+      << e;
   e = error_of([&] { tokenizer_spec_from_hf_json(dir_, 49152); });
-  EXPECT_NE(e.find("id 16000000 is out of range [0, 49152) (the model's vocab_size)"), std::string::npos) << e;
+  EXPECT_NE(e.find("id 16000000 is out of range [0, 49152) (the model's vocab_size)"), std::string::npos)
+      << e;
   j["model"]["vocab"]["huge"] = uint64_t(1) << 63;
   write("tokenizer.json", j);
   e = error_of([&] { tokenizer_spec_from_hf_json(dir_); });

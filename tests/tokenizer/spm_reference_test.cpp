@@ -74,8 +74,8 @@ TEST(SentencePieceReference, WikiTextIdenticalToHuggingFace) {
   auto q = [](const std::string& s) { return "'" + s + "'"; };
   const std::string cmd = q(python) + " " + q(std::string(FUTR_SOURCE_DIR) + "/scripts/spm_reference.py") +
                           " --text " + q(text_path.string()) + " --out " + q(out.string()) + " --cases " +
-                          q((out / "cases_in.json").string()) + " > " + q((out / "stdout.txt").string()) + " 2> " +
-                          q((out / "stderr.txt").string());
+                          q((out / "cases_in.json").string()) + " > " + q((out / "stdout.txt").string()) +
+                          " 2> " + q((out / "stderr.txt").string());
   const int status = std::system(cmd.c_str());
   const int rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   if (rc == 3 || rc == 127) {
@@ -101,15 +101,17 @@ TEST(SentencePieceReference, WikiTextIdenticalToHuggingFace) {
   size_t i = 0;
   while (i < got.size() && i < want.size() && got[i] == want[i]) ++i;
   EXPECT_TRUE(i == got.size() && i == want.size())
-      << "first difference at token " << i << " of " << want.size() << " (futr has " << got.size() << "): futr "
-      << (i < got.size() ? got[i] : -1) << " '" << (i < got.size() ? tok.token_text(got[i]) : "") << "', HF "
-      << (i < want.size() ? want[i] : -1) << " '" << (i < want.size() ? tok.token_text(want[i]) : "") << "'";
+      << "first difference at token " << i << " of " << want.size() << " (futr has " << got.size()
+      << "): futr " << (i < got.size() ? got[i] : -1) << " '"
+      << (i < got.size() ? tok.token_text(got[i]) : "") << "', HF " << (i < want.size() ? want[i] : -1)
+      << " '" << (i < want.size() ? tok.token_text(want[i]) : "") << "'";
   EXPECT_EQ(tok.decode(got), " " + text);
   EXPECT_LT(seconds, 10.0);
-  std::printf("[ reference ] sentencepiece: %zu tokens of %zu bytes (%d byte-fallback ids), identical: %s; futr "
-              "%.3f s, HF tokenizers %.3f s\n",
-              got.size(), text.size(), info["byte_fallback_ids"].get<int>(), got == want ? "yes" : "NO", seconds,
-              info["encode_seconds"].get<double>());
+  std::printf(
+      "[ reference ] sentencepiece: %zu tokens of %zu bytes (%d byte-fallback ids), identical: %s; futr "
+      "%.3f s, HF tokenizers %.3f s\n",
+      got.size(), text.size(), info["byte_fallback_ids"].get<int>(), got == want ? "yes" : "NO", seconds,
+      info["encode_seconds"].get<double>());
 
   const json cases = json::parse(read_bytes(out / "cases.json"));
   ASSERT_EQ(cases.size(), kCases.size());
@@ -126,7 +128,8 @@ TEST(SentencePieceReference, WikiTextIdenticalToHuggingFace) {
   const Tokenizer hf_tok(hf);
   EXPECT_TRUE(hf_tok.encode(text, false, true) == want) << "tokenizer.json (legacy): the whole text differs";
   for (size_t c = 0; c < kCases.size(); ++c)
-    EXPECT_EQ(hf_tok.encode(kCases[c], false, true), cases[c].get<std::vector<int32_t>>()) << "legacy case " << c;
+    EXPECT_EQ(hf_tok.encode(kCases[c], false, true), cases[c].get<std::vector<int32_t>>())
+        << "legacy case " << c;
   const TokenizerSpec hf_first = tokenizer_spec_from_hf_json(out / "first");
   EXPECT_TRUE(hf_first.space_prefix_first_only);
   const Tokenizer first_tok(hf_first);

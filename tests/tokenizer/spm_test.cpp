@@ -54,11 +54,10 @@ constexpr int32_t kFirst = 259;  // the first normal piece
 
 // ids: ▁ h e l o w r d ▁h el ll he hel lo ▁hel ▁hello wor ▁w ▁wor ▁world
 const std::vector<std::pair<std::string, float>> kPieces = {
-    {S, -1},          {"h", -2},          {"e", -3},       {"l", -4},       {"o", -5},
-    {"w", -6},        {"r", -7},          {"d", -8},       {S + "h", -20},  {"el", -10},
-    {"ll", -30},      {"he", -11},        {"hel", -12},    {"lo", -13},     {S + "hel", -14},
-    {S + "hello", -15}, {"wor", -40},     {S + "w", -16},  {S + "wor", -50}, {S + "world", -60},
-    {"or", -17},      {S + "wo", -18},    {"ld", -19}};
+    {S, -1},          {"h", -2},          {"e", -3},        {"l", -4},          {"o", -5},    {"w", -6},
+    {"r", -7},        {"d", -8},          {S + "h", -20},   {"el", -10},        {"ll", -30},  {"he", -11},
+    {"hel", -12},     {"lo", -13},        {S + "hel", -14}, {S + "hello", -15}, {"wor", -40}, {S + "w", -16},
+    {S + "wor", -50}, {S + "world", -60}, {"or", -17},      {S + "wo", -18},    {"ld", -19}};
 int32_t id(const std::string& piece) {
   for (size_t i = 0; i < kPieces.size(); ++i)
     if (kPieces[i].first == piece) return kFirst + int32_t(i);
@@ -75,7 +74,8 @@ TEST(SentencePiece, MergesByScoreWithTheDummyPrefix) {
   EXPECT_EQ(tok.encode("hello", true, false), (std::vector<int32_t>{1, id(S + "hello")}));
   // "▁world": ▁w (-16), or (-17) (▁wo, -18, is stale by then), ld (-19),
   // ▁w + or = ▁wor (-50), ▁wor + ld = ▁world (-60).
-  EXPECT_EQ(tok.encode("hello world", false, false), (std::vector<int32_t>{id(S + "hello"), id(S + "world")}));
+  EXPECT_EQ(tok.encode("hello world", false, false),
+            (std::vector<int32_t>{id(S + "hello"), id(S + "world")}));
   // Two spaces: ▁▁ is no piece: two ▁ tokens' worth (▁ then ▁hello).
   EXPECT_EQ(tok.encode(" hello", false, false), (std::vector<int32_t>{id(S), id(S + "hello")}));
 }

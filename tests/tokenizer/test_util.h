@@ -38,7 +38,9 @@ inline std::string utf8(uint32_t cp) {
 // GPT-2 bytes_to_unicode: bytes '!'..'~', 0xA1..0xAC, 0xAE..0xFF keep their
 // code point; the remaining 68 bytes get 256, 257, ... in increasing order.
 inline std::string byte_char(uint8_t b) {
-  auto kept = [](int x) { return (x >= '!' && x <= '~') || (x >= 0xa1 && x <= 0xac) || (x >= 0xae && x <= 0xff); };
+  auto kept = [](int x) {
+    return (x >= '!' && x <= '~') || (x >= 0xa1 && x <= 0xac) || (x >= 0xae && x <= 0xff);
+  };
   if (kept(b)) return utf8(b);
   uint32_t n = 0;
   for (int x = 0; x < b; ++x)

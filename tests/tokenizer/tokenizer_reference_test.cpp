@@ -61,17 +61,21 @@ std::vector<std::string> edge_cases() {
       "1234567 12 3.14159 0x1F 2023-11-29 1,000,000",
       "\xD9\xA1\xD9\xA2\xD9\xA3 \xC2\xB2\xC2\xB3 \xE2\x85\xAB \xC2\xBD",  // ١٢٣ ²³ Ⅻ ½
       "\xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E\xE3\x81\xAE\xE3\x83\x86\xE3\x82\xAD\xE3\x82\xB9\xE3\x83\x88",
-      "\xE4\xB8\xAD\xE6\x96\x87\xEF\xBC\x8C\xE6\xA0\x87\xE7\x82\xB9\xE3\x80\x82 \xED\x95\x9C\xEA\xB5\xAD\xEC\x96\xB4",
-      "emoji \xF0\x9F\x98\x80\xF0\x9F\x91\x8D\xF0\x9F\x8F\xBD \xF0\x9F\x91\xA8\xE2\x80\x8D\xF0\x9F\x91\xA9\xE2\x80\x8D"
+      "\xE4\xB8\xAD\xE6\x96\x87\xEF\xBC\x8C\xE6\xA0\x87\xE7\x82\xB9\xE3\x80\x82 "
+      "\xED\x95\x9C\xEA\xB5\xAD\xEC\x96\xB4",
+      "emoji \xF0\x9F\x98\x80\xF0\x9F\x91\x8D\xF0\x9F\x8F\xBD "
+      "\xF0\x9F\x91\xA8\xE2\x80\x8D\xF0\x9F\x91\xA9\xE2\x80\x8D"
       "\xF0\x9F\x91\xA7 \xF0\x9F\x87\xAB\xF0\x9F\x87\xB7!",
-      "combining e\xCC\x81 a\xCC\x88 Z\xCC\xA4\xCD\x94\xCD\xA7 \xE0\xA4\xB9\xE0\xA4\xBF\xE0\xA4\xA8\xE0\xA5\x8D"
+      "combining e\xCC\x81 a\xCC\x88 Z\xCC\xA4\xCD\x94\xCD\xA7 "
+      "\xE0\xA4\xB9\xE0\xA4\xBF\xE0\xA4\xA8\xE0\xA5\x8D"
       "\xE0\xA4\xA6\xE0\xA5\x80 \xE0\xB8\xA0\xE0\xB8\xB2\xE0\xB8\xA9\xE0\xB8\xB2",
       "nbsp\xC2\xA0here nel\xC2\x85there ideo\xE3\x80\x80space zw\xE2\x80\x8Bsp thin\xE2\x80\x89sp",
       "<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n",
       "<|im_start|<|im_end|>> <|endoftext|>x<repo_name>",
       "$$$ !!! ... ??? --- ((())) \"quoted\" 'single'",
       std::string(300, 'x') + " " + std::string(100, ' ') + "y",
-      "it'S it'\xC5\xBF \xE2\x84\xAA'LL \xC2\x85\xC2\x85x\r\r\n\x0B\x0C end",  // long s, Kelvin sign, NEL, VT, FF
+      "it'S it'\xC5\xBF \xE2\x84\xAA'LL \xC2\x85\xC2\x85x\r\r\n\x0B\x0C end",  // long s, Kelvin sign, NEL,
+                                                                               // VT, FF
       "caf\xC3\xA9 na\xC3\xAFve \xC3\x85ngstr\xC3\xB6m \xC3\x9F \xEF\xAC\x81",
   };
 }
@@ -85,20 +89,22 @@ struct Reference {
 Reference run_reference(const std::string& variant, const fs::path& model, const fs::path& text) {
   const char* env = std::getenv("FUTR_PYTHON");
   const std::string python = env && *env ? env : "python3";
-  const fs::path out = fs::temp_directory_path() / ("futr_tokref_" + std::to_string(getpid()) + "_" + variant);
+  const fs::path out =
+      fs::temp_directory_path() / ("futr_tokref_" + std::to_string(getpid()) + "_" + variant);
   fs::remove_all(out);
   fs::create_directories(out);
   std::ofstream(out / "cases.json") << json(edge_cases()).dump();
   auto q = [](const std::string& s) { return "'" + s + "'"; };
-  const std::string cmd = q(python) + " " + q(std::string(FUTR_SOURCE_DIR) + "/scripts/tokenizer_reference.py") +
-                          " --gguf " + q(model.string()) + " --text " + q(text.string()) + " --out " +
-                          q(out.string()) + " --variants " + variant + " --cases " + q((out / "cases.json").string()) +
-                          " > " + q((out / "stdout.txt").string()) + " 2> " + q((out / "stderr.txt").string());
+  const std::string cmd = q(python) + " " +
+                          q(std::string(FUTR_SOURCE_DIR) + "/scripts/tokenizer_reference.py") + " --gguf " +
+                          q(model.string()) + " --text " + q(text.string()) + " --out " + q(out.string()) +
+                          " --variants " + variant + " --cases " + q((out / "cases.json").string()) + " > " +
+                          q((out / "stdout.txt").string()) + " 2> " + q((out / "stderr.txt").string());
   const int status = std::system(cmd.c_str());
   const int rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   if (rc == 3 || rc == 127)
-    return {out, "reference script cannot run with " + python + " (rc " + std::to_string(rc) + "): " +
-                     read_bytes(out / "stderr.txt")};
+    return {out, "reference script cannot run with " + python + " (rc " + std::to_string(rc) +
+                     "): " + read_bytes(out / "stderr.txt")};
   EXPECT_EQ(rc, 0) << cmd << "\n" << read_bytes(out / "stderr.txt");
   return {out, rc == 0 ? "" : "reference script failed"};
 }
@@ -131,8 +137,8 @@ std::string first_difference(const Tokenizer& tok, const std::vector<int32_t>& g
   show("futr", got);
   show("HF  ", want);
   const size_t from = byte >= 60 ? byte - 60 : 0;
-  os << "  text: \"" << test::escape(text.substr(from, byte - from)) << "|" << test::escape(text.substr(byte, 60))
-     << "\"";
+  os << "  text: \"" << test::escape(text.substr(from, byte - from)) << "|"
+     << test::escape(text.substr(byte, 60)) << "\"";
   return os.str();
 }
 
@@ -151,7 +157,8 @@ Encoded encode_timed(const TokenizerSpec& spec, const std::string& text) {
 
 void compare_variant(const std::string& variant) {
   const fs::path model = FUTR_DEFAULT_MODEL, text_path = FUTR_DEFAULT_TEXT;
-  if (!fs::exists(model)) GTEST_SKIP() << "default model " << model << " is missing: run scripts/fetch-model.sh";
+  if (!fs::exists(model))
+    GTEST_SKIP() << "default model " << model << " is missing: run scripts/fetch-model.sh";
   if (!fs::exists(text_path)) GTEST_SKIP() << "reference text " << text_path << " is missing";
   const Reference ref = run_reference(variant, model, text_path);
   if (!ref.skip_reason.empty()) {
@@ -188,12 +195,14 @@ void compare_variant(const std::string& variant) {
     const Tokenizer tok(spec);
     const std::string diff = first_difference(tok, got.ids, want, text);
     EXPECT_TRUE(diff.empty()) << variant << " from " << name << ": " << diff;
-    EXPECT_TRUE(tok.decode(got.ids) == text) << variant << " from " << name << ": decode(encode(text)) != text";
+    EXPECT_TRUE(tok.decode(got.ids) == text)
+        << variant << " from " << name << ": decode(encode(text)) != text";
     EXPECT_LT(got.seconds, kMaxEncodeSeconds);
-    std::printf("[ reference ] %s from %s: %zu tokens of %zu bytes, identical: %s; futr %.3f s "
-                "(build + encode), HF tokenizers %.3f s (encode)\n",
-                variant.c_str(), name, got.ids.size(), text.size(), diff.empty() ? "yes" : "NO", got.seconds,
-                info["encode_seconds"].get<double>());
+    std::printf(
+        "[ reference ] %s from %s: %zu tokens of %zu bytes, identical: %s; futr %.3f s "
+        "(build + encode), HF tokenizers %.3f s (encode)\n",
+        variant.c_str(), name, got.ids.size(), text.size(), diff.empty() ? "yes" : "NO", got.seconds,
+        info["encode_seconds"].get<double>());
     ::testing::Test::RecordProperty(variant + "_" + name + "_tokens", std::to_string(got.ids.size()));
     for (size_t c = 0; c < cases.size(); ++c) {
       const auto ids = tok.encode(cases[c], false, true);
@@ -218,7 +227,8 @@ void compare_variant(const std::string& variant) {
     std::printf("[ reference ] chat template: %zu conversations identical to jinja2's rendering\n",
                 chat["chats"].size());
   } else {
-    std::printf("[ reference ] chat template not compared: %s\n", chat.value("skipped", std::string()).c_str());
+    std::printf("[ reference ] chat template not compared: %s\n",
+                chat.value("skipped", std::string()).c_str());
   }
   if (!::testing::Test::HasFailure()) fs::remove_all(ref.dir);
   else std::printf("[ reference ] reference files kept in %s\n", ref.dir.c_str());

@@ -51,7 +51,8 @@ std::vector<int32_t> enc(const Tokenizer& tok, std::string_view text, bool parse
 // with many overlapping tokens, on a small case checked by hand.
 TEST(Tokenizer, SpecialTokenMatchingIsLinear) {
   std::vector<std::pair<std::string, int32_t>> specials;
-  for (int i = 0; i < 20000; ++i) specials.push_back({"<" + std::string(40, 'a') + "|" + std::to_string(i) + ">", 4});
+  for (int i = 0; i < 20000; ++i)
+    specials.push_back({"<" + std::string(40, 'a') + "|" + std::to_string(i) + ">", 4});
   specials.push_back({"<|c|>", 3});
   const Tokenizer tok(alphabet_spec({}, "gpt2", specials));
   std::string text;
@@ -68,7 +69,8 @@ TEST(Tokenizer, SpecialTokenMatchingIsLinear) {
   EXPECT_EQ(tok.decode(h), hit);
   EXPECT_EQ(enc(tok, hit, true).back(), *tok.find_token("<|c|>"));
 
-  const Tokenizer nest(alphabet_spec({}, "gpt2", {{"ab", 4}, {"abcd", 4}, {"bc", 4}, {"bcde", 3}, {"cd", 4}}));
+  const Tokenizer nest(
+      alphabet_spec({}, "gpt2", {{"ab", 4}, {"abcd", 4}, {"bc", 4}, {"bcde", 3}, {"cd", 4}}));
   auto id = [&](const char* t) { return *nest.find_token(t); };
   // "abcde": the leftmost match starts at 0, its longest is "abcd"; then 'e'.
   EXPECT_EQ(enc(nest, "abcde"), (std::vector<int32_t>{id("abcd"), 'e'}));
@@ -82,13 +84,13 @@ TEST(Tokenizer, ByteLevelAlphabet) {
   const Tokenizer tok(alphabet_spec());
   EXPECT_EQ(tok.vocab_size(), 256);
   // Known entries of GPT-2's table.
-  EXPECT_EQ(tok.token_text(' '), "\xC4\xA0");      // U+0120 'Ġ'
-  EXPECT_EQ(tok.token_text('\n'), "\xC4\x8A");     // U+010A 'Ċ'
-  EXPECT_EQ(tok.token_text(0x00), "\xC4\x80");     // U+0100
-  EXPECT_EQ(tok.token_text(0x7f), "\xC4\xA1");     // U+0121
-  EXPECT_EQ(tok.token_text(0xad), "\xC5\x83");     // U+0143, the last of the 68
+  EXPECT_EQ(tok.token_text(' '), "\xC4\xA0");   // U+0120 'Ġ'
+  EXPECT_EQ(tok.token_text('\n'), "\xC4\x8A");  // U+010A 'Ċ'
+  EXPECT_EQ(tok.token_text(0x00), "\xC4\x80");  // U+0100
+  EXPECT_EQ(tok.token_text(0x7f), "\xC4\xA1");  // U+0121
+  EXPECT_EQ(tok.token_text(0xad), "\xC5\x83");  // U+0143, the last of the 68
   EXPECT_EQ(tok.token_text('A'), "A");
-  EXPECT_EQ(tok.token_text(0xe9), "\xC3\xA9");     // U+00E9 stands for itself
+  EXPECT_EQ(tok.token_text(0xe9), "\xC3\xA9");  // U+00E9 stands for itself
   for (int b = 0; b < 256; ++b) {
     const std::string one(1, char(b));
     EXPECT_EQ(enc(tok, one), std::vector<int32_t>{b}) << b;
@@ -144,8 +146,8 @@ TEST(Tokenizer, SpecialTokens) {
   EXPECT_EQ(enc(tok, "<|im_start|>user\n"),
             (std::vector<int32_t>{start, *tok.find_token("us"), 'e', 'r', nl}));
   EXPECT_EQ(enc(tok, "<|im_start|><|im_end|>"), (std::vector<int32_t>{start, end}));  // adjacent
-  EXPECT_EQ(enc(tok, "x<|im_end|>"), (std::vector<int32_t>{'x', end}));                // at the end
-  EXPECT_EQ(enc(tok, "<|im_x"), (std::vector<int32_t>{im, '_', 'x'}));                 // longest that matches
+  EXPECT_EQ(enc(tok, "x<|im_end|>"), (std::vector<int32_t>{'x', end}));               // at the end
+  EXPECT_EQ(enc(tok, "<|im_x"), (std::vector<int32_t>{im, '_', 'x'}));                // longest that matches
   EXPECT_EQ(enc(tok, "<|im_start|"), (std::vector<int32_t>{im, '_', 's', 't', 'a', 'r', 't', '|'}));
   (void)u;
   (void)s;
@@ -195,11 +197,15 @@ TEST(Tokenizer, Llama3PreTokenizer) {
 
 TEST(Tokenizer, UnicodeRoundTrips) {
   const std::vector<std::string> texts = {
-      "\xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E\xE3\x81\xAE\xE3\x83\x86\xE3\x82\xAD\xE3\x82\xB9\xE3\x83\x88",  // 日本語のテキスト
-      "\xE4\xB8\xAD\xE6\x96\x87\xEF\xBC\x8C\xE6\xA0\x87\xE7\x82\xB9\xE3\x80\x82",                      // 中文，标点。
-      "emoji \xF0\x9F\x98\x80\xF0\x9F\x91\x8D\xF0\x9F\x8F\xBD \xF0\x9F\x91\xA8\xE2\x80\x8D\xF0\x9F\x91\xA9"
-      "\xE2\x80\x8D\xF0\x9F\x91\xA7 \xF0\x9F\x87\xAB\xF0\x9F\x87\xB7",                                  // 😀👍🏽 👨‍👩‍👧 🇫🇷
-      "combining e\xCC\x81 a\xCC\x88 \xE0\xA4\xB9\xE0\xA4\xBF\xE0\xA4\xA8\xE0\xA5\x8D\xE0\xA4\xA6\xE0\xA5\x80",  // é ä हिन्दी
+      "\xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E\xE3\x81\xAE\xE3\x83\x86\xE3\x82\xAD\xE3\x82\xB9\xE3\x83"
+      "\x88",                                                                      // 日本語のテキスト
+      "\xE4\xB8\xAD\xE6\x96\x87\xEF\xBC\x8C\xE6\xA0\x87\xE7\x82\xB9\xE3\x80\x82",  // 中文，标点。
+      "emoji \xF0\x9F\x98\x80\xF0\x9F\x91\x8D\xF0\x9F\x8F\xBD "
+      "\xF0\x9F\x91\xA8\xE2\x80\x8D\xF0\x9F\x91\xA9"
+      "\xE2\x80\x8D\xF0\x9F\x91\xA7 \xF0\x9F\x87\xAB\xF0\x9F\x87\xB7",  // 😀👍🏽 👨‍👩‍👧
+                                                                        // 🇫🇷
+      "combining e\xCC\x81 a\xCC\x88 "
+      "\xE0\xA4\xB9\xE0\xA4\xBF\xE0\xA4\xA8\xE0\xA5\x8D\xE0\xA4\xA6\xE0\xA5\x80",  // é ä हिन्दी
       "spaces\xC2\xA0nbsp\xC2\x85nel\xE3\x80\x80ideographic\xE2\x80\x8Bzwsp",
   };
   for (const char* pre : {"gpt2", "smollm", "llama3"}) {
@@ -219,8 +225,14 @@ TEST(Tokenizer, UnicodeRoundTrips) {
 }
 
 TEST(Tokenizer, InvalidUtf8IsEncodedWithoutLoss) {
-  const std::vector<std::string> texts = {"\xFF", "abc\xC3", "\xC3(", "\xED\xA0\x80 surrogate",
-                                          "\xF4\x90\x80\x80", "\xC0\x80 overlong", "a\x80" "b \xFE\xFF 12\xE2\x82"};
+  const std::vector<std::string> texts = {"\xFF",
+                                          "abc\xC3",
+                                          "\xC3(",
+                                          "\xED\xA0\x80 surrogate",
+                                          "\xF4\x90\x80\x80",
+                                          "\xC0\x80 overlong",
+                                          "a\x80"
+                                          "b \xFE\xFF 12\xE2\x82"};
   std::mt19937 rng(1234);
   std::vector<std::string> all = texts;
   for (int i = 0; i < 20; ++i) {
@@ -241,7 +253,10 @@ TEST(Tokenizer, InvalidUtf8IsEncodedWithoutLoss) {
 TEST(Tokenizer, BytesWithoutATokenAreDropped) {
   // Like SmolLM2, which has no token for 0xFF (not in valid UTF-8) and others.
   const Tokenizer tok(alphabet_spec({{"a", "b"}}, "gpt2", {}, {0xff}));
-  EXPECT_EQ(enc(tok, "a\xFF" "b"), (std::vector<int32_t>{'a', 'b'}));
+  EXPECT_EQ(enc(tok,
+                "a\xFF"
+                "b"),
+            (std::vector<int32_t>{'a', 'b'}));
   EXPECT_EQ(enc(tok, "\xFF"), std::vector<int32_t>{});
 }
 
@@ -311,12 +326,12 @@ TEST(StreamDecoder, HoldsBackIncompleteSequences) {
   EXPECT_EQ(sd.push('a'), "a");
   for (uint8_t b : {0xF0, 0x9F, 0x98}) EXPECT_EQ(sd.push(b), "");
   EXPECT_EQ(sd.push(0x80), "\xF0\x9F\x98\x80");  // 😀
-  EXPECT_EQ(sd.push(0xFF), "\xEF\xBF\xBD");        // invalid byte -> U+FFFD
+  EXPECT_EQ(sd.push(0xFF), "\xEF\xBF\xBD");      // invalid byte -> U+FFFD
   EXPECT_EQ(sd.push(0xE2), "");
-  EXPECT_EQ(sd.push('x'), "\xEF\xBF\xBDx");        // a sequence broken off
+  EXPECT_EQ(sd.push('x'), "\xEF\xBF\xBDx");  // a sequence broken off
   EXPECT_EQ(sd.push(0xE2), "");
   EXPECT_EQ(sd.push(0x82), "");
-  EXPECT_EQ(sd.flush(), "\xEF\xBF\xBD");            // never completed
+  EXPECT_EQ(sd.flush(), "\xEF\xBF\xBD");  // never completed
   EXPECT_EQ(sd.flush(), "");
 }
 
@@ -361,10 +376,10 @@ TEST(Utf8Sanitize, MaximalSubparts) {
   };
   const std::string R = "\xEF\xBF\xBD";
   EXPECT_EQ(clean("ab", false), std::make_pair(std::string("ab"), size_t(2)));
-  EXPECT_EQ(clean("\xC0\x80", false), std::make_pair(R + R, size_t(2)));               // overlong lead
-  EXPECT_EQ(clean("\xED\xA0\x80", false), std::make_pair(R + R + R, size_t(3)));       // surrogate
+  EXPECT_EQ(clean("\xC0\x80", false), std::make_pair(R + R, size_t(2)));                  // overlong lead
+  EXPECT_EQ(clean("\xED\xA0\x80", false), std::make_pair(R + R + R, size_t(3)));          // surrogate
   EXPECT_EQ(clean("\xF4\x90\x80\x80", false), std::make_pair(R + R + R + R, size_t(4)));  // > U+10FFFF
-  EXPECT_EQ(clean("a\xE2\x82", false), std::make_pair(std::string("a"), size_t(1)));   // held back
+  EXPECT_EQ(clean("a\xE2\x82", false), std::make_pair(std::string("a"), size_t(1)));      // held back
   EXPECT_EQ(clean("a\xE2\x82", true), std::make_pair("a" + R, size_t(3)));
   EXPECT_EQ(clean("\xE2\x82(", false), std::make_pair(R + "(", size_t(3)));
 }

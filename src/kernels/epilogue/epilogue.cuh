@@ -73,19 +73,19 @@ struct FragCoord {
 // Per-thread epilogue state: a fixed vocabulary shared by all ops (unused
 // fields cost nothing: the compiler drops them).
 struct EpiState {
-  int frow[2];        // fragment-pass rows (global; may be >= M)
-  int prow[4];        // piece-pass rows (global; may be >= M), by iteration it
-  int frag_pos[2];    // RoPE position of frow[h]
-  int slot[4];        // KV-cache slot of prow[it] (-1: write no K/V)
-  int req[3];         // warp-cached row-map entries of request `lane` (row maps, R <= 32)
-  float a_scale;      // prefetched per-tensor scale
-  float col_pre[2];   // prefetched column scales of columns n0 + 2 tid, +1
-  float row_pre[2];   // prefetched per-row values of frow[h] (RMS sums of squares)
-  float row_acc[4];   // per-row partial sums of prow[it] (sum of squares)
-  uint2 res[3][4];    // residual pieces of chunks c, c+1, c+2 (ring by c % 3), by it
-  float qscale;       // 1 / dequantization scale of an FP8 output (raw scale until tile_begin)
-  float amax;         // running max |y| over this thread's tiles
-  uint32_t sat;       // running count of saturated FP8 outputs
+  int frow[2];       // fragment-pass rows (global; may be >= M)
+  int prow[4];       // piece-pass rows (global; may be >= M), by iteration it
+  int frag_pos[2];   // RoPE position of frow[h]
+  int slot[4];       // KV-cache slot of prow[it] (-1: write no K/V)
+  int req[3];        // warp-cached row-map entries of request `lane` (row maps, R <= 32)
+  float a_scale;     // prefetched per-tensor scale
+  float col_pre[2];  // prefetched column scales of columns n0 + 2 tid, +1
+  float row_pre[2];  // prefetched per-row values of frow[h] (RMS sums of squares)
+  float row_acc[4];  // per-row partial sums of prow[it] (sum of squares)
+  uint2 res[3][4];   // residual pieces of chunks c, c+1, c+2 (ring by c % 3), by it
+  float qscale;      // 1 / dequantization scale of an FP8 output (raw scale until tile_begin)
+  float amax;        // running max |y| over this thread's tiles
+  uint32_t sat;      // running count of saturated FP8 outputs
 };
 
 // Default (no-op) hooks; ops derive from this and shadow what they use.
@@ -99,8 +99,8 @@ struct OpBase {
   template <class P>
   __device__ __forceinline__ static void chunk_begin(const P&, const TileCtx&, int, EpiState&) {}
   template <class P, int NREG>
-  __device__ __forceinline__ static void fragment(const P&, const TileCtx&, const FragCoord&,
-                                                  float (&)[NREG], EpiState&) {}
+  __device__ __forceinline__ static void fragment(const P&, const TileCtx&, const FragCoord&, float (&)[NREG],
+                                                  EpiState&) {}
   template <class P>
   __device__ __forceinline__ static void piece(const P&, const TileCtx&, int, int, int, int, float (&)[4],
                                                EpiState&) {}
@@ -128,9 +128,8 @@ struct Chain {
     (Ops::chunk_begin(p, t, c, st), ...);
   }
   template <int NREG>
-  __device__ __forceinline__ static void fragment(const Params& p, const TileCtx& t,
-                                                  const FragCoord& f, float (&acc)[NREG],
-                                                  EpiState& st) {
+  __device__ __forceinline__ static void fragment(const Params& p, const TileCtx& t, const FragCoord& f,
+                                                  float (&acc)[NREG], EpiState& st) {
     (Ops::fragment(p, t, f, acc, st), ...);
   }
   __device__ __forceinline__ static void piece(const Params& p, const TileCtx& t, int c, int it, int row,
@@ -140,9 +139,7 @@ struct Chain {
   __device__ __forceinline__ static void tile_end(const Params& p, const TileCtx& t, EpiState& st) {
     (Ops::tile_end(p, t, st), ...);
   }
-  __device__ __forceinline__ static void finish(const Params& p, EpiState& st) {
-    (Ops::finish(p, st), ...);
-  }
+  __device__ __forceinline__ static void finish(const Params& p, EpiState& st) { (Ops::finish(p, st), ...); }
 };
 
 // ---- small helpers shared by the ops ---------------------------------------

@@ -181,15 +181,14 @@ struct QkvRopeKvCache : OpBase {
   }
 
   template <int NREG>
-  __device__ __forceinline__ static void fragment(const Params& p, const TileCtx& t,
-                                                  const FragCoord& f, float (&acc)[NREG],
-                                                  EpiState& st) {
+  __device__ __forceinline__ static void fragment(const Params& p, const TileCtx& t, const FragCoord& f,
+                                                  float (&acc)[NREG], EpiState& st) {
     if (p.head_dim == 128) rope<128>(p, t, f, acc, st);
     else rope<64>(p, t, f, acc, st);
   }
 
-  __device__ __forceinline__ static void piece(const Params& p, const TileCtx&, int, int it, int row,
-                                               int col, float (&v)[4], EpiState& st) {
+  __device__ __forceinline__ static void piece(const Params& p, const TileCtx&, int, int it, int row, int col,
+                                               float (&v)[4], EpiState& st) {
     uint2 o;
     o.x = pack_bf16x2(v[0], v[1]);
     o.y = pack_bf16x2(v[2], v[3]);
@@ -213,7 +212,7 @@ struct QkvRopeKvCache : OpBase {
                                               float (&acc)[NREG], const EpiState& st) {
     constexpr int kBlocks = NREG / 4;  // 8-column blocks in the tile
     constexpr int kHeadBlocks = D / 8;
-    constexpr int kHalf = D / 16;      // blocks per half head: partner of block j is j + kHalf
+    constexpr int kHalf = D / 16;  // blocks per half head: partner of block j is j + kHalf
     static_assert(kBlocks % kHeadBlocks == 0, "tile width must be a multiple of head_dim");
     const int qk_end = (p.heads + p.kv_heads) * D;
 #pragma unroll

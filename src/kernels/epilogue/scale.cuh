@@ -35,7 +35,8 @@ struct ColScale : OpBase {
     st.a_scale = p.a_scale ? __ldg(p.a_scale) : 1.0f;
     const int col = t.n0 + 2 * t.tid;
     float2 sb = make_float2(1.0f, 1.0f);
-    if (p.b_scale && 2 * t.tid < t.bn && col < t.N) sb = __ldg(reinterpret_cast<const float2*>(p.b_scale + col));
+    if (p.b_scale && 2 * t.tid < t.bn && col < t.N)
+      sb = __ldg(reinterpret_cast<const float2*>(p.b_scale + col));
     st.col_pre[0] = sb.x;
     st.col_pre[1] = sb.y;
   }

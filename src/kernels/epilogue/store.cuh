@@ -71,8 +71,8 @@ struct StoreBf16 : OpBase {
     uint16_t* out;  // [M, ld_out] BF16
     int ld_out;     // output row stride, elements (multiple of 4)
   };
-  __device__ __forceinline__ static void piece(const Params& p, const TileCtx&, int, int, int row,
-                                               int col, float (&v)[4], EpiState&) {
+  __device__ __forceinline__ static void piece(const Params& p, const TileCtx&, int, int, int row, int col,
+                                               float (&v)[4], EpiState&) {
     uint2 o;
     o.x = pack_bf16x2(v[0], v[1]);
     o.y = pack_bf16x2(v[2], v[3]);

@@ -52,15 +52,14 @@ struct SwiGluFp8 : OpBase {
   // for g < -87 e^-g overflows and the quotient is -0, silu's limit).
   __device__ __forceinline__ static float silu(float g) { return __fdividef(g, 1.0f + __expf(-g)); }
 
-  __device__ __forceinline__ static void piece(const Params& p, const TileCtx&, int, int, int row,
-                                               int col, float (&v)[4], EpiState& st) {
+  __device__ __forceinline__ static void piece(const Params& p, const TileCtx&, int, int, int row, int col,
+                                               float (&v)[4], EpiState& st) {
     const float y0 = silu(v[0]) * v[1];
     const float y1 = silu(v[2]) * v[3];
     st.amax = fmaxf(st.amax, fmaxf(fabsf(y0), fabsf(y1)));
     const float q0 = y0 * st.qscale, q1 = y1 * st.qscale;
     st.sat += uint32_t(fabsf(q0) > 448.0f) + uint32_t(fabsf(q1) > 448.0f);
-    const __nv_fp8x2_storage_t q =
-        __nv_cvt_float2_to_fp8x2(make_float2(q0, q1), __NV_SATFINITE, __NV_E4M3);
+    const __nv_fp8x2_storage_t q = __nv_cvt_float2_to_fp8x2(make_float2(q0, q1), __NV_SATFINITE, __NV_E4M3);
     *reinterpret_cast<__nv_fp8x2_storage_t*>(p.out_fp8 + size_t(row) * p.ld_fp8 + col / 2) = q;
   }
   // Warp-reduce, then one atomic per warp.

@@ -75,14 +75,14 @@
 
 namespace futr::layout {
 
-inline constexpr int kTileN = 16;              // output channels per tile (mma M)
-inline constexpr int kChunkK = 64;             // inputs per chunk (the K granule)
-inline constexpr int kBlockK = 128;            // inputs per block (two chunks: one G=128 group)
-inline constexpr int kStepsPerChunk = 4;       // mma k16 steps per chunk
-inline constexpr int kInt4ChunkBytes = 512;    // 16 x 64 nibbles: 16 bytes per lane
-inline constexpr int kE4M3ChunkBytes = 1024;   // 16 x 64 bytes: 32 bytes per lane
-inline constexpr int kE4M3PartBytes = 512;     // one 16-byte-per-lane part of an E4M3 chunk
-inline constexpr int kTileGroup = 8;           // tiles interleaved chunk by chunk (one CTA's)
+inline constexpr int kTileN = 16;             // output channels per tile (mma M)
+inline constexpr int kChunkK = 64;            // inputs per chunk (the K granule)
+inline constexpr int kBlockK = 128;           // inputs per block (two chunks: one G=128 group)
+inline constexpr int kStepsPerChunk = 4;      // mma k16 steps per chunk
+inline constexpr int kInt4ChunkBytes = 512;   // 16 x 64 nibbles: 16 bytes per lane
+inline constexpr int kE4M3ChunkBytes = 1024;  // 16 x 64 bytes: 32 bytes per lane
+inline constexpr int kE4M3PartBytes = 512;    // one 16-byte-per-lane part of an E4M3 chunk
+inline constexpr int kTileGroup = 8;          // tiles interleaved chunk by chunk (one CTA's)
 
 // Byte offset of chunk `chunk` of tile `tile` in a packed matrix of `ntiles`
 // tiles, K inputs and `chunk_bytes` bytes per (tile, chunk) (512 INT4, 1024 E4M3),
@@ -128,7 +128,8 @@ FUTR_HD inline Int4Pos int4_position(int N, int K, int row, int col) {
 // Index (in FP16 elements) of the scale of output channel `row`, group `gi`.
 FUTR_HD inline size_t int4_scale_index(int K, int group, int row, int gi) {
   const int tile = row / kTileN, r = row % kTileN;
-  return size_t(tile) * (size_t(K) / group) * kTileN + size_t(gi) * kTileN + size_t(r % 8) * 2 + size_t(r / 8);
+  return size_t(tile) * (size_t(K) / group) * kTileN + size_t(gi) * kTileN + size_t(r % 8) * 2 +
+         size_t(r / 8);
 }
 
 // Byte offset of logical E4M3 weight (row, col) of an [N, K] matrix. N % 16 == 0, K % 64 == 0.

@@ -69,8 +69,7 @@ FUTR_HD inline KvNibble kv_key_nibble(int kv_heads, int head_dim, int slot, int 
 
 // Where dim d of the value of (slot, head) lives (channel order).
 FUTR_HD inline KvNibble kv_value_nibble(int kv_heads, int head_dim, int slot, int head, int d) {
-  const size_t byte =
-      (size_t(slot) * size_t(kv_heads) + size_t(head)) * size_t(head_dim / 2) + size_t(d / 2);
+  const size_t byte = (size_t(slot) * size_t(kv_heads) + size_t(head)) * size_t(head_dim / 2) + size_t(d / 2);
   return {byte, (d % 2) * 4};
 }
 
@@ -87,13 +86,13 @@ FUTR_HD inline size_t kv_nibble_bytes(int kv_heads, int head_dim, int num_slots)
 // The KV cache of one layer (host and device code pass this by value). The
 // BF16 pointers are always set (the primary); the INT4 ones for the mirror.
 struct KvLayerPtrs {
-  uint16_t* k = nullptr;   // [num_slots][kv_heads][D] BF16 bits (K after RoPE)
-  uint16_t* v = nullptr;   // [num_slots][kv_heads][D] BF16 bits
-  uint8_t* k4 = nullptr;   // [num_slots/8][kv_heads][32][D/8] nibbles, fragment order
-  uint8_t* v4 = nullptr;   // [num_slots][kv_heads][D/2] nibbles, channel order
-  float* ks = nullptr;     // [kv_heads][num_slots] FP32
-  float* vs = nullptr;     // [kv_heads][num_slots] FP32
-  int num_slots = 0;       // multiple of kKvSlotAlign
+  uint16_t* k = nullptr;  // [num_slots][kv_heads][D] BF16 bits (K after RoPE)
+  uint16_t* v = nullptr;  // [num_slots][kv_heads][D] BF16 bits
+  uint8_t* k4 = nullptr;  // [num_slots/8][kv_heads][32][D/8] nibbles, fragment order
+  uint8_t* v4 = nullptr;  // [num_slots][kv_heads][D/2] nibbles, channel order
+  float* ks = nullptr;    // [kv_heads][num_slots] FP32
+  float* vs = nullptr;    // [kv_heads][num_slots] FP32
+  int num_slots = 0;      // multiple of kKvSlotAlign
 };
 
 // Element index of (slot, head, d) in the BF16 primary cache of one layer.
@@ -125,7 +124,9 @@ __device__ __forceinline__ void int4x8_to_half2(uint32_t w, uint32_t (&r)[4]) {
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
     uint32_t v;
-    asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(v) : "r"(w >> (4 * j)), "r"(0x000f000fu), "r"(kHalf2Magic1024));
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n"
+        : "=r"(v)
+        : "r"(w >> (4 * j)), "r"(0x000f000fu), "r"(kHalf2Magic1024));
     asm("add.rn.f16x2 %0, %1, %2;\n" : "=r"(r[j]) : "r"(v), "r"(kHalf2Neg1032));
   }
 }

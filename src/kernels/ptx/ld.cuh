@@ -19,9 +19,7 @@ __device__ __forceinline__ uint4 ld_stream_v4(const void* p) {
 // ld.global.nc.L1::no_allocate.v2: the 8-byte tail-block variant of ld_stream_v4.
 __device__ __forceinline__ uint2 ld_stream_v2(const void* p) {
   uint2 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];\n"
-               : "=r"(v.x), "=r"(v.y)
-               : "l"(p));
+  asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "l"(p));
   return v;
 }
 

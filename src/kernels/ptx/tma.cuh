@@ -23,9 +23,8 @@ __device__ __forceinline__ void prefetch_tensormap(const CUtensorMap* map) {
 // cp.async.bulk.tensor.2d global->shared with mbarrier completion: one thread
 // issues the copy of box (c0 = inner/contiguous coordinate, c1 = row) into
 // `dst`; the bytes land as complete_tx on `bar`.
-__device__ __forceinline__ void cp_async_bulk_tensor_2d_g2s(void* dst, const CUtensorMap* map,
-                                                            int32_t c0, int32_t c1,
-                                                            uint64_t* bar) {
+__device__ __forceinline__ void cp_async_bulk_tensor_2d_g2s(void* dst, const CUtensorMap* map, int32_t c0,
+                                                            int32_t c1, uint64_t* bar) {
   asm volatile(
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
       " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(smem_addr(dst)),
@@ -50,7 +49,8 @@ __device__ __forceinline__ void cp_async_bulk_g2s(void* dst, const void* src, ui
 // 16, 16-byte aligned source) into L2 without a destination or completion, so
 // that later ordinary loads of that range hit L2 (epilogue residual reads).
 __device__ __forceinline__ void cp_async_bulk_prefetch_l2(const void* src, uint32_t bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(reinterpret_cast<uint64_t>(src)), "r"(bytes)
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(reinterpret_cast<uint64_t>(src)),
+               "r"(bytes)
                : "memory");
 }
 

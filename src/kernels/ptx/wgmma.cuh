@@ -40,9 +40,9 @@ __device__ __forceinline__ uint64_t make_wgmma_desc_sw128(const void* smem_ptr) 
   const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem_ptr));
   uint64_t desc = 0;
   desc |= uint64_t((addr & 0x3ffff) >> 4);  // start address
-  desc |= uint64_t(1) << 16;                 // leading byte offset (unused): 1
-  desc |= uint64_t(1024 >> 4) << 32;         // stride byte offset: 8 rows x 128 B
-  desc |= uint64_t(1) << 62;                 // 128B swizzle
+  desc |= uint64_t(1) << 16;                // leading byte offset (unused): 1
+  desc |= uint64_t(1024 >> 4) << 32;        // stride byte offset: 8 rows x 128 B
+  desc |= uint64_t(1) << 62;                // 128B swizzle
   return desc;
 }
 
@@ -56,18 +56,16 @@ __device__ __forceinline__ uint64_t make_wgmma_desc_sw128(const void* smem_ptr) 
 __device__ __forceinline__ uint64_t make_wgmma_desc_sw128_mn(const void* smem_ptr, uint32_t panel_bytes) {
   const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem_ptr));
   uint64_t desc = 0;
-  desc |= uint64_t((addr & 0x3ffff) >> 4);        // start address
+  desc |= uint64_t((addr & 0x3ffff) >> 4);              // start address
   desc |= uint64_t((panel_bytes >> 4) & 0x3fff) << 16;  // leading byte offset: the next 64 N columns
-  desc |= uint64_t(1024 >> 4) << 32;               // stride byte offset: the next 8 K rows
-  desc |= uint64_t(1) << 62;                       // 128B swizzle
+  desc |= uint64_t(1024 >> 4) << 32;                    // stride byte offset: the next 8 K rows
+  desc |= uint64_t(1) << 62;                            // 128B swizzle
   return desc;
 }
 
 // wgmma.fence: orders earlier register writes of the accumulators (zeroing,
 // epilogue reads) before the next wgmma reads them.
-__device__ __forceinline__ void wgmma_fence() {
-  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-}
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 
 // wgmma.commit_group: closes the batch of wgmmas issued so far into one group.
 __device__ __forceinline__ void wgmma_commit_group() {
@@ -114,35 +112,35 @@ __device__ __forceinline__ void setmaxnreg_inc() {
 // "%0, ..., %63" / "%0, ..., %127" and FUTR_WGMMA_D64(d) / D128(d) the
 // matching "+f"(d[i]) constraints. The descriptors and scale_d follow the
 // accumulators: %N, %N+1 and %N+2 for an N-register fragment.
-#define FUTR_WGMMA_REGS_64 \
-  "%0, %1, %2, %3, %4, %5, %6, %7, " \
-  "%8, %9, %10, %11, %12, %13, %14, %15, " \
+#define FUTR_WGMMA_REGS_64                   \
+  "%0, %1, %2, %3, %4, %5, %6, %7, "         \
+  "%8, %9, %10, %11, %12, %13, %14, %15, "   \
   "%16, %17, %18, %19, %20, %21, %22, %23, " \
   "%24, %25, %26, %27, %28, %29, %30, %31, " \
   "%32, %33, %34, %35, %36, %37, %38, %39, " \
   "%40, %41, %42, %43, %44, %45, %46, %47, " \
   "%48, %49, %50, %51, %52, %53, %54, %55, " \
   "%56, %57, %58, %59, %60, %61, %62, %63"
-#define FUTR_WGMMA_REGS_128 \
-  FUTR_WGMMA_REGS_64 ", " \
-  "%64, %65, %66, %67, %68, %69, %70, %71, " \
-  "%72, %73, %74, %75, %76, %77, %78, %79, " \
-  "%80, %81, %82, %83, %84, %85, %86, %87, " \
-  "%88, %89, %90, %91, %92, %93, %94, %95, " \
-  "%96, %97, %98, %99, %100, %101, %102, %103, " \
+#define FUTR_WGMMA_REGS_128                          \
+  FUTR_WGMMA_REGS_64                                 \
+  ", "                                               \
+  "%64, %65, %66, %67, %68, %69, %70, %71, "         \
+  "%72, %73, %74, %75, %76, %77, %78, %79, "         \
+  "%80, %81, %82, %83, %84, %85, %86, %87, "         \
+  "%88, %89, %90, %91, %92, %93, %94, %95, "         \
+  "%96, %97, %98, %99, %100, %101, %102, %103, "     \
   "%104, %105, %106, %107, %108, %109, %110, %111, " \
   "%112, %113, %114, %115, %116, %117, %118, %119, " \
   "%120, %121, %122, %123, %124, %125, %126, %127"
-#define FUTR_WGMMA_D8(d, i)                                                                    \
+#define FUTR_WGMMA_D8(d, i)                                                                   \
   "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
       "+f"(d[i + 6]), "+f"(d[i + 7])
-#define FUTR_WGMMA_D64(d)                                                                      \
-  FUTR_WGMMA_D8(d, 0), FUTR_WGMMA_D8(d, 8), FUTR_WGMMA_D8(d, 16), FUTR_WGMMA_D8(d, 24),       \
+#define FUTR_WGMMA_D64(d)                                                               \
+  FUTR_WGMMA_D8(d, 0), FUTR_WGMMA_D8(d, 8), FUTR_WGMMA_D8(d, 16), FUTR_WGMMA_D8(d, 24), \
       FUTR_WGMMA_D8(d, 32), FUTR_WGMMA_D8(d, 40), FUTR_WGMMA_D8(d, 48), FUTR_WGMMA_D8(d, 56)
-#define FUTR_WGMMA_D128(d)                                                                     \
-  FUTR_WGMMA_D64(d), FUTR_WGMMA_D8(d, 64), FUTR_WGMMA_D8(d, 72), FUTR_WGMMA_D8(d, 80),        \
-      FUTR_WGMMA_D8(d, 88), FUTR_WGMMA_D8(d, 96), FUTR_WGMMA_D8(d, 104), FUTR_WGMMA_D8(d, 112), \
-      FUTR_WGMMA_D8(d, 120)
+#define FUTR_WGMMA_D128(d)                                                                                   \
+  FUTR_WGMMA_D64(d), FUTR_WGMMA_D8(d, 64), FUTR_WGMMA_D8(d, 72), FUTR_WGMMA_D8(d, 80), FUTR_WGMMA_D8(d, 88), \
+      FUTR_WGMMA_D8(d, 96), FUTR_WGMMA_D8(d, 104), FUTR_WGMMA_D8(d, 112), FUTR_WGMMA_D8(d, 120)
 
 __device__ __forceinline__ void wgmma_m64n256k32_f32_e4m3(float (&d)[128], uint64_t desc_a, uint64_t desc_b,
                                                           int scale_d) {
@@ -151,7 +149,8 @@ __device__ __forceinline__ void wgmma_m64n256k32_f32_e4m3(float (&d)[128], uint6
       ".reg .pred p;\n"
       "setp.ne.b32 p, %130, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3 "
-      "{" FUTR_WGMMA_REGS_128 "}, %128, %129, p, 1, 1;\n"
+      "{" FUTR_WGMMA_REGS_128
+      "}, %128, %129, p, 1, 1;\n"
       "}\n"
       : FUTR_WGMMA_D128(d)
       : "l"(desc_a), "l"(desc_b), "r"(scale_d));
@@ -164,7 +163,8 @@ __device__ __forceinline__ void wgmma_m64n128k32_f32_e4m3(float (&d)[64], uint64
       ".reg .pred p;\n"
       "setp.ne.b32 p, %66, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
-      "{" FUTR_WGMMA_REGS_64 "}, %64, %65, p, 1, 1;\n"
+      "{" FUTR_WGMMA_REGS_64
+      "}, %64, %65, p, 1, 1;\n"
       "}\n"
       : FUTR_WGMMA_D64(d)
       : "l"(desc_a), "l"(desc_b), "r"(scale_d));
@@ -177,7 +177,8 @@ __device__ __forceinline__ void wgmma_m64n256k16_f32_bf16(float (&d)[128], uint6
       ".reg .pred p;\n"
       "setp.ne.b32 p, %130, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
-      "{" FUTR_WGMMA_REGS_128 "}, %128, %129, p, 1, 1, 0, 0;\n"
+      "{" FUTR_WGMMA_REGS_128
+      "}, %128, %129, p, 1, 1, 0, 0;\n"
       "}\n"
       : FUTR_WGMMA_D128(d)
       : "l"(desc_a), "l"(desc_b), "r"(scale_d));
@@ -190,7 +191,8 @@ __device__ __forceinline__ void wgmma_m64n128k16_f32_bf16(float (&d)[64], uint64
       ".reg .pred p;\n"
       "setp.ne.b32 p, %66, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-      "{" FUTR_WGMMA_REGS_64 "}, %64, %65, p, 1, 1, 0, 0;\n"
+      "{" FUTR_WGMMA_REGS_64
+      "}, %64, %65, p, 1, 1, 0, 0;\n"
       "}\n"
       : FUTR_WGMMA_D64(d)
       : "l"(desc_a), "l"(desc_b), "r"(scale_d));
@@ -203,9 +205,9 @@ __device__ __forceinline__ void wgmma_m64n128k16_f32_bf16(float (&d)[64], uint64
 //   a[2] = row, k 8 + 2(l%4) + {0,1};          a[3] = row + 8, k 8 + ...
 // so a softmax computed in the accumulator registers of S = Q K^T feeds
 // O += P V without passing through shared memory.
-#define FUTR_WGMMA_REGS_32 \
-  "%0, %1, %2, %3, %4, %5, %6, %7, " \
-  "%8, %9, %10, %11, %12, %13, %14, %15, " \
+#define FUTR_WGMMA_REGS_32                   \
+  "%0, %1, %2, %3, %4, %5, %6, %7, "         \
+  "%8, %9, %10, %11, %12, %13, %14, %15, "   \
   "%16, %17, %18, %19, %20, %21, %22, %23, " \
   "%24, %25, %26, %27, %28, %29, %30, %31"
 #define FUTR_WGMMA_D32(d) FUTR_WGMMA_D8(d, 0), FUTR_WGMMA_D8(d, 8), FUTR_WGMMA_D8(d, 16), FUTR_WGMMA_D8(d, 24)
@@ -217,7 +219,8 @@ __device__ __forceinline__ void wgmma_m64n128k16_f32_bf16_rs_tb(float (&d)[64], 
       ".reg .pred p;\n"
       "setp.ne.b32 p, %69, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-      "{" FUTR_WGMMA_REGS_64 "}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n"
+      "{" FUTR_WGMMA_REGS_64
+      "}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n"
       "}\n"
       : FUTR_WGMMA_D64(d)
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
@@ -230,7 +233,8 @@ __device__ __forceinline__ void wgmma_m64n64k16_f32_bf16_rs_tb(float (&d)[32], c
       ".reg .pred p;\n"
       "setp.ne.b32 p, %37, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-      "{" FUTR_WGMMA_REGS_32 "}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n"
+      "{" FUTR_WGMMA_REGS_32
+      "}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n"
       "}\n"
       : FUTR_WGMMA_D32(d)
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
