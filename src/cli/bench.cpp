@@ -234,6 +234,7 @@ void run_bench(const BenchOptions& o) {
     engine = engines::make_synthetic_engine(o.synthetic, rc, o.seed, model, stderr_log(o.quiet));
     model_name = "synthetic " + o.synthetic;
   } else {
+    const runtime::EngineWarmup warmup(runtime::parse_engine_kind(o.run.backend));  // while the model is read
     model = std::make_unique<Model>(load_model_for_cli(o.run));
     check_ctx(*model, rc.ctx, rc.max_seqs, "--ctx");
     engine = runtime::make_engine(*model, rc, stderr_log(o.quiet));

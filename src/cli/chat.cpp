@@ -82,6 +82,8 @@ void run_chat(ChatOptions o) {
   check_speculative_options(o.spec);
 
   const Stopwatch t_load;
+  // The GPU comes up while the model is read.
+  const runtime::EngineWarmup warmup(runtime::parse_engine_kind(o.run.backend));
   const Model model = load_model_for_cli(o.run);
   FUTR_CHECK(!model.tokenizer.tokens.empty(), "{}: the model has no tokenizer", model.path);
   const Tokenizer tok(model.tokenizer);
@@ -91,9 +93,11 @@ void run_chat(ChatOptions o) {
   check_ctx(model, rc.ctx, rc.max_seqs, "--ctx");
   if (!o.quiet) print_ctx(model, rc.ctx, o.run.ctx > 0);
   const std::unique_ptr<runtime::Engine> engine = runtime::make_engine(model, rc, stderr_log(o.quiet));
-  runtime::SequenceRunner seq(*engine);
   std::string spec_note;
   const std::unique_ptr<runtime::Drafter> drafter = make_cli_drafter(o.spec, *engine, o.sampler, &spec_note);
+  // The engine draws the tokens where it gives the host sampler's (no logits copied out).
+  const bool on_engine = engine_draws(o.sampler, engine->info(), tok, drafter != nullptr, false);
+  runtime::SequenceRunner seq(*engine, 0, on_engine ? o.sampler : runtime::SamplerConfig{});
   const double load_s = t_load.seconds();
   warn_if_contended(o.run, engine->info(), o.quiet);
   const bool tty = isatty(STDIN_FILENO) != 0;
@@ -173,7 +177,8 @@ void run_chat(ChatOptions o) {
       continue;
     }
     InterruptScope::begin();
-    const Generation g = generate_tokens(seq, sampler, tok, input, o.max_tokens, write_out, drafter.get());
+    const Generation g =
+        generate_tokens(seq, sampler, tok, input, o.max_tokens, write_out, drafter.get(), false, on_engine);
     InterruptScope::end();
     write_out("\n");
     messages.push_back({"assistant", g.text});

@@ -90,6 +90,8 @@ void run_generate(GenerateOptions o) {
   check_speculative_options(o.spec);
 
   const Stopwatch t_load;
+  // The GPU comes up while the model is read.
+  const runtime::EngineWarmup warmup(runtime::parse_engine_kind(o.run.backend));
   const Model model = load_model_for_cli(o.run);
   FUTR_CHECK(!model.tokenizer.tokens.empty(), "{}: the model has no tokenizer", model.path);
   const Tokenizer tok(model.tokenizer);
@@ -117,17 +119,19 @@ void run_generate(GenerateOptions o) {
              "the prompt has {} tokens, more than the context of {} (use a larger --ctx)", prompt.size(),
              rc.ctx);
   const std::unique_ptr<runtime::Engine> engine = runtime::make_engine(model, rc, stderr_log(o.quiet));
-  runtime::SequenceRunner seq(*engine);
   std::string spec_note;
   const std::unique_ptr<runtime::Drafter> drafter = make_cli_drafter(o.spec, *engine, o.sampler, &spec_note);
+  // The engine draws the tokens where it gives the host sampler's (no logits copied out).
+  const bool on_engine = engine_draws(o.sampler, engine->info(), tok, drafter != nullptr, o.ignore_eos);
+  runtime::SequenceRunner seq(*engine, 0, on_engine ? o.sampler : runtime::SamplerConfig{});
   if (!spec_note.empty() && !o.quiet) fmt::print(stderr, "futr: {}\n", spec_note);
   const double load_s = t_load.seconds();
   warn_if_contended(o.run, engine->info(), o.quiet);
 
   const InterruptScope ctrl_c;
   InterruptScope::begin();
-  const Generation g =
-      generate_tokens(seq, sampler, tok, prompt, o.max_tokens, write_out, drafter.get(), o.ignore_eos);
+  const Generation g = generate_tokens(seq, sampler, tok, prompt, o.max_tokens, write_out, drafter.get(),
+                                       o.ignore_eos, on_engine);
   InterruptScope::end();
   write_out("\n");
 

@@ -60,16 +60,23 @@ void InterruptScope::begin() {
 }
 void InterruptScope::end() { g_generating = 0; }
 
+bool engine_draws(const runtime::SamplerConfig& sampling, const runtime::EngineInfo& info,
+                  const Tokenizer& tok, bool drafting, bool ignore_eos) {
+  return !runtime::uses_history(sampling) && !ignore_eos && info.vocab == tok.vocab_size() &&
+         (!drafting || sampling.temperature == 0.0f);
+}
+
 Generation generate_tokens(runtime::SequenceRunner& seq, runtime::Sampler& sampler, const Tokenizer& tok,
                            std::span<const int32_t> prompt, int max_tokens,
                            const std::function<void(const std::string&)>& emit, runtime::Drafter* drafter,
-                           bool ignore_eos) {
+                           bool ignore_eos, bool engine_draws) {
   Generation g;
   g.prompt_tokens = int(prompt.size());
   g.speculative = drafter != nullptr;
   sampler.limit_vocab(tok.vocab_size());  // a vocabulary padded beyond the tokenizer: never drawn
   for (int32_t t : prompt) sampler.accept(t, /*generated=*/false);
-  runtime::SpeculativeDecoder dec(seq, drafter);
+  FUTR_ASSERT(!engine_draws || !ignore_eos);
+  runtime::SpeculativeDecoder dec(seq, drafter, engine_draws);
   const Stopwatch start;
   dec.prefill(prompt);
   g.prompt_seconds = start.seconds();
@@ -97,8 +104,11 @@ Generation generate_tokens(runtime::SequenceRunner& seq, runtime::Sampler& sampl
       g.end = Generation::End::kInterrupted;
       break;
     }
-    check_logits_finite(dec.logits(), g.generated == 0 ? std::string("generate: the prompt's last position")
-                                                       : fmt::format("generate: token {}", g.generated + 1));
+    // (The engine's draws check their rows themselves.)
+    if (!engine_draws)
+      check_logits_finite(dec.logits(), g.generated == 0
+                                            ? std::string("generate: the prompt's last position")
+                                            : fmt::format("generate: token {}", g.generated + 1));
     const int32_t next = dec.draw(sampler, eog).token;
     if (!first_draw) ++g.decode_tokens;
     first_draw = false;

@@ -68,10 +68,23 @@ struct Generation {
 // drafter: null (one row per decode step) or one holding the tokens the
 // sequence holds; it holds them again afterwards (the pending token not included).
 // ignore_eos: the end-of-generation tokens' logits are -inf (never drawn, nor accepted as drafts).
+// engine_draws: the sequence was opened with sampler's config and the engine
+// draws the tokens (engine_draws() below said it may); `sampler` then only
+// records the history.
 Generation generate_tokens(runtime::SequenceRunner& seq, runtime::Sampler& sampler, const Tokenizer& tok,
                            std::span<const int32_t> prompt, int max_tokens,
                            const std::function<void(const std::string&)>& emit,
-                           runtime::Drafter* drafter = nullptr, bool ignore_eos = false);
+                           runtime::Drafter* drafter = nullptr, bool ignore_eos = false,
+                           bool engine_draws = false);
+
+// Whether the engine's own sampler can draw a generation's tokens, the same
+// tokens the host sampler would (runtime::SpeculativeDecoder's engine_draws):
+// no penalty (they need the history), no --ignore-eos masking, no ids beyond
+// the tokenizer in the logits, and with drafts greedy decoding only. The GPU
+// engine then computes the draws next to the logits instead of copying each
+// row to the host.
+bool engine_draws(const runtime::SamplerConfig& sampling, const runtime::EngineInfo& info,
+                  const Tokenizer& tok, bool drafting, bool ignore_eos);
 
 // The statistics lines on stderr ("futr: ..."); load_seconds < 0: no load line.
 void print_stats(const Generation& g, double load_seconds, int capacity);

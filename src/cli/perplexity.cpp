@@ -111,6 +111,8 @@ void run_perplexity(const PerplexityOptions& o) {
   const std::string text = read_file_bytes(o.file);
   FUTR_CHECK(!text.empty(), "{}: the file is empty", o.file);
 
+  // The GPU comes up while the model is read.
+  const runtime::EngineWarmup warmup(runtime::parse_engine_kind(o.run.backend));
   const Model model = load_model_for_cli(o.run);
   FUTR_CHECK(!model.tokenizer.tokens.empty(), "{}: the model has no tokenizer", model.path);
   const Tokenizer tok(model.tokenizer);

@@ -105,6 +105,8 @@ void run_serve(const ServeOptions& o) {
   sigaction(SIGINT, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
+  // The GPU comes up while the model is read.
+  const runtime::EngineWarmup warmup(runtime::parse_engine_kind(o.run.backend));
   const Model model = load_model_for_cli(o.run);
   FUTR_CHECK(!model.tokenizer.tokens.empty(), "{}: the model has no tokenizer", model.path);
   const Tokenizer tok(model.tokenizer);

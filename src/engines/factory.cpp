@@ -248,6 +248,18 @@ std::shared_ptr<const quant::QuantizedWeights> prefill_weights(
 
 }  // namespace engines
 
+runtime::EngineWarmup::EngineWarmup(EngineKind engine) {
+#if FUTR_HAVE_CUDA
+  if (engine == EngineKind::kCpu) return;
+  thread_ = std::thread([] { cuda::ContextWarmup().join(); });
+#else
+  (void)engine;
+#endif
+}
+runtime::EngineWarmup::~EngineWarmup() {
+  if (thread_.joinable()) thread_.join();
+}
+
 std::unique_ptr<runtime::Engine> runtime::make_engine(const Model& model, const RuntimeConfig& c,
                                                       const EngineLog& log) {
   FUTR_CHECK(c.ctx >= 0, "--ctx must be positive (got {})", c.ctx);

@@ -63,6 +63,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -200,12 +201,30 @@ using EngineLog = std::function<void(const std::string&)>;
 std::unique_ptr<Engine> make_engine(const Model& model, const RuntimeConfig& config,
                                     const EngineLog& log = {});
 
+// Brings the GPU up (the device probe, then its context: a few hundred
+// milliseconds) on a thread of its own while the caller reads the model, when
+// `engine` may pick the GPU engine (kAuto, kGpu); make_engine() then finds it
+// ready. The destructor waits for the thread. Nothing happens for kCpu or in
+// a build without CUDA. Create it before loading the model, destroy it after
+// make_engine().
+class EngineWarmup {
+ public:
+  explicit EngineWarmup(EngineKind engine);
+  ~EngineWarmup();
+  EngineWarmup(const EngineWarmup&) = delete;
+  EngineWarmup& operator=(const EngineWarmup&) = delete;
+
+ private:
+  std::thread thread_;
+};
+
 // A single sequence over an Engine, for the commands that run one sequence
 // at a time (generate, chat): eval() appends tokens and returns the logits of
 // rows [first_logit, n) as [n - first_logit, vocab]; prompts longer than
 // max_step_tokens are split into several steps.
 class SequenceRunner {
  public:
+  // `sampling`: the engine's sampler of the sequence, which draw() uses.
   explicit SequenceRunner(Engine& engine, SeqId id = 0, const SamplerConfig& sampling = {});
   ~SequenceRunner();  // closes the sequence
   int position() const;
@@ -215,9 +234,22 @@ class SequenceRunner {
   // prompt: the tokens were given (BatchRow::prompt); false for a token the
   // engine drew (one decode step).
   Tensor eval(std::span<const int32_t> tokens, int first_logit, bool prompt = true);
+  // As eval(), but rows [first_draw, n) return the token the engine's sampler
+  // (the SamplerConfig given at construction) draws from their logits
+  // (RowOutput::kToken: no logits leave the engine), one draw per row in
+  // order.
+  std::vector<int32_t> draw(std::span<const int32_t> tokens, int first_draw, bool prompt = true);
   Engine& engine() { return engine_; }
 
  private:
+  // The checks of eval() and draw(): the call fits the context, its tokens the vocabulary.
+  void check_call(std::span<const int32_t> tokens, int first_out) const;
+  // Runs `tokens` in steps of at most max_step_tokens rows, rows [first_out, n)
+  // asking for `out`; take(result, first, count) gets each step's outputs,
+  // those of rows first_out + first .. + count.
+  void run(std::span<const int32_t> tokens, int first_out, bool prompt, RowOutput out,
+           const std::function<void(const StepResult&, int first, int count)>& take);
+
   Engine& engine_;
   SeqId id_;
 };

@@ -51,6 +51,10 @@ Sampler::Sampler(const SamplerConfig& config) : config_(config), rng_(config.see
   validate_sampler_config(config);
 }
 
+bool uses_history(const SamplerConfig& c) {
+  return c.repetition_penalty != 1.0f || c.presence_penalty != 0.0f || c.frequency_penalty != 0.0f;
+}
+
 bool Sampler::penalties_on() const {
   return !history_.empty() && (config_.repetition_penalty != 1.0f || config_.presence_penalty != 0.0f ||
                                config_.frequency_penalty != 0.0f);

@@ -69,6 +69,11 @@ struct SamplerConfig {
   std::vector<std::string> stop{};  // <= 16 strings of 1..256 bytes; generation ends before one
 };
 
+// Whether a sampler's draws depend on the sequence's history (a repetition,
+// presence or frequency penalty): its owner must feed it with accept(), which
+// an engine's own sampler (Engine::open) is not.
+bool uses_history(const SamplerConfig& c);
+
 // Throws futr::Error naming the first field outside its range (and the range),
 // spelled as the CLI flag (`--min-p`); `prefix` replaces "--" (the server: "").
 void validate_sampler_config(const SamplerConfig& c, const std::string& prefix = "--");

@@ -36,7 +36,8 @@ DraftVerdict verify_draft(Sampler& sampler, std::span<const float> logits, int32
   return v;
 }
 
-SpeculativeDecoder::SpeculativeDecoder(SequenceRunner& seq, Drafter* drafter) : seq_(seq), drafter_(drafter) {
+SpeculativeDecoder::SpeculativeDecoder(SequenceRunner& seq, Drafter* drafter, bool engine_draws)
+    : seq_(seq), drafter_(drafter), engine_draws_(engine_draws) {
   if (drafter_)
     FUTR_CHECK(drafter_->size() == seq_.position(),
                "speculative decoding: the drafter holds {} tokens, the sequence {} positions",
@@ -45,7 +46,8 @@ SpeculativeDecoder::SpeculativeDecoder(SequenceRunner& seq, Drafter* drafter) : 
 
 void SpeculativeDecoder::prefill(std::span<const int32_t> tokens) {
   FUTR_CHECK(!tokens.empty(), "speculative decoding: nothing to evaluate");
-  rows_ = seq_.eval(tokens, int(tokens.size()) - 1, /*prompt=*/true);
+  if (engine_draws_) drawn_ = seq_.draw(tokens, int(tokens.size()) - 1, /*prompt=*/true);
+  else rows_ = seq_.eval(tokens, int(tokens.size()) - 1, /*prompt=*/true);
   if (drafter_) drafter_->push(tokens);
   draft_.clear();
   base_ = seq_.position() - 1;
@@ -53,12 +55,17 @@ void SpeculativeDecoder::prefill(std::span<const int32_t> tokens) {
 }
 
 std::span<const float> SpeculativeDecoder::logits() const {
-  FUTR_ASSERT(rows_.rank() == 2 && row_ < rows_.dim(0));
+  FUTR_ASSERT(!engine_draws_ && rows_.rank() == 2 && row_ < rows_.dim(0));
   return {rows_.row(row_), size_t(rows_.dim(1))};
 }
 
 DraftVerdict SpeculativeDecoder::draw(Sampler& sampler, std::span<const int32_t> banned) {
   const int32_t draft = row_ < int(draft_.size()) ? draft_[size_t(row_)] : -1;
+  if (engine_draws_) {  // the engine's sampler drew the row: greedy with drafts (see the constructor)
+    FUTR_ASSERT(banned.empty() && row_ < int(drawn_.size()));
+    const int32_t t = drawn_[size_t(row_)];
+    return {t, draft >= 0 && t == draft};
+  }
   if (banned.empty()) return verify_draft(sampler, logits(), draft);
   const std::span<const float> row = logits();
   masked_.assign(row.begin(), row.end());
@@ -89,7 +96,9 @@ void SpeculativeDecoder::advance(int32_t token, int draws_left) {
   step.reserve(draft_.size() + 1);
   step.push_back(token);
   step.insert(step.end(), draft_.begin(), draft_.end());
-  rows_ = seq_.eval(step, 0, /*prompt=*/false);  // drawn tokens: the decode path
+  // Drawn tokens: the decode path.
+  if (engine_draws_) drawn_ = seq_.draw(step, 0, /*prompt=*/false);
+  else rows_ = seq_.eval(step, 0, /*prompt=*/false);
   base_ = pos;
   row_ = 0;
   ++stats_.steps;

@@ -116,13 +116,21 @@ DraftVerdict verify_draft(Sampler& sampler, std::span<const float> logits, int32
 // included).
 class SpeculativeDecoder {
  public:
-  SpeculativeDecoder(SequenceRunner& seq, Drafter* drafter);
+  // engine_draws: every row's token is drawn by the sequence's own sampler in
+  // the engine (SequenceRunner::draw: no logits leave it; draw() then ignores
+  // its sampler and logits() is not available). Valid when that sampler is
+  // the caller's (the config the sequence was opened with), its draws use no
+  // history (uses_history false), no ids are banned, and with a drafter only
+  // for greedy decoding (the engine draws every row of a step, which for a
+  // temperature > 0 would consume the uniforms of rows a rejection drops).
+  SpeculativeDecoder(SequenceRunner& seq, Drafter* drafter, bool engine_draws = false);
 
   // Appends `tokens` (>= 1; prompt rows) to the sequence; the logits of the
   // last one are the current row.
   void prefill(std::span<const int32_t> tokens);
-  // The current row: the logits the next draw is made from.
+  // The current row: the logits the next draw is made from (host draws only).
   std::span<const float> logits() const;
+  bool engine_draws() const { return engine_draws_; }
   // The position the next token drawn would take: what SequenceRunner::position()
   // is at this point of ordinary decoding.
   int position() const { return base_ + row_ + 1; }
@@ -144,7 +152,9 @@ class SpeculativeDecoder {
  private:
   SequenceRunner& seq_;
   Drafter* drafter_;
-  Tensor rows_;                 // [1 + draft, vocab] logits of the last step
+  bool engine_draws_ = false;
+  Tensor rows_;                 // [1 + draft, vocab] logits of the last step (host draws)
+  std::vector<int32_t> drawn_;  // [1 + draft] the engine's tokens of the last step (engine draws)
   std::vector<int32_t> draft_;  // the last step's draft
   std::vector<float> masked_;   // [vocab] the current row with banned ids at -inf (draw)
   int base_ = 0;                // position of the last step's first row

@@ -92,16 +92,12 @@ void Request::end(Finish f, int completion_tokens, std::string error) {
 
 namespace {
 
-// Penalties look at the sequence's history, which the scheduler holds and the
-// engine's sampler does not (see scheduler.h, step 3).
-bool needs_history(const SamplerConfig& c) {
-  return c.repetition_penalty != 1.0f || c.presence_penalty != 0.0f || c.frequency_penalty != 0.0f;
-}
-
 // Requests whose tokens the scheduler draws from kLogits rows (scheduler.h,
 // step 3; speculative requests verify their drafts here).
+// Penalties look at the sequence's history, which the scheduler holds and the
+// engine's sampler does not (runtime::uses_history).
 bool draws_here(const GenerationParams& p) {
-  return needs_history(p.sampling) || p.logprobs >= 0 || p.speculative > 0;
+  return runtime::uses_history(p.sampling) || p.logprobs >= 0 || p.speculative > 0;
 }
 
 }  // namespace

@@ -11,6 +11,9 @@
 //     (its length, and the logits of one more row, which read every K/V
 //     position, are the same bits); truncate() after rows of a step leaves the
 //     engine as if they never ran;
+//   - the engine's sampler drawing every row (SpeculativeDecoder's
+//     engine_draws) gives the host sampler's tokens: sampled without drafts,
+//     greedy with drafts;
 //   - the acceptance rule (verify_draft) on a synthetic 8-token vocabulary:
 //     P(accept) = p(x) and the tokens follow the target distribution p of the
 //     sampler's filters (chi-square over 200000 draws from a fixed seed, so the
@@ -119,13 +122,14 @@ class Speculative : public ::testing::TestWithParam<Case> {
   }
 
   // The token loop of cli/generation.cpp without the text: draw, accept, advance.
+  // engine_draws: the sequence opened with `sc`, the engine drawing every row.
   static Outcome decode(Engine& e, const std::vector<int32_t>& prompt, int max_tokens,
-                        const SamplerConfig& sc, Drafter* drafter) {
+                        const SamplerConfig& sc, Drafter* drafter, bool engine_draws = false) {
     Outcome r;
     Sampler sampler(sc);
     for (int32_t t : prompt) sampler.accept(t, false);
-    SequenceRunner seq(e);
-    SpeculativeDecoder dec(seq, drafter);
+    SequenceRunner seq(e, 0, engine_draws ? sc : SamplerConfig{});
+    SpeculativeDecoder dec(seq, drafter, engine_draws);
     dec.prefill(prompt);
     for (int g = 0; g < max_tokens; ++g) {
       const int32_t t = dec.draw(sampler).token;
@@ -227,6 +231,39 @@ TEST_P(Speculative, RightWrongAndPartlyRightDrafts) {
           }
         }
       }
+  }
+}
+
+// The engine's sampler drawing the rows (no logits leave the engine; what
+// futr generate does when the draws need no history): the tokens of the host
+// sampler's draws, with any sampler without penalties, and with drafts when
+// greedy (right, wrong and n-gram drafts; steps capped at 3 rows too).
+TEST_P(Speculative, EngineDrawsGiveTheHostSamplersTokens) {
+  for (int step_tokens : {64, 3}) {
+    auto e = engine(step_tokens);
+    for (SamplerConfig sc : samplers()) {
+      if (uses_history(sc)) {
+        sc.repetition_penalty = 1.0f, sc.presence_penalty = 0.0f, sc.frequency_penalty = 0.0f;
+        if (sc.temperature == 0.0f) continue;  // the plain greedy case is in the list already
+      }
+      for (const auto& prompt : prompts()) {
+        const std::string what =
+            fmt::format("prompt of {}, T {}, step {}", prompt.size(), sc.temperature, step_tokens);
+        const Outcome host = decode(*e, prompt, 40, sc, nullptr);
+        expect_same(host, decode(*e, prompt, 40, sc, nullptr, /*engine_draws=*/true), what);
+        if (sc.temperature != 0.0f) continue;
+        std::vector<int32_t> truth = prompt;
+        truth.insert(truth.end(), host.tokens.begin(), host.tokens.end());
+        for (int right : {-1, 0, 2}) {
+          ScriptedDrafter d(truth, vocab(), 6, right);
+          const Outcome spec = decode(*e, prompt, 40, sc, &d, true);
+          expect_same(host, spec, what + fmt::format(", right {}", right));
+          if (right < 0) EXPECT_EQ(spec.stats.accepted, spec.stats.drafted) << what;
+        }
+        NgramDrafter d({8, 3, 1});
+        expect_same(host, decode(*e, prompt, 40, sc, &d, true), what + ", ngram");
+      }
+    }
   }
 }
 
