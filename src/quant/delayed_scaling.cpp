@@ -87,7 +87,7 @@ float round_e4m3_fast(float v) {
     u &= ~0xfffffu;
     r = std::min(std::bit_cast<float>(u), kE4M3Max);  // satfinite
   } else {
-    r = std::nearbyint(a * 512.0f) * 0x1p-9f;  // subnormals: steps of 2^-9
+    r = round_half_even(a * 512.0f) * 0x1p-9f;  // subnormals: steps of 2^-9
   }
   return std::copysign(r, v);
 }

@@ -25,7 +25,7 @@ uint16_t int4_scale_fp16(float amax, float c) {
 
 int8_t int4_quantize_value(float w, float s) {
   if (s == 0.0f) return 0;
-  const float r = std::nearbyint(w / s);  // RNE (default rounding mode)
+  const float r = round_half_even(w / s);
   return int8_t(std::clamp(r, -8.0f, 7.0f));
 }
 
@@ -82,13 +82,13 @@ Int4Weights quantize_int4(std::span<const float> w, int n, int k, int group, con
   Int4Weights out{n, k, group, std::vector<int8_t>(size_t(n) * size_t(k)),
                   std::vector<uint16_t>(size_t(n) * size_t(k / group))};
   const int groups = k / group;
-  for (float v : w)
-    FUTR_CHECK(std::isfinite(v), "{}: INT4 quantization: a weight is not finite ({})", name, v);
   // NOTE: an exception must not leave an OpenMP region: the first one is kept and rethrown.
   std::exception_ptr error;
 #pragma omp parallel for schedule(dynamic, 16)
   for (int r = 0; r < n; ++r) {
     try {
+      for (float v : w.subspan(size_t(r) * size_t(k), size_t(k)))  // (checked row by row on every core)
+        FUTR_CHECK(std::isfinite(v), "{}: INT4 quantization: a weight is not finite ({})", name, v);
       for (int g = 0; g < groups; ++g) {
         const size_t o = size_t(r) * size_t(k) + size_t(g) * size_t(group);
         std::span<const float> dg =

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/numeric.h"
 
 namespace futr::quant {
 
@@ -21,7 +22,7 @@ float kv_int4_quantize_row(const float* x, int d, int8_t* q) {
     std::fill(q, q + d, int8_t(0));
     return 0.0f;
   }
-  for (int i = 0; i < d; ++i) q[i] = int8_t(std::clamp(std::nearbyint(x[i] / s), -7.0f, 7.0f));
+  for (int i = 0; i < d; ++i) q[i] = int8_t(std::clamp(round_half_even(x[i] / s), -7.0f, 7.0f));
   return s;
 }
 

@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
+#include <cstdint>
 
 using namespace futr;
 
@@ -80,4 +82,50 @@ TEST(Numeric, E4M3IsNearest) {
       EXPECT_LE(std::fabs(q - x), std::fabs(qn - x) + 1e-7f) << x;
     }
   }
+}
+
+// The bit-level conversions against their definitions through the C library
+// (frexp, ldexp, nearbyint in the default rounding mode), on every float of
+// a stride through all 2^32 bit patterns plus every pattern near the format
+// boundaries (all 2^32 were compared once when the bit forms replaced them).
+namespace ref {
+uint8_t float_to_e4m3(float f) {
+  if (std::isnan(f)) return 0x7f;
+  const uint8_t sign = std::signbit(f) ? 0x80 : 0x00;
+  const float a = std::fabs(f);
+  if (a >= 448.0f) return sign | 0x7e;
+  if (a < std::ldexp(1.0f, -6)) return sign | uint8_t(int(std::nearbyint(a * 512.0f)));
+  int e;
+  const float m = std::frexp(a, &e);
+  int q = int(std::nearbyint(m * 16.0f)), exp = e - 1 + 7;
+  if (q == 16) q = 8, ++exp;
+  if (exp > 15 || (exp == 15 && q - 8 > 6)) return sign | 0x7e;
+  return sign | uint8_t(exp << 3) | uint8_t(q - 8);
+}
+uint16_t float_to_fp16(float f) {  // below 2^-14: nearbyint of the value in units of 2^-24
+  const uint32_t a = std::bit_cast<uint32_t>(f) & 0x7fffffffu;
+  if (a >= 0x38800000u) return futr::float_to_fp16(f);  // the normal path did not change
+  const uint16_t sign = uint16_t((std::bit_cast<uint32_t>(f) >> 16) & 0x8000u);
+  return uint16_t(sign | uint16_t(std::nearbyint(std::bit_cast<float>(a) * 16777216.0f)));
+}
+}  // namespace ref
+
+TEST(Numeric, BitConversionsEqualTheLibraryDefinitions) {
+  auto check = [](uint32_t bits) {
+    const float f = std::bit_cast<float>(bits);
+    const float r = std::nearbyint(f), h = round_half_even(f);
+    if (!std::isnan(f)) ASSERT_EQ(std::bit_cast<uint32_t>(h), std::bit_cast<uint32_t>(r)) << std::hex << bits;
+    ASSERT_EQ(float_to_e4m3(f), ref::float_to_e4m3(f)) << std::hex << bits;
+    ASSERT_EQ(float_to_fp16(f), ref::float_to_fp16(f)) << std::hex << bits;
+  };
+  for (uint64_t b = 0; b < (uint64_t(1) << 32); b += 251) check(uint32_t(b));
+  // Around 0, 2^-10 (half the smallest E4M3 subnormal), 2^-6 (the smallest
+  // normal), 448 / 464 (saturation), 0.5 and 2^22..2^24 (round_half_even's
+  // switch), 2^-14 and 2^-25 (FP16's subnormals), both signs.
+  for (float edge :
+       {0.0f, 0x1p-10f, 0x1p-6f, 448.0f, 464.0f, 0.5f, 1.5f, 0x1p22f, 0x1p23f, 0x1p24f, 0x1p-14f, 0x1p-25f})
+    for (uint32_t sign : {0u, 0x80000000u}) {
+      const uint32_t u = std::bit_cast<uint32_t>(edge) | sign;
+      for (uint32_t d = 0; d < 4096; ++d) check(u + d), check(u - d);
+    }
 }
