@@ -35,7 +35,8 @@
 // it, so the output depends on `splits` only, never on chunks_per_cta (batch
 // invariance: the launcher picks chunks_per_cta by the batch, the split count
 // by the sequence length). The mirror's bytes come through a cp.async ring,
-// the next iteration's in flight.
+// the next iteration's in flight, and the next chunk's first iteration in
+// flight while a chunk's warps merge (their O rows in the ring's free half).
 //
 // Contract: slots [slot_base[b], slot_base[b] + round_up(len[b], 16)) are
 // readable (kernels/layout/kv_cache.cuh); tokens >= len are masked (their K
@@ -80,8 +81,9 @@ struct DecodeAttentionParams {
 };
 
 // Shared memory of one unit, as a view of its pieces (work_unit.h). The INT4
-// ring (main loop), the per-warp O rows and the split merge's weights
-// (epilogue) share one buffer (raw).
+// ring (main loop; each warp's O rows for the merge in its ring's second
+// half), the BF16 path's O rows and the split merge's weights (epilogue)
+// share one buffer (raw).
 template <int D, KvKind KIND>
 struct DecodeAttentionSmem {
   static constexpr bool kInt4 = KIND == KvKind::kInt4;
@@ -120,13 +122,22 @@ __device__ __forceinline__ void decode_attention_unit(const DecodeAttentionParam
   constexpr int kThreads = kAttnWarps * 32;
   constexpr bool kInt4 = KIND == KvKind::kInt4;
   using StepT = attn::Step<D, KIND>;
+  constexpr int kU = kInt4 ? 2 : 1;  // 16-token steps per iteration (one softmax update)
 
   // ---- shared memory ----------------------------------------------------------
   float(*const q_s)[D + 4] = sm.q;
   uint8_t* const smem_raw = sm.raw;
   float(*const m_s)[8] = sm.m;
   float(*const l_s)[8] = sm.l;
-  auto o_s = reinterpret_cast<float(*)[8][D + 4]>(smem_raw);  // [warp][head][D]
+  // The warps' O rows for the merge, [head][D] per warp. INT4: in the second
+  // half of each warp's own ring (the stages a chunk's first iteration does
+  // not fill), so the next chunk's first loads are in flight during the merge;
+  // BF16 (no ring): packed at the buffer's start.
+  constexpr int kStageB = kInt4 ? attn::Step<D, KvKind::kInt4>::kStageBytes : 0;
+  constexpr int kOStride = kInt4 ? kAttnStages * kStageB : 8 * (D + 4) * 4;
+  constexpr int kOOffset = (kAttnStages - kU) * kStageB;
+  static_assert(!kInt4 || kU * kStageB >= 8 * (D + 4) * 4, "a warp's O rows fit in the stages left free");
+  auto o_s = [&](int w) { return reinterpret_cast<float(*)[D + 4]>(smem_raw + w * kOStride + kOOffset); };
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, c = lane % 4;
   const int split = unit.x(), head = unit.y(), b = unit.z();
@@ -135,7 +146,6 @@ __device__ __forceinline__ void decode_attention_unit(const DecodeAttentionParam
   // Work split in iterations of kU 16-token steps (the mirror: two steps per
   // softmax update): a sequence's iterations are cut into `splits` chunks,
   // warp w of a CTA takes iterations w, w + 4, ... of its chunk.
-  constexpr int kU = kInt4 ? 2 : 1;
   const int steps = (len + 15) / 16;
   const int units = (steps + kU - 1) / kU;
   // Chunks of at least 64 keys (a function of the sequence's own length: a
@@ -384,7 +394,10 @@ __device__ __forceinline__ void decode_attention_unit(const DecodeAttentionParam
         o[mt][3] *= 0.0625f;
       }
     }
-    __syncthreads();  // the ring's buffer becomes o_s
+    // o_s(warp) is this warp's own memory (its ring's second half, or its rows
+    // of the BF16 buffer, free since the last chunk's merge): its lanes are done
+    // reading the ring and their copies have landed.
+    __syncwarp();
 #pragma unroll
     for (int j = 0; j < 2; ++j)
 #pragma unroll
@@ -395,13 +408,20 @@ __device__ __forceinline__ void decode_attention_unit(const DecodeAttentionParam
       l_s[warp][2 * c] = lrun[0];
       l_s[warp][2 * c + 1] = lrun[1];
     }
+    float(*const o_mine)[D + 4] = o_s(warp);
 #pragma unroll
     for (int mt = 0; mt < kSteps; ++mt) {
       const int d = g * (D / 8) + 2 * mt;
-      o_s[warp][2 * c][d] = o[mt][0];
-      o_s[warp][2 * c + 1][d] = o[mt][1];
-      o_s[warp][2 * c][d + 1] = o[mt][2];
-      o_s[warp][2 * c + 1][d + 1] = o[mt][3];
+      o_mine[2 * c][d] = o[mt][0];
+      o_mine[2 * c + 1][d] = o[mt][1];
+      o_mine[2 * c][d + 1] = o[mt][2];
+      o_mine[2 * c + 1][d + 1] = o[mt][3];
+    }
+    const int merged = chunk;  // the chunk merged below
+    // The next chunk's first iteration in flight during the merge (ring stages not in o_s).
+    if (++chunk < chunk_end) {
+      enter_chunk();
+      prefetch_chunk();
     }
     __syncthreads();
     for (int i = tid; i < G * D; i += kThreads) {
@@ -415,24 +435,21 @@ __device__ __forceinline__ void decode_attention_unit(const DecodeAttentionParam
       for (int w = 0; w < kAttnWarps; ++w) {
         const float f = exp2f(m_s[w][r] - mref);
         l += f * l_s[w][r];
-        acc += f * o_s[w][r][d];
+        acc += f * o_s(w)[r][d];
       }
       const size_t row = size_t(b) * n_heads + size_t(head) * G + r;
       if (p.splits > 1) {
-        p.o_part[(row * p.splits + chunk) * D + d] = acc;
+        p.o_part[(row * p.splits + merged) * D + d] = acc;
         if (d == 0) {
-          p.ml_part[(row * p.splits + chunk) * 2 + 0] = mmax;
-          p.ml_part[(row * p.splits + chunk) * 2 + 1] = l;
+          p.ml_part[(row * p.splits + merged) * 2 + 0] = mmax;
+          p.ml_part[(row * p.splits + merged) * 2 + 1] = l;
         }
       } else {
         q_s[r][d] = l > 0.f ? acc / l : 0.f;  // q_s is free: the merged output rows
       }
     }
-    if (++chunk < chunk_end) {
-      __syncthreads();  // every thread is done with o_s, m_s, l_s: the next chunk's ring may fill them
-      enter_chunk();
-      prefetch_chunk();
-    }
+    // Every thread is done with o_s, m_s and l_s before the next chunk's merge writes them.
+    if (chunk < chunk_end) __syncthreads();
   }  // chunks
 
   // ---- split-KV: the last CTA of (sequence, KV head) to finish combines ----------
@@ -502,8 +519,10 @@ __device__ __forceinline__ void decode_attention_unit(const DecodeAttentionParam
   }
 }
 
+// Four CTAs (16 warps) per SM: the bound caps the registers at 128 per thread,
+// which keeps them resident (left free, ptxas took 136 for the BF16 path).
 template <int D, KvKind KIND>
-__global__ void __launch_bounds__(kAttnWarps * 32)
+__global__ void __launch_bounds__(kAttnWarps * 32, 4)
     sm90_decode_attention_kernel(const DecodeAttentionParams p) {
   using Smem = DecodeAttentionSmem<D, KIND>;
   __shared__ float q_s[8][D + 4];
