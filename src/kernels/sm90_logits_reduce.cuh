@@ -173,7 +173,8 @@ __device__ __forceinline__ void logits_reduce_unit(const LogitsReduceParams& p, 
   }
 }
 
-__global__ void __launch_bounds__(kLogitsThreads) sm90_logits_reduce_kernel(const LogitsReduceParams p) {
+static __global__ void __launch_bounds__(kLogitsThreads)
+    sm90_logits_reduce_kernel(const LogitsReduceParams p) {
   constexpr int kWarps = LogitsReduceSmem::kWarps;
   __shared__ float s_val[kWarps];
   __shared__ int s_idx[kWarps];

@@ -123,7 +123,7 @@ __device__ __forceinline__ void rmsnorm_unit(const RmsNormParams& p, int unit, i
   }
 }
 
-__global__ void __launch_bounds__(kRmsThreads) sm90_rmsnorm_kernel(const RmsNormParams p) {
+static __global__ void __launch_bounds__(kRmsThreads) sm90_rmsnorm_kernel(const RmsNormParams p) {
   __shared__ RmsNormSmem sm;
   rmsnorm_unit(p, blockIdx.x, gridDim.x, sm, PdlDeps{});
 }

@@ -246,7 +246,7 @@ __device__ __forceinline__ void sample_topk_unit(const SampleParams& p, int unit
   }
 }
 
-__global__ void __launch_bounds__(kSampleThreads) sm90_sample_topk_kernel(const SampleParams p) {
+static __global__ void __launch_bounds__(kSampleThreads) sm90_sample_topk_kernel(const SampleParams p) {
   __shared__ SampleTopkSmem::Tmp tmp;
   __shared__ uint32_t hist[256];
   __shared__ unsigned long long cand[kSampleMaxTopK];

@@ -44,7 +44,7 @@ __device__ __forceinline__ void swiglu_unit(const SwigluParams& p, int unit, int
   }
 }
 
-__global__ void __launch_bounds__(kSwigluThreads) sm90_swiglu_kernel(const SwigluParams p) {
+static __global__ void __launch_bounds__(kSwigluThreads) sm90_swiglu_kernel(const SwigluParams p) {
   swiglu_unit(p, blockIdx.x, gridDim.x, PdlDeps{});
 }
 

@@ -178,7 +178,7 @@ __device__ __forceinline__ void w4a16_gemv_unit(const DecodeParams& p, const Uni
     const uint4* const gg = reinterpret_cast<const uint4*>(p.x + size_t(c0) * layout::kChunkK);
     const uint4* const ug = reinterpret_cast<const uint4*>(p.x + size_t(p.k) + size_t(c0) * layout::kChunkK);
     for (int i = threadIdx.x; i < nj * (layout::kChunkK / 8); i += blockDim.x) {
-      const uint4 g4 = ptx::ld_cached_v4(gg + i), u4 = ptx::ld_cached_v4(ug + i);
+      const uint4 g4 = deps.act_v4(gg + i), u4 = deps.act_v4(ug + i);
       const uint32_t* g = &g4.x;
       const uint32_t* u = &u4.x;
       uint4 o;
@@ -193,7 +193,7 @@ __device__ __forceinline__ void w4a16_gemv_unit(const DecodeParams& p, const Uni
   } else {
     const uint4* const xg = reinterpret_cast<const uint4*>(p.x + size_t(c0) * layout::kChunkK);
     for (int i = threadIdx.x; i < nj * (layout::kChunkK / 8); i += blockDim.x)
-      gemv_xs[i] = ptx::ld_cached_v4(xg + i);
+      gemv_xs[i] = deps.act_v4(xg + i);
     __syncthreads();
   }
   // x is read one chunk ahead so its latency overlaps the MMAs of the chunk before.

@@ -18,6 +18,9 @@
 //     result for a unit depends on (p, unit) and, where the table says so, on
 //     `units` (a grid-stride loop), never on which CTA runs it or in which
 //     order units run.
+//     A non-template wrapper is `static` (internal linkage): each translation
+//     unit that includes a body (the launchers', the persistent executor's)
+//     has its own, and no two definitions meet at link time.
 //   - the CTA shape: every body is written for the threads per CTA of the
 //     table (threadIdx.x below it; blockDim.x equal to it).
 //   - shared memory: the body takes it from its caller, never declares it.
@@ -117,7 +120,9 @@
 // largest of the ops it holds, the GEMMs' 56-128.
 #pragma once
 
+#include "kernels/ptx/ld.cuh"
 #include "kernels/ptx/pdl.cuh"
+#include "kernels/ptx/sync.cuh"
 
 namespace futr::device {
 
@@ -125,9 +130,36 @@ namespace futr::device {
 // programmatic dependent (or not: then both instructions return at once).
 //   release(): the next op may start (griddepcontrol.launch_dependents);
 //   wait(): what earlier ops wrote is visible (griddepcontrol.wait).
+//   act_v4(p): 16 bytes of an activation an earlier op wrote (the read-only
+//   path: an earlier kernel wrote it).
 struct PdlDeps {
   __device__ __forceinline__ void release() const { ptx::griddep_launch_dependents(); }
   __device__ __forceinline__ void wait() const { ptx::griddep_wait(); }
+  __device__ __forceinline__ uint4 act_v4(const void* p) const { return ptx::ld_cached_v4(p); }
+};
+
+// A persistent executor's dependencies: the op waits until the op before it
+// has counted `need` finished units on *counter (each unit's CTA adds one with
+// release semantics after its last write: ptx/sync.cuh); a chain of such
+// waits orders every op after all earlier ones (release / acquire is
+// transitive), as the launch executor's PDL does.
+//   release(): nothing (the executor counts a unit when its CTA has finished it);
+//   wait(): lane 0 of each warp spins on the counter with acquire semantics,
+//     the warp barrier orders its lanes' later loads after it (warps that
+//     return early never wait);
+//   act_v4(p): a coherent load (the producer ran in the same grid).
+struct CounterDeps {
+  const uint32_t* counter = nullptr;  // the op before's finished units (null: nothing to wait for)
+  uint32_t need = 0;                  // its unit count
+  __device__ __forceinline__ void release() const {}
+  __device__ __forceinline__ void wait() const {
+    if (counter) {
+      if (threadIdx.x % 32 == 0)
+        while (ptx::ld_acquire_gpu(counter) < need) ptx::nanosleep(32);
+      __syncwarp();
+    }
+  }
+  __device__ __forceinline__ uint4 act_v4(const void* p) const { return ptx::ld_coherent_v4(p); }
 };
 
 // The coordinates of a unit of an op whose units form a grid (x fastest:

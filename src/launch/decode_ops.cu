@@ -13,26 +13,14 @@
 #include "kernels/sm90_sample_topk.cuh"
 #include "kernels/sm90_swiglu.cuh"
 #include "launch/check.h"
+#include "launch/decode_ops_params.cuh"
 #include "launch/launch.cuh"
 
 namespace futr::cuda {
 
 void rmsnorm(const RmsNormArgs& a, cudaStream_t s, bool pdl) {
-  FUTR_CHECK(a.H >= 4 && a.H <= device::kRmsThreads * device::kRmsMaxPerThread && a.H % 4 == 0,
-             "RMSNorm: hidden size {} out of range (a multiple of 4 in 4..{})", a.H,
-             device::kRmsThreads * device::kRmsMaxPerThread);
-  FUTR_CHECK(a.x && a.gain && a.out && (!a.tokens || a.embd), "RMSNorm: a pointer is null");
+  const device::RmsNormParams p = rmsnorm_params(a);
   if (a.rows == 0) return;
-  device::RmsNormParams p;
-  p.x = a.x;
-  p.add = static_cast<const uint16_t*>(a.add);
-  p.ld_add = a.ld_add;
-  p.tokens = a.tokens;
-  p.embd = static_cast<const uint16_t*>(a.embd);
-  p.gain = static_cast<const uint16_t*>(a.gain);
-  p.out = static_cast<uint16_t*>(a.out);
-  p.H = a.H;
-  p.eps = a.eps;
   launch(device::sm90_rmsnorm_kernel, dim3(unsigned(a.rows)), dim3(device::kRmsThreads), 0, s, pdl, p);
 }
 
@@ -58,10 +46,8 @@ void gather_rows(const void* table, const int* index, void* out, int rows, int w
 
 void swiglu(const void* gu, void* out, int rows, int I, cudaStream_t s, bool pdl) {
   if (rows == 0) return;
-  device::SwigluParams p{static_cast<const uint16_t*>(gu), static_cast<uint16_t*>(out), rows, I};
-  const long n = long(rows) * I;
-  launch(device::sm90_swiglu_kernel, dim3(unsigned(std::min<long>((n + 255) / 256, 4096))), dim3(256), 0, s,
-         pdl, p);
+  const device::SwigluParams p = swiglu_params(gu, out, rows, I);
+  launch(device::sm90_swiglu_kernel, dim3(unsigned(swiglu_units(rows, I))), dim3(256), 0, s, pdl, p);
 }
 
 // The host and device row layouts are one layout (the engine copies the device array back as is).

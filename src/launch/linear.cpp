@@ -52,9 +52,9 @@ void QuantLinear::forward(const void* x, void* y, int m, cudaStream_t s) const {
   forward(x, y, m, config(m), s);
 }
 
-void QuantLinear::forward(const void* x, void* y, int m, const DecodeConfig& c, cudaStream_t s, bool x_swiglu,
-                          const DecodeNormInput* norm) const {
-  FUTR_CHECK(m >= 1 && m <= max_m_, "QuantLinear::forward: M = {} outside 1..{}", m, max_m_);
+DecodeArgs QuantLinear::args(const void* x, void* y, int m, bool x_swiglu,
+                             const DecodeNormInput* norm) const {
+  FUTR_CHECK(m >= 1 && m <= max_m_, "QuantLinear: M = {} outside 1..{}", m, max_m_);
   DecodeArgs a;
   a.w = w_.get();
   a.scales = scales_.get();
@@ -70,7 +70,12 @@ void QuantLinear::forward(const void* x, void* y, int m, const DecodeConfig& c, 
   a.group = group_;
   a.x_swiglu = x_swiglu;
   a.norm = norm;
-  decode_gemm(format_, a, c, s);
+  return a;
+}
+
+void QuantLinear::forward(const void* x, void* y, int m, const DecodeConfig& c, cudaStream_t s, bool x_swiglu,
+                          const DecodeNormInput* norm) const {
+  decode_gemm(format_, args(x, y, m, x_swiglu, norm), c, s);
 }
 
 void QuantLinear::reserve(const DecodeConfig& c, int m) {

@@ -44,6 +44,10 @@ class QuantLinear {
   // norm: the input is bf16(RMSNorm(norm->x + norm->add) gain) (the gemv only, M = 1; x unused).
   void forward(const void* x, void* y, int m, const DecodeConfig& c, cudaStream_t s, bool x_swiglu = false,
                const DecodeNormInput* norm = nullptr) const;
+  // The arguments forward() hands decode_gemm (this layer's weights, scales
+  // and split-K workspace), for an executor that runs the GEMM another way.
+  DecodeArgs args(const void* x, void* y, int m, bool x_swiglu = false,
+                  const DecodeNormInput* norm = nullptr) const;
   // Grows the split-K workspace so that `c` can run with m rows (not during capture).
   void reserve(const DecodeConfig& c, int m);
   // Weight and scale bytes read by one forward (the bandwidth numerator).

@@ -505,18 +505,9 @@ int decode_occupancy(DecodeWeights f, int group, const DecodeConfig& c) {
   return prepare(find_variant(f, group, c));
 }
 
-void decode_gemm(DecodeWeights f, const DecodeArgs& a, const DecodeConfig& c, cudaStream_t s) {
+w4a16::DecodeLaunch w4a16::decode_launch(DecodeWeights f, const DecodeArgs& a, const DecodeConfig& c) {
   check_shape(f, a);
-  if (a.m > 32) {  // M = 33..64: two launches of rows [0, 32) and [32, M) (the weights are read twice)
-    DecodeArgs lo = a, hi = a;
-    lo.m = 32;
-    hi.m = a.m - 32;
-    hi.x = static_cast<const uint16_t*>(a.x) + size_t(32) * a.k;
-    hi.y = static_cast<uint16_t*>(a.y) + size_t(32) * a.n;
-    decode_gemm(f, lo, c, s);
-    decode_gemm(f, hi, c, s);
-    return;
-  }
+  FUTR_CHECK(a.m <= 32, "decode GEMM: one launch takes at most 32 rows, got {}", a.m);
   const Variant& v = find_variant(f, a.group, c);
   FUTR_CHECK(!a.x_swiglu || c.kernel == DecodeKernel::kGemv || c.kernel == DecodeKernel::kStreamK,
              "decode GEMM ({}): the SwiGLU input is fused into the gemv (M = 1) and sk (M <= 8) kernels only",
@@ -575,22 +566,41 @@ void decode_gemm(DecodeWeights f, const DecodeArgs& a, const DecodeConfig& c, cu
                          a.norm ? a.norm->eps : 0.f,
                          c.seq && arith.splits > 1 ? 2 * arith.kb_per_split : 0,
                          c.seq ? 1 : c.fold};
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = stream ? dim3(unsigned(grid_x)) : dim3(unsigned(grid_x), unsigned(sp.splits));
-  cfg.blockDim = dim3(unsigned(v.threads));
+  DecodeLaunch out{p, stream ? dim3(unsigned(grid_x)) : dim3(unsigned(grid_x), unsigned(sp.splits)), &v, 0};
+  size_t& smem = out.smem;
   // gemv: its split's x (kb_per_split x 256 B) and its tiles' scales (8 tn x groups x 32 B).
   if (c.kernel == DecodeKernel::kGemv)
-    cfg.dynamicSmemBytes = size_t(sp.kb_per_split) * 256 +
-                           size_t(8 * c.tn) * size_t((sp.kb_per_split * 128 + a.group - 1) / a.group) * 32;
+    smem = size_t(sp.kb_per_split) * 256 +
+           size_t(8 * c.tn) * size_t((sp.kb_per_split * 128 + a.group - 1) / a.group) * 32;
   else if (c.kernel ==
            DecodeKernel::kStreamK) {  // the CTA's x rows and scales (at most 2 x ceil(T/P) chunks)
     const int maxc = 2 * ((stream_items(a.n, a.k) + grid_x - 1) / grid_x);
-    cfg.dynamicSmemBytes = v.chunk_smem(a.m, maxc);
-  } else cfg.dynamicSmemBytes = v.smem;
+    smem = v.chunk_smem(a.m, maxc);
+  } else smem = v.smem;
   FUTR_CHECK(
-      cfg.dynamicSmemBytes <= size_t(160) * 1024,
+      smem <= size_t(160) * 1024,
       "decode GEMM ({}): K = {} in {} split(s) stages {} bytes of x, more than 160 KB; use more splits",
-      describe(c), a.k, sp.splits, cfg.dynamicSmemBytes);
+      describe(c), a.k, sp.splits, smem);
+  return out;
+}
+
+void decode_gemm(DecodeWeights f, const DecodeArgs& a, const DecodeConfig& c, cudaStream_t s) {
+  check_shape(f, a);
+  if (a.m > 32) {  // M = 33..64: two launches of rows [0, 32) and [32, M) (the weights are read twice)
+    DecodeArgs lo = a, hi = a;
+    lo.m = 32;
+    hi.m = a.m - 32;
+    hi.x = static_cast<const uint16_t*>(a.x) + size_t(32) * a.k;
+    hi.y = static_cast<uint16_t*>(a.y) + size_t(32) * a.n;
+    decode_gemm(f, lo, c, s);
+    decode_gemm(f, hi, c, s);
+    return;
+  }
+  w4a16::DecodeLaunch l = w4a16::decode_launch(f, a, c);
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = l.grid;
+  cfg.blockDim = dim3(unsigned(l.variant->threads));
+  cfg.dynamicSmemBytes = l.smem;
   cfg.stream = s;
   // PDL: every kernel issues its first weight loads before griddepcontrol.wait
   // and touches x, ws, counters and y only after it (ptx/pdl.cuh).
@@ -599,8 +609,8 @@ void decode_gemm(DecodeWeights f, const DecodeArgs& a, const DecodeConfig& c, cu
   attr.val.programmaticStreamSerializationAllowed = c.pdl ? 1 : 0;
   cfg.attrs = &attr;
   cfg.numAttrs = 1;
-  void* args[] = {&p};
-  FUTR_CUDA_CHECK(cudaLaunchKernelExC(&cfg, v.fn, args));
+  void* args[] = {&l.p};
+  FUTR_CUDA_CHECK(cudaLaunchKernelExC(&cfg, l.variant->fn, args));
 }
 
 }  // namespace futr::cuda

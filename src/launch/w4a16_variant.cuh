@@ -79,6 +79,19 @@ const void* skinny_fn() {
 #define FUTR_SKINNY4(G, MT, TN) FUTR_SKINNY(device::Int4Format<G>, kInt4, G, MT, TN)
 #define FUTR_SKINNY8(MT, TN) FUTR_SKINNY(device::E4M3Format, kE4M3, 0, MT, TN)
 
+// One decode GEMM launch of at most 32 rows as decode_gemm makes it: the
+// kernel's parameters, its grid (one CTA per unit: column groups x K splits,
+// or the stream kernels' CTAs), its variant and its dynamic shared memory. The
+// launch executor launches it; a persistent executor runs its units
+// (launch/persistent_step.cu).
+struct DecodeLaunch {
+  device::DecodeParams p;
+  dim3 grid;
+  const Variant* variant;
+  size_t smem;  // dynamic shared memory bytes
+};
+DecodeLaunch decode_launch(DecodeWeights f, const DecodeArgs& a, const DecodeConfig& c);
+
 // The variants of dev/ (built with -DFUTR_DEV=ON: the stream and sk kernels and
 // the tile shapes the heuristic never picks, dev/launch/w4a16_dev.cu); empty
 // otherwise.

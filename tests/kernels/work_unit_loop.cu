@@ -3,22 +3,11 @@
 
 #include <cstdint>
 
-// The kernel headers define their (non-template) __global__ wrappers, whose
-// one definition is in launch/decode_ops.cu (futr_launch, linked here too):
-// renamed in this file, whose loops call the bodies only.
-#define sm90_rmsnorm_kernel sm90_rmsnorm_kernel_loop_test_copy
-#define sm90_swiglu_kernel sm90_swiglu_kernel_loop_test_copy
-#define sm90_logits_reduce_kernel sm90_logits_reduce_kernel_loop_test_copy
-#define sm90_sample_topk_kernel sm90_sample_topk_kernel_loop_test_copy
 #include "kernels/sm90_lm_head.cuh"
 #include "kernels/sm90_logits_reduce.cuh"
 #include "kernels/sm90_rmsnorm.cuh"
 #include "kernels/sm90_sample_topk.cuh"
 #include "kernels/sm90_swiglu.cuh"
-#undef sm90_rmsnorm_kernel
-#undef sm90_swiglu_kernel
-#undef sm90_logits_reduce_kernel
-#undef sm90_sample_topk_kernel
 #include "launch/check.h"
 
 namespace futr::test {

@@ -33,6 +33,19 @@ __device__ __forceinline__ uint4 ld_cached_v4(const void* p) {
   return v;
 }
 
+// ld.global.v4: 16 bytes of activations written by another CTA of the same
+// grid (a persistent executor's op before); why not .nc: the non-coherent
+// path may serve a stale line, the coherent one is ordered after the acquire
+// of the dependency counter (ptx/sync.cuh).
+__device__ __forceinline__ uint4 ld_coherent_v4(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p)
+               : "memory");
+  return v;
+}
+
 // ld.global.nc.b32 / .v2: group scales (small, re-read by the lanes of a quad).
 __device__ __forceinline__ uint32_t ld_cached_b32(const void* p) {
   uint32_t v;

@@ -1,0 +1,117 @@
+// sm90_persistent_step: a list of decode ops run by ONE launch. A grid of
+// co-resident CTAs (at most what fits on the SMs at once) walks the ops in
+// order; CTA c runs units c, c + gridDim.x, ... of each op, calling the same
+// work-unit bodies the launch executor's kernels wrap (kernels/work_unit.h),
+// so a unit computes the same bits under either executor.
+//
+//   for op i = 0 .. n_ops - 1:
+//     for each unit u of op i owned by this CTA:
+//       body(op i, u) with CounterDeps{&done[i - 1], units of op i - 1}
+//       (the body streams its weights, then waits for op i - 1's units)
+//       barrier; thread 0: red.release.gpu done[i] += 1
+//   barrier; thread 0: the CTA's arrival on done[n_ops]; the last CTA to
+//   arrive re-arms done[0 .. n_ops] to zero (the next launch, a CUDA graph
+//   replay, starts from zero)
+//
+// Why it cannot deadlock: every CTA is resident (the launcher sizes the grid
+// by the occupancy), and a CTA waiting in op i waits only for units of op
+// i - 1, each owned by a CTA that has reached op i - 1 or earlier and itself
+// waits only for earlier ops.
+//
+// Activations written by an earlier op of the same launch are read with
+// coherent loads (CounterDeps::act_v4); the weights keep the streaming path.
+//
+// Ops of this version: RMSNorm (residual add or not), SwiGLU and the one-row
+// W4A16 gemv (group 128 or 64, one tile per warp, a 4-chunk ring; plain or
+// SwiGLU input). 256 threads, the common block shape (work_unit.h). Each op's
+// parameters are the launchers' own (launch/persistent_step.h builds them).
+//
+// Shared memory (dynamic, one allocation): [0, 128) the small per-unit
+// pieces (the norm's and the gemv's warp sums, the split-K verdict), then the
+// gemv's x slice and scales from byte 128 (128-byte aligned).
+//
+// Test: tests/kernels/persistent_step_test.cpp.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/sm90_rmsnorm.cuh"
+#include "kernels/sm90_swiglu.cuh"
+#include "kernels/sm90_w4a16_gemv.cuh"
+#include "kernels/work_unit.h"
+
+namespace futr::device {
+
+enum class PersistentKind : int32_t { kRmsNorm, kSwiglu, kGemvG128, kGemvG64 };
+
+inline constexpr int kPersistentThreads = 256;
+inline constexpr int kPersistentSmallSmem = 128;  // bytes before the gemv's slice
+
+// One op of the list. params holds the op's parameter struct (RmsNormParams,
+// SwigluParams or DecodeParams), copied by the launcher.
+struct PersistentOp {
+  PersistentKind kind;
+  int32_t units;   // the op's units (the launch executor's CTAs)
+  int32_t nx, ny;  // gemv: the unit grid (column groups x K splits); others: units x 1
+  int32_t pad;
+  alignas(16) unsigned char params[256];
+};
+static_assert(sizeof(DecodeParams) <= 256 && sizeof(RmsNormParams) <= 256 && sizeof(SwigluParams) <= 256,
+              "an op's parameters fit PersistentOp::params");
+
+struct PersistentStepParams {
+  const PersistentOp* ops = nullptr;  // [n_ops] device
+  int n_ops = 0;
+  uint32_t* done = nullptr;  // [n_ops + 1] finished units per op, then the CTAs' final arrivals; zero
+                             // between launches (each launch leaves them zero)
+};
+
+template <class P>
+__device__ __forceinline__ const P& op_params(const PersistentOp& op) {
+  return *reinterpret_cast<const P*>(op.params);
+}
+
+__global__ void __launch_bounds__(kPersistentThreads, 2)
+    sm90_persistent_step_kernel(const PersistentStepParams sp) {
+  extern __shared__ __align__(128) uint8_t persistent_smem[];
+  float* const part = reinterpret_cast<float*>(persistent_smem);             // [8]
+  uint32_t* const last = reinterpret_cast<uint32_t*>(persistent_smem + 64);  // the split-K verdict
+  uint4* const xs = reinterpret_cast<uint4*>(persistent_smem + kPersistentSmallSmem);
+
+  for (int i = 0; i < sp.n_ops; ++i) {
+    const PersistentOp& op = sp.ops[i];
+    const PersistentKind kind = op.kind;
+    const int units = op.units;
+    const CounterDeps deps{i > 0 ? sp.done + (i - 1) : nullptr, i > 0 ? uint32_t(sp.ops[i - 1].units) : 0u};
+    for (int u = int(blockIdx.x); u < units; u += int(gridDim.x)) {
+      switch (kind) {
+        case PersistentKind::kRmsNorm:
+          rmsnorm_unit(op_params<RmsNormParams>(op), u, units, *reinterpret_cast<RmsNormSmem*>(part), deps);
+          break;
+        case PersistentKind::kSwiglu: swiglu_unit(op_params<SwigluParams>(op), u, units, deps); break;
+        case PersistentKind::kGemvG128:
+          w4a16_gemv_unit<128, 1, 4>(op_params<DecodeParams>(op), LinearUnit(unsigned(u), op.nx, op.ny),
+                                     units, W4a16Smem{part, last}, xs, deps);
+          break;
+        case PersistentKind::kGemvG64:
+          w4a16_gemv_unit<64, 1, 4>(op_params<DecodeParams>(op), LinearUnit(unsigned(u), op.nx, op.ny), units,
+                                    W4a16Smem{part, last}, xs, deps);
+          break;
+      }
+      __syncthreads();  // the unit's writes are done (and its shared memory free for the next unit)
+      if (threadIdx.x == 0) {
+        __threadfence();
+        ptx::red_release_gpu_add(sp.done + i, 1u);
+      }
+    }
+  }
+  // Re-arm: the last CTA to arrive zeroes the counters (every other CTA has
+  // finished every op by then, so no one reads them again in this launch).
+  if (threadIdx.x == 0) {
+    const uint32_t before = ptx::atom_acq_rel_gpu_add(sp.done + sp.n_ops, 1u);
+    if (before == gridDim.x - 1)
+      for (int i = 0; i <= sp.n_ops; ++i) ptx::st_relaxed_gpu(sp.done + i, 0u);
+  }
+}
+
+}  // namespace futr::device
