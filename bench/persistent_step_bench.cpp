@@ -8,7 +8,9 @@
 //   x += y; a = RMSNorm(x) g     a -> qkv (gemv, N = q + 2 kv)     qkv[:q] -> y (gemv o)
 //   x += y; a = RMSNorm(x) g     a -> gu (gemv gate|up)            gu -> y (gemv down, the SwiGLU input)
 //
-// (the attention is not part of the chain: the o gemv reads the q columns).
+// (the attention is not part of the chain: the o gemv reads the q columns),
+// and the same with the residual add + RMSNorm fused into the qkv and gate|up
+// gemv (chain "fused": the engine's one-row step, 4 ops per layer).
 // Shapes: SmolLM2-135M (30 layers, INT4 group 64) and Llama-3.1-8B (32 layers,
 // group 128); random weights. Time: median of CUDA-graph replays, CUDA events,
 // L2 flushed by a read pass before each. Prints markdown, writes JSON.
@@ -90,13 +92,14 @@ int main(int argc, char** argv) try {
   cuda::Stream stream;
   bench::GraphTimer timer(o.reps);
   cuda::DeviceBuffer<unsigned> sink(1);
-  bench::Report rep("Decode projection chain (M = 1): launches with PDL in a graph vs one persistent launch, " +
-                        dev.name,
-                    {"model", "layers", "ops", "MB", "floor us", "launches us", "launches % of floor",
-                     "persistent us", "persistent % of floor", "ctas", "x launches"});
+  bench::Report rep(
+      "Decode projection chain (M = 1): launches with PDL in a graph vs one persistent launch, " + dev.name,
+      {"model", "chain", "layers", "ops", "MB", "floor us", "launches us", "launches % of floor",
+       "persistent us", "persistent % of floor", "ctas", "x launches"});
   rep.set_meta("environment", bench::environment_json());
-  rep.set_meta("timing",
-               fmt::format("median of {} CUDA-graph replays, CUDA events, L2 flushed by a read pass", o.reps));
+  rep.set_meta(
+      "timing",
+      fmt::format("median of {} CUDA-graph replays, CUDA events, L2 flushed by a read pass", o.reps));
   for (const std::string& key : o.models) {
     const Shape* sh = nullptr;
     for (const Shape& s : kShapes)
@@ -115,7 +118,8 @@ int main(int argc, char** argv) try {
         *g = cuda::DeviceBuffer<uint16_t>(H);
         cuda::fill_random(g->get(), cuda::FillType::kBF16, H, seed += 2, 0.5f, 1.5f, stream);
       }
-      for (const auto* l : {L.qkv.get(), L.o.get(), L.gate_up.get(), L.down.get()}) bytes += l->weight_bytes();
+      for (const auto* l : {L.qkv.get(), L.o.get(), L.gate_up.get(), L.down.get()})
+        bytes += l->weight_bytes();
     }
     cuda::DeviceBuffer<float> x(H);
     cuda::DeviceBuffer<uint16_t> a(H), y(H), qkv(nqkv), gu(2 * size_t(I));
@@ -133,38 +137,12 @@ int main(int argc, char** argv) try {
       return n;
     };
     auto config = [&](const cuda::W4Linear& l, bool pdl) {
-      cuda::DecodeConfig c = cuda::linear_config(cuda::DecodeWeights::kInt4, 1, l.n(), l.k(), dev.sm_count,
-                                                 sh->group);
+      cuda::DecodeConfig c =
+          cuda::linear_config(cuda::DecodeWeights::kInt4, 1, l.n(), l.k(), dev.sm_count, sh->group);
       c.pdl = pdl;
       return c;
     };
-    // (1) one launch per op, PDL between them (not the first).
-    const double launches_us = timer.us(
-        [&](cudaStream_t st) {
-          bool first = true;
-          for (const Layer& L : layers) {
-            cuda::rmsnorm(norm(L.g1), st, !first);
-            first = false;
-            L.qkv->forward(a.get(), qkv.get(), 1, config(*L.qkv, true), st);
-            L.o->forward(qkv.get(), y.get(), 1, config(*L.o, true), st);
-            cuda::rmsnorm(norm(L.g2), st, true);
-            L.gate_up->forward(a.get(), gu.get(), 1, config(*L.gate_up, true), st);
-            L.down->forward(gu.get(), y.get(), 1, config(*L.down, true), st, true);
-          }
-        },
-        stream);
-    // (2) the same ops in one persistent launch.
-    cuda::PersistentStep step;
-    for (const Layer& L : layers) {
-      step.rmsnorm(norm(L.g1));
-      step.gemm(L.qkv->args(a.get(), qkv.get(), 1), config(*L.qkv, false));
-      step.gemm(L.o->args(qkv.get(), y.get(), 1), config(*L.o, false));
-      step.rmsnorm(norm(L.g2));
-      step.gemm(L.gate_up->args(a.get(), gu.get(), 1), config(*L.gate_up, false));
-      step.gemm(L.down->args(gu.get(), y.get(), 1, true), config(*L.down, false));
-    }
-    step.launch(stream, o.ctas);  // uploads the list outside the capture
-    const double persistent_us = timer.us([&](cudaStream_t st) { step.launch(st, o.ctas); }, stream);
+    cuda::DeviceBuffer<float> x2(H);
     // The floor: the same bytes in one region, read once.
     cuda::DeviceBuffer<uint8_t> region(bytes);
     cuda::fill_random(region.get(), cuda::FillType::kU8, bytes, 9, 0, 0, stream);
@@ -172,17 +150,63 @@ int main(int argc, char** argv) try {
     const size_t sizes[1] = {bytes};
     const double floor_us = timer.us(
         [&](cudaStream_t st) { bench::read_regions(ptrs, sizes, 1, dev.sm_count, sink.get(), st); }, stream);
-    rep.add({{"model", sh->model},
-             {"layers", sh->layers},
-             {"ops", step.size()},
-             {"MB", double(bytes) / 1e6},
-             {"floor us", floor_us},
-             {"launches us", launches_us},
-             {"launches % of floor", 100.0 * floor_us / launches_us},
-             {"persistent us", persistent_us},
-             {"persistent % of floor", 100.0 * floor_us / persistent_us},
-             {"ctas", o.ctas > 0 ? o.ctas : step.resident_ctas()},
-             {"x launches", launches_us / persistent_us}});
+    for (const bool fused : {false, true}) {
+      // The chain's ops for either executor: norm(gain) and gemm(lin, in, out, swiglu, fused norm).
+      auto chain = [&](auto&& norm_op, auto&& gemm_op) {
+        for (const Layer& L : layers) {
+          if (fused) {
+            const cuda::DecodeNormInput n1{x.get(), y.get(), L.g1.get(), x2.get(), 1e-5f};
+            gemm_op(*L.qkv, nullptr, qkv.get(), false, &n1);
+            gemm_op(*L.o, qkv.get(), y.get(), false, nullptr);
+            const cuda::DecodeNormInput n2{x2.get(), y.get(), L.g2.get(), x.get(), 1e-5f};
+            gemm_op(*L.gate_up, nullptr, gu.get(), false, &n2);
+          } else {
+            norm_op(L.g1);
+            gemm_op(*L.qkv, a.get(), qkv.get(), false, nullptr);
+            gemm_op(*L.o, qkv.get(), y.get(), false, nullptr);
+            norm_op(L.g2);
+            gemm_op(*L.gate_up, a.get(), gu.get(), false, nullptr);
+          }
+          gemm_op(*L.down, gu.get(), y.get(), true, nullptr);
+        }
+      };
+      // (1) one launch per op, PDL between them (not the first).
+      const double launches_us = timer.us(
+          [&](cudaStream_t st) {
+            bool first = true;
+            chain(
+                [&](const cuda::DeviceBuffer<uint16_t>& g) {
+                  cuda::rmsnorm(norm(g), st, !first);
+                  first = false;
+                },
+                [&](const cuda::W4Linear& l, const void* in, void* out, bool sw,
+                    const cuda::DecodeNormInput* n) {
+                  l.forward(in, out, 1, config(l, !first), st, sw, n);
+                  first = false;
+                });
+          },
+          stream);
+      // (2) the same ops in one persistent launch.
+      cuda::PersistentStep step;
+      chain([&](const cuda::DeviceBuffer<uint16_t>& g) { step.rmsnorm(norm(g)); },
+            [&](const cuda::W4Linear& l, const void* in, void* out, bool sw, const cuda::DecodeNormInput* n) {
+              step.gemm(l.args(in, out, 1, sw, n), config(l, false));
+            });
+      step.launch(stream, o.ctas);  // uploads the list outside the capture
+      const double persistent_us = timer.us([&](cudaStream_t st) { step.launch(st, o.ctas); }, stream);
+      rep.add({{"model", sh->model},
+               {"chain", fused ? "fused" : "unfused"},
+               {"layers", sh->layers},
+               {"ops", step.size()},
+               {"MB", double(bytes) / 1e6},
+               {"floor us", floor_us},
+               {"launches us", launches_us},
+               {"launches % of floor", 100.0 * floor_us / launches_us},
+               {"persistent us", persistent_us},
+               {"persistent % of floor", 100.0 * floor_us / persistent_us},
+               {"ctas", o.ctas > 0 ? o.ctas : step.resident_ctas()},
+               {"x launches", launches_us / persistent_us}});
+    }
   }
   rep.emit(o.json_path);
   return 0;

@@ -22,9 +22,9 @@
 // coherent loads (CounterDeps::act_v4); the weights keep the streaming path.
 //
 // Ops of this version: RMSNorm (residual add or not), SwiGLU and the one-row
-// W4A16 gemv (group 128 or 64, one tile per warp, a 4-chunk ring; plain or
-// SwiGLU input). 256 threads, the common block shape (work_unit.h). Each op's
-// parameters are the launchers' own (launch/persistent_step.h builds them).
+// W4A16 gemv (group 128 or 64, one tile per warp, a 4-chunk ring; plain,
+// SwiGLU or fused RMSNorm input: the norm's loads are coherent ones). 256 threads, the common block shape
+// (work_unit.h). Each op's parameters are the launchers' own (launch/persistent_step.h builds them).
 //
 // Shared memory (dynamic, one allocation): [0, 128) the small per-unit
 // pieces (the norm's and the gemv's warp sums, the split-K verdict), then the

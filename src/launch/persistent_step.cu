@@ -50,9 +50,8 @@ void PersistentStep::swiglu(const void* gu, void* out, int rows, int I) {
 }
 
 void PersistentStep::gemm(const DecodeArgs& a, const DecodeConfig& c) {
-  FUTR_CHECK(c.kernel == DecodeKernel::kGemv && c.tn == 1 && c.loads == 4 && a.m == 1 && !a.norm,
-             "persistent step: the gemm ops are the one-row INT4 gemv (tn=1 loads=4, no fused RMSNorm); got "
-             "{} at M = {}",
+  FUTR_CHECK(c.kernel == DecodeKernel::kGemv && c.tn == 1 && c.loads == 4 && a.m == 1,
+             "persistent step: the gemm ops are the one-row INT4 gemv (tn=1 loads=4); got {} at M = {}",
              describe(c), a.m);
   const w4a16::DecodeLaunch l = w4a16::decode_launch(DecodeWeights::kInt4, a, c);
   FUTR_CHECK(l.smem + device::kPersistentSmallSmem <= size_t(160) * 1024,

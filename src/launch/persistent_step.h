@@ -6,7 +6,8 @@
 // launch executor's kernels (the same bits).
 //
 // Ops of this version: rmsnorm (residual add or embedding gather), swiglu and
-// the one-row INT4 gemv (plain or SwiGLU input; group 128 or 64). The list is
+// the one-row INT4 gemv (plain, SwiGLU or fused RMSNorm input; group 128 or
+// 64). The list is
 // built once and uploaded at the first launch; a launch re-arms its counters,
 // so the same launch can be captured into a CUDA graph and replayed.
 //
@@ -34,7 +35,8 @@ class PersistentStep {
   void rmsnorm(const RmsNormArgs& a);
   void swiglu(const void* gu, void* out, int rows, int I);
   // The one-row INT4 gemv (c: the gemv with one tile per warp and a 4-chunk
-  // ring, as decode_heuristic picks at M = 1); not the fused RMSNorm input.
+  // ring, as decode_heuristic picks at M = 1), with any of its inputs: plain,
+  // the SwiGLU of a gate|up row, or the fused residual add + RMSNorm.
   void gemm(const DecodeArgs& a, const DecodeConfig& c);
 
   // Runs the list on `s` with `ctas` CTAs (0: as many as fit on the GPU at

@@ -11,6 +11,10 @@
 //   x += y; a = RMSNorm(x) g2        a -> gu       (gate|up gemv, N = 2I)
 //   gu -> y (gemv with the SwiGLU input, K = I);   gu -> sw (SwiGLU); sw -> y2
 //
+// and the same layers as the engine's one-row step runs its projections (the
+// residual add + RMSNorm fused into the gemv, the residual alternating
+// between two buffers).
+//
 // Fresh random weights and inputs every run; the outputs poisoned (0xff)
 // before each run, so a unit that read an input before it was written, or an
 // output never written, shows as a difference. Skips without a Hopper GPU.
@@ -40,13 +44,14 @@ using test::rng;
 
 // The activations of the chain (one row).
 struct Acts {
-  cuda::DeviceBuffer<float> x;
+  cuda::DeviceBuffer<float> x, x2;
   cuda::DeviceBuffer<uint16_t> a, y, y2, gu, sw;
-  Acts(int H, int I) : x(H), a(H), y(H), y2(H), gu(2 * size_t(I)), sw(I) {}
+  Acts(int H, int I) : x(H), x2(H), a(H), y(H), y2(H), gu(2 * size_t(I)), sw(I) {}
   // x and y from the host values, every output poisoned.
   void reset(const std::vector<float>& x0, const std::vector<uint16_t>& y0) {
     x.upload(x0);
     y.upload(y0);
+    x2.fill_bytes(0xff);
     for (auto* b : {&a, &y2, &gu, &sw}) b->fill_bytes(0xff);
   }
 };
@@ -87,6 +92,22 @@ void chain(const std::vector<Layer>& layers, Acts& m, Norm norm, Gemm gemm, Swig
   }
 }
 
+// The one-row decode step's projections as the engine runs them (the
+// residual add + RMSNorm fused into the gemv, x alternating with x2):
+//   a' = norm(x + y) g1 (x2 = x + y) -> gu-like "qkv" into a;  a -> y (o);
+//   norm(x2 + y) g2 (x = x2 + y) -> gu;  gu -> y (down, the SwiGLU input).
+template <class Gemm>
+void fused_chain(const std::vector<Layer>& layers, Acts& m, Gemm gemm) {
+  for (const Layer& L : layers) {
+    const cuda::DecodeNormInput n1{m.x.get(), m.y.get(), L.g1.get(), m.x2.get(), 1e-5f};
+    gemm(*L.o, nullptr, m.a.get(), false, &n1);
+    gemm(*L.o, m.a.get(), m.y.get(), false, nullptr);
+    const cuda::DecodeNormInput n2{m.x2.get(), m.y.get(), L.g2.get(), m.x.get(), 1e-5f};
+    gemm(*L.gate_up, nullptr, m.gu.get(), false, &n2);
+    gemm(*L.down, m.gu.get(), m.y.get(), true, nullptr);
+  }
+}
+
 cuda::RmsNormArgs norm_args(Acts& m, const void* gain, int H) {
   cuda::RmsNormArgs n;
   n.x = m.x.get();
@@ -100,17 +121,19 @@ cuda::RmsNormArgs norm_args(Acts& m, const void* gain, int H) {
 }
 
 struct Result {
-  std::vector<float> x;
+  std::vector<float> x, x2;
   std::vector<uint16_t> a, y, y2, gu, sw;
   bool operator==(const Result& o) const {
     auto same = [](const auto& p, const auto& q) {
       return p.size() == q.size() && std::memcmp(p.data(), q.data(), p.size() * sizeof(p[0])) == 0;
     };
-    return same(x, o.x) && same(a, o.a) && same(y, o.y) && same(y2, o.y2) && same(gu, o.gu) && same(sw, o.sw);
+    return same(x, o.x) && same(x2, o.x2) && same(a, o.a) && same(y, o.y) && same(y2, o.y2) &&
+           same(gu, o.gu) && same(sw, o.sw);
   }
 };
 Result download(const Acts& m) {
-  return {m.x.download(), m.a.download(), m.y.download(), m.y2.download(), m.gu.download(), m.sw.download()};
+  return {m.x.download(),  m.x2.download(), m.a.download(), m.y.download(),
+          m.y2.download(), m.gu.download(), m.sw.download()};
 }
 
 void run_shape(int H, int I, int group) {
@@ -163,6 +186,25 @@ void run_shape(int H, int I, int group) {
       st.sync();
       EXPECT_TRUE(download(m) == want) << ctas << " CTAs, launch " << rep;
     }
+  }
+  // The fused chain: the gemv's own RMSNorm input reads the residual other
+  // CTAs of the launch wrote.
+  Acts fref(H, I), fm(H, I);
+  fref.reset(x0, y0);
+  fused_chain(layers, fref,
+              [&](const cuda::W4Linear& lin, const void* in, void* out, bool sw,
+                  const cuda::DecodeNormInput* n) { lin.forward(in, out, 1, config(lin), st, sw, n); });
+  st.sync();
+  const Result fwant = download(fref);
+  cuda::PersistentStep fstep;
+  fused_chain(layers, fm,
+              [&](const cuda::W4Linear& lin, const void* in, void* out, bool sw,
+                  const cuda::DecodeNormInput* n) { fstep.gemm(lin.args(in, out, 1, sw, n), config(lin)); });
+  for (int ctas : {1, 5, fstep.resident_ctas()}) {
+    fm.reset(x0, y0);
+    fstep.launch(st, ctas);
+    st.sync();
+    EXPECT_TRUE(download(fm) == fwant) << "fused chain, " << ctas << " CTAs";
   }
   // One graph holds the launch: replays give the same bytes.
   cuda::Graph g = cuda::Graph::capture(st, [&](cudaStream_t s) { step.launch(s); });
