@@ -424,28 +424,33 @@ __device__ __forceinline__ void decode_attention_unit(const DecodeAttentionParam
       prefetch_chunk();
     }
     __syncthreads();
-    for (int i = tid; i < G * D; i += kThreads) {
-      const int r = i / D, d = i % D;
+    // kThreads / G threads per head row: each computes the row's warp weights
+    // 2^(m_w - M) and sum once, then its dims of the row.
+    if (const int per_row = kThreads / G, r = tid / per_row; r < G) {
       float mmax = -INFINITY;
 #pragma unroll
       for (int w = 0; w < kAttnWarps; ++w) mmax = fmaxf(mmax, m_s[w][r]);
       const float mref = mmax == -INFINITY ? 0.f : mmax;
-      float l = 0.f, acc = 0.f;
+      float f[kAttnWarps], l = 0.f;
 #pragma unroll
       for (int w = 0; w < kAttnWarps; ++w) {
-        const float f = exp2f(m_s[w][r] - mref);
-        l += f * l_s[w][r];
-        acc += f * o_s(w)[r][d];
+        f[w] = exp2f(m_s[w][r] - mref);
+        l += f[w] * l_s[w][r];
       }
       const size_t row = size_t(b) * n_heads + size_t(head) * G + r;
-      if (p.splits > 1) {
-        p.o_part[(row * p.splits + merged) * D + d] = acc;
-        if (d == 0) {
-          p.ml_part[(row * p.splits + merged) * 2 + 0] = mmax;
-          p.ml_part[(row * p.splits + merged) * 2 + 1] = l;
+      for (int d = tid % per_row; d < D; d += per_row) {
+        float acc = 0.f;
+#pragma unroll
+        for (int w = 0; w < kAttnWarps; ++w) acc += f[w] * o_s(w)[r][d];
+        if (p.splits > 1) {
+          p.o_part[(row * p.splits + merged) * D + d] = acc;
+          if (d == 0) {
+            p.ml_part[(row * p.splits + merged) * 2 + 0] = mmax;
+            p.ml_part[(row * p.splits + merged) * 2 + 1] = l;
+          }
+        } else {
+          q_s[r][d] = l > 0.f ? acc / l : 0.f;  // q_s is free: the merged output rows
         }
-      } else {
-        q_s[r][d] = l > 0.f ? acc / l : 0.f;  // q_s is free: the merged output rows
       }
     }
     // Every thread is done with o_s, m_s and l_s before the next chunk's merge writes them.
