@@ -62,10 +62,10 @@ void InterruptScope::end() { g_generating = 0; }
 
 bool engine_draws(const runtime::SamplerConfig& sampling, const runtime::EngineInfo& info,
                   const Tokenizer& tok, bool drafting, bool ignore_eos) {
-  // Not with drafts yet: the GPU engine runs a sequence's token rows one
-  // micro-step each (its draws in row order), so a draft's rows would not
-  // share a step; with drafts the host verifies from the rows' logits.
-  return !runtime::uses_history(sampling) && !ignore_eos && info.vocab == tok.vocab_size() && !drafting;
+  // With drafts greedy only: the engine draws every row of a step, which for
+  // a temperature > 0 would consume the uniforms of rows a rejection drops.
+  return !runtime::uses_history(sampling) && !ignore_eos && info.vocab == tok.vocab_size() &&
+         (!drafting || sampling.temperature == 0.0f);
 }
 
 Generation generate_tokens(runtime::SequenceRunner& seq, runtime::Sampler& sampler, const Tokenizer& tok,

@@ -80,10 +80,10 @@ Generation generate_tokens(runtime::SequenceRunner& seq, runtime::Sampler& sampl
 // Whether the engine's own sampler can draw a generation's tokens, the same
 // tokens the host sampler would (runtime::SpeculativeDecoder's engine_draws):
 // no penalty (they need the history), no --ignore-eos masking, no ids beyond
-// the tokenizer in the logits, no drafts (runtime::SpeculativeDecoder can
-// verify greedy drafts with the engine's draws, but the GPU engine would run
-// their rows one micro-step each). The GPU engine then computes the draws
-// next to the logits instead of copying each row to the host.
+// the tokenizer in the logits, and with drafts greedy decoding only (a greedy
+// sequence's draft rows share one GPU micro-step). The GPU engine then
+// computes the draws next to the logits instead of copying each row to the
+// host.
 bool engine_draws(const runtime::SamplerConfig& sampling, const runtime::EngineInfo& info,
                   const Tokenizer& tok, bool drafting, bool ignore_eos);
 

@@ -657,15 +657,23 @@ runtime::StepResult GpuEngine::step(std::span<const BatchRow> rows) {
     // i of a run attends to the K/V its earlier rows append in the same
     // micro-step (the append kernel completes before the attention reads).
     // A row asking for a token ends its run's rows of the micro-step, so a
-    // sequence's draws happen in row order (the sampler's generator and history).
+    // sequence's draws happen in row order (the sampler's generator), unless
+    // the sequence draws greedily: its draws are each row's argmax, in any
+    // order, so a run of token rows (speculative decoding's draft rows) shares
+    // the micro-step.
     take.assign(live.size(), 0);
     {
       int total = 0;
+      auto token_ends_run = [&](const Cursor& l, int row) {
+        if (rows[size_t(row)].out != RowOutput::kToken) return false;
+        const runtime::SamplerConfig& sc = table_.sampler(l.slot).config();
+        return !(sc.temperature == 0.0f && !runtime::uses_history(sc));
+      };
       for (bool more = true; more && total < kMaxMicroBatch;) {
         more = false;
         for (size_t k = 0; k < live.size() && total < kMaxMicroBatch; ++k)
           if (live[k].next + take[k] < live[k].run->end && (take[k] > 0 || k < size_t(kMaxMicroBatch)) &&
-              (take[k] == 0 || rows[size_t(live[k].next + take[k] - 1)].out != RowOutput::kToken)) {
+              (take[k] == 0 || !token_ends_run(live[k], live[k].next + take[k] - 1))) {
             ++take[k], ++total;
             more = true;
           }

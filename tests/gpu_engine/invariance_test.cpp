@@ -20,6 +20,8 @@
 //   - perplexity of the WikiText excerpt with one sequence at a time and with
 //     32 side by side: the same log-probabilities (the mean equal up to the
 //     order of its double-precision sum);
+//   - a greedy sequence's token rows in one step share a micro-step and draw
+//     what one row per step draws;
 //   - the device calibration of FP8 weights quantized on load (no stored
 //     amax) gives logits as close to the CPU-calibrated engine's as chunking
 //     moved them before static scales (tol::kPrefillVsFp8Ref*).
@@ -258,6 +260,45 @@ INSTANTIATE_TEST_SUITE_P(
 // prompt cut into steps three ways (windows of 64 positions here, so the
 // scales move inside the 150-token prompt) and repeated after traffic, its
 // logits are the same bits.
+// Several token rows of one greedy sequence in one step (speculative
+// decoding's draft rows, verified by the engine's draws): one micro-step, and
+// each row's token is what one row per step draws. A sampled sequence's token
+// rows keep one micro-step each (its draws in row order).
+TEST(GpuInvarianceGreedyTokenRows, ASequencesTokenRowsShareAMicroStep) {
+  FUTR_REQUIRE_GPU();
+  auto e = make_gpu(KvFormat::kBf16, Prefill::kOff, 4);
+  const std::vector<int32_t> prompt = text_at(777, 40);
+  const int n = int(prompt.size());
+  auto open_with_prompt = [&](runtime::SeqId id, const runtime::SamplerConfig& sc) {
+    e->open(id, sc);
+    std::vector<BatchRow> rows;
+    for (int i = 0; i < n; ++i)
+      rows.push_back({prompt[size_t(i)], id, i, i + 1 == n ? RowOutput::kToken : RowOutput::kNone, -1, true});
+    return e->step(rows).tokens.at(0);
+  };
+  auto micro_steps = [&] { return e->stats()["micro_steps"].get<int64_t>(); };
+  for (const float temperature : {0.0f, 0.8f}) {
+    runtime::SamplerConfig sc;
+    sc.temperature = temperature;
+    sc.seed = 5;
+    // One row per step: the reference.
+    std::vector<int32_t> seq{open_with_prompt(1, sc)};
+    for (int i = 0; i < 8; ++i)
+      seq.push_back(e->step(std::vector<BatchRow>{{seq.back(), 1, n + i, RowOutput::kToken, -1}}).tokens.at(0));
+    // The same tokens as 8 rows of one step (each row's input is the reference's token).
+    const int32_t first = open_with_prompt(2, sc);
+    ASSERT_EQ(first, seq[0]);
+    std::vector<BatchRow> rows;
+    for (int i = 0; i < 8; ++i) rows.push_back({seq[size_t(i)], 2, n + i, RowOutput::kToken, -1});
+    const int64_t before = micro_steps();
+    const std::vector<int32_t> got = e->step(rows).tokens;
+    EXPECT_EQ(micro_steps() - before, temperature == 0.0f ? 1 : 8) << "temperature " << temperature;
+    EXPECT_EQ(got, std::vector<int32_t>(seq.begin() + 1, seq.end())) << "temperature " << temperature;
+    e->close(1);
+    e->close(2);
+  }
+}
+
 TEST(GpuInvarianceDelayed, EachRequestKeepsItsOwnScales) {
   FUTR_REQUIRE_GPU();
   auto e = make_gpu(KvFormat::kInt4, Prefill::kDelayed, 32, 64);
