@@ -95,9 +95,12 @@ namespace {
 // Requests whose tokens the scheduler draws from kLogits rows (scheduler.h,
 // step 3; speculative requests verify their drafts here).
 // Penalties look at the sequence's history, which the scheduler holds and the
-// engine's sampler does not (runtime::uses_history).
+// engine's sampler does not (runtime::uses_history). Speculative requests
+// verify their drafts here unless greedy: then the engine's draw of every row
+// (its argmax) is the verification (kToken rows; no logits leave the engine).
 bool draws_here(const GenerationParams& p) {
-  return runtime::uses_history(p.sampling) || p.logprobs >= 0 || p.speculative > 0;
+  return runtime::uses_history(p.sampling) || p.logprobs >= 0 ||
+         (p.speculative > 0 && p.sampling.temperature != 0.0f);
 }
 
 }  // namespace
@@ -553,9 +556,9 @@ void Scheduler::run_step() {
     if (!want.count(a)) continue;  // preempted
     rows.push_back({a->last, a->id, a->stored, ask_out(a), -1});
     uses.push_back({a, rows.back().out});
-    for (size_t i = 0; i < a->draft.size(); ++i) {  // every row of a draft asks for its logits
-      rows.push_back({a->draft[i], a->id, a->stored + 1 + int(i), runtime::RowOutput::kLogits, -1});
-      uses.push_back({a, runtime::RowOutput::kLogits, -1, int(i) + 1});
+    for (size_t i = 0; i < a->draft.size(); ++i) {  // every row of a draft: as its decode row
+      rows.push_back({a->draft[i], a->id, a->stored + 1 + int(i), ask_out(a), -1});
+      uses.push_back({a, rows.back().out, -1, int(i) + 1});
     }
   }
   std::vector<std::pair<Active*, int>> chunks;  // (request, rows)
@@ -660,7 +663,8 @@ void Scheduler::run_step() {
     std::span<const float> z;
     if (u.out == runtime::RowOutput::kLogits)
       z = {result.logits.row(int64_t(next_logits++)), size_t(info_.vocab)};
-    if (u.scores < 0 && u.out == runtime::RowOutput::kLogits && rejected.count(a)) continue;
+    const int32_t engine_token = u.out == runtime::RowOutput::kToken ? result.tokens[next_token++] : -1;
+    if (u.scores < 0 && u.out != runtime::RowOutput::kLogprob && rejected.count(a)) continue;
     if (u.scores >= 0) {  // a prompt row scoring prompt[scores]
       const int32_t target = p.prompt[size_t(u.scores)];
       if (a->prompt_lp.empty()) a->prompt_lp.push_back({p.prompt[0], 0.0, false, {}});
@@ -670,7 +674,13 @@ void Scheduler::run_step() {
       continue;
     }
     if (u.out == runtime::RowOutput::kToken) {
-      drawn.push_back({a, result.tokens[next_token++], std::nullopt});
+      const int32_t t = engine_token;
+      if (!a->draft.empty()) {  // greedy drafts: accepted while the engine's argmax is the draft's next token
+        const int32_t d = u.row < int(a->draft.size()) ? a->draft[size_t(u.row)] : -1;
+        if (t == d) ++accepted[a];
+        else rejected.insert(a);
+      }
+      drawn.push_back({a, t, std::nullopt});
       continue;
     }
     if (failed(a)) continue;
