@@ -8,10 +8,10 @@ namespace futr::cli {
 
 void add_speculative_options(CLI::App* app, SpeculativeCliOptions& o) {
   const GroupNewOptions group(app, kSamplingGroup);
-  app->add_option("--speculative", o.mode,
-                  "Speculative decoding: auto (ngram when greedy on the CPU engine, where it supports it), "
-                  "ngram (drafts "
-                  "looked up in the prompt and output, verified in one step; the same tokens), off")
+  app->add_option(
+         "--speculative", o.mode,
+         "Speculative decoding: auto (ngram when greedy, where the engine supports it), ngram (drafts "
+         "looked up in the prompt and output, verified in one step; the same tokens), off")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "ngram", "off"}));
   app->add_option("--draft-max", o.draft_max, "Tokens per draft at most (1..64; adapts below that)")
@@ -32,9 +32,6 @@ std::unique_ptr<runtime::Drafter> make_cli_drafter(const SpeculativeCliOptions& 
   check_speculative_options(o);
   if (note) note->clear();
   if (o.mode == "off" || (o.mode == "auto" && sampling.temperature > 0.0f)) return nullptr;
-  // auto is off on the GPU engine: there one-row steps with the engine drawing
-  // the tokens measured faster than drafts verified on the host (docs/PERF.md).
-  if (o.mode == "auto" && engine.info().name == "gpu") return nullptr;
   const std::string why = engine.rollback_unsupported_reason();
   if (!why.empty()) {
     FUTR_CHECK(o.mode != "ngram", "--speculative ngram: not with this engine ({}); use --speculative off",

@@ -284,7 +284,8 @@ TEST(GpuInvarianceGreedyTokenRows, ASequencesTokenRowsShareAMicroStep) {
     // One row per step: the reference.
     std::vector<int32_t> seq{open_with_prompt(1, sc)};
     for (int i = 0; i < 8; ++i)
-      seq.push_back(e->step(std::vector<BatchRow>{{seq.back(), 1, n + i, RowOutput::kToken, -1}}).tokens.at(0));
+      seq.push_back(
+          e->step(std::vector<BatchRow>{{seq.back(), 1, n + i, RowOutput::kToken, -1}}).tokens.at(0));
     // The same tokens as 8 rows of one step (each row's input is the reference's token).
     const int32_t first = open_with_prompt(2, sc);
     ASSERT_EQ(first, seq[0]);
