@@ -6,7 +6,7 @@
 //
 //   for op i = 0 .. n_ops - 1:
 //     for each unit u of op i owned by this CTA:
-//       body(op i, u) with CounterDeps{&done[i - 1], units of op i - 1}
+//       body(op i, u) with CtaCounterDeps{&done[i - 1], units of op i - 1}
 //       (the body streams its weights, then waits for op i - 1's units)
 //       barrier; thread 0: red.release.gpu done[i] += 1
 //   barrier; thread 0: the CTA's arrival on done[n_ops]; the last CTA to
@@ -27,14 +27,15 @@
 // (work_unit.h). Each op's parameters are the launchers' own (launch/persistent_step.h builds them).
 //
 // Shared memory (dynamic, one allocation): [0, 128) the small per-unit
-// pieces (the norm's and the gemv's warp sums, the split-K verdict), then the
-// gemv's x slice and scales from byte 128 (128-byte aligned).
+// pieces (the norm's and the gemv's warp sums, the split-K verdict), two op
+// slots, then the gemv's x slice and scales (128-byte aligned).
 //
 // Test: tests/kernels/persistent_step_test.cpp.
 #pragma once
 
 #include <cstdint>
 
+#include "kernels/ptx/cp_async.cuh"
 #include "kernels/sm90_rmsnorm.cuh"
 #include "kernels/sm90_swiglu.cuh"
 #include "kernels/sm90_w4a16_gemv.cuh"
@@ -45,7 +46,8 @@ namespace futr::device {
 enum class PersistentKind : int32_t { kRmsNorm, kSwiglu, kGemvG128, kGemvG64 };
 
 inline constexpr int kPersistentThreads = 256;
-inline constexpr int kPersistentSmallSmem = 128;  // bytes before the gemv's slice
+inline constexpr int kPersistentSmallSmem = 128;  // the units' small pieces
+inline constexpr int kPersistentOpSmem = 640;     // two op slots (2 x 288 bytes), 128-byte padded
 
 // One op of the list. params holds the op's parameter struct (RmsNormParams,
 // SwigluParams or DecodeParams), copied by the launcher.
@@ -58,6 +60,8 @@ struct PersistentOp {
 };
 static_assert(sizeof(DecodeParams) <= 256 && sizeof(RmsNormParams) <= 256 && sizeof(SwigluParams) <= 256,
               "an op's parameters fit PersistentOp::params");
+static_assert(sizeof(PersistentOp) % 16 == 0 && 2 * sizeof(PersistentOp) <= kPersistentOpSmem,
+              "two op slots, copied in 16-byte pieces");
 
 struct PersistentStepParams {
   const PersistentOp* ops = nullptr;  // [n_ops] device
@@ -71,24 +75,47 @@ __device__ __forceinline__ const P& op_params(const PersistentOp& op) {
   return *reinterpret_cast<const P*>(op.params);
 }
 
-__global__ void __launch_bounds__(kPersistentThreads, 2)
+// The list's op i + 1 is copied into shared memory (cp.async, one slot of
+// two) while op i runs: a unit's body reads its parameters from there, not
+// from global memory. kGemvOnly: a list of gemv ops only, compiled without
+// the other bodies at the gemv's own register budget (64: four CTAs per SM,
+// as its launch); else 128 registers (the RMSNorm body needs them), two CTAs
+// per SM.
+template <bool kGemvOnly>
+__global__ void __launch_bounds__(kPersistentThreads, kGemvOnly ? 4 : 2)
     sm90_persistent_step_kernel(const PersistentStepParams sp) {
   extern __shared__ __align__(128) uint8_t persistent_smem[];
   float* const part = reinterpret_cast<float*>(persistent_smem);             // [8]
   uint32_t* const last = reinterpret_cast<uint32_t*>(persistent_smem + 64);  // the split-K verdict
-  uint4* const xs = reinterpret_cast<uint4*>(persistent_smem + kPersistentSmallSmem);
+  PersistentOp* const slots = reinterpret_cast<PersistentOp*>(persistent_smem + kPersistentSmallSmem);  // [2]
+  uint4* const xs = reinterpret_cast<uint4*>(persistent_smem + kPersistentSmallSmem + kPersistentOpSmem);
+  constexpr int kOpPieces = int(sizeof(PersistentOp) / 16);
+  auto fetch = [&](int i) {  // op i into slot i % 2; one commit group (empty past the end)
+    if (i < sp.n_ops && int(threadIdx.x) < kOpPieces)
+      ptx::cp_async_16_cg(reinterpret_cast<uint4*>(slots + (i & 1)) + threadIdx.x,
+                          reinterpret_cast<const uint4*>(sp.ops + i) + threadIdx.x);
+    ptx::cp_async_commit();
+  };
 
+  fetch(0);
+  uint32_t before_units = 0;  // the units of the op before
   for (int i = 0; i < sp.n_ops; ++i) {
-    const PersistentOp& op = sp.ops[i];
+    fetch(i + 1);
+    ptx::cp_async_wait<1>();  // this thread's pieces of op i have landed
+    __syncthreads();          // ... and every thread's
+    const PersistentOp& op = slots[i & 1];
     const PersistentKind kind = op.kind;
     const int units = op.units;
-    const CounterDeps deps{i > 0 ? sp.done + (i - 1) : nullptr, i > 0 ? uint32_t(sp.ops[i - 1].units) : 0u};
+    const CtaCounterDeps deps{i > 0 ? sp.done + (i - 1) : nullptr, before_units};
     for (int u = int(blockIdx.x); u < units; u += int(gridDim.x)) {
       switch (kind) {
         case PersistentKind::kRmsNorm:
-          rmsnorm_unit(op_params<RmsNormParams>(op), u, units, *reinterpret_cast<RmsNormSmem*>(part), deps);
+          if constexpr (!kGemvOnly)
+            rmsnorm_unit(op_params<RmsNormParams>(op), u, units, *reinterpret_cast<RmsNormSmem*>(part), deps);
           break;
-        case PersistentKind::kSwiglu: swiglu_unit(op_params<SwigluParams>(op), u, units, deps); break;
+        case PersistentKind::kSwiglu:
+          if constexpr (!kGemvOnly) swiglu_unit(op_params<SwigluParams>(op), u, units, deps);
+          break;
         case PersistentKind::kGemvG128:
           w4a16_gemv_unit<128, 1, 4>(op_params<DecodeParams>(op), LinearUnit(unsigned(u), op.nx, op.ny),
                                      units, W4a16Smem{part, last}, xs, deps);
@@ -104,7 +131,10 @@ __global__ void __launch_bounds__(kPersistentThreads, 2)
         ptx::red_release_gpu_add(sp.done + i, 1u);
       }
     }
+    before_units = uint32_t(units);
+    __syncthreads();  // every thread is done with slot i % 2 before fetch(i + 2) refills it
   }
+  ptx::cp_async_wait<0>();
   // Re-arm: the last CTA to arrive zeroes the counters (every other CTA has
   // finished every op by then, so no one reads them again in this launch).
   if (threadIdx.x == 0) {

@@ -162,6 +162,27 @@ struct CounterDeps {
   __device__ __forceinline__ uint4 act_v4(const void* p) const { return ptx::ld_coherent_v4(p); }
 };
 
+// CounterDeps with one poller per CTA: thread 0 spins, then a CTA barrier.
+// Only for bodies in which every thread of the CTA calls wait() once (the
+// RMSNorm, the SwiGLU and the W4A16 GEMMs; not the KV append, whose spare
+// warps return early). Why: fewer polls of the counter's line while the
+// producers run (one per CTA instead of one per warp).
+struct CtaCounterDeps {
+  const uint32_t* counter = nullptr;
+  uint32_t need = 0;
+  __device__ __forceinline__ void release() const {}
+  __device__ __forceinline__ void wait() const {
+    if (counter) {
+      if (threadIdx.x == 0) {
+        while (ptx::ld_acquire_gpu(counter) < need) ptx::nanosleep(32);
+        __threadfence();
+      }
+      __syncthreads();
+    }
+  }
+  __device__ __forceinline__ uint4 act_v4(const void* p) const { return ptx::ld_coherent_v4(p); }
+};
+
 // The coordinates of a unit of an op whose units form a grid (x fastest:
 // linear index u = x + nx * (y + ny * z)), the unit argument of the bodies
 // with 2-D and 3-D work (the GEMMs, the attention).

@@ -19,7 +19,7 @@ struct PersistentStep::Impl {
   std::vector<device::PersistentOp> ops;
   DeviceBuffer<device::PersistentOp> dev_ops;
   DeviceBuffer<uint32_t> done;  // [ops + 1], zero between launches
-  size_t smem = device::kPersistentSmallSmem;
+  size_t smem = device::kPersistentSmallSmem + device::kPersistentOpSmem;
   bool uploaded = false;
 
   template <class P>
@@ -54,9 +54,10 @@ void PersistentStep::gemm(const DecodeArgs& a, const DecodeConfig& c) {
              "persistent step: the gemm ops are the one-row INT4 gemv (tn=1 loads=4); got {} at M = {}",
              describe(c), a.m);
   const w4a16::DecodeLaunch l = w4a16::decode_launch(DecodeWeights::kInt4, a, c);
-  FUTR_CHECK(l.smem + device::kPersistentSmallSmem <= size_t(160) * 1024,
+  const size_t fixed = device::kPersistentSmallSmem + device::kPersistentOpSmem;
+  FUTR_CHECK(l.smem + fixed <= size_t(160) * 1024,
              "persistent step: the gemv stages {} bytes, more than fits", l.smem);
-  impl_->smem = std::max(impl_->smem, device::kPersistentSmallSmem + l.smem);
+  impl_->smem = std::max(impl_->smem, fixed + l.smem);
   const int nx = int(l.grid.x), ny = int(l.grid.y);
   impl_->add(a.group == 128 ? device::PersistentKind::kGemvG128 : device::PersistentKind::kGemvG64, l.p,
              nx * ny, nx, ny);
@@ -64,8 +65,19 @@ void PersistentStep::gemm(const DecodeArgs& a, const DecodeConfig& c) {
 
 int PersistentStep::size() const { return int(impl_->ops.size()); }
 
+namespace {
+// The kernel instance for a list: the gemv-only one (four CTAs per SM) where it can.
+using Kernel = void (*)(device::PersistentStepParams);
+Kernel kernel_for(const std::vector<device::PersistentOp>& ops) {
+  const bool gemv_only = std::all_of(ops.begin(), ops.end(), [](const device::PersistentOp& op) {
+    return op.kind == device::PersistentKind::kGemvG128 || op.kind == device::PersistentKind::kGemvG64;
+  });
+  return gemv_only ? device::sm90_persistent_step_kernel<true> : device::sm90_persistent_step_kernel<false>;
+}
+}  // namespace
+
 int PersistentStep::resident_ctas() const {
-  const auto kernel = device::sm90_persistent_step_kernel;
+  const Kernel kernel = kernel_for(impl_->ops);
   FUTR_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(impl_->smem)));
   int per_sm = 0;
@@ -90,7 +102,7 @@ void PersistentStep::launch(cudaStream_t s, int ctas) {
   }
   const device::PersistentStepParams p{m.dev_ops.get(), int(m.ops.size()), m.done.get()};
   const unsigned grid = unsigned(ctas > 0 ? ctas : resident);
-  device::sm90_persistent_step_kernel<<<grid, device::kPersistentThreads, m.smem, s>>>(p);
+  kernel_for(m.ops)<<<grid, device::kPersistentThreads, m.smem, s>>>(p);
   FUTR_CUDA_CHECK(cudaGetLastError());
 }
 
