@@ -9,6 +9,7 @@
 #include "kernels/sm90_sample_topk.cuh"
 #include "kernels/sm90_swiglu.cuh"
 #include "launch/check.h"
+#include "launch/decode_ops_params.cuh"
 
 namespace futr::test {
 namespace {
@@ -80,23 +81,12 @@ __global__ void __launch_bounds__(device::kLmHeadThreads)
 }  // namespace
 
 void loop_rmsnorm(const cuda::RmsNormArgs& a, int ctas, cudaStream_t s) {
-  device::RmsNormParams p;
-  p.x = a.x;
-  p.add = static_cast<const uint16_t*>(a.add);
-  p.ld_add = a.ld_add;
-  p.tokens = a.tokens;
-  p.embd = static_cast<const uint16_t*>(a.embd);
-  p.gain = static_cast<const uint16_t*>(a.gain);
-  p.out = static_cast<uint16_t*>(a.out);
-  p.H = a.H;
-  p.eps = a.eps;
-  rmsnorm_loop<<<ctas, device::kRmsThreads, 0, s>>>(p, a.rows);
+  rmsnorm_loop<<<ctas, device::kRmsThreads, 0, s>>>(cuda::rmsnorm_params(a), a.rows);
   FUTR_CUDA_CHECK_LAUNCH();
 }
 
 void loop_swiglu(const void* gu, void* out, int rows, int I, int units, int ctas, cudaStream_t s) {
-  const device::SwigluParams p{static_cast<const uint16_t*>(gu), static_cast<uint16_t*>(out), rows, I};
-  swiglu_loop<<<ctas, device::kSwigluThreads, 0, s>>>(p, units);
+  swiglu_loop<<<ctas, device::kSwigluThreads, 0, s>>>(cuda::swiglu_params(gu, out, rows, I), units);
   FUTR_CUDA_CHECK_LAUNCH();
 }
 
