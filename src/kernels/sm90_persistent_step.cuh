@@ -19,7 +19,7 @@
 // waits only for earlier ops.
 //
 // Activations written by an earlier op of the same launch are read with
-// coherent loads (CounterDeps::act_v4); the weights keep the streaming path.
+// coherent loads (CtaCounterDeps::act_v4); the weights keep the streaming path.
 //
 // Ops of this version: RMSNorm (residual add or not), SwiGLU and the one-row
 // W4A16 gemv (group 128 or 64, one tile per warp, a 4-chunk ring; plain,

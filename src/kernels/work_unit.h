@@ -144,29 +144,11 @@ struct PdlDeps {
 // waits orders every op after all earlier ones (release / acquire is
 // transitive), as the launch executor's PDL does.
 //   release(): nothing (the executor counts a unit when its CTA has finished it);
-//   wait(): lane 0 of each warp spins on the counter with acquire semantics,
-//     the warp barrier orders its lanes' later loads after it (warps that
-//     return early never wait);
+//   wait(): thread 0 spins on the counter with acquire semantics, then a CTA
+//     barrier orders every thread's later loads after it. Only for bodies in
+//     which every thread of the CTA calls wait() once (the RMSNorm, the SwiGLU
+//     and the W4A16 GEMMs; not the KV append, whose spare warps return early);
 //   act_v4(p): a coherent load (the producer ran in the same grid).
-struct CounterDeps {
-  const uint32_t* counter = nullptr;  // the op before's finished units (null: nothing to wait for)
-  uint32_t need = 0;                  // its unit count
-  __device__ __forceinline__ void release() const {}
-  __device__ __forceinline__ void wait() const {
-    if (counter) {
-      if (threadIdx.x % 32 == 0)
-        while (ptx::ld_acquire_gpu(counter) < need) ptx::nanosleep(32);
-      __syncwarp();
-    }
-  }
-  __device__ __forceinline__ uint4 act_v4(const void* p) const { return ptx::ld_coherent_v4(p); }
-};
-
-// CounterDeps with one poller per CTA: thread 0 spins, then a CTA barrier.
-// Only for bodies in which every thread of the CTA calls wait() once (the
-// RMSNorm, the SwiGLU and the W4A16 GEMMs; not the KV append, whose spare
-// warps return early). Why: fewer polls of the counter's line while the
-// producers run (one per CTA instead of one per warp).
 struct CtaCounterDeps {
   const uint32_t* counter = nullptr;
   uint32_t need = 0;

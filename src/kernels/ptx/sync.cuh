@@ -1,13 +1,13 @@
 // Cross-CTA dependency counters and timestamps: the primitives of a kernel
 // whose CTAs run several ops in order and wait on each other's results
-// (a persistent executor: kernels/work_unit.h CounterDeps).
+// (a persistent executor: kernels/work_unit.h CtaCounterDeps).
 //
 // NOTE: the pattern is message passing at GPU scope. The producer CTA's
 // threads write their outputs, meet a CTA barrier, and one thread adds to the
 // op's counter with release semantics (red.release.gpu: the CTA's writes,
 // ordered before it by the barrier, are visible to whoever observes the
 // count). A consumer thread spins with ld.acquire.gpu until the count is
-// reached; the warp barrier after it orders its lanes' later loads after the
+// reached; the CTA barrier after it orders the other threads' later loads after the
 // acquire. Loads of data written in the same grid must be coherent ones
 // (ld.global, not the non-coherent .nc path, which may return a stale line).
 #pragma once
