@@ -2,7 +2,8 @@
 // every layer (the ops the persistent executor runs today), run (1) as one
 // launch per op with programmatic dependent launch, captured in a CUDA graph
 // (the launch executor's way), and (2) as one persistent launch
-// (launch/persistent_step.h), against the no-compute floor (one launch reading
+// (launch/persistent_step.h; the fused chain both with the weights streamed
+// by each unit and through a producer warp's ring), against the no-compute floor (one launch reading
 // the same weight bytes with 16-byte loads), all in the same run. Per layer:
 //
 //   x += y; a = RMSNorm(x) g     a -> qkv (gemv, N = q + 2 kv)     qkv[:q] -> y (gemv o)
@@ -15,10 +16,17 @@
 // group 128); random weights. Time: median of CUDA-graph replays, CUDA events,
 // L2 flushed by a read pass before each. Prints markdown, writes JSON.
 //
-// usage: persistent_step_bench [--models smollm2,8b] [--ctas N] [--reps N] [--json out.json]
+// --breakdown: a second table from the units' device timestamps (where each
+// op of the fused chain spends its time; JSON beside the first, *_breakdown.json).
+//
+// usage: persistent_step_bench [--models smollm2,8b] [--ctas N] [--ring-ctas-per-sm 1,2,3,4] [--breakdown]
+// [--reps N]
+//                              [--json out.json]
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -52,6 +60,8 @@ struct Options {
   std::vector<std::string> models{"smollm2", "8b"};
   int ctas = 0;
   int reps = 30;
+  std::vector<int> ring_ctas_per_sm{1, 2, 3, 4};
+  bool breakdown = false;
   std::string json_path;
 };
 
@@ -67,7 +77,11 @@ Options parse(int argc, char** argv) {
     else if (a == "--ctas") o.ctas = std::stoi(next());
     else if (a == "--reps") o.reps = std::stoi(next());
     else if (a == "--json") o.json_path = next();
-    else fail("unknown option {}", a);
+    else if (a == "--breakdown") o.breakdown = true;
+    else if (a == "--ring-ctas-per-sm") {
+      o.ring_ctas_per_sm.clear();
+      for (const std::string& v : bench::split_list(next())) o.ring_ctas_per_sm.push_back(std::stoi(v));
+    } else fail("unknown option {}", a);
   }
   return o;
 }
@@ -84,6 +98,72 @@ struct Layer {
   cuda::DeviceBuffer<uint16_t> g1, g2;
 };
 
+std::string rep_weights(const cuda::PersistentStep& step, int per_sm) {
+  return step.ring() ? fmt::format("ring {}/SM x {}", per_sm, step.ring_stages()) : "registers";
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::nth_element(v.begin(), v.begin() + std::ptrdiff_t(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
+
+// The fused chain's ops per layer, in order, and the timestamps' breakdown
+// of each (see the report's columns), averaged over the layers but the first.
+void breakdown(bench::Report& brk, const char* model, const std::string& weights,
+               const std::vector<std::vector<cuda::PersistentStep::UnitTimes>>& t,
+               const std::vector<Layer>& layers, double floor_us_per_byte) {
+  constexpr const char* kOps[] = {"qkv (RMSNorm in)", "o", "gate_up (RMSNorm in)", "down (SwiGLU in)"};
+  constexpr int kPerLayer = 4;
+  auto last_end = [&](size_t i) {
+    uint64_t e = 0;
+    for (const auto& u : t[i]) e = std::max(e, u.end);
+    return e;
+  };
+  for (int k = 0; k < kPerLayer; ++k) {
+    double span = 0, lag = 0, unit = 0, sums = 0, store = 0, tail = 0, lead = 0;
+    int n = 0;
+    for (size_t i = size_t(kPerLayer + k); i < t.size(); i += kPerLayer, ++n) {
+      const uint64_t prev = last_end(i - 1), end = last_end(i);
+      uint64_t first_ready = UINT64_MAX;
+      std::vector<double> u_unit, u_sums, u_store, u_end, u_lead;
+      for (const auto& u : t[i]) {
+        first_ready = std::min(first_ready, u.ready);
+        u_unit.push_back(double(u.end - u.ready));
+        u_end.push_back(double(u.end - prev));
+        if (u.computed) {
+          u_sums.push_back(double(u.computed - u.ready));
+          u_store.push_back(double(u.end - u.computed));
+        }
+        if (u.produce_last) u_lead.push_back(double(int64_t(u.ready) - int64_t(u.produce_last)));
+      }
+      span += double(end - prev);
+      lag += double(int64_t(first_ready) - int64_t(prev));
+      unit += median(u_unit);
+      sums += median(u_sums);
+      store += median(u_store);
+      tail += double(end - prev) - median(u_end);
+      lead += median(u_lead);
+    }
+    const Layer& L = layers.front();
+    const cuda::W4Linear* lin[] = {L.qkv.get(), L.o.get(), L.gate_up.get(), L.down.get()};
+    const double mb = double(lin[k]->weight_bytes());
+    const double d = n > 0 ? 1e3 * n : 1.0;  // ns -> us, mean over layers
+    brk.add({{"model", model},
+             {"weights", weights},
+             {"op", kOps[k]},
+             {"MB", mb / 1e6},
+             {"floor us", mb * floor_us_per_byte},
+             {"span us", span / d},
+             {"lag us", lag / d},
+             {"unit us", unit / d},
+             {"sums us", sums / d},
+             {"store us", store / d},
+             {"tail us", tail / d},
+             {"lead us", lead / d}});
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -94,8 +174,22 @@ int main(int argc, char** argv) try {
   cuda::DeviceBuffer<unsigned> sink(1);
   bench::Report rep(
       "Decode projection chain (M = 1): launches with PDL in a graph vs one persistent launch, " + dev.name,
-      {"model", "chain", "layers", "ops", "MB", "floor us", "launches us", "launches % of floor",
+      {"model", "chain", "weights", "layers", "ops", "MB", "floor us", "launches us", "launches % of floor",
        "persistent us", "persistent % of floor", "ctas", "x launches"});
+  bench::Report brk(
+      "Where the fused chain's persistent launch spends its time, per op of a layer (means over layers; unit "
+      "timestamps, globaltimer), " +
+          dev.name,
+      {"model", "weights", "op", "MB", "floor us", "span us", "lag us", "unit us", "sums us", "store us",
+       "tail us", "lead us"});
+  brk.set_meta("environment", bench::environment_json());
+  brk.set_meta(
+      "columns",
+      "span: the op's last unit end minus the op before's; lag: the op before's last unit end to this "
+      "op's first unit past its wait; unit: median unit from its wait to its end; sums: median wait to "
+      "sums done (ring); store: median split-K store; tail: last unit end minus the median unit end; "
+      "lead: median of wait end minus the producer's last copy of the unit (ring; > 0: its weights "
+      "were all requested before its inputs were ready)");
   rep.set_meta("environment", bench::environment_json());
   rep.set_meta(
       "timing",
@@ -186,29 +280,57 @@ int main(int argc, char** argv) try {
                 });
           },
           stream);
-      // (2) the same ops in one persistent launch.
-      cuda::PersistentStep step;
-      chain([&](const cuda::DeviceBuffer<uint16_t>& g) { step.rmsnorm(norm(g)); },
+      // (2) the same ops in one persistent launch: the gemv's weights streamed
+      // by each unit into registers, and (a list of gemvs only) through a
+      // producer warp's shared-memory ring.
+      std::vector<std::pair<cuda::PersistentWeights, int>> ways{{cuda::PersistentWeights::kRegisters, 0}};
+      if (fused)
+        for (const int per_sm : o.ring_ctas_per_sm) ways.emplace_back(cuda::PersistentWeights::kRing, per_sm);
+      for (const auto& [way, per_sm] : ways) {
+        cuda::PersistentStep step(way, per_sm);
+        chain(
+            [&](const cuda::DeviceBuffer<uint16_t>& g) { step.rmsnorm(norm(g)); },
             [&](const cuda::W4Linear& l, const void* in, void* out, bool sw, const cuda::DecodeNormInput* n) {
               step.gemm(l.args(in, out, 1, sw, n), config(l, false));
             });
-      step.launch(stream, o.ctas);  // uploads the list outside the capture
-      const double persistent_us = timer.us([&](cudaStream_t st) { step.launch(st, o.ctas); }, stream);
-      rep.add({{"model", sh->model},
-               {"chain", fused ? "fused" : "unfused"},
-               {"layers", sh->layers},
-               {"ops", step.size()},
-               {"MB", double(bytes) / 1e6},
-               {"floor us", floor_us},
-               {"launches us", launches_us},
-               {"launches % of floor", 100.0 * floor_us / launches_us},
-               {"persistent us", persistent_us},
-               {"persistent % of floor", 100.0 * floor_us / persistent_us},
-               {"ctas", o.ctas > 0 ? o.ctas : step.resident_ctas()},
-               {"x launches", launches_us / persistent_us}});
+        const int ctas = o.ctas > 0 ? std::min(o.ctas, step.resident_ctas()) : 0;
+        step.launch(stream, ctas);  // uploads the list outside the capture
+        const double persistent_us = timer.us([&](cudaStream_t st) { step.launch(st, ctas); }, stream);
+        if (fused && o.breakdown) {
+          cuda::PersistentStep rec(way, per_sm);
+          chain(
+              [&](const cuda::DeviceBuffer<uint16_t>& g) { rec.rmsnorm(norm(g)); },
+              [&](const cuda::W4Linear& l, const void* in, void* out, bool sw,
+                  const cuda::DecodeNormInput* n) { rec.gemm(l.args(in, out, 1, sw, n), config(l, false)); });
+          rec.record_times();
+          rec.launch(stream, ctas);
+          bench::flush_l2_read(region.get(), std::min(bytes, 2 * dev.l2_bytes), sink.get(), stream);
+          rec.launch(stream, ctas);
+          breakdown(brk, sh->model, rep_weights(step, per_sm), rec.times(stream), layers,
+                    floor_us / double(bytes));
+        }
+        rep.add({{"model", sh->model},
+                 {"chain", fused ? "fused" : "unfused"},
+                 {"weights", rep_weights(step, per_sm)},
+                 {"layers", sh->layers},
+                 {"ops", step.size()},
+                 {"MB", double(bytes) / 1e6},
+                 {"floor us", floor_us},
+                 {"launches us", launches_us},
+                 {"launches % of floor", 100.0 * floor_us / launches_us},
+                 {"persistent us", persistent_us},
+                 {"persistent % of floor", 100.0 * floor_us / persistent_us},
+                 {"ctas", ctas > 0 ? ctas : step.resident_ctas()},
+                 {"x launches", launches_us / persistent_us}});
+      }
     }
   }
   rep.emit(o.json_path);
+  if (o.breakdown) {
+    std::string path = o.json_path;
+    if (!path.empty()) path.insert(path.size() - (path.ends_with(".json") ? 5 : 0), "_breakdown");
+    brk.emit(path);
+  }
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "persistent_step_bench: %s\n", e.what());

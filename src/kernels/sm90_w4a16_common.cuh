@@ -24,6 +24,7 @@
 #include "kernels/ptx/cp_async.cuh"
 #include "kernels/ptx/ld.cuh"
 #include "kernels/ptx/mma.cuh"
+#include "kernels/work_unit.h"
 
 namespace futr::device {
 
@@ -278,8 +279,9 @@ __device__ __forceinline__ void reduce_partials(const DecodeParams& p, Part part
 
 // acc[tm][mt][i]: channel tile[tm]*16 + g + 8*(i/2), row of x 8mt + 2c + i%2.
 // unit: the CTA's column group x() and split y() (work_unit.h); s_last: one
-// word of shared memory (the split-K arrival's verdict).
-template <class WF, int MT, int TM, class Unit>
+// word of shared memory (the split-K arrival's verdict); Bar: the body's
+// barrier (work_unit.h).
+template <class WF, int MT, int TM, class Unit, class Bar = CtaBarrier>
 __device__ __forceinline__ void store_output(const DecodeParams& p, const float (&acc)[TM][MT][4],
                                              const int (&tile)[TM], const bool (&tok)[TM], int g, int c,
                                              const Unit& unit, uint32_t& s_last) {
@@ -322,9 +324,9 @@ __device__ __forceinline__ void store_output(const DecodeParams& p, const float 
   // NOTE: release: every thread's partials must be visible device-wide before
   // the counter moves; the last CTA's fence orders its reads after the atomic.
   __threadfence();
-  __syncthreads();
+  Bar::sync();
   if (threadIdx.x == 0) s_last = atomicAdd(&p.counters[unit.x()], 1u) == uint32_t(p.splits - 1);
-  __syncthreads();
+  Bar::sync();
   if (!s_last) return;
   __threadfence();
   {  // the CTA's tiles are 8 TM consecutive ones (WarpTiles), the last range clipped to N
@@ -332,7 +334,7 @@ __device__ __forceinline__ void store_output(const DecodeParams& p, const float 
     const int width = int(min(size_t(8 * TM * layout::kTileN), size_t(p.n) - c0));
     reduce_partials<WF>(
         p, [&](int sp, int row, int ch) { return p.ws + (size_t(sp) * p.m + row) * p.n + c0 + ch; }, p.splits,
-        p.m, width, c0, blockDim.x);
+        p.m, width, c0, Bar::threads());
   }
   if (threadIdx.x == 0) p.counters[unit.x()] = 0u;  // re-arm for the next launch
 }

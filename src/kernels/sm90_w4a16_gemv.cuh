@@ -53,8 +53,8 @@ namespace futr::device {
 // All 256 threads call it; it ends with a barrier. Two passes over the row
 // (the sum of squares, then the slice recomputed: the same bits), so the row
 // never sits in registers (the gemv has 64 per thread). part: [8] floats of
-// shared memory; unit (0, 0) stores v.
-template <class Unit>
+// shared memory; unit (0, 0) stores v. Bar: the body's barrier (work_unit.h).
+template <class Bar, class Unit>
 __device__ __forceinline__ void gemv_stage_norm(const DecodeParams& p, uint16_t* xs, int c0, int n_in,
                                                 float* part, const Unit& unit) {
   const float4* __restrict__ x4 = reinterpret_cast<const float4*>(p.nx);
@@ -82,7 +82,7 @@ __device__ __forceinline__ void gemv_stage_norm(const DecodeParams& p, uint16_t*
 #pragma unroll
   for (int o = 16; o > 0; o /= 2) ss += __shfl_xor_sync(0xffffffffu, ss, o);
   if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = ss;
-  __syncthreads();
+  Bar::sync();
   float tot = 0.f;
 #pragma unroll
   for (int w = 0; w < 8; ++w) tot += part[w];
@@ -102,7 +102,59 @@ __device__ __forceinline__ void gemv_stage_norm(const DecodeParams& p, uint16_t*
     }
     *reinterpret_cast<uint2*>(xs + 4 * (j - j0)) = make_uint2(o[0] | (o[1] << 16), o[2] | (o[3] << 16));
   }
-  __syncthreads();
+  Bar::sync();
+}
+
+// The split's scales (8 TM tiles x ngrp groups x 16 FP16) into ss, before the
+// unit waits for its inputs (weights need nothing from earlier ops). Staged
+// once per unit (docs/PERF.md: a 4-byte scale load per chunk in the register
+// ring cost the stream ~10%).
+template <int G, int TM, class Unit>
+__device__ __forceinline__ void gemv_stage_scales(const DecodeParams& p, const Unit& unit, int c0, int ngrp,
+                                                  uint32_t* ss, int nthreads) {
+  const int ntiles = p.n / layout::kTileN;
+  const int gi0 = c0 * layout::kChunkK / G;
+  const uint16_t* const sc = static_cast<const uint16_t*>(p.scales);
+  for (int i = threadIdx.x; i < 8 * TM * ngrp * 2; i += nthreads) {  // 16-byte pieces
+    const int t = i / (ngrp * 2), r = i % (ngrp * 2);
+    const int tile = unit.x() * 8 * TM + t;  // local t = 8 tm + warp (WarpTiles' order)
+    if (tile < ntiles)
+      reinterpret_cast<uint4*>(ss)[i] =
+          ptx::ld_cached_v4(sc + (size_t(tile) * (p.k / G) + gi0) * layout::kTileN + 8 * r);
+  }
+}
+
+// The split's input x[c0 * 64, (c0 + nj) * 64) into xs (BF16): the fused
+// RMSNorm's, the fused SwiGLU's (bf16(silu(gate) * up), the rounding of
+// sm90_swiglu) or x itself, read through deps (an earlier op wrote it). Called
+// by the body's threads after deps.wait(); ends with a barrier.
+template <class Bar, class Unit, class Deps>
+__device__ __forceinline__ void gemv_stage_x(const DecodeParams& p, const Unit& unit, int c0, int nj,
+                                             uint4* gemv_xs, float* part, const Deps& deps) {
+  if (p.x_norm) {
+    gemv_stage_norm<Bar>(p, reinterpret_cast<uint16_t*>(gemv_xs), c0, nj * layout::kChunkK, part, unit);
+  } else if (p.x_swiglu) {
+    const uint4* const gg = reinterpret_cast<const uint4*>(p.x + size_t(c0) * layout::kChunkK);
+    const uint4* const ug = reinterpret_cast<const uint4*>(p.x + size_t(p.k) + size_t(c0) * layout::kChunkK);
+    for (int i = threadIdx.x; i < nj * (layout::kChunkK / 8); i += Bar::threads()) {
+      const uint4 g4 = deps.act_v4(gg + i), u4 = deps.act_v4(ug + i);
+      const uint32_t* g = &g4.x;
+      const uint32_t* u = &u4.x;
+      uint4 o;
+      uint32_t* ow = &o.x;
+#pragma unroll
+      for (int w = 0; w < 4; ++w)
+        ow[w] = uint32_t(swiglu_bf16(uint16_t(g[w]), uint16_t(u[w]))) |
+                (uint32_t(swiglu_bf16(uint16_t(g[w] >> 16), uint16_t(u[w] >> 16))) << 16);
+      gemv_xs[i] = o;
+    }
+    Bar::sync();
+  } else {
+    const uint4* const xg = reinterpret_cast<const uint4*>(p.x + size_t(c0) * layout::kChunkK);
+    for (int i = threadIdx.x; i < nj * (layout::kChunkK / 8); i += Bar::threads())
+      gemv_xs[i] = deps.act_v4(xg + i);
+    Bar::sync();
+  }
 }
 
 // One unit (work_unit.h): column group unit.x() (8 TM tiles), K split
@@ -137,22 +189,9 @@ __device__ __forceinline__ void w4a16_gemv_unit(const DecodeParams& p, const Uni
     for (int i = 0; i < 4; ++i) acc[tm][0][i] = blk[tm][0][i] = 0.f;
 
   // ---- shared memory: [x slice: nj x 64 BF16][scales: 8*TM tiles][ngrp][16 FP16] --
-  // Both staged once per CTA (docs/PERF.md: a 4-byte scale
-  // load per chunk in the register ring cost the stream ~10%).
   const int ngrp = (nj * layout::kChunkK + G - 1) / G;
   uint32_t* const ss = reinterpret_cast<uint32_t*>(gemv_xs + nj * (layout::kChunkK / 8));
-  {
-    const int ntiles = p.n / layout::kTileN;
-    const int gi0 = c0 * layout::kChunkK / G;
-    const uint16_t* const sc = static_cast<const uint16_t*>(p.scales);
-    for (int i = threadIdx.x; i < 8 * TM * ngrp * 2; i += blockDim.x) {  // 16-byte pieces
-      const int t = i / (ngrp * 2), r = i % (ngrp * 2);
-      const int tile = unit.x() * 8 * TM + t;  // local t = 8 tm + warp (WarpTiles' order)
-      if (tile < ntiles)
-        reinterpret_cast<uint4*>(ss)[i] =
-            ptx::ld_cached_v4(sc + (size_t(tile) * (p.k / G) + gi0) * layout::kTileN + 8 * r);
-    }
-  }
+  gemv_stage_scales<G, TM>(p, unit, c0, ngrp, ss, blockDim.x);
 
   // ---- main loop: batches of U chunks x TM tiles in registers -------------------
   // The U loads of a batch are issued together and consumed in order; the next
@@ -172,30 +211,7 @@ __device__ __forceinline__ void w4a16_gemv_unit(const DecodeParams& p, const Uni
   // PDL: the loads above already stream weights; x (and y, ws) belong to the
   // previous op until the wait.
   deps.wait();
-  if (p.x_norm) {
-    gemv_stage_norm(p, reinterpret_cast<uint16_t*>(gemv_xs), c0, nj * layout::kChunkK, sm.part, unit);
-  } else if (p.x_swiglu) {  // the SwiGLU fused in: x = bf16(silu(gate) * up), the rounding of sm90_swiglu
-    const uint4* const gg = reinterpret_cast<const uint4*>(p.x + size_t(c0) * layout::kChunkK);
-    const uint4* const ug = reinterpret_cast<const uint4*>(p.x + size_t(p.k) + size_t(c0) * layout::kChunkK);
-    for (int i = threadIdx.x; i < nj * (layout::kChunkK / 8); i += blockDim.x) {
-      const uint4 g4 = deps.act_v4(gg + i), u4 = deps.act_v4(ug + i);
-      const uint32_t* g = &g4.x;
-      const uint32_t* u = &u4.x;
-      uint4 o;
-      uint32_t* ow = &o.x;
-#pragma unroll
-      for (int w = 0; w < 4; ++w)
-        ow[w] = uint32_t(swiglu_bf16(uint16_t(g[w]), uint16_t(u[w]))) |
-                (uint32_t(swiglu_bf16(uint16_t(g[w] >> 16), uint16_t(u[w] >> 16))) << 16);
-      gemv_xs[i] = o;
-    }
-    __syncthreads();
-  } else {
-    const uint4* const xg = reinterpret_cast<const uint4*>(p.x + size_t(c0) * layout::kChunkK);
-    for (int i = threadIdx.x; i < nj * (layout::kChunkK / 8); i += blockDim.x)
-      gemv_xs[i] = deps.act_v4(xg + i);
-    __syncthreads();
-  }
+  gemv_stage_x<CtaBarrier>(p, unit, c0, nj, gemv_xs, sm.part, deps);
   // x is read one chunk ahead so its latency overlaps the MMAs of the chunk before.
   uint4 xn0 = xrow[0], xn1 = xrow[1];
   int xoff = 0;

@@ -96,6 +96,8 @@
 //     y[rows][the group's channels] (splits > 1: ws, and the last split of x
 //     to arrive reduces into y; gemv with the fused norm: unit (0, 0) also
 //     writes nx_out)
+//   w4a16_gemv_ring_unit<G>  256 + a producer warp  as the gemv, its weights out of a
+//     shared-memory ring the producer fills (sm90_w4a16_gemv_ring.cuh; persistent only)
 //   lm_head_unit<WF, MT, U> 256   -        -   blockIdx.x: vocabulary tiles 8 unit .. 8 unit + 7 (16 rows
 //   each)
 //     W[128 rows of the unit], x[all rows][all of K] -> out[rows][the unit's 128 columns]
@@ -120,6 +122,7 @@
 // largest of the ops it holds, the GEMMs' 56-128.
 #pragma once
 
+#include "kernels/ptx/fence.cuh"
 #include "kernels/ptx/ld.cuh"
 #include "kernels/ptx/pdl.cuh"
 #include "kernels/ptx/sync.cuh"
@@ -138,20 +141,39 @@ struct PdlDeps {
   __device__ __forceinline__ uint4 act_v4(const void* p) const { return ptx::ld_cached_v4(p); }
 };
 
+// The barrier a body meets where its threads exchange data through shared
+// memory: every thread of the CTA (CtaBarrier: the launch executor's kernels
+// and the persistent kernel without a producer warp), or the 256 threads of
+// the body only (ConsumerBarrier, named barrier 1: a persistent kernel whose
+// producer warp streams weights and never meets the body's barriers).
+//   threads(): the threads running the body (the stride of its loops).
+struct CtaBarrier {
+  __device__ __forceinline__ static void sync() { __syncthreads(); }
+  __device__ __forceinline__ static int threads() { return int(blockDim.x); }
+};
+struct ConsumerBarrier {
+  static constexpr int kThreads = 256;
+  __device__ __forceinline__ static void sync() { ptx::bar_sync(1, kThreads); }
+  __device__ __forceinline__ static int threads() { return kThreads; }
+};
+
 // A persistent executor's dependencies: the op waits until the op before it
 // has counted `need` finished units on *counter (each unit's CTA adds one with
 // release semantics after its last write: ptx/sync.cuh); a chain of such
 // waits orders every op after all earlier ones (release / acquire is
 // transitive), as the launch executor's PDL does.
 //   release(): nothing (the executor counts a unit when its CTA has finished it);
-//   wait(): thread 0 spins on the counter with acquire semantics, then a CTA
-//     barrier orders every thread's later loads after it. Only for bodies in
-//     which every thread of the CTA calls wait() once (the RMSNorm, the SwiGLU
+//   wait(): thread 0 spins on the counter with acquire semantics, then a
+//     barrier (Bar) orders every thread's later loads after it. Only for bodies in
+//     which every thread of the body calls wait() once (the RMSNorm, the SwiGLU
 //     and the W4A16 GEMMs; not the KV append, whose spare warps return early);
 //   act_v4(p): a coherent load (the producer ran in the same grid).
+//   ready: where thread 0 stores the time its wait ended (globaltimer ns), or null.
+template <class Bar = CtaBarrier>
 struct CtaCounterDeps {
   const uint32_t* counter = nullptr;
   uint32_t need = 0;
+  uint64_t* ready = nullptr;
   __device__ __forceinline__ void release() const {}
   __device__ __forceinline__ void wait() const {
     if (counter) {
@@ -159,10 +181,19 @@ struct CtaCounterDeps {
         while (ptx::ld_acquire_gpu(counter) < need) ptx::nanosleep(32);
         __threadfence();
       }
-      __syncthreads();
+      Bar::sync();
     }
+    if (ready && threadIdx.x == 0) *ready = ptx::globaltimer();
   }
   __device__ __forceinline__ uint4 act_v4(const void* p) const { return ptx::ld_coherent_v4(p); }
+};
+
+// A persistent executor's record of one unit (globaltimer ns, 0 where a body
+// does not record it): its start, the end of its dependency wait, the end of
+// its sums (before the split-K store), its end; for a unit whose weights a
+// producer warp streams, that warp's first and last copy of them.
+struct PersistentUnitTimes {
+  uint64_t start, ready, computed, end, produce_first, produce_last;
 };
 
 // The coordinates of a unit of an op whose units form a grid (x fastest:

@@ -17,16 +17,30 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "launch/decode_ops.h"
 #include "launch/w4a16.h"
 
 namespace futr::cuda {
 
+// How the gemv units of a gemv-only list get their weights: each unit
+// streams its own into registers, the first chunks before its dependency
+// wait (kRegisters: sm90_persistent_step_kernel, four CTAs per SM), or a
+// producer warp per CTA copies them into a shared-memory ring ahead of the
+// units, across op boundaries (kRing: sm90_persistent_ring_kernel, 1-4 CTAs
+// per SM). The same bits either way; a list with other ops runs the register
+// kernel. Which is faster depends on the shape (docs/PERF.md, persistent
+// step): the ring at SmolLM2's, the registers at the 8B's.
+enum class PersistentWeights { kRegisters, kRing };
+
 class PersistentStep {
  public:
-  PersistentStep();
+  // ring_ctas_per_sm: the ring kernel's CTAs per SM (1, 2, 3 or 4; 0: the default, kDefaultRingCtasPerSm).
+  explicit PersistentStep(PersistentWeights weights = PersistentWeights::kRegisters, int ring_ctas_per_sm = 0);
+  static constexpr int kDefaultRingCtasPerSm = 4;
   ~PersistentStep();
   PersistentStep(const PersistentStep&) = delete;
   PersistentStep& operator=(const PersistentStep&) = delete;
@@ -46,6 +60,19 @@ class PersistentStep {
 
   int size() const;           // ops in the list
   int resident_ctas() const;  // CTAs that fit on the GPU at once (needs a GPU)
+  // Per-unit device timestamps (globaltimer ns) of every launch from now on
+  // (before the first launch): times()[op][unit] after a launch has finished.
+  // Fields: start, the end of the dependency wait (ready), the end of the
+  // sums (computed: the ring kernel), end; the producer warp's first and last
+  // copy of the unit's weights (the ring kernel). 0 where not recorded.
+  struct UnitTimes {
+    uint64_t start, ready, computed, end, produce_first, produce_last;
+  };
+  void record_times();
+  std::vector<std::vector<UnitTimes>> times(cudaStream_t s) const;
+
+  bool ring() const;        // the list runs the ring kernel
+  int ring_stages() const;  // its ring's stages per CTA (0: the register kernel; needs a GPU)
 
  private:
   struct Impl;

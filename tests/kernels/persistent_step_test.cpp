@@ -13,7 +13,8 @@
 //
 // and the same layers as the engine's one-row step runs its projections (the
 // residual add + RMSNorm fused into the gemv, the residual alternating
-// between two buffers).
+// between two buffers), a list of gemvs only, which runs with either way of
+// streaming the weights (registers, or a producer warp's shared-memory ring).
 //
 // Fresh random weights and inputs every run; the outputs poisoned (0xff)
 // before each run, so a unit that read an input before it was written, or an
@@ -23,6 +24,7 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "core/numeric.h"
@@ -178,6 +180,7 @@ void run_shape(int H, int I, int group) {
       },
       [&](const void* gu, void* out) { step.swiglu(gu, out, 1, I); });
   ASSERT_EQ(step.size(), 14);
+  EXPECT_FALSE(step.ring());  // norms and SwiGLU: the register kernel
   const int resident = step.resident_ctas();
   for (int ctas : {1, 3, 37, resident}) {
     for (int rep = 0; rep < 2; ++rep) {  // the second launch starts from the re-armed counters
@@ -196,15 +199,41 @@ void run_shape(int H, int I, int group) {
                   const cuda::DecodeNormInput* n) { lin.forward(in, out, 1, config(lin), st, sw, n); });
   st.sync();
   const Result fwant = download(fref);
-  cuda::PersistentStep fstep;
-  fused_chain(layers, fm,
-              [&](const cuda::W4Linear& lin, const void* in, void* out, bool sw,
-                  const cuda::DecodeNormInput* n) { fstep.gemm(lin.args(in, out, 1, sw, n), config(lin)); });
-  for (int ctas : {1, 5, fstep.resident_ctas()}) {
-    fm.reset(x0, y0);
-    fstep.launch(st, ctas);
-    st.sync();
-    EXPECT_TRUE(download(fm) == fwant) << "fused chain, " << ctas << " CTAs";
+  // Both ways of streaming the gemv's weights (each unit its own in
+  // registers; a producer warp's shared-memory ring), launch after launch.
+  const std::pair<cuda::PersistentWeights, int> ways[] = {{cuda::PersistentWeights::kRing, 0},
+                                                          {cuda::PersistentWeights::kRing, 1},
+                                                          {cuda::PersistentWeights::kRegisters, 0}};
+  for (const auto& [weights, per_sm] : ways) {
+    const bool ring = weights == cuda::PersistentWeights::kRing;
+    SCOPED_TRACE(testing::Message() << (ring ? "ring" : "registers") << ", CTAs per SM " << per_sm);
+    cuda::PersistentStep fstep(weights, per_sm);
+    fused_chain(
+        layers, fm,
+        [&](const cuda::W4Linear& lin, const void* in, void* out, bool sw, const cuda::DecodeNormInput* n) {
+          fstep.gemm(lin.args(in, out, 1, sw, n), config(lin));
+        });
+    EXPECT_EQ(fstep.ring(), ring);
+    if (ring) {
+      EXPECT_GE(fstep.ring_stages(), 2);
+    }
+    for (int ctas : {1, 5, fstep.resident_ctas()}) {
+      for (int rep = 0; rep < 2; ++rep) {
+        fm.reset(x0, y0);
+        fstep.launch(st, ctas);
+        st.sync();
+        EXPECT_TRUE(download(fm) == fwant)
+            << "fused chain, " << (ring ? "ring" : "registers") << ", " << ctas << " CTAs, launch " << rep;
+      }
+    }
+    cuda::Graph fg = cuda::Graph::capture(st, [&](cudaStream_t s) { fstep.launch(s); });
+    for (int rep = 0; rep < 2; ++rep) {
+      fm.reset(x0, y0);
+      fg.launch(st);
+      st.sync();
+      EXPECT_TRUE(download(fm) == fwant)
+          << "fused chain, " << (ring ? "ring" : "registers") << ", graph replay " << rep;
+    }
   }
   // One graph holds the launch: replays give the same bytes.
   cuda::Graph g = cuda::Graph::capture(st, [&](cudaStream_t s) { step.launch(s); });
