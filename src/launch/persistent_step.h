@@ -39,7 +39,8 @@ enum class PersistentWeights { kRegisters, kRing };
 class PersistentStep {
  public:
   // ring_ctas_per_sm: the ring kernel's CTAs per SM (1, 2, 3 or 4; 0: the default, kDefaultRingCtasPerSm).
-  explicit PersistentStep(PersistentWeights weights = PersistentWeights::kRegisters, int ring_ctas_per_sm = 0);
+  explicit PersistentStep(PersistentWeights weights = PersistentWeights::kRegisters,
+                          int ring_ctas_per_sm = 0);
   static constexpr int kDefaultRingCtasPerSm = 4;
   ~PersistentStep();
   PersistentStep(const PersistentStep&) = delete;
