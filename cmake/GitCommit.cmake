@@ -1,4 +1,4 @@
-# Run at build time (cmake -P) by the futr_git_commit target (src/cli/CMakeLists.txt):
+# Run at build time (cmake -P) by the futr_git_commit target (src/CMakeLists.txt):
 # writes ${OUT} defining FUTR_COMMIT as the checkout's short commit, "-dirty" when
 # tracked files differ from it, "unknown" outside a git checkout. The file is
 # rewritten only when the text changes, so an unchanged commit rebuilds nothing.

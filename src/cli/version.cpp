@@ -3,7 +3,7 @@
 
 #include <fmt/format.h>
 
-#include "futr_commit.h"  // FUTR_COMMIT, written at build time (cmake/GitCommit.cmake)
+#include "core/build_info.h"
 
 #if FUTR_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -30,7 +30,8 @@ std::string cuda_version(int v) { return v > 0 ? fmt::format("{}.{}", v / 1000, 
 bool built_with_cuda() { return FUTR_HAVE_CUDA != 0; }
 
 std::string version_text() {
-  std::string s = fmt::format("futr {} (commit {}, {} build)\n", FUTR_VERSION, FUTR_COMMIT, FUTR_BUILD_TYPE);
+  std::string s =
+      fmt::format("futr {} (commit {}, {} build)\n", FUTR_VERSION, build_commit(), FUTR_BUILD_TYPE);
 #if FUTR_HAVE_CUDA
   int runtime = 0, driver = 0;
   if (cudaRuntimeGetVersion(&runtime) != cudaSuccess) runtime = 0;
