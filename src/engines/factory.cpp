@@ -272,13 +272,13 @@ std::unique_ptr<runtime::Engine> runtime::make_engine(const Model& model, const 
   // The GPU engine runs INT4 weights over a BF16 / INT4 cache: `auto` takes it
   // when a Hopper GPU is present and the formats asked for are those.
   std::string no_gpu = engines::gpu_engine_unavailable_reason();
-  // NOTE: the GPU engine's fused QKV GEMM has no bias epilogue: a model with
-  // q/k/v biases (qwen2) runs on the CPU engine, never without its biases.
-  if (no_gpu.empty() && model.config.qkv_bias)
-    no_gpu = fmt::format(
-        "the GPU engine does not support the {} architecture's q/k/v projection biases yet; the CPU "
-        "engine runs it",
-        model.config.arch);
+  // The GPU engine adds q/k/v biases (qwen2) in its K/V append; tensor
+  // parallelism does not shard them.
+  FUTR_CHECK(
+      c.tp == 1 || !model.config.qkv_bias,
+      "--tp {}: the {} architecture's q/k/v projection biases are not sharded across GPUs; run it with "
+      "--tp 1",
+      c.tp, model.config.arch);
   const bool gpu_formats =
       (c.weights == WeightFormat::kAuto || c.weights == WeightFormat::kInt4) && c.kv != KvFormat::kFp32;
   bool use_gpu = false;

@@ -141,6 +141,15 @@ DeviceWeights::DeviceWeights(const Model& model, const ModelConfig& c, const qua
     Layer& L = layers_[size_t(l)];
     L.attn_norm = cuda::DeviceBuffer<uint16_t>(to_bf16(model.weights.layers[size_t(l)].attn_norm));
     L.ffn_norm = cuda::DeviceBuffer<uint16_t>(to_bf16(model.weights.layers[size_t(l)].ffn_norm));
+    const LayerWeights& W = model.weights.layers[size_t(l)];
+    if (c.qkv_bias) {  // q|k|v in FP32, as the CPU engines keep them
+      FUTR_CHECK(W.bq.numel() == c.q_dim() && W.bk.numel() == c.kv_dim() && W.bv.numel() == c.kv_dim(),
+                 "layer {}: the q/k/v biases have {} / {} / {} values, the shapes need {} / {} / {}", l,
+                 W.bq.numel(), W.bk.numel(), W.bv.numel(), c.q_dim(), c.kv_dim(), c.kv_dim());
+      std::vector<float> b;
+      for (const Tensor* t : {&W.bq, &W.bk, &W.bv}) b.insert(b.end(), t->ptr(), t->ptr() + t->numel());
+      L.qkv_bias = cuda::DeviceBuffer<float>(b);
+    }
   }
   // The four fused matrices of every layer: packed into the kernels' layout
   // on the host's cores (the packing is per element; one core took ~0.8 s for
@@ -224,6 +233,10 @@ DeviceWeights::DeviceWeights(const ModelConfig& c, uint64_t seed, int lm_begin, 
     L.o = synthetic_linear(H, c.q_dim(), next(), max_m, st);
     L.gate_up = synthetic_linear(2 * c.intermediate, H, next(), max_m, st);
     L.down = synthetic_linear(H, c.intermediate, next(), max_m, st);
+    if (c.qkv_bias) {
+      L.qkv_bias = cuda::DeviceBuffer<float>(size_t(c.q_dim() + 2 * c.kv_dim()));
+      cuda::fill_random(L.qkv_bias.get(), cuda::FillType::kF32, L.qkv_bias.size(), next(), -0.5f, 0.5f, st);
+    }
   }
   FUTR_CUDA_CHECK(cudaStreamSynchronize(st));
   FUTR_CUDA_CHECK(cudaGetLastError());

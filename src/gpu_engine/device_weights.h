@@ -10,6 +10,8 @@
 //   out_norm  [H] BF16                        the final RMSNorm gain
 //   per layer:
 //     attn_norm, ffn_norm   [H] BF16          RMSNorm gains
+//     qkv_bias  [q + 2 kv] FP32               q|k|v projection biases (qwen2; empty otherwise),
+//                                             added by the K/V append before RoPE
 //     INT4 (decode, cuda::W4Linear: nibbles and FP16 group scales in fragment
 //     order, kernels/layout/int4_fragment.cuh):
 //       qkv      [q + 2 kv][H]                q|k|v fused by stacking their logical rows
@@ -59,6 +61,7 @@ class DeviceWeights {
     std::unique_ptr<cuda::W4Linear> o;                 // [H][q]
     std::unique_ptr<cuda::W4Linear> gate_up;           // [2I][H] gate rows, then up rows
     std::unique_ptr<cuda::W4Linear> down;              // [H][I]
+    cuda::DeviceBuffer<float> qkv_bias;                // [q + 2 kv] FP32 q|k|v biases (qwen2); empty: none
   };
   // One FP8 GEMM's B operand.
   struct Fp8Matrix {

@@ -152,7 +152,8 @@ void LaunchExecutor::enqueue(const StepPlan& plan, cudaStream_t st, Profiler* pr
         break;
       }
       case StepOpKind::kRopeAppend: {
-        // RoPE of q and k fused into the append (bit-identical to cuda::rope + kv_append).
+        // RoPE of q and k fused into the append (bit-identical to cuda::rope + kv_append), the
+        // q/k/v biases too where the model has them.
         const int q_dim = shape.kv_heads * shape.group * shape.head_dim,
                   kv_dim = shape.kv_heads * shape.head_dim;
         uint16_t* qkv = static_cast<uint16_t*>(m.get(op.in));
@@ -174,6 +175,8 @@ void LaunchExecutor::enqueue(const StepPlan& plan, cudaStream_t st, Profiler* pr
         ap.rope_sin = kv_.rope_sin();
         ap.q = qkv;
         ap.q_heads = shape.kv_heads * shape.group;
+        const cuda::DeviceBuffer<float>& bias = w_.layer(op.layer).qkv_bias;
+        ap.bias = bias.size() ? bias.get() : nullptr;  // qwen2: the q/k/v biases, before RoPE
         cuda::kv_append(ap, st, pdl);
         break;
       }

@@ -290,6 +290,8 @@ void PrefillPath::run(std::span<const int32_t> tokens, std::span<const Request> 
     ap.rope_sin = kv_.rope_sin();
     ap.q = m.qkv.get();
     ap.q_heads = c.n_heads;
+    const cuda::DeviceBuffer<float>& bias = w_.layer(l).qkv_bias;
+    ap.bias = bias.size() ? bias.get() : nullptr;  // qwen2: the q/k/v biases, before RoPE
     cuda::kv_append_rows(ap, st);
     mark(kAppend);
     cuda::PrefillAttentionArgs aa;

@@ -24,6 +24,10 @@
 // the CTA's warps: one launch instead of sm90_rope + this kernel, bit-identical
 // to the two (a lane holds both dims of each of its pairs: d and d + D/2).
 //
+// Biases fused in (optional, bias != null: qwen2's q/k/v projection biases):
+// each value of q, k and v gets its bias added and rounded to BF16 before the
+// RoPE (q in place; k and v on their way into the cache).
+//
 // PDL: launched as a programmatic dependent, it waits (griddepcontrol.wait)
 // before it reads anything.
 //
@@ -65,15 +69,19 @@ __device__ __forceinline__ void kv_append_unit(const KvAppendParams& p, int unit
   const float* rc = rope ? p.rope_cos + size_t(p.row_pos[r]) * (D / 2) : nullptr;
   const float* rs = rope ? p.rope_sin + size_t(p.row_pos[r]) * (D / 2) : nullptr;
 
-  // ---- the query heads' RoPE, in place (fused path only) ---------------------------
-  if (rope && p.q) {
+  // ---- the query heads' bias and RoPE, in place -----------------------------------
+  if ((rope || p.bias) && p.q) {
     for (int h = warp; h < p.q_heads; h += 2 * p.kv_heads) {
       __nv_bfloat16* qh = p.q + size_t(r) * size_t(p.ld) + size_t(h) * D;
 #pragma unroll
       for (int i = 0; i < kPer / 2; ++i) {
         const int d = lane + 32 * i;
         float a = __bfloat162float(qh[d]), b = __bfloat162float(qh[d + D / 2]);
-        rope_pair(a, b, rc[d], rs[d]);
+        if (p.bias) {
+          a = add_bias_bf16(a, p.bias[h * D + d]);
+          b = add_bias_bf16(b, p.bias[h * D + d + D / 2]);
+        }
+        if (rope) rope_pair(a, b, rc[d], rs[d]);
         qh[d] = __float2bfloat16_rn(a);
         qh[d + D / 2] = __float2bfloat16_rn(b);
       }
@@ -88,6 +96,11 @@ __device__ __forceinline__ void kv_append_unit(const KvAppendParams& p, int unit
   float e[kPer];
 #pragma unroll
   for (int i = 0; i < kPer; ++i) e[i] = __bfloat162float(src[lane + 32 * i]);
+  if (p.bias) {
+    const float* b = p.bias + (p.q_heads + (is_v ? p.kv_heads : 0) + head) * D;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) e[i] = add_bias_bf16(e[i], b[lane + 32 * i]);
+  }
   if (rope && !is_v) {
 #pragma unroll
     for (int i = 0; i < kPer / 2; ++i) rope_pair(e[i], e[i + kPer / 2], rc[lane + 32 * i], rs[lane + 32 * i]);

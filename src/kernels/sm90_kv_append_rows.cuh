@@ -66,6 +66,16 @@ __device__ __forceinline__ uint4 float_to_bf16x8(const float (&f)[8]) {
   return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
+// The biases of 8 pairs (d0 + j, d0 + j + D/2) of a head row: b points at d0.
+template <int D>
+__device__ __forceinline__ void add_bias8(float (&lo)[8], float (&hi)[8], const float* b) {
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    lo[j] = add_bias_bf16(lo[j], b[j]);
+    hi[j] = add_bias_bf16(hi[j], b[j + D / 2]);
+  }
+}
+
 template <int D>
 __global__ void __launch_bounds__(kKvRowsThreads)
     sm90_kv_append_rows_kernel(const KvAppendParams p, int rows_per_cta) {
@@ -84,7 +94,7 @@ __global__ void __launch_bounds__(kKvRowsThreads)
   }
   __syncthreads();
   const bool rope = p.rope_cos != nullptr;
-  const int qh = (rope && p.q) ? p.q_heads : 0;
+  const int qh = ((rope || p.bias) && p.q) ? p.q_heads : 0;
   const int kvh = p.kv_heads;
   const int units = qh + 2 * kvh;  // head rows per row: q heads, K heads, V heads
   const int per_row = units * kItems;
@@ -117,8 +127,11 @@ __global__ void __launch_bounds__(kKvRowsThreads)
         __nv_bfloat16* h = p.q + row_off + size_t(u) * D;
         bf16x8_to_float(*reinterpret_cast<const uint4*>(h + d0), lo);
         bf16x8_to_float(*reinterpret_cast<const uint4*>(h + d0 + D / 2), hi);
+        if (p.bias) add_bias8<D>(lo, hi, p.bias + size_t(u) * D + d0);
+        if (rotate) {
 #pragma unroll
-        for (int j = 0; j < 8; ++j) rope_pair(lo[j], hi[j], c[j], s[j]);
+          for (int j = 0; j < 8; ++j) rope_pair(lo[j], hi[j], c[j], s[j]);
+        }
         *reinterpret_cast<uint4*>(h + d0) = float_to_bf16x8(lo);
         *reinterpret_cast<uint4*>(h + d0 + D / 2) = float_to_bf16x8(hi);
       } else {  // a K or V head: the primary, and the mirror's staging
@@ -129,6 +142,7 @@ __global__ void __launch_bounds__(kKvRowsThreads)
         const __nv_bfloat16* src = (is_v ? p.v : p.k) + row_off + size_t(head) * D;
         bf16x8_to_float(*reinterpret_cast<const uint4*>(src + d0), lo);
         bf16x8_to_float(*reinterpret_cast<const uint4*>(src + d0 + D / 2), hi);
+        if (p.bias) add_bias8<D>(lo, hi, p.bias + size_t(p.q_heads + kvu) * D + d0);
         if (rotate) {
 #pragma unroll
           for (int j = 0; j < 8; ++j) rope_pair(lo[j], hi[j], c[j], s[j]);

@@ -67,9 +67,18 @@ struct KvAppendParams {
   int* nonfinite = nullptr;         // optional: += 1 per (row, head, K|V) with a non-finite value
   const float* rope_cos = nullptr;  // optional [max_pos][D/2]: RoPE fused in (model/rope.h's table)
   const float* rope_sin = nullptr;
-  __nv_bfloat16* q = nullptr;  // [rows] rows of q_heads * D, stride ld: rotated in place (rope only)
+  __nv_bfloat16* q = nullptr;  // [rows] rows of q_heads * D, stride ld: rotated in place (rope or bias)
   int q_heads = 0;
+  // optional [q_heads * D | kv_heads * D | kv_heads * D] FP32: the q, k and v
+  // projections' biases (qwen2), added to each value (then rounded to BF16)
+  // before RoPE: q in place, k and v on their way into the cache.
+  const float* bias = nullptr;
 };
+
+// x + b rounded to BF16 (the biased projection output, as the cache stores it).
+__device__ __forceinline__ float add_bias_bf16(float x, float b) {
+  return __bfloat162float(__float2bfloat16_rn(x + b));
+}
 
 // RoPE of one pair (x_d, x_{d+D/2}) at angle (c, s), each op rounded as in
 // sm90_rope.cuh, the results rounded to BF16.

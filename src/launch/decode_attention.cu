@@ -294,8 +294,10 @@ device::KvAppendParams append_params(const KvAppendArgs& a) {
                "KV append: Hadamard block {} must be a power of two dividing head_dim {} (mirror only)",
                a.rot_block, a.head_dim);
   FUTR_CHECK(!a.rope_cos == !a.rope_sin, "KV append: RoPE needs both the cos and the sin table");
-  FUTR_CHECK(a.q_heads >= 0 && (a.q_heads == 0 || (a.q && a.rope_cos)),
-             "KV append: {} query heads to rotate need q and the RoPE tables", a.q_heads);
+  FUTR_CHECK(a.q_heads >= 0 && (a.q_heads == 0 || (a.q && (a.rope_cos || a.bias))),
+             "KV append: {} query heads need q and the RoPE tables or the biases", a.q_heads);
+  FUTR_CHECK(!a.bias || (a.q && a.q_heads > 0),
+             "KV append: the q/k/v biases need q and its heads (the q bias is added in place)");
   device::KvAppendParams p;
   p.k = static_cast<const __nv_bfloat16*>(a.k);
   p.v = static_cast<const __nv_bfloat16*>(a.v);
@@ -313,6 +315,7 @@ device::KvAppendParams append_params(const KvAppendArgs& a) {
   p.rope_sin = a.rope_sin;
   p.q = static_cast<__nv_bfloat16*>(a.q);
   p.q_heads = a.q_heads;
+  p.bias = a.bias;
   return p;
 }
 

@@ -132,6 +132,10 @@ struct KvAppendArgs {
   const float* rope_sin = nullptr;
   void* q = nullptr;
   int q_heads = 0;
+  // Optional q/k/v projection biases (qwen2), [q_heads * D | kv_heads * D |
+  // kv_heads * D] FP32 on the device: added to q (in place), k and v, each
+  // value rounded to BF16, before the RoPE. Needs q and q_heads.
+  const float* bias = nullptr;
 };
 
 // The decode step's append: one CTA per row (sm90_kv_append.cuh).

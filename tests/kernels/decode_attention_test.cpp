@@ -239,7 +239,8 @@ void check_append(int kvh, int d, int rot_block, bool rows_kernel = false) {
 // both with RoPE fused and q heads rotated in place: a chunk of `rows` rows
 // spread over three sequences with prefixes (positions continue each one), one
 // row's K holding a NaN. Every byte of the cache (primary, nibbles, scales),
-// the rotated q and the non-finite count must be equal.
+// the rotated q and the non-finite count must be equal. Then the q/k/v biases
+// fused in, against the same kernel on rows biased on the host.
 void check_append_rows_vs_decode(int nh, int kvh, int d, bool mirror, int rot_block, int rows) {
   const std::vector<int> prefix = {0, 37, 300};
   std::vector<int> seq, pos, base;
@@ -261,7 +262,8 @@ void check_append_rows_vs_decode(int nh, int kvh, int d, bool mirror, int rot_bl
     sin_t[i] = ang(rng());
   }
   const int64_t ld = int64_t(nh + 2 * kvh) * d;  // the QKV GEMM's output rows
-  auto qkv = randn_bf16(size_t(rows) * size_t(ld), 2.0f);
+  const auto finite_qkv = randn_bf16(size_t(rows) * size_t(ld), 2.0f);
+  auto qkv = finite_qkv;
   qkv[size_t(rows / 2) * size_t(ld) + size_t(nh) * d + 5] = 0x7fc0;  // a NaN in one row's first K head
   ref::KvLayerHost init(slots, kvh, d);
   const auto fill = randn_bf16(init.k.size(), 1.0f);
@@ -275,9 +277,9 @@ void check_append_rows_vs_decode(int nh, int kvh, int d, bool mirror, int rot_bl
     std::vector<float> ks, vs;
     int nonfinite = 0;
   };
-  auto run = [&](bool rows_kernel) {
+  auto run = [&](bool rows_kernel, const std::vector<uint16_t>& rows_in = {}, const float* bias = nullptr) {
     DeviceLayer dev(init);
-    cuda::DeviceBuffer<uint16_t> src(qkv);
+    cuda::DeviceBuffer<uint16_t> src(rows_in.empty() ? qkv : rows_in);
     cuda::DeviceBuffer<int> nonfinite(std::vector<int>{0});
     cuda::KvAppendArgs a = append_args(src.get() + nh * d, src.get() + (nh + kvh) * d, ld, dseq, dpos, dbase,
                                        dev, rows, kvh, d, mirror, rot_block, nonfinite.get());
@@ -285,6 +287,7 @@ void check_append_rows_vs_decode(int nh, int kvh, int d, bool mirror, int rot_bl
     a.rope_cos = dcos.get();
     a.rope_sin = dsin.get();
     a.q_heads = nh;
+    a.bias = bias;
     run_append(a, rows_kernel);
     return Out{dev.k.download(),  dev.v.download(),  src.download(),    dev.k4.download(),
                dev.v4.download(), dev.ks.download(), dev.vs.download(), nonfinite.download()[0]};
@@ -302,6 +305,35 @@ void check_append_rows_vs_decode(int nh, int kvh, int d, bool mirror, int rot_bl
   EXPECT_EQ(0, std::memcmp(got.vs.data(), want.vs.data(), want.vs.size() * 4)) << what << ": V scales";
   EXPECT_EQ(want.nonfinite, 1) << what;
   EXPECT_EQ(got.nonfinite, want.nonfinite) << what;
+
+  // The q/k/v biases (qwen2): each kernel with the biases fused in writes what
+  // it writes for rows the host biased first (bf16(x + b) per value, then RoPE).
+  std::vector<float> b(static_cast<size_t>(ld));
+  for (float& x : b) x = 2.0f * ang(rng());
+  std::vector<uint16_t> biased(finite_qkv.size());
+  for (size_t i = 0; i < biased.size(); ++i)
+    biased[i] = float_to_bf16(bf16_to_float(finite_qkv[i]) + b[i % size_t(ld)]);
+  cuda::DeviceBuffer<float> dbias(b);
+  for (const bool rows_kernel : {false, true}) {
+    const Out plain = run(rows_kernel, biased), fused = run(rows_kernel, finite_qkv, dbias.get());
+    const std::string bw = what + (rows_kernel ? " rows kernel" : " decode kernel") + ", biases";
+    EXPECT_EQ(fused.k, plain.k) << bw;
+    EXPECT_EQ(fused.v, plain.v) << bw;
+    // q in place (the K/V columns of the source stay as given: biased on the host in one run only).
+    auto q_cols = [&](const std::vector<uint16_t>& all) {
+      std::vector<uint16_t> q;
+      for (int r = 0; r < rows; ++r)
+        q.insert(q.end(), all.begin() + ptrdiff_t(size_t(r) * size_t(ld)),
+                 all.begin() + ptrdiff_t(size_t(r) * size_t(ld) + size_t(nh) * size_t(d)));
+      return q;
+    };
+    EXPECT_EQ(q_cols(fused.q), q_cols(plain.q)) << bw << ": q after the bias and RoPE";
+    EXPECT_EQ(fused.k4, plain.k4) << bw;
+    EXPECT_EQ(fused.v4, plain.v4) << bw;
+    EXPECT_EQ(0, std::memcmp(fused.ks.data(), plain.ks.data(), plain.ks.size() * 4)) << bw << ": K scales";
+    EXPECT_EQ(0, std::memcmp(fused.vs.data(), plain.vs.data(), plain.vs.size() * 4)) << bw << ": V scales";
+    EXPECT_EQ(fused.nonfinite, 0) << bw;
+  }
 }
 
 class Report : public ::testing::Environment {
@@ -436,7 +468,7 @@ TEST(DecodeAttentionSmall, AppendRowsIsByteIdenticalToTheCpuQuantizer) {
   }
 }
 
-TEST(DecodeAttentionSmall, AppendRowsWithRopeEqualsTheDecodeAppend) {
+TEST(DecodeAttentionSmall, AppendRowsWithRopeEqualsTheDecodeAppendWithAndWithoutBiases) {
   FUTR_REQUIRE_GPU();
   // SmolLM2 (9/3, D 64) and Llama-3.1-8B (32/8, D 128); 16 KV heads: fewer rows per CTA with the mirror.
   for (bool mirror : {false, true}) {
