@@ -89,6 +89,16 @@ __device__ __forceinline__ PersistentUnitTimes* unit_times(const PersistentStepP
                                                            const PersistentOp& op, int u) {
   return sp.times ? sp.times + op.first_unit + u : nullptr;
 }
+// Op i of the list into shared-memory slot i % 2 (cp.async by the first
+// threads, one commit group per call, empty past the end of the list).
+__device__ __forceinline__ void fetch_op(const PersistentStepParams& sp, PersistentOp* slots, int i) {
+  constexpr int kOpPieces = int(sizeof(PersistentOp) / 16);
+  if (i < sp.n_ops && int(threadIdx.x) < kOpPieces)
+    ptx::cp_async_16_cg(reinterpret_cast<uint4*>(slots + (i & 1)) + threadIdx.x,
+                        reinterpret_cast<const uint4*>(sp.ops + i) + threadIdx.x);
+  ptx::cp_async_commit();
+}
+
 __device__ __forceinline__ void stamp(uint64_t* t) {
   if (t && threadIdx.x == 0) *t = ptx::globaltimer();
 }
@@ -112,13 +122,7 @@ __global__ void __launch_bounds__(kPersistentThreads, kGemvOnly ? 4 : 2)
   uint32_t* const last = reinterpret_cast<uint32_t*>(persistent_smem + 64);  // the split-K verdict
   PersistentOp* const slots = reinterpret_cast<PersistentOp*>(persistent_smem + kPersistentSmallSmem);  // [2]
   uint4* const xs = reinterpret_cast<uint4*>(persistent_smem + kPersistentSmallSmem + kPersistentOpSmem);
-  constexpr int kOpPieces = int(sizeof(PersistentOp) / 16);
-  auto fetch = [&](int i) {  // op i into slot i % 2; one commit group (empty past the end)
-    if (i < sp.n_ops && int(threadIdx.x) < kOpPieces)
-      ptx::cp_async_16_cg(reinterpret_cast<uint4*>(slots + (i & 1)) + threadIdx.x,
-                          reinterpret_cast<const uint4*>(sp.ops + i) + threadIdx.x);
-    ptx::cp_async_commit();
-  };
+  auto fetch = [&](int i) { fetch_op(sp, slots, i); };
 
   fetch(0);
   uint32_t before_units = 0;  // the units of the op before
@@ -225,13 +229,7 @@ __global__ void __launch_bounds__(kPersistentRingThreads, kCtasPerSm)
     return;
   }
 
-  constexpr int kOpPieces = int(sizeof(PersistentOp) / 16);
-  auto fetch = [&](int i) {  // op i into slot i % 2; one commit group (empty past the end)
-    if (i < sp.n_ops && int(threadIdx.x) < kOpPieces)
-      ptx::cp_async_16_cg(reinterpret_cast<uint4*>(slots + (i & 1)) + threadIdx.x,
-                          reinterpret_cast<const uint4*>(sp.ops + i) + threadIdx.x);
-    ptx::cp_async_commit();
-  };
+  auto fetch = [&](int i) { fetch_op(sp, slots, i); };
   fetch(0);
   uint32_t before_units = 0;
   for (int i = 0; i < sp.n_ops; ++i) {

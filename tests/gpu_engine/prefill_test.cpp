@@ -55,6 +55,7 @@
 #include "support/compare.h"
 #include "support/data_file.h"
 #include "support/gpu.h"
+#include "support/qwen2_style.h"
 #include "support/random.h"
 #include "support/tolerances.h"
 #include "tokenizer/tokenizer.h"
@@ -194,16 +195,7 @@ TEST(GpuPrefill, PromptLogitsMatchTheFp8Reference) {
 TEST(GpuPrefill, Qwen2StyleBiasesMatchTheFp8Reference) {
   FUTR_REQUIRE_GPU();
   Model m = load_model(FUTR_DEFAULT_MODEL);
-  m.config.arch = "qwen2";
-  m.config.qkv_bias = true;
-  std::normal_distribution<float> nd(0.f, 0.25f);
-  for (LayerWeights& L : m.weights.layers) {
-    L.bq = Tensor({int64_t(m.config.q_dim())});
-    L.bk = Tensor({int64_t(m.config.kv_dim())});
-    L.bv = Tensor({int64_t(m.config.kv_dim())});
-    for (Tensor* t : {&L.bq, &L.bk, &L.bv})
-      for (float& x : t->data) x = nd(test::rng());
-  }
+  test::add_random_qkv_biases(m, 0.25f);
   cpu::QuantizeOptions qo;
   qo.format = WeightFormat::kInt4;
   const auto int4 = std::make_shared<quant::QuantizedWeights>(cpu::quantize_model(m, qo, {}));
