@@ -1,6 +1,7 @@
-// The transformers cross-check: the CPU forward pass against
-// logits computed by Hugging Face transformers (FP32) on random-weight Llama
-// models it built and saved (scripts/hf_crosscheck.py -> tests/data/hf_tiny/).
+// The transformers cross-check: the CPU forward pass against logits computed
+// by Hugging Face transformers (FP32) on random-weight Llama, Qwen2 (q/k/v
+// biases) and Mistral models it built and saved (scripts/hf_crosscheck.py ->
+// tests/data/hf_tiny/).
 //
 // Each directory is loaded with load_model() (the HF safetensors reader), run
 //   (a) as one batch (prefill, logits for every position) and
@@ -84,14 +85,15 @@ TEST_P(HfCrossCheck, PrefillAndDecodeMatchTransformers) {
 
 INSTANTIATE_TEST_SUITE_P(Models, HfCrossCheck,
                          testing::Values("gqa_hd64_tied_bf16", "gqa_hd128_untied_llama3_f16_sharded",
-                                         "mqa_hd64_wide_heads_f32"));
+                                         "mqa_hd64_wide_heads_f32", "qwen2_gqa_hd64_bias_tied_bf16",
+                                         "mistral_gqa_hd64_untied_f16"));
 
 // Every model directory in tests/data/hf_tiny is in the list above.
 TEST(HfCrossCheckData, EveryDirectoryIsTested) {
   int n = 0;
   for (const auto& e : std::filesystem::directory_iterator(kDir))
     if (e.is_directory()) ++n;
-  EXPECT_EQ(n, 3) << "a model directory was added to tests/data/hf_tiny: add it to the list";
+  EXPECT_EQ(n, 5) << "a model directory was added to tests/data/hf_tiny: add it to the list";
 }
 
 }  // namespace
