@@ -58,7 +58,10 @@ inline FutrRun run_futr(const std::vector<std::string>& args, const std::string&
   fs::create_directories(dir);
   { std::ofstream(dir / "in") << input; }
   std::string cmd = shell_quote(FUTR_BINARY);
-  for (const auto& a : args) cmd += " " + shell_quote(a);
+  for (const auto& a : args) {
+    cmd += ' ';
+    cmd += shell_quote(a);
+  }
   cmd += fmt::format(" < {} > {} 2> {}", shell_quote((dir / "in").string()),
                      shell_quote((dir / "out").string()), shell_quote((dir / "err").string()));
   const int status = std::system(cmd.c_str());
