@@ -1,8 +1,7 @@
 // End to end on the CPU engine, per model family beyond Llama: the tiny
 // random Qwen2 (q/k/v biases) and Mistral checkpoints of tests/data/hf_tiny
-// (built by Hugging Face transformers; their logits are checked against
-// transformers' in cpu_hf_crosscheck_test) with a byte-level tokenizer.json
-// and their family's chat template added: `futr generate` (greedy twice: one
+// made usable by tests/support/tiny_families.h (a byte-level tokenizer and
+// the family's chat template): `futr generate` (greedy twice: one
 // text; --json statistics), `futr chat` (a turn through the family's
 // template), `futr perplexity` (finite), `futr quantize` to a .futr file and
 // `futr generate` from it. A random model writes random bytes: these check
@@ -20,7 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "support/run_futr.h"
-#include "tokenizer/test_util.h"
+#include "support/tiny_families.h"
 
 namespace {
 
@@ -42,58 +41,6 @@ class CleanUp : public ::testing::Environment {
 };
 const auto* const kCleanUp = ::testing::AddGlobalTestEnvironment(new CleanUp);
 
-struct Family {
-  const char* dir;  // in tests/data/hf_tiny
-  const char* bos;  // special tokens added after the 256 byte tokens ("" : none)
-  const char* eos;
-  const char* extra;      // one more special token of the template ("" : none)
-  const char* template_;  // the family's chat template (the shape the chat renderer recognises)
-};
-
-// ChatML (Qwen2) and Mistral's [INST] template, abridged to what identifies them.
-constexpr Family kQwen2{"qwen2_gqa_hd64_bias_tied_bf16", "", "<|im_end|>", "<|im_start|>",
-                        "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
-                        "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt "
-                        "%}{{ '<|im_start|>assistant\\n' }}{% endif %}"};
-constexpr Family kMistral{"mistral_gqa_hd64_untied_f16", "<s>", "</s>", "",
-                          "{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}{{ "
-                          "'[INST] ' + message['content'] + ' [/INST]' }}{% else %}{{ message['content'] + "
-                          "eos_token }}{% endif %}{% endfor %}"};
-
-// The checkpoint copied with tokenizer.json (256 byte tokens, no merges, the
-// family's special tokens after them), tokenizer_config.json (bos / eos and
-// the chat template) and a generation_config.json naming that eos.
-fs::path model_dir(const Family& f) {
-  const fs::path d = work_dir() / f.dir;
-  if (fs::exists(d)) return d;
-  fs::copy(fs::path(FUTR_TEST_DATA) / "hf_tiny" / f.dir, d, fs::copy_options::recursive);
-  nlohmann::json vocab = nlohmann::json::object();
-  for (int b = 0; b < 256; ++b) vocab[futr::test::byte_char(uint8_t(b))] = b;
-  nlohmann::json added = nlohmann::json::array();
-  int id = 256, eos_id = -1;
-  for (const char* s : {f.bos, f.eos, f.extra}) {
-    if (*s == '\0') continue;
-    if (std::string(s) == f.eos) eos_id = id;
-    added.push_back({{"id", id++},
-                     {"content", s},
-                     {"special", true},
-                     {"single_word", false},
-                     {"lstrip", false},
-                     {"rstrip", false},
-                     {"normalized", false}});
-  }
-  const nlohmann::json tok = {
-      {"added_tokens", added},
-      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}},
-      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}}};
-  std::ofstream(d / "tokenizer.json") << tok.dump();
-  nlohmann::json cfg = {{"eos_token", f.eos}, {"chat_template", f.template_}};
-  if (*f.bos) cfg["bos_token"] = f.bos;
-  std::ofstream(d / "tokenizer_config.json") << cfg.dump();
-  std::ofstream(d / "generation_config.json") << nlohmann::json{{"eos_token_id", eos_id}}.dump();
-  return d;
-}
-
 fs::path text_file() {
   const fs::path p = work_dir() / "text.txt";
   if (!fs::exists(p)) std::ofstream(p) << futr::test::slurp(FUTR_TEST_TEXT).substr(0, 1500);
@@ -104,8 +51,8 @@ Result run(const std::vector<std::string>& args, const std::string& input = "") 
   return futr::test::run_futr(args, input);
 }
 
-void runs_every_command(const Family& f) {
-  const std::string m = model_dir(f).string();
+void runs_every_command(const futr::test::TinyFamily& f) {
+  const std::string m = futr::test::tiny_family_dir(f, work_dir()).string();
   SCOPED_TRACE(f.dir);
   // Greedy generation: the same text twice, with its statistics.
   const std::vector<std::string> gen = {"generate",     "-m", m,           "The capital of",
@@ -143,8 +90,8 @@ void runs_every_command(const Family& f) {
   EXPECT_EQ(g4.rc, 0) << g4.err;
 }
 
-TEST(FamiliesCli, Qwen2RunsEveryCommand) { runs_every_command(kQwen2); }
+TEST(FamiliesCli, Qwen2RunsEveryCommand) { runs_every_command(futr::test::kTinyQwen2); }
 
-TEST(FamiliesCli, MistralRunsEveryCommand) { runs_every_command(kMistral); }
+TEST(FamiliesCli, MistralRunsEveryCommand) { runs_every_command(futr::test::kTinyMistral); }
 
 }  // namespace

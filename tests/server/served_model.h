@@ -1,5 +1,5 @@
-// The fixture of the server tests that run the real model: the default model
-// (SmolLM2), an engine of the given configuration, the scheduler and the HTTP
+// The fixture of the server tests that run a real model: the default model
+// (SmolLM2) or another file or directory, an engine of the given configuration, the scheduler and the HTTP
 // server on a loopback port, the server's thread; stopped and joined on
 // destruction. Tests that need it skip with the reason start() gives when the
 // model file is absent.
@@ -25,20 +25,21 @@
 namespace futr::test {
 
 struct ServedModelOptions {
-  runtime::RuntimeConfig engine;       // the engine (make_engine's configuration)
-  server::SchedulerOptions scheduler;  // the scheduler behind the server
-  server::HttpOptions http;            // port 0 (any free one) and model "m" are set by start()
-  bool log = false;                    // the engine's log lines on stdout ("futr: ...")
+  runtime::RuntimeConfig engine;           // the engine (make_engine's configuration)
+  server::SchedulerOptions scheduler;      // the scheduler behind the server
+  server::HttpOptions http;                // port 0 (any free one) and model "m" are set by start()
+  bool log = false;                        // the engine's log lines on stdout ("futr: ...")
+  std::string model = FUTR_DEFAULT_MODEL;  // the model file or directory served
 };
 
 class ServedModel {
  public:
-  // Loads the default model and starts everything; null, with the reason in
+  // Loads the model and starts everything; null, with the reason in
   // *why, when the model file is absent.
   static std::unique_ptr<ServedModel> start(ServedModelOptions o, std::string* why) {
     std::error_code ec;
-    if (!std::filesystem::is_regular_file(FUTR_DEFAULT_MODEL, ec)) {
-      *why = std::string(FUTR_DEFAULT_MODEL) + " is absent (scripts/fetch-model.sh)";
+    if (!std::filesystem::exists(o.model, ec)) {
+      *why = o.model + " is absent (scripts/fetch-model.sh)";
       return nullptr;
     }
     return std::unique_ptr<ServedModel>(new ServedModel(std::move(o)));
@@ -81,7 +82,7 @@ class ServedModel {
 
  private:
   explicit ServedModel(ServedModelOptions o) {
-    model_ = std::make_unique<Model>(load_model(FUTR_DEFAULT_MODEL));
+    model_ = std::make_unique<Model>(load_model(o.model));
     tok_ = std::make_unique<Tokenizer>(model_->tokenizer);
     chat_ = std::make_unique<ChatTemplate>(ChatTemplate::for_tokenizer(*tok_));
     runtime::EngineLog log;
