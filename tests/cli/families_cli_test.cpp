@@ -94,4 +94,6 @@ TEST(FamiliesCli, Qwen2RunsEveryCommand) { runs_every_command(futr::test::kTinyQ
 
 TEST(FamiliesCli, MistralRunsEveryCommand) { runs_every_command(futr::test::kTinyMistral); }
 
+TEST(FamiliesCli, Llama2SentencePieceRunsEveryCommand) { runs_every_command(futr::test::kTinyLlama2); }
+
 }  // namespace

@@ -72,5 +72,7 @@ TEST(ServeFamilies, Qwen2) { serves(test::kTinyQwen2); }
 
 TEST(ServeFamilies, Mistral) { serves(test::kTinyMistral); }
 
+TEST(ServeFamilies, Llama2SentencePiece) { serves(test::kTinyLlama2); }
+
 }  // namespace
 }  // namespace futr
