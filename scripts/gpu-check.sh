@@ -234,11 +234,12 @@ else
   cp "$OUT/logs/decode_attention.txt" "$OUT/decode_attention.md"
 
   # The LM head (ours against cuBLASLt and the floor) and the persistent
-  # executor's projection chain (against launches with PDL and the floor).
+  # executor's projection chain (against launches with PDL and the floor; both
+  # ways of streaming the weights; --breakdown: where each op's time goes).
   GREP='\| (Llama|SmolLM2)'
   run bench lm_head 600 "$BIN/lm_head_bench" --models smollm2,8b --m 1,16,32 --json "$OUT/lm_head.json"
   cp "$OUT/logs/lm_head.txt" "$OUT/lm_head.md"
-  run bench persistent_step 300 "$BIN/persistent_step_bench" --models smollm2,8b --json "$OUT/persistent_step.json"
+  run bench persistent_step 300 "$BIN/persistent_step_bench" --models smollm2,8b --breakdown --json "$OUT/persistent_step.json"
   cp "$OUT/logs/persistent_step.txt" "$OUT/persistent_step.md"
 
   # FP8 prefill GEMM: ours (promoted and fast accumulation) against cuBLASLt in
