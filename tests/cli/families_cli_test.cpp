@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "support/run_futr.h"
+#include "support/scratch_dir.h"
 #include "support/tiny_families.h"
 
 namespace {
@@ -26,20 +27,7 @@ namespace {
 namespace fs = std::filesystem;
 using Result = futr::test::FutrRun;
 
-fs::path work_dir() {
-  static const fs::path d = fs::temp_directory_path() / fmt::format("futr_families_cli_{}", ::getpid());
-  fs::create_directories(d);
-  return d;
-}
-
-class CleanUp : public ::testing::Environment {
- public:
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(work_dir(), ec);
-  }
-};
-const auto* const kCleanUp = ::testing::AddGlobalTestEnvironment(new CleanUp);
+const fs::path& work_dir() { return futr::test::scratch_dir("families_cli"); }
 
 fs::path text_file() {
   const fs::path p = work_dir() / "text.txt";

@@ -21,6 +21,7 @@
 
 #include "formats/futr_file.h"
 #include "support/run_futr.h"
+#include "support/scratch_dir.h"
 #include "tokenizer/test_util.h"
 
 namespace {
@@ -30,11 +31,8 @@ namespace fs = std::filesystem;
 using Result = futr::test::FutrRun;
 using futr::test::slurp;
 
-fs::path work_dir() {
-  static const fs::path d = fs::temp_directory_path() / fmt::format("futr_quant_cli_{}", ::getpid());
-  fs::create_directories(d);
-  return d;
-}
+// The scratch directory (the .futr file, texts, outputs), removed after the suite.
+const fs::path& work_dir() { return futr::test::scratch_dir("quant_cli"); }
 
 Result run(const std::vector<std::string>& args) { return futr::test::run_futr(args); }
 
@@ -73,16 +71,6 @@ const fs::path& futr_file() {
   }
   return p;
 }
-
-// Removes the work directory (the .futr file, texts, outputs) after the suite.
-class CleanUp : public ::testing::Environment {
- public:
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(work_dir(), ec);
-  }
-};
-const auto* const kCleanUp = ::testing::AddGlobalTestEnvironment(new CleanUp);
 
 bool have_model() { return fs::exists(FUTR_DEFAULT_MODEL); }
 #define REQUIRE_MODEL() \

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "served_model.h"
+#include "support/scratch_dir.h"
 #include "support/tiny_families.h"
 
 namespace futr {
@@ -23,19 +24,7 @@ namespace {
 using json = nlohmann::json;
 namespace fs = std::filesystem;
 
-fs::path work_dir() {
-  static const fs::path d = fs::temp_directory_path() / fmt::format("futr_families_serve_{}", ::getpid());
-  return d;
-}
-
-class CleanUp : public ::testing::Environment {
- public:
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(work_dir(), ec);
-  }
-};
-const auto* const kCleanUp = ::testing::AddGlobalTestEnvironment(new CleanUp);
+const fs::path& work_dir() { return test::scratch_dir("families_serve"); }
 
 void serves(const test::TinyFamily& f) {
   SCOPED_TRACE(f.dir);
