@@ -594,10 +594,13 @@ void GpuEngine::write_output(const BatchRow& row, int slot, int rank, int k, boo
         const int g = m.h_sampled[size_t(k)];
         t = s.nonfinite == 0 && g >= 0 ? g : sampler.sample({fetch_logits_row(k), V});
         ++m.gpu_sampled;
-      } else if (s.nonfinite == 0) {
+      } else if (s.nonfinite == 0 && s.argmax < sampleable_vocab_) {
         t = s.argmax;
       } else {
-        t = sampler.sample({fetch_logits_row(k), V});  // NaN/+inf: the host's rule
+        // NaN/+inf, or the row's maximum on a padded LM-head row that no
+        // token has (the reduce runs over all of them): the host's rule, which
+        // draws from the sampleable ids only.
+        t = sampler.sample({fetch_logits_row(k), V});
       }
       r.tokens[size_t(rank)] = t;
       break;

@@ -27,6 +27,10 @@
 //   - synthetic models (model/synthetic.h: tiny, Llama-3.2-1B, 3.1-8B, 3.1-70B
 //     shapes, weights drawn on the device): 32 sequences step together with
 //     finite logits, greedy tokens are the logits' argmax, graph == eager;
+//   - the tiny Qwen2, Mistral and Llama-2 (SentencePiece) checkpoints of
+//     tests/data/hf_tiny loaded from their directories: prompt logits
+//     within fixed bounds (two layers: the spread is no yardstick there),
+//     greedy tokens never on padded LM-head rows;
 //   - perplexity over windows of the committed WikiText excerpt: the GPU as
 //     close to the reference as the reference run one position per step is
 //     (times kGpuEngineVsSpread, at least 0.2%); the |delta ppl| <= 0.001
@@ -56,6 +60,8 @@
 #include "support/gpu.h"
 #include "support/qwen2_style.h"
 #include "support/random.h"
+#include "support/scratch_dir.h"
+#include "support/tiny_families.h"
 #include "support/tolerances.h"
 #include "tokenizer/tokenizer.h"
 
@@ -541,6 +547,107 @@ TEST(GpuEngineQwen2Style, BiasedProjectionsMatchTheQuantizedReference) {
                          "qwen2-style prompt kv " + to_string(kv));
   }
 }
+
+// The families beyond Llama 3 as checkpoints (tests/support/tiny_families.h:
+// Qwen2 with q/k/v biases and a tied head, Mistral with one KV head and an
+// untied head, a Llama checkpoint with a SentencePiece-style tokenizer) load
+// from their directories into the GPU engine, whose prompt logits match the
+// CPU engine's on the same INT4 weights, for the BF16 cache and the INT4
+// mirror (bounds: tol::kGpuEngineFamily*, why not the self-spread there).
+class GpuEngineFamilies : public ::testing::TestWithParam<const test::TinyFamily*> {};
+
+TEST_P(GpuEngineFamilies, CheckpointLogitsMatchTheQuantizedReference) {
+  FUTR_REQUIRE_GPU();
+  const test::TinyFamily& f = *GetParam();
+  const Model m = load_model(test::tiny_family_dir(f, test::scratch_dir("gpu_engine_families")).string());
+  cpu::QuantizeOptions qo;
+  qo.format = WeightFormat::kInt4;
+  qo.method = QuantMethod::kRtn;
+  const auto q = std::make_shared<quant::QuantizedWeights>(cpu::quantize_model(m, qo, {}));
+  const Tokenizer tok(m.tokenizer);
+  std::vector<int32_t> tokens =
+      tok.encode(test::read_data_file(FUTR_TEST_TEXT).substr(0, 400), tok.add_bos(), false);
+  tokens.resize(std::min<size_t>(tokens.size(), 96));
+  ASSERT_GE(tokens.size(), 64u);
+  for (const KvFormat kv : {KvFormat::kBf16, KvFormat::kInt4}) {
+    gpu::GpuEngineOptions go;
+    go.kv = kv;
+    go.kv_block = 64;
+    go.ctx = 256;
+    go.max_seqs = 2;
+    gpu::GpuEngine g(m, q, go);
+    cpu::CpuEngineOptions co;
+    co.weights = WeightFormat::kInt4;
+    co.kv = kv;
+    co.kv_block = 64;
+    co.ctx = 256;
+    co.max_seqs = 2;
+    cpu::CpuEngine c(m, q, co);
+    g.open(0);
+    c.open(0);
+    c.open(1);
+    const Tensor want = all_logits(c, 0, tokens, /*prompt=*/true);
+    const Deviation d = deviation(all_logits(g, 0, tokens), want);
+    const std::string what = std::string(f.dir) + " prompt kv " + to_string(kv);
+    std::printf("%s: gpu vs cpu mean %.3e max %.3e argmax %.3f\n", what.c_str(), d.mean_rel, d.max_rel,
+                d.argmax_agree);
+    EXPECT_LE(d.mean_rel,
+              kv == KvFormat::kBf16 ? test::tol::kGpuEngineFamilyBf16 : test::tol::kGpuEngineFamilyInt4Kv)
+        << what;
+    EXPECT_GE(d.argmax_agree, test::tol::kGpuEngineFamilyArgmax) << what;
+  }
+}
+
+// A vocabulary padded beyond the tokenizer (the tiny Mistral: 320 LM-head rows,
+// 258 tokens; real checkpoints pad to a multiple of 64 or 128): greedy tokens
+// are the argmax over the ids that have a token, never a padded row, even
+// where a padded row holds the row's maximum (here: the padded rows scaled
+// up, so that they win most rows). Each token equals the argmax of the same
+// engine's logits over the sampleable ids.
+TEST(GpuEngineFamiliesPadded, GreedyTokensNeverPaddedRows) {
+  FUTR_REQUIRE_GPU();
+  Model m = load_model(
+      test::tiny_family_dir(test::kTinyMistral, test::scratch_dir("gpu_engine_families")).string());
+  const int32_t known = m.sampleable_vocab();
+  ASSERT_LT(known, m.config.vocab) << "the tiny Mistral's vocabulary is padded beyond its tokenizer";
+  ASSERT_FALSE(m.weights.lm_head.empty());
+  const int64_t H = m.config.hidden;
+  for (int64_t r = known; r < m.config.vocab; ++r)
+    for (int64_t j = 0; j < H; ++j) m.weights.lm_head.data[size_t(r * H + j)] *= 6.f;
+  cpu::QuantizeOptions qo;
+  qo.format = WeightFormat::kInt4;
+  qo.method = QuantMethod::kRtn;
+  const auto q = std::make_shared<quant::QuantizedWeights>(cpu::quantize_model(m, qo, {}));
+  gpu::GpuEngineOptions go;
+  go.ctx = 128;
+  go.max_seqs = 2;
+  gpu::GpuEngine g(m, q, go);
+  g.open(0);
+  g.open(1);
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 48; ++i) prompt.push_back(int32_t(i * 37 % known));
+  const Tensor z = all_logits(g, 0, prompt);
+  std::vector<BatchRow> rows;
+  for (size_t i = 0; i < prompt.size(); ++i)
+    rows.push_back({prompt[i], 1, int32_t(i), RowOutput::kToken, -1});
+  const runtime::StepResult t = g.step(rows);
+  ASSERT_EQ(t.tokens.size(), prompt.size());
+  int padded_max = 0;
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    const std::span<const float> row(z.row(int64_t(i)), size_t(z.dim(1)));
+    padded_max += runtime::argmax(row) >= known;
+    EXPECT_EQ(t.tokens[i], runtime::argmax(row.first(size_t(known)))) << "row " << i;
+  }
+  EXPECT_GT(padded_max, 0) << "no row had its maximum on a padded row: the test tests nothing";
+}
+
+INSTANTIATE_TEST_SUITE_P(Tiny, GpuEngineFamilies,
+                         ::testing::Values(&test::kTinyQwen2, &test::kTinyMistral, &test::kTinyLlama2),
+                         [](const ::testing::TestParamInfo<const test::TinyFamily*>& i) {
+                           return std::string(i.param == &test::kTinyQwen2     ? "qwen2"
+                                              : i.param == &test::kTinyMistral ? "mistral"
+                                                                               : "llama2_spm");
+                         });
 
 class SyntheticGpuEngine : public ::testing::TestWithParam<std::string> {};
 
