@@ -16,9 +16,6 @@
 // group 128); random weights. Time: median of CUDA-graph replays, CUDA events,
 // L2 flushed by a read pass before each. Prints markdown, writes JSON.
 //
-// Each persistent way twice: the gemvs that read a gemv (o, down) waiting per
-// column group of it ("group deps") and for the whole op before ("op deps").
-//
 // --breakdown: a second table from the units' device timestamps (where each
 // op of the fused chain spends its time; JSON beside the first, *_breakdown.json).
 //
@@ -101,10 +98,8 @@ struct Layer {
   cuda::DeviceBuffer<uint16_t> g1, g2;
 };
 
-std::string rep_weights(const cuda::PersistentStep& step, int per_sm, cuda::PersistentDeps deps) {
-  return fmt::format("{}, {} deps",
-                     step.ring() ? fmt::format("ring {}/SM x {}", per_sm, step.ring_stages()) : "registers",
-                     deps == cuda::PersistentDeps::kGroups ? "group" : "op");
+std::string rep_weights(const cuda::PersistentStep& step, int per_sm) {
+  return step.ring() ? fmt::format("ring {}/SM x {}", per_sm, step.ring_stages()) : "registers";
 }
 
 double median(std::vector<double> v) {
@@ -288,22 +283,11 @@ int main(int argc, char** argv) try {
       // (2) the same ops in one persistent launch: the gemv's weights streamed
       // by each unit into registers, and (a list of gemvs only) through a
       // producer warp's shared-memory ring.
-      // Each with the gemvs that read a gemv waiting per column group, and
-      // (the same list) for the whole op before.
-      struct Way {
-        cuda::PersistentWeights weights;
-        int per_sm;
-        cuda::PersistentDeps deps;
-      };
-      std::vector<Way> ways;
-      for (const auto deps : {cuda::PersistentDeps::kGroups, cuda::PersistentDeps::kOps}) {
-        ways.push_back({cuda::PersistentWeights::kRegisters, 0, deps});
-        if (fused)
-          for (const int per_sm : o.ring_ctas_per_sm)
-            ways.push_back({cuda::PersistentWeights::kRing, per_sm, deps});
-      }
-      for (const auto& [way, per_sm, deps] : ways) {
-        cuda::PersistentStep step(way, per_sm, deps);
+      std::vector<std::pair<cuda::PersistentWeights, int>> ways{{cuda::PersistentWeights::kRegisters, 0}};
+      if (fused)
+        for (const int per_sm : o.ring_ctas_per_sm) ways.emplace_back(cuda::PersistentWeights::kRing, per_sm);
+      for (const auto& [way, per_sm] : ways) {
+        cuda::PersistentStep step(way, per_sm);
         chain(
             [&](const cuda::DeviceBuffer<uint16_t>& g) { step.rmsnorm(norm(g)); },
             [&](const cuda::W4Linear& l, const void* in, void* out, bool sw, const cuda::DecodeNormInput* n) {
@@ -313,7 +297,7 @@ int main(int argc, char** argv) try {
         step.launch(stream, ctas);  // uploads the list outside the capture
         const double persistent_us = timer.us([&](cudaStream_t st) { step.launch(st, ctas); }, stream);
         if (fused && o.breakdown) {
-          cuda::PersistentStep rec(way, per_sm, deps);
+          cuda::PersistentStep rec(way, per_sm);
           chain(
               [&](const cuda::DeviceBuffer<uint16_t>& g) { rec.rmsnorm(norm(g)); },
               [&](const cuda::W4Linear& l, const void* in, void* out, bool sw,
@@ -322,12 +306,12 @@ int main(int argc, char** argv) try {
           rec.launch(stream, ctas);
           bench::flush_l2_read(region.get(), std::min(bytes, 2 * dev.l2_bytes), sink.get(), stream);
           rec.launch(stream, ctas);
-          breakdown(brk, sh->model, rep_weights(step, per_sm, deps), rec.times(stream), layers,
+          breakdown(brk, sh->model, rep_weights(step, per_sm), rec.times(stream), layers,
                     floor_us / double(bytes));
         }
         rep.add({{"model", sh->model},
                  {"chain", fused ? "fused" : "unfused"},
-                 {"weights", rep_weights(step, per_sm, deps)},
+                 {"weights", rep_weights(step, per_sm)},
                  {"layers", sh->layers},
                  {"ops", step.size()},
                  {"MB", double(bytes) / 1e6},

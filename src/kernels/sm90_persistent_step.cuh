@@ -8,19 +8,10 @@
 //     for each unit u of op i owned by this CTA:
 //       body(op i, u) with CtaCounterDeps{&done[i - 1], units of op i - 1}
 //       (the body streams its weights, then waits for op i - 1's units)
-//       barrier; thread 0: red.release.gpu done[i] += 1 (and, a gemv unit,
-//       groups[its column group] += 1)
+//       barrier; thread 0: red.release.gpu done[i] += 1
 //   barrier; thread 0: the CTA's arrival on done[n_ops]; the last CTA to
-//   arrive re-arms done[0 .. n_ops] and the groups to zero (the next launch,
-//   a CUDA graph replay, starts from zero)
-//
-// A gemv that reads the gemv before it (PersistentOp::dep_groups: the o
-// projection reading the attention's stand-in, the down projection reading
-// gate|up) waits per column group: each unit only for the groups holding its
-// K slice of the input, then for the whole op before just ahead of its first
-// write (CtaCounterDeps). A gemv's units are dealt K split first (unit k of
-// the op: column group k / splits, split k % splits), so the groups complete
-// one after another rather than all in the op's last round.
+//   arrive re-arms done[0 .. n_ops] to zero (the next launch, a CUDA graph
+//   replay, starts from zero)
 //
 // Why it cannot deadlock: every CTA is resident (the launcher sizes the grid
 // by the occupancy), and a CTA waiting in op i waits only for units of op
@@ -63,7 +54,7 @@ enum class PersistentKind : int32_t { kRmsNorm, kSwiglu, kGemvG128, kGemvG64 };
 
 inline constexpr int kPersistentThreads = 256;
 inline constexpr int kPersistentSmallSmem = 128;  // the units' small pieces
-inline constexpr int kPersistentOpSmem = 640;     // two op slots (2 x 304 bytes), 128-byte padded
+inline constexpr int kPersistentOpSmem = 640;     // two op slots (2 x 288 bytes), 128-byte padded
 
 // One op of the list. params holds the op's parameter struct (RmsNormParams,
 // SwigluParams or DecodeParams), copied by the launcher.
@@ -72,11 +63,6 @@ struct PersistentOp {
   int32_t units;       // the op's units (the launch executor's CTAs)
   int32_t nx, ny;      // gemv: the unit grid (column groups x K splits); others: units x 1
   int32_t first_unit;  // the op's first unit in the list's numbering (the timestamps' index)
-  int32_t groups;      // gemv: its column groups' first counter in PersistentStepParams::groups; else -1
-  // Per column group dependencies (dep_groups >= 0; a gemv reading the gemv before it): the op before's
-  // first group counter, its columns per group, its units per group (K splits), and where the up half of
-  // a SwiGLU input starts in its columns (0: a plain input, one range).
-  int32_t dep_groups, dep_cols, dep_need, dep_up;
   alignas(16) unsigned char params[256];
 };
 static_assert(sizeof(DecodeParams) <= 256 && sizeof(RmsNormParams) <= 256 && sizeof(SwigluParams) <= 256,
@@ -89,9 +75,6 @@ struct PersistentStepParams {
   int n_ops = 0;
   uint32_t* done = nullptr;  // [n_ops + 1] finished units per op, then the CTAs' final arrivals; zero
                              // between launches (each launch leaves them zero)
-  uint32_t* groups =
-      nullptr;  // [n_groups] finished units per column group of every gemv op; zero between launches
-  int n_groups = 0;
   // The weight ring (sm90_persistent_ring_kernel only): its offset in the
   // dynamic shared memory (128-byte aligned, after the largest gemv's x slice
   // and scales) and its stages of kRingStageBytes.
@@ -125,62 +108,6 @@ __device__ __forceinline__ const P& op_params(const PersistentOp& op) {
   return *reinterpret_cast<const P*>(op.params);
 }
 
-// The op's k-th unit in a CTA's walk, as its linear index (x + nx y): K
-// split fastest, so that a column group's splits run side by side and the
-// groups complete one after another (a row-wise op: k itself).
-__device__ __forceinline__ int walk_unit(const PersistentOp& op, int k) {
-  return k / op.ny + op.nx * (k % op.ny);
-}
-
-// Unit u's dependencies (a unit of op i; done: the ops' counters).
-template <class Bar>
-__device__ __forceinline__ CtaCounterDeps<Bar> unit_deps(const PersistentStepParams& sp,
-                                                         const PersistentOp& op, int i, int u,
-                                                         uint32_t before_units, PersistentUnitTimes* t) {
-  CtaCounterDeps<Bar> d{i > 0 ? sp.done + (i - 1) : nullptr, before_units, t ? &t->ready : nullptr};
-  if (op.dep_groups >= 0) {  // the gemv units holding this unit's K slice of the input
-    const DecodeParams& p = op_params<DecodeParams>(op);
-    int c0 = 0, nj = 0;
-    split_chunks(p, unsigned(u / op.nx), c0, nj);
-    const int lo = c0 * layout::kChunkK, hi = min(p.k, (c0 + nj) * layout::kChunkK);
-    d.groups = sp.groups + op.dep_groups;
-    d.group_need = uint32_t(op.dep_need);
-    d.lo[0] = lo / op.dep_cols;
-    d.hi[0] = (hi + op.dep_cols - 1) / op.dep_cols;
-    if (op.dep_up > 0) {
-      d.lo[1] = (op.dep_up + lo) / op.dep_cols;
-      d.hi[1] = (op.dep_up + hi + op.dep_cols - 1) / op.dep_cols;
-    }
-  }
-  return d;
-}
-
-// A unit is done: thread 0 counts it on its op's counter and, a gemv unit, on
-// its column group's, after the caller's barrier. The release orders the
-// CTA's writes (made visible to thread 0 by that barrier) before the counts.
-__device__ __forceinline__ void count_unit(const PersistentStepParams& sp, const PersistentOp& op, int i,
-                                           int u) {
-  if (threadIdx.x == 0) {
-    ptx::red_release_gpu_add(sp.done + i, 1u);
-    if (op.groups >= 0) ptx::red_release_gpu_add(sp.groups + op.groups + u % op.nx, 1u);
-  }
-}
-
-// The end of a launch: every CTA arrives on done[n_ops]; the last one re-arms
-// all the counters (every other CTA has finished every op by then, so no one
-// reads them again in this launch). All the body's threads call it (Bar's);
-// last: a word of shared memory.
-template <class Bar>
-__device__ __forceinline__ void rearm(const PersistentStepParams& sp, uint32_t* last) {
-  if (threadIdx.x == 0) *last = ptx::atom_acq_rel_gpu_add(sp.done + sp.n_ops, 1u) == gridDim.x - 1;
-  Bar::sync();
-  if (*last) {
-    for (int i = int(threadIdx.x); i <= sp.n_ops; i += Bar::threads()) ptx::st_relaxed_gpu(sp.done + i, 0u);
-    for (int i = int(threadIdx.x); i < sp.n_groups; i += Bar::threads())
-      ptx::st_relaxed_gpu(sp.groups + i, 0u);
-  }
-}
-
 // The list's op i + 1 is copied into shared memory (cp.async, one slot of
 // two) while op i runs: a unit's body reads its parameters from there, not
 // from global memory. kGemvOnly: a list of gemv ops only, compiled without
@@ -206,11 +133,10 @@ __global__ void __launch_bounds__(kPersistentThreads, kGemvOnly ? 4 : 2)
     const PersistentOp& op = slots[i & 1];
     const PersistentKind kind = op.kind;
     const int units = op.units;
-    for (int k = int(blockIdx.x); k < units; k += int(gridDim.x)) {
-      const int u = walk_unit(op, k);
+    for (int u = int(blockIdx.x); u < units; u += int(gridDim.x)) {
       PersistentUnitTimes* const t = unit_times(sp, op, u);
       stamp(t ? &t->start : nullptr);
-      const CtaCounterDeps<> deps = unit_deps<CtaBarrier>(sp, op, i, u, before_units, t);
+      const CtaCounterDeps<> deps{i > 0 ? sp.done + (i - 1) : nullptr, before_units, t ? &t->ready : nullptr};
       switch (kind) {
         case PersistentKind::kRmsNorm:
           if constexpr (!kGemvOnly)
@@ -230,13 +156,22 @@ __global__ void __launch_bounds__(kPersistentThreads, kGemvOnly ? 4 : 2)
       }
       __syncthreads();  // the unit's writes are done (and its shared memory free for the next unit)
       stamp(t ? &t->end : nullptr);
-      count_unit(sp, op, i, u);
+      if (threadIdx.x == 0) {
+        __threadfence();
+        ptx::red_release_gpu_add(sp.done + i, 1u);
+      }
     }
     before_units = uint32_t(units);
     __syncthreads();  // every thread is done with slot i % 2 before fetch(i + 2) refills it
   }
   ptx::cp_async_wait<0>();
-  rearm<CtaBarrier>(sp, last);
+  // Re-arm: the last CTA to arrive zeroes the counters (every other CTA has
+  // finished every op by then, so no one reads them again in this launch).
+  if (threadIdx.x == 0) {
+    const uint32_t before = ptx::atom_acq_rel_gpu_add(sp.done + sp.n_ops, 1u);
+    if (before == gridDim.x - 1)
+      for (int i = 0; i <= sp.n_ops; ++i) ptx::st_relaxed_gpu(sp.done + i, 0u);
+  }
 }
 
 // The gemv-only list with its weights through a ring (sm90_w4a16_gemv_ring.cuh):
@@ -287,11 +222,9 @@ __global__ void __launch_bounds__(kPersistentRingThreads, kCtasPerSm)
     if (threadIdx.x == ConsumerBarrier::kThreads)
       for (int i = 0; i < sp.n_ops; ++i) {
         const PersistentOp& op = sp.ops[i];
-        for (int k = int(blockIdx.x); k < op.units; k += int(gridDim.x)) {
-          const int u = walk_unit(op, k);
+        for (int u = int(blockIdx.x); u < op.units; u += int(gridDim.x))
           gemv_ring_produce(op_params<DecodeParams>(op), LinearUnit(unsigned(u), op.nx, op.ny), ring,
                             unit_times(sp, op, u));
-        }
       }
     return;
   }
@@ -306,12 +239,12 @@ __global__ void __launch_bounds__(kPersistentRingThreads, kCtasPerSm)
     const PersistentOp& op = slots[i & 1];
     const PersistentKind kind = op.kind;
     const int units = op.units;
-    for (int k = int(blockIdx.x); k < units; k += int(gridDim.x)) {
-      const int u = walk_unit(op, k);
+    for (int u = int(blockIdx.x); u < units; u += int(gridDim.x)) {
       const LinearUnit unit(unsigned(u), op.nx, op.ny);
       PersistentUnitTimes* const t = unit_times(sp, op, u);
       stamp(t ? &t->start : nullptr);
-      const CtaCounterDeps<ConsumerBarrier> deps = unit_deps<ConsumerBarrier>(sp, op, i, u, before_units, t);
+      const CtaCounterDeps<ConsumerBarrier> deps{i > 0 ? sp.done + (i - 1) : nullptr, before_units,
+                                                 t ? &t->ready : nullptr};
       uint64_t* const computed = t ? &t->computed : nullptr;
       if (kind == PersistentKind::kGemvG128)
         w4a16_gemv_ring_unit<128>(op_params<DecodeParams>(op), unit, W4a16Smem{part, last}, xs, ring, deps,
@@ -321,13 +254,20 @@ __global__ void __launch_bounds__(kPersistentRingThreads, kCtasPerSm)
                                  computed);
       ConsumerBarrier::sync();
       stamp(t ? &t->end : nullptr);
-      count_unit(sp, op, i, u);
+      if (threadIdx.x == 0) {
+        __threadfence();
+        ptx::red_release_gpu_add(sp.done + i, 1u);
+      }
     }
     before_units = uint32_t(units);
     ConsumerBarrier::sync();
   }
   ptx::cp_async_wait<0>();
-  rearm<ConsumerBarrier>(sp, last);
+  if (threadIdx.x == 0) {
+    const uint32_t before = ptx::atom_acq_rel_gpu_add(sp.done + sp.n_ops, 1u);
+    if (before == gridDim.x - 1)
+      for (int i = 0; i <= sp.n_ops; ++i) ptx::st_relaxed_gpu(sp.done + i, 0u);
+  }
 }
 
 }  // namespace futr::device

@@ -146,16 +146,6 @@ struct E4M3Format {
   }
 };
 
-// The k64 chunks [c0, c0 + nj) of K split `split`: whole k128 blocks,
-// kb_per_split of them (the last split may have fewer, or none).
-__device__ __forceinline__ void split_chunks(const DecodeParams& p, unsigned split, int& c0, int& nj) {
-  const int nchunks = p.k / layout::kChunkK;
-  const int nblk = (p.k + layout::kBlockK - 1) / layout::kBlockK;
-  const int kb0 = int(split) * p.kb_per_split;
-  c0 = 2 * kb0;
-  nj = max(0, min(nchunks, 2 * min(nblk, kb0 + p.kb_per_split)) - c0);
-}
-
 // ---- the warp's part of the problem (both kernels) ---------------------------
 // CTA (x, y) of 8 warps covers 8*TM tiles of 16 channels and split y of K;
 // warp w takes tiles 8*TM*x + 8*tm + w. c0 is the split's first k64 chunk
@@ -178,7 +168,11 @@ struct WarpTiles {
                                        unsigned split) {
     const int g = lane / 4;
     const int ntiles = p.n / layout::kTileN;
-    split_chunks(p, split, c0, nj);
+    const int nchunks = p.k / layout::kChunkK;
+    const int nblk = (p.k + layout::kBlockK - 1) / layout::kBlockK;
+    const int kb0 = split * p.kb_per_split;
+    c0 = 2 * kb0;
+    nj = max(0, min(nchunks, 2 * min(nblk, kb0 + p.kb_per_split)) - c0);
 #pragma unroll
     for (int tm = 0; tm < TM; ++tm) {
       tile[tm] = col * kWarps * TM + tm * kWarps + warp;

@@ -240,7 +240,6 @@ __device__ __forceinline__ void w4a16_gemv_unit(const DecodeParams& p, const Uni
       if (j0 + u + U < nj) fill(u);
   }
 
-  deps.wait_outputs();
   store_output<WF, 1, TM>(p, acc, wt.tile, wt.tok, g, c, unit, *sm.last);
 }
 

@@ -70,8 +70,11 @@ struct GemvUnitRun {
   int nj, bytes;
   __device__ __forceinline__ GemvUnitRun(const DecodeParams& p, unsigned col, unsigned split) {
     const int ntiles = p.n / layout::kTileN;
-    int c0 = 0;
-    split_chunks(p, split, c0, nj);
+    const int nchunks = p.k / layout::kChunkK;
+    const int nblk = (p.k + layout::kBlockK - 1) / layout::kBlockK;
+    const int kb0 = int(split) * p.kb_per_split;
+    const int c0 = 2 * kb0;
+    nj = max(0, min(nchunks, 2 * min(nblk, kb0 + p.kb_per_split)) - c0);
     const int t0 = int(col) * layout::kTileGroup;
     bytes = chunk_bytes(p, col);
     src = p.w + layout::tile_chunk_offset(ntiles, p.k, layout::kInt4ChunkBytes, t0, c0);
@@ -170,7 +173,6 @@ __device__ __forceinline__ void w4a16_gemv_ring_unit(const DecodeParams& p, cons
   }
 
   if (computed && threadIdx.x == 0) *computed = ptx::globaltimer();
-  deps.wait_outputs();
   store_output<WF, 1, 1, LinearUnit, Bar>(p, acc, wt.tile, wt.tok, g, c, unit, *sm.last);
 }
 

@@ -44,12 +44,7 @@
 //   - deps.wait(): called by every thread where the body first touches what
 //     an earlier op writes (activations, the KV cache, the row map); what it
 //     does before (weight loads, gains, index math) needs nothing from
-//     earlier ops. deps.wait_outputs() (the W4A16 gemv bodies): called by
-//     every thread before the body's first global write, for an executor
-//     whose wait() waited for part of the op before only (the units holding
-//     this unit's inputs): then it waits for the rest of that op, which may
-//     still read what this unit overwrites; under every other Deps it
-//     returns at once. deps.release(): where the op stops holding back the next
+//     earlier ops. deps.release(): where the op stops holding back the next
 //     one (at the body's start; sample top-k: right after its wait). Under
 //     the launch executor Deps is PdlDeps (griddepcontrol, ptx/pdl.cuh),
 //     both at the places the kernels always had them; a persistent executor
@@ -143,7 +138,6 @@ namespace futr::device {
 struct PdlDeps {
   __device__ __forceinline__ void release() const { ptx::griddep_launch_dependents(); }
   __device__ __forceinline__ void wait() const { ptx::griddep_wait(); }
-  __device__ __forceinline__ void wait_outputs() const {}
   __device__ __forceinline__ uint4 act_v4(const void* p) const { return ptx::ld_cached_v4(p); }
 };
 
@@ -175,47 +169,21 @@ struct ConsumerBarrier {
 //     and the W4A16 GEMMs; not the KV append, whose spare warps return early);
 //   act_v4(p): a coherent load (the producer ran in the same grid).
 //   ready: where thread 0 stores the time its wait ended (globaltimer ns), or null.
-// Per column group (groups != null; a gemv unit whose input is the output of
-// the gemv before it): wait() waits only for the op before's column groups
-// that hold the unit's input columns, groups[lo[r] .. hi[r]) for r = 0, 1
-// (the SwiGLU input: the gate's and the up's), each complete at group_need
-// finished units (the op before's K splits, its last one having reduced); the
-// body's threads poll them side by side. wait_outputs() then waits for the
-// whole op before (counter, need) before the unit's first write: the op
-// before may still read what this one overwrites (the fused RMSNorm reads the
-// residual the o and down projections write), and a full count keeps the
-// chain transitive for the ops after. The unit's sums overlap the op
-// before's last units (its tail) instead of waiting for all of them.
 template <class Bar = CtaBarrier>
 struct CtaCounterDeps {
   const uint32_t* counter = nullptr;
   uint32_t need = 0;
   uint64_t* ready = nullptr;
-  const uint32_t* groups = nullptr;  // per column group mode (null: the whole op before)
-  uint32_t group_need = 0;
-  int lo[2] = {0, 0}, hi[2] = {0, 0};  // the groups [lo, hi) of the unit's input, two ranges
-  __device__ __forceinline__ static void spin(const uint32_t* c, uint32_t n) {
-    while (ptx::ld_acquire_gpu(c) < n) ptx::nanosleep(32);
-  }
   __device__ __forceinline__ void release() const {}
   __device__ __forceinline__ void wait() const {
-    if (groups) {
-#pragma unroll
-      for (int r = 0; r < 2; ++r)
-        for (int gi = lo[r] + int(threadIdx.x); gi < hi[r]; gi += Bar::threads())
-          spin(groups + gi, group_need);
-      Bar::sync();
-    } else if (counter) {
-      if (threadIdx.x == 0) spin(counter, need);
+    if (counter) {
+      if (threadIdx.x == 0) {
+        while (ptx::ld_acquire_gpu(counter) < need) ptx::nanosleep(32);
+        __threadfence();
+      }
       Bar::sync();
     }
     if (ready && threadIdx.x == 0) *ready = ptx::globaltimer();
-  }
-  __device__ __forceinline__ void wait_outputs() const {
-    if (groups && counter) {
-      if (threadIdx.x == 0) spin(counter, need);
-      Bar::sync();
-    }
   }
   __device__ __forceinline__ uint4 act_v4(const void* p) const { return ptx::ld_coherent_v4(p); }
 };

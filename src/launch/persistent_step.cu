@@ -17,13 +17,10 @@ namespace futr::cuda {
 
 struct PersistentStep::Impl {
   PersistentWeights weights = PersistentWeights::kRegisters;
-  PersistentDeps deps = PersistentDeps::kGroups;
   int ring_ctas_per_sm = PersistentStep::kDefaultRingCtasPerSm;
   std::vector<device::PersistentOp> ops;
   DeviceBuffer<device::PersistentOp> dev_ops;
-  DeviceBuffer<uint32_t> done;    // [ops + 1], zero between launches
-  DeviceBuffer<uint32_t> groups;  // [total_groups] the gemv ops' column groups, zero between launches
-  int total_groups = 0;
+  DeviceBuffer<uint32_t> done;  // [ops + 1], zero between launches
   size_t smem = device::kPersistentSmallSmem + device::kPersistentOpSmem;
   size_t gemv_smem = 0;  // the largest gemv's x slice and scales
   int total_units = 0;
@@ -40,17 +37,15 @@ struct PersistentStep::Impl {
     op.nx = nx;
     op.ny = ny;
     op.first_unit = total_units;
-    op.groups = op.dep_groups = -1;
     total_units += units;
     std::memcpy(op.params, &p, sizeof(P));
     ops.push_back(op);
   }
 };
 
-PersistentStep::PersistentStep(PersistentWeights weights, int ring_ctas_per_sm, PersistentDeps deps)
+PersistentStep::PersistentStep(PersistentWeights weights, int ring_ctas_per_sm)
     : impl_(std::make_unique<Impl>()) {
   impl_->weights = weights;
-  impl_->deps = deps;
   if (ring_ctas_per_sm != 0) {
     FUTR_CHECK(std::ranges::find(device::kPersistentRingCtasPerSm, ring_ctas_per_sm) !=
                    std::end(device::kPersistentRingCtasPerSm),
@@ -82,27 +77,8 @@ void PersistentStep::gemm(const DecodeArgs& a, const DecodeConfig& c) {
   impl_->smem = std::max(impl_->smem, fixed + l.smem);
   impl_->gemv_smem = std::max(impl_->gemv_smem, l.smem);
   const int nx = int(l.grid.x), ny = int(l.grid.y);
-  Impl& m = *impl_;
-  // Per column group dependencies where this gemv reads what the gemv before
-  // it wrote (the same buffer from its start): its units wait only for the
-  // groups holding their K slice (sm90_persistent_step.cuh).
-  const device::PersistentOp* before = m.ops.empty() ? nullptr : &m.ops.back();
-  const bool reads_before =
-      m.deps == PersistentDeps::kGroups && before && before->groups >= 0 && !l.p.x_norm &&
-      static_cast<const void*>(l.p.x) ==
-          static_cast<const void*>(reinterpret_cast<const device::DecodeParams*>(before->params)->y);
-  const int before_groups = reads_before ? before->groups : -1, before_ny = reads_before ? before->ny : 0;
-  m.add(a.group == 128 ? device::PersistentKind::kGemvG128 : device::PersistentKind::kGemvG64, l.p, nx * ny,
-        nx, ny);
-  device::PersistentOp& op = m.ops.back();
-  op.groups = m.total_groups;
-  m.total_groups += nx;
-  if (reads_before) {
-    op.dep_groups = before_groups;
-    op.dep_cols = 8 * layout::kTileN;  // the gemv's column group: 8 warps x one tile (TM = 1)
-    op.dep_need = before_ny;
-    op.dep_up = l.p.x_swiglu ? l.p.k : 0;
-  }
+  impl_->add(a.group == 128 ? device::PersistentKind::kGemvG128 : device::PersistentKind::kGemvG64, l.p,
+             nx * ny, nx, ny);
 }
 
 int PersistentStep::size() const { return int(impl_->ops.size()); }
@@ -216,16 +192,13 @@ void PersistentStep::launch(cudaStream_t s, int ctas) {
     m.dev_ops = DeviceBuffer<device::PersistentOp>(m.ops, s);
     m.done = DeviceBuffer<uint32_t>(m.ops.size() + 1);
     m.done.fill_bytes(0, s);
-    m.groups = DeviceBuffer<uint32_t>(size_t(std::max(m.total_groups, 1)));
-    m.groups.fill_bytes(0, s);
     if (m.record) {
       m.times = DeviceBuffer<device::PersistentUnitTimes>(size_t(m.total_units));
       m.times.fill_bytes(0, s);
     }
     m.uploaded = true;
   }
-  device::PersistentStepParams p{m.dev_ops.get(), int(m.ops.size()), m.done.get(), m.groups.get(),
-                                 m.total_groups};
+  device::PersistentStepParams p{m.dev_ops.get(), int(m.ops.size()), m.done.get()};
   p.times = m.record ? m.times.get() : nullptr;
   const unsigned grid = unsigned(ctas > 0 ? ctas : resident);
   if (ring()) {

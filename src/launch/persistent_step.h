@@ -7,8 +7,7 @@
 //
 // Ops of this version: rmsnorm (residual add or embedding gather), swiglu and
 // the one-row INT4 gemv (plain, SwiGLU or fused RMSNorm input; group 128 or
-// 64). A gemv reading the gemv before it waits per column group
-// (PersistentDeps). The list is
+// 64). The list is
 // built once and uploaded at the first launch; a launch re-arms its counters,
 // so the same launch can be captured into a CUDA graph and replayed.
 //
@@ -37,17 +36,11 @@ namespace futr::cuda {
 // step): the ring at SmolLM2's, the registers at the 8B's.
 enum class PersistentWeights { kRegisters, kRing };
 
-// What a gemv that reads the gemv before it waits for: all of that op's
-// units (kOps), or only the column groups that hold its K slice of the input,
-// then the rest just before its first write (kGroups: its sums overlap the op
-// before's last units). Every other op waits for the whole op before.
-enum class PersistentDeps { kOps, kGroups };
-
 class PersistentStep {
  public:
   // ring_ctas_per_sm: the ring kernel's CTAs per SM (1, 2, 3 or 4; 0: the default, kDefaultRingCtasPerSm).
-  explicit PersistentStep(PersistentWeights weights = PersistentWeights::kRegisters, int ring_ctas_per_sm = 0,
-                          PersistentDeps deps = PersistentDeps::kGroups);
+  explicit PersistentStep(PersistentWeights weights = PersistentWeights::kRegisters,
+                          int ring_ctas_per_sm = 0);
   static constexpr int kDefaultRingCtasPerSm = 4;
   ~PersistentStep();
   PersistentStep(const PersistentStep&) = delete;

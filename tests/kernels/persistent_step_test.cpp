@@ -15,10 +15,6 @@
 // residual add + RMSNorm fused into the gemv, the residual alternating
 // between two buffers), a list of gemvs only, which runs with either way of
 // streaming the weights (registers, or a producer warp's shared-memory ring).
-// The gemvs that read the gemv before them (gu -> y, a -> y in the fused
-// chain) wait per column group of it, and before they write, for all of it
-// (the fused RMSNorm before reads the y they overwrite): a unit that wrote
-// early would change what that RMSNorm read, and show here.
 //
 // Fresh random weights and inputs every run; the outputs poisoned (0xff)
 // before each run, so a unit that read an input before it was written, or an
@@ -205,22 +201,13 @@ void run_shape(int H, int I, int group) {
   const Result fwant = download(fref);
   // Both ways of streaming the gemv's weights (each unit its own in
   // registers; a producer warp's shared-memory ring), launch after launch.
-  // The gemvs that read a gemv (o, down) wait per column group, and (the
-  // last way) for the whole op before.
-  struct Way {
-    cuda::PersistentWeights weights;
-    int per_sm;
-    cuda::PersistentDeps deps;
-  };
-  const Way ways[] = {{cuda::PersistentWeights::kRing, 0, cuda::PersistentDeps::kGroups},
-                      {cuda::PersistentWeights::kRing, 1, cuda::PersistentDeps::kGroups},
-                      {cuda::PersistentWeights::kRegisters, 0, cuda::PersistentDeps::kGroups},
-                      {cuda::PersistentWeights::kRegisters, 0, cuda::PersistentDeps::kOps}};
-  for (const auto& [weights, per_sm, deps] : ways) {
+  const std::pair<cuda::PersistentWeights, int> ways[] = {{cuda::PersistentWeights::kRing, 0},
+                                                          {cuda::PersistentWeights::kRing, 1},
+                                                          {cuda::PersistentWeights::kRegisters, 0}};
+  for (const auto& [weights, per_sm] : ways) {
     const bool ring = weights == cuda::PersistentWeights::kRing;
-    SCOPED_TRACE(testing::Message() << (ring ? "ring" : "registers") << ", CTAs per SM " << per_sm << ", "
-                                    << (deps == cuda::PersistentDeps::kGroups ? "group" : "op") << " deps");
-    cuda::PersistentStep fstep(weights, per_sm, deps);
+    SCOPED_TRACE(testing::Message() << (ring ? "ring" : "registers") << ", CTAs per SM " << per_sm);
+    cuda::PersistentStep fstep(weights, per_sm);
     fused_chain(
         layers, fm,
         [&](const cuda::W4Linear& lin, const void* in, void* out, bool sw, const cuda::DecodeNormInput* n) {
