@@ -38,7 +38,8 @@
 // the next iteration's in flight, and the next chunk's first iteration in
 // flight while a chunk's warps merge (their O rows in the ring's free half).
 //
-// Contract: slots [slot_base[b], slot_base[b] + round_up(len[b], 16)) are
+// Contract (paged: the same positions through the block table, whole
+// 16-slot steps per block): slots [slot_base[b], slot_base[b] + round_up(len[b], 16)) are
 // readable (kernels/layout/kv_cache.cuh); tokens >= len are masked (their K
 // scores -inf, their V weights 0, BF16 V zeroed), whatever the slots hold.
 // len 0 gives a zero output.
@@ -67,6 +68,7 @@ struct DecodeAttentionParams {
   int64_t q_ld = 0;
   __nv_bfloat16* out = nullptr;    // [batch][n_heads][D] (splits == 1)
   const int* slot_base = nullptr;  // [batch] first slot of each sequence
+  layout::KvBlockTable blocks;     // or a paged cache's block tables, [batch] rows (slot_base unused)
   const int* kv_len = nullptr;     // [batch] tokens to attend (the new one included)
   KvLayerPtrs cache;
   int kv_heads = 0, group = 1;  // n_heads = kv_heads * group
@@ -142,7 +144,13 @@ __device__ __forceinline__ void decode_attention_unit(const DecodeAttentionParam
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, c = lane % 4;
   const int split = unit.x(), head = unit.y(), b = unit.z();
   const int G = p.group, n_heads = p.kv_heads * G;
-  const int len = p.kv_len[b], base = p.slot_base[b];
+  const bool paged = p.blocks.tables != nullptr;
+  const int len = p.kv_len[b], base = paged ? 0 : p.slot_base[b];
+  // The slot of a 16-token step's first token: contiguous from base, or its
+  // block's (a block holds whole steps: docs/LAYOUTS.md).
+  auto step_slot = [&](int step) {
+    return paged ? layout::kv_slot(p.blocks, p.slot_base, b, 16 * step) : base + 16 * step;
+  };
   // Work split in iterations of kU 16-token steps (the mirror: two steps per
   // softmax update): a sequence's iterations are cut into `splits` chunks,
   // warp w of a CTA takes iterations w, w + 4, ... of its chunk.
@@ -188,12 +196,16 @@ __device__ __forceinline__ void decode_attention_unit(const DecodeAttentionParam
 #pragma unroll
       for (int u = 0; u < kU; ++u)
         if (step_of(i, u) < steps)
-          attn::Step<D, KvKind::kInt4>::issue(stage(i, u), cursor, rel_of(i, u), lane);
+          attn::Step<D, KvKind::kInt4>::issue(stage(i, u), cursor,
+                                              paged ? step_slot(step_of(i, u)) : rel_of(i, u), lane);
     ptx::cp_async_commit();
   };
   auto prefetch_chunk = [&] {  // the chunk's first iterations in flight
     if constexpr (kInt4) {
-      cursor = attn::Step<D, KvKind::kInt4>::cursor(p.cache, p.kv_heads, head, base + 16 * kU * first, lane);
+      // Paged: the cursor at slot 0 and each step at its absolute slot (every
+      // offset is linear in the slot: the same addresses as contiguous).
+      cursor = attn::Step<D, KvKind::kInt4>::cursor(p.cache, p.kv_heads, head,
+                                                    paged ? 0 : base + 16 * kU * first, lane);
 #pragma unroll
       for (int i = 0; i < kGroupsAhead; ++i) issue_iter(i);
     }
@@ -243,7 +255,7 @@ __device__ __forceinline__ void decode_attention_unit(const DecodeAttentionParam
 #pragma unroll
         for (int u = 0; u < kU; ++u) cur[u].read(stage(i, u), lane);
       } else {
-        cur[0].load(p.cache, p.kv_heads, head, base + 16 * step_of(i, 0), lane);
+        cur[0].load(p.cache, p.kv_heads, head, step_slot(step_of(i, 0)), lane);
       }
 
       // S^T = K Q^T (16 tokens x 8 heads) per sub-step.

@@ -4,7 +4,7 @@
 // (quant/kv_int4.h, cpu::QuantKvStorage::write):
 //
 //   for each new row r (sequence seq[r], position pos[r]) and KV head h:
-//     slot = slot_base[seq[r]] + pos[r]
+//     slot = slot_base[seq[r]] + pos[r]   (paged: through the block table, layout::kv_slot)
 //     primary[slot][h] = k_r,h (BF16, as given)            (and v)
 //     x = float(k_r,h); x = x H      (rotated mirror only: block Walsh-Hadamard)
 //     s = amax(x) / 7; n_d = clamp(rne(x_d / s), -7, 7) + 8   (s == 0: n_d = 8)
@@ -64,7 +64,7 @@ __device__ __forceinline__ void kv_append_unit(const KvAppendParams& p, int unit
   deps.release();  // the next op may start (launch executor: PDL, ptx/pdl.cuh)
   deps.wait();     // k, v, q and the row map come from earlier ops
   if (head >= p.kv_heads) return;
-  const int slot = p.slot_base[p.row_seq[r]] + p.row_pos[r];
+  const int slot = layout::kv_slot(p.blocks, p.slot_base, p.row_seq[r], p.row_pos[r]);
   const bool rope = p.rope_cos != nullptr;
   const float* rc = rope ? p.rope_cos + size_t(p.row_pos[r]) * (D / 2) : nullptr;
   const float* rs = rope ? p.rope_sin + size_t(p.row_pos[r]) * (D / 2) : nullptr;

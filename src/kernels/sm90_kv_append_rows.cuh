@@ -90,7 +90,7 @@ __global__ void __launch_bounds__(kKvRowsThreads)
   if (int(threadIdx.x) < nr) {
     const int r = r0 + int(threadIdx.x);
     pos_s[threadIdx.x] = p.row_pos[r];
-    slot_s[threadIdx.x] = p.slot_base[p.row_seq[r]] + p.row_pos[r];
+    slot_s[threadIdx.x] = layout::kv_slot(p.blocks, p.slot_base, p.row_seq[r], p.row_pos[r]);
   }
   __syncthreads();
   const bool rope = p.rope_cos != nullptr;

@@ -60,6 +60,7 @@ struct KvAppendParams {
   const int* row_seq = nullptr;      // [rows] sequence index of each row
   const int* row_pos = nullptr;      // [rows] its position in the sequence
   const int* slot_base = nullptr;    // [sequences] first slot of each sequence (multiple of 16)
+  layout::KvBlockTable blocks;       // or a paged cache's block tables (then slot_base is unused)
   KvLayerPtrs cache;
   int rows = 0, kv_heads = 0;
   int rot_block = 0;                // 0: mirror not rotated; else the Hadamard block

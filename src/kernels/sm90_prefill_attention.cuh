@@ -45,7 +45,8 @@
 // head's D dims are D / 64 panels of [rows][64].
 //
 // Contract: the cache slots [slot_base[r], slot_base[r] + round_up(pos0[r] +
-// n_rows[r], 128)) may be read (slots past the cache's end read as zero);
+// n_rows[r], 128)) may be read (slots past the cache's end read as zero;
+// paged: the same positions through the block table, whole boxes per block);
 // those past position pos0[r] + n_rows[r] - 1 may hold anything (NaN too):
 // their scores are replaced by -inf and their V rows zeroed in shared memory
 // before the last block's O += P V. Rows of the Q tile past the request's
@@ -88,7 +89,12 @@ struct PrefillAttentionParams {
   const int* n_rows = nullptr;         // [requests] new rows of each request
   const int* pos0 = nullptr;           // [requests] position of the first new row (prefix length)
   const int* slot_base = nullptr;      // [requests] cache slot of position 0
-  __nv_bfloat16* out = nullptr;        // [rows] rows of n_heads * D, row stride out_ld
+  // Or a paged cache (slot_base unused): [requests] rows of block ids; the
+  // K/V tensor maps' box is then one block of rows (block_rows = the block
+  // size, <= kPrefillBN, dividing it), kPrefillBN / block_rows loads per panel.
+  layout::KvBlockTable blocks;
+  int block_rows = kPrefillBN;
+  __nv_bfloat16* out = nullptr;  // [rows] rows of n_heads * D, row stride out_ld
   int64_t out_ld = 0;
   int n_heads = 0;         // query heads
   int n_items = 0;         // tiles x n_heads work items
@@ -199,20 +205,46 @@ __global__ void __launch_bounds__(kPrefillThreads, 1)
             ptx::cp_async_bulk_tensor_2d_g2s(
                 smem + L::kQ + qb * L::kQBytes + c * kPrefillBM * 128 + h * 64 * 128, &qmap,
                 w.head * D + 64 * c, qrow + 64 * h, &q_full[qb]);
-        const int slot0 = p.slot_base[w.req];
+        const bool paged = p.blocks.tables != nullptr;
+        const int slot0 = paged ? 0 : p.slot_base[w.req];
         for (int j = 0; j < w.n_blocks; ++j, ++g) {
           const int s = g % kStages;
           ptx::mbarrier_wait_parity(&empty[s], ((g / kStages) & 1) ^ 1);
           uint8_t* kd = smem + L::kK + s * L::kKvBytes;
           uint8_t* vd = smem + L::kV + s * L::kKvBytes;
           ptx::mbarrier_arrive_expect_tx(&k_full[s], L::kKvBytes);
-          for (int c = 0; c < kPanels; ++c)
-            ptx::cp_async_bulk_tensor_2d_g2s(kd + c * L::kPanelBytes, &kmap, kv_head * D + 64 * c,
-                                             slot0 + j * kPrefillBN, &k_full[s]);
-          ptx::mbarrier_arrive_expect_tx(&v_full[s], L::kKvBytes);
-          for (int c = 0; c < kPanels; ++c)
-            ptx::cp_async_bulk_tensor_2d_g2s(vd + c * L::kPanelBytes, &vmap, kv_head * D + 64 * c,
-                                             slot0 + j * kPrefillBN, &v_full[s]);
+          if (!paged) {
+            for (int c = 0; c < kPanels; ++c)
+              ptx::cp_async_bulk_tensor_2d_g2s(kd + c * L::kPanelBytes, &kmap, kv_head * D + 64 * c,
+                                               slot0 + j * kPrefillBN, &k_full[s]);
+            ptx::mbarrier_arrive_expect_tx(&v_full[s], L::kKvBytes);
+            for (int c = 0; c < kPanels; ++c)
+              ptx::cp_async_bulk_tensor_2d_g2s(vd + c * L::kPanelBytes, &vmap, kv_head * D + 64 * c,
+                                               slot0 + j * kPrefillBN, &v_full[s]);
+          } else {
+            // One box per cache block: rows r .. r + block_rows - 1 of the
+            // panel at their block's slots (a box of 8-row multiples keeps
+            // the 128B swizzle of one box of kPrefillBN rows). A box past
+            // the item's keys is not looked up (the table has no entry
+            // there): a negative slot, read as zeros, masked like the rest.
+            for (int r = 0; r < kPrefillBN; r += p.block_rows) {
+              const int key = j * kPrefillBN + r;
+              const int slot =
+                  key < w.n_keys ? layout::kv_slot(p.blocks, nullptr, w.req, key) : -p.block_rows;
+              for (int c = 0; c < kPanels; ++c)
+                ptx::cp_async_bulk_tensor_2d_g2s(kd + c * L::kPanelBytes + r * 128, &kmap,
+                                                 kv_head * D + 64 * c, slot, &k_full[s]);
+            }
+            ptx::mbarrier_arrive_expect_tx(&v_full[s], L::kKvBytes);
+            for (int r = 0; r < kPrefillBN; r += p.block_rows) {
+              const int key = j * kPrefillBN + r;
+              const int slot =
+                  key < w.n_keys ? layout::kv_slot(p.blocks, nullptr, w.req, key) : -p.block_rows;
+              for (int c = 0; c < kPanels; ++c)
+                ptx::cp_async_bulk_tensor_2d_g2s(vd + c * L::kPanelBytes + r * 128, &vmap,
+                                                 kv_head * D + 64 * c, slot, &v_full[s]);
+            }
+          }
         }
       }
     }

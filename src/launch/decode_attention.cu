@@ -78,6 +78,18 @@ void check_aligned(const T* p, size_t bytes, const char* what) {
              what, bytes);
 }
 
+// A paged cache's tables: blocks of 16 .. 2^20 slots, a power of two that is
+// a multiple of 16 (whole 16-slot steps per block), a positive row stride.
+void check_blocks(const layout::KvBlockTable& t, const char* what) {
+  if (!t.tables) return;
+  FUTR_CHECK(
+      t.shift >= 4 && t.shift <= 20 && t.stride > 0,
+      "{}: block tables of blocks of 2^{} slots, {} entries per sequence: blocks are 16 .. 2^20 slots, "
+      "at least one entry",
+      what, t.shift, t.stride);
+  check_aligned(t.tables, 4, "the block tables");
+}
+
 void check_cache(const KvLayerPtrs& c, bool int4) {
   FUTR_CHECK(c.num_slots >= 16 && c.num_slots % layout::kKvSlotAlign == 0,
              "KV cache: num_slots {} must be a positive multiple of {}", c.num_slots, layout::kKvSlotAlign);
@@ -109,6 +121,7 @@ device::DecodeAttentionParams params(const AttentionShape& s, const AttentionArg
   p.q_ld = a.q_ld ? a.q_ld : int64_t(s.kv_heads) * s.group * s.head_dim;
   p.out = static_cast<__nv_bfloat16*>(a.out);
   p.slot_base = a.slot_base;
+  p.blocks = a.blocks;
   p.kv_len = a.kv_len;
   p.cache = a.cache;
   p.kv_heads = s.kv_heads;
@@ -257,7 +270,9 @@ void decode_attention(const AttentionShape& s, const AttentionArgs& a, const Att
   FUTR_CHECK(a.q_ld == 0 || a.q_ld >= int64_t(s.kv_heads) * s.group * s.head_dim,
              "decode attention: q row stride {} is shorter than a row", a.q_ld);
   check_aligned(static_cast<const __nv_bfloat16*>(a.out), 16, "out");
-  FUTR_CHECK(a.slot_base && a.kv_len, "decode attention: slot_base and kv_len must be set");
+  FUTR_CHECK((a.slot_base || a.blocks.tables) && a.kv_len,
+             "decode attention: slot_base (or block tables) and kv_len must be set");
+  check_blocks(a.blocks, "decode attention");
   check_cache(a.cache, s.int4);
   const size_t need = attention_workspace_floats(s, c);
   FUTR_CHECK(a.ws_floats >= need, "decode attention: workspace of {} floats, the configuration needs {}",
@@ -285,7 +300,9 @@ device::KvAppendParams append_params(const KvAppendArgs& a) {
              a.kv_heads);
   FUTR_CHECK(a.ld >= int64_t(a.kv_heads) * a.head_dim, "KV append: row stride {} < kv_heads * head_dim",
              a.ld);
-  FUTR_CHECK(a.k && a.v && a.row_seq && a.row_pos && a.slot_base, "KV append: a pointer is null");
+  FUTR_CHECK(a.k && a.v && a.row_seq && a.row_pos && (a.slot_base || a.blocks.tables),
+             "KV append: a pointer is null");
+  check_blocks(a.blocks, "KV append");
   FUTR_CHECK(a.cache.k && a.cache.v, "KV append: the BF16 cache is not set");
   if (a.mirror) check_cache(a.cache, true);
   if (a.rot_block != 0)
@@ -305,6 +322,7 @@ device::KvAppendParams append_params(const KvAppendArgs& a) {
   p.row_seq = a.row_seq;
   p.row_pos = a.row_pos;
   p.slot_base = a.slot_base;
+  p.blocks = a.blocks;
   p.cache = a.cache;
   p.rows = a.rows;
   p.kv_heads = a.kv_heads;

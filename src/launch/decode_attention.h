@@ -100,6 +100,9 @@ struct AttentionArgs {
   int* counters = nullptr;  // split arrival counters, >= attention_counters(); zero them
   size_t n_counters = 0;    // once (cudaMemset): every launch leaves them zero
   int64_t q_ld = 0;         // 0: n_heads * D (contiguous rows)
+  // A paged cache (docs/LAYOUTS.md, "Paged KV cache"): [batch] rows of block
+  // ids instead of slot_base (then null); the block size a multiple of 16.
+  layout::KvBlockTable blocks;
 };
 
 // Floats of split workspace the configuration needs (0 for splits == 1).
@@ -119,6 +122,7 @@ struct KvAppendArgs {
   const int* row_seq = nullptr;    // [rows] device
   const int* row_pos = nullptr;    // [rows] device
   const int* slot_base = nullptr;  // [sequences] device
+  layout::KvBlockTable blocks;     // or a paged cache's block tables, [sequences] rows (slot_base null)
   KvLayerPtrs cache;
   int rows = 0, kv_heads = 0, head_dim = 0;
   bool mirror = false;       // write the INT4 mirror too

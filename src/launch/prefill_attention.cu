@@ -75,8 +75,15 @@ void prefill_attention(const PrefillAttentionArgs& a, cudaStream_t st, bool pdl)
   FUTR_CHECK(a.rows >= 1 && a.n_tiles >= 1 && int64_t(a.n_tiles) * a.n_heads <= (int64_t(1) << 30),
              "prefill attention: {} rows in {} tiles x {} heads (1..2^30 items)", a.rows, a.n_tiles,
              a.n_heads);
-  FUTR_CHECK(a.q && a.out && a.k && a.v && a.row_begin && a.n_rows && a.pos0 && a.slot_base && a.tiles,
+  FUTR_CHECK(a.q && a.out && a.k && a.v && a.row_begin && a.n_rows && a.pos0 &&
+                 (a.slot_base || a.blocks.tables) && a.tiles,
              "prefill attention: a pointer is null");
+  const bool paged = a.blocks.tables != nullptr;
+  FUTR_CHECK(
+      !paged || (a.blocks.shift >= 4 && (1 << a.blocks.shift) <= device::kPrefillBN && a.blocks.stride > 0),
+      "prefill attention: blocks of 2^{} slots: the paged cache's blocks are 16 .. {} slots", a.blocks.shift,
+      device::kPrefillBN);
+  const int box_rows = paged ? 1 << a.blocks.shift : device::kPrefillBN;
   const int64_t width = int64_t(a.n_heads) * a.head_dim;
   const int64_t q_ld = a.q_ld ? a.q_ld : width, out_ld = a.out_ld ? a.out_ld : width;
   FUTR_CHECK(q_ld >= width && out_ld >= width, "prefill attention: row strides {} / {} below {}", q_ld,
@@ -89,9 +96,9 @@ void prefill_attention(const PrefillAttentionArgs& a, cudaStream_t st, bool pdl)
   const uint64_t kv_width = uint64_t(a.kv_heads) * a.head_dim;
   const CUtensorMap qmap = make_tensor_map_2d(a.q, TmaElem::kBF16, a.rows, width, q_ld * 2, 64, 64);
   const CUtensorMap kmap =
-      make_tensor_map_2d(a.k, TmaElem::kBF16, a.num_slots, kv_width, kv_width * 2, device::kPrefillBN, 64);
+      make_tensor_map_2d(a.k, TmaElem::kBF16, a.num_slots, kv_width, kv_width * 2, box_rows, 64);
   const CUtensorMap vmap =
-      make_tensor_map_2d(a.v, TmaElem::kBF16, a.num_slots, kv_width, kv_width * 2, device::kPrefillBN, 64);
+      make_tensor_map_2d(a.v, TmaElem::kBF16, a.num_slots, kv_width, kv_width * 2, box_rows, 64);
 
   device::PrefillAttentionParams p;
   p.tiles = reinterpret_cast<const device::PrefillTile*>(a.tiles);
@@ -99,6 +106,8 @@ void prefill_attention(const PrefillAttentionArgs& a, cudaStream_t st, bool pdl)
   p.n_rows = a.n_rows;
   p.pos0 = a.pos0;
   p.slot_base = a.slot_base;
+  p.blocks = a.blocks;
+  p.block_rows = box_rows;
   p.out = static_cast<__nv_bfloat16*>(a.out);
   p.out_ld = out_ld;
   p.group = a.n_heads / a.kv_heads;

@@ -51,6 +51,9 @@ struct PrefillAttentionArgs {
   const int* n_rows = nullptr;
   const int* pos0 = nullptr;
   const int* slot_base = nullptr;
+  // Or a paged cache (docs/LAYOUTS.md, "Paged KV cache"; slot_base null):
+  // [requests] rows of block ids, blocks of 16 .. 128 slots (a power of two).
+  layout::KvBlockTable blocks;
   const int* tiles = nullptr;
   int n_tiles = 0;
   int max_ctas = 0;  // persistent CTAs; 0: one per SM (tests use a few, so each takes many items)

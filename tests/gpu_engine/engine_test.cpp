@@ -512,14 +512,15 @@ TEST(GpuEngine, RefusesWhatItCannotRun) {
 }
 
 // A Qwen2-style model (q/k/v projection biases): SmolLM2's weights with
-// random biases, prompt logits on the GPU engine against the CPU engine
-// within the reference's own spread, as for the model without them. The
-// biases are large enough (RMS ~0.6 against activations of RMS ~1) that an
-// engine ignoring them fails the bound.
+// random biases (a fixed draw), prompt logits on the GPU engine against the
+// CPU engine within fixed bounds (tol::kQwen2Style*: the reference's own
+// spread is no steady yardstick on a model this chaotic). The biases are
+// large enough (RMS ~0.6 against activations of RMS ~1) that an engine
+// ignoring them fails the bounds by far.
 TEST(GpuEngineQwen2Style, BiasedProjectionsMatchTheQuantizedReference) {
   FUTR_REQUIRE_GPU();
   Model m = load_model(FUTR_DEFAULT_MODEL);
-  test::add_random_qkv_biases(m, 0.6f);
+  test::add_random_qkv_biases(m, 0.6f, /*seed=*/60);
   cpu::QuantizeOptions qo;
   qo.format = WeightFormat::kInt4;
   qo.method = QuantMethod::kRtn;
@@ -543,8 +544,15 @@ TEST(GpuEngineQwen2Style, BiasedProjectionsMatchTheQuantizedReference) {
     c.open(0);
     c.open(1);
     const Tensor want = all_logits(c, 0, prompt, /*prompt=*/true);
-    expect_within_spread(all_logits(g, 0, prompt), want, stepwise_logits(c, 1, prompt),
-                         "qwen2-style prompt kv " + to_string(kv));
+    const Deviation d = deviation(all_logits(g, 0, prompt), want);
+    const Deviation self = deviation(stepwise_logits(c, 1, prompt), want);
+    const std::string what = "qwen2-style prompt kv " + to_string(kv);
+    std::printf("%s: gpu vs cpu mean %.3e argmax %.3f | cpu stepwise vs cpu mean %.3e argmax %.3f\n",
+                what.c_str(), d.mean_rel, d.argmax_agree, self.mean_rel, self.argmax_agree);
+    const bool bf16 = kv == KvFormat::kBf16;
+    EXPECT_LE(d.mean_rel, bf16 ? test::tol::kQwen2StyleBf16 : test::tol::kQwen2StyleInt4Kv) << what;
+    EXPECT_GE(d.argmax_agree, bf16 ? test::tol::kQwen2StyleArgmaxBf16 : test::tol::kQwen2StyleArgmaxInt4Kv)
+        << what;
   }
 }
 

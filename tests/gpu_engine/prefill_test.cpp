@@ -195,7 +195,7 @@ TEST(GpuPrefill, PromptLogitsMatchTheFp8Reference) {
 TEST(GpuPrefill, Qwen2StyleBiasesMatchTheFp8Reference) {
   FUTR_REQUIRE_GPU();
   Model m = load_model(FUTR_DEFAULT_MODEL);
-  test::add_random_qkv_biases(m, 0.25f);
+  test::add_random_qkv_biases(m, 0.25f, /*seed=*/25);
   cpu::QuantizeOptions qo;
   qo.format = WeightFormat::kInt4;
   const auto int4 = std::make_shared<quant::QuantizedWeights>(cpu::quantize_model(m, qo, {}));

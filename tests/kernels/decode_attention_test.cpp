@@ -7,6 +7,9 @@
 //     to the CPU quantizer's (rotated and not, head_dim 64/128, ragged rows);
 //     the prefill append (rows) equal to the decode append byte for byte with
 //     RoPE fused, q rotated in place, prefixes and a non-finite row;
+//   - a paged cache (block tables of 16, 32 and 64 slots, blocks shuffled
+//     over a larger cache): attention and both appends byte-identical to the
+//     contiguous cache;
 //   - attention over the BF16 cache, the INT4 mirror and the rotated mirror:
 //     contexts 1, 7, 64, 1000, 8192, 32768 + 13, ragged batches, SmolLM2
 //     (9/3 heads, D 64), Llama-3.1-8B (32/8, D 128) and 70B (64/8) shapes,
@@ -336,6 +339,172 @@ void check_append_rows_vs_decode(int nh, int kvh, int d, bool mirror, int rot_bl
   }
 }
 
+// A paged copy of a contiguous cache (docs/LAYOUTS.md, "Paged KV cache"):
+// sequence s's positions [0, blocks_of(s) * B) moved block by block to
+// shuffled blocks of a larger cache (spare blocks hold NaN), the tables
+// [sequences][stride] naming them, -1 past each sequence's blocks.
+struct Paged {
+  ref::KvLayerHost cache;
+  std::vector<int> tables;
+  int stride = 0, shift = 0;
+  std::vector<int> blocks_of;  // per sequence
+  // Copies slots [src, src + n) of `from` to [dst, dst + n) of `to` (every array; n a multiple of 8).
+  static void copy_slots(const ref::KvLayerHost& from, int src, ref::KvLayerHost& to, int dst, int n) {
+    const size_t row = size_t(from.kv_heads) * size_t(from.head_dim);
+    std::copy_n(from.k.begin() + ptrdiff_t(size_t(src) * row), size_t(n) * row,
+                to.k.begin() + ptrdiff_t(size_t(dst) * row));
+    std::copy_n(from.v.begin() + ptrdiff_t(size_t(src) * row), size_t(n) * row,
+                to.v.begin() + ptrdiff_t(size_t(dst) * row));
+    if (from.k4.empty()) return;
+    const size_t half = row / 2;  // nibble bytes per slot (K in 8-slot tiles: the same bytes per slot)
+    std::copy_n(from.k4.begin() + ptrdiff_t(size_t(src) * half), size_t(n) * half,
+                to.k4.begin() + ptrdiff_t(size_t(dst) * half));
+    std::copy_n(from.v4.begin() + ptrdiff_t(size_t(src) * half), size_t(n) * half,
+                to.v4.begin() + ptrdiff_t(size_t(dst) * half));
+    for (int h = 0; h < from.kv_heads; ++h)
+      for (int i = 0; i < n; ++i) {
+        to.ks[layout::kv_scale_index(to.num_slots, dst + i, h)] =
+            from.ks[layout::kv_scale_index(from.num_slots, src + i, h)];
+        to.vs[layout::kv_scale_index(to.num_slots, dst + i, h)] =
+            from.vs[layout::kv_scale_index(from.num_slots, src + i, h)];
+      }
+  }
+  Paged(const ref::KvLayerHost& c, const std::vector<int>& base, const std::vector<int>& lens, int block,
+        int spare)
+      : cache(0, 0, 0) {
+    shift = 0;
+    while ((1 << shift) < block) ++shift;
+    int total = 0;
+    for (size_t s = 0; s < lens.size(); ++s) {
+      blocks_of.push_back(std::max(1, (round16(lens[s]) + block - 1) / block));
+      stride = std::max(stride, blocks_of.back());
+      total += blocks_of.back();
+    }
+    const int n_blocks = total + spare;
+    cache = ref::KvLayerHost(n_blocks * block, c.kv_heads, c.head_dim);
+    std::fill(cache.k.begin(), cache.k.end(), uint16_t(0x7fc0));
+    std::fill(cache.v.begin(), cache.v.end(), uint16_t(0x7fc0));
+    std::fill(cache.ks.begin(), cache.ks.end(), NAN);
+    std::fill(cache.vs.begin(), cache.vs.end(), NAN);
+    std::vector<int> order(static_cast<size_t>(n_blocks));
+    for (int i = 0; i < n_blocks; ++i) order[size_t(i)] = i;
+    std::shuffle(order.begin(), order.end(), rng());
+    tables.assign(lens.size() * size_t(stride), -1);
+    int next = 0;
+    for (size_t s = 0; s < lens.size(); ++s)
+      for (int i = 0; i < blocks_of[s]; ++i) {
+        const int blk = order[size_t(next++)];
+        tables[s * size_t(stride) + size_t(i)] = blk;
+        // The contiguous cache holds round16(len) slots of s: copy what exists of this block.
+        const int n = std::min(block, round16(lens[s]) - i * block);
+        if (n > 0) copy_slots(c, base[s] + i * block, cache, blk * block, n);
+      }
+  }
+  // The contiguous layout back (slots [base[s], base[s] + round16(len)) of a cache shaped like `like`).
+  ref::KvLayerHost unpage(const ref::KvLayerHost& like, const std::vector<int>& base,
+                          const std::vector<int>& lens, int block) const {
+    ref::KvLayerHost out = like;
+    for (size_t s = 0; s < lens.size(); ++s)
+      for (int i = 0; i < blocks_of[s]; ++i) {
+        const int n = std::min(block, round16(lens[s]) - i * block);
+        if (n > 0)
+          copy_slots(cache, tables[s * size_t(stride) + size_t(i)] * block, out, base[s] + i * block, n);
+      }
+    return out;
+  }
+};
+
+// The attention through block tables (blocks of 16 and 64 slots, shuffled
+// over a larger cache whose spare blocks hold NaN) gives the bytes of the
+// contiguous cache, for every cache kind and a split count that merges.
+void check_paged_attention(int kvh, int group, int d, const std::vector<int>& lens) {
+  int max_len = 1;
+  for (int len : lens) max_len = std::max(max_len, len);
+  struct Kind {
+    const char* name;
+    bool int4;
+    int rot;
+  };
+  const Kind kinds[] = {{"bf16", false, 0}, {"int4", true, 0}, {"int4-rot", true, std::min(64, d)}};
+  for (const Kind& kind : kinds) {
+    Batch b(kvh, group, d, lens, kind.int4, kind.rot);
+    const int batch = int(lens.size());
+    cuda::AttentionShape s{batch, kvh, group, d, kind.int4, kind.rot, max_len};
+    for (const int splits : {0, 5}) {
+      cuda::AttentionConfig cfg = cuda::attention_heuristic(s, cuda::require_device().sm_count);
+      if (splits > 0) cfg.splits = splits;
+      cuda::DeviceBuffer<uint16_t> q(b.q), out(size_t(batch) * kvh * group * d);
+      cuda::DeviceBuffer<int> base(b.base), len(b.lens);
+      cuda::DeviceBuffer<float> ws(std::max<size_t>(1, cuda::attention_workspace_floats(s, cfg)));
+      cuda::DeviceBuffer<int> counters(cuda::attention_counters(s));
+      counters.fill_bytes(0);
+      auto run = [&](const DeviceLayer& dev, const int* slot_base, const layout::KvBlockTable& t) {
+        out.fill_bytes(0xff);
+        cuda::AttentionArgs a{q.get(),  out.get(), slot_base,      len.get(),      dev.ptrs(),
+                              ws.get(), ws.size(), counters.get(), counters.size()};
+        a.blocks = t;
+        cuda::decode_attention(s, a, cfg, nullptr);
+        FUTR_CUDA_CHECK(cudaDeviceSynchronize());
+        return out.download();
+      };
+      const auto want = run(DeviceLayer(b.cache), base.get(), {});
+      for (const int block : {16, 64}) {
+        const Paged pg(b.cache, b.base, lens, block, 3);
+        cuda::DeviceBuffer<int> tables(pg.tables);
+        const auto got = run(DeviceLayer(pg.cache), nullptr, {tables.get(), pg.stride, pg.shift});
+        EXPECT_EQ(got, want) << kind.name << " d" << d << " blocks of " << block << " splits " << cfg.splits;
+      }
+    }
+  }
+}
+
+// Both append kernels through block tables write every byte where the
+// contiguous append writes it (the paged cache mapped back is equal).
+void check_paged_append(int kvh, int d, int rot_block, bool rows_kernel) {
+  // New rows inside each sequence's slots (rounded to 16): the paged copy
+  // and the contiguous cache then hold the same positions.
+  const std::vector<int> lens = {5, 10, 33};
+  Batch b(kvh, 1, d, lens, true, rot_block);
+  const std::vector<int> seq = {0, 1, 1, 2}, pos = {5, 10, 11, 33};
+  const std::vector<int> grown = {6, 12, 34};  // the lengths after the rows (sequence 1 takes two)
+  const int rows = int(seq.size());
+  const int64_t ld = int64_t(2) * kvh * d + 64;
+  const auto kvrows = randn_bf16(size_t(rows) * size_t(ld), 3.0f);
+  cuda::DeviceBuffer<uint16_t> src(kvrows);
+  cuda::DeviceBuffer<int> dseq(seq), dpos(pos), dbase(b.base), nonfinite(std::vector<int>{0});
+  DeviceLayer contiguous(b.cache);
+  run_append(append_args(src.get(), src.get() + kvh * d, ld, dseq, dpos, dbase, contiguous, rows, kvh, d,
+                         true, rot_block, nonfinite.get()),
+             rows_kernel);
+  for (const int block : {16, 32}) {
+    const Paged pg(b.cache, b.base, grown, block, 2);
+    DeviceLayer dev(pg.cache);
+    cuda::DeviceBuffer<int> tables(pg.tables);
+    cuda::KvAppendArgs a = append_args(src.get(), src.get() + kvh * d, ld, dseq, dpos, dbase, dev, rows, kvh,
+                                       d, true, rot_block, nonfinite.get());
+    a.slot_base = nullptr;
+    a.blocks = {tables.get(), pg.stride, pg.shift};
+    run_append(a, rows_kernel);
+    Paged after = pg;
+    after.cache.k = dev.k.download();
+    after.cache.v = dev.v.download();
+    after.cache.k4 = dev.k4.download();
+    after.cache.v4 = dev.v4.download();
+    after.cache.ks = dev.ks.download();
+    after.cache.vs = dev.vs.download();
+    const ref::KvLayerHost got = after.unpage(b.cache, b.base, grown, block);
+    const std::string what = std::string(rows_kernel ? "rows" : "decode") + " append d" + std::to_string(d) +
+                             " blocks of " + std::to_string(block);
+    EXPECT_EQ(got.k, contiguous.k.download()) << what;
+    EXPECT_EQ(got.v, contiguous.v.download()) << what;
+    EXPECT_EQ(got.k4, contiguous.k4.download()) << what;
+    EXPECT_EQ(got.v4, contiguous.v4.download()) << what;
+    const auto ks = contiguous.ks.download(), vs = contiguous.vs.download();
+    EXPECT_EQ(0, std::memcmp(got.ks.data(), ks.data(), ks.size() * 4)) << what << ": K scales";
+    EXPECT_EQ(0, std::memcmp(got.vs.data(), vs.data(), vs.size() * 4)) << what << ": V scales";
+  }
+}
+
 class Report : public ::testing::Environment {
  public:
   void TearDown() override {
@@ -478,6 +647,20 @@ TEST(DecodeAttentionSmall, AppendRowsWithRopeEqualsTheDecodeAppendWithAndWithout
   }
   check_append_rows_vs_decode(9, 3, 64, true, 64, 61);
   check_append_rows_vs_decode(32, 8, 128, true, 32, 203);
+}
+
+TEST(DecodeAttentionSmall, PagedEqualsContiguousBitwise) {
+  FUTR_REQUIRE_GPU();
+  check_paged_attention(3, 3, 64, {1, 7, 64, 100, 300});
+  check_paged_attention(8, 4, 128, {13, 260});
+}
+
+TEST(DecodeAttentionSmall, PagedAppendWritesWhereTheContiguousAppendWrites) {
+  FUTR_REQUIRE_GPU();
+  for (const bool rows_kernel : {false, true}) {
+    check_paged_append(3, 64, 64, rows_kernel);
+    check_paged_append(2, 128, 0, rows_kernel);
+  }
 }
 
 TEST(DecodeAttentionSmall, ShortRaggedContexts) {

@@ -8,7 +8,8 @@
 // kernel's contract masks their scores and zeroes their V rows), and the
 // cache's other slots random values; outputs are poisoned (0xff) before each
 // launch, and rows of no request must stay poisoned. The persistent kernel
-// runs with one CTA per SM and, in FewCtasManyItems, with 1-3 CTAs.
+// runs with one CTA per SM and, in FewCtasManyItems, with 1-3 CTAs. A paged
+// cache (block tables, blocks shuffled) gives the contiguous cache's bytes.
 // Errors: relative L2 of the BF16 output (tests/support/tolerances.h);
 // the largest per head dim is printed at the end.
 //
@@ -51,7 +52,8 @@ struct Req {
 };
 
 // Runs one packed batch and checks it against the reference.
-void check_prefill(int kvh, int group, int d, const std::vector<Req>& reqs, int max_ctas = 0) {
+void check_prefill(int kvh, int group, int d, const std::vector<Req>& reqs, int max_ctas = 0,
+                   const std::vector<int>& paged_blocks = {}) {
   const int nh = kvh * group;
   // Slot runs: each request owns round_up(pos0 + n, 16) slots, plus 16 so the
   // NaN slots after it are inside its run; a spare run of 128 slots at the end
@@ -122,6 +124,52 @@ void check_prefill(int kvh, int group, int d, const std::vector<Req>& reqs, int 
   cuda::prefill_attention(a, nullptr);
   FUTR_CUDA_CHECK(cudaDeviceSynchronize());
   EXPECT_EQ(dout.download(), o16) << "a second launch differs";
+  // The same through block tables (docs/LAYOUTS.md, "Paged KV cache"): each
+  // request's positions moved block by block to shuffled blocks of another
+  // cache (the rest NaN), -1 past a request's blocks (read as zeros): the
+  // same bytes.
+  for (const int block : paged_blocks) {
+    int shift = 0;
+    while ((1 << shift) < block) ++shift;
+    int stride = 0, total = 0;
+    std::vector<int> nb;
+    for (const auto& r : hr) {
+      nb.push_back((r.pos0 + r.n_rows + block - 1) / block);
+      stride = std::max(stride, nb.back());
+      total += nb.back();
+    }
+    const int n_blocks = total + 2;
+    ref::KvLayerHost pc(n_blocks * block, kvh, d);
+    std::fill(pc.k.begin(), pc.k.end(), uint16_t(0x7fc0));
+    std::fill(pc.v.begin(), pc.v.end(), uint16_t(0x7fc0));
+    std::vector<int> order(static_cast<size_t>(n_blocks));
+    for (int i = 0; i < n_blocks; ++i) order[size_t(i)] = i;
+    std::shuffle(order.begin(), order.end(), rng());
+    std::vector<int> tables(hr.size() * size_t(stride), -1);
+    const size_t row = size_t(kvh) * size_t(d);
+    int next = 0;
+    for (size_t q = 0; q < hr.size(); ++q)
+      for (int i = 0; i < nb[q]; ++i) {
+        const int blk = order[size_t(next++)];
+        tables[q * size_t(stride) + size_t(i)] = blk;
+        const int n = std::min(block, hr[q].pos0 + hr[q].n_rows - i * block);
+        const size_t src = size_t(hr[q].slot_base + i * block) * row, dst = size_t(blk) * size_t(block) * row;
+        std::copy_n(cache.k.begin() + ptrdiff_t(src), size_t(n) * row, pc.k.begin() + ptrdiff_t(dst));
+        std::copy_n(cache.v.begin() + ptrdiff_t(src), size_t(n) * row, pc.v.begin() + ptrdiff_t(dst));
+      }
+    cuda::DeviceBuffer<uint16_t> pk(pc.k), pv(pc.v);
+    cuda::DeviceBuffer<int> dtab(tables);
+    cuda::PrefillAttentionArgs pa = a;
+    pa.k = pk.get();
+    pa.v = pv.get();
+    pa.num_slots = pc.num_slots;
+    pa.slot_base = nullptr;
+    pa.blocks = {dtab.get(), stride, shift};
+    dout.fill_bytes(0xff);
+    cuda::prefill_attention(pa, nullptr);
+    FUTR_CUDA_CHECK(cudaDeviceSynchronize());
+    EXPECT_EQ(dout.download(), o16) << "blocks of " << block << " differ from the contiguous cache";
+  }
 
   std::vector<float> got, ref;
   for (int r = 0; r < rows; ++r) {
@@ -191,6 +239,13 @@ TEST(PrefillAttentionSmall, PackedWithPrefixes) {
   FUTR_REQUIRE_GPU();
   check_prefill(3, 3, 64, {{0, 1}, {100, 64}, {1, 129}});
   check_prefill(2, 4, 128, {{37, 5}, {0, 128}, {200, 1}});
+}
+
+// A paged cache (blocks of 16, 64 and 128 slots) gives the contiguous cache's bytes.
+TEST(PrefillAttentionSmall, PagedEqualsContiguousBitwise) {
+  FUTR_REQUIRE_GPU();
+  check_prefill(3, 3, 64, {{0, 1}, {100, 64}, {1, 129}}, 0, {16, 64, 128});
+  check_prefill(2, 4, 128, {{37, 5}, {0, 300}, {200, 1}}, 3, {16, 128});
 }
 
 // Few persistent CTAs: each runs many items back to back (the Q buffers and

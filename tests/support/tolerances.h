@@ -151,6 +151,19 @@ inline constexpr double kTensorParallelLogits = 2e-2;
 // since a fixed 0.10 failed on a 37-row sample (GPU 0.595 vs CPU 0.730, H200,
 // 2026-12-02) with the mean deviation within 1.9x the CPU's own spread.
 inline constexpr double kGpuEngineArgmaxMargin = 0.05;
+// SmolLM2 with q/k/v biases of RMS 0.6 (GpuEngineQwen2Style; one fixed
+// draw): the GPU against the CPU engine, mean relative L2 of the prompt
+// logits and argmax agreement, 120 rows. Such biases make the model chaotic:
+// over seven fresh draws on the H200 the GPU ranged 0.021-0.071 / 0.86-0.97
+// with the BF16 cache and 0.13-0.83 / 0.30-0.72 with the INT4 mirror, the
+// CPU's own spread moving as much (0.018-0.054 / 0.08-0.23), so the spread
+// is no yardstick here. An engine that drops the biases gives 5.4 / 0.000
+// (BF16) and 5.0 / 0.000 (INT4 mirror), measured on the CPU engine: the
+// bounds sit ~3x above the worst draw and an order of magnitude below that.
+inline constexpr double kQwen2StyleBf16 = 0.25;
+inline constexpr double kQwen2StyleInt4Kv = 2.0;
+inline constexpr double kQwen2StyleArgmaxBf16 = 0.6;
+inline constexpr double kQwen2StyleArgmaxInt4Kv = 0.15;
 
 // The GPU FP8 prefill path against the CPU FP8 reference of the same numerics
 // (tests/gpu_engine/prefill_test.cpp; gpu_engine/prefill.h lists what still differs). Each

@@ -73,6 +73,28 @@ FUTR_HD inline KvNibble kv_value_nibble(int kv_heads, int head_dim, int slot, in
   return {byte, (d % 2) * 4};
 }
 
+// A paged cache's block tables (docs/LAYOUTS.md, "Paged KV cache"): position
+// p of sequence s is slot tables[s * stride + p / B] * B + p % B, B = 1 <<
+// shift, a multiple of kKvSlotAlign (a 16-slot step of the attention never
+// straddles two blocks). Entries past a sequence's blocks are -1 (slots read
+// there come out negative: TMA reads them as zeros, the decode kernels never
+// read past the length rounded up to 16). tables null: the contiguous cache,
+// slot = slot_base[s] + p.
+struct KvBlockTable {
+  const int* tables = nullptr;  // [sequences][stride] block ids (device)
+  int stride = 0;               // entries per sequence
+  int shift = 0;                // log2 of the block size
+};
+
+// The slot of position p of sequence s (slot_base: the contiguous cache's
+// first slot of each sequence, read when there is no table).
+FUTR_HD inline int kv_slot(const KvBlockTable& t, const int* slot_base, int s, int p) {
+  if (t.tables)
+    return (t.tables[size_t(s) * size_t(t.stride) + size_t(p >> t.shift)] << t.shift) |
+           (p & ((1 << t.shift) - 1));
+  return slot_base[s] + p;
+}
+
 // Index of the FP32 scale of (slot, head) in the K or V scale array.
 FUTR_HD inline size_t kv_scale_index(int num_slots, int slot, int head) {
   return size_t(head) * size_t(num_slots) + size_t(slot);
