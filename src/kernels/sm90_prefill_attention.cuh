@@ -227,23 +227,19 @@ __global__ void __launch_bounds__(kPrefillThreads, 1)
             // the 128B swizzle of one box of kPrefillBN rows). A box past
             // the item's keys is not looked up (the table has no entry
             // there): a negative slot, read as zeros, masked like the rest.
-            for (int r = 0; r < kPrefillBN; r += p.block_rows) {
-              const int key = j * kPrefillBN + r;
-              const int slot =
-                  key < w.n_keys ? layout::kv_slot(p.blocks, nullptr, w.req, key) : -p.block_rows;
-              for (int c = 0; c < kPanels; ++c)
-                ptx::cp_async_bulk_tensor_2d_g2s(kd + c * L::kPanelBytes + r * 128, &kmap,
-                                                 kv_head * D + 64 * c, slot, &k_full[s]);
-            }
+            auto load_blocks = [&](uint8_t* dst, const CUtensorMap* map, uint64_t* bar) {
+              for (int r = 0; r < kPrefillBN; r += p.block_rows) {
+                const int key = j * kPrefillBN + r;
+                const int slot =
+                    key < w.n_keys ? layout::kv_slot(p.blocks, nullptr, w.req, key) : -p.block_rows;
+                for (int c = 0; c < kPanels; ++c)
+                  ptx::cp_async_bulk_tensor_2d_g2s(dst + c * L::kPanelBytes + r * 128, map,
+                                                   kv_head * D + 64 * c, slot, bar);
+              }
+            };
+            load_blocks(kd, &kmap, &k_full[s]);
             ptx::mbarrier_arrive_expect_tx(&v_full[s], L::kKvBytes);
-            for (int r = 0; r < kPrefillBN; r += p.block_rows) {
-              const int key = j * kPrefillBN + r;
-              const int slot =
-                  key < w.n_keys ? layout::kv_slot(p.blocks, nullptr, w.req, key) : -p.block_rows;
-              for (int c = 0; c < kPanels; ++c)
-                ptx::cp_async_bulk_tensor_2d_g2s(vd + c * L::kPanelBytes + r * 128, &vmap,
-                                                 kv_head * D + 64 * c, slot, &v_full[s]);
-            }
+            load_blocks(vd, &vmap, &v_full[s]);
           }
         }
       }

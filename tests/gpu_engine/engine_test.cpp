@@ -511,6 +511,31 @@ TEST(GpuEngine, RefusesWhatItCannotRun) {
   EXPECT_THROW(e.open(2), Error);  // max_seqs = 1
 }
 
+// The GPU and the CPU engine on the same model and INT4 weights (ctx 256):
+// the GPU's sequence 0 open, the CPU's 0 and 1 (the second for the stepwise yardstick).
+struct EnginePair {
+  std::unique_ptr<gpu::GpuEngine> gpu;
+  std::unique_ptr<cpu::CpuEngine> cpu;
+  EnginePair(const Model& m, const std::shared_ptr<const quant::QuantizedWeights>& q, KvFormat kv) {
+    gpu::GpuEngineOptions go;
+    go.kv = kv;
+    go.kv_block = 64;
+    go.ctx = 256;
+    go.max_seqs = 2;
+    gpu = std::make_unique<gpu::GpuEngine>(m, q, go);
+    cpu::CpuEngineOptions co;
+    co.weights = WeightFormat::kInt4;
+    co.kv = kv;
+    co.kv_block = 64;
+    co.ctx = 256;
+    co.max_seqs = 2;
+    cpu = std::make_unique<cpu::CpuEngine>(m, q, co);
+    gpu->open(0);
+    cpu->open(0);
+    cpu->open(1);
+  }
+};
+
 // A Qwen2-style model (q/k/v projection biases): SmolLM2's weights with
 // random biases (a fixed draw), prompt logits on the GPU engine against the
 // CPU engine within fixed bounds (tol::kQwen2Style*: the reference's own
@@ -527,22 +552,9 @@ TEST(GpuEngineQwen2Style, BiasedProjectionsMatchTheQuantizedReference) {
   const auto q = std::make_shared<quant::QuantizedWeights>(cpu::quantize_model(m, qo, {}));
   const std::span<const int32_t> prompt(shared().text.data(), 120);
   for (const KvFormat kv : {KvFormat::kBf16, KvFormat::kInt4}) {
-    gpu::GpuEngineOptions go;
-    go.kv = kv;
-    go.kv_block = 64;
-    go.ctx = 256;
-    go.max_seqs = 2;
-    gpu::GpuEngine g(m, q, go);
-    cpu::CpuEngineOptions co;
-    co.weights = WeightFormat::kInt4;
-    co.kv = kv;
-    co.kv_block = 64;
-    co.ctx = 256;
-    co.max_seqs = 2;
-    cpu::CpuEngine c(m, q, co);
-    g.open(0);
-    c.open(0);
-    c.open(1);
+    const EnginePair e(m, q, kv);
+    gpu::GpuEngine& g = *e.gpu;
+    cpu::CpuEngine& c = *e.cpu;
     const Tensor want = all_logits(c, 0, prompt, /*prompt=*/true);
     const Deviation d = deviation(all_logits(g, 0, prompt), want);
     const Deviation self = deviation(stepwise_logits(c, 1, prompt), want);
@@ -578,22 +590,9 @@ TEST_P(GpuEngineFamilies, CheckpointLogitsMatchTheQuantizedReference) {
   tokens.resize(std::min<size_t>(tokens.size(), 96));
   ASSERT_GE(tokens.size(), 64u);
   for (const KvFormat kv : {KvFormat::kBf16, KvFormat::kInt4}) {
-    gpu::GpuEngineOptions go;
-    go.kv = kv;
-    go.kv_block = 64;
-    go.ctx = 256;
-    go.max_seqs = 2;
-    gpu::GpuEngine g(m, q, go);
-    cpu::CpuEngineOptions co;
-    co.weights = WeightFormat::kInt4;
-    co.kv = kv;
-    co.kv_block = 64;
-    co.ctx = 256;
-    co.max_seqs = 2;
-    cpu::CpuEngine c(m, q, co);
-    g.open(0);
-    c.open(0);
-    c.open(1);
+    const EnginePair e(m, q, kv);
+    gpu::GpuEngine& g = *e.gpu;
+    cpu::CpuEngine& c = *e.cpu;
     const Tensor want = all_logits(c, 0, tokens, /*prompt=*/true);
     const Deviation d = deviation(all_logits(g, 0, tokens), want);
     const std::string what = std::string(f.dir) + " prompt kv " + to_string(kv);

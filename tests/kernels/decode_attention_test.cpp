@@ -124,18 +124,23 @@ struct Batch {
   }
 };
 
+// The cache kinds every attention check runs: the BF16 cache, the INT4 mirror, the rotated mirror.
+struct CacheKind {
+  const char* name;
+  bool int4;
+  int rot;
+};
+std::array<CacheKind, 3> cache_kinds(int d) {
+  return {{{"bf16", false, 0}, {"int4", true, 0}, {"int4-rot", true, std::min(64, d)}}};
+}
+
 // Runs every cache kind over `b` with the given split override (0: heuristic);
 // returns nothing, asserts the error bound.
 void check_attention(int kvh, int group, int d, const std::vector<int>& lens, int splits = 0) {
   int max_len = 1;
   for (int len : lens) max_len = std::max(max_len, len);
-  struct Kind {
-    const char* name;
-    bool int4;
-    int rot;
-  };
-  const Kind kinds[] = {{"bf16", false, 0}, {"int4", true, 0}, {"int4-rot", true, std::min(64, d)}};
-  for (const Kind& kind : kinds) {
+  const std::array<CacheKind, 3> kinds = cache_kinds(d);
+  for (const CacheKind& kind : kinds) {
     Batch b(kvh, group, d, lens, kind.int4, kind.rot);
     DeviceLayer dev(b.cache);
     const int batch = int(lens.size()), nh = kvh * group;
@@ -420,13 +425,8 @@ struct Paged {
 void check_paged_attention(int kvh, int group, int d, const std::vector<int>& lens) {
   int max_len = 1;
   for (int len : lens) max_len = std::max(max_len, len);
-  struct Kind {
-    const char* name;
-    bool int4;
-    int rot;
-  };
-  const Kind kinds[] = {{"bf16", false, 0}, {"int4", true, 0}, {"int4-rot", true, std::min(64, d)}};
-  for (const Kind& kind : kinds) {
+  const std::array<CacheKind, 3> kinds = cache_kinds(d);
+  for (const CacheKind& kind : kinds) {
     Batch b(kvh, group, d, lens, kind.int4, kind.rot);
     const int batch = int(lens.size());
     cuda::AttentionShape s{batch, kvh, group, d, kind.int4, kind.rot, max_len};
