@@ -90,10 +90,9 @@ struct PrefillAttentionParams {
   const int* pos0 = nullptr;           // [requests] position of the first new row (prefix length)
   const int* slot_base = nullptr;      // [requests] cache slot of position 0
   // Or a paged cache (slot_base unused): [requests] rows of block ids; the
-  // K/V tensor maps' box is then one block of rows (block_rows = the block
-  // size, <= kPrefillBN, dividing it), kPrefillBN / block_rows loads per panel.
+  // K/V tensor maps' box is then one block of rows (the block size, <=
+  // kPrefillBN, dividing it), kPrefillBN / block size loads per panel.
   layout::KvBlockTable blocks;
-  int block_rows = kPrefillBN;
   __nv_bfloat16* out = nullptr;  // [rows] rows of n_heads * D, row stride out_ld
   int64_t out_ld = 0;
   int n_heads = 0;         // query heads
@@ -227,11 +226,12 @@ __global__ void __launch_bounds__(kPrefillThreads, 1)
             // the 128B swizzle of one box of kPrefillBN rows). A box past
             // the item's keys is not looked up (the table has no entry
             // there): a negative slot, read as zeros, masked like the rest.
+            const int block_rows = 1 << p.blocks.shift;
             auto load_blocks = [&](uint8_t* dst, const CUtensorMap* map, uint64_t* bar) {
-              for (int r = 0; r < kPrefillBN; r += p.block_rows) {
+              for (int r = 0; r < kPrefillBN; r += block_rows) {
                 const int key = j * kPrefillBN + r;
                 const int slot =
-                    key < w.n_keys ? layout::kv_slot(p.blocks, nullptr, w.req, key) : -p.block_rows;
+                    key < w.n_keys ? layout::kv_slot(p.blocks, nullptr, w.req, key) : -block_rows;
                 for (int c = 0; c < kPanels; ++c)
                   ptx::cp_async_bulk_tensor_2d_g2s(dst + c * L::kPanelBytes + r * 128, map,
                                                    kv_head * D + 64 * c, slot, bar);

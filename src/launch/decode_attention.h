@@ -101,7 +101,7 @@ struct AttentionArgs {
   size_t n_counters = 0;    // once (cudaMemset): every launch leaves them zero
   int64_t q_ld = 0;         // 0: n_heads * D (contiguous rows)
   // A paged cache (docs/LAYOUTS.md, "Paged KV cache"): [batch] rows of block
-  // ids instead of slot_base (then null); the block size a multiple of 16.
+  // ids instead of slot_base (then null); blocks of 16 .. 2^20 slots, a power of two.
   layout::KvBlockTable blocks;
 };
 

@@ -107,7 +107,6 @@ void prefill_attention(const PrefillAttentionArgs& a, cudaStream_t st, bool pdl)
   p.pos0 = a.pos0;
   p.slot_base = a.slot_base;
   p.blocks = a.blocks;
-  p.block_rows = box_rows;
   p.out = static_cast<__nv_bfloat16*>(a.out);
   p.out_ld = out_ld;
   p.group = a.n_heads / a.kv_heads;
