@@ -78,6 +78,7 @@ struct BenchOptions {
   uint64_t seed = 1;
   int graphs = 1;          // GPU engine: CUDA graphs on (1) or off (0)
   int pdl = 1;             // GPU engine: programmatic dependent launch on (1) or off (0)
+  int block_size = 0;      // paged KV cache: positions per block (0: contiguous)
   bool breakdown = false;  // per-kernel profile of each decode test
   bool quiet = false;
 };
@@ -225,6 +226,7 @@ void run_bench(const BenchOptions& o) {
   rc.max_step_tokens = std::min(rc.max_step_tokens, 1 << 16);
   rc.gpu_graphs = o.graphs != 0;
   rc.gpu_pdl = o.pdl != 0;
+  rc.kv_block_size = o.block_size;
 
   const Stopwatch t_load;
   std::unique_ptr<Model> model;
@@ -479,6 +481,11 @@ void add_bench_command(CLI::App& app) {
   sub->add_option("--pdl", o->pdl,
                   "GPU engine: 1 launches the step's kernels as programmatic dependents, 0 not")
       ->check(CLI::IsMember({0, 1}))
+      ->capture_default_str();
+  sub->add_option("--block-size", o->block_size,
+                  "Paged KV cache of blocks of this many positions (0: a contiguous region per sequence): "
+                  "what paging costs a step")
+      ->check(CLI::Range(0, 65536))
       ->capture_default_str();
   sub->add_flag(
       "--breakdown", o->breakdown,

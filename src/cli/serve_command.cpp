@@ -75,6 +75,7 @@ struct ServeOptions {
   double drain_timeout = 30;  // seconds
   int block_size = -1;        // paged KV cache: positions per block; -1: the engine's default; 0: no paging
   int64_t kv_blocks = 0;      // paged: blocks in all; 0: --max-seqs x ceil(ctx / block)
+  double gpu_memory_fraction = 0;  // GPU engine, paged: the share of GPU memory that sizes the cache
   bool no_prefix_cache = false;
   std::string speculative = "off";  // ngram | off: requests that do not say
   int draft_max = 8;                // tokens per draft at most
@@ -126,6 +127,7 @@ void run_serve(const ServeOptions& o) {
   cfg.max_step_tokens = o.max_step_tokens;
   cfg.kv_block_size = o.block_size;
   cfg.kv_blocks = o.kv_blocks;
+  cfg.gpu_memory_fraction = o.gpu_memory_fraction;
   auto engine =
       runtime::make_engine(model, cfg, [](const std::string& s) { fmt::print(stderr, "futr: {}\n", s); });
   warn_if_contended(run, engine->info(), /*quiet=*/false);
@@ -250,14 +252,18 @@ void add_serve_command(CLI::App& app) {
   sub->add_option(
          "--block-size", o->block_size,
          fmt::format("Paged KV cache: positions per block (0: a contiguous region per sequence; default: "
-                     "{} on the CPU engine; the GPU engine does not page yet)",
-                     runtime::kDefaultKvBlockSize))
+                     "{} on the CPU engine, {} on the GPU engine, whose blocks are 16, 32, 64 or 128)",
+                     runtime::kDefaultKvBlockSize, runtime::kDefaultGpuKvBlockSize))
       ->check(CLI::Range(-1, 65536));
   sub->add_option(
          "--kv-blocks", o->kv_blocks,
          "Paged KV cache: blocks in all (default: --max-seqs x ctx / block, the memory of one region per "
          "sequence); the start-up line says the cache size in tokens")
       ->check(CLI::NonNegativeNumber);
+  sub->add_option("--gpu-memory-fraction", o->gpu_memory_fraction,
+                  "GPU engine, paged: size the KV cache so that the engine fills this share of the GPU's "
+                  "memory (weights, workspaces and cache; e.g. 0.9); default: --max-seqs x ctx positions")
+      ->check(CLI::Range(0.0, 1.0));
   sub->add_flag("--no-prefix-cache", o->no_prefix_cache,
                 "Paged KV cache: compute every prompt in full (no reuse of cached prefixes)");
   sub->add_option(

@@ -28,14 +28,22 @@ namespace engines {
 
 namespace {
 
-// The GPU engine keeps a slot region per sequence: an explicit paging request is refused (-1, the
-// engine's default, means none there).
-[[maybe_unused]] void check_gpu_paging(const runtime::RuntimeConfig& c) {
+#if FUTR_HAVE_CUDA
+// The GPU engine's paging options from the configuration: the block size
+// (-1: the GPU default; none with tensor parallelism, which does not page),
+// the blocks and the memory share.
+void set_gpu_paging(const runtime::RuntimeConfig& c, gpu::GpuEngineOptions& go) {
   FUTR_CHECK(
-      c.kv_block_size <= 0 && c.kv_blocks == 0,
-      "--block-size / --kv-blocks: the GPU engine does not page its KV cache yet (it reserves a region of "
-      "ctx positions per sequence); use --backend cpu for a paged cache");
+      c.tp <= 1 || c.kv_block_size <= 0,
+      "--block-size {}: the tensor-parallel GPU engine does not page its KV cache yet (--block-size 0)",
+      c.kv_block_size);
+  go.kv_block_size = c.kv_block_size < 0 ? (c.tp > 1 ? 0 : runtime::kDefaultGpuKvBlockSize) : c.kv_block_size;
+  go.kv_blocks = c.kv_blocks;
+  go.gpu_memory_fraction = c.gpu_memory_fraction;
+  FUTR_CHECK(c.gpu_memory_fraction == 0 || go.kv_block_size > 0,
+             "--gpu-memory-fraction sizes a paged KV cache (--block-size > 0)");
 }
+#endif
 
 quant::DelayedScalingConfig fp8_config(const runtime::Fp8Config& f) {
   quant::DelayedScalingConfig c;
@@ -136,7 +144,7 @@ std::unique_ptr<runtime::Engine> make_synthetic_engine(const std::string& name,
   go.kv = c.kv == KvFormat::kAuto ? KvFormat::kBf16 : c.kv;
   FUTR_CHECK(c.kv_block == 0 || go.kv == KvFormat::kInt4Rot, "--kv-block applies to --kv int4-rot");
   go.kv_block = c.kv_block ? c.kv_block : std::min(runtime::kDefaultKvBlock, config.head_dim);
-  engines::check_gpu_paging(c);
+  engines::set_gpu_paging(c, go);
   go.ctx = c.ctx;
   go.max_seqs = c.max_seqs > 0 ? c.max_seqs : gpu::GpuEngine::kMaxMicroBatch;
   go.max_step_tokens = c.max_step_tokens;
@@ -352,6 +360,8 @@ std::unique_ptr<runtime::Engine> runtime::make_engine(const Model& model, const 
   eo.max_step_tokens = c.max_step_tokens;
   eo.threads = c.threads;
   eo.kv_block_size = c.kv_block_size < 0 ? kDefaultKvBlockSize : c.kv_block_size;
+  FUTR_CHECK(use_gpu || c.gpu_memory_fraction == 0,
+             "--gpu-memory-fraction applies to the GPU engine (the CPU engine's cache: --kv-blocks)");
   eo.kv_blocks = c.kv_blocks;
   if (w != WeightFormat::kFp32 || kv != KvFormat::kFp32) {
     eo.fp8 = engines::fp8_config(c.fp8);
@@ -403,7 +413,7 @@ std::unique_ptr<runtime::Engine> runtime::make_engine(const Model& model, const 
     gpu::GpuEngineOptions go;
     go.kv = kv;
     go.kv_block = eo.kv_block;
-    engines::check_gpu_paging(c);
+    engines::set_gpu_paging(c, go);
     go.ctx = c.ctx;
     go.max_seqs = c.max_seqs > 0 ? c.max_seqs : gpu::GpuEngine::kMaxMicroBatch;
     go.max_step_tokens = c.max_step_tokens;

@@ -28,6 +28,7 @@
 #include "launch/lm_head.h"
 #include "launch/stream.h"
 #include "runtime/batch.h"
+#include "runtime/kv_blocks.h"
 #include "runtime/perplexity.h"
 
 namespace futr::gpu {
@@ -89,7 +90,13 @@ struct GpuEngine::Impl {
   Pinned<int> h_sampled;                 // [B]
   Pinned<float> h_logits;                // [B][vocab] (only the rows asked for are written)
   Pinned<int> h_nonfinite;               // [1]
-  int last_bucket = 0;                   // the bucket of the last micro-step
+  // A paged cache (kv->paged()): the block pool, each sequence slot's blocks,
+  // and the host side of the micro-step's block tables [B][table_stride].
+  std::unique_ptr<runtime::BlockPool> pool;
+  std::vector<runtime::SequenceBlocks> seq_blocks;  // [max_seqs]
+  Pinned<int> h_tables;
+  int table_stride = 0;
+  int last_bucket = 0;  // the bucket of the last micro-step
   int64_t micro_steps = 0, logits_rows_copied = 0, host_sampled = 0, gpu_sampled = 0;
   std::unique_ptr<Profiler> prof;        // set while profiling (set_profiling)
   std::unique_ptr<PrefillPath> prefill;  // the FP8 prefill path (null: prompts through the decode step)
@@ -247,7 +254,9 @@ void GpuEngine::init_prefill() {
   // region (no sequence is open yet; its rows are overwritten before any read).
   if (!opt_.fp8_calibration.empty()) {
     const auto t0 = std::chrono::steady_clock::now();
-    const int window = std::max(1, std::min(opt_.fp8_calibration_window, m.kv->slots_per_seq()));
+    // A paged cache: the first blocks, as one contiguous region (no block is handed out yet).
+    const int room = m.kv->paged() ? m.kv->scratch_base() : m.kv->slots_per_seq();
+    const int window = std::max(1, std::min(opt_.fp8_calibration_window, room / 16 * 16));
     m.prefill->calibrate(opt_.fp8_calibration, window, 0, m.stream);
     m.buf->nonfinite.fill_bytes(0, m.stream);
     FUTR_CUDA_CHECK(cudaStreamSynchronize(m.stream));
@@ -320,7 +329,21 @@ void GpuEngine::init(const std::string& weights_what, size_t weights_est) {
   const int B = kMaxMicroBatch;
 
   // ---- KV cache: does it fit? (kv_cache.h), then the step's buffers ----------------
-  m.kv = std::make_unique<KvCache>(c, o.kv, o.kv_block, opt_.ctx, o.max_seqs, B, weights_est);
+  FUTR_CHECK(o.kv_block_size >= 0 && o.kv_blocks >= 0 && (o.kv_blocks == 0 || o.kv_block_size > 0),
+             "GPU engine: --kv-blocks {} needs a paged KV cache (--block-size 16, 32, 64 or 128; got {})",
+             o.kv_blocks, o.kv_block_size);
+  FUTR_CHECK(o.kv_block_size == 0 || !o.tp_comms,
+             "GPU engine: a paged KV cache does not run tensor parallel yet (--block-size 0)");
+  m.kv = std::make_unique<KvCache>(c, o.kv, o.kv_block, opt_.ctx, o.max_seqs, B, weights_est,
+                                   KvPaging{o.kv_block_size, o.kv_blocks, o.gpu_memory_fraction});
+  if (m.kv->paged()) {
+    // Block ids fit the pool's range (KvCache checked 2^24); the scratch blocks come after them.
+    m.pool = std::make_unique<runtime::BlockPool>(m.kv->blocks(), m.kv->block_size());
+    m.seq_blocks.resize(size_t(o.max_seqs));
+    const int Bk = m.kv->block_size();
+    m.table_stride = std::max((opt_.ctx + Bk - 1) / Bk, m.kv->scratch_blocks());
+    m.h_tables = Pinned<int>(size_t(B) * size_t(m.table_stride));
+  }
   StepPlanConfig& pc = m.plan_config;
   pc.model = c;
   pc.lm_rows = lm_rows_;
@@ -338,8 +361,8 @@ void GpuEngine::init(const std::string& weights_what, size_t weights_est) {
   pc.attention_resident_per_sm = 0;  // the device's occupancy
   // The attention's split count, one for every bucket (batch invariance:
   // cuda::attention_heuristic_invariant); its workspace for B rows.
-  m.buf =
-      std::make_unique<StepBuffers>(c, lm_rows_, decode_attention_shape(pc, B), decode_attention_config(pc));
+  m.buf = std::make_unique<StepBuffers>(c, lm_rows_, decode_attention_shape(pc, B),
+                                        decode_attention_config(pc), m.table_stride);
   m.h_ints = Pinned<int>(size_t(kMapRows) * B);
   m.h_stats = Pinned<cuda::LogitsRowStats>(size_t(B));
   m.h_samplers = Pinned<cuda::SampleRow>(size_t(B));
@@ -351,12 +374,15 @@ void GpuEngine::init(const std::string& weights_what, size_t weights_est) {
   table_ = runtime::SequenceTable(o.max_seqs, opt_.ctx);
   info_.name = "gpu";
   info_.describe = fmt::format(
-      "gpu ({}, {} SMs; {}, KV {}{} {:.1f} MiB, ctx {} x {} sequences; {}, {}; decode micro-steps of up to "
-      "{} "
-      "rows)",
+      "gpu ({}, {} SMs; {}, KV {}{} {:.1f} MiB, ctx {} x {} sequences{}; {}, {}; decode micro-steps of up "
+      "to {} rows)",
       dev.name, dev.sm_count, weights_what, to_string(o.kv),
       rot ? fmt::format(" (Hadamard block {})", rot) : "", double(m.kv->bytes()) / (1 << 20), opt_.ctx,
-      o.max_seqs, opt_.graphs ? "CUDA graphs per batch bucket" : "eager launches (graphs off)",
+      o.max_seqs,
+      m.kv->paged() ? fmt::format(", paged: {} blocks of {} = {} positions", m.kv->blocks(),
+                                  m.kv->block_size(), m.kv->blocks() * m.kv->block_size())
+                    : std::string(),
+      opt_.graphs ? "CUDA graphs per batch bucket" : "eager launches (graphs off)",
       opt_.pdl ? "programmatic dependent launch" : "no PDL", kMaxMicroBatch);
   if (opt_.lm_head_streaming)
     info_.describe +=
@@ -367,6 +393,10 @@ void GpuEngine::init(const std::string& weights_what, size_t weights_est) {
   info_.max_step_tokens = o.max_step_tokens;
   info_.weights = WeightFormat::kInt4;
   info_.kv = o.kv;
+  if (m.kv->paged()) {
+    info_.kv_block_size = m.kv->block_size();
+    info_.kv_blocks = m.kv->blocks();
+  }
 }
 
 GpuEngine::~GpuEngine() = default;
@@ -377,6 +407,7 @@ void GpuEngine::open(SeqId id, const runtime::SamplerConfig& sampling) {
   // Delayed FP8 scaling: the sequence starts from a fresh state (no request sees another's history).
   Impl& m = *impl_;
   if (size_t(s) < m.seq_banks.size() && m.seq_banks[size_t(s)]) m.seq_banks[size_t(s)]->reset(m.stream);
+  FUTR_ASSERT(!m.pool || m.seq_blocks[size_t(s)].table.empty());
 }
 
 cuda::DeviceScaleBank* GpuEngine::seq_bank(int slot) {
@@ -387,9 +418,54 @@ cuda::DeviceScaleBank* GpuEngine::seq_bank(int slot) {
 }
 
 // The cache rows past len are overwritten before they are read again (attention masks t >= len).
-void GpuEngine::truncate(SeqId id, int len) { table_.truncate(id, len); }
+void GpuEngine::truncate(SeqId id, int len) {
+  const int s = table_.truncate(id, len);
+  Impl& m = *impl_;
+  if (m.pool) m.pool->truncate(m.seq_blocks[size_t(s)], len);
+}
 
-void GpuEngine::close(SeqId id) { table_.close(id); }
+void GpuEngine::close(SeqId id) {
+  const int s = table_.close(id);
+  Impl& m = *impl_;
+  if (m.pool) m.pool->release(m.seq_blocks[size_t(s)]);  // full blocks stay cached for attach_prefix()
+}
+
+int64_t GpuEngine::free_positions() const {
+  const Impl& m = *impl_;
+  return m.pool ? m.pool->free_blocks() * m.pool->block_size() : table_.free_positions();
+}
+
+int64_t GpuEngine::free_blocks() const {
+  const Impl& m = *impl_;
+  return m.pool ? m.pool->free_blocks() : 0;
+}
+
+int64_t GpuEngine::blocks_needed(SeqId id, int n) const {
+  const Impl& m = *impl_;
+  const int s = table_.slot(id);
+  return m.pool ? m.pool->blocks_needed(m.seq_blocks[size_t(s)], n) : 0;
+}
+
+int GpuEngine::attach_prefix(SeqId id, std::span<const int32_t> tokens) {
+  const int s = table_.slot(id);
+  Impl& m = *impl_;
+  if (!m.pool) return 0;
+  FUTR_CHECK(table_.length(id) == 0,
+             "a prefix attaches to an empty sequence (sequence {} holds {} positions)", id,
+             table_.length(id));
+  const int n =
+      m.pool->attach(m.seq_blocks[size_t(s)], tokens.first(std::min(tokens.size(), size_t(info_.ctx))));
+  table_.set_length(s, n);
+  return n;
+}
+
+std::optional<runtime::Sampler> GpuEngine::sampler_state(SeqId id) const {
+  return table_.sampler(table_.slot(id));
+}
+
+void GpuEngine::restore_sampler(SeqId id, const runtime::Sampler& sampler) {
+  table_.sampler(table_.slot(id)) = sampler;
+}
 
 void GpuEngine::micro_step(const std::vector<MicroRow>& rows) {
   Impl& m = *impl_;
@@ -404,13 +480,37 @@ void GpuEngine::micro_step(const std::vector<MicroRow>& rows) {
     const MicroRow& r = real ? rows[size_t(i)] : MicroRow{};
     h[kTok * Bm + i] = real ? r.token : 0;
     h[kPos * Bm + i] = real ? r.pos : i;
-    h[kBase * Bm + i] = real ? m.kv->slot_base(r.slot) : m.kv->scratch_base();
+    h[kBase * Bm + i] = m.pool ? 0 : real ? m.kv->slot_base(r.slot) : m.kv->scratch_base();  // paged: tables
     h[kLen * Bm + i] = (real ? r.pos : i) + 1;
     h[kRow * Bm + i] = i;
     h[kTarget * Bm + i] = real ? r.target : -1;
   }
   FUTR_CUDA_CHECK(
       cudaMemcpyAsync(m.buf->ints.get(), h, size_t(kMapRows) * Bm * sizeof(int), cudaMemcpyHostToDevice, st));
+  if (m.pool) {
+    // The rows' block tables: a real row its sequence's blocks up to its
+    // position, a padding row the scratch blocks (its positions are its index).
+    const int shift = m.kv->block_shift(), stride = m.table_stride;
+    int used = 1;  // entries per row copied: the most any row reads
+    for (int i = 0; i < bucket; ++i) {
+      int* t = m.h_tables.get() + size_t(i) * size_t(stride);
+      if (i < n) {
+        const std::vector<runtime::BlockId>& table = m.seq_blocks[size_t(rows[size_t(i)].slot)].table;
+        const int e = (rows[size_t(i)].pos >> shift) + 1;
+        FUTR_ASSERT(size_t(e) <= table.size() && e <= stride);
+        std::copy(table.begin(), table.begin() + e, t);
+        used = std::max(used, e);
+      } else {
+        const int e = (i >> shift) + 1;
+        for (int j = 0; j < e; ++j) t[j] = m.kv->scratch_block() + j;
+        used = std::max(used, e);
+      }
+    }
+    const size_t pitch = size_t(stride) * sizeof(int);
+    FUTR_CUDA_CHECK(cudaMemcpy2DAsync(m.buf->tables.get(), pitch, m.h_tables.get(), pitch,
+                                      size_t(used) * sizeof(int), size_t(bucket), cudaMemcpyHostToDevice,
+                                      st));
+  }
   if (opt_.gpu_sampling) {
     for (int i = 0; i < bucket; ++i) {
       cuda::SampleRow& sr = m.h_samplers[size_t(i)];
@@ -557,7 +657,8 @@ void GpuEngine::prefill_runs(std::span<const BatchRow> rows, const std::vector<c
       if (int(tokens.size()) == cap) flush();
       int take = std::min(run->end - i, cap - int(tokens.size()));
       if (per_seq) take = std::min(take, cap - rows[size_t(i)].pos % cap);  // up to the window's end
-      reqs.push_back({take, rows[size_t(i)].pos, m.kv->slot_base(slot)});
+      reqs.push_back({take, rows[size_t(i)].pos, m.pool ? 0 : m.kv->slot_base(slot),
+                      m.pool ? m.seq_blocks[size_t(slot)].table.data() : nullptr});
       for (int j = i; j < i + take; ++j) {
         tokens.push_back(rows[size_t(j)].token);
         batch_row.push_back(j);
@@ -622,6 +723,57 @@ runtime::StepResult GpuEngine::step(std::span<const BatchRow> rows) {
   if (plan.n_logits > 0) r.logits = Tensor({int64_t(plan.n_logits), int64_t(V)});
   r.tokens.resize(size_t(plan.n_tokens));
   r.logprobs.resize(size_t(plan.n_logprobs));
+  if (!m.pool) {
+    run_rows(rows, plan, r);
+    return r;
+  }
+  // A paged cache: every block the step takes, checked before any row runs;
+  // then taken (copy-on-write copies enqueued before the rows that write);
+  // after the rows (also when a row fails), the positions each sequence kept
+  // are committed (their tokens recorded, full blocks indexed) and the blocks
+  // past them go back.
+  int64_t need = 0;
+  for (const runtime::SeqRun& run : plan.runs)
+    need += m.pool->blocks_needed(m.seq_blocks[size_t(table_.slot(run.seq))], run.end - run.begin);
+  FUTR_CHECK(need <= m.pool->free_blocks(),
+             "out of KV blocks: the step needs {} more blocks of {} positions, {} are free", need,
+             m.pool->block_size(), m.pool->free_blocks());
+  std::vector<int> len0(plan.runs.size());
+  for (size_t k = 0; k < plan.runs.size(); ++k) {
+    const runtime::SeqRun& run = plan.runs[k];
+    const int slot = table_.slot(run.seq);
+    len0[k] = table_.length(run.seq);
+    std::optional<runtime::BlockCopy> copy;
+    const bool grown = m.pool->grow(m.seq_blocks[size_t(slot)], run.end - run.begin, &copy);
+    FUTR_ASSERT(grown);  // checked above
+    if (copy) m.kv->copy_block(copy->src, copy->dst, m.stream);
+  }
+  auto commit = [&] {
+    std::vector<int32_t> tokens;
+    for (size_t k = 0; k < plan.runs.size(); ++k) {
+      const runtime::SeqRun& run = plan.runs[k];
+      const int slot = table_.slot(run.seq);
+      const int kept = std::max(0, table_.length(run.seq) - len0[k]);
+      tokens.clear();
+      for (int i = run.begin; i < run.begin + kept; ++i) tokens.push_back(rows[size_t(i)].token);
+      runtime::SequenceBlocks& sb = m.seq_blocks[size_t(slot)];
+      m.pool->commit(sb, tokens);
+      m.pool->truncate(sb, table_.length(run.seq));
+    }
+  };
+  try {
+    run_rows(rows, plan, r);
+  } catch (...) {
+    commit();
+    throw;
+  }
+  commit();
+  return r;
+}
+
+void GpuEngine::run_rows(std::span<const BatchRow> rows, const runtime::BatchPlan& plan,
+                         runtime::StepResult& r) {
+  Impl& m = *impl_;
   // Each output row's rank among the rows of its kind (results are in batch order).
   std::vector<int> rank(rows.size(), -1);
   {
@@ -724,7 +876,6 @@ runtime::StepResult GpuEngine::step(std::span<const BatchRow> rows) {
     rest.insert(rest.end(), waiting.begin(), waiting.end());
     live.swap(rest);
   }
-  return r;
 }
 
 nlohmann::json GpuEngine::stats() const {
@@ -739,6 +890,17 @@ nlohmann::json GpuEngine::stats() const {
   j["kv_positions_used"] = table_.positions_used();
   j["kv_positions_free"] = free_positions();
   j["kv_bytes"] = m.kv->bytes();
+  if (m.pool) {
+    const runtime::BlockPoolStats& b = m.pool->stats();
+    j["kv_paged"] = {{"block_size", m.pool->block_size()},
+                     {"blocks", m.pool->num_blocks()},
+                     {"blocks_free", m.pool->free_blocks()},
+                     {"blocks_used", m.pool->used_blocks()},
+                     {"blocks_cached", m.pool->cached_blocks()},
+                     {"blocks_attached", b.attached},
+                     {"blocks_evicted", b.evicted},
+                     {"block_copies", b.copies}};
+  }
   j["weight_bytes"] = m.weights->int4_bytes() + m.weights->fp8_bytes();
   j["graphs"] = opt_.graphs;
   j["graphs_captured"] = m.exec->graphs_captured();

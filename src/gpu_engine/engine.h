@@ -170,8 +170,16 @@ struct GpuEngineOptions {
   int ctx = 0;                    // positions per sequence; 0: the model's
   int max_seqs = 1;               // sequences open at once
   int max_step_tokens = 256;      // rows per step()
-  bool graphs = true;             // replay one CUDA graph per bucket (FUTR_GPU_GRAPHS=0 forces false)
-  bool pdl = true;  // programmatic dependent launch between the step's kernels (FUTR_GPU_PDL=0: false)
+  // A paged KV cache (docs/LAYOUTS.md "Paged KV cache"): blocks of kv_block_size
+  // positions (16, 32, 64 or 128; 0: a region of ctx positions per sequence),
+  // kv_blocks of them (0: max_seqs x ceil(ctx / kv_block_size), the regions' memory).
+  int kv_block_size = 0;
+  int64_t kv_blocks = 0;
+  // Paged, kv_blocks 0: the blocks that fill this share of the GPU's memory
+  // (with the weights and 1 GiB of workspaces; 0: the regions' memory as above).
+  double gpu_memory_fraction = 0;
+  bool graphs = true;  // replay one CUDA graph per bucket (FUTR_GPU_GRAPHS=0 forces false)
+  bool pdl = true;     // programmatic dependent launch between the step's kernels (FUTR_GPU_PDL=0: false)
   bool gpu_sampling =
       true;  // temperature / top-k / min-p / top-p draws on the GPU (FUTR_GPU_SAMPLING=0: host)
   // Micro-steps of one row: the residual add + RMSNorm fused into the QKV and
@@ -242,6 +250,13 @@ class GpuEngine final : public runtime::TableEngine {
   void truncate(runtime::SeqId id, int len) override;
   void close(runtime::SeqId id) override;
   runtime::StepResult step(std::span<const runtime::BatchRow> rows) override;
+  // The paged cache (runtime/engine.h; the defaults of an engine that does not page otherwise).
+  int64_t free_positions() const override;
+  int64_t free_blocks() const override;
+  int64_t blocks_needed(runtime::SeqId id, int n) const override;
+  int attach_prefix(runtime::SeqId id, std::span<const int32_t> tokens) override;
+  std::optional<runtime::Sampler> sampler_state(runtime::SeqId id) const override;
+  void restore_sampler(runtime::SeqId id, const runtime::Sampler& sampler) override;
   nlohmann::json stats() const override;
   // Profiling (runtime::Engine::set_profiling): the prefill path's chunks
   // record an event after each launch (stats()["prefill"]["profile"],
@@ -292,6 +307,10 @@ class GpuEngine final : public runtime::TableEngine {
   // Runs rows (<= kMaxMicroBatch): row stats into host stats, the logits of
   // the rows with .logits into host logits row k.
   void micro_step(const std::vector<MicroRow>& rows);
+  // The decode and prefill rows of step() (its body; step() keeps the paged
+  // cache's block accounting around it).
+  void run_rows(std::span<const runtime::BatchRow> rows, const runtime::BatchPlan& plan,
+                runtime::StepResult& r);
   // The one writer of a step's outputs: batch row `row` (sequence slot `slot`,
   // `rank` among the rows of its output kind) into r, from row k of the last
   // launch's results: its row stats, its logits (copied: already in the host

@@ -18,7 +18,8 @@ namespace futr::gpu {
 // ---- StepBuffers --------------------------------------------------------------------
 
 StepBuffers::StepBuffers(const ModelConfig& c, int lm_rows, const cuda::AttentionShape& shape,
-                         const cuda::AttentionConfig& attention) {
+                         const cuda::AttentionConfig& attention, int table_stride_)
+    : table_stride(table_stride_) {
   const int B = kDecodeMaxRows;
   const int H = c.hidden, q_dim = c.q_dim(), kv_dim = c.kv_dim(), I = c.intermediate;
   x = cuda::DeviceBuffer<float>(size_t(B) * H);
@@ -32,6 +33,10 @@ StepBuffers::StepBuffers(const ModelConfig& c, int lm_rows, const cuda::Attentio
   sw = cuda::DeviceBuffer<uint16_t>(size_t(B) * I);
   logits = cuda::DeviceBuffer<float>(size_t(B) * size_t(lm_rows));
   ints = cuda::DeviceBuffer<int>(size_t(kMapRows) * B);
+  if (table_stride > 0) {
+    tables = cuda::DeviceBuffer<int>(size_t(B) * size_t(table_stride));
+    tables.fill_bytes(0);
+  }
   row_stats = cuda::DeviceBuffer<cuda::LogitsRowStats>(size_t(B));
   samplers = cuda::DeviceBuffer<cuda::SampleRow>(size_t(B));
   samplers.fill_bytes(0);
@@ -163,7 +168,8 @@ void LaunchExecutor::enqueue(const StepPlan& plan, cudaStream_t st, Profiler* pr
         ap.ld = q_dim + 2 * kv_dim;
         ap.row_seq = m.map(kRow);
         ap.row_pos = m.map(kPos);
-        ap.slot_base = m.map(kBase);
+        ap.slot_base = kv_.paged() ? nullptr : m.map(kBase);
+        ap.blocks = block_tables();
         ap.cache = kv_.layer(op.layer);
         ap.rows = op.rows;
         ap.kv_heads = shape.kv_heads;
@@ -182,11 +188,18 @@ void LaunchExecutor::enqueue(const StepPlan& plan, cudaStream_t st, Profiler* pr
       }
       case StepOpKind::kAttention: {
         const int64_t qkv_n = int64_t(shape.kv_heads) * (shape.group + 2) * shape.head_dim;
-        cuda::AttentionArgs aa{m.get(op.in),           m.get(op.out),
-                               m.map(kBase),           m.map(kLen),
-                               kv_.layer(op.layer),    m.attn_ws.get(),
-                               m.attn_ws.size(),       m.attn_counters.get(),
-                               m.attn_counters.size(), qkv_n};
+        cuda::AttentionArgs aa;
+        aa.q = m.get(op.in);
+        aa.out = m.get(op.out);
+        aa.slot_base = kv_.paged() ? nullptr : m.map(kBase);  // paged: the rows' block tables
+        aa.kv_len = m.map(kLen);
+        aa.cache = kv_.layer(op.layer);
+        aa.ws = m.attn_ws.get();
+        aa.ws_floats = m.attn_ws.size();
+        aa.counters = m.attn_counters.get();
+        aa.n_counters = m.attn_counters.size();
+        aa.q_ld = qkv_n;
+        aa.blocks = block_tables();
         cuda::decode_attention(shape, aa, plan.attention, st, pdl);
         break;
       }
@@ -271,6 +284,12 @@ void LaunchExecutor::enqueue_outputs(int rows, const uint16_t* x_rows, cudaStrea
   ra.targets = m.map(kTarget);
   ra.out = m.row_stats.get();
   cuda::logits_reduce(ra, st);
+}
+
+layout::KvBlockTable LaunchExecutor::block_tables() const {
+  if (!kv_.paged()) return {};
+  FUTR_ASSERT(b_.table_stride > 0);
+  return {b_.tables.get(), b_.table_stride, kv_.block_shift()};
 }
 
 int LaunchExecutor::graphs_captured() const {

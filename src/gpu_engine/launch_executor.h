@@ -64,9 +64,10 @@ class Profiler;       // gpu_engine/profiler.h
 
 // The device buffers of one micro-step (R = kDecodeMaxRows rows).
 struct StepBuffers {
-  // shape: the attention's shape at R rows (its workspace), attention: its split count.
+  // shape: the attention's shape at R rows (its workspace), attention: its split count;
+  // table_stride: entries per row of the block tables (a paged cache; 0: contiguous).
   StepBuffers(const ModelConfig& c, int lm_rows, const cuda::AttentionShape& shape,
-              const cuda::AttentionConfig& attention);
+              const cuda::AttentionConfig& attention, int table_stride = 0);
 
   cuda::DeviceBuffer<float> x;        // [R][H] FP32 residual
   cuda::DeviceBuffer<float> x2;       // [1][H] the residual's other buffer (fused norm, one-row micro-steps)
@@ -78,6 +79,10 @@ struct StepBuffers {
   cuda::DeviceBuffer<uint16_t> sw;    // [R][I] BF16 silu(g) u
   cuda::DeviceBuffer<float> logits;   // [R][lm_rows] FP32
   cuda::DeviceBuffer<int> ints;       // [kMapRows][R]: the row map (MapRow), a static input
+  // A paged cache: [R][table_stride] the rows' block tables (row i: its
+  // sequence's blocks in position order), a static input beside the row map.
+  cuda::DeviceBuffer<int> tables;
+  int table_stride = 0;
   cuda::DeviceBuffer<cuda::LogitsRowStats> row_stats;  // [R] the reductions' output
   cuda::DeviceBuffer<cuda::SampleRow> samplers;  // [R] the rows' GPU samplers (top_k 0: none), static input
   cuda::DeviceBuffer<int> sampled;               // [R] sample_topk's tokens
@@ -124,6 +129,9 @@ class LaunchExecutor {
   int64_t graph_launches() const { return graph_launches_; }
 
  private:
+  // The kernels' view of the step's block tables (a paged cache; empty: contiguous).
+  layout::KvBlockTable block_tables() const;
+
   const DeviceWeights& w_;  // the matrices, gains, embedding and head the ops read
   const KvCache& kv_;       // the layers the appends write and the attention reads; the RoPE tables
   StepBuffers& b_;          // the activations, row map and results

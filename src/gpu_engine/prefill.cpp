@@ -88,8 +88,13 @@ struct PrefillPath::Impl {
   cuda::DeviceBuffer<int> map;
   int* h_map = nullptr;  // pinned, the same layout
   size_t map_ints = 0;
+  // A paged cache: [requests][stride] the requests' block tables (grown on demand).
+  cuda::DeviceBuffer<int> tables;
+  int* h_tables = nullptr;  // pinned, the same layout
+  size_t table_ints = 0;
   ~Impl() {
     if (h_map) cudaFreeHost(h_map);
+    if (h_tables) cudaFreeHost(h_tables);
   }
 };
 
@@ -220,6 +225,43 @@ void PrefillPath::run(std::span<const int32_t> tokens, std::span<const Request> 
     }
   }
   FUTR_CHECK(row == M, "prefill: the requests hold {} rows, the chunk {} tokens", row, M);
+  // A paged cache: the requests' block tables, one row each; the row map's
+  // kBase entries then hold the row's request (the append's row_seq).
+  const bool paged = reqs[0].blocks != nullptr;
+  layout::KvBlockTable blocks;
+  if (paged) {
+    FUTR_CHECK(kv_.paged(), "prefill: block tables given for a contiguous KV cache");
+    const int B = kv_.block_size();
+    int stride = 1;
+    for (const Request& q : reqs) {
+      FUTR_CHECK(q.blocks != nullptr, "prefill: a chunk mixes paged and contiguous requests");
+      stride = std::max(stride, (q.pos0 + q.n_rows + B - 1) / B);
+    }
+    const size_t need = size_t(R) * size_t(stride);
+    if (need > m.table_ints) {
+      if (m.h_tables) cudaFreeHost(m.h_tables);
+      m.h_tables = nullptr;
+      m.table_ints = std::max(need, 2 * m.table_ints);
+      FUTR_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&m.h_tables), m.table_ints * sizeof(int)));
+      m.tables = cuda::DeviceBuffer<int>(m.table_ints);
+    }
+    row = 0;
+    for (int r = 0; r < R; ++r) {
+      const Request& q = reqs[size_t(r)];
+      const int n = (q.pos0 + q.n_rows + B - 1) / B;
+      std::copy(q.blocks, q.blocks + n, m.h_tables + size_t(r) * size_t(stride));
+      for (int i = 0; i < q.n_rows; ++i, ++row) h[kBase * Mx + size_t(row)] = r;
+    }
+    FUTR_CUDA_CHECK(
+        cudaMemcpyAsync(m.tables.get(), m.h_tables, need * sizeof(int), cudaMemcpyHostToDevice, st));
+    blocks = {m.tables.get(), stride, kv_.block_shift()};
+  } else {
+    FUTR_CHECK(
+        !kv_.paged() || reqs.size() == 1,
+        "prefill: contiguous requests in a paged cache (the warm-up and calibration) run one at a time");
+    for (const Request& q : reqs)
+      FUTR_CHECK(q.blocks == nullptr, "prefill: a chunk mixes paged and contiguous requests");
+  }
   const std::vector<int> tiles = cuda::prefill_tiles(pr);
   const size_t req0 = kMapRowArrays * Mx, tiles0 = req0 + 4 * Mx;
   FUTR_ASSERT(tiles.size() <= 4 * Mx);
@@ -276,9 +318,10 @@ void PrefillPath::run(std::span<const int32_t> tokens, std::span<const Request> 
     ap.k = m.qkv.get() + Q;
     ap.v = m.qkv.get() + Q + KV;
     ap.ld = qkv_n;
-    ap.row_seq = d_idx;
+    ap.row_seq = paged ? d_base : d_idx;  // paged: the row's request (its table row)
     ap.row_pos = d_pos;
-    ap.slot_base = d_base;
+    ap.slot_base = paged ? nullptr : d_base;
+    ap.blocks = blocks;
     ap.cache = cache;
     ap.rows = M;
     ap.kv_heads = c.n_kv_heads;
@@ -308,7 +351,8 @@ void PrefillPath::run(std::span<const int32_t> tokens, std::span<const Request> 
     aa.row_begin = d + req0;
     aa.n_rows = d + req0 + Mx;
     aa.pos0 = d + req0 + 2 * Mx;
-    aa.slot_base = d + req0 + 3 * Mx;
+    aa.slot_base = paged ? nullptr : d + req0 + 3 * Mx;
+    aa.blocks = blocks;
     aa.tiles = d + tiles0;
     aa.n_tiles = int(tiles.size() / 2);
     cuda::prefill_attention(aa, st);

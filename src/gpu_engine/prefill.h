@@ -78,9 +78,13 @@ class Profiler;       // gpu_engine/profiler.h
 class PrefillPath {
  public:
   // One request of a chunk: n_rows consecutive rows, positions pos0.., its
-  // sequence's slot region at slot_base (a multiple of 16).
+  // sequence's slot region at slot_base (a multiple of 16), or, in a paged
+  // cache, its block table (host; the blocks of positions [0, pos0 + n_rows)
+  // in order, docs/LAYOUTS.md "Paged KV cache"; then slot_base is unused).
+  // The requests of a chunk are all paged or all contiguous.
   struct Request {
     int n_rows = 0, pos0 = 0, slot_base = 0;
+    const int32_t* blocks = nullptr;
   };
 
   // Borrows the engine's weights (their FP8 projections: q/k/v and gate/up

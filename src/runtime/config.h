@@ -67,8 +67,11 @@ inline constexpr int kDefaultKvBlock = 64;
 
 // Positions per block of a paged KV cache where the engine's default is asked
 // for (RuntimeConfig::kv_block_size -1, `futr serve`): the CPU engine pages in
-// blocks of this many; the GPU engine does not page yet.
+// blocks of kDefaultKvBlockSize, the GPU engine of kDefaultGpuKvBlockSize (its
+// prefill attention loads one TMA box per block: 64 rows are two boxes per
+// 128-key tile; its decode attention looks a block up per 16 keys, whatever B).
 inline constexpr int kDefaultKvBlockSize = 16;
+inline constexpr int kDefaultGpuKvBlockSize = 64;
 
 struct Fp8Config {
   Fp8Scaling scaling = Fp8Scaling::kStatic;  // static per site | delayed per request
@@ -107,13 +110,17 @@ struct RuntimeConfig {
   bool lm_head_int4 =
       false;  // --head int4: the GPU engine's LM head quantized to INT4 (gpu::GpuEngineOptions)
   KvFormat kv = KvFormat::kAuto;
-  int kv_block = 0;       // int4-rot Hadamard block; 0 = kDefaultKvBlock capped at head_dim
-  int kv_block_size = 0;  // paged KV cache: positions per block; 0: contiguous caches; -1: the engine's
-                          // default (the CPU engine pages in kDefaultKvBlockSize, the GPU engine does not)
+  int kv_block = 0;  // int4-rot Hadamard block; 0 = kDefaultKvBlock capped at head_dim
+  int kv_block_size =
+      0;  // paged KV cache: positions per block; 0: contiguous caches; -1: the engine's
+          // default (kDefaultKvBlockSize, kDefaultGpuKvBlockSize; none with tensor parallelism)
   int64_t kv_blocks =
-      0;             // paged: blocks in all; 0 = max_seqs x ceil(ctx / block), the contiguous caches' memory
-  int ctx = 0;       // positions per sequence; 0 = the model's trained context, capped
-  int max_seqs = 1;  // sequences open at once (each gets ctx positions); 0: the engine's default
+      0;  // paged: blocks in all; 0 = max_seqs x ceil(ctx / block), the contiguous caches' memory
+  // GPU engine, paged: the share of the GPU's memory the engine may fill
+  // (weights, workspaces and the cache), which sizes the cache when kv_blocks is 0; 0: not used.
+  double gpu_memory_fraction = 0;
+  int ctx = 0;                // positions per sequence; 0 = the model's trained context, capped
+  int max_seqs = 1;           // sequences open at once (each gets ctx positions); 0: the engine's default
   int max_step_tokens = 256;  // rows per step() at most
   int threads = 0;            // CPU threads; 0 = the default (cpu_engine/threads.h)
   int tp = 1;  // GPUs the model is split over (tensor parallelism, gpu_engine/tp_engine.h); 1: none

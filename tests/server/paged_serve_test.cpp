@@ -1,7 +1,11 @@
-// The scheduler over the real CPU engine with a paged KV cache too small for
-// its requests at once: every greedy answer equals the one the same server
-// gives each request alone, preemptions happen, the prefix cache hits (a
-// shared system prompt), and every block is free at the end. The requests
+// The scheduler over a real engine (the CPU engine; the GPU engine on a
+// Hopper GPU, skipped with the reason without one) with a paged KV cache too
+// small for its requests at once: every greedy answer equals the one the same
+// server gives each request alone, preemptions happen, the prefix cache hits
+// (a shared system prompt), and every block is free at the end. On the GPU the
+// recomputed rows take the path they took the first time (prompt rows the
+// FP8 prefill path, static scales; generated tokens the decode step), whose
+// bits do not depend on the cut, so the answers are equal there too. The requests
 // are queued in one call (all or none) while the engine is held
 // (HeldEngine), so that they are admitted together and the preemptions do
 // not depend on thread timing.
@@ -84,20 +88,24 @@ std::string answer(Request& r) {
   return text;
 }
 
-TEST(PagedCpuServe, GreedyAnswersThroughPreemptionEqualTheAnswersAlone) {
+class PagedServe : public ::testing::TestWithParam<runtime::EngineKind> {};
+
+TEST_P(PagedServe, GreedyAnswersThroughPreemptionEqualTheAnswersAlone) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(FUTR_DEFAULT_MODEL, ec))
     GTEST_SKIP() << FUTR_DEFAULT_MODEL << " is absent (scripts/fetch-model.sh)";
   const Model model = load_model(FUTR_DEFAULT_MODEL);
   const Tokenizer tok(model.tokenizer);
   runtime::RuntimeConfig cfg;
-  cfg.engine = runtime::EngineKind::kCpu;
+  cfg.engine = GetParam();  // kAuto: the GPU case
   cfg.ctx = 256;
   cfg.max_seqs = 6;
   cfg.max_step_tokens = 64;
   cfg.kv_block_size = 16;
   cfg.kv_blocks = 10;  // 160 positions; six requests of about 70 need 420
   auto inner = runtime::make_engine(model, cfg);
+  if (GetParam() == runtime::EngineKind::kAuto && inner->info().name != "gpu")
+    GTEST_SKIP() << "no Hopper GPU: --backend auto is the CPU engine (the cpu case)";
   ASSERT_EQ(inner->info().kv_block_size, 16);
   HeldEngine engine(*inner);
   Metrics metrics;
@@ -143,6 +151,12 @@ TEST(PagedCpuServe, GreedyAnswersThroughPreemptionEqualTheAnswersAlone) {
   EXPECT_EQ(value("futr_kv_blocks_used"), 0) << m;
   EXPECT_EQ(inner->free_blocks(), 10);
 }
+
+INSTANTIATE_TEST_SUITE_P(Engines, PagedServe,
+                         ::testing::Values(runtime::EngineKind::kCpu, runtime::EngineKind::kAuto),
+                         [](const ::testing::TestParamInfo<runtime::EngineKind>& i) {
+                           return std::string(i.param == runtime::EngineKind::kCpu ? "cpu" : "gpu");
+                         });
 
 }  // namespace
 }  // namespace futr::server
