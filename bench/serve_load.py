@@ -19,7 +19,12 @@ Both record the same things:
 
 and prints one markdown table row (and --json FILE): requests, concurrency,
 ok / 4xx / 5xx, wall time, requests/s, generated tokens/s, TTFT and TPOT
-p50 / p99. Stops launching requests after --time-limit seconds (the ones in
+p50 / p99, and how many requests the server ran at once (its /metrics gauge
+futr_requests_running, polled every 50 ms: the mean while any ran, and the
+peak; with a paged KV cache also the preemptions). --prompt-words A B sets the prompts' lengths, --ignore-eos makes
+every request generate exactly --max-tokens tokens (the server's ignore_eos):
+with both, the requests' sizes are fixed, which is how the concurrent streams a
+KV cache holds are compared. Stops launching requests after --time-limit seconds (the ones in
 flight finish). Exit status 1 if any request got a 5xx or failed to connect.
 
   build/venv/bin/python bench/serve_load.py --futr build/bin/futr -- --backend cpu --max-seqs 16
@@ -129,10 +134,13 @@ def stream_result(t0, first, last, tokens):
     return r
 
 
-def raw_one_request(client, model, prompt, max_tokens):
+def raw_one_request(client, model, prompt, max_tokens, ignore_eos=False):
     """one_request's measurements through RawClient."""
-    body = json.dumps({"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
-                       "stream": True, "stream_options": {"include_usage": True}})
+    req = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
+           "stream": True, "stream_options": {"include_usage": True}}
+    if ignore_eos:
+        req["ignore_eos"] = True
+    body = json.dumps(req)
     t0 = time.perf_counter()
     first = last = None
     tokens = 0
@@ -170,14 +178,15 @@ def raw_one_request(client, model, prompt, max_tokens):
     return stream_result(t0, first, last, tokens)
 
 
-def one_request(client, model, prompt, max_tokens):
+def one_request(client, model, prompt, max_tokens, ignore_eos=False):
     t0 = time.perf_counter()
     first = last = None
     tokens = 0
     try:
         stream = client.completions.create(model=model, prompt=prompt, max_tokens=max_tokens,
                                            temperature=0, stream=True,
-                                           stream_options={"include_usage": True})
+                                           stream_options={"include_usage": True},
+                                           extra_body={"ignore_eos": True} if ignore_eos else None)
         for chunk in stream:
             if chunk.choices and chunk.choices[0].text:
                 now = time.perf_counter()
@@ -216,8 +225,59 @@ def pick_client(name="auto"):
     return name
 
 
+class MetricsPoller:
+    """Polls GET /metrics every `period` s on a thread: the largest futr_requests_running seen,
+    and the last futr_preemptions_total."""
+
+    def __init__(self, base_url, period=0.05):
+        u = urllib.parse.urlsplit(base_url)
+        self.host, self.port, self.period = u.hostname, u.port or 80, period
+        self.peak_running, self.preemptions = 0, 0.0
+        self.running_sum, self.running_samples = 0.0, 0  # samples with a request running
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def sample(self):
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=5)
+        try:
+            conn.request("GET", "/metrics")
+            r = conn.getresponse()
+            text = r.read().decode("utf-8", "replace")
+        finally:
+            conn.close()
+        for line in text.splitlines():
+            if line.startswith("futr_requests_running "):
+                running = int(float(line.split()[1]))
+                self.peak_running = max(self.peak_running, running)
+                if running > 0:
+                    self.running_sum += running
+                    self.running_samples += 1
+            elif line.startswith("futr_preemptions_total "):
+                self.preemptions = float(line.split()[1])
+
+    def _run(self):
+        while not self._stop.is_set():
+            try:
+                self.sample()
+            except (OSError, http.client.HTTPException, ValueError):
+                pass
+            self._stop.wait(self.period)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        try:
+            self.sample()
+        except (OSError, http.client.HTTPException, ValueError):
+            pass
+
+
 def run_load(base_url, requests=200, concurrency=32, max_tokens=16, prompt_words=(4, 24),
-             time_limit=600.0, seed=0, api_key="none", client="auto"):
+             time_limit=600.0, seed=0, api_key="none", client="auto", ignore_eos=False):
     """The load run; returns a dict of results."""
     kind = pick_client(client)
     if kind == "raw":
@@ -239,12 +299,12 @@ def run_load(base_url, requests=200, concurrency=32, max_tokens=16, prompt_words
     def work(p):
         if time.perf_counter() - t0 > time_limit:
             return None
-        r = request(client, model, p, max_tokens)
+        r = request(client, model, p, max_tokens, ignore_eos)
         with lock:
             results.append(r)
         return r
 
-    with cf.ThreadPoolExecutor(max_workers=concurrency) as pool:
+    with MetricsPoller(base_url) as poll, cf.ThreadPoolExecutor(max_workers=concurrency) as pool:
         for f in [pool.submit(work, p) for p in prompts]:
             if f.result() is not None:
                 launched += 1
@@ -262,18 +322,21 @@ def run_load(base_url, requests=200, concurrency=32, max_tokens=16, prompt_words
         "tokens_per_s": tokens / wall,
         "ttft_p50_ms": 1e3 * percentile(ttft, 50), "ttft_p99_ms": 1e3 * percentile(ttft, 99),
         "tpot_p50_ms": 1e3 * percentile(tpot, 50), "tpot_p99_ms": 1e3 * percentile(tpot, 99),
+        "prompt_words": list(prompt_words), "ignore_eos": ignore_eos,
+        "peak_running": poll.peak_running, "preemptions": int(poll.preemptions),
+        "mean_running": poll.running_sum / max(1, poll.running_samples),
     }
 
 
 HEADER = ("| requests | concurrency | max_tokens | ok | 4xx | 5xx | wall s | req/s | gen tok/s "
-          "| TTFT p50 ms | TTFT p99 ms | TPOT p50 ms | TPOT p99 ms |\n"
-          "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "| TTFT p50 ms | TTFT p99 ms | TPOT p50 ms | TPOT p99 ms | mean running | peak running | preemptions |\n"
+          "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 
 
 def table_row(r):
     return ("| {requests} | {concurrency} | {max_tokens} | {ok} | {4xx} | {5xx} | {wall_s:.1f} "
             "| {requests_per_s:.2f} | {tokens_per_s:.1f} | {ttft_p50_ms:.0f} | {ttft_p99_ms:.0f} "
-            "| {tpot_p50_ms:.1f} | {tpot_p99_ms:.1f} |").format(**r)
+            "| {tpot_p50_ms:.1f} | {tpot_p99_ms:.1f} | {mean_running:.1f} | {peak_running} | {preemptions} |").format(**r)
 
 
 def main():
@@ -283,6 +346,10 @@ def main():
     ap.add_argument("-n", "--requests", type=int, default=200)
     ap.add_argument("-c", "--concurrency", type=int, default=32)
     ap.add_argument("--max-tokens", type=int, default=32)
+    ap.add_argument("--prompt-words", type=int, nargs=2, default=(4, 24), metavar=("MIN", "MAX"),
+                    help="each prompt draws this many words (uniform)")
+    ap.add_argument("--ignore-eos", action="store_true",
+                    help="every request generates exactly --max-tokens tokens (the server's ignore_eos)")
     ap.add_argument("--time-limit", type=float, default=600.0)
     ap.add_argument("--api-key", default="none")
     ap.add_argument("--client", choices=("auto", "openai", "raw"), default="auto",
@@ -299,8 +366,8 @@ def main():
         proc, url, log = start_server(a.futr, a.server_args, log_path=a.server_log)
         print(f"futr serve at {url} (log {log})", file=sys.stderr)
     try:
-        r = run_load(url, a.requests, a.concurrency, a.max_tokens, time_limit=a.time_limit,
-                     api_key=a.api_key, client=a.client)
+        r = run_load(url, a.requests, a.concurrency, a.max_tokens, prompt_words=tuple(a.prompt_words),
+                     time_limit=a.time_limit, api_key=a.api_key, client=a.client, ignore_eos=a.ignore_eos)
     finally:
         if proc:
             stop_server(proc)

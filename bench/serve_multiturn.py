@@ -24,8 +24,8 @@ import subprocess
 import sys
 import time
 
-SYSTEM = ("You are a helpful assistant for a travel agency. You answer questions about cities, trains, "
-          "museums and food. Keep every answer short, friendly and concrete; give one fact per answer. ") * 3
+SYSTEM_PART = ("You are a helpful assistant for a travel agency. You answer questions about cities, trains, "
+               "museums and food. Keep every answer short, friendly and concrete; give one fact per answer. ")
 QUESTIONS = ["Which city should I visit in France?", "How do I get there by train?", "What museum is best?",
              "Where do I eat lunch?", "What is a good day trip?", "What should I pack?", "What is the weather like?",
              "Give me one last tip.", "And one more?", "Thanks, anything else?"]
@@ -64,12 +64,12 @@ def ask(host, port, messages, max_tokens):
     return ttft if ttft is not None else time.perf_counter() - t0, text
 
 
-def run(futr, flags, users, turns, max_tokens):
+def run(futr, flags, users, turns, max_tokens, system_repeat=3):
     p, host, port = start(futr, flags)
     try:
         per_turn = [[] for _ in range(turns)]
         for u in range(users):
-            messages = [{"role": "system", "content": SYSTEM + f"(Customer {u}.)"}]
+            messages = [{"role": "system", "content": SYSTEM_PART * system_repeat + f"(Customer {u}.)"}]
             for t in range(turns):
                 messages.append({"role": "user", "content": QUESTIONS[t % len(QUESTIONS)]})
                 ttft, text = ask(host, port, messages, max_tokens)
@@ -87,12 +87,14 @@ def main():
     ap.add_argument("--users", type=int, default=2)
     ap.add_argument("--turns", type=int, default=8)
     ap.add_argument("--max-tokens", type=int, default=24)
+    ap.add_argument("--system-repeat", type=int, default=3,
+                    help="the system prompt is this many copies of a ~35-token paragraph")
     ap.add_argument("--json")
     ap.add_argument("flags", nargs=argparse.REMAINDER)
     a = ap.parse_args()
     flags = [f for f in a.flags if f != "--"]
-    on = run(a.futr, flags, a.users, a.turns, a.max_tokens)
-    off = run(a.futr, flags + ["--no-prefix-cache"], a.users, a.turns, a.max_tokens)
+    on = run(a.futr, flags, a.users, a.turns, a.max_tokens, a.system_repeat)
+    off = run(a.futr, flags + ["--no-prefix-cache"], a.users, a.turns, a.max_tokens, a.system_repeat)
     print("| turn | TTFT p50 prefix cache (s) | TTFT p50 no prefix cache (s) | speedup |")
     print("|---|---|---|---|")
     for t in range(a.turns):
@@ -100,7 +102,7 @@ def main():
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"bench": "serve_multiturn", "server_flags": flags, "users": a.users, "turns": a.turns,
-                       "max_tokens": a.max_tokens, "ttft_p50_prefix_cache_s": on,
+                       "max_tokens": a.max_tokens, "system_repeat": a.system_repeat, "ttft_p50_prefix_cache_s": on,
                        "ttft_p50_no_prefix_cache_s": off,
                        "speedup_by_turn": [off[t] / on[t] for t in range(a.turns)]}, f, indent=1)
             f.write("\n")

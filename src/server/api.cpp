@@ -221,7 +221,8 @@ ApiRequest parse_request(Endpoint endpoint, std::string_view body, const ApiCont
                                                "repetition_penalty",
                                                "logprobs",
                                                "logit_bias",
-                                               "speculative"};
+                                               "speculative",
+                                               "ignore_eos"};
   static const std::set<std::string> completions_only = {"prompt", "echo", "best_of", "suffix"};
   static const std::set<std::string> chat_only = {
       "messages",    "max_completion_tokens", "top_logprobs", "response_format", "tools",
@@ -333,6 +334,8 @@ ApiRequest parse_request(Endpoint endpoint, std::string_view body, const ApiCont
                              kMaxSpeculative, d));
         speculative = int(d);
       }
+    } else if (k == "ignore_eos") {
+      r.gen.ignore_eos = get_bool(v, k);
     } else if (k == "stream") {
       r.stream = get_bool(v, k);
     } else if (k == "stream_options") {

@@ -31,6 +31,8 @@
 //                (with logprobs: the prompt tokens' too, the first null);
 //                max_tokens may then be 0 (score the prompt only)
 //   (log-probabilities of the model's raw distribution: server/logprobs.h)
+//   ignore_eos   bool: end-of-generation tokens do not end the request (it runs
+//                to max_tokens or a stop string; vLLM's extra parameter)
 //   accepted at their neutral value only: best_of (1), logit_bias ({}),
 //   suffix (null), response_format ({"type": "text"}), tools ([]),
 //   tool_choice ("none"); user, store, metadata, parallel_tool_calls:

@@ -732,7 +732,7 @@ void Scheduler::run_step() {
       if (metrics_) metrics_->observe_ttft(std::chrono::duration<double>(now - a->req->submitted_).count());
     }
     a->last_token = now;
-    if (tok_.is_eog(t)) {
+    if (tok_.is_eog(t) && !a->req->params_.ignore_eos) {
       done.push_back({a, Finish::kStop, {}});
       continue;
     }

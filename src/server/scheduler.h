@@ -123,6 +123,10 @@ struct GenerationParams {
   // per step by prompt lookup and verifies them in the same step; the tokens
   // are exactly those without it. 0: off.
   int speculative = 0;
+  // End-of-generation tokens do not end the request (benchmarks that need
+  // exactly max_tokens tokens; vLLM's extra parameter of the same name): they
+  // are generated, counted and decoded like any token.
+  bool ignore_eos = false;
 };
 
 // Wakes the one reader of several requests (the n choices of a call): every

@@ -58,6 +58,7 @@ TEST_F(ApiTest, BadRequestsGet4xxNamingTheParameter) {
       {C, R"({"model": "other", "prompt": "hi"})", 404, "model"},
       {C, R"({"model": 3, "prompt": "hi"})", 400, "model"},
       {C, R"({"model": "m"})", 400, "prompt"},
+      {C, R"({"model": "m", "prompt": "hi", "ignore_eos": 1})", 400, "ignore_eos"},
       {C, R"({"model": "m", "prompt": 5})", 400, "prompt"},
       {C, R"({"model": "m", "prompt": ["a", "b"]})", 400, "prompt"},
       {C, R"({"model": "m", "prompt": [1, 99999999]})", 400, "prompt"},
@@ -255,8 +256,10 @@ TEST_F(ApiTest, CompletionDefaultsAndFields) {
   const ApiRequest s = parse_request(Endpoint::kCompletions, R"({"model": "m", "prompt": [1, 2, 3],
       "max_tokens": 5, "temperature": 0, "top_p": 0.5, "top_k": 7, "seed": 42, "stop": ["x", "yz"],
       "stream": true, "stream_options": {"include_usage": true}, "n": 1, "user": "u",
-      "presence_penalty": 0, "logprobs": null, "suffix": null})",
+      "presence_penalty": 0, "logprobs": null, "suffix": null, "ignore_eos": true})",
                                      ctx_);
+  EXPECT_FALSE(r.gen.ignore_eos);
+  EXPECT_TRUE(s.gen.ignore_eos);
   EXPECT_EQ(s.gen.prompt, (std::vector<int32_t>{1, 2, 3}));
   EXPECT_EQ(s.gen.max_tokens, 5);
   EXPECT_EQ(s.gen.sampling.temperature, 0.0f);

@@ -419,6 +419,14 @@ TEST_F(SchedulerTest, EosAndStopStringsEndWithStop) {
     stops += oq.finish == Finish::kStop;
   }
   EXPECT_GT(stops, 10);
+  // ignore_eos: the same draws run on to max_tokens, EOS included.
+  for (uint64_t seed = 0; seed < 5; ++seed) {
+    auto q = params({words_[0]}, 30, seed);
+    q.ignore_eos = true;
+    const Outcome oq = collect(*s2.submit(q));
+    EXPECT_EQ(oq.finish, Finish::kLength) << seed;
+    EXPECT_EQ(oq.completion_tokens, 30) << seed;
+  }
 }
 
 TEST_F(SchedulerTest, CancelFreesTheSequence) {
