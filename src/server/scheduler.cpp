@@ -341,6 +341,16 @@ void Scheduler::admit() {
       if (waiting_.empty()) return;
       head = waiting_.front();
     }
+    // The n choices of a call share their prompt's blocks: a choice waits
+    // while an earlier choice of its call still computes the prompt, then
+    // attaches its full blocks from the prefix cache (only its last partial
+    // block and last row run again).
+    if (paged_ && options_.prefix_cache && head->params_.prompt_logprobs < 0 &&
+        std::any_of(running_.begin(), running_.end(), [&](const std::unique_ptr<Active>& r) {
+          return r->req->signal_ == head->signal_ && r->req->params_.prompt == head->params_.prompt &&
+                 !r->decoding && r->stored < r->prompt_len() - 1;
+        }))
+      return;
     if (!paged_) {
       int64_t committed = 0;  // positions the running requests may still take
       for (const auto& a : running_) committed += a->reserve() - a->stored;

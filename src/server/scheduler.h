@@ -64,7 +64,10 @@
 // that only has to wait, waits. The n choices of one call (OpenAI's `n`) are
 // n requests submitted together: all are queued or none (each counts against
 // max_queue), each is its own sequence with its own sampler, and they share
-// a RequestSignal so that one reader can wait for any of them.
+// a RequestSignal so that one reader can wait for any of them. With a paging
+// engine and the prefix cache on, a choice is admitted only once the choice
+// before it has computed the shared prompt, and attaches its full blocks: the
+// prompt is computed once for the n choices.
 //
 // Speculative requests (GenerationParams::speculative > 0) draw on the host
 // like the logprobs path; while at most SchedulerOptions::speculative_max_batch

@@ -179,6 +179,39 @@ TEST_F(PagedSchedulerTest, ALaterTurnReusesTheConversationsBlocks) {
   }
 }
 
+// The n choices of a call compute their prompt once: the later choices wait
+// for the first to compute it and attach its full blocks; each choice gets the
+// tokens it gets alone (its own seed).
+TEST_F(PagedSchedulerTest, TheChoicesOfACallShareThePromptsBlocks) {
+  for (bool prefix_cache : {true, false}) {
+    auto eo = engine_options(4, 64);
+    test::FakeEngine engine(eo);
+    Metrics metrics;
+    SchedulerOptions so;
+    so.prefix_cache = prefix_cache;
+    Scheduler s(engine, *tok_, so, &metrics);
+    std::mt19937 rng(5);
+    GenerationParams p;
+    p.prompt = random_words(rng, 23);
+    p.max_tokens = 6;
+    p.sampling.temperature = 0.8f;
+    std::vector<GenerationParams> choices;
+    for (uint64_t i = 0; i < 4; ++i) {
+      choices.push_back(p);
+      choices.back().sampling.seed = 100 + i;
+    }
+    const auto rs = s.submit(choices);
+    for (size_t i = 0; i < rs.size(); ++i) {
+      const Outcome o = collect(*rs[i]);
+      EXPECT_EQ(o.text, tok_->decode(reference_tokens(engine, choices[i], -1))) << "choice " << i;
+    }
+    s.wait_idle();
+    // The prompt's 22 rows before its last: 5 full blocks of 4, attached by the three later choices.
+    EXPECT_EQ(engine.attached(), prefix_cache ? 3 * 20 : 0) << "prefix cache " << prefix_cache;
+    EXPECT_EQ(engine.pool()->used_blocks(), 0);
+  }
+}
+
 // Log-probabilities through preemption: requests that score their prompt
 // (echo), ask for their tokens' logprobs with alternatives, or only score
 // (max_tokens 0), through a cache too small for all at once, get exactly the
@@ -210,7 +243,9 @@ TEST_F(PagedSchedulerTest, LogprobsAndPromptScoresThroughPreemptionEqualAnIdleSe
     for (size_t i = 0; i < a.size(); ++i) {
       EXPECT_EQ(a[i].token, b[i].token) << what << " " << i;
       EXPECT_EQ(a[i].has_logprob, b[i].has_logprob) << what << " " << i;
-      if (a[i].has_logprob) EXPECT_EQ(a[i].logprob, b[i].logprob) << what << " " << i;  // the same bits
+      if (a[i].has_logprob) {
+        EXPECT_EQ(a[i].logprob, b[i].logprob) << what << " " << i;  // the same bits
+      }
       ASSERT_EQ(a[i].top.size(), b[i].top.size()) << what << " " << i;
       for (size_t k = 0; k < a[i].top.size(); ++k) {
         EXPECT_EQ(a[i].top[k].token, b[i].top[k].token) << what << " " << i;
@@ -266,7 +301,9 @@ TEST_F(PagedSchedulerTest, LogprobsAndPromptScoresThroughPreemptionEqualAnIdleSe
     EXPECT_EQ(got.text, alone[i].text) << "request " << i;
     same(got.generated, alone[i].generated, "generated logprobs of request " + std::to_string(i));
     same(got.prompt, alone[i].prompt, "prompt logprobs of request " + std::to_string(i));
-    if (ps[i].prompt_logprobs >= 0) EXPECT_EQ(got.prompt.size(), ps[i].prompt.size()) << "request " << i;
+    if (ps[i].prompt_logprobs >= 0) {
+      EXPECT_EQ(got.prompt.size(), ps[i].prompt.size()) << "request " << i;
+    }
   }
   s.wait_idle();
   EXPECT_GT(metric(metrics, "futr_preemptions_total"), 0);
