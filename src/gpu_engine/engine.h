@@ -67,10 +67,20 @@
 //   - Padding: rows B..b-1 of a bucket are dummies (token 0, target -1) whose
 //     results are discarded. Dummy row j writes its K/V at position j of a
 //     scratch region of kMaxMicroBatch slots past every sequence's slots (kv_cache.h)
-//     (num_slots = max_seqs x slots_per_seq + 32), attends over positions
-//     [0, j] of that region, and so never reads or writes a slot any sequence
-//     owns; distinct j write distinct slots (no write races). The RoPE table
-//     covers max(ctx, 32) positions for them.
+//     (num_slots = max_seqs x slots_per_seq + 32; paged: whole scratch blocks
+//     past the pool's, which the dummy rows' block tables point to), attends
+//     over positions [0, j] of that region, and so never reads or writes a slot
+//     any sequence owns; distinct j write distinct slots (no write races). The
+//     RoPE table covers max(ctx, 32) positions for them.
+//   - Paged KV cache (GpuEngineOptions::kv_block_size; docs/LAYOUTS.md "Paged
+//     KV cache"): runtime::BlockPool hands out the blocks (the step checks
+//     and takes every block it needs before any row runs, copy-on-write as
+//     device copies of a block); the row map's static companion is a
+//     [kMaxMicroBatch][table stride] table of block ids, each row its
+//     sequence's blocks, of which the entries the rows read are copied with
+//     the row map; the prefill path uploads its chunk's request tables. Full
+//     blocks are indexed by their token prefix after the step (attach_prefix);
+//     outputs are the contiguous cache's bit for bit (tests/gpu_engine/paged_test.cpp).
 //   - Graph validity for any sequence lengths: the INT4 GEMMs' configuration
 //     depends only on (M = b, N, K) and their split-K counters re-arm
 //     themselves; the attention's split count is chosen once for the maximum

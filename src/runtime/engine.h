@@ -47,8 +47,10 @@
 // its full blocks are indexed by their token prefix and outlive it in the
 // cache until evicted, and attach_prefix() gives a new sequence the longest
 // cached prefix instead of computing it. free_positions() then counts free
-// blocks x block size. An engine that does not page (block size 0: the GPU
-// engine, tensor-parallel engines) keeps the defaults below, and a scheduler
+// blocks x block size. The CPU and GPU engines page when asked
+// (--block-size; tests/cpu_engine/paged_kv_test.cpp,
+// tests/gpu_engine/paged_test.cpp); an engine that does not page (block size
+// 0, the tensor-parallel engines) keeps the defaults below, and a scheduler
 // admits against free_positions() as before. A scheduler that preempts a
 // sequence (closes it and opens it again later) keeps its sampler with
 // sampler_state() / restore_sampler(), so the draws continue exactly.
