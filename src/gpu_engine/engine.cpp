@@ -459,6 +459,12 @@ int GpuEngine::attach_prefix(SeqId id, std::span<const int32_t> tokens) {
   return n;
 }
 
+int GpuEngine::step_rows(int n) const {
+  if (n <= 0) return n;
+  const int full = (n - 1) / kMaxMicroBatch, rest = n - full * kMaxMicroBatch;
+  return full * kMaxMicroBatch + bucket_of(rest);
+}
+
 std::optional<runtime::Sampler> GpuEngine::sampler_state(SeqId id) const {
   return table_.sampler(table_.slot(id));
 }

@@ -266,6 +266,9 @@ class GpuEngine final : public runtime::TableEngine {
   int64_t blocks_needed(runtime::SeqId id, int n) const override;
   int attach_prefix(runtime::SeqId id, std::span<const int32_t> tokens) override;
   std::optional<runtime::Sampler> sampler_state(runtime::SeqId id) const override;
+  // n rows of one sequence run as micro-steps padded to buckets: bucket_of(n) up to
+  // kMaxMicroBatch, then whole micro-steps of kMaxMicroBatch rows and a bucket for the rest.
+  int step_rows(int n) const override;
   void restore_sampler(runtime::SeqId id, const runtime::Sampler& sampler) override;
   nlohmann::json stats() const override;
   // Profiling (runtime::Engine::set_profiling): the prefill path's chunks

@@ -186,6 +186,12 @@ class Engine {
     (void)sampler;
   }
 
+  // The rows a step of n rows of one sequence costs as much as: an engine
+  // that pads its steps (the GPU engine's micro-steps run in buckets of 1, 2,
+  // 4, ... 32 rows) returns the padded count, so that speculative decoding
+  // sizes its drafts to fill them (runtime/speculative.h). n otherwise.
+  virtual int step_rows(int n) const { return n; }
+
   // Empty when truncate() leaves a sequence exactly as if the dropped rows had
   // never run (what speculative decoding needs to drop the rows of rejected
   // drafts, runtime/speculative.h); otherwise why not, in one sentence.

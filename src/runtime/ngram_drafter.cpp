@@ -69,7 +69,20 @@ void NgramDrafter::draft(int max_tokens, std::vector<int32_t>& out) {
   out.clear();
   last_match_ = 0;
   const int64_t L = size();
-  const int k = std::min(k_, max_tokens);
+  int k = std::min(k_, max_tokens);
+  if (step_rows_ && k > 0) {
+    // A padded step (k + 1 rows run as step_rows(k + 1)): filled where the
+    // caps allow, else shortened to the longest draft that is not padded
+    // (8 rows of a bucket of 8 rather than 9 of a bucket of 16).
+    const int cap = std::min(max_tokens, config_.draft_max), fill = step_rows_(k + 1) - 1;
+    if (fill <= cap) {
+      k = fill;
+    } else {
+      int r = k;
+      while (r > 1 && step_rows_(r + 1) != r + 1) --r;
+      k = r;
+    }
+  }
   if (k <= 0) return;
   for (int n = std::min(config_.ngram_max, kMaxNgram); n >= config_.ngram_min; --n) {
     uint64_t key = 0;

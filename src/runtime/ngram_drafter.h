@@ -34,6 +34,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <unordered_map>
 #include <vector>
@@ -60,6 +61,9 @@ class Drafter {
     (void)drafted;
     (void)accepted;
   }
+  // The cost of a verification step of r rows counts as step_rows(r) rows
+  // (Engine::step_rows); a drafter may lengthen its proposals to fill them.
+  virtual void set_step_rows(std::function<int(int)> step_rows) { (void)step_rows; }
 };
 
 struct NgramDrafterConfig {
@@ -81,6 +85,10 @@ class NgramDrafter final : public Drafter {
   int64_t size() const override { return int64_t(tokens_.size()); }
   void draft(int max_tokens, std::vector<int32_t>& out) override;
   void observe(int drafted, int accepted) override;
+  // Sizes each proposal to the step it runs in: the adaptive k becomes
+  // step_rows(k + 1) - 1 where that is within max_tokens and draft_max, else
+  // the longest r <= k whose step is not padded (step_rows(r + 1) == r + 1).
+  void set_step_rows(std::function<int(int)> step_rows) override { step_rows_ = std::move(step_rows); }
 
   int current_k() const { return k_; }  // the adaptive draft length now
   // The n of the last draft()'s match (0: none).
@@ -95,6 +103,7 @@ class NgramDrafter final : public Drafter {
   bool key_of(int64_t end, int n, uint64_t& key) const;
 
   NgramDrafterConfig config_;
+  std::function<int(int)> step_rows_;  // set_step_rows (empty: a step costs its rows)
   int k_ = 0;
   int last_match_ = 0;
   std::vector<int32_t> tokens_;

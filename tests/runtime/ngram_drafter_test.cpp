@@ -117,6 +117,39 @@ TEST(NgramDrafter, DraftLengthAdaptsToAcceptance) {
   EXPECT_EQ(out, (std::vector<int32_t>{3}));
 }
 
+// An engine that pads steps to buckets (1, 2, 4, 8, ...): each proposal is
+// lengthened to fill its step's bucket (k + 1 rows), within max_tokens.
+TEST(NgramDrafter, ProposalsFillTheStepsPadding) {
+  NgramDrafter d({8, 3, 1});
+  d.set_step_rows([](int r) {
+    int b = 1;
+    while (b < r) b *= 2;
+    return b;
+  });
+  for (int i = 0; i < 3; ++i)
+    for (int32_t t = 1; t <= 20; ++t) d.push(t);  // 1..20 three times: long matches
+  std::vector<int32_t> out;
+  auto drafted = [&](int max_tokens) {
+    d.draft(max_tokens, out);
+    return int(out.size());
+  };
+  d.observe(8, 1);  // k = 2: 3 rows, padded to 4: 3 tokens
+  EXPECT_EQ(d.current_k(), 2);
+  EXPECT_EQ(drafted(8), 3);
+  EXPECT_EQ(drafted(2), 1);  // the caller's cap: 3 rows would pad to 4: shortened to 2 rows
+  d.observe(8, 4);           // k = 5: 6 rows, padded to 8: 7 tokens
+  EXPECT_EQ(drafted(8), 7);
+  d.observe(8, 0);  // k = 1: 2 rows, no padding
+  EXPECT_EQ(drafted(8), 1);
+  d.observe(1, 1), d.observe(3, 3), d.observe(5, 5), d.observe(7, 7);  // k = 8: 9 rows would pad to 16
+  EXPECT_EQ(d.current_k(), 8);
+  EXPECT_EQ(drafted(64), 7);  // shortened to a bucket of 8, not filled past draft_max
+  EXPECT_EQ(drafted(5), 3);   // the caller's cap: 6 rows would pad to 8, beyond it: 4
+  d.set_step_rows({});
+  d.observe(8, 1);
+  EXPECT_EQ(drafted(8), 2);  // without the hint: k itself
+}
+
 TEST(NgramDrafter, TokensBeyondTheKeyAreFollowersButNeverKeys) {
   NgramDrafter d({4, 3, 1});
   const int32_t big = 1 << 22;

@@ -154,9 +154,10 @@ class Speculative : public ::testing::TestWithParam<Case> {
     EXPECT_EQ(spec.length, plain.length) << what;
     ASSERT_EQ(spec.probe.size(), plain.probe.size()) << what;
     // (no probe when the run filled the context: memcmp of two empty vectors' null data is undefined)
-    if (!plain.probe.empty())
+    if (!plain.probe.empty()) {
       EXPECT_EQ(std::memcmp(spec.probe.data(), plain.probe.data(), plain.probe.size() * sizeof(float)), 0)
           << what << ": the cache after the run differs from ordinary decoding's";
+    }
   }
 
   std::vector<SamplerConfig> samplers() const {
@@ -203,6 +204,55 @@ TEST_P(Speculative, NgramDraftsGiveTheTokensOfOrdinaryDecoding) {
   // Random models repeat themselves: some drafts are accepted, some rejected.
   EXPECT_GT(total.accepted, 0);
   EXPECT_LT(total.accepted, total.drafted);
+}
+
+// An engine whose steps are padded to buckets (as the GPU engine's
+// micro-steps: 1, 2, 4, 8, ...): the drafts fill the buckets and never spill
+// into the next one (draft_max 8: at most 8 rows, not 9 in a bucket of 16),
+// and the tokens are still those of ordinary decoding.
+class PaddedSteps final : public Engine {
+ public:
+  explicit PaddedSteps(Engine& e) : e_(e) {}
+  void open(SeqId id, const SamplerConfig& s = {}) override { e_.open(id, s); }
+  void truncate(SeqId id, int len) override { e_.truncate(id, len); }
+  void close(SeqId id) override { e_.close(id); }
+  bool is_open(SeqId id) const override { return e_.is_open(id); }
+  int length(SeqId id) const override { return e_.length(id); }
+  StepResult step(std::span<const BatchRow> rows) override {
+    if (!rows.empty() && !rows[0].prompt) max_rows = std::max(max_rows, int(rows.size()));
+    return e_.step(rows);
+  }
+  int64_t free_positions() const override { return e_.free_positions(); }
+  int free_sequences() const override { return e_.free_sequences(); }
+  const EngineInfo& info() const override { return e_.info(); }
+  nlohmann::json stats() const override { return e_.stats(); }
+  int step_rows(int n) const override {
+    int b = 1;
+    while (b < n) b *= 2;
+    return b;
+  }
+  int max_rows = 0;  // the most rows of a decode step
+
+ private:
+  Engine& e_;
+};
+
+TEST_P(Speculative, DraftsFillAPaddedStepAndNeverSpillIntoTheNext) {
+  auto inner = engine();
+  PaddedSteps e(*inner);
+  SpeculativeStats total;
+  for (const auto& prompt : prompts())
+    for (const SamplerConfig& sc : samplers()) {
+      const Outcome plain = decode(e, prompt, 48, sc, nullptr);
+      NgramDrafter d({8, 3, 1});
+      e.max_rows = 0;
+      const Outcome spec = decode(e, prompt, 48, sc, &d);
+      expect_same(plain, spec, fmt::format("prompt of {}, T {}", prompt.size(), sc.temperature));
+      EXPECT_LE(e.max_rows, 8) << "a draft of 8 runs 9 rows: a bucket of 16";
+      total.drafted += spec.stats.drafted;
+      total.accepted += spec.stats.accepted;
+    }
+  EXPECT_GT(total.accepted, 0);
 }
 
 TEST_P(Speculative, RightWrongAndPartlyRightDrafts) {
@@ -258,7 +308,9 @@ TEST_P(Speculative, EngineDrawsGiveTheHostSamplersTokens) {
           ScriptedDrafter d(truth, vocab(), 6, right);
           const Outcome spec = decode(*e, prompt, 40, sc, &d, true);
           expect_same(host, spec, what + fmt::format(", right {}", right));
-          if (right < 0) EXPECT_EQ(spec.stats.accepted, spec.stats.drafted) << what;
+          if (right < 0) {
+            EXPECT_EQ(spec.stats.accepted, spec.stats.drafted) << what;
+          }
         }
         NgramDrafter d({8, 3, 1});
         expect_same(host, decode(*e, prompt, 40, sc, &d, true), what + ", ngram");
