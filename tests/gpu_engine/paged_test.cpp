@@ -48,8 +48,8 @@ struct Shared {
 
 Shared& shared() {
   static Shared* s = [] {
-    auto* p = new Shared{
-        (test::require_data_file(FUTR_DEFAULT_MODEL), load_model(FUTR_DEFAULT_MODEL)), nullptr, nullptr};
+    auto* p = new Shared{(test::require_data_file(FUTR_DEFAULT_MODEL), load_model(FUTR_DEFAULT_MODEL)),
+                         nullptr, nullptr};
     cpu::QuantizeOptions qo;
     qo.format = WeightFormat::kInt4;
     p->int4 = std::make_shared<quant::QuantizedWeights>(cpu::quantize_model(p->model, qo, {}));
@@ -196,7 +196,8 @@ TEST_P(GpuPagedKv, AnAttachedPrefixEqualsComputingIt) {
   const StepResult got = paged->step(rows_of(2, rest, attached, RowOutput::kLogits, true));
   ref->open(2);
   ref->step(rows_of(2, {want.begin(), want.begin() + attached}, 0, RowOutput::kNone, true));
-  expect_same(ref->step(rows_of(2, rest, attached, RowOutput::kLogits, true)), got, "after an attached prefix");
+  expect_same(ref->step(rows_of(2, rest, attached, RowOutput::kLogits, true)), got,
+              "after an attached prefix");
   EXPECT_EQ(paged->stats()["kv_paged"]["blocks_attached"], attached / B);
 
   // Copy-on-write: a third sequence attaches the prefix while the second holds
@@ -228,8 +229,8 @@ std::string case_name(const ::testing::TestParamInfo<Case>& i) {
 }
 
 const Case kCases[] = {
-    {KvFormat::kBf16, 16, true},     {KvFormat::kBf16, 64, true},     {KvFormat::kBf16, 128, false},
-    {KvFormat::kInt4, 16, false},    {KvFormat::kInt4, 64, true},     {KvFormat::kInt4, 128, true},
+    {KvFormat::kBf16, 16, true},     {KvFormat::kBf16, 64, true},    {KvFormat::kBf16, 128, false},
+    {KvFormat::kInt4, 16, false},    {KvFormat::kInt4, 64, true},    {KvFormat::kInt4, 128, true},
     {KvFormat::kInt4Rot, 32, false}, {KvFormat::kInt4Rot, 64, true},
 };
 INSTANTIATE_TEST_SUITE_P(Formats, GpuPagedKv, ::testing::ValuesIn(kCases), case_name);
@@ -246,7 +247,8 @@ TEST(GpuPagedKvEngine, RunningOutOfBlocksIsAnErrorThatChangesNothing) {
   e->step(rows_of(1, random_tokens(rng, 40), 0, RowOutput::kNone, true));  // 3 blocks
   EXPECT_EQ(e->free_blocks(), 2);
   EXPECT_EQ(e->blocks_needed(2, 33), 3);
-  EXPECT_FUTR_ERROR(e->step(rows_of(2, random_tokens(rng, 33), 0, RowOutput::kNone, true)), "out of KV blocks");
+  EXPECT_FUTR_ERROR(e->step(rows_of(2, random_tokens(rng, 33), 0, RowOutput::kNone, true)),
+                    "out of KV blocks");
   EXPECT_EQ(e->length(2), 0);
   EXPECT_EQ(e->free_blocks(), 2);
   e->step(rows_of(2, random_tokens(rng, 32), 0, RowOutput::kLogits, true));
