@@ -49,9 +49,9 @@ def workloads():
 
 
 def run(futr, prompt, mode, args):
-    cmd = [futr, "generate", "--chat", prompt, "--speculative", mode, "--draft-max", str(args.draft_max),
+    cmd = [futr, "generate", "--chat", prompt, "--speculative", mode,
            "--max-tokens", str(args.max_tokens), "--temperature", str(args.temperature), "--seed", "1",
-           "--json"] + args.extra
+           "--json"] + (["--draft-max", str(args.draft_max)] if args.draft_max else []) + args.extra
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
         sys.exit(f"futr failed ({p.returncode}): {' '.join(cmd)}\n{p.stderr}")
@@ -64,7 +64,7 @@ def main():
     ap.add_argument("--futr", default=os.path.join(ROOT, "build", "bin", "futr"))
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--max-tokens", type=int, default=128)
-    ap.add_argument("--draft-max", type=int, default=8)
+    ap.add_argument("--draft-max", type=int, default=0, help="0: futr's default (8; 3 on the GPU engine)")
     ap.add_argument("--temperature", type=float, default=0.0)
     ap.add_argument("--workloads", default="copy,code,free")
     ap.add_argument("--json", default="")

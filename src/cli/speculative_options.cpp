@@ -14,15 +14,18 @@ void add_speculative_options(CLI::App* app, SpeculativeCliOptions& o) {
          "looked up in the prompt and output, verified in one step; the same tokens), off")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "ngram", "off"}));
-  app->add_option("--draft-max", o.draft_max, "Tokens per draft at most (1..64; adapts below that)")
-      ->capture_default_str();
+  app->add_option("--draft-max", o.draft_max,
+                  fmt::format("Tokens per draft at most (1..64; adapts below that; default {}, {} on the GPU "
+                              "engine, whose multi-row steps are padded to buckets)",
+                              kDraftMaxDefault, kDraftMaxPaddedDefault));
 }
 
 void check_speculative_options(const SpeculativeCliOptions& o) {
   FUTR_CHECK(o.mode == "auto" || o.mode == "ngram" || o.mode == "off",
              "--speculative: unknown mode '{}' (auto | ngram | off)", o.mode);
-  FUTR_CHECK(o.draft_max >= 1 && o.draft_max <= runtime::NgramDrafter::kMaxDraft,
-             "--draft-max must be in [1, {}] (got {})", runtime::NgramDrafter::kMaxDraft, o.draft_max);
+  FUTR_CHECK(!o.draft_max || (*o.draft_max >= 1 && *o.draft_max <= runtime::NgramDrafter::kMaxDraft),
+             "--draft-max must be in [1, {}] (got {})", runtime::NgramDrafter::kMaxDraft,
+             o.draft_max.value_or(0));
 }
 
 std::unique_ptr<runtime::Drafter> make_cli_drafter(const SpeculativeCliOptions& o,
@@ -41,7 +44,9 @@ std::unique_ptr<runtime::Drafter> make_cli_drafter(const SpeculativeCliOptions& 
   }
   runtime::SpeculativeConfig c;
   c.mode = runtime::SpeculativeMode::kNgram;
-  c.draft_max = o.draft_max;
+  c.draft_max = o.draft_max                ? *o.draft_max
+                : engine.step_rows(3) != 3 ? kDraftMaxPaddedDefault
+                                           : kDraftMaxDefault;
   return runtime::make_drafter(c);
 }
 

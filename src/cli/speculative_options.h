@@ -15,10 +15,15 @@
 //                        (Engine::rollback_unsupported_reason)
 //   --speculative off    one row per decode step
 //   --draft-max N        tokens per draft at most, 1..64 (the draft length
-//                        adapts to the recent acceptance below that)
+//                        adapts to the recent acceptance below that);
+//                        default 8, or 3 on an engine whose steps of several
+//                        rows are padded (Engine::step_rows: the GPU engine,
+//                        where 4-row steps of 3 drafts measured fastest,
+//                        docs/PERF.md)
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -31,9 +36,11 @@
 namespace futr::cli {
 
 struct SpeculativeCliOptions {
-  std::string mode = "auto";  // auto | ngram | off
-  int draft_max = 8;
+  std::string mode = "auto";     // auto | ngram | off
+  std::optional<int> draft_max;  // absent: the engine's default (above); else 1..64
 };
+inline constexpr int kDraftMaxDefault = 8;        // engines that run n rows as n
+inline constexpr int kDraftMaxPaddedDefault = 3;  // engines that pad steps (Engine::step_rows)
 
 // Adds --speculative and --draft-max to `app` (in the sampling group).
 void add_speculative_options(CLI::App* app, SpeculativeCliOptions& o);
