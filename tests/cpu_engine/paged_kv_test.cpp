@@ -14,6 +14,7 @@
 #include "cpu_engine/engine.h"
 #include "cpu_engine/tiny_model.h"
 #include "support/expect_error.h"
+#include "support/paging.h"
 
 namespace futr::cpu {
 namespace {
@@ -45,20 +46,12 @@ std::unique_ptr<CpuEngine> make(KvFormat kv, int block_size, int64_t blocks = 0,
 }
 
 void expect_same(const StepResult& a, const StepResult& b, const std::string& what) {
-  ASSERT_EQ(a.logits.data.size(), b.logits.data.size()) << what;
-  if (!a.logits.data.empty())
-    EXPECT_EQ(std::memcmp(a.logits.ptr(), b.logits.ptr(), a.logits.data.size() * sizeof(float)), 0)
-        << what << ": logits differ";
-  EXPECT_EQ(a.tokens, b.tokens) << what;
-  EXPECT_EQ(a.logprobs, b.logprobs) << what;
+  test::expect_same_results(a, b, what);
 }
 
-// Rows for `tokens` of `seq` from position `pos`.
 std::vector<BatchRow> rows_of(SeqId seq, const std::vector<int32_t>& tokens, int pos, RowOutput out,
                               bool prompt) {
-  std::vector<BatchRow> r;
-  for (size_t i = 0; i < tokens.size(); ++i) r.push_back({tokens[i], seq, pos + int(i), out, 3, prompt});
-  return r;
+  return test::rows_of(seq, tokens, pos, out, prompt, 3);
 }
 
 std::vector<int32_t> random_tokens(std::mt19937& rng, int n) {
@@ -126,10 +119,7 @@ TEST_P(PagedKv, StepsEqualTheContiguousCacheBitForBit) {
     ref->close(id);
     paged->close(id);
   }
-  const nlohmann::json s = paged->stats();
-  EXPECT_EQ(s["kv_paged"]["blocks_used"], 0) << s.dump();
-  EXPECT_EQ(s["kv_paged"]["blocks_free"], s["kv_paged"]["blocks"]) << s.dump();
-  EXPECT_EQ(paged->free_positions(), paged->info().kv_blocks * c.block_size);
+  test::expect_all_blocks_free(*paged);
 }
 
 // A prefix attached from the cache gives the logits of computing it. The
@@ -203,23 +193,7 @@ INSTANTIATE_TEST_SUITE_P(Formats, PagedKv, ::testing::ValuesIn(kCases), case_nam
 
 TEST(PagedKvEngine, RunningOutOfBlocksIsAnErrorThatChangesNothing) {
   auto e = make(KvFormat::kBf16, 8, /*blocks=*/5);
-  EXPECT_EQ(e->info().kv_blocks, 5);
-  EXPECT_EQ(e->free_positions(), 40);
-  e->open(1);
-  e->open(2);
-  std::mt19937 rng(3);
-  e->step(rows_of(1, random_tokens(rng, 20), 0, RowOutput::kNone, true));  // 3 blocks
-  EXPECT_EQ(e->free_blocks(), 2);
-  EXPECT_EQ(e->blocks_needed(2, 17), 3);
-  EXPECT_FUTR_ERROR(e->step(rows_of(2, random_tokens(rng, 17), 0, RowOutput::kNone, true)),
-                    "out of KV blocks");
-  EXPECT_EQ(e->length(2), 0);
-  EXPECT_EQ(e->free_blocks(), 2);
-  e->step(rows_of(2, random_tokens(rng, 16), 0, RowOutput::kNone, true));
-  EXPECT_EQ(e->free_blocks(), 0);
-  e->close(1);
-  e->close(2);
-  EXPECT_EQ(e->free_blocks(), 5);
+  test::expect_out_of_blocks_changes_nothing(*e, 97);
   EXPECT_FUTR_ERROR(make(KvFormat::kBf16, -1), "--block-size");
   EXPECT_FUTR_ERROR(make(KvFormat::kBf16, 0, 4), "--kv-blocks needs");
   EXPECT_FUTR_ERROR(make(KvFormat::kBf16, 1 << 16, 1 << 10), "more than 16777216");

@@ -30,6 +30,7 @@
 #include "support/data_file.h"
 #include "support/expect_error.h"
 #include "support/gpu.h"
+#include "support/paging.h"
 
 namespace futr {
 namespace {
@@ -88,20 +89,12 @@ std::unique_ptr<gpu::GpuEngine> make(const Case& c, int block_size, int64_t bloc
 }
 
 void expect_same(const StepResult& a, const StepResult& b, const std::string& what) {
-  ASSERT_EQ(a.logits.data.size(), b.logits.data.size()) << what;
-  if (!a.logits.data.empty()) {
-    EXPECT_EQ(std::memcmp(a.logits.ptr(), b.logits.ptr(), a.logits.data.size() * sizeof(float)), 0)
-        << what << ": logits differ";
-  }
-  EXPECT_EQ(a.tokens, b.tokens) << what;
-  EXPECT_EQ(a.logprobs, b.logprobs) << what;
+  test::expect_same_results(a, b, what);
 }
 
 std::vector<BatchRow> rows_of(SeqId seq, const std::vector<int32_t>& tokens, int pos, RowOutput out,
                               bool prompt) {
-  std::vector<BatchRow> r;
-  for (size_t i = 0; i < tokens.size(); ++i) r.push_back({tokens[i], seq, pos + int(i), out, 7, prompt});
-  return r;
+  return test::rows_of(seq, tokens, pos, out, prompt, 7);
 }
 
 std::vector<int32_t> random_tokens(std::mt19937& rng, int n) {
@@ -161,10 +154,7 @@ TEST_P(GpuPagedKv, StepsEqualTheContiguousCacheBitForBit) {
     ref->close(id);
     paged->close(id);
   }
-  const nlohmann::json s = paged->stats();
-  EXPECT_EQ(s["kv_paged"]["blocks_used"], 0) << s.dump();
-  EXPECT_EQ(s["kv_paged"]["blocks_free"], s["kv_paged"]["blocks"]) << s.dump();
-  EXPECT_EQ(paged->free_positions(), paged->info().kv_blocks * c.block_size);
+  test::expect_all_blocks_free(*paged);
 }
 
 // A prefix attached from the cache gives the logits of computing it: the
@@ -239,23 +229,7 @@ TEST(GpuPagedKvEngine, RunningOutOfBlocksIsAnErrorThatChangesNothing) {
   FUTR_REQUIRE_GPU();
   const Case c{KvFormat::kInt4, 16, true};
   auto e = make(c, 16, /*blocks=*/5);
-  EXPECT_EQ(e->info().kv_blocks, 5);
-  EXPECT_EQ(e->free_positions(), 80);
-  e->open(1);
-  e->open(2);
-  std::mt19937 rng(3);
-  e->step(rows_of(1, random_tokens(rng, 40), 0, RowOutput::kNone, true));  // 3 blocks
-  EXPECT_EQ(e->free_blocks(), 2);
-  EXPECT_EQ(e->blocks_needed(2, 33), 3);
-  EXPECT_FUTR_ERROR(e->step(rows_of(2, random_tokens(rng, 33), 0, RowOutput::kNone, true)),
-                    "out of KV blocks");
-  EXPECT_EQ(e->length(2), 0);
-  EXPECT_EQ(e->free_blocks(), 2);
-  e->step(rows_of(2, random_tokens(rng, 32), 0, RowOutput::kLogits, true));
-  EXPECT_EQ(e->free_blocks(), 0);
-  e->close(1);
-  e->close(2);
-  EXPECT_EQ(e->free_blocks(), 5);
+  test::expect_out_of_blocks_changes_nothing(*e, 20000);
 }
 
 TEST(GpuPagedKvEngine, SizedByAShareOfGpuMemoryAndRefusesWhatItCannotRun) {
