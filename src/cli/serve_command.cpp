@@ -77,9 +77,11 @@ struct ServeOptions {
   int64_t kv_blocks = 0;      // paged: blocks in all; 0: --max-seqs x ceil(ctx / block)
   double gpu_memory_fraction = 0;  // GPU engine, paged: the share of GPU memory that sizes the cache
   bool no_prefix_cache = false;
-  std::string speculative = "off";  // ngram | off: requests that do not say
-  int draft_max = 8;                // tokens per draft at most
-  int speculative_max_batch = 4;    // drafts only while at most this many requests run
+  double admission_reserve =
+      server::SchedulerOptions{}.admission_reserve;  // paged: growth reserve at admission
+  std::string speculative = "off";                   // ngram | off: requests that do not say
+  int draft_max = 8;                                 // tokens per draft at most
+  int speculative_max_batch = 4;                     // drafts only while at most this many requests run
 };
 
 constexpr int kMaxQueue = 65536;
@@ -137,6 +139,7 @@ void run_serve(const ServeOptions& o) {
   so.max_queue = o.max_queue;
   so.max_step_tokens = o.max_step_tokens;
   so.prefix_cache = !o.no_prefix_cache;
+  so.admission_reserve = o.admission_reserve;
   so.speculative_max_batch = o.speculative_max_batch;
   server::Scheduler scheduler(*engine, tok, so, &metrics);
 
@@ -264,6 +267,12 @@ void add_serve_command(CLI::App& app) {
                   "GPU engine, paged: size the KV cache so that the engine fills this share of the GPU's "
                   "memory (weights, workspaces and cache; e.g. 0.9); default: --max-seqs x ctx positions")
       ->check(CLI::Range(0.0, 1.0));
+  sub->add_option("--admission-reserve", o->admission_reserve,
+                  "Paged KV cache: admit a request while others run only if the free blocks also cover this "
+                  "share of the blocks they may still grow into (doubled after a preemption, decaying back; "
+                  "0: admit on the prompt's blocks alone)")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
   sub->add_flag("--no-prefix-cache", o->no_prefix_cache,
                 "Paged KV cache: compute every prompt in full (no reuse of cached prefixes)");
   sub->add_option(

@@ -2,6 +2,7 @@
 #include "server/scheduler.h"
 
 #include <algorithm>
+#include <cmath>
 #include <optional>
 #include <span>
 #include <unordered_map>
@@ -154,6 +155,9 @@ Scheduler::Scheduler(runtime::Engine& engine, const Tokenizer& tok, SchedulerOpt
   total_positions_ = engine_.free_positions();
   max_request_ = std::min<int64_t>(info_.ctx, total_positions_);
   paged_ = info_.kv_block_size > 0;
+  FUTR_CHECK(options_.admission_reserve >= 0 && options_.admission_reserve <= 1,
+             "--admission-reserve {} is not in [0, 1]", options_.admission_reserve);
+  reserve_ = options_.admission_reserve;
   publish();
   thread_ = std::thread([this] { loop(); });
 }
@@ -422,9 +426,17 @@ bool Scheduler::admit_paged(std::unique_ptr<Active>& ap) {
       attached = engine_.attach_prefix(id, history);
       a.stored = attached;
     }
-    // The rows up to the next token, and one block to grow into.
+    // The rows up to the next token, and one block to grow into; while
+    // others run, also the reserve for their growth (SchedulerOptions).
     const int rows = a.target() - a.stored + (a.decoding ? 1 : 0);
-    const int64_t need = engine_.blocks_needed(id, rows) + 1;
+    int64_t need = engine_.blocks_needed(id, rows) + 1;
+    if (reserve_ > 0 && !running_.empty()) {
+      const int B = info_.kv_block_size;
+      int64_t grow = 0;  // positions the running requests may still take
+      for (const auto& r : running_)
+        grow += std::max(0, r->prompt_len() - r->stored) + (r->req->params_.max_tokens - r->generated);
+      need += int64_t(std::ceil(reserve_ * double(grow) / double(B)));
+    }
     if (!running_.empty() && need > engine_.free_blocks()) {
       engine_.close(id);  // attached blocks go back to the cache
       a.stored = 0;
@@ -453,6 +465,7 @@ void Scheduler::preempt(Active& a) {
   a.stored = 0;
   a.resumed = true;
   if (metrics_) metrics_->preempted();
+  reserve_ = std::min(1.0, 2 * reserve_);  // admit fewer until the preemptions stop
   for (size_t i = 0; i < running_.size(); ++i)
     if (running_[i].get() == &a) {
       std::unique_ptr<Active> moved = std::move(running_[i]);
@@ -468,6 +481,7 @@ void Scheduler::preempt(Active& a) {
 
 void Scheduler::run_step() {
   if (running_.empty()) return;
+  reserve_ = std::max(options_.admission_reserve, 0.99 * reserve_);
   std::vector<runtime::BatchRow> rows;
   // Every row that returns something, in batch order: whose it is, and the
   // prompt index whose next token it scores (-1: the row draws a token).

@@ -229,6 +229,15 @@ struct SchedulerOptions {
   int speculative_max_batch = 4;
   int max_step_tokens = 0;   // rows per step; 0 = the engine's max_step_tokens
   bool prefix_cache = true;  // paging engines: attach cached prefixes (off: recompute every prompt)
+  // Paging engines: a request is admitted while others run only if the free
+  // blocks also cover `admission_reserve` x the blocks the running requests
+  // may still grow into (the rest of their prompts, and max_tokens less what
+  // they generated), so that a cache too small for every request at once
+  // admits about as many as fit instead of preempting them again and again.
+  // The factor in force doubles after a preemption (at most 1) and decays
+  // back to this value by 1% per step (SGLang's new_token_ratio). 0: admit on
+  // the prompt's blocks alone.
+  double admission_reserve = 0.5;
 };
 
 class Scheduler {
@@ -298,6 +307,7 @@ class Scheduler {
   std::deque<std::unique_ptr<Active>> preempted_;  // oldest first; resumed before the queue
   runtime::SeqId next_id_ = 1;
   int64_t next_order_ = 0;  // admission order of the next new request
+  double reserve_ = 0;      // the admission reserve in force (SchedulerOptions::admission_reserve)
   size_t decode_rr_ = 0;    // round-robin start when decode rows exceed the budget
 
   std::thread thread_;  // last: starts after everything above exists

@@ -10,6 +10,8 @@
 // is queued (FakeEngine::Options::held), and nothing is submitted after.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <map>
 #include <random>
 
 #include "server/fake_engine.h"
@@ -53,64 +55,75 @@ class PagedSchedulerTest : public ::testing::Test {
   std::vector<int32_t> words_;
 };
 
+// With the admission reserve off (every request admitted on its prompt's
+// blocks: the most preemptions) and at its default (fewer admitted while
+// others run): the same answers, preemptions in both, fewer with the reserve.
 TEST_F(PagedSchedulerTest, TwoHundredRequestsThroughATooSmallCacheGetTheIdleAnswers) {
-  auto eo = engine_options(/*block_size=*/8, /*blocks=*/40);  // 320 positions for up to 8 x 100
-  eo.ctx = 128;
-  eo.max_seqs = 8;
-  eo.max_step_tokens = 24;
-  eo.eos_every = 60;  // some requests end early with EOS
-  eo.held = true;
-  test::FakeEngine engine(eo);
-  ASSERT_EQ(engine.info().kv_block_size, 8);
-  Metrics metrics;
-  SchedulerOptions so;
-  so.max_queue = 256;
-  Scheduler s(engine, *tok_, so, &metrics);
-  EXPECT_EQ(s.max_request_positions(), 128);
+  std::map<double, double> preemptions;
+  for (double reserve : {0.0, SchedulerOptions{}.admission_reserve}) {
+    SCOPED_TRACE(reserve);
+    auto eo = engine_options(/*block_size=*/8, /*blocks=*/40);  // 320 positions for up to 8 x 100
+    eo.ctx = 128;
+    eo.max_seqs = 8;
+    eo.max_step_tokens = 24;
+    eo.eos_every = 60;  // some requests end early with EOS
+    eo.held = true;
+    test::FakeEngine engine(eo);
+    ASSERT_EQ(engine.info().kv_block_size, 8);
+    Metrics metrics;
+    SchedulerOptions so;
+    so.max_queue = 256;
+    so.admission_reserve = reserve;
+    Scheduler s(engine, *tok_, so, &metrics);
+    EXPECT_EQ(s.max_request_positions(), 128);
 
-  std::mt19937 rng(2024);
-  // Shared prefixes: three system prompts; some requests continue an earlier
-  // one's prompt (a later turn of the same conversation).
-  const std::vector<std::vector<int32_t>> systems = {random_words(rng, 16), random_words(rng, 21),
-                                                     random_words(rng, 5)};
-  std::vector<GenerationParams> ps;
-  std::vector<std::shared_ptr<Request>> rs;
-  for (int i = 0; i < 200; ++i) {
-    GenerationParams p;
-    if (i >= 10 && rng() % 4 == 0) {
-      p.prompt = ps[rng() % ps.size()].prompt;        // a later turn
-      if (p.prompt.size() > 60) p.prompt.resize(40);  // prompt + max_tokens within the context
-    } else {
-      p.prompt = systems[rng() % systems.size()];
+    std::mt19937 rng(2024);
+    // Shared prefixes: three system prompts; some requests continue an earlier
+    // one's prompt (a later turn of the same conversation).
+    const std::vector<std::vector<int32_t>> systems = {random_words(rng, 16), random_words(rng, 21),
+                                                       random_words(rng, 5)};
+    std::vector<GenerationParams> ps;
+    std::vector<std::shared_ptr<Request>> rs;
+    for (int i = 0; i < 200; ++i) {
+      GenerationParams p;
+      if (i >= 10 && rng() % 4 == 0) {
+        p.prompt = ps[rng() % ps.size()].prompt;        // a later turn
+        if (p.prompt.size() > 60) p.prompt.resize(40);  // prompt + max_tokens within the context
+      } else {
+        p.prompt = systems[rng() % systems.size()];
+      }
+      const auto user = random_words(rng, 1 + int(rng() % 20));
+      p.prompt.insert(p.prompt.end(), user.begin(), user.end());
+      p.max_tokens = 1 + int(rng() % 40);
+      p.sampling.seed = rng();
+      if (i % 7 == 0) p.sampling.repetition_penalty = 1.001f;  // drawn by the scheduler's sampler
+      ps.push_back(p);
+      rs.push_back(s.submit(p));
     }
-    const auto user = random_words(rng, 1 + int(rng() % 20));
-    p.prompt.insert(p.prompt.end(), user.begin(), user.end());
-    p.max_tokens = 1 + int(rng() % 40);
-    p.sampling.seed = rng();
-    if (i % 7 == 0) p.sampling.repetition_penalty = 1.001f;  // drawn by the scheduler's sampler
-    ps.push_back(p);
-    rs.push_back(s.submit(p));
+    engine.release();
+    for (size_t i = 0; i < rs.size(); ++i) {
+      const Outcome o = collect(*rs[i]);
+      const auto ref = reference_tokens(engine, ps[i], tok_->eos());
+      EXPECT_EQ(o.text, tok_->decode(ref)) << "request " << i;
+      EXPECT_EQ(o.completion_tokens, int(ref.size())) << "request " << i;
+      EXPECT_EQ(o.finish, int(ref.size()) < ps[i].max_tokens ? Finish::kStop : Finish::kLength)
+          << "request " << i;
+    }
+    s.wait_idle();
+    EXPECT_GT(metric(metrics, "futr_prefix_cache_hit_tokens_total"), 0);
+    EXPECT_GT(metric(metrics, "futr_prefix_cache_hit_rate"), 0);
+    EXPECT_EQ(metric(metrics, "futr_kv_blocks_used"), 0);
+    EXPECT_EQ(metric(metrics, "futr_kv_blocks_free"), 40);
+    EXPECT_EQ(engine.open_now(), 0);
+    EXPECT_EQ(engine.pool()->used_blocks(), 0);
+    EXPECT_EQ(engine.pool()->free_blocks(), 40);
+    EXPECT_EQ(s.preempted(), 0);
+    EXPECT_GT(engine.max_seqs_in_step(), 1);
+    preemptions[reserve] = metric(metrics, "futr_preemptions_total");
   }
-  engine.release();
-  for (size_t i = 0; i < rs.size(); ++i) {
-    const Outcome o = collect(*rs[i]);
-    const auto ref = reference_tokens(engine, ps[i], tok_->eos());
-    EXPECT_EQ(o.text, tok_->decode(ref)) << "request " << i;
-    EXPECT_EQ(o.completion_tokens, int(ref.size())) << "request " << i;
-    EXPECT_EQ(o.finish, int(ref.size()) < ps[i].max_tokens ? Finish::kStop : Finish::kLength)
-        << "request " << i;
-  }
-  s.wait_idle();
-  EXPECT_GT(metric(metrics, "futr_preemptions_total"), 0);
-  EXPECT_GT(metric(metrics, "futr_prefix_cache_hit_tokens_total"), 0);
-  EXPECT_GT(metric(metrics, "futr_prefix_cache_hit_rate"), 0);
-  EXPECT_EQ(metric(metrics, "futr_kv_blocks_used"), 0);
-  EXPECT_EQ(metric(metrics, "futr_kv_blocks_free"), 40);
-  EXPECT_EQ(engine.open_now(), 0);
-  EXPECT_EQ(engine.pool()->used_blocks(), 0);
-  EXPECT_EQ(engine.pool()->free_blocks(), 40);
-  EXPECT_EQ(s.preempted(), 0);
-  EXPECT_GT(engine.max_seqs_in_step(), 1);
+  std::printf("preemptions: %.0f without the admission reserve, %.0f with it\n", preemptions[0.0],
+              preemptions[SchedulerOptions{}.admission_reserve]);
+  EXPECT_LT(preemptions[SchedulerOptions{}.admission_reserve], preemptions[0.0]);
 }
 
 // Requests each as large as the whole cache: they run one at a time (the

@@ -111,6 +111,7 @@ TEST_P(PagedServe, GreedyAnswersThroughPreemptionEqualTheAnswersAlone) {
   Metrics metrics;
   SchedulerOptions so;
   so.max_step_tokens = cfg.max_step_tokens;
+  so.admission_reserve = 0;  // every request admitted on its prompt's blocks: preemptions happen
   Scheduler s(engine, tok, so, &metrics);
 
   const std::string system = "You are a helpful assistant. Answer in one short sentence, plainly. ";
