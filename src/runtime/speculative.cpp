@@ -38,14 +38,12 @@ DraftVerdict verify_draft(Sampler& sampler, std::span<const float> logits, int32
 
 SpeculativeDecoder::SpeculativeDecoder(SequenceRunner& seq, Drafter* drafter, bool engine_draws)
     : seq_(seq), drafter_(drafter), engine_draws_(engine_draws) {
-  if (drafter_) {
-    const Engine& e = seq_.engine();
-    drafter_->set_step_rows([&e](int r) { return e.step_rows(r); });
-  }
-  if (drafter_)
-    FUTR_CHECK(drafter_->size() == seq_.position(),
-               "speculative decoding: the drafter holds {} tokens, the sequence {} positions",
-               drafter_->size(), seq_.position());
+  if (!drafter_) return;
+  FUTR_CHECK(drafter_->size() == seq_.position(),
+             "speculative decoding: the drafter holds {} tokens, the sequence {} positions", drafter_->size(),
+             seq_.position());
+  const Engine& e = seq_.engine();
+  drafter_->set_step_rows([&e](int r) { return e.step_rows(r); });
 }
 
 void SpeculativeDecoder::prefill(std::span<const int32_t> tokens) {
