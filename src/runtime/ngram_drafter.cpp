@@ -30,6 +30,14 @@ bool NgramDrafter::key_of(int64_t end, int n, uint64_t& key) const {
 void NgramDrafter::push(int32_t token) {
   const int64_t p = int64_t(tokens_.size());  // the new token's position: the follower of t[p-n, p)
   FUTR_CHECK(p < INT32_MAX, "the drafter holds {} tokens already", p);
+  if (ptr_m_ > 0) {  // the copy pointer follows a token that continues its source, else it is dropped
+    if (ptr_q_ < p && tokens_[size_t(ptr_q_)] == token) {
+      ++ptr_q_;
+      ++ptr_m_;
+    } else {
+      ptr_m_ = 0;
+    }
+  }
   tokens_.push_back(token);
   for (int n = 1; n <= kMaxNgram; ++n) {
     std::vector<int32_t>& prev = prev_[size_t(n - 1)];
@@ -46,6 +54,7 @@ void NgramDrafter::push(int32_t token) {
 
 void NgramDrafter::truncate(int64_t len) {
   FUTR_CHECK(len >= 0 && len <= size(), "drafter: cannot keep {} of {} tokens", len, size());
+  ptr_m_ = 0;
   // Newest first: each map entry goes back to what it was before the position came.
   for (int64_t p = size() - 1; p >= len; --p) {
     for (int n = 1; n <= kMaxNgram; ++n) {
@@ -69,6 +78,23 @@ void NgramDrafter::draft(int max_tokens, std::vector<int32_t>& out) {
   out.clear();
   last_match_ = 0;
   const int64_t L = size();
+  // The source: the lookup's most recent match of the longest n-gram, unless
+  // the copy pointer's run is at least as long.
+  int64_t q = -1, m = 0;
+  for (int n = std::min(config_.ngram_max, kMaxNgram); n >= config_.ngram_min; --n) {
+    uint64_t key = 0;
+    if (L < n || !key_of(L, n, key)) continue;
+    const auto& head = head_[size_t(n - 1)];
+    const auto it = head.find(key);
+    if (it == head.end()) continue;
+    q = it->second;  // < L: the last n-gram itself has no follower yet
+    m = n;
+    break;
+  }
+  if (ptr_m_ > 0 && ptr_m_ >= m) q = ptr_q_, m = ptr_m_;
+  if (m == 0) return;
+  if (m == 1 && !last_first_accepted_) return;  // a one-token match proposes after an accepted draft only
+  if (m >= kLongRun) k_ = config_.draft_max;
   int k = std::min(k_, max_tokens);
   if (step_rows_ && k > 0) {
     // A padded step (k + 1 rows run as step_rows(k + 1)): filled where the
@@ -84,24 +110,16 @@ void NgramDrafter::draft(int max_tokens, std::vector<int32_t>& out) {
     }
   }
   if (k <= 0) return;
-  for (int n = std::min(config_.ngram_max, kMaxNgram); n >= config_.ngram_min; --n) {
-    uint64_t key = 0;
-    if (L < n || !key_of(L, n, key)) continue;
-    const auto& head = head_[size_t(n - 1)];
-    const auto it = head.find(key);
-    if (it == head.end()) continue;
-    const int64_t p = it->second;  // < L: the last n-gram itself has no follower yet
-    const int64_t end = std::min<int64_t>(p + k, L);
-    out.assign(tokens_.begin() + p, tokens_.begin() + end);
-    last_match_ = n;
-    return;
-  }
+  out.assign(tokens_.begin() + q, tokens_.begin() + std::min<int64_t>(q + k, L));
+  ptr_q_ = q, ptr_m_ = m;
+  last_match_ = int(std::min<int64_t>(m, INT32_MAX));
 }
 
 void NgramDrafter::observe(int drafted, int accepted) {
   if (drafted <= 0) return;
   k_ = accepted >= drafted ? std::min(config_.draft_max, k_ + 2)
                            : std::clamp(accepted + 1, 1, config_.draft_max);
+  last_first_accepted_ = accepted > 0;
 }
 
 }  // namespace futr::runtime
