@@ -146,12 +146,12 @@ __global__ void __launch_bounds__(kPersistentThreads, kGemvOnly ? 4 : 2)
           if constexpr (!kGemvOnly) swiglu_unit(op_params<SwigluParams>(op), u, units, deps);
           break;
         case PersistentKind::kGemvG128:
-          w4a16_gemv_unit<128, 1, 4>(op_params<DecodeParams>(op), LinearUnit(unsigned(u), op.nx, op.ny),
-                                     units, W4a16Smem{part, last}, xs, deps);
+          w4a16_gemv_unit<128, 1, 4, 1>(op_params<DecodeParams>(op), LinearUnit(unsigned(u), op.nx, op.ny),
+                                        units, W4a16Smem{part, last}, xs, deps);
           break;
         case PersistentKind::kGemvG64:
-          w4a16_gemv_unit<64, 1, 4>(op_params<DecodeParams>(op), LinearUnit(unsigned(u), op.nx, op.ny), units,
-                                    W4a16Smem{part, last}, xs, deps);
+          w4a16_gemv_unit<64, 1, 4, 1>(op_params<DecodeParams>(op), LinearUnit(unsigned(u), op.nx, op.ny),
+                                       units, W4a16Smem{part, last}, xs, deps);
           break;
       }
       __syncthreads();  // the unit's writes are done (and its shared memory free for the next unit)

@@ -1,4 +1,4 @@
-// Pieces shared by the decode GEMM kernels sm90_w4a16_gemv.cuh (M = 1) and
+// Pieces shared by the decode GEMM kernels sm90_w4a16_gemv.cuh (M = 1..8) and
 // sm90_w4a16_skinny.cuh (M = 2..32):
 //   - DecodeParams, the launch arguments of both;
 //   - the weight-format policies Int4Format<G> (INT4 + FP16 group scales) and
@@ -42,15 +42,15 @@ struct DecodeParams {
                            // R > 0 = runs of R items dealt round-robin to the CTAs
   int probe;               // stream kernel, measurement only (0 = off): bit 1 no scale copies,
                            // bit 2 no activation copies, bit 4 consumers only wait and release
-  int x_swiglu;            // gemv only: x is [1, 2K] gate|up and the input is bf16(silu(gate) * up)
+  int x_swiglu;            // gemv only: x is [M, 2K] gate|up and the input is bf16(silu(gate) * up)
   // gemv only, the RMSNorm fused in (x_norm = 1): the input is
-  // bf16(RMSNorm(v) g) with v = nx + bf16 nadd, the row [1, K] (x unused);
+  // bf16(RMSNorm(v) g) with v = nx + bf16 nadd, rows [M, K] (x unused);
   // CTA (0, 0) stores v to nx_out (another buffer: every CTA reads nx).
   int x_norm;
-  const float* nx;        // [1, K] FP32 residual before the add
-  const uint16_t* nadd;   // [1, K] BF16 (the previous GEMM's y)
+  const float* nx;        // [M, K] FP32 residual before the add
+  const uint16_t* nadd;   // [M, K] BF16 (the previous GEMM's y)
   const uint16_t* ngain;  // [K] BF16 RMSNorm gain
-  float* nx_out;          // [1, K] FP32: v
+  float* nx_out;          // [M, K] FP32: v
   float neps;             // RMSNorm epsilon
   // skinny only, sequential splits (> 0): the CTA covers a group of splits
   // (all of K when gridDim.y = 1) and folds its sum every vsplit_chunks k64
@@ -67,11 +67,16 @@ struct DecodeParams {
   int reduce_group;
 };
 
+// The gemv's rows at most (M = 1..8: one 8-column MMA B operand, lane g reads
+// row g; the launchers' cuda::kDecodeGemvMaxRows).
+inline constexpr int kGemvMaxRows = 8;
+
 // Static shared memory of a gemv or skinny unit, as a view of its pieces (work_unit.h).
 struct W4a16Smem {
-  float* part;     // [8] the gemv's fused RMSNorm: the warps' sums of squares (null in the skinny kernel)
+  float* part;     // [8 * M] the gemv's fused RMSNorm: row r's warp sums of squares at part[8 r ..]
+                   // (null in the skinny kernel; a caller of one-row gemvs only may give [8])
   uint32_t* last;  // the split-K arrival's verdict
-  static constexpr size_t kBytes = 8 * 4 + 4;
+  static constexpr size_t kBytes = 8 * kGemvMaxRows * 4 + 4;
 };
 
 // ---- weight formats (the dequantizing policies) -----------------------------

@@ -129,7 +129,7 @@ __device__ __forceinline__ void w4a16_gemv_ring_unit(const DecodeParams& p, cons
   gemv_stage_scales<G, 1>(p, unit, c0, ngrp, ss, Bar::kThreads);
 
   deps.wait();
-  gemv_stage_x<Bar>(p, unit, c0, nj, gemv_xs, sm.part, deps);
+  gemv_stage_x<Bar, 1>(p, unit, c0, nj, gemv_xs, sm.part, deps);
   // x is read one chunk ahead so its latency overlaps the MMAs of the chunk before.
   uint4 xn0 = xrow[0], xn1 = xrow[1];
   int xoff = 0;

@@ -40,8 +40,8 @@ class QuantLinear {
   DecodeConfig config(int m) const;
   // y = x W^T with the heuristic's configuration / an explicit one.
   void forward(const void* x, void* y, int m, cudaStream_t s) const;
-  // x_swiglu: x is [1, 2K] gate|up and the input bf16(silu(gate) * up) (the gemv kernel only, M = 1).
-  // norm: the input is bf16(RMSNorm(norm->x + norm->add) gain) (the gemv only, M = 1; x unused).
+  // x_swiglu: x is [M, 2K] gate|up and the input bf16(silu(gate) * up) (the gemv kernel only, M <= 8).
+  // norm: the input is bf16(RMSNorm(norm->x + norm->add) gain) (the gemv only, M <= 8; x unused).
   void forward(const void* x, void* y, int m, const DecodeConfig& c, cudaStream_t s, bool x_swiglu = false,
                const DecodeNormInput* norm = nullptr) const;
   // The arguments forward() hands decode_gemm (this layer's weights, scales

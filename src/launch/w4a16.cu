@@ -217,11 +217,10 @@ void check_shape(DecodeWeights f, const DecodeArgs& a) {
                    aligned8(n.gain) && std::isfinite(n.eps) && n.eps >= 0,
                "W4A16 decode GEMM (RMSNorm input): x, add, gain and x_out (another buffer than x) must be "
                "non-null and aligned (x, x_out 16 bytes, add, gain 8), eps finite >= 0");
-    FUTR_CHECK(
-        a.m == 1 && a.k <= kDecodeNormMaxK && f == DecodeWeights::kInt4,
-        "W4A16 decode GEMM (RMSNorm input): fused into the INT4 gemv only (M = 1, K <= {}); got M = {}, "
-        "K = {}",
-        kDecodeNormMaxK, a.m, a.k);
+    FUTR_CHECK(a.m <= kDecodeGemvMaxRows && a.k <= kDecodeNormMaxK && f == DecodeWeights::kInt4,
+               "W4A16 decode GEMM (RMSNorm input): fused into the INT4 gemv only (M <= {}, K <= {}); got M = "
+               "{}, K = {}",
+               kDecodeGemvMaxRows, kDecodeNormMaxK, a.m, a.k);
   }
 }
 
@@ -230,6 +229,8 @@ void check_shape(DecodeWeights f, const DecodeArgs& a) {
 #if !FUTR_DEV
 std::span<const w4a16::Variant> w4a16::dev_variants() { return {}; }
 #endif
+
+static_assert(device::kGemvMaxRows == kDecodeGemvMaxRows, "the gemv's rows: one number");
 
 std::string describe(const DecodeConfig& c) {
   std::ostringstream os;
@@ -501,6 +502,19 @@ size_t decode_workspace_floats(const DecodeConfig& c, int m, int n, int k) {
 
 size_t decode_counters(const DecodeConfig& c, int n) { return size_t(col_ctas(c, n)); }
 
+DecodeConfig decode_as_gemv(DecodeConfig c) {
+  c.kernel = DecodeKernel::kGemv, c.tn = 1, c.loads = 4, c.mt = 1, c.seq = false;
+  return c;
+}
+
+// The rows' x slices (gemv_x_stride uint4 each: kb_per_split x 256 B, padded
+// for several rows) and the tiles' scales (8 tn x groups x 32 B).
+size_t decode_gemv_smem(const DecodeConfig& c, int m, int k, int group) {
+  const SplitPlan sp = split_plan(k, c.splits);
+  return size_t(m) * size_t(device::gemv_x_stride(2 * sp.kb_per_split, m)) * 16 +
+         size_t(8 * c.tn) * size_t((sp.kb_per_split * 128 + group - 1) / group) * 32;
+}
+
 int decode_occupancy(DecodeWeights f, int group, const DecodeConfig& c) {
   return prepare(find_variant(f, group, c));
 }
@@ -510,14 +524,16 @@ w4a16::DecodeLaunch w4a16::decode_launch(DecodeWeights f, const DecodeArgs& a, c
   FUTR_CHECK(a.m <= 32, "decode GEMM: one launch takes at most 32 rows, got {}", a.m);
   const Variant& v = find_variant(f, a.group, c);
   FUTR_CHECK(!a.x_swiglu || c.kernel == DecodeKernel::kGemv || c.kernel == DecodeKernel::kStreamK,
-             "decode GEMM ({}): the SwiGLU input is fused into the gemv (M = 1) and sk (M <= 8) kernels only",
+             "decode GEMM ({}): the SwiGLU input is fused into the gemv and sk kernels (M <= 8) only",
              describe(c));
   FUTR_CHECK(!a.norm || (c.kernel == DecodeKernel::kGemv && !a.x_swiglu),
              "decode GEMM ({}): the RMSNorm input is fused into the gemv kernel only (and not with the "
              "SwiGLU input)",
              describe(c));
   if (c.kernel == DecodeKernel::kGemv)
-    FUTR_CHECK(a.m == 1, "decode GEMM: the gemv kernel takes M = 1, got M = {}; use kernel=skinny", a.m);
+    FUTR_CHECK(a.m <= kDecodeGemvMaxRows,
+               "decode GEMM: the gemv kernel takes M <= {}, got M = {}; use kernel=skinny",
+               kDecodeGemvMaxRows, a.m);
   else if (c.kernel == DecodeKernel::kStreamK)
     FUTR_CHECK(a.m <= 8, "decode GEMM: the sk kernel takes M <= 8, got M = {}; use kernel=skinny", a.m);
   else
@@ -568,10 +584,7 @@ w4a16::DecodeLaunch w4a16::decode_launch(DecodeWeights f, const DecodeArgs& a, c
                          c.seq ? 1 : c.fold};
   DecodeLaunch out{p, stream ? dim3(unsigned(grid_x)) : dim3(unsigned(grid_x), unsigned(sp.splits)), &v, 0};
   size_t& smem = out.smem;
-  // gemv: its split's x (kb_per_split x 256 B) and its tiles' scales (8 tn x groups x 32 B).
-  if (c.kernel == DecodeKernel::kGemv)
-    smem = size_t(sp.kb_per_split) * 256 +
-           size_t(8 * c.tn) * size_t((sp.kb_per_split * 128 + a.group - 1) / a.group) * 32;
+  if (c.kernel == DecodeKernel::kGemv) smem = decode_gemv_smem(c, a.m, a.k, a.group);
   else if (c.kernel ==
            DecodeKernel::kStreamK) {  // the CTA's x rows and scales (at most 2 x ceil(T/P) chunks)
     const int maxc = 2 * ((stream_items(a.n, a.k) + grid_x - 1) / grid_x);

@@ -6,9 +6,11 @@
 //          (src/kernels/layout/int4_fragment.cuh, docs/LAYOUTS.md).
 //   W8A16: W = e4m3 * s, s FP32 per output channel, fragment order.
 //
-// Kernels: sm90_w4a16_gemv (M = 1, register ring) and sm90_w4a16_skinny
-// (M = 2..32, lane-private cp.async ring), both splitting K with a last-CTA
-// reduction, chosen by the heuristic. M = 33..64 runs as two launches of at
+// Kernels: sm90_w4a16_gemv (M = 1..8, register ring, x staged in shared
+// memory; the heuristic's choice at M = 1, and the kernel that takes the fused
+// SwiGLU and RMSNorm inputs) and sm90_w4a16_skinny (M = 2..32, lane-private
+// cp.async ring), both splitting K with a last-CTA reduction and computing a
+// row's output with the same bits. M = 33..64 runs as two launches of at
 // most 32 rows. Every kernel supports programmatic dependent launch
 // (DecodeConfig::pdl). The stream (warp-specialised bulk-copy ring, stream-K
 // over the resident CTAs) and sk (stream-K gemv) kernels measured slower
@@ -92,17 +94,20 @@ std::vector<std::string> decode_variants();
 // Whether the variant `c` selects (kernel and tiles; not the grid) is compiled.
 bool decode_compiled(DecodeWeights f, int group, const DecodeConfig& c);
 
+// The gemv kernel's rows at most (device::kGemvMaxRows).
+inline constexpr int kDecodeGemvMaxRows = 8;
+
 // Device operands of one launch.
-// gemv only (M = 1): the input is bf16(RMSNorm(v) g), v = x + bf16(add) (the
+// gemv only (M <= kDecodeGemvMaxRows): the input is bf16(RMSNorm(v) g), v = x + bf16(add) (the
 // residual step of cuda::rmsnorm's add mode, fused into the GEMM that reads
 // its output); v is stored to x_out, a buffer other than x. K <= 8192.
 inline constexpr int kDecodeNormMaxK =
     8192;  // the widest row the fused RMSNorm input takes (70B's hidden size)
 struct DecodeNormInput {
-  const float* x = nullptr;        // [1, K] FP32 residual
-  const uint16_t* add = nullptr;   // [1, K] BF16
+  const float* x = nullptr;        // [M, K] FP32 residual
+  const uint16_t* add = nullptr;   // [M, K] BF16
   const uint16_t* gain = nullptr;  // [K] BF16
-  float* x_out = nullptr;          // [1, K] FP32: x + add
+  float* x_out = nullptr;          // [M, K] FP32: x + add
   float eps = 1e-5f;
 };
 
@@ -117,7 +122,7 @@ struct DecodeArgs {
   size_t n_counters = 0;
   int m = 0, n = 0, k = 0;
   int group = 128;                        // INT4 group size (64 or 128); ignored for E4M3
-  bool x_swiglu = false;                  // gemv only: x is [1, 2K] gate|up, the input bf16(silu(gate) * up)
+  bool x_swiglu = false;                  // gemv only: x is [M, 2K] gate|up, the input bf16(silu(gate) * up)
   const DecodeNormInput* norm = nullptr;  // gemv only: the RMSNorm fused in (x unused then)
 };
 
@@ -128,6 +133,16 @@ size_t decode_counters(const DecodeConfig& c, int n);
 
 // Validates shapes, pointers, configuration and workspace, then launches on `s`.
 void decode_gemm(DecodeWeights f, const DecodeArgs& a, const DecodeConfig& c, cudaStream_t s);
+
+// `c`'s K split and reduction run by the gemv kernel (the same bits for each of
+// up to kDecodeGemvMaxRows rows): the configuration of the decode step's
+// projections that take the fused RMSNorm or SwiGLU input.
+DecodeConfig decode_as_gemv(DecodeConfig c);
+
+// Dynamic shared memory of one gemv CTA for M rows of K inputs in c.splits
+// slices (the rows' x slices and the tiles' scales); the launch refuses more
+// than 160 KB (a caller choosing the gemv for several rows checks it first).
+size_t decode_gemv_smem(const DecodeConfig& c, int m, int k, int group);
 
 // Resident CTAs per SM of the variant `c` selects (cudaOccupancy...), for reports.
 int decode_occupancy(DecodeWeights f, int group, const DecodeConfig& c);

@@ -65,7 +65,7 @@ const void* skinny_fn() {
   else return nullptr;
 }
 
-// The gemv (M = 1) and skinny (M = 2..32) rows.
+// The gemv (M = 1..8) and skinny (M = 2..32) rows.
 #define FUTR_GEMV(G, TM, U)                                                                           \
   ::futr::cuda::w4a16::Variant {                                                                      \
     DecodeWeights::kInt4, G, DecodeKernel::kGemv, TM, U, ::futr::cuda::w4a16::gemv_fn<G, TM, U>(), 0, \

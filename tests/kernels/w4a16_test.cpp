@@ -106,6 +106,38 @@ TEST(W4A16, RowsAreTheSameBitsInEveryM) {
   }
 }
 
+// The gemv for M = 2..8 rows (the decode step's fused buckets) gives every row
+// the bits of the heuristic's skinny launch of the same M and of the row
+// alone, for the shapes of SmolLM2 and Llama-3.1-8B at their K split.
+TEST(W4A16, GemvRowsAreTheSkinnyBits) {
+  FUTR_REQUIRE_GPU();
+  for (const DecodeShape& s : cuda::kDecodeShapes) {
+    const std::string model = s.model;
+    if (model != "SmolLM2-135M" && model != "Llama-3.1-8B") continue;
+    Layer L = make_layer(true, s.n, s.k, s.group, 1);
+    const int M = cuda::kDecodeGemvMaxRows;
+    const auto x = random_x(M, s.k);
+    cuda::DeviceBuffer<uint16_t> dx(x), want(size_t(M) * s.n), got(size_t(M) * s.n), one(size_t(s.n));
+    for (int m = 2; m <= M; ++m) {
+      L.lin->forward(dx.get(), want.get(), m, nullptr);  // the heuristic: skinny
+      ASSERT_EQ(L.lin->config(m).kernel, DecodeKernel::kSkinny) << name(s) << " M " << m;
+      const DecodeConfig c = cuda::decode_as_gemv(L.lin->config(m));
+      L.lin->reserve(c, m);
+      got.fill_bytes(0xff);
+      L.lin->forward(dx.get(), got.get(), m, c, nullptr);
+      FUTR_CUDA_CHECK(cudaDeviceSynchronize());
+      const auto w = want.download(), g = got.download();
+      EXPECT_TRUE(std::equal(w.begin(), w.begin() + ptrdiff_t(size_t(m) * s.n), g.begin()))
+          << name(s) << ": the gemv's " << m << " rows differ from the skinny kernel's";
+    }
+    L.lin->forward(dx.get() + size_t(M - 1) * s.k, one.get(), 1, nullptr);  // the last row alone
+    FUTR_CUDA_CHECK(cudaDeviceSynchronize());
+    const auto o = one.download(), g = got.download();
+    EXPECT_TRUE(std::equal(o.begin(), o.end(), g.begin() + ptrdiff_t(size_t(M - 1) * s.n)))
+        << name(s) << ": row " << M - 1 << " of the gemv's " << M << " differs from the row alone";
+  }
+}
+
 // Sequential splits (DecodeConfig::seq: a CTA per group of splits, or one CTA
 // along K, folding the splits' sums in the reduction's order) give the split
 // launch's bits, for INT4 (both group sizes) and E4M3 weights, several split
@@ -193,7 +225,7 @@ TEST(W4A16, EveryCompiledVariant) {
       const std::string what = std::string(v.int4 ? "int4" : "e4m3") + " " + std::to_string(n) + "x" +
                                std::to_string(k) + " g" + std::to_string(g);
       if (v.c.kernel == DecodeKernel::kGemv) {
-        check(L, 1, &v.c, what, test::tol::kW4A16);
+        for (int m : {1, 3, 8}) check(L, m, &v.c, what, test::tol::kW4A16);
       } else {
         for (int m : v.c.mt == 1   ? std::vector<int>{1, 2, 8}
                      : v.c.mt == 2 ? std::vector<int>{9, 16}
@@ -263,26 +295,32 @@ TEST(W4A16, PdlChainInGraphEqualsEager) {
 }
 
 // The SwiGLU fused into the gemv's input staging (the decode step's down
-// projection at M = 1) equals the separate sm90_swiglu kernel followed by the
-// plain gemv, bit for bit, for every split count; M > 1 kernels refuse it.
+// projection at M <= 8) equals the separate sm90_swiglu kernel followed by the
+// plain gemv, bit for bit, for every split count and M = 1, 3, 8; the skinny
+// kernel refuses it.
 TEST(W4A16, GemvWithSwigluInputEqualsSwigluThenGemv) {
   FUTR_REQUIRE_GPU();
   for (auto [n, k, g] : {std::tuple{576, 1536, 64}, {4096, 14336, 128}}) {
     Layer L = make_layer(true, n, k, g, 1);
-    const auto gu = random_x(1, 2 * k);
-    cuda::DeviceBuffer<uint16_t> dgu(gu), s(static_cast<size_t>(k)), want(static_cast<size_t>(n)),
-        got(static_cast<size_t>(n));
-    cuda::swiglu(dgu.get(), s.get(), 1, k, nullptr);
-    for (int sp : {1, 2, 4, 8}) {
-      DecodeConfig c = L.lin->config(1);
-      ASSERT_EQ(c.kernel, cuda::DecodeKernel::kGemv);
-      c.splits = sp;
-      L.lin->reserve(c, 1);
-      L.lin->forward(s.get(), want.get(), 1, c, nullptr);
-      L.lin->forward(dgu.get(), got.get(), 1, c, nullptr, true);
-      FUTR_CUDA_CHECK(cudaDeviceSynchronize());
-      EXPECT_EQ(got.download(), want.download()) << "N " << n << " K " << k << " splits " << sp;
-    }
+    const int M = cuda::kDecodeGemvMaxRows;
+    const auto gu = random_x(M, 2 * k);
+    cuda::DeviceBuffer<uint16_t> dgu(gu), s(size_t(M) * k), want(size_t(M) * n), got(size_t(M) * n);
+    cuda::swiglu(dgu.get(), s.get(), M, k, nullptr);
+    for (int m : {1, 3, M})
+      for (int sp : {1, 2, 4, 8}) {
+        DecodeConfig c = L.lin->config(1);
+        ASSERT_EQ(c.kernel, cuda::DecodeKernel::kGemv);
+        c.splits = sp;
+        if (cuda::decode_gemv_smem(c, m, k, g) > size_t(160) * 1024) continue;  // the launch refuses it
+        L.lin->reserve(c, m);
+        L.lin->forward(s.get(), want.get(), m, c, nullptr);
+        got.fill_bytes(0xff);
+        L.lin->forward(dgu.get(), got.get(), m, c, nullptr, true);
+        FUTR_CUDA_CHECK(cudaDeviceSynchronize());
+        const auto w = want.download(), o = got.download();
+        EXPECT_TRUE(std::equal(w.begin(), w.begin() + ptrdiff_t(size_t(m) * n), o.begin()))
+            << "N " << n << " K " << k << " M " << m << " splits " << sp;
+      }
     DecodeConfig skinny = L.lin->config(2);
     skinny.kernel = cuda::DecodeKernel::kSkinny;
     EXPECT_FUTR_ERROR(L.lin->forward(dgu.get(), got.get(), 2, skinny, nullptr, true),
@@ -291,45 +329,53 @@ TEST(W4A16, GemvWithSwigluInputEqualsSwigluThenGemv) {
 }
 
 // The residual add + RMSNorm fused into the gemv's input (the decode step's
-// QKV and gate/up projections at M = 1) against the separate kernel then the
+// QKV and gate/up projections at M <= 8) against the separate kernel then the
 // gemv: the stored residual x + add and y bit for bit (both sum the squares in
 // one order: the decode step's batch invariance), for several split counts
-// (every CTA must compute the same factor) and the shapes' hidden sizes.
+// (every CTA must compute the same factors), M = 1, 2, 5, 8 and the shapes'
+// hidden sizes.
 TEST(W4A16, GemvWithNormInputMatchesRmsnormThenGemv) {
   FUTR_REQUIRE_GPU();
   std::mt19937 rng{12345u + uint32_t(std::random_device{}())};
   std::normal_distribution<float> nd(0.f, 1.f);
   for (auto [n, k, g] : {std::tuple{1728, 576, 64}, {6144, 4096, 128}, {2048, 8192, 128}}) {
     Layer L = make_layer(true, n, k, g, 1);
-    std::vector<float> x(static_cast<size_t>(k));
-    for (float& v : x) v = 3.f * nd(rng);
-    const auto add = random_x(1, k), gain = random_x(1, k);
-    cuda::DeviceBuffer<float> dx(x), x_sep(x), x_out(static_cast<size_t>(k));
-    cuda::DeviceBuffer<uint16_t> dadd(add), dgain(gain), a(static_cast<size_t>(k)),
-        want(static_cast<size_t>(n)), got(static_cast<size_t>(n));
-    cuda::RmsNormArgs rn;
-    rn.x = x_sep.get(), rn.add = dadd.get(), rn.ld_add = k, rn.gain = dgain.get(), rn.out = a.get();
-    rn.rows = 1, rn.H = k, rn.eps = 1e-5f;
-    cuda::rmsnorm(rn, nullptr);
-    const cuda::DecodeNormInput ni{dx.get(), dadd.get(), dgain.get(), x_out.get(), 1e-5f};
-    for (int sp : {1, 2, 5}) {
-      DecodeConfig c = L.lin->config(1);
-      ASSERT_EQ(c.kernel, cuda::DecodeKernel::kGemv);
-      c.splits = sp;
-      L.lin->reserve(c, 1);
-      L.lin->forward(a.get(), want.get(), 1, c, nullptr);
-      x_out.fill_bytes(0xff);
-      L.lin->forward(nullptr, got.get(), 1, c, nullptr, false, &ni);
-      FUTR_CUDA_CHECK(cudaDeviceSynchronize());
-      const std::string what =
-          "N " + std::to_string(n) + " K " + std::to_string(k) + " splits " + std::to_string(sp);
-      EXPECT_EQ(x_out.download(), x_sep.download()) << what << ": the stored residual";
-      EXPECT_EQ(dx.download(), x) << what << ": the input residual must not change";
-      EXPECT_EQ(got.download(), want.download()) << what << ": the output";
+    for (int m : {1, 2, 5, cuda::kDecodeGemvMaxRows}) {
+      std::vector<float> x(size_t(m) * k);
+      for (float& v : x) v = 3.f * nd(rng);
+      const auto add = random_x(m, k), gain = random_x(1, k);
+      cuda::DeviceBuffer<float> dx(x), x_sep(x), x_out(size_t(m) * k);
+      cuda::DeviceBuffer<uint16_t> dadd(add), dgain(gain), a(size_t(m) * k), want(size_t(m) * n),
+          got(size_t(m) * n);
+      cuda::RmsNormArgs rn;
+      rn.x = x_sep.get(), rn.add = dadd.get(), rn.ld_add = k, rn.gain = dgain.get(), rn.out = a.get();
+      rn.rows = m, rn.H = k, rn.eps = 1e-5f;
+      cuda::rmsnorm(rn, nullptr);
+      const cuda::DecodeNormInput ni{dx.get(), dadd.get(), dgain.get(), x_out.get(), 1e-5f};
+      for (int sp : {1, 2, 5}) {
+        DecodeConfig c = L.lin->config(1);
+        ASSERT_EQ(c.kernel, cuda::DecodeKernel::kGemv);
+        c.splits = sp;
+        if (cuda::decode_gemv_smem(c, m, k, g) > size_t(160) * 1024) continue;  // the launch refuses it
+        L.lin->reserve(c, m);
+        L.lin->forward(a.get(), want.get(), m, c, nullptr);
+        x_out.fill_bytes(0xff);
+        got.fill_bytes(0xff);
+        L.lin->forward(nullptr, got.get(), m, c, nullptr, false, &ni);
+        FUTR_CUDA_CHECK(cudaDeviceSynchronize());
+        const std::string what = "N " + std::to_string(n) + " K " + std::to_string(k) + " M " +
+                                 std::to_string(m) + " splits " + std::to_string(sp);
+        EXPECT_EQ(x_out.download(), x_sep.download()) << what << ": the stored residual";
+        EXPECT_EQ(dx.download(), x) << what << ": the input residual must not change";
+        EXPECT_EQ(got.download(), want.download()) << what << ": the output";
+      }
+      if (m == 2) {
+        DecodeConfig skinny = L.lin->config(2);
+        skinny.kernel = cuda::DecodeKernel::kSkinny;
+        EXPECT_FUTR_ERROR(L.lin->forward(nullptr, got.get(), 2, skinny, nullptr, false, &ni),
+                          "RMSNorm input");
+      }
     }
-    DecodeConfig skinny = L.lin->config(2);
-    skinny.kernel = cuda::DecodeKernel::kSkinny;
-    EXPECT_FUTR_ERROR(L.lin->forward(nullptr, got.get(), 2, skinny, nullptr, false, &ni), "RMSNorm input");
   }
 }
 
@@ -351,6 +397,31 @@ TEST(W4A16Small, GemvSkinnySplitK) {
   for (int m : {1, 3, 32}) check(L, m, nullptr, "Llama-3.2-1B o", test::tol::kW4A16);
   Layer L8 = make_layer(false, 960, 576, 0, 2);
   for (int m : {1, 3, 20}) check(L8, m, nullptr, "SmolLM2-135M qkv e4m3", test::tol::kW8A16);
+}
+
+// The gemv's rows with its fused inputs (the RMSNorm and the SwiGLU) on
+// SmolLM2's shapes, split and not, for compute-sanitizer: every staged byte
+// is written before it is read, and nothing outside the operands is touched.
+TEST(W4A16Small, GemvRowsWithFusedInputs) {
+  FUTR_REQUIRE_GPU();
+  const int H = 576, I = 1536, M = 5;
+  Layer qkv = make_layer(true, 960, H, 64, 1), down = make_layer(true, H, I, 64, 1);
+  std::vector<float> x(size_t(M) * H, 0.5f);
+  const auto add = random_x(M, H), gain = random_x(1, H), gu = random_x(M, 2 * I);
+  cuda::DeviceBuffer<float> dx(x), x_out(size_t(M) * H);
+  cuda::DeviceBuffer<uint16_t> dadd(add), dgain(gain), dgu(gu), y(size_t(M) * 960), y2(size_t(M) * H);
+  const cuda::DecodeNormInput ni{dx.get(), dadd.get(), dgain.get(), x_out.get(), 1e-5f};
+  for (int sp : {1, 3}) {
+    DecodeConfig c;
+    c.kernel = DecodeKernel::kGemv, c.tn = 1, c.loads = 4, c.splits = sp;
+    qkv.lin->reserve(c, M);
+    down.lin->reserve(c, M);
+    qkv.lin->forward(nullptr, y.get(), M, c, nullptr, false, &ni);
+    down.lin->forward(dgu.get(), y2.get(), M, c, nullptr, true);
+    FUTR_CUDA_CHECK(cudaDeviceSynchronize());
+    for (uint16_t v : y.download()) ASSERT_TRUE(std::isfinite(bf16_to_float(v))) << "splits " << sp;
+    for (uint16_t v : y2.download()) ASSERT_TRUE(std::isfinite(bf16_to_float(v))) << "splits " << sp;
+  }
 }
 
 // ---- invalid requests fail loudly (host-side checks: no GPU needed) -------------
@@ -384,7 +455,7 @@ TEST(W4A16Invalid, ShapesAndConfigsAreRejected) {
   rejects([&] { cuda::decode_gemm(DecodeWeights::kInt4, args(1, 64, 128, 32), gemv, nullptr); },
           "group size 32");
   rejects([&] { cuda::decode_gemm(DecodeWeights::kInt4, args(1, 64, 576, 128), gemv, nullptr); }, "group 64");
-  rejects([&] { cuda::decode_gemm(DecodeWeights::kInt4, args(2, 64, 128, 128), gemv, nullptr); }, "M = 1");
+  rejects([&] { cuda::decode_gemm(DecodeWeights::kInt4, args(9, 64, 128, 128), gemv, nullptr); }, "M <= 8");
   rejects([&] { cuda::decode_gemm(DecodeWeights::kInt4, args(9, 64, 128, 128), sk, nullptr); },
           "needs mt >= 2");
   DecodeConfig bad = sk;
