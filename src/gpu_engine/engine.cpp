@@ -187,15 +187,20 @@ void GpuEngine::init_step() {
   for (size_t k = 0; k < kBuckets.size(); ++k) {
     m.plans[k] = build_step_plan(pc, kBuckets[k]);
     // The plan's GEMM configurations are the ones the matrices choose themselves
-    // (QuantLinear::config: the same function of M, N, K, group and the SM count).
+    // (QuantLinear::config: the same function of M, N, K, group and the SM count),
+    // run by the gemv where the plan fuses inputs into several rows (its
+    // workspace reserved here: one CTA per split).
     for (const StepOp& op : m.plans[k].ops) {
       if (op.kind != StepOpKind::kGemm) continue;
       const DeviceWeights::Layer& L = m.weights->layer(op.layer);
-      const cuda::W4Linear& w = op.w.param == StepParam::kQkv      ? *L.qkv
-                                : op.w.param == StepParam::kO      ? *L.o
-                                : op.w.param == StepParam::kGateUp ? *L.gate_up
-                                                                   : *L.down;
-      const cuda::DecodeConfig a = op.gemm, b = w.config(op.rows);
+      cuda::W4Linear& w = op.w.param == StepParam::kQkv      ? *L.qkv
+                          : op.w.param == StepParam::kO      ? *L.o
+                          : op.w.param == StepParam::kGateUp ? *L.gate_up
+                                                             : *L.down;
+      const bool gemv_rows = op.rows > 1 && op.gemm.kernel == cuda::DecodeKernel::kGemv;
+      const cuda::DecodeConfig a = op.gemm,
+                               b = gemv_rows ? cuda::decode_as_gemv(w.config(op.rows)) : w.config(op.rows);
+      if (gemv_rows) w.reserve(a, op.rows);
       FUTR_ASSERT(a.kernel == b.kernel && a.tn == b.tn && a.loads == b.loads && a.batches == b.batches &&
                   a.mt == b.mt && a.splits == b.splits && a.fold == b.fold && a.seq == b.seq &&
                   a.ctas == b.ctas && a.run == b.run && a.probe == b.probe && !a.pdl && !b.pdl);
@@ -211,6 +216,12 @@ void GpuEngine::init_step() {
   eo.lm_head_streaming = opt_.lm_head_streaming;
   eo.lm_head_int4 = opt_.lm_head_int4;
   m.exec = std::make_unique<LaunchExecutor>(*m.weights, *m.kv, *m.buf, m.lt, eo);
+  // Every bucket's step run now on padding rows, eagerly and then captured:
+  // the first requests replay graphs as every later step does (a first use
+  // costs an eager run and a capture, ~2-4 ms at SmolLM2's 185 launches: a
+  // speculative request meets buckets 2, 4 and 8 in its first steps). Not
+  // tensor parallel: the ranks' collectives start with their first step.
+  if (!opt_.tp_comms) warm_decode_buckets();
 }
 
 void GpuEngine::init_prefill() {
@@ -301,6 +312,12 @@ void GpuEngine::init(const std::string& weights_what, size_t weights_est) {
   if (disabled_by_env("FUTR_GPU_SAMPLING")) opt_.gpu_sampling = false;
   if (disabled_by_env("FUTR_GPU_PDL")) opt_.pdl = false;
   if (disabled_by_env("FUTR_GPU_FUSE_NORM")) opt_.fuse_norm = false;
+  if (const char* e = std::getenv("FUTR_GPU_FUSE_NORM_ROWS")) {
+    const std::string v = e;
+    FUTR_CHECK(v.size() == 1 && v[0] >= '1' && v[0] - '0' <= cuda::kDecodeGemvMaxRows,
+               "FUTR_GPU_FUSE_NORM_ROWS={}: expected 1..{}", v, cuda::kDecodeGemvMaxRows);
+    opt_.fuse_norm_rows = v[0] - '0';
+  }
   if (disabled_by_env("FUTR_GPU_ATTN_CTAS")) opt_.attn_ctas = false;
   if (const char* e = std::getenv("FUTR_GPU_LM_HEAD")) {
     const std::string v = e;
@@ -352,6 +369,7 @@ void GpuEngine::init(const std::string& weights_what, size_t weights_est) {
   pc.kv_block = o.kv_block;
   pc.ctx = opt_.ctx;
   pc.fuse_norm = opt_.fuse_norm;
+  pc.fuse_norm_rows = opt_.fuse_norm_rows;
   pc.attention_ctas = opt_.attn_ctas;
   pc.gpu_sampling = opt_.gpu_sampling;
   pc.lm_head_streaming = opt_.lm_head_streaming;
@@ -473,11 +491,9 @@ void GpuEngine::restore_sampler(SeqId id, const runtime::Sampler& sampler) {
   table_.sampler(table_.slot(id)) = sampler;
 }
 
-void GpuEngine::micro_step(const std::vector<MicroRow>& rows) {
+void GpuEngine::upload_row_map(const std::vector<MicroRow>& rows, int bucket) {
   Impl& m = *impl_;
   const int n = int(rows.size()), Bm = kMaxMicroBatch;
-  const int bucket = bucket_of(n);
-  const size_t V = size_t(lm_rows_);
   cudaStream_t st = m.stream;
   // ---- the row map: real rows, then the padding rows (engine.h) -----------------------
   int* h = m.h_ints.get();
@@ -530,6 +546,27 @@ void GpuEngine::micro_step(const std::vector<MicroRow>& rows) {
     FUTR_CUDA_CHECK(cudaMemcpyAsync(m.buf->samplers.get(), m.h_samplers.get(),
                                     size_t(bucket) * sizeof(cuda::SampleRow), cudaMemcpyHostToDevice, st));
   }
+}
+
+void GpuEngine::warm_decode_buckets() {
+  Impl& m = *impl_;
+  for (size_t k = 0; k < kBuckets.size(); ++k) {
+    upload_row_map({}, kBuckets[k]);
+    m.exec->run(m.plans[k], m.stream, nullptr);                   // eager: modules, cuBLASLt's plans
+    if (opt_.graphs) m.exec->run(m.plans[k], m.stream, nullptr);  // captured, replayed
+  }
+  FUTR_CUDA_CHECK(cudaStreamSynchronize(m.stream));
+  m.buf->nonfinite.fill_bytes(0, m.stream);
+  FUTR_CUDA_CHECK(cudaStreamSynchronize(m.stream));
+}
+
+void GpuEngine::micro_step(const std::vector<MicroRow>& rows) {
+  Impl& m = *impl_;
+  const int n = int(rows.size());
+  const int bucket = bucket_of(n);
+  const size_t V = size_t(lm_rows_);
+  cudaStream_t st = m.stream;
+  upload_row_map(rows, bucket);
   // ---- the step: the bucket's plan, a graph replay or the same launches eagerly --------
   const size_t k = size_t(std::find(kBuckets.begin(), kBuckets.end(), bucket) - kBuckets.begin());
   m.exec->run(m.plans[k], st, m.prof.get());

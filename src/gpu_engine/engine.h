@@ -192,11 +192,16 @@ struct GpuEngineOptions {
   bool pdl = true;     // programmatic dependent launch between the step's kernels (FUTR_GPU_PDL=0: false)
   bool gpu_sampling =
       true;  // temperature / top-k / min-p / top-p draws on the GPU (FUTR_GPU_SAMPLING=0: host)
-  // Micro-steps of one row: the residual add + RMSNorm fused into the QKV and
-  // gate/up gemv (cuda::DecodeNormInput; 6 launches per layer instead of 8).
-  // Measured on the H200 (docs/PERF.md, 2026-12-02): SmolLM2 batch 1 0.929 ->
-  // 0.825 ms, Llama-3.1-8B 2.541 -> 2.397 ms per step. FUTR_GPU_FUSE_NORM=0 turns it off.
+  // Micro-steps of up to fuse_norm_rows rows: the residual add + RMSNorm fused
+  // into the QKV and gate/up gemv, the SwiGLU into the down gemv
+  // (cuda::DecodeNormInput; 6 launches per layer instead of 8 or 9).
+  // Measured on the H200 (docs/PERF.md): SmolLM2 batch 1 0.929 -> 0.825 ms,
+  // Llama-3.1-8B 2.541 -> 2.397 ms per step; 2 / 4 rows -2.4 / -5.3%
+  // (SmolLM2), -8.5 / -0.7% (8B); 8 rows +1.8 / +15.5% (each CTA reads all 8
+  // rows for the norm): fused up to 4. FUTR_GPU_FUSE_NORM=0 turns it off,
+  // FUTR_GPU_FUSE_NORM_ROWS=N fuses buckets of at most N rows (1..8).
   bool fuse_norm = true;
+  int fuse_norm_rows = 4;  // 1..8 (the gemv's rows at most: cuda::kDecodeGemvMaxRows)
   // At large batch, a CTA reduces several of a sequence's attention chunks in
   // turn (cuda::attention_ctas; the same bits). FUTR_GPU_ATTN_CTAS=0: one CTA per chunk.
   bool attn_ctas = true;
@@ -338,6 +343,11 @@ class GpuEngine final : public runtime::TableEngine {
                     const std::vector<int>& rank, runtime::StepResult& r);
   // Creates the prefill path from the options (constructors, after the weights) and warms it up.
   void init_prefill();
+  // The row map of a micro-step of `rows` in `bucket` (>= rows.size(); the rest
+  // padding rows), its block tables and sampler rows, copied to the device.
+  void upload_row_map(const std::vector<MicroRow>& rows, int bucket);
+  // Runs every bucket's plan on padding rows (eagerly, then into its graph).
+  void warm_decode_buckets();
   // The output pass of `rows` (<= kMaxMicroBatch) rows of the last prefill
   // chunk: the host row map's kTok (the chunk row) and kTarget entries copied,
   // then the final RMSNorm (gathering the chunk's BF16 residual rows), the LM

@@ -23,7 +23,7 @@ StepBuffers::StepBuffers(const ModelConfig& c, int lm_rows, const cuda::Attentio
   const int B = kDecodeMaxRows;
   const int H = c.hidden, q_dim = c.q_dim(), kv_dim = c.kv_dim(), I = c.intermediate;
   x = cuda::DeviceBuffer<float>(size_t(B) * H);
-  x2 = cuda::DeviceBuffer<float>(size_t(H));
+  x2 = cuda::DeviceBuffer<float>(size_t(cuda::kDecodeGemvMaxRows) * H);
   a = cuda::DeviceBuffer<uint16_t>(size_t(B) * H);
   a.fill_bytes(0);  // the LM head reads all kDecodeMaxRows rows
   qkv = cuda::DeviceBuffer<uint16_t>(size_t(B) * (q_dim + 2 * kv_dim));

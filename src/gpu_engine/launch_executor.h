@@ -69,8 +69,8 @@ struct StepBuffers {
   StepBuffers(const ModelConfig& c, int lm_rows, const cuda::AttentionShape& shape,
               const cuda::AttentionConfig& attention, int table_stride = 0);
 
-  cuda::DeviceBuffer<float> x;        // [R][H] FP32 residual
-  cuda::DeviceBuffer<float> x2;       // [1][H] the residual's other buffer (fused norm, one-row micro-steps)
+  cuda::DeviceBuffer<float> x;   // [R][H] FP32 residual
+  cuda::DeviceBuffer<float> x2;  // [8][H] the residual's other buffer (fused norm, micro-steps of <= 8 rows)
   cuda::DeviceBuffer<uint16_t> a;     // [R][H] BF16 GEMM input (zeroed: the LM head reads all R rows)
   cuda::DeviceBuffer<uint16_t> qkv;   // [R][q + 2 kv] BF16
   cuda::DeviceBuffer<uint16_t> attn;  // [R][q] BF16

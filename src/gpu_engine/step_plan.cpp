@@ -18,7 +18,7 @@ const std::array<const char*, kBreakdownRows> kBreakdownNames = {"embedding + rm
                                                                  "residual + rmsnorm (attn)",
                                                                  "gate_up gemm",
                                                                  "swiglu",
-                                                                 "down gemm (+ swiglu at M = 1)",
+                                                                 "down gemm (+ swiglu in the gemv)",
                                                                  "residual + rmsnorm (ffn)",
                                                                  "lm head (cublaslt)",
                                                                  "logits reduce",
@@ -116,16 +116,32 @@ StepPlan build_step_plan(const StepPlanConfig& c, int bucket) {
   if (c.attention_ctas)
     plan.attention = cuda::attention_ctas(plan.attention_shape, plan.attention.splits, c.sm_count,
                                           c.attention_resident_per_sm);
-  // The gemv (M = 1) and sk (M <= 8) kernels take the SwiGLU into the down
+  // Micro-steps of 1..fuse_norm_rows rows (at most the gemv's 8) with
+  // fuse_norm: the QKV and gate/up projections run as gemv with the residual
+  // add + RMSNorm in their input staging, and the down projection as a gemv
+  // staging the SwiGLU (x alternates between x and x2, xr: the current
+  // residual): six launches per layer instead of eight or nine. The gemv
+  // computes a row's bits as the skinny kernel does (the same K split), and
+  // the fused norm sums as sm90_rmsnorm does: a row's logits stay the same in
+  // any bucket. A shape whose rows' x slices would take more than
+  // kGemvRowsSmem of shared memory per CTA keeps the separate kernels.
+  auto gemv_fits = [&](int l, int p) {
+    const StepPlanConfig::Gemm& g = c.gemms[size_t(l)][size_t(p)];
+    return cuda::decode_gemv_smem(cuda::decode_as_gemv(config(l, p)), B, g.k, g.group) <= kGemvRowsSmem;
+  };
+  bool fits = B == 1 || B <= std::min(c.fuse_norm_rows, cuda::kDecodeGemvMaxRows);
+  for (int l = 0; l < m.n_layers && fits && B > 1; ++l) fits = gemv_fits(l, 0) && gemv_fits(l, 2);
+  plan.fused_norm = c.fuse_norm && fits && H <= cuda::kDecodeNormMaxK;
+  // The gemv (M <= 8) and sk (M <= 8) kernels take the SwiGLU into the down
   // projection's input staging (same bits as the separate kernel; one launch less).
-  const cuda::DecodeKernel down_kernel = config(0, 3).kernel;
+  const bool down_gemv = B == 1 || (plan.fused_norm && gemv_fits(0, 3));
+  auto kernel_config = [&](int l, int p) {
+    const bool gemv = B > 1 && ((plan.fused_norm && (p == 0 || p == 2)) || (p == 3 && down_gemv));
+    return gemv ? cuda::decode_as_gemv(config(l, p)) : config(l, p);
+  };
+  const cuda::DecodeKernel down_kernel = kernel_config(0, 3).kernel;
   plan.swiglu_in_down =
       down_kernel == cuda::DecodeKernel::kGemv || down_kernel == cuda::DecodeKernel::kStreamK;
-  // One-row micro-steps with fuse_norm: the residual + RMSNorm in the QKV and
-  // gate/up gemv; x alternates between x and x2 (xr: the current residual).
-  plan.fused_norm = c.fuse_norm && B == 1 && H <= cuda::kDecodeNormMaxK &&
-                    config(0, 0).kernel == cuda::DecodeKernel::kGemv &&
-                    config(0, 2).kernel == cuda::DecodeKernel::kGemv;
   const bool fuse = plan.fused_norm;
   StepAct xr = StepAct::kX, xo = StepAct::kX2;
   std::vector<StepOp>& ops = plan.ops;
@@ -141,11 +157,11 @@ StepPlan build_step_plan(const StepPlanConfig& c, int bucket) {
     op.out = out;
     op.n = g.n;
     op.k = g.k;
-    op.gemm = config(l, p);
+    op.gemm = kernel_config(l, p);
     op.breakdown = row;
     return op;
   };
-  // x += y; a = bf16(RMSNorm(x) g) inside the gemv.
+  // x += y; a = bf16(RMSNorm(x) g) inside the gemv (every row of the bucket).
   auto gemm_norm = [&](int l, int p, StepParam w, StepParam gain, StepAct out, int row) {
     StepOp op = gemm(l, p, w, StepAct::kNone, out, row);
     op.norm_in = true;

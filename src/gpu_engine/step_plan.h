@@ -29,10 +29,12 @@
 // cuda::linear_config(M = b, N, K, group) (its K split cuda::decode_splits of
 // (N, K) alone), the attention's split count one for every bucket
 // (cuda::attention_heuristic_invariant over kDecodeBuckets). Which kernels
-// run follows from the bucket: at b = 1 the down GEMM's gemv (or a stream-K
-// kernel) stages the SwiGLU itself (no swiglu op), and with fuse_norm the QKV
-// and gate/up gemv take the residual add + RMSNorm (no norm op but the first
-// and the last; x alternates between the buffers x and x2).
+// run follows from the bucket: at b <= 8 with fuse_norm (b = 1 without it) the
+// projections but O run as the gemv kernel: the down GEMM's stages the SwiGLU
+// itself (no swiglu op), the QKV and gate/up ones take the residual add +
+// RMSNorm (no norm op but the first and the last; x alternates between the
+// buffers x and x2); larger buckets run the skinny kernel and the separate
+// norm and SwiGLU kernels.
 //
 // Building a plan needs no GPU (the heuristics are pure functions of the
 // shapes, the SM count and, for the attention, its resident CTAs per SM,
@@ -60,6 +62,9 @@ namespace futr::gpu {
 
 inline constexpr int kDecodeMaxRows = 32;                                   // rows of one micro-step
 inline constexpr std::array<int, 6> kDecodeBuckets = {1, 2, 4, 8, 16, 32};  // the buckets, each a plan
+// The most shared memory the fused gemv of a bucket of several rows may take
+// per CTA (its rows' x slices and scales): 4 CTAs still fit an SM.
+inline constexpr size_t kGemvRowsSmem = 48 * 1024;
 
 // What an op does (one launch each, plus the all-reduce of a tensor-parallel GEMM).
 enum class StepOpKind : uint8_t {
@@ -146,7 +151,7 @@ struct StepOp {
                      //   kSwiglu: n = I; kLogitsReduce: n = the logits' width; kSample: n = the drawable ids
   cuda::DecodeConfig gemm;    // kGemm: the configuration (pdl false; the executor sets it)
   bool x_swiglu = false;      // kGemm: the input is bf16(silu(g) u) of [rows][2k] gate|up
-  bool norm_in = false;       // kGemm: the input is bf16(RMSNorm(x + add) gain) (one-row gemv)
+  bool norm_in = false;       // kGemm: the input is bf16(RMSNorm(x + add) gain) (the gemv, <= 8 rows)
   bool all_reduce = false;    // kGemm: the output summed over the tensor-parallel ranks
   bool lm_streaming = false;  // kLmHead: our streaming kernel (launch/lm_head.h), else cuBLASLt
   bool lm_int4 = false;       // kLmHead: the INT4 head (streaming)
@@ -172,9 +177,11 @@ struct StepPlanConfig {
   int sampleable_vocab = 0;       // ids the GPU sampler may draw
   KvFormat kv = KvFormat::kBf16;  // bf16 | int4 | int4-rot
   int kv_block = 64;              // the Hadamard block (int4-rot)
-  int ctx = 1;               // positions per sequence (the attention's longest: max(ctx, kDecodeMaxRows))
-  bool fuse_norm = true;     // the residual add + RMSNorm in the one-row QKV and gate/up gemv
-  bool gpu_sampling = true;  // a sample op after the reductions
+  int ctx = 1;  // positions per sequence (the attention's longest: max(ctx, kDecodeMaxRows))
+  bool fuse_norm =
+      true;  // the residual add + RMSNorm in the QKV and gate/up gemv (buckets <= fuse_norm_rows)
+  int fuse_norm_rows = cuda::kDecodeGemvMaxRows;  // the largest bucket fused (1..8)
+  bool gpu_sampling = true;                       // a sample op after the reductions
   // The LM head by our streaming kernel (launch/lm_head.h) over the bucket's
   // rows, a programmatic dependent of the norm before it; false: cuBLASLt over
   // kDecodeMaxRows rows, a plain launch. Both batch invariant (ours by
@@ -199,7 +206,7 @@ struct StepPlan {
   int bucket = 0;
   cuda::AttentionShape attention_shape;  // batch = bucket, max_len = max(ctx, kDecodeMaxRows)
   cuda::AttentionConfig attention;  // the same split count in every bucket; CTAs per sequence by the bucket
-  bool fused_norm = false;          // the norms ride in the one-row gemv
+  bool fused_norm = false;          // the norms ride in the QKV and gate/up gemv
   bool swiglu_in_down = false;      // the down GEMM stages the SwiGLU
   std::vector<StepOp> ops;          // in launch order
 

@@ -1,12 +1,15 @@
 // The decode step plan (src/gpu_engine/step_plan.h), built without a GPU for
 // SmolLM2-135M's and Llama-3.1-8B's shapes in every bucket:
 //
-//   - the op list: count per layer (6 at one row with the fused norm, 8
-//     without it, 9 above one row), order, the layers they belong to, the
-//     buffers they read and write (the fused norm's residual alternating
-//     between x and x2), the LM head over kDecodeMaxRows rows in every bucket;
+//   - the op list: count per layer (6 in the fused buckets: 1 row, and 2..8
+//     rows where the rows' x slices fit the gemv, always at SmolLM2's shapes;
+//     8 at one row without the fused norm, 9 above), order, the layers they
+//     belong to, the buffers they read and write (the fused norm's residual
+//     alternating between x and x2), the LM head over kDecodeMaxRows rows in
+//     every bucket;
 //   - the configurations the batch-invariant heuristics choose: every W4A16
-//     GEMM's is cuda::linear_config(M = bucket, N, K, group), its K split
+//     GEMM's is cuda::linear_config(M = bucket, N, K, group) (in the fused
+//     buckets the gemv for QKV, gate/up and down with the same K split), its K split
 //     cuda::decode_splits(N, K) in every bucket; the attention's split count
 //     cuda::attention_heuristic_invariant's, the same in every bucket;
 //   - PDL on every op but the first and the LM head; the breakdown's rows;
@@ -53,6 +56,21 @@ StepPlanConfig config_for(const std::string& model, KvFormat kv = KvFormat::kInt
   return c;
 }
 
+// Whether bucket b fuses the norms: one row, or up to 8 rows whose x slices fit
+// the gemv's shared memory (kGemvRowsSmem) in every QKV and gate/up GEMM.
+bool fuses(const StepPlanConfig& c, int b) {
+  if (b == 1) return true;
+  if (b > std::min(c.fuse_norm_rows, cuda::kDecodeGemvMaxRows)) return false;
+  for (const auto& layer : c.gemms)
+    for (int p : {0, 2}) {
+      const StepPlanConfig::Gemm& g = layer[size_t(p)];
+      const cuda::DecodeConfig h =
+          cuda::linear_config(cuda::DecodeWeights::kInt4, b, g.n, g.k, kSms, g.group);
+      if (cuda::decode_gemv_smem(cuda::decode_as_gemv(h), b, g.k, g.group) > kGemvRowsSmem) return false;
+    }
+  return true;
+}
+
 bool same(const cuda::DecodeConfig& a, const cuda::DecodeConfig& b) {
   return a.kernel == b.kernel && a.tn == b.tn && a.loads == b.loads && a.batches == b.batches &&
          a.mt == b.mt && a.splits == b.splits && a.seq == b.seq && a.ctas == b.ctas && a.run == b.run &&
@@ -77,7 +95,10 @@ TEST(StepPlan, OpsPerLayerAndOrderInEveryBucket) {
       SCOPED_TRACE(model + " bucket " + std::to_string(b));
       const StepPlan p = build_step_plan(c, b);
       EXPECT_EQ(p.bucket, b);
-      if (b == 1) {
+      if (model == "smollm2-135m") {
+        EXPECT_EQ(fuses(c, b), b <= 8);
+      }
+      if (fuses(c, b)) {
         // The fused norm and the SwiGLU staged by the down gemv: 6 per layer,
         // the last layer's final norm, embedding, head, reduce, sample.
         EXPECT_TRUE(p.fused_norm);
@@ -169,15 +190,17 @@ TEST(StepPlan, GemmConfigsAreTheBatchInvariantHeuristics) {
         if (op.kind != K::kGemm) continue;
         ++gemms;
         const int group = op.k % 128 == 0 ? 128 : 64;
-        // The configuration QuantLinear::config(b) gives the same matrix, pdl off.
-        const cuda::DecodeConfig want =
-            cuda::linear_config(cuda::DecodeWeights::kInt4, b, op.n, op.k, kSms, group);
+        // The configuration QuantLinear::config(b) gives the same matrix, pdl off
+        // (as the gemv in the fused buckets but for the O projection).
+        cuda::DecodeConfig want = cuda::linear_config(cuda::DecodeWeights::kInt4, b, op.n, op.k, kSms, group);
+        const bool gemv = b == 1 || (p.fused_norm && op.w.param != StepParam::kO);
+        if (gemv) want = cuda::decode_as_gemv(want);
         EXPECT_TRUE(same(op.gemm, want)) << StepPlan::describe(op) << " vs " << cuda::describe(want);
         EXPECT_FALSE(op.gemm.pdl);
         // The K split: a function of (N, K) only, the same in every bucket.
         EXPECT_EQ(op.gemm.splits, cuda::decode_splits(cuda::DecodeWeights::kInt4, op.n, op.k, kSms, group))
             << StepPlan::describe(op);
-        EXPECT_EQ(op.gemm.kernel, b == 1 ? cuda::DecodeKernel::kGemv : cuda::DecodeKernel::kSkinny);
+        EXPECT_EQ(op.gemm.kernel, gemv ? cuda::DecodeKernel::kGemv : cuda::DecodeKernel::kSkinny);
         // Shapes of the weights it reads.
         switch (op.w.param) {
           case StepParam::kQkv:
@@ -253,8 +276,23 @@ TEST(StepPlan, BuffersOfTheFusedNormAndThePlainStep) {
     }
   }
   EXPECT_EQ(fused, 2 * L - 1) << "every gate/up, every QKV but the first";
-  // Several rows: one residual x, norms between the projections, a swiglu op.
-  const StepPlan p8 = build_step_plan(c, 8);
+  // Eight rows fuse as one does: the same op list, every op over the bucket's rows.
+  const StepPlan f8 = build_step_plan(c, 8);
+  ASSERT_EQ(f8.ops.size(), p1.ops.size());
+  for (size_t i = 0; i < f8.ops.size(); ++i) {
+    const StepOp &a = f8.ops[i], &b = p1.ops[i];
+    EXPECT_EQ(a.kind, b.kind) << StepPlan::describe(a);
+    EXPECT_EQ(a.x, b.x) << StepPlan::describe(a);
+    EXPECT_EQ(a.x_out, b.x_out) << StepPlan::describe(a);
+    EXPECT_EQ(a.norm_in, b.norm_in) << StepPlan::describe(a);
+    EXPECT_EQ(a.x_swiglu, b.x_swiglu) << StepPlan::describe(a);
+  }
+  // Several rows unfused (16 rows; 8 with fuse_norm_rows 4): one residual x,
+  // norms between the projections, a swiglu op.
+  StepPlanConfig c4 = c;
+  c4.fuse_norm_rows = 4;
+  EXPECT_TRUE(build_step_plan(c4, 4).fused_norm);
+  const StepPlan p8 = build_step_plan(c4, 8);
   for (const StepOp& op : p8.ops) {
     EXPECT_FALSE(op.norm_in);
     EXPECT_FALSE(op.x_swiglu);
@@ -327,7 +365,8 @@ TEST(StepPlan, OptionsChangeTheListAsDocumented) {
   const int L = c.model.n_layers;
   c.fuse_norm = false;  // one row without the fused norm: 8 per layer, 4 more
   EXPECT_EQ(build_step_plan(c, 1).ops.size(), size_t(8 * L + 4));
-  c.gpu_sampling = false;  // no sample op
+  EXPECT_EQ(build_step_plan(c, 4).ops.size(), size_t(9 * L + 4));  // and 9 above one row
+  c.gpu_sampling = false;                                          // no sample op
   for (int b : kDecodeBuckets) EXPECT_NE(build_step_plan(c, b).ops.back().kind, K::kSample);
   c.tensor_parallel = true;  // the O and down outputs summed over the ranks
   for (int b : {1, 16}) {
