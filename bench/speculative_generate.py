@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """Speculative decoding at batch 1: `futr generate --json` with
---speculative off and ngram on three workloads, interleaved, and the median
-decode rate of each (markdown table on stdout, JSON with every run).
+--speculative off and ngram on each workload, interleaved, and the median
+decode rate of each (markdown table on stdout, JSON with every run and what
+the model wrote).
 
 Workloads (greedy unless --temperature is given; chat template):
   copy      extraction: a WikiText-2 passage (tests/data/wiki_excerpt.txt: the
             article's title and first paragraph, detokenized), and the model is
             asked to copy its first sentences (the answer quotes it)
-  code      code editing: a function to rewrite with one change
+  code      code editing: a function to rewrite with one change (a variable
+            renamed); code_doc: a docstring added; code_hints: type hints added
   free      free generation (nothing to copy): the drafts' overhead
 
   bench/speculative_generate.py --futr build/bin/futr --reps 3 \\
@@ -77,6 +79,10 @@ def workloads():
         "copy": f"Here is a passage:\n\n{passage}\n\nCopy the first three sentences of the passage exactly.",
         "code": f"Here is a Python function:\n\n{CODE}\nRewrite it with the variable `total` renamed to `acc`. "
                 "Output only the code.",
+        "code_doc": f"Here is a Python function:\n\n{CODE}\nAdd a docstring to it and leave its code unchanged. "
+                    "Output only the code.",
+        "code_hints": f"Here is a Python function:\n\n{CODE}\nAdd type hints to it (values is a list of floats) "
+                      "and leave its body unchanged. Output only the code.",
         "free": "Write a short story about a lighthouse keeper who finds a message in a bottle.",
     }
 
@@ -99,7 +105,7 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--draft-max", type=int, default=0, help="0: futr's default (8; 3 on the GPU engine)")
     ap.add_argument("--temperature", type=float, default=0.0)
-    ap.add_argument("--workloads", default="copy,code,free")
+    ap.add_argument("--workloads", default="copy,code,code_doc,code_hints,free")
     ap.add_argument("--json", default="")
     ap.add_argument("extra", nargs="*", help="arguments for every futr run (after --)")
     args = ap.parse_args()
@@ -122,7 +128,8 @@ def main():
         s = last["ngram"]["speculative"]
         rows.append({"workload": name, "generated": last["ngram"]["generated"], "off_tok_s": off, "ngram_tok_s": on,
                      "speedup": on / off if off > 0 else 0.0, "acceptance": s["acceptance"],
-                     "tokens_per_step": s["tokens_per_step"], "drafted": s["drafted"], "accepted": s["accepted"]})
+                     "tokens_per_step": s["tokens_per_step"], "drafted": s["drafted"], "accepted": s["accepted"],
+                     "text": texts["off"]})  # what the model wrote (both modes: the same text)
     print("| workload | tokens | off tok/s | ngram tok/s | speedup | drafted | accepted | acceptance | tokens/step |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:

@@ -16,10 +16,11 @@
 //   --speculative off    one row per decode step
 //   --draft-max N        tokens per draft at most, 1..64 (the draft length
 //                        adapts to the recent acceptance below that);
-//                        default 8, or 3 on an engine whose steps of several
+//                        default 8, or 7 on an engine whose steps of several
 //                        rows are padded (Engine::step_rows: the GPU engine,
-//                        where 4-row steps of 3 drafts measured fastest,
-//                        docs/PERF.md)
+//                        whose drafts are sized to its buckets, 1, 3 or 7
+//                        tokens: 7 measured fastest on every workload,
+//                        docs/PERF.md "Speculative decoding")
 #pragma once
 
 #include <memory>
@@ -40,7 +41,7 @@ struct SpeculativeCliOptions {
   std::optional<int> draft_max;  // absent: the engine's default (above); else 1..64
 };
 inline constexpr int kDraftMaxDefault = 8;        // engines that run n rows as n
-inline constexpr int kDraftMaxPaddedDefault = 3;  // engines that pad steps (Engine::step_rows)
+inline constexpr int kDraftMaxPaddedDefault = 7;  // engines that pad steps (Engine::step_rows)
 
 // Adds --speculative and --draft-max to `app` (in the sampling group).
 void add_speculative_options(CLI::App* app, SpeculativeCliOptions& o);
