@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
@@ -294,6 +295,17 @@ TEST(W4A16, PdlChainInGraphEqualsEager) {
   }
 }
 
+// The gemv with `splits` K slices for m rows, its workspace reserved; nullopt
+// where the rows' x slices exceed what one launch stages (160 KB: refused).
+static std::optional<DecodeConfig> gemv_with_splits(Layer& L, int splits, int m, int k, int group) {
+  DecodeConfig c = L.lin->config(1);
+  EXPECT_EQ(c.kernel, DecodeKernel::kGemv);
+  c.splits = splits;
+  if (cuda::decode_gemv_smem(c, m, k, group) > size_t(160) * 1024) return std::nullopt;
+  L.lin->reserve(c, m);
+  return c;
+}
+
 // The SwiGLU fused into the gemv's input staging (the decode step's down
 // projection at M <= 8) equals the separate sm90_swiglu kernel followed by the
 // plain gemv, bit for bit, for every split count and M = 1, 3, 8; the skinny
@@ -308,14 +320,11 @@ TEST(W4A16, GemvWithSwigluInputEqualsSwigluThenGemv) {
     cuda::swiglu(dgu.get(), s.get(), M, k, nullptr);
     for (int m : {1, 3, M})
       for (int sp : {1, 2, 4, 8}) {
-        DecodeConfig c = L.lin->config(1);
-        ASSERT_EQ(c.kernel, cuda::DecodeKernel::kGemv);
-        c.splits = sp;
-        if (cuda::decode_gemv_smem(c, m, k, g) > size_t(160) * 1024) continue;  // the launch refuses it
-        L.lin->reserve(c, m);
-        L.lin->forward(s.get(), want.get(), m, c, nullptr);
+        const std::optional<DecodeConfig> c = gemv_with_splits(L, sp, m, k, g);
+        if (!c) continue;
+        L.lin->forward(s.get(), want.get(), m, *c, nullptr);
         got.fill_bytes(0xff);
-        L.lin->forward(dgu.get(), got.get(), m, c, nullptr, true);
+        L.lin->forward(dgu.get(), got.get(), m, *c, nullptr, true);
         FUTR_CUDA_CHECK(cudaDeviceSynchronize());
         const auto w = want.download(), o = got.download();
         EXPECT_TRUE(std::equal(w.begin(), w.begin() + ptrdiff_t(size_t(m) * n), o.begin()))
@@ -353,15 +362,12 @@ TEST(W4A16, GemvWithNormInputMatchesRmsnormThenGemv) {
       cuda::rmsnorm(rn, nullptr);
       const cuda::DecodeNormInput ni{dx.get(), dadd.get(), dgain.get(), x_out.get(), 1e-5f};
       for (int sp : {1, 2, 5}) {
-        DecodeConfig c = L.lin->config(1);
-        ASSERT_EQ(c.kernel, cuda::DecodeKernel::kGemv);
-        c.splits = sp;
-        if (cuda::decode_gemv_smem(c, m, k, g) > size_t(160) * 1024) continue;  // the launch refuses it
-        L.lin->reserve(c, m);
-        L.lin->forward(a.get(), want.get(), m, c, nullptr);
+        const std::optional<DecodeConfig> c = gemv_with_splits(L, sp, m, k, g);
+        if (!c) continue;
+        L.lin->forward(a.get(), want.get(), m, *c, nullptr);
         x_out.fill_bytes(0xff);
         got.fill_bytes(0xff);
-        L.lin->forward(nullptr, got.get(), m, c, nullptr, false, &ni);
+        L.lin->forward(nullptr, got.get(), m, *c, nullptr, false, &ni);
         FUTR_CUDA_CHECK(cudaDeviceSynchronize());
         const std::string what = "N " + std::to_string(n) + " K " + std::to_string(k) + " M " +
                                  std::to_string(m) + " splits " + std::to_string(sp);
