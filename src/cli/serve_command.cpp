@@ -5,7 +5,8 @@
 //
 //   futr serve [--host 127.0.0.1] [--port 8080] [--max-seqs 8] [--ctx 4096]
 //              [--api-key KEY] [--max-queue 64] [--max-step-tokens 256]
-//              [--served-model-name NAME] [engine options]
+//              [--served-model-name NAME] [--speculative auto|ngram|off]
+//              [--draft-max 8] [engine options]
 //
 // Prints "futr serve: listening on http://HOST:PORT" on stderr once it
 // accepts connections (--port 0 picks a free port; the line says which).
@@ -14,6 +15,14 @@
 // requests still running are cut off); a second one stops at once (exit 1).
 // Slow clients cannot hold either
 // up: every connection's reads and writes have deadlines (http_server.h).
+//
+// Speculative decoding (prompt-lookup drafts verified in one step: the same
+// tokens, fewer steps where the answer repeats its context) of requests that
+// do not set "speculative": --speculative auto (the default) drafts up to
+// --draft-max tokens per step for greedy requests (temperature 0) where the
+// engine can drop the rows of rejected drafts (else none, said at start-up),
+// ngram for every request, off for none; drafts run only while at most
+// --speculative-max-batch requests run.
 //
 // Start-up refuses what cannot work: --ctx beyond the model's trained context
 // or --max-seqs x --ctx whose KV cache exceeds the machine's memory (the
@@ -78,10 +87,10 @@ struct ServeOptions {
   double gpu_memory_fraction = 0;  // GPU engine, paged: the share of GPU memory that sizes the cache
   bool no_prefix_cache = false;
   double admission_reserve =
-      server::SchedulerOptions{}.admission_reserve;  // paged: growth reserve at admission
-  std::string speculative = "off";                   // ngram | off: requests that do not say
-  int draft_max = 8;                                 // tokens per draft at most
-  int speculative_max_batch = 4;                     // drafts only while at most this many requests run
+      server::SchedulerOptions{}.admission_reserve;           // paged: growth reserve at admission
+  std::string speculative = server::kDefaultSpeculativeMode;  // auto | ngram | off: requests that do not say
+  int draft_max = 8;                                          // tokens per draft at most
+  int speculative_max_batch = 4;  // drafts only while at most this many requests run
 };
 
 constexpr int kMaxQueue = 65536;
@@ -153,7 +162,7 @@ void run_serve(const ServeOptions& o) {
   ho.max_body_bytes = o.max_body;
   ho.max_connections = o.max_connections;
   ho.drain_timeout_s = o.drain_timeout;
-  ho.speculative = o.speculative == "ngram" ? o.draft_max : 0;
+  const std::string no_drafts = server::set_speculative_default(ho, o.speculative, o.draft_max, *engine);
   server::HttpServer http(scheduler, tok, chat ? &*chat : nullptr, metrics, ho);
   const int port = http.bind();
 
@@ -202,6 +211,8 @@ void run_serve(const ServeOptions& o) {
                "futr serve: KV cache: {} tokens ({} sequences x {} positions, a region per sequence; "
                "admission reserves prompt + max_tokens)\n",
                int64_t(info.max_seqs) * info.ctx, info.max_seqs, info.ctx);
+  if (!no_drafts.empty())  // --speculative auto on an engine that cannot drop rows
+    fmt::print(stderr, "futr serve: speculative decoding off by default: {}\n", no_drafts);
   fmt::print(stderr, "futr serve: listening on http://{}:{}\n", o.host, port);
   http.run();  // until drain() or stop()
   const char zero = 0;
@@ -277,9 +288,11 @@ void add_serve_command(CLI::App& app) {
                 "Paged KV cache: compute every prompt in full (no reuse of cached prefixes)");
   sub->add_option(
          "--speculative", o->speculative,
-         "Speculative decoding of requests that do not set \"speculative\": ngram (prompt-lookup drafts "
-         "verified in one step: the same tokens, fewer steps on text that repeats its context) or off")
-      ->check(CLI::IsMember({"ngram", "off"}))
+         "Speculative decoding of requests that do not set \"speculative\": auto (ngram for greedy "
+         "requests, temperature 0, where the engine can drop the rows of rejected drafts; off for sampled "
+         "ones), ngram (prompt-lookup drafts verified in one step: the same tokens, fewer steps on text "
+         "that repeats its context) or off")
+      ->check(CLI::IsMember({"auto", "ngram", "off"}))
       ->capture_default_str();
   sub->add_option("--draft-max", o->draft_max, "Speculative decoding: draft tokens per step at most")
       ->check(CLI::Range(1, server::kMaxSpeculative))

@@ -395,7 +395,12 @@ ApiRequest parse_request(Endpoint endpoint, std::string_view body, const ApiCont
                     ctx.max_request_positions, n + mt, n, mt));
   r.gen.max_tokens = int(mt);
   r.gen.logprobs = r.logprobs;
-  r.gen.speculative = speculative ? *speculative : ctx.speculative;
+  // Without the field, the server's default (futr serve --speculative); auto
+  // drafts only greedy requests: sampled ones accept drafts less often and
+  // verify them on the host from the rows' logits (docs/PERF.md).
+  r.gen.speculative = speculative                                        ? *speculative
+                      : ctx.speculative_greedy_only && s.temperature > 0 ? 0
+                                                                         : ctx.speculative;
   // echo with logprobs scores the prompt; echo with max_tokens 0 and no
   // logprobs too (a prompt-only request runs as a scoring one; nothing of it
   // is returned but the text).

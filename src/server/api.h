@@ -31,6 +31,10 @@
 //                (with logprobs: the prompt tokens' too, the first null);
 //                max_tokens may then be 0 (score the prompt only)
 //   (log-probabilities of the model's raw distribution: server/logprobs.h)
+//   speculative  bool, or the most draft tokens per step in [0, kMaxSpeculative]
+//                (futr's own; true: the server's draft length, 8 where it has
+//                none): prompt-lookup drafts verified in one step, the same
+//                tokens; absent: the server's default (ApiContext::speculative)
 //   ignore_eos   bool: end-of-generation tokens do not end the request (it runs
 //                to max_tokens or a stop string; vLLM's extra parameter)
 //   accepted at their neutral value only: best_of (1), logit_bias ({}),
@@ -97,6 +101,8 @@ struct ApiContext {
   std::string model;                   // the served model id
   int64_t max_request_positions = 0;   // prompt + max_tokens at most
   int speculative = 0;                 // draft tokens per step of a request without "speculative" (0: off)
+  // That default only for greedy requests (temperature 0): futr serve's --speculative auto.
+  bool speculative_greedy_only = false;
 };
 
 // The most draft tokens per step a request may ask for ("speculative": k).

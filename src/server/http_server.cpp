@@ -282,6 +282,18 @@ thread_local ConnectionStream* t_stream = nullptr;
 
 }  // namespace
 
+std::string set_speculative_default(HttpOptions& o, const std::string& mode, int draft_max,
+                                    const runtime::Engine& engine) {
+  FUTR_CHECK(mode == "auto" || mode == "ngram" || mode == "off",
+             "--speculative: unknown mode '{}' (auto | ngram | off)", mode);
+  o.speculative = mode == "off" ? 0 : draft_max;
+  o.speculative_greedy_only = mode == "auto";
+  if (mode != "auto") return {};
+  const std::string why = engine.rollback_unsupported_reason();
+  if (!why.empty()) o.speculative = 0;
+  return why;
+}
+
 int default_max_connections() {
   int64_t n = 512;
   rlimit r{};
@@ -384,6 +396,7 @@ HttpServer::HttpServer(Scheduler& scheduler, const Tokenizer& tok, const ChatTem
   FUTR_CHECK(options_.speculative >= 0 && options_.speculative <= kMaxSpeculative,
              "--draft-max must be in [0, {}] (got {})", kMaxSpeculative, options_.speculative);
   api_.speculative = options_.speculative;
+  api_.speculative_greedy_only = options_.speculative_greedy_only;
   max_connections_ = options_.max_connections > 0 ? options_.max_connections : default_max_connections();
   const size_t pool = size_t(max_connections_);
   http_->new_task_queue = [pool] { return new ConnectionPool(pool); };

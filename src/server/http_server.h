@@ -52,6 +52,7 @@
 #include <memory>
 #include <string>
 
+#include "runtime/engine.h"
 #include "server/api.h"
 #include "server/metrics.h"
 #include "server/scheduler.h"
@@ -71,7 +72,19 @@ struct HttpOptions {
   double keep_alive_timeout_s = 5;  // an idle connection is closed after this
   double drain_timeout_s = 30;      // drain(): everything ends within this
   int speculative = 0;              // draft tokens per step of requests without "speculative" (0: off)
+  // Those drafts only for the greedy ones (temperature 0): --speculative auto.
+  bool speculative_greedy_only = false;
 };
+
+// futr serve --speculative: the default of requests without "speculative".
+inline constexpr const char* kDefaultSpeculativeMode = "auto";
+// Sets o.speculative and o.speculative_greedy_only for `mode` with
+// `draft_max` tokens per draft on `engine`: "auto" drafts greedy requests
+// where the engine can drop the rows of rejected drafts
+// (Engine::rollback_unsupported_reason empty), else none, and returns why
+// (one line; empty otherwise); "ngram" drafts every request; "off" none.
+std::string set_speculative_default(HttpOptions& o, const std::string& mode, int draft_max,
+                                    const runtime::Engine& engine);
 
 inline constexpr int kMaxHttpConnections = 4096;
 inline constexpr size_t kMaxBodyBytes = size_t(1) << 30;

@@ -271,6 +271,42 @@ TEST_F(ApiTest, CompletionDefaultsAndFields) {
   EXPECT_TRUE(s.include_usage);
 }
 
+// "speculative": the request's value, else the server's default; under
+// futr serve's auto (speculative_greedy_only) the default drafts only greedy
+// requests (temperature 0), on both endpoints.
+TEST_F(ApiTest, SpeculativeFieldAndTheServersDefault) {
+  const auto draft = [&](Endpoint e, const std::string& fields) {
+    const std::string input =
+        e == Endpoint::kChat ? R"("messages": [{"role": "user", "content": "Hi"}])" : R"("prompt": "Hi")";
+    return parse_request(e, R"({"model": "m", )" + input + fields + "}", ctx_).gen.speculative;
+  };
+  for (Endpoint e : {Endpoint::kCompletions, Endpoint::kChat}) {
+    // Off (the default of ApiContext).
+    EXPECT_EQ(draft(e, R"(, "temperature": 0)"), 0);
+    EXPECT_EQ(draft(e, R"(, "speculative": true)"), 8);
+    EXPECT_EQ(draft(e, R"(, "speculative": 3)"), 3);
+    // ngram: every request without the field.
+    ctx_.speculative = 6;
+    EXPECT_EQ(draft(e, R"(, "temperature": 0)"), 6);
+    EXPECT_EQ(draft(e, R"(, "temperature": 0.7)"), 6);
+    EXPECT_EQ(draft(e, ""), 6);
+    EXPECT_EQ(draft(e, R"(, "speculative": true)"), 6);
+    // auto: greedy ones only; the field overrides it either way.
+    ctx_.speculative_greedy_only = true;
+    EXPECT_EQ(draft(e, R"(, "temperature": 0)"), 6);
+    EXPECT_EQ(draft(e, R"(, "temperature": null)"), 0);  // OpenAI's default, 1
+    EXPECT_EQ(draft(e, ""), 0);
+    EXPECT_EQ(draft(e, R"(, "temperature": 0.7)"), 0);
+    EXPECT_EQ(draft(e, R"(, "temperature": 0, "speculative": false)"), 0);
+    EXPECT_EQ(draft(e, R"(, "temperature": 0, "speculative": 0)"), 0);
+    EXPECT_EQ(draft(e, R"(, "temperature": 0.7, "speculative": true)"), 6);
+    EXPECT_EQ(draft(e, R"(, "temperature": 0.7, "speculative": 2)"), 2);
+    EXPECT_EQ(draft(e, R"(, "temperature": 0, "speculative": null)"), 6);
+    ctx_.speculative = 0;
+    ctx_.speculative_greedy_only = false;
+  }
+}
+
 // min_p, repetition_penalty, presence_penalty and frequency_penalty land in
 // the SamplerConfig (penalties over the whole sequence); absent, they are off.
 TEST_F(ApiTest, PenaltiesAndMinPReachTheSampler) {

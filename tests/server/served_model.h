@@ -30,6 +30,11 @@ struct ServedModelOptions {
   server::HttpOptions http;                // port 0 (any free one) and model "m" are set by start()
   bool log = false;                        // the engine's log lines on stdout ("futr: ...")
   std::string model = FUTR_DEFAULT_MODEL;  // the model file or directory served
+  // Not empty: http's default of requests without "speculative" is that of
+  // futr serve --speculative MODE --draft-max draft_max on the engine
+  // (server::set_speculative_default).
+  std::string speculative_mode;
+  int draft_max = 8;
 };
 
 class ServedModel {
@@ -57,6 +62,8 @@ class ServedModel {
   server::Scheduler& scheduler() { return *scheduler_; }
   server::Metrics& metrics() { return metrics_; }
   int port() const { return port_; }
+  // Why speculative_mode "auto" drafts nothing on this engine ("" where it drafts).
+  const std::string& speculative_note() const { return speculative_note_; }
 
   // POSTs `body` (its "model" set to the served name) and returns the reply's
   // JSON; a failed request is a test failure and gives an empty object.
@@ -88,6 +95,8 @@ class ServedModel {
     runtime::EngineLog log;
     if (o.log) log = [](const std::string& s) { std::printf("futr: %s\n", s.c_str()); };
     engine_ = runtime::make_engine(*model_, o.engine, log);
+    if (!o.speculative_mode.empty())
+      speculative_note_ = server::set_speculative_default(o.http, o.speculative_mode, o.draft_max, *engine_);
     scheduler_ = std::make_unique<server::Scheduler>(*engine_, *tok_, o.scheduler, &metrics_);
     o.http.port = 0;
     o.http.model = "m";
@@ -105,6 +114,7 @@ class ServedModel {
   std::unique_ptr<server::HttpServer> server_;
   std::thread thread_;
   int port_ = 0;
+  std::string speculative_note_;
 };
 
 }  // namespace futr::test

@@ -7,7 +7,12 @@
 //     drafts are accepted on text that repeats its prompt (the metrics);
 //   - requests with and without drafts sent together give the texts they
 //     give alone;
-//   - bad values are refused naming the field.
+//   - bad values are refused naming the field;
+//   - the server's default (futr serve --speculative auto): a greedy request
+//     without the field drafts and gives the text of a server with
+//     --speculative off, a sampled one does not draft, "speculative": false
+//     and true override it; --speculative off drafts only on request; auto
+//     is off on an engine that cannot drop the rows of rejected drafts.
 // Skips without the model (scripts/fetch-model.sh); the GPU case without a GPU.
 #include <gtest/gtest.h>
 
@@ -16,6 +21,7 @@
 #include <vector>
 
 #include "served_model.h"
+#include "server/fake_engine.h"
 
 namespace futr::server {
 namespace {
@@ -26,6 +32,19 @@ using json = nlohmann::json;
 constexpr const char* kRepeating =
     "The old man walked to the river every morning. He sat on the bench by the water and fed the ducks. "
     "The old man walked to the river every morning. He sat on the bench by the water and fed the";
+
+// A counter of the server's /metrics (-1: absent).
+double metric_of(int port, const std::string& name) {
+  httplib::Client cl("127.0.0.1", port);
+  auto r = cl.Get("/metrics");
+  if (!r) return -1;
+  const size_t at = r->body.find("\n" + name + " ");
+  return at == std::string::npos ? -1 : std::stod(r->body.substr(at + name.size() + 2));
+}
+
+std::string text_of(const json& r) {
+  return r.contains("choices") ? r["choices"][0]["text"].get<std::string>() : std::string("<no answer>");
+}
 
 struct Case {
   runtime::EngineKind engine;
@@ -54,17 +73,7 @@ class ServeSpeculative : public ::testing::TestWithParam<Case> {
     body["speculative"] = speculative;
     return served_->post("/v1/completions", body);
   }
-  static std::string text_of(const json& r) {
-    return r.contains("choices") ? r["choices"][0]["text"].get<std::string>() : std::string("<no answer>");
-  }
-  // A counter of /metrics (-1: absent).
-  double metric(const std::string& name) {
-    httplib::Client cl("127.0.0.1", served_->port());
-    auto r = cl.Get("/metrics");
-    if (!r) return -1;
-    const size_t at = r->body.find("\n" + name + " ");
-    return at == std::string::npos ? -1 : std::stod(r->body.substr(at + name.size() + 2));
-  }
+  double metric(const std::string& name) { return metric_of(served_->port(), name); }
 
   std::unique_ptr<test::ServedModel> served_;
 };
@@ -120,6 +129,131 @@ INSTANTIATE_TEST_SUITE_P(Engines, ServeSpeculative,
                                            Case{runtime::EngineKind::kCpu, 16, "cpu_paged"},
                                            Case{runtime::EngineKind::kAuto, 0, "gpu"}),
                          [](const auto& info) { return std::string(info.param.name); });
+
+// The server's default for requests without "speculative": futr serve's
+// --speculative auto (the default) and --speculative off, each a server of
+// its own on the same engine configuration.
+class ServeSpeculativeDefault : public ::testing::TestWithParam<Case> {
+ protected:
+  std::unique_ptr<test::ServedModel> serve(const std::string& mode) {
+    test::ServedModelOptions o;
+    o.engine.engine = GetParam().engine;
+    o.engine.ctx = 512;
+    o.engine.max_seqs = 4;
+    o.engine.max_step_tokens = 64;
+    o.engine.kv_block_size = GetParam().kv_block_size;
+    o.scheduler.max_step_tokens = 64;
+    o.speculative_mode = mode;
+    o.draft_max = 8;
+    std::string why;
+    auto served = test::ServedModel::start(o, &why);
+    if (!served) skip_ = why;
+    return served;
+  }
+  void SetUp() override {
+    auto_ = serve(kDefaultSpeculativeMode);
+    if (!auto_) GTEST_SKIP() << skip_;
+    if (GetParam().engine == runtime::EngineKind::kAuto && auto_->engine().info().name != "gpu")
+      GTEST_SKIP() << "no Hopper GPU: --backend auto is the CPU engine (the cpu cases)";
+    ASSERT_EQ(auto_->speculative_note(), "") << "this engine drops the rows of rejected drafts";
+    off_ = serve("off");
+    ASSERT_TRUE(off_);
+  }
+  // Completes kRepeating with `body`'s parameters on `served`; *drafted (may
+  // be null): the draft tokens the request ran (the metrics' counter grew by).
+  static json complete(test::ServedModel& served, json body, double* drafted = nullptr) {
+    body["prompt"] = body.value("prompt", std::string(kRepeating));
+    const double d0 = metric_of(served.port(), "futr_speculative_draft_tokens_total");
+    const json r = served.post("/v1/completions", body);
+    if (drafted) *drafted = metric_of(served.port(), "futr_speculative_draft_tokens_total") - d0;
+    return r;
+  }
+
+  std::string skip_;
+  std::unique_ptr<test::ServedModel> auto_, off_;
+};
+
+TEST_P(ServeSpeculativeDefault, AutoDraftsGreedyRequestsTheTextOfOff) {
+  double drafted = 0;
+  const json greedy = {{"max_tokens", 40}, {"temperature", 0}};
+  const std::string plain = text_of(complete(*off_, greedy, &drafted));
+  EXPECT_EQ(drafted, 0) << "--speculative off drafted for a request without the field";
+  EXPECT_EQ(text_of(complete(*auto_, greedy, &drafted)), plain);
+  EXPECT_GT(drafted, 0) << "a greedy request without \"speculative\" ran no draft under auto";
+  // Chat too, and a stop string.
+  const json chat = {{"messages", {{{"role", "user"}, {"content", std::string("Repeat: ") + kRepeating}}}},
+                     {"max_tokens", 32},
+                     {"temperature", 0}};
+  const json a = off_->post("/v1/chat/completions", chat), b = auto_->post("/v1/chat/completions", chat);
+  ASSERT_TRUE(a.contains("choices") && b.contains("choices"));
+  EXPECT_EQ(b["choices"][0]["message"]["content"], a["choices"][0]["message"]["content"]);
+  const json stop = {{"max_tokens", 60}, {"temperature", 0}, {"stop", {"ducks"}}};
+  EXPECT_EQ(text_of(complete(*auto_, stop)), text_of(complete(*off_, stop)));
+}
+
+TEST_P(ServeSpeculativeDefault, AutoDoesNotDraftSampledRequests) {
+  double drafted = -1;
+  const json sampled = {{"max_tokens", 24}, {"temperature", 0.8}, {"seed", 7}};
+  EXPECT_EQ(text_of(complete(*auto_, sampled, &drafted)), text_of(complete(*off_, sampled)));
+  EXPECT_EQ(drafted, 0) << "a sampled request without \"speculative\" drafted under auto";
+  // OpenAI's default temperature (1) samples too.
+  complete(*auto_, {{"max_tokens", 8}, {"seed", 3}}, &drafted);
+  EXPECT_EQ(drafted, 0) << "a request without a temperature (1: sampled) drafted under auto";
+}
+
+TEST_P(ServeSpeculativeDefault, TheRequestFieldOverridesTheDefault) {
+  double drafted = -1;
+  // false: no drafts for a greedy request under auto.
+  const json greedy_off = {{"max_tokens", 24}, {"temperature", 0}, {"speculative", false}};
+  const std::string plain = text_of(complete(*auto_, greedy_off, &drafted));
+  EXPECT_EQ(drafted, 0) << "\"speculative\": false drafted";
+  EXPECT_EQ(plain, text_of(complete(*off_, {{"max_tokens", 24}, {"temperature", 0}})));
+  // true: drafts for a sampled request under auto, and for any under off.
+  const json sampled_on = {{"max_tokens", 24}, {"temperature", 0.8}, {"seed", 7}, {"speculative", true}};
+  EXPECT_EQ(text_of(complete(*auto_, sampled_on, &drafted)),
+            text_of(complete(*off_, {{"max_tokens", 24}, {"temperature", 0.8}, {"seed", 7}})));
+  EXPECT_GT(drafted, 0) << "\"speculative\": true on a sampled request ran no draft";
+  EXPECT_EQ(text_of(complete(*off_, {{"max_tokens", 24}, {"temperature", 0}, {"speculative", 4}}, &drafted)),
+            plain);
+  EXPECT_GT(drafted, 0) << "\"speculative\": 4 under --speculative off ran no draft";
+}
+
+INSTANTIATE_TEST_SUITE_P(Engines, ServeSpeculativeDefault,
+                         ::testing::Values(Case{runtime::EngineKind::kCpu, 0, "cpu_contiguous"},
+                                           Case{runtime::EngineKind::kCpu, 16, "cpu_paged"},
+                                           Case{runtime::EngineKind::kAuto, 0, "gpu"}),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+// The modes on an engine: what set_speculative_default gives the server.
+class NoRollbackEngine : public test::FakeEngine {
+ public:
+  using FakeEngine::FakeEngine;
+  std::string rollback_unsupported_reason() const override { return "its state depends on every row"; }
+};
+
+TEST(ServeSpeculativeMode, AutoDraftsGreedyRequestsWhereTheEngineDropsRows) {
+  test::FakeEngine::Options eo;
+  eo.words = {5, 6, 7};
+  const test::FakeEngine engine(eo);
+  const NoRollbackEngine no_rollback(eo);
+  EXPECT_STREQ(kDefaultSpeculativeMode, "auto");
+  HttpOptions o;
+  EXPECT_EQ(set_speculative_default(o, "auto", 6, engine), "");
+  EXPECT_EQ(o.speculative, 6);
+  EXPECT_TRUE(o.speculative_greedy_only);
+  EXPECT_EQ(set_speculative_default(o, "auto", 6, no_rollback), "its state depends on every row");
+  EXPECT_EQ(o.speculative, 0);  // "speculative": true still drafts (8 tokens)
+  for (const auto* e :
+       {static_cast<const runtime::Engine*>(&engine), static_cast<const runtime::Engine*>(&no_rollback)}) {
+    EXPECT_EQ(set_speculative_default(o, "ngram", 5, *e), "");
+    EXPECT_EQ(o.speculative, 5);
+    EXPECT_FALSE(o.speculative_greedy_only);
+    EXPECT_EQ(set_speculative_default(o, "off", 5, *e), "");
+    EXPECT_EQ(o.speculative, 0);
+    EXPECT_FALSE(o.speculative_greedy_only);
+  }
+  EXPECT_THROW(set_speculative_default(o, "eagle", 5, engine), Error);
+}
 
 }  // namespace
 }  // namespace futr::server
