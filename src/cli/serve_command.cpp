@@ -6,7 +6,7 @@
 //   futr serve [--host 127.0.0.1] [--port 8080] [--max-seqs 8] [--ctx 4096]
 //              [--api-key KEY] [--max-queue 64] [--max-step-tokens 256]
 //              [--served-model-name NAME] [--speculative auto|ngram|off]
-//              [--draft-max 8] [engine options]
+//              [--draft-max N] [engine options]
 //
 // Prints "futr serve: listening on http://HOST:PORT" on stderr once it
 // accepts connections (--port 0 picks a free port; the line says which).
@@ -19,9 +19,11 @@
 // Speculative decoding (prompt-lookup drafts verified in one step: the same
 // tokens, fewer steps where the answer repeats its context) of requests that
 // do not set "speculative": --speculative auto (the default) drafts up to
-// --draft-max tokens per step for greedy requests (temperature 0) where the
-// engine can drop the rows of rejected drafts (else none, said at start-up),
-// ngram for every request, off for none; drafts run only while at most
+// --draft-max tokens per step (default 8, 7 on the GPU engine) for greedy
+// requests (temperature 0) where the engine can drop the rows of rejected
+// drafts (else none, said at start-up; a request asking for drafts is then
+// refused naming why), ngram for every request (refused at start-up on such
+// an engine), off for none; drafts run only while at most
 // --speculative-max-batch requests run.
 //
 // Start-up refuses what cannot work: --ctx beyond the model's trained context
@@ -49,6 +51,7 @@
 #include "cli/engine_options.h"
 #include "core/error.h"
 #include "runtime/engine.h"
+#include "runtime/speculative.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "server/scheduler.h"
@@ -89,7 +92,7 @@ struct ServeOptions {
   double admission_reserve =
       server::SchedulerOptions{}.admission_reserve;           // paged: growth reserve at admission
   std::string speculative = server::kDefaultSpeculativeMode;  // auto | ngram | off: requests that do not say
-  int draft_max = 8;                                          // tokens per draft at most
+  std::optional<int> draft_max;   // tokens per draft at most (absent: runtime::default_draft_max)
   int speculative_max_batch = 4;  // drafts only while at most this many requests run
 };
 
@@ -294,9 +297,12 @@ void add_serve_command(CLI::App& app) {
          "that repeats its context) or off")
       ->check(CLI::IsMember({"auto", "ngram", "off"}))
       ->capture_default_str();
-  sub->add_option("--draft-max", o->draft_max, "Speculative decoding: draft tokens per step at most")
-      ->check(CLI::Range(1, server::kMaxSpeculative))
-      ->capture_default_str();
+  sub->add_option(
+         "--draft-max", o->draft_max,
+         fmt::format("Speculative decoding: draft tokens per step at most (default {}, {} on the GPU "
+                     "engine, whose multi-row steps are padded to buckets)",
+                     runtime::kDraftMaxDefault, runtime::kDraftMaxPaddedDefault))
+      ->check(CLI::Range(1, server::kMaxSpeculative));
   sub->add_option("--speculative-max-batch", o->speculative_max_batch,
                   "Speculative decoding: drafts run only while at most this many requests run")
       ->check(CLI::Range(0, 1 << 20))

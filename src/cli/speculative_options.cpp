@@ -17,7 +17,7 @@ void add_speculative_options(CLI::App* app, SpeculativeCliOptions& o) {
   app->add_option("--draft-max", o.draft_max,
                   fmt::format("Tokens per draft at most (1..64; adapts below that; default {}, {} on the GPU "
                               "engine, whose multi-row steps are padded to buckets)",
-                              kDraftMaxDefault, kDraftMaxPaddedDefault));
+                              runtime::kDraftMaxDefault, runtime::kDraftMaxPaddedDefault));
 }
 
 void check_speculative_options(const SpeculativeCliOptions& o) {
@@ -44,9 +44,7 @@ std::unique_ptr<runtime::Drafter> make_cli_drafter(const SpeculativeCliOptions& 
   }
   runtime::SpeculativeConfig c;
   c.mode = runtime::SpeculativeMode::kNgram;
-  c.draft_max = o.draft_max                ? *o.draft_max
-                : engine.step_rows(3) != 3 ? kDraftMaxPaddedDefault
-                                           : kDraftMaxDefault;
+  c.draft_max = o.draft_max ? *o.draft_max : runtime::default_draft_max(engine);
   return runtime::make_drafter(c);
 }
 

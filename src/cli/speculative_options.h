@@ -16,11 +16,8 @@
 //   --speculative off    one row per decode step
 //   --draft-max N        tokens per draft at most, 1..64 (the draft length
 //                        adapts to the recent acceptance below that);
-//                        default 8, or 7 on an engine whose steps of several
-//                        rows are padded (Engine::step_rows: the GPU engine,
-//                        whose drafts are sized to its buckets, 1, 3 or 7
-//                        tokens: 7 measured fastest on every workload,
-//                        docs/PERF.md "Speculative decoding")
+//                        default runtime::default_draft_max: 8, or 7 on the
+//                        GPU engine (drafts sized to its buckets: 1, 3 or 7)
 #pragma once
 
 #include <memory>
@@ -40,8 +37,6 @@ struct SpeculativeCliOptions {
   std::string mode = "auto";     // auto | ngram | off
   std::optional<int> draft_max;  // absent: the engine's default (above); else 1..64
 };
-inline constexpr int kDraftMaxDefault = 8;        // engines that run n rows as n
-inline constexpr int kDraftMaxPaddedDefault = 7;  // engines that pad steps (Engine::step_rows)
 
 // Adds --speculative and --draft-max to `app` (in the sampling group).
 void add_speculative_options(CLI::App* app, SpeculativeCliOptions& o);

@@ -25,6 +25,10 @@ std::unique_ptr<Drafter> make_drafter(const SpeculativeConfig& config) {
   return std::make_unique<NgramDrafter>(c);
 }
 
+int default_draft_max(const Engine& engine) {
+  return engine.step_rows(3) != 3 ? kDraftMaxPaddedDefault : kDraftMaxDefault;
+}
+
 nlohmann::json SpeculativeStats::to_json() const {
   return {{"steps", steps}, {"drafted", drafted}, {"accepted", accepted}, {"acceptance", acceptance()}};
 }

@@ -82,6 +82,14 @@ struct SpeculativeConfig {
 // The drafter of a configuration (nullptr for kOff).
 std::unique_ptr<Drafter> make_drafter(const SpeculativeConfig& config);
 
+// Tokens per draft at most where the user gives none: 8, or 7 on an engine
+// whose steps of several rows are padded (Engine::step_rows: the GPU engine,
+// whose drafts are sized to its buckets of 2, 4 and 8 rows; 7 measured fastest
+// there on every workload, docs/PERF.md "Speculative decoding").
+inline constexpr int kDraftMaxDefault = 8;
+inline constexpr int kDraftMaxPaddedDefault = 7;
+int default_draft_max(const Engine& engine);
+
 struct SpeculativeStats {
   int64_t steps = 0;     // decode steps (one engine step each, after the prompt)
   int64_t drafted = 0;   // draft tokens run

@@ -401,6 +401,9 @@ ApiRequest parse_request(Endpoint endpoint, std::string_view body, const ApiCont
   r.gen.speculative = speculative                                        ? *speculative
                       : ctx.speculative_greedy_only && s.temperature > 0 ? 0
                                                                          : ctx.speculative;
+  if (speculative && *speculative > 0 && !ctx.speculative_unsupported.empty())
+    bad("speculative", fmt::format("speculative decoding is not available with this engine: {}",
+                                   ctx.speculative_unsupported));
   // echo with logprobs scores the prompt; echo with max_tokens 0 and no
   // logprobs too (a prompt-only request runs as a scoring one; nothing of it
   // is returned but the text).

@@ -103,6 +103,8 @@ struct ApiContext {
   int speculative = 0;                 // draft tokens per step of a request without "speculative" (0: off)
   // That default only for greedy requests (temperature 0): futr serve's --speculative auto.
   bool speculative_greedy_only = false;
+  // Non-empty: the engine cannot run drafts (why); a request asking for them is refused.
+  std::string speculative_unsupported;
 };
 
 // The most draft tokens per step a request may ask for ("speculative": k).

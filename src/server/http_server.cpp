@@ -282,16 +282,19 @@ thread_local ConnectionStream* t_stream = nullptr;
 
 }  // namespace
 
-std::string set_speculative_default(HttpOptions& o, const std::string& mode, int draft_max,
+std::string set_speculative_default(HttpOptions& o, const std::string& mode, std::optional<int> draft_max,
                                     const runtime::Engine& engine) {
   FUTR_CHECK(mode == "auto" || mode == "ngram" || mode == "off",
              "--speculative: unknown mode '{}' (auto | ngram | off)", mode);
-  o.speculative = mode == "off" ? 0 : draft_max;
-  o.speculative_greedy_only = mode == "auto";
-  if (mode != "auto") return {};
+  FUTR_CHECK(!draft_max || (*draft_max >= 1 && *draft_max <= kMaxSpeculative),
+             "--draft-max must be in [1, {}] (got {})", kMaxSpeculative, draft_max.value_or(0));
   const std::string why = engine.rollback_unsupported_reason();
-  if (!why.empty()) o.speculative = 0;
-  return why;
+  FUTR_CHECK(mode != "ngram" || why.empty(),
+             "--speculative ngram: not with this engine ({}); use --speculative auto or off", why);
+  o.speculative = mode == "off" || !why.empty() ? 0 : draft_max.value_or(runtime::default_draft_max(engine));
+  o.speculative_greedy_only = mode == "auto";
+  o.speculative_unsupported = why;
+  return mode == "auto" ? why : std::string();
 }
 
 int default_max_connections() {
@@ -397,6 +400,7 @@ HttpServer::HttpServer(Scheduler& scheduler, const Tokenizer& tok, const ChatTem
              "--draft-max must be in [0, {}] (got {})", kMaxSpeculative, options_.speculative);
   api_.speculative = options_.speculative;
   api_.speculative_greedy_only = options_.speculative_greedy_only;
+  api_.speculative_unsupported = options_.speculative_unsupported;
   max_connections_ = options_.max_connections > 0 ? options_.max_connections : default_max_connections();
   const size_t pool = size_t(max_connections_);
   http_->new_task_queue = [pool] { return new ConnectionPool(pool); };

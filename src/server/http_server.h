@@ -50,9 +50,11 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "runtime/engine.h"
+#include "runtime/speculative.h"
 #include "server/api.h"
 #include "server/metrics.h"
 #include "server/scheduler.h"
@@ -74,16 +76,21 @@ struct HttpOptions {
   int speculative = 0;              // draft tokens per step of requests without "speculative" (0: off)
   // Those drafts only for the greedy ones (temperature 0): --speculative auto.
   bool speculative_greedy_only = false;
+  // Why the engine cannot run drafts (Engine::rollback_unsupported_reason;
+  // empty: it can): a request asking for them is refused naming it.
+  std::string speculative_unsupported;
 };
 
 // futr serve --speculative: the default of requests without "speculative".
 inline constexpr const char* kDefaultSpeculativeMode = "auto";
-// Sets o.speculative and o.speculative_greedy_only for `mode` with
-// `draft_max` tokens per draft on `engine`: "auto" drafts greedy requests
+// Sets o.speculative, o.speculative_greedy_only and o.speculative_unsupported
+// for `mode` with `draft_max` tokens per draft (absent: the engine's,
+// runtime::default_draft_max) on `engine`: "auto" drafts greedy requests
 // where the engine can drop the rows of rejected drafts
 // (Engine::rollback_unsupported_reason empty), else none, and returns why
-// (one line; empty otherwise); "ngram" drafts every request; "off" none.
-std::string set_speculative_default(HttpOptions& o, const std::string& mode, int draft_max,
+// (one line; empty otherwise); "ngram" drafts every request (a futr::Error
+// naming the reason where the engine cannot); "off" none.
+std::string set_speculative_default(HttpOptions& o, const std::string& mode, std::optional<int> draft_max,
                                     const runtime::Engine& engine);
 
 inline constexpr int kMaxHttpConnections = 4096;

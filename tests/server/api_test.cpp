@@ -304,6 +304,18 @@ TEST_F(ApiTest, SpeculativeFieldAndTheServersDefault) {
     EXPECT_EQ(draft(e, R"(, "temperature": 0, "speculative": null)"), 6);
     ctx_.speculative = 0;
     ctx_.speculative_greedy_only = false;
+    // An engine that cannot drop the rows of rejected drafts: a request
+    // asking for drafts is refused naming why; one turning them off is not.
+    ctx_.speculative_unsupported = "its state depends on every row";
+    const std::string input =
+        e == Endpoint::kChat ? R"("messages": [{"role": "user", "content": "Hi"}])" : R"("prompt": "Hi")";
+    for (const char* ask : {R"(, "speculative": true)", R"(, "speculative": 3)"})
+      EXPECT_EQ(error_of(e, R"({"model": "m", )" + input + ask + "}"),
+                (std::pair<int, std::string>{400, "speculative"}))
+          << ask;
+    EXPECT_EQ(draft(e, R"(, "speculative": false)"), 0);
+    EXPECT_EQ(draft(e, R"(, "temperature": 0)"), 0);
+    ctx_.speculative_unsupported.clear();
   }
 }
 

@@ -22,6 +22,7 @@
 
 #include "served_model.h"
 #include "server/fake_engine.h"
+#include "support/expect_error.h"
 
 namespace futr::server {
 namespace {
@@ -241,18 +242,26 @@ TEST(ServeSpeculativeMode, AutoDraftsGreedyRequestsWhereTheEngineDropsRows) {
   EXPECT_EQ(set_speculative_default(o, "auto", 6, engine), "");
   EXPECT_EQ(o.speculative, 6);
   EXPECT_TRUE(o.speculative_greedy_only);
-  EXPECT_EQ(set_speculative_default(o, "auto", 6, no_rollback), "its state depends on every row");
-  EXPECT_EQ(o.speculative, 0);  // "speculative": true still drafts (8 tokens)
+  EXPECT_EQ(o.speculative_unsupported, "");
+  EXPECT_EQ(set_speculative_default(o, "auto", std::nullopt, engine), "");
+  EXPECT_EQ(o.speculative, runtime::default_draft_max(engine));  // no --draft-max: the engine's
+  EXPECT_EQ(set_speculative_default(o, "ngram", 5, engine), "");
+  EXPECT_EQ(o.speculative, 5);
+  EXPECT_FALSE(o.speculative_greedy_only);
   for (const auto* e :
        {static_cast<const runtime::Engine*>(&engine), static_cast<const runtime::Engine*>(&no_rollback)}) {
-    EXPECT_EQ(set_speculative_default(o, "ngram", 5, *e), "");
-    EXPECT_EQ(o.speculative, 5);
-    EXPECT_FALSE(o.speculative_greedy_only);
     EXPECT_EQ(set_speculative_default(o, "off", 5, *e), "");
     EXPECT_EQ(o.speculative, 0);
     EXPECT_FALSE(o.speculative_greedy_only);
   }
+  // An engine that cannot drop rows: auto drafts nothing and says why, a
+  // request asking for drafts is refused (api_test), ngram refuses to start.
+  EXPECT_EQ(set_speculative_default(o, "auto", 6, no_rollback), "its state depends on every row");
+  EXPECT_EQ(o.speculative, 0);
+  EXPECT_EQ(o.speculative_unsupported, "its state depends on every row");
+  EXPECT_FUTR_ERROR(set_speculative_default(o, "ngram", 5, no_rollback), "its state depends on every row");
   EXPECT_THROW(set_speculative_default(o, "eagle", 5, engine), Error);
+  EXPECT_FUTR_ERROR(set_speculative_default(o, "auto", 65, engine), "--draft-max");
 }
 
 }  // namespace
