@@ -70,6 +70,7 @@ STEPS=(
   "torch_step_peer|bench|900 s|LONG: torch_step_peer.py --mode compile, the compiled decode step (not with --quick)"
   "torch_prefill_model_peer|bench|900 s|LONG: torch_prefill_model_peer.py, the compiled layer and model (not with --quick)"
   "serve|bench|600 s|bench/serve_load.py: 128 streaming requests, 32 at a time (not with --quick)"
+  "speculative|bench|600 s|bench/speculative_generate.py: batch 1, drafts off vs on, per workload (not with --quick)"
   "perplexity_decode|bench|600 s|futr perplexity, decode path, 32,768 tokens of WikiText-2 (not with --quick)"
   "perplexity_prefill|bench|600 s|futr perplexity, FP8 prefill path, the same tokens (not with --quick)"
 )
@@ -278,7 +279,7 @@ nccl=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(nvidia.nccl.__path
 # fetched only when a step of this run uses it.
 DEFAULT_MODEL=models/SmolLM2-135M-Instruct.Q4_1.gguf
 NEEDS_MODEL=0
-for s in gpu_tests server_determinism_gpu server_speculative_gpu decode_step_smollm2 ttft_smollm2 serve \
+for s in gpu_tests server_determinism_gpu server_speculative_gpu decode_step_smollm2 ttft_smollm2 serve speculative \
   perplexity_decode perplexity_prefill; do
   selected $s && NEEDS_MODEL=1
 done
@@ -511,6 +512,22 @@ else
   run bench serve 600 python3 bench/serve_load.py --futr "$BIN/futr" --client auto --requests 128 \
     --concurrency 32 --max-tokens 128 --time-limit 400 --json "$OUT/serve.json" --server-log "$OUT/logs/serve_server.txt" \
     -- --model "$MODEL" --backend gpu --max-seqs 32 --ctx 1024
+fi
+
+# Speculative decoding at batch 1 on the model: each workload (copying a
+# passage, editing code, free text) without and with prompt-lookup drafts
+# (the same text; tokens/s, acceptance, tokens per step).
+if ! begin speculative; then
+  :
+elif ((QUICK)); then
+  skip_step speculative "--quick"
+elif ((HAVE_MODEL == 0)); then
+  skip_step speculative "no model ($MODEL)"
+else
+  GREP='^\| copy'
+  run bench speculative 600 python3 bench/speculative_generate.py --futr "$BIN/futr" --reps 3 --max-tokens 96 \
+    --json "$OUT/speculative.json" -- --model "$MODEL" --backend gpu
+  grep -E '^\|' "$OUT/logs/speculative.txt" > "$OUT/speculative.md"
 fi
 
 # GPU perplexity on the first 32,768 tokens of WikiText-2 (ctx 1024), decode
