@@ -53,16 +53,22 @@ struct Case {
   const char* name;
 };
 
+// The served model of a case: 4 sequences of 512 positions, steps of 64 tokens.
+test::ServedModelOptions options_of(const Case& c) {
+  test::ServedModelOptions o;
+  o.engine.engine = c.engine;
+  o.engine.ctx = 512;
+  o.engine.max_seqs = 4;
+  o.engine.max_step_tokens = 64;
+  o.engine.kv_block_size = c.kv_block_size;
+  o.scheduler.max_step_tokens = 64;
+  return o;
+}
+
 class ServeSpeculative : public ::testing::TestWithParam<Case> {
  protected:
   void SetUp() override {
-    test::ServedModelOptions o;
-    o.engine.engine = GetParam().engine;
-    o.engine.ctx = 512;
-    o.engine.max_seqs = 4;
-    o.engine.max_step_tokens = 64;
-    o.engine.kv_block_size = GetParam().kv_block_size;
-    o.scheduler.max_step_tokens = 64;
+    const test::ServedModelOptions o = options_of(GetParam());
     std::string why;
     served_ = test::ServedModel::start(o, &why);
     if (!served_) GTEST_SKIP() << why;
@@ -137,13 +143,7 @@ INSTANTIATE_TEST_SUITE_P(Engines, ServeSpeculative,
 class ServeSpeculativeDefault : public ::testing::TestWithParam<Case> {
  protected:
   std::unique_ptr<test::ServedModel> serve(const std::string& mode) {
-    test::ServedModelOptions o;
-    o.engine.engine = GetParam().engine;
-    o.engine.ctx = 512;
-    o.engine.max_seqs = 4;
-    o.engine.max_step_tokens = 64;
-    o.engine.kv_block_size = GetParam().kv_block_size;
-    o.scheduler.max_step_tokens = 64;
+    test::ServedModelOptions o = options_of(GetParam());
     o.speculative_mode = mode;
     o.draft_max = 8;
     std::string why;
