@@ -16,10 +16,10 @@
 //     x  += o Wo^T; a = bf16(RMSNorm(x) g_ffn)                   INT4 GEMM, sm90_rmsnorm (add)
 //     gu  = a Wgu^T; s = bf16(silu(g) u)                          INT4 GEMM, sm90_swiglu
 //     x  += s Wdown^T; a = bf16(RMSNorm(x) g_next)               INT4 GEMM, sm90_rmsnorm (add)
-//       (b = 1: the down GEMM's gemv stages s = bf16(silu(g) u) itself: no sm90_swiglu launch;
-//        with fuse_norm also the QKV and gate/up gemv compute a = bf16(RMSNorm(x + y) g)
-//        from the residual themselves, x alternating between two buffers: no sm90_rmsnorm
-//        launch but the first and the last)
+//       (b <= fuse_norm_rows, 4 by default: the projections but O run as the gemv; the down
+//        GEMM's stages s = bf16(silu(g) u) itself: no sm90_swiglu launch; the QKV and gate/up
+//        ones compute a = bf16(RMSNorm(x + y) g) from the residual themselves, x alternating
+//        between two buffers: no sm90_rmsnorm launch but the first and the last)
 //   logits = a Wlm^T                                  cuBLASLt BF16 x BF16 -> FP32
 //   per row: argmax, log-sum-exp, log p(target)       sm90_logits_reduce
 //   per sampled row: the drawn token                   sm90_sample_topk
