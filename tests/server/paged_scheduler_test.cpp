@@ -102,12 +102,7 @@ TEST_F(PagedSchedulerTest, TwoHundredRequestsThroughATooSmallCacheGetTheIdleAnsw
     }
     engine.release();
     for (size_t i = 0; i < rs.size(); ++i) {
-      const Outcome o = collect(*rs[i]);
-      const auto ref = reference_tokens(engine, ps[i], tok_->eos());
-      EXPECT_EQ(o.text, tok_->decode(ref)) << "request " << i;
-      EXPECT_EQ(o.completion_tokens, int(ref.size())) << "request " << i;
-      EXPECT_EQ(o.finish, int(ref.size()) < ps[i].max_tokens ? Finish::kStop : Finish::kLength)
-          << "request " << i;
+      expect_reference_outcome(collect(*rs[i]), engine, ps[i], *tok_, "request " + std::to_string(i));
     }
     s.wait_idle();
     EXPECT_GT(metric(metrics, "futr_prefix_cache_hit_tokens_total"), 0);

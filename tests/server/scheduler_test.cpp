@@ -84,11 +84,7 @@ TEST_F(SchedulerTest, ConcurrentRequestsGetExactlyTheirOwnTokens) {
   }
   engine.release();
   for (size_t i = 0; i < rs.size(); ++i) {
-    const Outcome o = collect(*rs[i]);
-    const auto ref = reference_tokens(engine, ps[i], tok_->eos());
-    EXPECT_EQ(o.text, tok_->decode(ref)) << "request " << i;
-    EXPECT_EQ(o.completion_tokens, int(ref.size())) << "request " << i;
-    EXPECT_EQ(o.finish, int(ref.size()) < ps[i].max_tokens ? Finish::kStop : Finish::kLength);
+    expect_reference_outcome(collect(*rs[i]), engine, ps[i], *tok_, "request " + std::to_string(i));
   }
   s.wait_idle();
   EXPECT_EQ(engine.open_now(), 0);

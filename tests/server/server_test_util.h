@@ -110,4 +110,15 @@ inline std::vector<int32_t> reference_tokens(const FakeEngine& e, const server::
   return out;
 }
 
+// `o` is what the fake engine generates for `p` alone: the same text and
+// token count, finished by EOS before max_tokens, else by the length.
+inline void expect_reference_outcome(const Outcome& o, const FakeEngine& e, const server::GenerationParams& p,
+                                     const Tokenizer& tok, const std::string& what) {
+  const std::vector<int32_t> ref = reference_tokens(e, p, tok.eos());
+  EXPECT_EQ(o.text, tok.decode(ref)) << what;
+  EXPECT_EQ(o.completion_tokens, int(ref.size())) << what;
+  EXPECT_EQ(o.finish, int(ref.size()) < p.max_tokens ? server::Finish::kStop : server::Finish::kLength)
+      << what;
+}
+
 }  // namespace futr::test
