@@ -2,6 +2,7 @@
 #include "gpu_engine/step_plan.h"
 
 #include <algorithm>
+#include <initializer_list>
 
 #include <fmt/format.h>
 
@@ -129,12 +130,18 @@ StepPlan build_step_plan(const StepPlanConfig& c, int bucket) {
     const StepPlanConfig::Gemm& g = c.gemms[size_t(l)][size_t(p)];
     return cuda::decode_gemv_smem(cuda::decode_as_gemv(config(l, p)), B, g.k, g.group) <= kGemvRowsSmem;
   };
-  bool fits = B == 1 || B <= std::min(c.fuse_norm_rows, cuda::kDecodeGemvMaxRows);
-  for (int l = 0; l < m.n_layers && fits && B > 1; ++l) fits = gemv_fits(l, 0) && gemv_fits(l, 2);
-  plan.fused_norm = c.fuse_norm && fits && H <= cuda::kDecodeNormMaxK;
+  auto every_layer_fits = [&](std::initializer_list<int> projections) {
+    for (int l = 0; l < m.n_layers; ++l)
+      for (int p : projections)
+        if (!gemv_fits(l, p)) return false;
+    return true;
+  };
+  plan.fused_norm =
+      c.fuse_norm && H <= cuda::kDecodeNormMaxK &&
+      (B == 1 || (B <= std::min(c.fuse_norm_rows, cuda::kDecodeGemvMaxRows) && every_layer_fits({0, 2})));
   // The gemv (M <= 8) and sk (M <= 8) kernels take the SwiGLU into the down
   // projection's input staging (same bits as the separate kernel; one launch less).
-  const bool down_gemv = B == 1 || (plan.fused_norm && gemv_fits(0, 3));
+  const bool down_gemv = B == 1 || (plan.fused_norm && every_layer_fits({3}));
   auto kernel_config = [&](int l, int p) {
     const bool gemv = B > 1 && ((plan.fused_norm && (p == 0 || p == 2)) || (p == 3 && down_gemv));
     return gemv ? cuda::decode_as_gemv(config(l, p)) : config(l, p);
