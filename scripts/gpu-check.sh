@@ -5,7 +5,7 @@
 #
 #   scripts/gpu-check.sh [--tests-only | --benchmarks-only | --only STEP[,STEP...]]
 #                        [--quick] [--out DIR] [--build DIR] [--model FILE]
-#                        [--no-sanitizer] [--no-peers]
+#                        [--no-sanitizer] [--no-peers] [--jobs N]
 #   scripts/gpu-check.sh --list
 #
 #   --tests-only       the GPU tests and the sanitizers; no benchmark
@@ -22,6 +22,9 @@
 #                      scripts/fetch-model.sh places in models/, fetched if missing)
 #   --no-sanitizer     skip compute-sanitizer
 #   --no-peers         skip the PyTorch peers
+#   --jobs N           GPU tests run N at a time (default: a quarter of the CPU
+#                      cores, 1 to 4): they share the GPU, and most of their time
+#                      is the CPU reference each engine test runs
 #
 # Each step runs under a time limit; its output goes to DIR/logs/NAME.txt,
 # benchmarks write DIR/NAME.json (and the markdown table they print to
@@ -37,11 +40,11 @@
 # combined summary did not pass (one of an earlier part too), else 0 (a
 # benchmark that fails is reported in the table, not in the status).
 #
-# Long steps: gpu_tests (~8 minutes on an H200, limit 3000 s) and the
-# torch.compile peers torch_prefill_peer, torch_step_peer and
-# torch_prefill_model_peer (minutes each, limit 900 s). Where a command may run
-# only 10 minutes, give each of them a part of its own (--only STEP) and group
-# the other steps into parts (--list gives each step's limit).
+# Long steps: gpu_tests (~8 minutes one at a time on an H200, limit 3000 s)
+# and the torch.compile peers torch_prefill_peer, torch_step_peer and
+# torch_prefill_model_peer (minutes each). Where a command may run only 10
+# minutes, give each of them a part of its own (--only STEP) and group the
+# other steps into parts (--list gives each step's limit).
 # shellcheck disable=SC2054  # commas inside flag values (-b 1,16,32), not separators
 set -u
 cd "$(dirname "$0")/.." || exit 2
@@ -68,7 +71,7 @@ STEPS=(
   "decode_step_8b|bench|600 s|futr bench: the decode step on the synthetic Llama-3.1-8B"
   "ttft_8b|bench|600 s|futr bench: the time to first token on the synthetic Llama-3.1-8B"
   "torch_step_peer|bench|900 s|LONG: torch_step_peer.py --mode compile, the compiled decode step (not with --quick)"
-  "torch_prefill_model_peer|bench|900 s|LONG: torch_prefill_model_peer.py, the compiled layer and model (not with --quick)"
+  "torch_prefill_model_peer|bench|600 s|LONG: torch_prefill_model_peer.py, the compiled layer and model (not with --quick)"
   "serve|bench|600 s|bench/serve_load.py: 128 streaming requests, 32 at a time (not with --quick)"
   "speculative|bench|600 s|bench/speculative_generate.py: batch 1, drafts off vs on, per workload (not with --quick)"
   "perplexity_decode|bench|600 s|futr perplexity, decode path, 32,768 tokens of WikiText-2 (not with --quick)"
@@ -94,6 +97,9 @@ ONLY=
 QUICK=0
 SANITIZER=1
 PEERS=1
+JOBS=$(($(nproc 2> /dev/null || echo 4) / 4))
+((JOBS < 1)) && JOBS=1
+((JOBS > 4)) && JOBS=4
 ARGS=${*:-}
 while (($#)); do
   case $1 in
@@ -111,6 +117,8 @@ while (($#)); do
     --model=*) MODEL=${1#--model=} ;;
     --no-sanitizer) SANITIZER=0 ;;
     --no-peers) PEERS=0 ;;
+    --jobs) JOBS=${2:?--jobs needs a number}; shift ;;
+    --jobs=*) JOBS=${1#--jobs=} ;;
     -h | --help) sed -n '2,/^# shellcheck/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu-check: unknown option $1 (--help lists them)" >&2; exit 2 ;;
   esac
@@ -141,6 +149,7 @@ if [ -n "$ONLY" ]; then
     exit 2
   done
 fi
+[[ $JOBS =~ ^[1-9][0-9]*$ ]] || { echo "gpu-check: --jobs $JOBS: a number of tests at a time, >= 1" >&2; exit 2; }
 [ "$SELECTED" != , ] || { echo "gpu-check: no step to run (--list names them)" >&2; exit 2; }
 selected() { [[ $SELECTED == *",$1,"* ]]; }
 
@@ -321,7 +330,7 @@ if begin gpu_tests; then
   EXCLUDE=()
   ((QUICK)) && EXCLUDE=(-E 'GpuEngine|GpuPrefill|GpuInvariance')
   GREP='tests passed|tests failed'
-  run test gpu_tests 3000 ctest --test-dir "$BUILD" -L gpu --output-on-failure --timeout 1200 \
+  run test gpu_tests 3000 ctest --test-dir "$BUILD" -L gpu -j "$JOBS" --output-on-failure --timeout 1200 \
     --output-junit "$OUT/gpu_tests.xml" "${EXCLUDE[@]}"
 fi
 # The server's determinism and speculative-decoding tests carry the label cpu
@@ -494,8 +503,8 @@ if begin torch_prefill_model_peer; then
   if ((QUICK)); then
     skip_step torch_prefill_model_peer "--quick (torch.compile of the layer and the model)"
   else
-    peer torch_prefill_model_peer 900 python3 bench/peers/torch_prefill_model_peer.py --out "$P/torch_prefill_model.json" \
-      --budget-s 600
+    peer torch_prefill_model_peer 600 python3 bench/peers/torch_prefill_model_peer.py --out "$P/torch_prefill_model.json" \
+      --budget-s 420
   fi
 fi
 
