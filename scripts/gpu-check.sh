@@ -265,8 +265,17 @@ esac
   echo "gpu-check: $BIN has no GPU binaries: the build was CPU-only (no CUDA toolkit at configure time?)" >&2
   exit 2
 }
-COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-git diff --quiet HEAD 2>/dev/null || COMMIT="$COMMIT+changes"
+# The commit of the checkout and the one the binaries were built from (futr
+# --version; "-dirty": built with uncommitted changes), both when they differ.
+BUILT=$("$BIN/futr" --version 2> /dev/null | sed -n 's/.*(commit \([0-9a-f]*\)\(-dirty\)\{0,1\},.*/\1\2/p' | head -1)
+[[ $BUILT == *-dirty ]] && BUILT=${BUILT:0:7}-dirty || BUILT=${BUILT:0:7}
+COMMIT=$(git rev-parse --short HEAD 2> /dev/null)
+[ -n "$COMMIT" ] && ! git diff --quiet HEAD 2> /dev/null && COMMIT="$COMMIT+changes"
+if [ -z "$COMMIT" ]; then
+  COMMIT="${BUILT:-unknown} (the binaries'; no git checkout here)"
+elif [ -n "$BUILT" ] && [ "$BUILT" != "$COMMIT" ]; then
+  COMMIT="$COMMIT (binaries of $BUILT)"
+fi
 {
   echo "{\"gpu\": \"$GPU\", \"commit\": \"$COMMIT\", \"date\": \"$(date -u +%Y-%m-%dT%H:%M:%SZ)\","
   echo " \"cuda\": \"$(nvcc --version 2>/dev/null | grep -o 'release [0-9.]*' | head -1)\", \"quick\": $QUICK,"
