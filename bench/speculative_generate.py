@@ -15,6 +15,13 @@ Workloads (greedy unless --temperature is given; chat template):
   bench/speculative_generate.py --futr build/bin/futr --reps 3 \\
       --json bench/results/speculative_cpu.json -- --backend cpu --threads 2
 
+  build/bin/futr quantize -o smollm2.futr     # the calibrated INT4 model (GPTQ)
+  bench/speculative_generate.py --max-tokens 96 -- --model smollm2.futr --backend gpu
+
+What the model writes decides the code workloads: on the GPU the INT4 model
+that `futr quantize` writes copies the function with its one change, the GGUF
+quantized on load (RTN) rewrites it more than it copies it (docs/PERF.md).
+
 The copy passage is detokenized (wikitext_detokenize) because the raw
 WikiText-2 text carries the tokenization of its source ("film , television",
 "guest @-@ starring", "Teddy 's Story", '" Craig "'). Asked to copy such a
@@ -103,7 +110,7 @@ def main():
     ap.add_argument("--futr", default=os.path.join(ROOT, "build", "bin", "futr"))
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--max-tokens", type=int, default=128)
-    ap.add_argument("--draft-max", type=int, default=0, help="0: futr's default (8; 3 on the GPU engine)")
+    ap.add_argument("--draft-max", type=int, default=0, help="0: futr's default (8; 7 on the GPU engine)")
     ap.add_argument("--temperature", type=float, default=0.0)
     ap.add_argument("--workloads", default="copy,code,code_doc,code_hints,free")
     ap.add_argument("--json", default="")
