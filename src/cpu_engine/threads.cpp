@@ -6,11 +6,13 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <mutex>
 #include <set>
+#include <string_view>
 #include <thread>
 #include <utility>
 
@@ -104,11 +106,22 @@ int default_threads(int physical, int logical, double load1) {
 
 int idle_default_threads() { return default_threads(physical_cores(), logical_cpus(), -1.0); }
 
+int omp_num_threads_value(const char* value) {
+  if (!value) return 0;
+  const std::string_view v(value);
+  const std::string_view first = v.substr(0, v.find(','));
+  int n = 0;
+  const auto [end, ec] = std::from_chars(first.data(), first.data() + first.size(), n);
+  return ec == std::errc() && end == first.data() + first.size() && n >= 1 ? n : 0;
+}
+
 int default_threads() {
   static const int n = [] {
     double load[1] = {-1.0};
     if (getloadavg(load, 1) != 1) load[0] = -1.0;
-    return default_threads(physical_cores(), logical_cpus(), load[0]);
+    const int d = default_threads(physical_cores(), logical_cpus(), load[0]);
+    const int env = omp_num_threads_value(std::getenv("OMP_NUM_THREADS"));
+    return env > 0 ? std::min(d, env) : d;
   }();
   return n;
 }

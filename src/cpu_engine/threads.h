@@ -52,8 +52,14 @@ std::string contention_warning(int threads);
 // every parallel region (contention_warning() above).
 int default_threads(int physical, int logical, double load1);
 // default_threads() for this machine, its load read at the first call (the
-// count stays the same for the rest of the process).
+// count stays the same for the rest of the process), and no more than
+// OMP_NUM_THREADS where that is set: processes that share the machine (tests
+// run several at a time) each take their share instead of every core.
 int default_threads();
+// The thread count an OMP_NUM_THREADS value asks for: its first entry ("8" or
+// "8,2": the outer level) when that is an integer >= 1, else 0 (unset, empty
+// or not a count: ignored).
+int omp_num_threads_value(const char* value);
 // The count default_threads() would be on an idle machine (physical cores,
 // one left free above 4).
 int idle_default_threads();

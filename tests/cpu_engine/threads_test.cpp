@@ -95,6 +95,20 @@ TEST(Threads, DefaultAdaptsToTheLoad) {
   EXPECT_EQ(default_threads(16, 16, 6.2), 10);
 }
 
+// OMP_NUM_THREADS caps the default (its first entry, an integer >= 1); any
+// other value is ignored.
+TEST(Threads, OmpNumThreadsValue) {
+  EXPECT_EQ(omp_num_threads_value(nullptr), 0);
+  EXPECT_EQ(omp_num_threads_value(""), 0);
+  EXPECT_EQ(omp_num_threads_value("4"), 4);
+  EXPECT_EQ(omp_num_threads_value("8,2"), 8);
+  EXPECT_EQ(omp_num_threads_value("0"), 0);
+  EXPECT_EQ(omp_num_threads_value("-3"), 0);
+  EXPECT_EQ(omp_num_threads_value("four"), 0);
+  EXPECT_EQ(omp_num_threads_value("4 "), 0);
+  EXPECT_EQ(omp_num_threads_value("99999999999"), 0);  // out of int range
+}
+
 // A decode step far slower than the recent ones while the CPUs are
 // oversubscribed warns once, naming the count that fits; slow steps on an
 // idle machine (a long context, a page fault) or before enough steps were
