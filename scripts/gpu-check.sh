@@ -13,7 +13,7 @@
 #   --only STEPS       only the named steps (comma-separated, or --only again)
 #   --list             the steps in order: name, kind, time limit, what it runs
 #   --quick            a subset: the kernel tests (not the engine tests, which
-#                      quantize a model on the CPU first), memcheck only, the
+#                      run a CPU reference of the model first), memcheck only, the
 #                      kernel benchmarks on the 8B shapes and the decode step;
 #                      no PyTorch peer that compiles (torch.compile takes minutes)
 #   --out DIR          results folder (default gpu-check-results/), created
@@ -23,8 +23,9 @@
 #   --no-sanitizer     skip compute-sanitizer
 #   --no-peers         skip the PyTorch peers
 #   --jobs N           GPU tests run N at a time (default: a quarter of the CPU
-#                      cores, 1 to 4): they share the GPU, and most of their time
-#                      is the CPU reference each engine test runs
+#                      cores, 1 to 4), sharing the GPU; each one's CPU reference
+#                      runs on its share of the cores (OMP_NUM_THREADS = cores / N
+#                      unless set)
 #
 # Each step runs under a time limit; its output goes to DIR/logs/NAME.txt,
 # benchmarks write DIR/NAME.json (and the markdown table they print to
@@ -40,11 +41,12 @@
 # combined summary did not pass (one of an earlier part too), else 0 (a
 # benchmark that fails is reported in the table, not in the status).
 #
-# Long steps: gpu_tests (~8 minutes one at a time on an H200, limit 3000 s)
-# and the torch.compile peers torch_prefill_peer, torch_step_peer and
-# torch_prefill_model_peer (minutes each). Where a command may run only 10
-# minutes, give each of them a part of its own (--only STEP) and group the
-# other steps into parts (--list gives each step's limit).
+# Long steps: gpu_engine_tests (~10 minutes one at a time on an H200, limit
+# 3000 s: the CPU reference of every engine test) and the torch.compile peers
+# torch_prefill_peer, torch_step_peer and torch_prefill_model_peer (minutes
+# each). Where a command may run only 10 minutes, give each of them a part of
+# its own (--only STEP) and group the other steps into parts (--list gives
+# each step's limit).
 # shellcheck disable=SC2054  # commas inside flag values (-b 1,16,32), not separators
 set -u
 cd "$(dirname "$0")/.." || exit 2
@@ -54,7 +56,8 @@ cd "$(dirname "$0")/.." || exit 2
 # write several rows (the sanitizer one per set and tool, a benchmark its peer's
 # row too). Keep the limits here in step with the run calls below.
 STEPS=(
-  "gpu_tests|test|3000 s|ctest -L gpu: the kernel and engine tests (--quick: the kernel tests)"
+  "gpu_kernel_tests|test|1200 s|ctest -L gpu -LE engine: the kernels through their launchers against their references"
+  "gpu_engine_tests|test|3000 s|ctest -L gpu_engine: the GPU engine against the CPU quantized reference (not with --quick)"
   "server_determinism_gpu|test|900 s|server_determinism_test on the GPU engine (not with --quick)"
   "server_speculative_gpu|test|900 s|server_speculative_test on the GPU engine (not with --quick)"
   "sanitizer|test|600 s a run|compute-sanitizer memcheck, racecheck, synccheck on 7 small sets (--quick: memcheck)"
@@ -297,7 +300,7 @@ nccl=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(nvidia.nccl.__path
 # fetched only when a step of this run uses it.
 DEFAULT_MODEL=models/SmolLM2-135M-Instruct.Q4_1.gguf
 NEEDS_MODEL=0
-for s in gpu_tests server_determinism_gpu server_speculative_gpu decode_step_smollm2 ttft_smollm2 serve speculative \
+for s in gpu_kernel_tests gpu_engine_tests server_determinism_gpu server_speculative_gpu decode_step_smollm2 ttft_smollm2 serve speculative \
   perplexity_decode perplexity_prefill; do
   selected $s && NEEDS_MODEL=1
 done
@@ -333,14 +336,30 @@ peer() { # peer NAME LIMIT SCRIPT ARGS...: a PyTorch peer, or a skipped row
 }
 
 # ---- 1. the GPU tests -----------------------------------------------------------
-# Every test with the ctest label `gpu` (tests/CMakeLists.txt): the kernel
-# tests and the engine tests. --quick leaves out the engine tests.
-if begin gpu_tests; then
-  EXCLUDE=()
-  ((QUICK)) && EXCLUDE=(-E 'GpuEngine|GpuPrefill|GpuInvariance')
+# The ctest labels (tests/CMakeLists.txt): gpu, the kernels through their
+# launchers against their CPU references; gpu_engine, the GPU engine against
+# the CPU quantized reference on the default model (most of their time is that
+# reference, on the CPU). --jobs N runs N at a time, each reference on its
+# share of the cores: N processes that each took every core would wait for
+# one another at every parallel region (OMP_NUM_THREADS caps futr's default).
+ctest_gpu() { # ctest_gpu STEP LIMIT CTEST-ARGS...
+  local name=$1 limit=$2 omp=${OMP_NUM_THREADS:-}
+  shift 2
+  if [ -z "$omp" ]; then
+    omp=$(($(nproc 2> /dev/null || echo "$JOBS") / JOBS))
+    ((omp < 1)) && omp=1
+  fi
   GREP='tests passed|tests failed'
-  run test gpu_tests 3000 ctest --test-dir "$BUILD" -L gpu -j "$JOBS" --output-on-failure --timeout 1200 \
-    --output-junit "$OUT/gpu_tests.xml" "${EXCLUDE[@]}"
+  run test "$name" "$limit" env OMP_NUM_THREADS="$omp" ctest --test-dir "$BUILD" -j "$JOBS" --output-on-failure \
+    --timeout 1200 --output-junit "$OUT/$name.xml" "$@"
+}
+begin gpu_kernel_tests && ctest_gpu gpu_kernel_tests 1200 -L gpu -LE engine
+if begin gpu_engine_tests; then
+  if ((QUICK)); then
+    skip_step gpu_engine_tests "--quick (the engine tests quantize a model and run its CPU reference first)"
+  else
+    ctest_gpu gpu_engine_tests 3000 -L gpu_engine
+  fi
 fi
 # The server's determinism and speculative-decoding tests carry the label cpu
 # (CI runs them on the CPU engine); with a GPU, --backend auto runs them on the

@@ -20,7 +20,8 @@ check() { # check NAME WANT_RC PATTERN ARGS...: exit status WANT_RC and output m
     echo "ok   $name"
   fi
 }
-check list 0 '^gpu_tests +test' --list
+check list 0 '^gpu_kernel_tests +test' --list
+check list_engine_tests 0 '^gpu_engine_tests +test' --list
 check list_ends_with_perplexity 0 'perplexity_prefill +bench' --list
 check help 0 '--jobs N' --help
 check unknown_option 2 'unknown option --frobnicate' --frobnicate
