@@ -76,7 +76,7 @@ from peer_common import cudagraph_skips
 try:  # --dry-run and --help work without torch
     import torch
     import torch.nn.functional as F
-except ImportError:  # pragma: no cover - the development machine has no torch
+except ImportError:  # pragma: no cover - a machine without torch
     torch = F = None
 
 # name: (hidden D, layers L, heads H, kv heads Hkv, head dim hd, intermediate I, vocab V, tied, rope theta)

@@ -23,7 +23,7 @@ namespace {
 // NOTE: libgomp reads OMP_WAIT_POLICY / GOMP_SPINCOUNT once, in its own ELF
 // constructor, before main() and before any constructor of this program. By
 // default its idle threads spin for a while after every parallel region. On
-// a machine whose cores are shared (the 2-core development and CI machines)
+// a machine whose cores are shared (a 2-core CI machine running several jobs)
 // a spinning thread takes the core from the thread everyone is waiting for:
 // measured under load, decode fell to 1.8 tokens/s (12.7 passive) and prompt
 // processing to 26 tokens/s (131 passive). So every program linking the CPU

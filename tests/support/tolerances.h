@@ -31,7 +31,7 @@ inline constexpr double kCpuChunkingLogprob = 1e-4;
 // split layers (partial O / down products summed over the ranks, the LM head
 // by vocabulary shards) against the unsplit cpu::Forward, FP32 both: only the
 // summation order changes. Observed (TP 1 / 2 / 4 / 8, 2 layers, 10 tokens):
-// largest 1.1e-6 (dev machine, 3 runs, 2026-12-01; tied and untied heads).
+// largest 1.1e-6 (x86-64 CPU, 3 runs, 2026-12-01; tied and untied heads).
 inline constexpr double kTensorParallelSplit = 1e-5;
 
 // Any GPU result rounded once to BF16 at the output (FP32 accumulation of the
@@ -100,7 +100,7 @@ inline constexpr double kLogitsReduce = 2e-6;  // observed on the H200: (first r
 // tokens one position per step instead of one chunk through its prompt path,
 // rows marked BatchRow::prompt; its decode rows are one position per step
 // exactly, so they would give no spread at all): measured on SmolLM2
-// (dev machine, 2026-12-01, 120 tokens), mean / max relative L2 of the logits
+// (x86-64 CPU, 2026-12-01, 120 tokens), mean / max relative L2 of the logits
 // per row 1.2e-2 / 4.7e-2 with the BF16 cache, 0.22 / 0.78 with the INT4
 // mirror, 0.14 / 1.0 with the rotated mirror: every BF16 re-rounding of 30
 // layers, and with the mirror every K/V requantization, turns one-ulp
