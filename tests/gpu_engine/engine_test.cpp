@@ -56,6 +56,7 @@
 #include "support/compare.h"
 #include "support/crash_backtrace.h"
 #include "support/data_file.h"
+#include "support/default_model.h"
 #include "support/expect_error.h"
 #include "support/gpu.h"
 #include "support/qwen2_style.h"
@@ -71,28 +72,6 @@ namespace {
 using runtime::BatchRow;
 using runtime::RowOutput;
 
-struct Shared {
-  Model model;
-  std::shared_ptr<const quant::QuantizedWeights> q;
-  std::vector<int32_t> text;  // tokens of the WikiText excerpt
-};
-
-Shared& shared() {
-  static Shared* s = [] {
-    auto* p = new Shared{
-        (test::require_data_file(FUTR_DEFAULT_MODEL), load_model(FUTR_DEFAULT_MODEL)), nullptr, {}};
-    cpu::QuantizeOptions qo;
-    qo.format = WeightFormat::kInt4;
-    qo.method = QuantMethod::kRtn;
-    p->q = std::make_shared<quant::QuantizedWeights>(cpu::quantize_model(p->model, qo, {}));
-    const std::string text = test::read_data_file(FUTR_TEST_TEXT);
-    const Tokenizer tok(p->model.tokenizer);
-    p->text = tok.encode(text, tok.add_bos(), false);
-    return p;
-  }();
-  return *s;
-}
-
 std::unique_ptr<runtime::Engine> make_gpu(KvFormat kv, int ctx, int seqs, bool graphs = true, bool pdl = true,
                                           bool fuse_norm = false) {
   gpu::GpuEngineOptions o;
@@ -104,7 +83,7 @@ std::unique_ptr<runtime::Engine> make_gpu(KvFormat kv, int ctx, int seqs, bool g
   o.ctx = ctx;
   o.max_seqs = seqs;
   o.max_step_tokens = 4096;
-  return std::make_unique<gpu::GpuEngine>(shared().model, shared().q, o);
+  return std::make_unique<gpu::GpuEngine>(test::default_model(), test::default_model_int4(), o);
 }
 
 std::unique_ptr<runtime::Engine> make_cpu(KvFormat kv, int ctx, int seqs) {
@@ -115,7 +94,7 @@ std::unique_ptr<runtime::Engine> make_cpu(KvFormat kv, int ctx, int seqs) {
   o.ctx = ctx;
   o.max_seqs = seqs;
   o.max_step_tokens = 4096;
-  return std::make_unique<cpu::CpuEngine>(shared().model, shared().q, o);
+  return std::make_unique<cpu::CpuEngine>(test::default_model(), test::default_model_int4(), o);
 }
 
 // The logits of every row of `tokens` run as sequence `id` from position 0,
@@ -206,7 +185,7 @@ TEST_P(GpuEngineVsCpu, PromptLogitsMatchTheQuantizedReference) {
   const KvFormat kv = GetParam();
   auto g = make_gpu(kv, 512, 4);
   auto c = make_cpu(kv, 512, 4);
-  const std::span<const int32_t> prompt(shared().text.data(), 200);
+  const std::span<const int32_t> prompt(test::default_model_text().data(), 200);
   g->open(0);
   c->open(0);
   c->open(1);
@@ -243,7 +222,7 @@ TEST_P(GpuEngineVsCpu, FusedNormDecodeMatchesTheReference) {
   auto fused_eager = make_gpu(kv, 256, 2, false, true, true);
   auto plain = make_gpu(kv, 256, 2);
   auto c = make_cpu(kv, 256, 2);
-  const std::span<const int32_t> toks(shared().text.data() + 300, 96);
+  const std::span<const int32_t> toks(test::default_model_text().data() + 300, 96);
   fused->open(0), fused_eager->open(0), plain->open(0), c->open(0), c->open(1);
   const Tensor f = stepwise_logits(*fused, 0, toks), fe = stepwise_logits(*fused_eager, 0, toks);
   EXPECT_EQ(0, std::memcmp(f.ptr(), fe.ptr(), size_t(f.numel()) * sizeof(float))) << "fused: graph vs eager";
@@ -266,7 +245,7 @@ TEST_P(GpuEngineVsCpu, SeveralSequencesInOneStep) {
   for (int s = 0; s < 4; ++s) {
     g->open(s);
     for (int i = 0; i < lens[size_t(s)]; ++i)
-      rows.push_back({shared().text[size_t(100 * s + i)], s, i, RowOutput::kLogits, -1});
+      rows.push_back({test::default_model_text()[size_t(100 * s + i)], s, i, RowOutput::kLogits, -1});
   }
   const Tensor got = g->step(rows).logits;
   int64_t row = 0;
@@ -274,7 +253,7 @@ TEST_P(GpuEngineVsCpu, SeveralSequencesInOneStep) {
     auto c = make_cpu(kv, 256, 2);
     c->open(0);
     c->open(1);
-    const std::span<const int32_t> toks(shared().text.data() + 100 * s, size_t(lens[size_t(s)]));
+    const std::span<const int32_t> toks(test::default_model_text().data() + 100 * s, size_t(lens[size_t(s)]));
     const Tensor want = all_logits(*c, 0, toks, /*prompt=*/true);
     Tensor part({int64_t(lens[size_t(s)]), want.dim(1)});
     std::memcpy(part.ptr(), got.row(row), size_t(part.numel()) * sizeof(float));
@@ -289,7 +268,8 @@ TEST_P(GpuEngineVsCpu, PerplexityOfTheExcerpt) {
   const KvFormat kv = GetParam();
   auto g = make_gpu(kv, 256, 8);
   auto c = make_cpu(kv, 256, 8);
-  const std::span<const int32_t> t(shared().text.data(), std::min<size_t>(shared().text.size(), 1024));
+  const std::span<const int32_t> t(test::default_model_text().data(),
+                                   std::min<size_t>(test::default_model_text().size(), 1024));
   const runtime::PplResult pg = runtime::evaluate_perplexity(*g, t, 256, 256, 4096);
   const runtime::PplResult pc = runtime::evaluate_perplexity(*c, t, 256, 256, 4096);
   const runtime::PplResult ps = runtime::evaluate_perplexity(*c, t, 256, 256, 1);  // one position per step
@@ -315,7 +295,8 @@ TEST_P(GpuEngineVsCpu, PerplexityOfTheExcerpt) {
 // then replayed).
 BatchRow stair_row(int s, int i, RowOutput out, int round) {
   const int p = round * (s + 1) + i;
-  return {shared().text[size_t(37 * s + p)], s, p, out, shared().text[size_t(37 * s + p + 1)]};
+  return {test::default_model_text()[size_t(37 * s + p)], s, p, out,
+          test::default_model_text()[size_t(37 * s + p + 1)]};
 }
 std::vector<std::vector<BatchRow>> staircase_steps(int n, RowOutput out, int round = 0) {
   std::vector<std::vector<BatchRow>> steps(static_cast<size_t>(n));
@@ -393,7 +374,7 @@ TEST_P(GpuEngineVsCpu, PdlAndProfilingEqualPlainLaunchesBitwise) {
   }
   const nlohmann::json p = pdl->stats()["profile"];
   std::printf("profile: %s\n", p.dump().c_str());
-  const int layers = shared().model.config.n_layers;
+  const int layers = test::default_model().config.n_layers;
   const int64_t steps = p["micro_steps"].get<int64_t>();
   double sum = 0;
   int64_t launches = 0, swiglu = 0;
@@ -494,16 +475,17 @@ TEST(GpuEngine, RefusesWhatItCannotRun) {
   FUTR_REQUIRE_GPU();
   gpu::GpuEngineOptions o;
   o.kv = KvFormat::kFp32;
-  EXPECT_FUTR_ERROR(gpu::GpuEngine(shared().model, shared().q, o), "KV cache fp32 is not supported");
+  EXPECT_FUTR_ERROR(gpu::GpuEngine(test::default_model(), test::default_model_int4(), o),
+                    "KV cache fp32 is not supported");
   o.kv = KvFormat::kBf16;
   o.ctx = 1 << 22;
   o.max_seqs = 4096;
-  EXPECT_FUTR_ERROR(gpu::GpuEngine(shared().model, shared().q, o), "what fits");
+  EXPECT_FUTR_ERROR(gpu::GpuEngine(test::default_model(), test::default_model_int4(), o), "what fits");
   o.max_seqs = 200;  // 2^22 x 200 slots: addressable, but 19 TB
-  EXPECT_FUTR_ERROR(gpu::GpuEngine(shared().model, shared().q, o), "what fits");
+  EXPECT_FUTR_ERROR(gpu::GpuEngine(test::default_model(), test::default_model_int4(), o), "what fits");
   o.ctx = 64;
   o.max_seqs = 1;
-  gpu::GpuEngine e(shared().model, shared().q, o);
+  gpu::GpuEngine e(test::default_model(), test::default_model_int4(), o);
   e.open(1);
   const std::vector<BatchRow> bad = {{1, 1, 3, RowOutput::kLogits, -1}};  // not at the sequence's end
   EXPECT_THROW(e.step(bad), Error);
@@ -550,7 +532,7 @@ TEST(GpuEngineQwen2Style, BiasedProjectionsMatchTheQuantizedReference) {
   qo.format = WeightFormat::kInt4;
   qo.method = QuantMethod::kRtn;
   const auto q = std::make_shared<quant::QuantizedWeights>(cpu::quantize_model(m, qo, {}));
-  const std::span<const int32_t> prompt(shared().text.data(), 120);
+  const std::span<const int32_t> prompt(test::default_model_text().data(), 120);
   for (const KvFormat kv : {KvFormat::kBf16, KvFormat::kInt4}) {
     const EnginePair e(m, q, kv);
     gpu::GpuEngine& g = *e.gpu;

@@ -44,6 +44,7 @@
 #include "runtime/perplexity.h"
 #include "support/compare.h"
 #include "support/data_file.h"
+#include "support/default_model.h"
 #include "support/gpu.h"
 #include "support/random.h"
 #include "support/tolerances.h"
@@ -54,36 +55,6 @@ namespace {
 
 using runtime::BatchRow;
 using runtime::RowOutput;
-
-struct Shared {
-  Model model;
-  std::shared_ptr<const quant::QuantizedWeights> int4, fp8, fp8_bare;
-  std::vector<int32_t> text;
-};
-
-Shared& shared() {
-  static Shared* s = [] {
-    auto* p = new Shared{(test::require_data_file(FUTR_DEFAULT_MODEL), load_model(FUTR_DEFAULT_MODEL)),
-                         nullptr,
-                         nullptr,
-                         nullptr,
-                         {}};
-    cpu::QuantizeOptions qo;
-    qo.format = WeightFormat::kInt4;
-    p->int4 = std::make_shared<quant::QuantizedWeights>(cpu::quantize_model(p->model, qo, {}));
-    qo.format = WeightFormat::kFp8;
-    runtime::CalibrationConfig cc;
-    cc.tokens = 2048;
-    p->fp8 = std::make_shared<quant::QuantizedWeights>(
-        cpu::quantize_model(p->model, qo, runtime::calibration_tokens(p->model, cc)));
-    p->fp8_bare = std::make_shared<quant::QuantizedWeights>(cpu::quantize_model(p->model, qo, {}));
-    const std::string text = test::read_data_file(FUTR_TEST_TEXT);
-    const Tokenizer tok(p->model.tokenizer);
-    p->text = tok.encode(text, tok.add_bos(), false);
-    return p;
-  }();
-  return *s;
-}
 
 enum class Prefill { kOff, kStatic, kDelayed };
 
@@ -97,11 +68,11 @@ std::unique_ptr<gpu::GpuEngine> make_gpu(KvFormat kv, Prefill prefill, int seqs 
   o.max_seqs = seqs;
   o.max_step_tokens = 4096;
   if (prefill != Prefill::kOff) {
-    o.prefill_fp8 = shared().fp8;
+    o.prefill_fp8 = test::default_model_fp8();
     o.prefill_rows = prefill_rows;
     o.fp8.scaling = prefill == Prefill::kStatic ? Fp8Scaling::kStatic : Fp8Scaling::kDelayed;
   }
-  return std::make_unique<gpu::GpuEngine>(shared().model, shared().int4, o);
+  return std::make_unique<gpu::GpuEngine>(test::default_model(), test::default_model_int4(), o);
 }
 
 // A request: its prompt (text at an offset) and the logits it produced.
@@ -113,7 +84,7 @@ struct Request {
 };
 
 std::vector<int32_t> text_at(size_t off, size_t n) {
-  const std::vector<int32_t>& t = shared().text;
+  const std::vector<int32_t>& t = test::default_model_text();
   off %= t.size() - n;
   return {t.begin() + ptrdiff_t(off), t.begin() + ptrdiff_t(off + n)};
 }
@@ -329,7 +300,7 @@ TEST(GpuInvarianceDelayed, EachRequestKeepsItsOwnScales) {
 // the perplexity is equal up to the order of the double sum of its mean.
 TEST(GpuInvariancePerplexity, OneSequenceOrThirtyTwoGiveTheSamePerplexity) {
   FUTR_REQUIRE_GPU();
-  const std::vector<int32_t>& t = shared().text;
+  const std::vector<int32_t>& t = test::default_model_text();
   const std::span<const int32_t> text(t.data(), std::min<size_t>(t.size(), 4096));
   for (Prefill p : {Prefill::kOff, Prefill::kStatic}) {
     auto one = make_gpu(KvFormat::kInt4, p, 1), many = make_gpu(KvFormat::kInt4, p, 32);
@@ -349,18 +320,18 @@ TEST(GpuInvarianceCalibration, DeviceCalibrationMatchesTheStoredOne) {
   FUTR_REQUIRE_GPU();
   runtime::CalibrationConfig cc;
   cc.tokens = 2048;
-  std::vector<int32_t> calib = runtime::calibration_tokens(shared().model, cc);
+  std::vector<int32_t> calib = runtime::calibration_tokens(test::default_model(), cc);
   gpu::GpuEngineOptions o;
   o.kv = KvFormat::kBf16;
   o.ctx = 512;
   o.max_step_tokens = 4096;
   o.fp8.scaling = Fp8Scaling::kStatic;
-  o.prefill_fp8 = shared().fp8_bare;
+  o.prefill_fp8 = test::default_model_fp8(false);
   o.fp8_calibration = calib;
-  gpu::GpuEngine dev(shared().model, shared().int4, o);
-  o.prefill_fp8 = shared().fp8;
+  gpu::GpuEngine dev(test::default_model(), test::default_model_int4(), o);
+  o.prefill_fp8 = test::default_model_fp8();
   o.fp8_calibration.clear();
-  gpu::GpuEngine stored(shared().model, shared().int4, o);
+  gpu::GpuEngine stored(test::default_model(), test::default_model_int4(), o);
   const nlohmann::json st = dev.stats()["prefill"];
   std::printf("device calibration: %s\n", st.dump().c_str());
   EXPECT_GT(st["fp8_calibration_ms"].get<double>(), 0.0);

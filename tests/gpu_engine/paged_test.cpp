@@ -28,6 +28,7 @@
 #include "quantize/quantize.h"
 #include "runtime/calibration.h"
 #include "support/data_file.h"
+#include "support/default_model.h"
 #include "support/expect_error.h"
 #include "support/gpu.h"
 #include "support/paging.h"
@@ -41,28 +42,6 @@ using runtime::SeqId;
 using runtime::StepResult;
 
 constexpr int kCtx = 320;  // not a multiple of 64 or 128: a sequence's last block is partial
-
-struct Shared {
-  Model model;
-  std::shared_ptr<const quant::QuantizedWeights> int4, fp8;
-};
-
-Shared& shared() {
-  static Shared* s = [] {
-    auto* p = new Shared{(test::require_data_file(FUTR_DEFAULT_MODEL), load_model(FUTR_DEFAULT_MODEL)),
-                         nullptr, nullptr};
-    cpu::QuantizeOptions qo;
-    qo.format = WeightFormat::kInt4;
-    p->int4 = std::make_shared<quant::QuantizedWeights>(cpu::quantize_model(p->model, qo, {}));
-    qo.format = WeightFormat::kFp8;
-    runtime::CalibrationConfig cc;
-    cc.tokens = 2048;
-    p->fp8 = std::make_shared<quant::QuantizedWeights>(
-        cpu::quantize_model(p->model, qo, runtime::calibration_tokens(p->model, cc)));
-    return p;
-  }();
-  return *s;
-}
 
 struct Case {
   KvFormat kv;
@@ -82,10 +61,10 @@ std::unique_ptr<gpu::GpuEngine> make(const Case& c, int block_size, int64_t bloc
   o.kv_blocks = blocks;
   o.gpu_memory_fraction = memory_fraction;
   if (c.prefill) {
-    o.prefill_fp8 = shared().fp8;
+    o.prefill_fp8 = test::default_model_fp8();
     o.fp8.scaling = Fp8Scaling::kStatic;  // a row's bits independent of the chunk (the prefix test)
   }
-  return std::make_unique<gpu::GpuEngine>(shared().model, shared().int4, o);
+  return std::make_unique<gpu::GpuEngine>(test::default_model(), test::default_model_int4(), o);
 }
 
 void expect_same(const StepResult& a, const StepResult& b, const std::string& what) {

@@ -54,6 +54,7 @@
 #include "runtime/perplexity.h"
 #include "support/compare.h"
 #include "support/data_file.h"
+#include "support/default_model.h"
 #include "support/gpu.h"
 #include "support/qwen2_style.h"
 #include "support/random.h"
@@ -66,32 +67,6 @@ namespace {
 using runtime::BatchRow;
 using runtime::RowOutput;
 
-struct Shared {
-  Model model;
-  std::shared_ptr<const quant::QuantizedWeights> int4, fp8;
-  std::vector<int32_t> text;
-};
-
-Shared& shared() {
-  static Shared* s = [] {
-    auto* p = new Shared{
-        (test::require_data_file(FUTR_DEFAULT_MODEL), load_model(FUTR_DEFAULT_MODEL)), nullptr, nullptr, {}};
-    cpu::QuantizeOptions qo;
-    qo.format = WeightFormat::kInt4;
-    p->int4 = std::make_shared<quant::QuantizedWeights>(cpu::quantize_model(p->model, qo, {}));
-    qo.format = WeightFormat::kFp8;
-    runtime::CalibrationConfig cc;
-    cc.tokens = 2048;
-    p->fp8 = std::make_shared<quant::QuantizedWeights>(
-        cpu::quantize_model(p->model, qo, runtime::calibration_tokens(p->model, cc)));
-    const std::string text = test::read_data_file(FUTR_TEST_TEXT);
-    const Tokenizer tok(p->model.tokenizer);
-    p->text = tok.encode(text, tok.add_bos(), false);
-    return p;
-  }();
-  return *s;
-}
-
 std::unique_ptr<gpu::GpuEngine> make_gpu(int seqs, bool prefill = true, int prefill_rows = 2048,
                                          KvFormat kv = KvFormat::kInt4,
                                          Fp8Scaling scaling = Fp8Scaling::kDelayed) {
@@ -101,9 +76,9 @@ std::unique_ptr<gpu::GpuEngine> make_gpu(int seqs, bool prefill = true, int pref
   o.ctx = 512;
   o.max_seqs = seqs;
   o.max_step_tokens = 4096;
-  if (prefill) o.prefill_fp8 = shared().fp8;
+  if (prefill) o.prefill_fp8 = test::default_model_fp8();
   o.prefill_rows = prefill_rows;
-  return std::make_unique<gpu::GpuEngine>(shared().model, shared().int4, o);
+  return std::make_unique<gpu::GpuEngine>(test::default_model(), test::default_model_int4(), o);
 }
 
 std::unique_ptr<runtime::Engine> make_cpu_fp8(int seqs, bool gpu_numerics = true,
@@ -117,7 +92,7 @@ std::unique_ptr<runtime::Engine> make_cpu_fp8(int seqs, bool gpu_numerics = true
   o.max_step_tokens = 4096;
   o.fp8_rms_in_cast = true;
   o.fp8_gpu_numerics = gpu_numerics;
-  return std::make_unique<cpu::CpuEngine>(shared().model, shared().fp8, o);
+  return std::make_unique<cpu::CpuEngine>(test::default_model(), test::default_model_fp8(), o);
 }
 
 std::vector<BatchRow> prompt_rows(runtime::SeqId id, std::span<const int32_t> t, int pos0, RowOutput out) {
@@ -162,7 +137,7 @@ void expect_close(const Deviation& d, const std::string& what) {
 // through the delayed scales and the E4M3 casts moves the logits visibly.
 TEST(GpuPrefill, PromptLogitsMatchTheFp8Reference) {
   FUTR_REQUIRE_GPU();
-  const std::span<const int32_t> prompt(shared().text.data(), 200);
+  const std::span<const int32_t> prompt(test::default_model_text().data(), 200);
   // Static scales on both (the commands' default): every chunk is one counted call.
   auto c = make_cpu_fp8(1, true, Fp8Scaling::kStatic), c2 = make_cpu_fp8(1, false, Fp8Scaling::kStatic);
   c->open(0), c2->open(0);
@@ -180,7 +155,7 @@ TEST(GpuPrefill, PromptLogitsMatchTheFp8Reference) {
   std::printf("%s\n", st["prefill"].dump().c_str());
   EXPECT_EQ(st["micro_steps"].get<int64_t>(), 0) << "the prompt went through the prefill path";
   EXPECT_EQ(st["prefill"]["chunks"].get<int64_t>(), 1);
-  EXPECT_EQ(st["prefill"]["fp8_calls"].get<int64_t>(), int64_t(4) * shared().model.config.n_layers);
+  EXPECT_EQ(st["prefill"]["fp8_calls"].get<int64_t>(), int64_t(4) * test::default_model().config.n_layers);
   EXPECT_EQ(st["prefill"]["fp8_nonfinite_calls"].get<int64_t>(), 0);
   EXPECT_EQ(g->length(0), 200);
 }
@@ -216,7 +191,7 @@ TEST(GpuPrefill, Qwen2StyleBiasesMatchTheFp8Reference) {
     o.fp8_gpu_numerics = gpu_numerics;
     return std::make_unique<cpu::CpuEngine>(m, fp8, o);
   };
-  const std::span<const int32_t> prompt(shared().text.data(), 200);
+  const std::span<const int32_t> prompt(test::default_model_text().data(), 200);
   auto c = cpu_ref(true), c2 = cpu_ref(false);
   c->open(0), c2->open(0);
   const Tensor want = c->step(prompt_rows(0, prompt, 0, RowOutput::kLogits)).logits;
@@ -248,7 +223,7 @@ TEST(GpuPrefill, Qwen2StyleBiasesMatchTheFp8Reference) {
 
 TEST(GpuPrefill, DelayedScalingKeepsEachRequestsOwnState) {
   FUTR_REQUIRE_GPU();
-  const std::vector<int32_t>& t = shared().text;
+  const std::vector<int32_t>& t = test::default_model_text();
   auto whole = make_gpu(1), cut = make_gpu(1, true, 96);
   const std::span<const int32_t> prompt(t.data(), 200);
   whole->open(0), cut->open(0);
@@ -294,7 +269,7 @@ TEST(GpuPrefill, DelayedScalingKeepsEachRequestsOwnState) {
 // runs alone bit for bit.
 TEST(GpuPrefill, StaticScalingIsChunkAndBatchInvariant) {
   FUTR_REQUIRE_GPU();
-  const std::vector<int32_t>& t = shared().text;
+  const std::vector<int32_t>& t = test::default_model_text();
   const std::span<const int32_t> prompt(t.data(), 200);
   auto whole = make_gpu(1, true, 2048, KvFormat::kInt4, Fp8Scaling::kStatic);
   whole->open(0);
@@ -336,7 +311,7 @@ TEST(GpuPrefill, StaticScalingIsChunkAndBatchInvariant) {
 
 TEST(GpuPrefill, DecodeContinuesAfterThePrefill) {
   FUTR_REQUIRE_GPU();
-  const std::vector<int32_t>& t = shared().text;
+  const std::vector<int32_t>& t = test::default_model_text();
   // Both with the BF16 cache (the INT4 mirror's requantization is chaotic at
   // this scale, tests/gpu_engine/engine_test.cpp), and a control whose prompt differs.
   auto pre = make_gpu(1, true, 2048, KvFormat::kBf16), dec = make_gpu(1, false, 2048, KvFormat::kBf16);
@@ -385,12 +360,13 @@ TEST(GpuPrefill, DecodeContinuesAfterThePrefill) {
 // the padding rows' scratch slots past every sequence's).
 TEST(GpuPrefill, MirrorEqualsTheDecodeAppendsBytes) {
   FUTR_REQUIRE_GPU();
-  const ModelConfig& c = shared().model.config;
+  const ModelConfig& c = test::default_model().config;
   for (KvFormat kv : {KvFormat::kInt4, KvFormat::kInt4Rot}) {
     auto g = make_gpu(1, true, 2048, kv);
     g->open(0);
     const int n = 160;  // a multiple of 16: whole 8-slot groups of the K mirror
-    g->step(prompt_rows(0, std::span<const int32_t>(shared().text.data(), n), 0, RowOutput::kNone));
+    g->step(
+        prompt_rows(0, std::span<const int32_t>(test::default_model_text().data(), n), 0, RowOutput::kNone));
     for (int layer : {0, c.n_layers - 1}) {
       const gpu::GpuEngine::KvLayerDump d = g->dump_kv_layer(layer);
       const size_t w = size_t(c.kv_dim());  // sequence 0's slots start at 0
@@ -444,7 +420,7 @@ TEST(GpuPrefill, MirrorEqualsTheDecodeAppendsBytes) {
 
 TEST(GpuPrefill, PerplexityOfTheExcerptMatchesTheReference) {
   FUTR_REQUIRE_GPU();
-  const std::vector<int32_t>& t = shared().text;
+  const std::vector<int32_t>& t = test::default_model_text();
   auto g = make_gpu(1);
   auto c = make_cpu_fp8(1);
   const std::span<const int32_t> text(t.data(), std::min<size_t>(t.size(), 1025));
@@ -462,12 +438,12 @@ TEST(GpuPrefill, PerplexityOfTheExcerptMatchesTheReference) {
 // engine's warm-up at construction left no trace in the counters.
 TEST(GpuPrefill, ProfileCountsEveryLaunchAndChangesNothing) {
   FUTR_REQUIRE_GPU();
-  const int L = shared().model.config.n_layers;
+  const int L = test::default_model().config.n_layers;
   auto plain = make_gpu(1, true, 128), profiled = make_gpu(1, true, 128);
   EXPECT_EQ(profiled->stats()["prefill"]["chunks"].get<int64_t>(), 0) << "the warm-up chunk is not counted";
   EXPECT_EQ(profiled->stats()["prefill"]["fp8_calls"].get<int64_t>(), 0) << "nor recorded by the scale bank";
   ASSERT_TRUE(profiled->set_profiling(true));
-  const std::span<const int32_t> prompt(shared().text.data(), 300);
+  const std::span<const int32_t> prompt(test::default_model_text().data(), 300);
   plain->open(0), profiled->open(0);
   const Tensor a = plain->step(prompt_rows(0, prompt, 0, RowOutput::kLogits)).logits;
   const Tensor b = profiled->step(prompt_rows(0, prompt, 0, RowOutput::kLogits)).logits;
