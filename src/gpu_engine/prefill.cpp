@@ -208,11 +208,15 @@ void PrefillPath::run(std::span<const int32_t> tokens, std::span<const Request> 
   const int H = c.hidden, D = c.head_dim, Q = c.q_dim(), KV = c.kv_dim(), I = c.intermediate;
   const int qkv_n = Q + 2 * KV;
   // ---- the row map: per row (token, row index, position, slot base), per request, tiles ----------
+  // A paged cache: the requests' block tables, one row each; the row map's
+  // kBase entries then hold the row's request (the append's row_seq).
+  const bool paged = reqs[0].blocks != nullptr;
   const size_t Mx = size_t(max_rows_);
   int* h = m.h_map;
   std::vector<cuda::PrefillRequest> pr;
   int row = 0;
-  for (const Request& q : reqs) {
+  for (int r = 0; r < R; ++r) {
+    const Request& q = reqs[size_t(r)];
     FUTR_CHECK(q.n_rows >= 1 && q.pos0 >= 0 && q.slot_base % layout::kKvSlotAlign == 0,
                "prefill: request of {} rows at position {}, slot base {}", q.n_rows, q.pos0, q.slot_base);
     pr.push_back({row, q.n_rows, q.pos0, q.slot_base});
@@ -221,13 +225,10 @@ void PrefillPath::run(std::span<const int32_t> tokens, std::span<const Request> 
       h[kTok * Mx + size_t(row)] = tokens[size_t(row)];
       h[kIdx * Mx + size_t(row)] = row;
       h[kPos * Mx + size_t(row)] = q.pos0 + i;
-      h[kBase * Mx + size_t(row)] = q.slot_base;
+      h[kBase * Mx + size_t(row)] = paged ? r : q.slot_base;
     }
   }
   FUTR_CHECK(row == M, "prefill: the requests hold {} rows, the chunk {} tokens", row, M);
-  // A paged cache: the requests' block tables, one row each; the row map's
-  // kBase entries then hold the row's request (the append's row_seq).
-  const bool paged = reqs[0].blocks != nullptr;
   layout::KvBlockTable blocks;
   if (paged) {
     FUTR_CHECK(kv_.paged(), "prefill: block tables given for a contiguous KV cache");
@@ -245,12 +246,10 @@ void PrefillPath::run(std::span<const int32_t> tokens, std::span<const Request> 
       FUTR_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&m.h_tables), m.table_ints * sizeof(int)));
       m.tables = cuda::DeviceBuffer<int>(m.table_ints);
     }
-    row = 0;
     for (int r = 0; r < R; ++r) {
       const Request& q = reqs[size_t(r)];
       const int n = (q.pos0 + q.n_rows + B - 1) / B;
       std::copy(q.blocks, q.blocks + n, m.h_tables + size_t(r) * size_t(stride));
-      for (int i = 0; i < q.n_rows; ++i, ++row) h[kBase * Mx + size_t(row)] = r;
     }
     FUTR_CUDA_CHECK(
         cudaMemcpyAsync(m.tables.get(), m.h_tables, need * sizeof(int), cudaMemcpyHostToDevice, st));
