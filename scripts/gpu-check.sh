@@ -536,15 +536,22 @@ if begin torch_prefill_model_peer; then
   fi
 fi
 
+# model_step STEP: begins STEP and says whether it runs (not with --quick,
+# nor without the model: a skipped row with the reason).
+model_step() {
+  begin "$1" || return 1
+  if ((QUICK)); then
+    skip_step "$1" "--quick"
+    return 1
+  elif ((HAVE_MODEL == 0)); then
+    skip_step "$1" "no model ($MODEL)"
+    return 1
+  fi
+}
+
 # The server under load: 128 streaming requests, 32 at a time (the openai
 # client where installed, else serve_load's standard-library client).
-if ! begin serve; then
-  :
-elif ((QUICK)); then
-  skip_step serve "--quick"
-elif ((HAVE_MODEL == 0)); then
-  skip_step serve "no model ($MODEL)"
-else
+if model_step serve; then
   GREP='^\| [0-9]'
   run bench serve 600 python3 bench/serve_load.py --futr "$BIN/futr" --client auto --requests 128 \
     --concurrency 32 --max-tokens 128 --time-limit 400 --json "$OUT/serve.json" --server-log "$OUT/logs/serve_server.txt" \
@@ -554,13 +561,7 @@ fi
 # Speculative decoding at batch 1 on the model: each workload (copying a
 # passage, editing code, free text) without and with prompt-lookup drafts
 # (the same text; tokens/s, acceptance, tokens per step).
-if ! begin speculative; then
-  :
-elif ((QUICK)); then
-  skip_step speculative "--quick"
-elif ((HAVE_MODEL == 0)); then
-  skip_step speculative "no model ($MODEL)"
-else
+if model_step speculative; then
   GREP='^\| copy'
   run bench speculative 600 python3 bench/speculative_generate.py --futr "$BIN/futr" --reps 3 --max-tokens 96 \
     --json "$OUT/speculative.json" -- --model "$MODEL" --backend gpu

@@ -97,9 +97,8 @@ void add_run_options(CLI::App* app, RunOptions& o) {
   // NOTE: CLI::NonNegativeNumber prints DBL_MAX's 309 digits in its message.
   app->add_option("-t,--threads", o.threads,
                   fmt::format("CPU threads, 0..{} (default: the physical cores, one left free above 4, fewer "
-                              "when other processes keep them busy, at most OMP_NUM_THREADS where set; {} "
-                              "here when idle; more "
-                              "warns)",
+                              "when other processes keep them busy, at most OMP_NUM_THREADS where set; "
+                              "{} here when idle; more warns)",
                               max_threads(), cpu::idle_default_threads()))
       ->check(CLI::Range(0, max_threads()));
   app->add_option("--backend", o.backend,
@@ -202,8 +201,8 @@ void warn_if_contended(const RunOptions& o, const runtime::EngineInfo& info, boo
   }
   // The default adapted to the CPUs other processes leave free: say so (not
   // where OMP_NUM_THREADS set it: the user chose that count).
-  const int env = cpu::omp_num_threads_value(std::getenv("OMP_NUM_THREADS"));
-  if (cpu::default_threads() < cpu::idle_default_threads() && cpu::default_threads() != env) {
+  if (cpu::default_threads() < cpu::idle_default_threads() &&
+      cpu::default_threads() != cpu::omp_num_threads_env()) {
     double load[1] = {0};
     if (getloadavg(load, 1) != 1) load[0] = 0;
     fmt::print(stderr,

@@ -115,12 +115,14 @@ int omp_num_threads_value(const char* value) {
   return ec == std::errc() && end == first.data() + first.size() && n >= 1 ? n : 0;
 }
 
+int omp_num_threads_env() { return omp_num_threads_value(std::getenv("OMP_NUM_THREADS")); }
+
 int default_threads() {
   static const int n = [] {
     double load[1] = {-1.0};
     if (getloadavg(load, 1) != 1) load[0] = -1.0;
     const int d = default_threads(physical_cores(), logical_cpus(), load[0]);
-    const int env = omp_num_threads_value(std::getenv("OMP_NUM_THREADS"));
+    const int env = omp_num_threads_env();
     return env > 0 ? std::min(d, env) : d;
   }();
   return n;

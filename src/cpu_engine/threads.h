@@ -60,6 +60,8 @@ int default_threads();
 // "8,2": the outer level) when that is an integer >= 1, else 0 (unset, empty
 // or not a count: ignored).
 int omp_num_threads_value(const char* value);
+// omp_num_threads_value() of this process's OMP_NUM_THREADS.
+int omp_num_threads_env();
 // The count default_threads() would be on an idle machine (physical cores,
 // one left free above 4).
 int idle_default_threads();
