@@ -41,11 +41,12 @@
 # combined summary did not pass (one of an earlier part too), else 0 (a
 # benchmark that fails is reported in the table, not in the status).
 #
-# Long steps: gpu_engine_tests (~10 minutes one at a time on an H200, limit
-# 3000 s: the CPU reference of every engine test) and the torch.compile peers
-# torch_prefill_peer, torch_step_peer and torch_prefill_model_peer (minutes
-# each). Where a command may run only 10 minutes, give each of them a part of
-# its own (--only STEP) and group the other steps into parts (--list gives
+# Long steps (on an H200 with 16 cores): gpu_engine_tests (~3 minutes with
+# --jobs 4, ~10 one at a time; limit 3000 s: the CPU reference of every engine
+# test) and the torch.compile peers torch_step_peer (~6 minutes),
+# torch_prefill_model_peer (~4) and torch_prefill_peer (~1). Where a command
+# may run only 10 minutes, give the first two peers and the engine tests a
+# part each (--only STEP) and group the other steps into parts (--list gives
 # each step's limit).
 # shellcheck disable=SC2054  # commas inside flag values (-b 1,16,32), not separators
 set -u
