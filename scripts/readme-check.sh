@@ -71,7 +71,7 @@ if [[ -z $SKIP_SLOW ]]; then
 fi
 run generate-futr "build/bin/futr generate -m $Q --kv int4-rot \"The capital of France is\""
 PORT=$((20000 + RANDOM % 20000))
-run serve "build/bin/futr serve --port $PORT --max-seqs 8 --ctx 2048 & pid=\$!; \
+run serve "build/bin/futr serve --port $PORT & pid=\$!; \
   for i in \$(seq 100); do curl -sf http://127.0.0.1:$PORT/health > /dev/null && break; sleep 0.2; done; \
   curl -sf http://127.0.0.1:$PORT/v1/chat/completions -H 'Content-Type: application/json' -d '{\"model\": \"SmolLM2-135M-Instruct.Q4_1\", \"messages\": [{\"role\": \"user\", \"content\": \"What is the capital of France?\"}], \"max_tokens\": 32, \"temperature\": 0}' && echo && \
   curl -sfN http://127.0.0.1:$PORT/v1/completions -H 'Content-Type: application/json' -d '{\"model\": \"SmolLM2-135M-Instruct.Q4_1\", \"prompt\": \"Once upon a time\", \"max_tokens\": 32, \"stream\": true}' | tail -3 && \

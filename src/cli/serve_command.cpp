@@ -3,7 +3,7 @@
 // serves the OpenAI-compatible API (src/server/http_server.h) with continuous
 // batching (src/server/scheduler.h) until SIGTERM/SIGINT.
 //
-//   futr serve [--host 127.0.0.1] [--port 8080] [--max-seqs 8] [--ctx 4096]
+//   futr serve [--host 127.0.0.1] [--port 8080] [--max-seqs 8|32] [--ctx 4096]
 //              [--api-key KEY] [--max-queue 64] [--max-step-tokens 256]
 //              [--served-model-name NAME] [--speculative auto|ngram|off]
 //              [--draft-max N] [engine options]
@@ -26,10 +26,14 @@
 // an engine), off for none; drafts run only while at most
 // --speculative-max-batch requests run.
 //
+// --max-seqs sequences are decoded at once: by default 8 on the CPU engine
+// (it computes a step's sequences one after another), 32 on the GPU engine
+// (one decode micro-step's rows).
+//
 // Start-up refuses what cannot work: --ctx beyond the model's trained context
-// or --max-seqs x --ctx whose KV cache exceeds the machine's memory (the
-// message says what fits), --max-queue above 65536, --max-connections above
-// 4096, --max-body above 1 GiB.
+// or --max-seqs x --ctx whose KV cache exceeds the machine's memory (and on
+// the GPU engine, the GPU's; the message says what fits), --max-queue above
+// 65536, --max-connections above 4096, --max-body above 1 GiB.
 //
 // Tests: tests/server/serve_openai_test.py (the openai client against it).
 #include "cli/serve_command.h"
@@ -77,7 +81,7 @@ struct ServeOptions {
   QuantCliOptions quant;
   std::string host = "127.0.0.1";
   int port = 8080;
-  int max_seqs = 8;
+  int max_seqs = 0;  // 0: by engine (runtime::kDefaultServeSeqsCpu / kDefaultServeSeqsGpu)
   int max_queue = 64;
   int max_step_tokens = 256;
   std::string api_key;
@@ -99,7 +103,7 @@ struct ServeOptions {
 constexpr int kMaxQueue = 65536;
 
 void run_serve(const ServeOptions& o) {
-  FUTR_CHECK(o.max_seqs >= 1, "--max-seqs must be >= 1 (got {})", o.max_seqs);
+  FUTR_CHECK(o.max_seqs >= 0, "--max-seqs must be >= 1 (got {})", o.max_seqs);
   FUTR_CHECK(o.max_step_tokens >= 1, "--max-step-tokens must be >= 1 (got {})", o.max_step_tokens);
   FUTR_CHECK(o.port >= 0 && o.port < 65536, "--port must be in [0, 65535] (got {})", o.port);
   FUTR_CHECK(o.max_queue >= 0 && o.max_queue <= kMaxQueue, "--max-queue must be in [0, {}] (got {})",
@@ -133,11 +137,15 @@ void run_serve(const ServeOptions& o) {
   }
 
   RunOptions run = o.run;
-  if (run.ctx == 0) run.ctx = default_ctx(model, o.max_seqs);
-  check_ctx(model, run.ctx, o.max_seqs, "--ctx");
-  print_ctx(model, run.ctx, o.run.ctx > 0);
   runtime::RuntimeConfig cfg = runtime_config(run, o.quant);
-  cfg.max_seqs = o.max_seqs;
+  const bool gpu = runtime::engine_for(cfg) == runtime::EngineKind::kGpu;
+  const int max_seqs =
+      o.max_seqs > 0 ? o.max_seqs : (gpu ? runtime::kDefaultServeSeqsGpu : runtime::kDefaultServeSeqsCpu);
+  if (run.ctx == 0) run.ctx = default_ctx(model, max_seqs);
+  check_ctx(model, run.ctx, max_seqs, "--ctx");
+  print_ctx(model, run.ctx, o.run.ctx > 0);
+  cfg.ctx = run.ctx;
+  cfg.max_seqs = max_seqs;
   cfg.max_step_tokens = o.max_step_tokens;
   cfg.kv_block_size = o.block_size;
   cfg.kv_blocks = o.kv_blocks;
@@ -245,9 +253,11 @@ void add_serve_command(CLI::App& app) {
                      "memory fits for --max-seqs sequences)",
                      kDefaultCtx))
       ->check(CLI::NonNegativeNumber);
-  sub->add_option("--max-seqs", o->max_seqs, "Requests decoded at once (sequences in the engine)")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
+  sub->add_option("--max-seqs", o->max_seqs,
+                  fmt::format("Requests decoded at once (sequences in the engine; default {} on the CPU "
+                              "engine, {} on the GPU engine: one decode step's rows)",
+                              runtime::kDefaultServeSeqsCpu, runtime::kDefaultServeSeqsGpu))
+      ->check(CLI::PositiveNumber);
   sub->add_option("--max-queue", o->max_queue, "Requests waiting at most (more get 429; at most 65536)")
       ->capture_default_str();
   sub->add_option("--max-step-tokens", o->max_step_tokens,

@@ -26,6 +26,10 @@ namespace futr {
 
 namespace engines {
 
+bool gpu_formats(const runtime::RuntimeConfig& c) {
+  return (c.weights == WeightFormat::kAuto || c.weights == WeightFormat::kInt4) && c.kv != KvFormat::kFp32;
+}
+
 namespace {
 
 #if FUTR_HAVE_CUDA
@@ -111,10 +115,7 @@ std::unique_ptr<runtime::Engine> make_synthetic_engine(const std::string& name,
                                                        const runtime::EngineLog& log) {
   const ModelConfig config = synthetic_config(name);  // refuses unknown names first
   const std::string no_gpu = gpu_engine_unavailable_reason();
-  const bool gpu_formats =
-      (c.weights == WeightFormat::kAuto || c.weights == WeightFormat::kInt4) && c.kv != KvFormat::kFp32;
-  const bool use_gpu = c.engine == runtime::EngineKind::kGpu ||
-                       (c.engine == runtime::EngineKind::kAuto && no_gpu.empty() && gpu_formats);
+  const bool use_gpu = runtime::engine_for(c) == runtime::EngineKind::kGpu;
   check_prefill_rows(c, use_gpu);
   FUTR_CHECK(c.tp == 1 || use_gpu, "--tp {}: tensor parallelism runs the GPU engine ({})", c.tp,
              no_gpu.empty() ? "asked: --backend " + to_string(c.engine) : no_gpu);
@@ -129,7 +130,7 @@ std::unique_ptr<runtime::Engine> make_synthetic_engine(const std::string& name,
   }
   FUTR_CHECK(no_gpu.empty(), "--synthetic {} --backend gpu: {} (use --backend cpu with --synthetic tiny)",
              name, no_gpu);
-  FUTR_CHECK(gpu_formats,
+  FUTR_CHECK(gpu_formats(c),
              "--synthetic {} on the GPU runs int4 weights with a bf16, int4 or int4-rot KV cache (asked: "
              "--weights {} --kv {})",
              name, to_string(c.weights), to_string(c.kv));
@@ -256,6 +257,12 @@ std::shared_ptr<const quant::QuantizedWeights> prefill_weights(
 
 }  // namespace engines
 
+runtime::EngineKind runtime::engine_for(const RuntimeConfig& c) {
+  if (c.engine != EngineKind::kAuto) return c.engine;
+  return engines::gpu_engine_unavailable_reason().empty() && engines::gpu_formats(c) ? EngineKind::kGpu
+                                                                                     : EngineKind::kCpu;
+}
+
 runtime::EngineWarmup::EngineWarmup(EngineKind engine) {
 #if FUTR_HAVE_CUDA
   if (engine == EngineKind::kCpu) return;
@@ -287,18 +294,14 @@ std::unique_ptr<runtime::Engine> runtime::make_engine(const Model& model, const 
       "--tp {}: the {} architecture's q/k/v projection biases are not sharded across GPUs; run it with "
       "--tp 1",
       c.tp, model.config.arch);
-  const bool gpu_formats =
-      (c.weights == WeightFormat::kAuto || c.weights == WeightFormat::kInt4) && c.kv != KvFormat::kFp32;
-  bool use_gpu = false;
+  const bool use_gpu = runtime::engine_for(c) == EngineKind::kGpu;
   if (c.engine == EngineKind::kGpu) {
     FUTR_CHECK(no_gpu.empty(), "--backend gpu: {} (use --backend cpu or auto)", no_gpu);
-    FUTR_CHECK(gpu_formats,
+    FUTR_CHECK(engines::gpu_formats(c),
                "--backend gpu runs int4 weights with a bf16, int4 or int4-rot KV cache (asked: "
                "--weights {} --kv {}); use --backend cpu for the other formats",
                to_string(c.weights), to_string(c.kv));
-    use_gpu = true;
   } else if (c.engine == EngineKind::kAuto) {
-    use_gpu = no_gpu.empty() && gpu_formats;
     if (log) {
       if (use_gpu) log("engine gpu (a Hopper GPU is present)");
       else if (!no_gpu.empty()) log(fmt::format("engine cpu ({})", no_gpu));
@@ -415,6 +418,8 @@ std::unique_ptr<runtime::Engine> runtime::make_engine(const Model& model, const 
     go.kv_block = eo.kv_block;
     engines::set_gpu_paging(c, go);
     go.ctx = c.ctx;
+    static_assert(runtime::kDefaultServeSeqsGpu == gpu::GpuEngine::kMaxMicroBatch,
+                  "futr serve's GPU default is one decode micro-step's rows");
     go.max_seqs = c.max_seqs > 0 ? c.max_seqs : gpu::GpuEngine::kMaxMicroBatch;
     go.max_step_tokens = c.max_step_tokens;
     go.graphs = c.gpu_graphs;

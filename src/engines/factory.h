@@ -39,6 +39,10 @@ cpu::QuantizeOptions quantize_options(WeightFormat format, const runtime::Runtim
 // is not built yet" or "no GPU: <cuda::gpu_unavailable_reason()>"); "" when it does.
 std::string gpu_engine_unavailable_reason();
 
+// The formats the GPU engine runs: INT4 weights (auto or int4) over a BF16 /
+// INT4 cache (anything but FP32).
+bool gpu_formats(const runtime::RuntimeConfig& c);
+
 // The engine of `--synthetic NAME` (model/synthetic.h): random weights of a
 // real model's shapes. The GPU engine (--backend gpu, or auto with a GPU)
 // draws every weight on the device, for any name; it runs int4 weights (auto

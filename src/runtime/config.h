@@ -73,6 +73,13 @@ inline constexpr int kDefaultKvBlock = 64;
 inline constexpr int kDefaultKvBlockSize = 16;
 inline constexpr int kDefaultGpuKvBlockSize = 64;
 
+// Sequences `futr serve` decodes at once where --max-seqs is not given: the
+// CPU engine computes a step's sequences one after another (a few keep each
+// request's time per token bounded); the GPU engine runs up to 32 rows in one
+// decode micro-step for about the time of a few (docs/PERF.md, "Decode step").
+inline constexpr int kDefaultServeSeqsCpu = 8;
+inline constexpr int kDefaultServeSeqsGpu = 32;
+
 struct Fp8Config {
   Fp8Scaling scaling = Fp8Scaling::kStatic;  // static per site | delayed per request
   int history = 16;                          // amax history length (calls)

@@ -209,6 +209,12 @@ using EngineLog = std::function<void(const std::string&)>;
 std::unique_ptr<Engine> make_engine(const Model& model, const RuntimeConfig& config,
                                     const EngineLog& log = {});
 
+// The engine make_engine() builds for `config`: kGpu where asked (make_engine
+// refuses it where there is none), or for kAuto where a Hopper GPU and the
+// GPU engine are here and the formats asked for are its own (INT4 weights, a
+// BF16 / INT4 cache); else kCpu. Probes the device once (cached).
+EngineKind engine_for(const RuntimeConfig& config);
+
 // Brings the GPU up (the device probe, then its context: a few hundred
 // milliseconds) on a thread of its own while the caller reads the model, when
 // `engine` may pick the GPU engine (kAuto, kGpu); make_engine() then finds it

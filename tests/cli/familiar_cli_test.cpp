@@ -72,7 +72,8 @@ TEST(FamiliarCli, ServeHelpShowsTheDefaults) {
   const futr::test::FutrRun r = run_futr({"serve", "--help"});
   ASSERT_EQ(r.rc, 0) << r.err;
   for (const char* d :
-       {"--host TEXT=127.0.0.1", "=8080", "--max-seqs INT:POSITIVE=8 ", "--max-queue INT=64 ",
+       {"--host TEXT=127.0.0.1", "=8080", "--max-seqs INT:POSITIVE",
+        "default 8 on the CPU engine, 32 on the GPU", "--max-queue INT=64 ",
         "--max-step-tokens INT:POSITIVE=256", "--drain-timeout FLOAT=30 ", "--max-body UINT=1048576",
         "--speculative TEXT:{auto,ngram,off}=auto", "--draft-max INT:INT in [1 - 64]"})
     EXPECT_TRUE(has(r.out, d)) << d << "\n" << r.out;

@@ -210,11 +210,14 @@ TEST(HostileCli, QuantizeRefusesTheCalibrationTextAsOutput) {
 
 namespace {
 
-// `futr serve` on a free port with stderr in `log`; the pid, and the port
-// once it listens (0 if it never does within 60 s).
-std::pair<pid_t, int> start_serve(const fs::path& log, const std::vector<std::string>& extra) {
-  std::vector<std::string> args = {FUTR_BINARY, "serve", "--port",     "0", "--backend", "cpu",
-                                   "--ctx",     "512",   "--max-seqs", "2", "-t",        "1"};
+// `futr serve` on a free port (the CPU engine, --ctx 512, 2 sequences unless
+// `default_seqs`) with stderr in `log`; the pid, and the port once it listens
+// (0 if it never does within 60 s).
+std::pair<pid_t, int> start_serve(const fs::path& log, const std::vector<std::string>& extra,
+                                  bool default_seqs = false) {
+  std::vector<std::string> args = {FUTR_BINARY, "serve", "--port", "0",  "--backend",
+                                   "cpu",       "--ctx", "512",    "-t", "1"};
+  if (!default_seqs) args.insert(args.end(), {"--max-seqs", "2"});
   args.insert(args.end(), extra.begin(), extra.end());
   const pid_t pid = fork();
   if (pid == 0) {
@@ -272,6 +275,22 @@ std::pair<double, int> wait_exit(pid_t pid, double limit) {
 }
 
 }  // namespace
+
+// Without --max-seqs, `futr serve` on the CPU engine decodes 8 sequences at
+// once (the GPU engine: 32, one decode micro-step's rows) and says so.
+TEST(HostileCli, ServeSizesTheBatchByTheEngine) {
+  if (!have_model()) GTEST_SKIP() << FUTR_DEFAULT_MODEL << " is absent";
+  const fs::path log = fs::temp_directory_path() / ("futr_hostile_seqs_" + std::to_string(::getpid()));
+  const auto [pid, port] = start_serve(log, {}, /*default_seqs=*/true);
+  ASSERT_GT(pid, 0) << futr::test::slurp(log);
+  EXPECT_GT(port, 0) << "futr serve did not start: " << futr::test::slurp(log);
+  kill(pid, SIGTERM);
+  const auto [seconds, status] = wait_exit(pid, 30);
+  EXPECT_NE(status, -1) << "still running after 30 s";
+  const std::string text = futr::test::slurp(log);
+  EXPECT_NE(text.find("futr serve: 8 sequences x 512 positions"), std::string::npos) << text;
+  fs::remove(log);
+}
 
 // The real `futr serve` with 100 slow clients connected and a long request
 // running: SIGTERM ends it within --drain-timeout (+ a margin), and a second

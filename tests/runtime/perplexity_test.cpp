@@ -197,5 +197,26 @@ TEST(Engine, KindsOfTheFactory) {
   EXPECT_EQ(said.rfind("engine cpu (", 0), 0u) << said;
 }
 
+// engine_for() names the engine make_engine() builds: the one asked for, and
+// for auto the one make_engine picks (the CPU engine for formats the GPU
+// engine does not run, whatever the machine).
+TEST(Engine, EngineForNamesWhatTheFactoryBuilds) {
+  const Model m = test::random_model(test::tiny_config(), 1);
+  RuntimeConfig c;
+  c.ctx = 16;
+  c.engine = EngineKind::kCpu;
+  EXPECT_EQ(engine_for(c), EngineKind::kCpu);
+  c.engine = EngineKind::kGpu;
+  EXPECT_EQ(engine_for(c), EngineKind::kGpu);
+  c.engine = EngineKind::kAuto;
+  const std::string built = make_engine(m, c)->info().name;
+  EXPECT_EQ(engine_for(c), built == "cpu" ? EngineKind::kCpu : EngineKind::kGpu) << built;
+  c.kv = KvFormat::kFp32;
+  EXPECT_EQ(engine_for(c), EngineKind::kCpu);
+  c.kv = KvFormat::kAuto;
+  c.weights = WeightFormat::kFp32;
+  EXPECT_EQ(engine_for(c), EngineKind::kCpu);
+}
+
 }  // namespace
 }  // namespace futr::runtime
