@@ -138,8 +138,8 @@ struct RuntimeConfig {
       0;  // GPU engine: rows per prefill chunk (0: its default, 2048); capped at max_step_tokens
   bool gpu_pdl =
       true;  // GPU engine: programmatic dependent launch between the step's kernels (FUTR_GPU_PDL=0: off)
-  Fp8Config fp8;
-  CalibrationConfig calib;
+  Fp8Config fp8{};
+  CalibrationConfig calib{};
 };
 
 }  // namespace futr::runtime
